@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""ember's one entry point: set up, build the wheel, assemble the site, serve, test, bench.
+
+    python build.py demo [--host 127.0.0.1] [--port 8000]   install what is missing, build, serve the demos
+    python build.py test [pytest args...]                   install what is missing, run the whole suite
+    python build.py bench core|webgpu                       benchmarks, side by side with the peers
+    python build.py onnx-report                             ONNX conformance table (onnx.backend.test)
+    python build.py wheel                                   build dist/ember-*.whl
+    python build.py site                                    build the wheel and assemble site/
+    python build.py setup [--no-system]                     only install what is missing
+
+Every step is idempotent and quick when its work is already done: a stamp in the virtual
+environment remembers which requirements are installed; apt and npm run only when their files
+are missing. Uses only the standard library so it runs on a bare Python 3.11+.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+VENV = os.path.join(ROOT, ".venv")
+PY = os.path.join(VENV, "bin", "python")
+DIST = os.path.join(ROOT, "dist")
+SITE = os.path.join(ROOT, "site")
+PYODIDE_VERSION = "314.0.7"
+PYODIDE_DIR = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
+
+# What each job needs in the virtual environment. torch is never a runtime or test dependency:
+# it only produced committed golden files and the demo weights (see demos/*/train.py).
+REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel"]
+REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "onnxruntime",
+                       "wgpu==0.32.0", "httpx", "playwright"]
+APT = {"/usr/bin/chromium": "chromium",
+       "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers"}
+
+
+def log(msg: str) -> None:
+    print(f"[build] {msg}", flush=True)
+
+
+def run(cmd, **kw) -> None:
+    log(" ".join(cmd))
+    subprocess.run(cmd, check=True, **kw)
+
+
+# ---- setup ----------------------------------------------------------------------------------
+
+def ensure_venv(reqs) -> None:
+    if not os.path.exists(PY):
+        log("creating the virtual environment .venv")
+        run([sys.executable, "-m", "venv", VENV])
+        run([PY, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+    stamp = os.path.join(VENV, ".ember-stamp")
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        key = hashlib.sha256(f.read() + repr(sorted(reqs)).encode()).hexdigest()
+    have = open(stamp).read().split() if os.path.exists(stamp) else []
+    if key in have:
+        return
+    run([PY, "-m", "pip", "install", "-q", *reqs])
+    run([PY, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", ROOT])
+    with open(stamp, "w") as f:
+        f.write("\n".join(have + [key]))
+
+
+def ensure_system() -> None:
+    """Debian packages the browser and GPU tests need (Chromium, lavapipe Vulkan)."""
+    missing = [pkg for path, pkg in APT.items() if not os.path.exists(path)]
+    if not missing:
+        return
+    if not shutil.which("apt-get"):
+        log(f"cannot install {missing}: no apt-get here; install them with your package manager")
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(sudo + ["apt-get", "update", "-qq"], env=env)
+    run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+
+
+def ensure_pyodide() -> None:
+    """The npm pyodide package (core only), served to the page and used by the Node test run."""
+    if os.path.exists(os.path.join(PYODIDE_DIR, "pyodide.asm.wasm")):
+        return
+    if not shutil.which("npm"):
+        raise SystemExit("npm is needed to fetch Pyodide (install Node.js 20+)")
+    run(["npm", "install", "--no-audit", "--no-fund", "--prefix", os.path.join(ROOT, "wasm"),
+         f"pyodide@{PYODIDE_VERSION}"])
+
+
+# ---- build ----------------------------------------------------------------------------------
+
+def build_wheel() -> str:
+    """Build the pure-Python wheel into dist/ and return its path."""
+    os.makedirs(DIST, exist_ok=True)
+    for old in glob.glob(os.path.join(DIST, "ember-*.whl")):
+        os.remove(old)
+    py = PY if os.path.exists(PY) else sys.executable
+    run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", DIST, ROOT])
+    shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
+    (whl,) = glob.glob(os.path.join(DIST, "ember-*-py3-none-any.whl"))
+    log(f"wheel {os.path.basename(whl)} ({os.path.getsize(whl) / 1024:.0f} KiB)")
+    return whl
+
+
+def build_site() -> str:
+    """Assemble site/: the wheel, the npm Pyodide files, the JS loader, the demos."""
+    whl = build_wheel()
+    subprocess.run([PY, "-m", "ember.web.site", "--wheel", whl, "--out", SITE], check=True)
+    return SITE
+
+
+# ---- commands -------------------------------------------------------------------------------
+
+def cmd_setup(args) -> None:
+    if "--no-system" not in args:
+        ensure_system()
+    ensure_venv(REQ_TEST)
+    ensure_pyodide()
+
+
+def cmd_test(args) -> int:
+    t0 = time.time()
+    ensure_system()
+    ensure_venv(REQ_TEST)
+    ensure_pyodide()
+    build_site()
+    env = dict(os.environ, EMBER_SITE=SITE, PYTHONUNBUFFERED="1")
+    rc = subprocess.run([PY, "-m", "pytest", "tests", "e2e", *args], cwd=ROOT, env=env).returncode
+    log(f"tests finished in {time.time() - t0:.0f} s with exit code {rc}")
+    return rc
+
+
+def cmd_demo(args) -> int:
+    ensure_venv(REQ_DEMO)
+    ensure_pyodide()
+    build_site()
+    return subprocess.run([PY, "-m", "ember.web", "--site", SITE, *args], cwd=ROOT).returncode
+
+
+def cmd_bench(args) -> int:
+    ensure_venv(REQ_TEST)
+    which = args[0] if args else "core"
+    script = os.path.join(ROOT, "tests", "bench", f"bench_{which}.py")
+    if not os.path.exists(script):
+        raise SystemExit(f"unknown benchmark {which!r}; have: "
+                         + ", ".join(sorted(os.path.basename(p)[6:-3] for p in glob.glob(os.path.join(ROOT, "tests", "bench", "bench_*.py")))))
+    return subprocess.run([PY, script, *args[1:]], cwd=ROOT).returncode
+
+
+def cmd_onnx_report(args) -> int:
+    ensure_venv(REQ_TEST)
+    return subprocess.run([PY, os.path.join(ROOT, "tests", "onnx_report.py"), *args], cwd=ROOT).returncode
+
+
+def cmd_wheel(args) -> int:
+    ensure_venv(REQ_DEMO)
+    build_wheel()
+    return 0
+
+
+def cmd_site(args) -> int:
+    ensure_venv(REQ_DEMO)
+    ensure_pyodide()
+    print(build_site())
+    return 0
+
+
+COMMANDS = {"setup": cmd_setup, "test": cmd_test, "demo": cmd_demo, "bench": cmd_bench,
+            "onnx-report": cmd_onnx_report, "wheel": cmd_wheel, "site": cmd_site}
+
+
+def main(argv) -> int:
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__)
+        return 2
+    return COMMANDS[argv[0]](argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""dtypes and array-API type promotion.
+
+>>> from ember import dtypes
+>>> dtypes.result_type(dtypes.uint8, dtypes.int32).name
+'int32'
+>>> dtypes.result_type(dtypes.float16, dtypes.float32).name
+'float32'
+"""
+from __future__ import annotations
+
+from .errors import DTypeError
+
+
+class DType:
+    """A tensor element type.
+
+    ``kind`` is ``'f'`` (float), ``'i'`` (signed int), ``'u'`` (unsigned int) or ``'b'`` (bool).
+    ``typecode`` is the ``array.array`` code the pure-Python backend stores it with, ``fmt`` the
+    ``struct`` code of its little-endian bytes (the layout of safetensors and of every backend's
+    ``to_bytes``).
+    """
+
+    __slots__ = ("name", "itemsize", "kind", "typecode", "fmt", "safetensors")
+
+    def __init__(self, name: str, itemsize: int, kind: str, typecode: str, fmt: str, st: str):
+        self.name = name
+        self.itemsize = itemsize
+        self.kind = kind
+        self.typecode = typecode
+        self.fmt = fmt
+        self.safetensors = st
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in "iu"
+
+    def __repr__(self) -> str:
+        return f"ember.{self.name}"
+
+    def __reduce__(self):
+        return (get, (self.name,))
+
+
+# float16 is stored as 16-bit bytes (numpy backend, weights files); the pure-Python backend keeps
+# its values in array('f') rounded to half precision after every op, and computes in float32.
+float32 = DType("float32", 4, "f", "f", "f", "F32")
+float16 = DType("float16", 2, "f", "f", "e", "F16")
+int32 = DType("int32", 4, "i", "i", "i", "I32")
+int64 = DType("int64", 8, "i", "q", "q", "I64")
+uint8 = DType("uint8", 1, "u", "B", "B", "U8")
+bool_ = DType("bool", 1, "b", "B", "?", "BOOL")
+
+ALL = (float32, float16, int32, int64, uint8, bool_)
+_BY_NAME = {d.name: d for d in ALL}
+_BY_NAME.update({"bool_": bool_, "float": float32, "int": int64, "half": float16, "long": int64})
+
+default_float = float32
+default_int = int64
+
+
+def get(dtype) -> DType:
+    """Accept a DType, its name, a numpy dtype or a Python type and return the ember DType."""
+    if isinstance(dtype, DType):
+        return dtype
+    if dtype is float:
+        return default_float
+    if dtype is int:
+        return default_int
+    if dtype is bool:
+        return bool_
+    name = getattr(dtype, "name", None) or str(dtype)
+    if name == "bool8":
+        name = "bool"
+    d = _BY_NAME.get(name)
+    if d is None:
+        raise DTypeError(f"unknown dtype {dtype!r}; ember supports {', '.join(x.name for x in ALL)}")
+    return d
+
+
+_INT_ORDER = {uint8: 0, int32: 1, int64: 2}
+
+
+def result_type(a: DType, b: DType) -> DType:
+    """Array-API promotion of two dtypes (mixed int/float gives the float type, like PyTorch)."""
+    if a is b:
+        return a
+    if a is bool_:
+        return b
+    if b is bool_:
+        return a
+    if a.kind == "f" and b.kind == "f":
+        return float32
+    if a.kind == "f":
+        return a
+    if b.kind == "f":
+        return b
+    return a if _INT_ORDER[a] >= _INT_ORDER[b] else b
+
+
+def scalar_dtype(value, other: DType | None = None) -> DType:
+    """dtype a Python scalar takes next to a tensor of dtype ``other`` (weak scalar typing:
+    ``x_f16 * 2.0`` stays float16, ``x_int + 1.5`` becomes float32)."""
+    if isinstance(value, bool):
+        return other if other is not None else bool_
+    if isinstance(value, int):
+        if other is not None and other is not bool_:
+            return other
+        return default_int
+    if isinstance(value, float):
+        if other is not None and other.kind == "f":
+            return other
+        return default_float
+    raise DTypeError(f"cannot make a tensor from a scalar of type {type(value).__name__}")

@@ -1,0 +1,42 @@
+"""Typed errors. Every message says what went wrong, where (op, shape, dtype, file offset,
+ONNX node) and, where it helps, what to do about it.
+
+>>> import ember
+>>> try:
+...     ember.add(ember.ones((2, 3)), ember.ones((4,)))
+... except ember.errors.ShapeError as e:
+...     print(e)
+add: shapes (2, 3) and (4,) do not broadcast (axis -1: 3 vs 4)
+"""
+
+
+class EmberError(Exception):
+    """Base class of every error ember raises on purpose."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes that an op cannot accept (broadcasting, matmul inner dims, reshape sizes...)."""
+
+
+class DTypeError(EmberError, TypeError):
+    """A dtype an op does not accept, or an unknown dtype name."""
+
+
+class DeviceError(EmberError, RuntimeError):
+    """An unknown or unavailable device, or tensors on different devices mixed in one op."""
+
+
+class IndexingError(EmberError, IndexError):
+    """An index out of range or an indexing form ember does not support."""
+
+
+class WeightsError(EmberError, ValueError):
+    """A malformed or unsafe weights file (safetensors, PyTorch checkpoint), or a state_dict mismatch."""
+
+
+class UnsupportedOp(EmberError, NotImplementedError):
+    """An op (or ONNX operator, attribute value, dtype) that ember does not implement."""
+
+
+class OnnxError(EmberError, ValueError):
+    """A malformed ONNX file or graph."""

@@ -1,0 +1,40 @@
+"""Shared fixtures. Every op test takes the ``device`` fixture and so runs once per backend:
+``python`` always, ``numpy`` where numpy is installed, ``webgpu`` where a GPU adapter exists
+(lavapipe in CI). ``EMBER_TEST_DEVICES=python,numpy`` narrows the set."""
+import os
+import tempfile
+
+import pytest
+
+# Mesa (lavapipe) warns without a private runtime dir.
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    _d = tempfile.mkdtemp(prefix="ember-xdg-")
+    os.chmod(_d, 0o700)
+    os.environ["XDG_RUNTIME_DIR"] = _d
+
+ALL_DEVICES = ("python", "numpy", "webgpu")
+
+
+def _wanted():
+    env = os.environ.get("EMBER_TEST_DEVICES")
+    return tuple(d for d in env.split(",") if d) if env else ALL_DEVICES
+
+
+def _skip_reason(name):
+    import ember
+    from ember.errors import DeviceError
+
+    try:
+        ember.get_backend(name)
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+@pytest.fixture(params=_wanted())
+def device(request):
+    """The device name an op test runs on; skips only where that backend cannot exist here."""
+    reason = _skip_reason(request.param)
+    if reason:
+        pytest.skip(f"{request.param} backend unavailable on this machine: {reason}")
+    return request.param
