@@ -14,3 +14,27 @@ from .tensor import Tensor, from_bytes, from_numpy, tensor  # noqa: F401
 from .ops import *  # noqa: F401,F403
 
 bool = bool_  # noqa: A001  (ember.bool, like numpy/torch; Python's bool stays builtins.bool)
+
+# Submodules and functions imported on first use, so `import ember` stays fast in Pyodide and
+# never imports numpy, wgpu or the ONNX reader unless asked.
+_LAZY = {
+    "nn": ("ember.nn", None),
+    "io": ("ember.io", None),
+    "onnx": ("ember.onnx", None),
+    "webgpu": ("ember.webgpu", None),
+    "load_safetensors": ("ember.io.safetensors", "load_safetensors"),
+    "save_safetensors": ("ember.io.safetensors", "save_safetensors"),
+    "load_torch": ("ember.io.torch", "load_torch"),
+}
+
+
+def __getattr__(name):
+    import importlib
+
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ember' has no attribute {name!r}")
+    mod, attr = _LAZY[name]
+    m = importlib.import_module(mod)
+    value = m if attr is None else getattr(m, attr)
+    globals()[name] = value
+    return value

@@ -110,3 +110,7 @@ KERNELS = {
     "multiply": _binary(lambda x, y: x * y),
     "exp": _unary(lambda x: math.exp(x) if x < 709 else math.inf),
 }
+
+from .python_nn import KERNELS as _NN_KERNELS  # noqa: E402
+
+KERNELS.update(_NN_KERNELS)

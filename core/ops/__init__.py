@@ -17,3 +17,8 @@ def method(fn=None, *, name=None):
 
 from .creation import *  # noqa: E402,F401,F403
 from .elementwise import *  # noqa: E402,F401,F403
+from .reduction import *  # noqa: E402,F401,F403
+from .movement import *  # noqa: E402,F401,F403
+from .indexing import *  # noqa: E402,F401,F403
+from .linalg import *  # noqa: E402,F401,F403
+from .nnops import *  # noqa: E402,F401,F403

@@ -1,0 +1,2 @@
+"""numpy kernels for the neural-network ops (conv, pooling, norms, sort...)."""
+KERNELS = {}

@@ -1,0 +1,2 @@
+"""movement ops (being written)."""
+__all__ = []
