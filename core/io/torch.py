@@ -1,0 +1,345 @@
+"""PyTorch checkpoints (``torch.save`` zip format) read without torch and without running code.
+
+A checkpoint is a zip archive: ``<name>/data.pkl`` (the pickled object, e.g. a state_dict),
+``<name>/data/<key>`` (raw little-endian bytes of each storage) and ``<name>/byteorder``.
+Unpickling an arbitrary pickle can call any Python function, so ``data.pkl`` is read by a
+restricted unpickler: the only globals it resolves are the handful a state_dict uses, and each
+resolves to a small function written here (torch is never imported). Any other global --
+``os.system``, ``builtins.eval``, ``subprocess.Popen``, even other torch functions -- raises
+``WeightsError`` naming it, before anything is called.
+
+Tensors may be views (storage offset, arbitrary strides, shared storages); they come back as
+contiguous ember Tensors. dtypes: float32, float16, int64, int32, uint8 and bool keep their
+dtype; bfloat16 becomes float32 (exact). The result has the structure that was saved: dicts
+(an OrderedDict becomes a dict), lists and tuples of tensors, and plain Python scalars/strings.
+
+>>> import ember, io, zipfile
+>>> buf = io.BytesIO()
+>>> with zipfile.ZipFile(buf, "w") as z:   # what torch.save({"w": torch.tensor([1.5])}) writes
+...     z.writestr("archive/data.pkl", b"\\x80\\x02}X\\x01\\x00\\x00\\x00wctorch._utils\\n_rebuild_tensor_v2\\n"
+...         b"((X\\x07\\x00\\x00\\x00storagectorch\\nFloatStorage\\nX\\x01\\x00\\x00\\x000X\\x03\\x00\\x00\\x00cpu"
+...         b"K\\x01tQK\\x00K\\x01\\x85K\\x01\\x85\\x89ccollections\\nOrderedDict\\n)RtRs.")
+...     z.writestr("archive/data/0", b"\\x00\\x00\\xc0\\x3f")
+>>> ember.load_torch(buf.getvalue())["w"].tolist()
+[1.5]
+"""
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import zipfile
+from math import prod
+
+from .. import dtypes as _dt
+from ..errors import WeightsError
+from ..tensor import Tensor, from_bytes
+from .safetensors import _BOOL_BYTES, bf16_to_f32_bytes
+
+__all__ = ["load_torch"]
+
+# torch storage class -> (dtype name in messages, ember dtype or None if unsupported, itemsize)
+_STORAGES = {
+    "FloatStorage": ("float32", _dt.float32, 4),
+    "HalfStorage": ("float16", _dt.float16, 2),
+    "BFloat16Storage": ("bfloat16", _dt.float32, 2),
+    "LongStorage": ("int64", _dt.int64, 8),
+    "IntStorage": ("int32", _dt.int32, 4),
+    "ByteStorage": ("uint8", _dt.uint8, 1),
+    "BoolStorage": ("bool", _dt.bool_, 1),
+    "UntypedStorage": ("uint8", _dt.uint8, 1),
+    # Recognised so the error names the dtype rather than the class.
+    "DoubleStorage": ("float64", None, 8),
+    "CharStorage": ("int8", None, 1),
+    "ShortStorage": ("int16", None, 2),
+    "ComplexFloatStorage": ("complex64", None, 8),
+    "ComplexDoubleStorage": ("complex128", None, 16),
+}
+_ITEM_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}  # unsigned array codes used to move raw items
+
+
+class _Guarded:
+    """Base of every object the unpickler hands to the pickle: a pickle cannot set attributes
+    on it (BUILD calls ``__setstate__``, which refuses), so one file cannot tamper with them."""
+
+    __slots__ = ()
+
+    def __setstate__(self, state):
+        raise WeightsError(f"pickle tried to set the state of {self!r}; not a state_dict checkpoint")
+
+
+class _StorageType(_Guarded):
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+class _Storage(_Guarded):
+    """One ``data/<key>`` entry; its bytes are read once, on first use, and shared by views."""
+
+    __slots__ = ("stype", "key", "numel", "_raw")
+
+    def __init__(self, stype, key, numel):
+        self.stype, self.key, self.numel, self._raw = stype, key, numel, None
+
+    def __repr__(self):
+        return f"<storage {self.key!r} {self.stype!r}>"
+
+
+class _TensorRef(_Guarded):
+    __slots__ = ("storage", "offset", "size", "stride")
+
+    def __init__(self, storage, offset, size, stride):
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+
+    def __repr__(self):
+        return "<tensor>"
+
+
+class _Func(_Guarded):
+    """An allowed global: a callable stand-in named like the torch function it replaces."""
+
+    __slots__ = ("qualname", "fn")
+
+    def __init__(self, qualname, fn):
+        self.qualname, self.fn = qualname, fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __repr__(self):
+        return self.qualname
+
+
+def _rebuild_tensor(storage, offset, size, stride, *_ignored):
+    # _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
+    if not isinstance(storage, _Storage):
+        raise WeightsError(f"_rebuild_tensor_v2: expected a storage, got {type(storage).__name__}")
+    return _TensorRef(storage, offset, size, stride)
+
+
+def _rebuild_parameter(data, *_ignored):
+    # _rebuild_parameter(data, requires_grad, backward_hooks[, state]): a Parameter is its data here
+    if not isinstance(data, _TensorRef):
+        raise WeightsError(f"_rebuild_parameter: expected a tensor, got {type(data).__name__}")
+    return data
+
+
+def _allowed_globals() -> dict:
+    """Fresh stand-ins for each load. ``collections.OrderedDict`` is the real (immutable, C)
+    type: calling it only builds a dict."""
+    table = {("collections", "OrderedDict"): collections.OrderedDict}
+    for mod, name, fn in (("torch._utils", "_rebuild_tensor_v2", _rebuild_tensor),
+                          ("torch._utils", "_rebuild_tensor", _rebuild_tensor),
+                          ("torch._utils", "_rebuild_parameter", _rebuild_parameter),
+                          ("torch._utils", "_rebuild_parameter_with_state", _rebuild_parameter)):
+        table[(mod, name)] = _Func(f"{mod}.{name}", fn)
+    for name in _STORAGES:
+        table[("torch", name)] = _StorageType(name)
+    return table
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, where: str, entries: set, prefix: str):
+        super().__init__(io.BytesIO(data))
+        self._where = where
+        self._entries = entries
+        self._prefix = prefix
+        self._globals = _allowed_globals()
+        self._storages: dict = {}
+
+    def find_class(self, module, name):
+        # Every global a pickle names (GLOBAL, STACK_GLOBAL, INST, OBJ, EXT*) comes through here.
+        g = self._globals.get((module, name))
+        if g is None:
+            raise WeightsError(f"{self._where}: data.pkl refers to the global {module}.{name}, which a "
+                               f"state_dict checkpoint never needs; refusing to load it (nothing was run). "
+                               f"Save only tensors: torch.save(model.state_dict(), path)")
+        return g
+
+    def persistent_load(self, pid):
+        # ('storage', storage_type, key, location, numel)
+        if (not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage"
+                or not isinstance(pid[1], _StorageType) or not isinstance(pid[2], str)
+                or not isinstance(pid[4], int) or isinstance(pid[4], bool) or pid[4] < 0):
+            raise WeightsError(f"{self._where}: data.pkl has an unexpected persistent id {pid!r:.200}")
+        _, stype, key, _location, numel = pid
+        entry = f"{self._prefix}data/{key}"
+        if entry not in self._entries:
+            raise WeightsError(f"{self._where}: data.pkl refers to storage {key!r} but the archive has no "
+                               f"{entry!r}")
+        s = self._storages.get(key)
+        if s is None:
+            s = self._storages[key] = _Storage(stype, key, numel)
+        elif s.stype is not stype or s.numel != numel:
+            raise WeightsError(f"{self._where}: storage {key!r} is described two different ways")
+        return s
+
+
+def _strided_bytes(raw: bytes, itemsize: int, offset: int, size: tuple, stride: tuple) -> bytes:
+    """The elements of a strided view of ``raw``, gathered in row-major order."""
+    n = prod(size)
+    contiguous, expect = True, 1
+    for sz, st in zip(reversed(size), reversed(stride)):
+        if sz != 1 and st != expect:
+            contiguous = False
+            break
+        expect *= sz
+    if contiguous:
+        return raw[offset * itemsize:(offset + n) * itemsize]
+    items = memoryview(raw).cast(_ITEM_CODES[itemsize])
+    idx = [offset]
+    for sz, st in zip(size, stride):  # outer axes first: idx stays in row-major order
+        idx = [i + k * st for i in idx for k in range(sz)]
+    from array import array
+
+    return array(_ITEM_CODES[itemsize], [items[i] for i in idx]).tobytes()
+
+
+class _Loader:
+    def __init__(self, zf: zipfile.ZipFile, where: str, prefix: str, device):
+        self.zf, self.where, self.prefix, self.device = zf, where, prefix, device
+        self.big_endian = False
+
+    def storage_bytes(self, s: _Storage, itemsize: int) -> bytes:
+        if s._raw is None:
+            name = f"{self.prefix}data/{s.key}"
+            info = self.zf.getinfo(name)
+            need = s.numel * itemsize
+            if info.file_size < need:
+                raise WeightsError(f"{self.where}: storage {name!r} holds {info.file_size} bytes but data.pkl "
+                                   f"says {s.numel} elements of {itemsize} bytes ({need})")
+            raw = self.zf.read(name)[:need]
+            if self.big_endian and itemsize > 1:
+                from array import array
+
+                a = array(_ITEM_CODES[itemsize], raw)
+                a.byteswap()
+                raw = a.tobytes()
+            s._raw = raw
+        return s._raw
+
+    def tensor(self, ref: _TensorRef, path: str) -> Tensor:
+        what = f"{self.where}: tensor {path!r}"
+        label, dtype, itemsize = _STORAGES[ref.storage.stype.name]
+        if dtype is None:
+            raise WeightsError(f"{what} has dtype {label}, which ember does not support; convert it "
+                               f"(e.g. .float()) before saving")
+        size, stride, offset = ref.size, ref.stride, ref.offset
+
+        def ints(v):
+            return isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+        if not (ints(size) and ints(stride) and len(size) == len(stride) and ints((offset,))):
+            raise WeightsError(f"{what}: bad size {size!r:.100} / stride {stride!r:.100} / offset {offset!r:.50}")
+        if prod(size) == 0:
+            raw = b""
+        else:
+            last = offset + sum((n - 1) * st for n, st in zip(size, stride))
+            if last >= ref.storage.numel:
+                raise WeightsError(f"{what}: view (offset {offset}, size {size}, stride {stride}) reaches element "
+                                   f"{last} of storage {ref.storage.key!r}, which has {ref.storage.numel}")
+            raw = _strided_bytes(self.storage_bytes(ref.storage, itemsize), itemsize, offset, size, stride)
+        if label == "bfloat16":
+            raw = bf16_to_f32_bytes(raw)
+        elif dtype is _dt.bool_:
+            raw = raw.translate(_BOOL_BYTES)
+        return from_bytes(raw, size, dtype, device=self.device)
+
+    def convert(self, obj, path: str, memo: dict):
+        """Replace tensor references by Tensors throughout what was unpickled."""
+        if isinstance(obj, (str, bytes, int, float, complex, type(None))):
+            return obj
+        key = id(obj)
+        if key in memo:
+            return memo[key]
+        if isinstance(obj, _TensorRef):
+            out = memo[key] = self.tensor(obj, path)
+        elif isinstance(obj, dict):
+            out = memo[key] = {}
+            for k, v in obj.items():
+                out[k] = self.convert(v, f"{path}.{k}" if path else str(k), memo)
+        elif isinstance(obj, list):
+            out = memo[key] = []
+            out.extend(self.convert(v, f"{path}.{i}" if path else str(i), memo) for i, v in enumerate(obj))
+        elif isinstance(obj, tuple):
+            out = memo[key] = tuple(self.convert(v, f"{path}.{i}" if path else str(i), memo)
+                                    for i, v in enumerate(obj))
+        else:
+            raise WeightsError(f"{self.where}: {path or 'the checkpoint'} is a {obj!r:.80} object, "
+                               f"not a tensor, container or plain value")
+        return out
+
+
+def _open_zip(source, where: str):
+    """(ZipFile, underlying file) or WeightsError saying what the bytes are instead."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        f = io.BytesIO(bytes(source))
+    else:
+        try:
+            f = open(source, "rb")
+        except OSError as e:
+            raise WeightsError(f"{where}: cannot open ({e.strerror or e})") from e
+    head = f.read(16)
+    f.seek(0)
+    try:
+        return zipfile.ZipFile(f), f
+    except Exception as e:  # BadZipFile, or OSError/ValueError/... from a mangled directory
+        f.close()
+        if head.startswith(b"PK"):
+            raise WeightsError(f"{where}: corrupt zip archive ({type(e).__name__}: {str(e)[:200]})") from None
+    if head.startswith(b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"):
+        raise WeightsError(f"{where}: this is PyTorch's legacy (pre-1.6, non-zip) checkpoint format, which "
+                           f"ember does not read; re-save it with a current torch: "
+                           f"torch.save(torch.load(path, weights_only=True), new_path)")
+    if len(head) >= 9 and head[8:9] == b"{":
+        raise WeightsError(f"{where}: not a PyTorch zip checkpoint; it looks like safetensors, "
+                           f"use ember.load_safetensors")
+    raise WeightsError(f"{where}: not a PyTorch checkpoint (not a zip archive; first bytes {head[:8]!r})")
+
+
+def load_torch(source, device: str | None = None) -> dict:
+    """Read a PyTorch checkpoint written by ``torch.save`` (a path or bytes) into ember Tensors
+    on ``device``, without importing torch or executing anything from the file.
+
+    Returns what was saved with every tensor converted (usually ``{name: Tensor}``). Raises
+    ``WeightsError`` for a malformed archive, a global outside the state_dict allowlist (named
+    in the message), an out-of-range view, an unsupported dtype, or the legacy non-zip format.
+    See the module docstring for an example.
+    """
+    where = f"PyTorch checkpoint {source!r}" if isinstance(source, (str, os.PathLike)) else \
+        f"PyTorch checkpoint <{len(source)} bytes>"
+    zf, f = _open_zip(source, where)
+    try:
+        return _load(zf, where, device)
+    except WeightsError:
+        raise
+    except Exception as e:  # a corrupt archive or pickle can fail in many ways; report them all alike
+        raise WeightsError(f"{where}: corrupt checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+    finally:
+        zf.close()
+        f.close()
+
+
+def _load(zf: zipfile.ZipFile, where: str, device) -> dict:
+    names = zf.namelist()
+    pkls = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pkls) != 1:
+        if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
+            raise WeightsError(f"{where}: this is a TorchScript archive (torch.jit.save), not a state_dict; "
+                               f"save model.state_dict() with torch.save instead")
+        raise WeightsError(f"{where}: expected exactly one <name>/data.pkl in the archive, found {pkls or 'none'}")
+    prefix = pkls[0][:-len("data.pkl")]
+    loader = _Loader(zf, where, prefix, device)
+    if prefix + "byteorder" in names:
+        order = zf.read(prefix + "byteorder")
+        if order not in (b"little", b"big"):
+            raise WeightsError(f"{where}: byteorder is {order[:20]!r}, expected 'little' or 'big'")
+        loader.big_endian = order == b"big"
+    up = _RestrictedUnpickler(zf.read(pkls[0]), where, set(names), prefix)
+    obj = up.load()
+    return loader.convert(obj, "", {})
