@@ -88,7 +88,7 @@ def ensure_pyodide() -> None:
         return
     if not shutil.which("npm"):
         raise SystemExit("npm is needed to fetch Pyodide (install Node.js 20+)")
-    run(["npm", "install", "--no-audit", "--no-fund", "--prefix", os.path.join(ROOT, "wasm"),
+    run(["npm", "install", "--no-audit", "--no-fund", "--save-exact", "--prefix", os.path.join(ROOT, "wasm"),
          f"pyodide@{PYODIDE_VERSION}"])
 
 

@@ -1,0 +1,231 @@
+"""Fixtures for the browser tests: the built site, a live server, headless Chromium, a page.
+
+- ``site_dir`` (session): ``$EMBER_SITE`` when build.py set it (``python build.py test``),
+  otherwise the site is built now with build.py's own functions (wheel + site/).
+- ``server`` (session): the real ember.web app under uvicorn, in a thread, on a free
+  127.0.0.1 port; the value is the base URL (``http://127.0.0.1:PORT/``).
+- ``browser`` (session): Debian's /usr/bin/chromium, headless, WebGPU on (SwiftShader).
+- ``page`` (per test): a fresh context + page whose console errors and uncaught page errors
+  fail the test at teardown (mark a test ``@pytest.mark.allow_console_errors`` to opt out);
+  a failing test leaves a screenshot in e2e/artifacts/.
+
+Helpers, handed out as fixtures (test files cannot import conftest by name: tests/ has one too):
+
+- ``screenshot(page, name)``: save e2e/artifacts/<name>.png (gitignored).
+- ``load_ember(page, path="/", webgpu=False)``: open ``path`` and boot ember there through
+  /wasm/ember.js; returns ``pyodide.ember`` info (version, webgpu, timings). The page then
+  has ``window.pyodide``; run Python with ``run_python(page, code)``.
+
+    def test_x(page, load_ember, run_python):
+        load_ember(page, "/demos/mnist/")
+        assert run_python(page, "import ember; ember.tensor([1.0]).tolist()") == [1.0]
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM = os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--enable-unsafe-webgpu",  # the one flag that turns WebGPU on (SwiftShader adapter here)
+    "--no-sandbox",
+    # Without these Chromium keeps dialing out (updates, sync, field trials) on a box with no
+    # internet, which costs time and can log errors.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+# Booting Pyodide on 2 busy cores: ~5 s alone, far more with other jobs running.
+BOOT_TIMEOUT_MS = 180_000
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "allow_console_errors: do not fail the test on console "
+                                       "errors or uncaught page errors")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # Keep each phase's report on the item so the page fixture can see whether the test failed.
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+def _load_build_module():
+    spec = importlib.util.spec_from_file_location("ember_build", REPO / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def site_dir() -> Path:
+    """The assembled site (see ember.web.site for its layout)."""
+    env = os.environ.get("EMBER_SITE")
+    if env:
+        site = Path(env)
+        if not (site / "manifest.json").is_file():
+            pytest.fail(f"EMBER_SITE={env} is not a built ember site (no manifest.json)")
+        return site
+    build = _load_build_module()
+    if not (Path(build.PYODIDE_DIR) / "pyodide.asm.wasm").is_file() and not shutil.which("npm"):
+        pytest.skip("cannot build the site: Pyodide is not in wasm/node_modules and there is no "
+                    "npm to fetch it (install Node.js 20+, then 'python build.py setup')")
+    build.ensure_pyodide()
+    return Path(build.build_site())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(site_dir) -> str:
+    """Base URL of the ember.web app serving ``site_dir``, e.g. ``http://127.0.0.1:41234/``."""
+    import uvicorn
+
+    from ember.web.app import create_app
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(site_dir), host="127.0.0.1", port=port,
+                                        log_level="warning", access_log=False))
+    thread = threading.Thread(target=srv.run, name="ember-e2e-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail(f"the ember.web server did not start on 127.0.0.1:{port}")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/"
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the whole session."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set EMBER_CHROMIUM)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _screenshot(page, name: str) -> Path:
+    """Save a full-page screenshot to e2e/artifacts/<name>.png and return its path."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    path = ARTIFACTS / f"{safe}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture
+def page(browser, server, request):
+    """A fresh page; console errors / page errors fail the test (see module docstring).
+
+    ``page.console_errors`` lists what was seen so far; ``page.console_log`` every console line.
+    """
+    context = browser.new_context(base_url=server)
+    p = context.new_page()
+    p.set_default_timeout(BOOT_TIMEOUT_MS)
+    errors: list = []
+    lines: list = []
+
+    def on_console(msg):
+        lines.append(f"{msg.type}: {msg.text}")
+        if msg.type == "error":
+            loc = msg.location or {}
+            errors.append(f"console.error: {msg.text} ({loc.get('url', '?')}:{loc.get('lineNumber', '?')})")
+
+    p.on("console", on_console)
+    p.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
+    p.console_errors = errors
+    p.console_log = lines
+    yield p
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        try:
+            print(f"screenshot: {_screenshot(p, request.node.name)}")
+            print("console:\n  " + "\n  ".join(lines[-40:]))
+        except Exception as e:  # a crashed page cannot be photographed; the failure says enough
+            print(f"(no screenshot: {e})")
+    context.close()
+    if errors and not request.node.get_closest_marker("allow_console_errors"):
+        pytest.fail("the page logged errors:\n  " + "\n  ".join(errors), pytrace=False)
+
+
+def _load_ember(page, path: str = "/", webgpu=False) -> dict:
+    """Open ``path`` (unless the page is already there) and boot ember in it via the loader.
+
+    Returns ``pyodide.ember`` (``version``, ``webgpu``, ``webgpuError``, ``timings`` in ms since
+    loadEmber was called, plus ``openToReady``/``openToImported`` measured from navigation).
+    """
+    if urlparse(page.url).path != path:
+        page.goto(path)
+    info = page.evaluate(
+        """async (webgpu) => {
+            const t0 = performance.now();   // ms since navigation start
+            const { loadEmber } = await import("/wasm/ember.js");
+            window.pyodide = await loadEmber({ webgpu });
+            const e = window.pyodide.ember;
+            return { version: e.version, webgpu: e.webgpu, webgpuError: e.webgpuError,
+                     timings: e.timings,
+                     openToReady: t0 + e.timings.pyodideReady,
+                     openToImported: t0 + e.timings.emberImported };
+        }""", webgpu)
+    return info
+
+
+def _run_python(page, code: str):
+    """Run ``code`` with ``runPythonAsync`` in the page (after load_ember) and return its last
+    expression converted to JS/JSON (use lists/str/float; PyProxies are converted with toJs)."""
+    return page.evaluate(
+        """async (code) => {
+            const r = await window.pyodide.runPythonAsync(code);
+            if (r && typeof r.toJs === "function") {
+                const v = r.toJs({ dict_converter: Object.fromEntries });
+                r.destroy();
+                return v;
+            }
+            return r;
+        }""", code)
+
+
+@pytest.fixture
+def screenshot():
+    """``screenshot(page, name) -> Path`` (e2e/artifacts/<name>.png)."""
+    return _screenshot
+
+
+@pytest.fixture
+def load_ember():
+    """``load_ember(page, path="/", webgpu=False) -> dict`` (see the module docstring)."""
+    return _load_ember
+
+
+@pytest.fixture
+def run_python():
+    """``run_python(page, code)`` -> the value of the last expression, converted to JS/JSON."""
+    return _run_python

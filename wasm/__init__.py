@@ -1,0 +1,63 @@
+"""ember inside Pyodide: small helpers for code that runs in the page.
+
+The JS side lives next to this file: ``ember.js`` (the loader a page imports from
+``/wasm/ember.js``; it boots Pyodide from the site's files and installs the ember wheel offline)
+and ``run_pyodide.mjs`` (runs Python inside Pyodide under Node; the test suite uses it).
+
+>>> from ember.wasm import is_pyodide
+>>> is_pyodide()
+False
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional
+
+__all__ = ["is_pyodide", "fetch_bytes"]
+
+
+def is_pyodide() -> bool:
+    """True when running inside Pyodide (browser or Node), False in CPython."""
+    return sys.platform == "emscripten"
+
+
+async def fetch_bytes(url: str, on_progress: Optional[Callable[[int, int], None]] = None) -> bytes:
+    """Download `url` with the browser's ``fetch`` and return its bytes (Pyodide only).
+
+    ``on_progress(loaded, total)`` is called as chunks arrive; ``total`` is 0 when the size is
+    not known in advance (no Content-Length, or a gzip-encoded response whose Content-Length
+    counts compressed bytes). Relative URLs resolve against the page. Raises OSError naming the
+    URL and the HTTP status when the download fails.
+
+    >>> import asyncio
+    >>> asyncio.run(fetch_bytes("weights.safetensors"))  # doctest: +SKIP
+    b'...'
+    """
+    if not is_pyodide():
+        raise RuntimeError("ember.wasm.fetch_bytes runs inside Pyodide only; in CPython read the "
+                           "file or use urllib")
+    import js  # Pyodide's bridge to the page's globals
+
+    resp = await js.fetch(url)
+    if not resp.ok:
+        raise OSError(f"download of {url} failed: HTTP {resp.status} {resp.statusText}")
+    encoding = resp.headers.get("Content-Encoding") or "identity"
+    total = 0 if encoding != "identity" else int(resp.headers.get("Content-Length") or 0)
+    if on_progress is None or resp.body is None:
+        data = (await resp.arrayBuffer()).to_bytes()
+        if on_progress is not None:
+            on_progress(len(data), len(data))
+        return data
+    reader = resp.body.getReader()
+    parts = []
+    loaded = 0
+    on_progress(0, total)
+    while True:
+        chunk = await reader.read()
+        if chunk.done:
+            break
+        part = chunk.value.to_bytes()  # one typed-array copy per chunk, never a Python list
+        parts.append(part)
+        loaded += len(part)
+        on_progress(loaded, total)
+    return b"".join(parts)

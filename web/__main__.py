@@ -1,0 +1,62 @@
+"""python -m ember.web --site DIR [--host 127.0.0.1] [--port 8000]: serve an ember site."""
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, or SystemExit with a message that says what to do."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise SystemExit(f"ember.web: port {port} on {host} is already in use (another server?); "
+                             f"stop it or pick another port: --port {port + 1}") from None
+        if e.errno in (errno.EADDRNOTAVAIL, socket.EAI_NONAME) or isinstance(e, socket.gaierror):
+            raise SystemExit(f"ember.web: cannot listen on {host!r}: {e.strerror or e}") from None
+        raise SystemExit(f"ember.web: cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ember.web", description=__doc__.split(":")[1].strip())
+    ap.add_argument("--site", required=True, help="the folder built by 'python -m ember.web.site'")
+    ap.add_argument("--host", default="127.0.0.1",
+                    help="interface to listen on (default 127.0.0.1: this machine only; "
+                         "0.0.0.0 exposes the server to the network)")
+    ap.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    ap.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    a = ap.parse_args(argv)
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as e:
+        raise SystemExit(f"ember.web needs starlette and uvicorn: pip install 'ember[web]' ({e})")
+    try:
+        app = create_app(a.site)
+    except FileNotFoundError as e:
+        raise SystemExit(str(e))
+    sock = bind(a.host, a.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"ember: serving {a.site} at http://{shown}:{port}/  (Ctrl+C to stop)", flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=a.log_level, access_log=False))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The Starlette app that serves an ember site (see ember.web.site for the layout).
+
+One handler for every path; it does what a static server for Pyodide + WebGPU pages needs:
+
+- MIME types the browser insists on (``.wasm`` must be ``application/wasm`` for streaming
+  compilation, ``.mjs``/``.js`` ``text/javascript`` for module scripts);
+- cross-origin isolation (COOP/COEP, CORP on every resource): SharedArrayBuffer and precise
+  timers need it, and ``require-corp`` keeps the page from pulling anything off-site;
+- ``Range`` requests (206 / 416), ``gzip`` for big compressible files when no range is asked,
+  ``ETag``/``Last-Modified`` with 304s, long caching for versioned files (/pyodide/, /wheels/),
+  ``no-cache`` (revalidate every time) for the rest;
+- no way out of the site folder: ``..`` segments (also ``%2e%2e``), backslashes, NUL bytes,
+  dot-files and symlinks that resolve outside the folder all give 404.
+
+>>> from starlette.testclient import TestClient  # doctest: +SKIP
+>>> TestClient(create_app("site")).get("/").status_code  # doctest: +SKIP
+200
+"""
+from __future__ import annotations
+
+import email.utils
+import gzip
+import hashlib
+import os
+import threading
+from pathlib import Path
+from urllib.parse import quote
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+MIME = {
+    ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8", ".json": "application/json", ".map": "application/json",
+    ".wasm": "application/wasm", ".whl": "application/zip", ".zip": "application/zip",
+    ".safetensors": "application/octet-stream", ".bin": "application/octet-stream",
+    ".onnx": "application/octet-stream", ".pt": "application/octet-stream",
+    ".gz": "application/gzip", ".py": "text/x-python; charset=utf-8",
+    ".wgsl": "text/wgsl; charset=utf-8", ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
+    ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".ico": "image/x-icon", ".webp": "image/webp",
+}
+# Worth compressing: text, wasm (~3x smaller) and weights (float data shrinks a little; on a
+# slow link that is still seconds). Zip-like files are compressed already.
+COMPRESSIBLE = {".html", ".htm", ".js", ".mjs", ".css", ".json", ".map", ".wasm", ".safetensors",
+                ".bin", ".onnx", ".py", ".wgsl", ".txt", ".md", ".svg"}
+GZIP_MIN_BYTES = 1024
+GZIP_CACHE_BYTES = 64 << 20   # compressed bodies kept in memory (Pyodide's wasm alone ~3 MB)
+CHUNK = 1 << 18
+# Their names carry a version (the wheel; ember.js adds ?v=<sha>) or they come from the pinned
+# npm Pyodide: browsers may keep them without asking again.
+LONG_CACHE_PREFIXES = ("pyodide/", "wheels/")
+LONG_CACHE = "public, max-age=31536000, immutable"
+
+ISOLATION = {
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Embedder-Policy": "require-corp",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+class _GzipCache:
+    """Compressed bodies keyed by (path, size, mtime); evicts oldest past the byte budget."""
+
+    def __init__(self, budget: int = GZIP_CACHE_BYTES):
+        self.budget, self.used, self.items, self.lock = budget, 0, {}, threading.Lock()
+
+    def get(self, path: Path, st: os.stat_result) -> bytes:
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        with self.lock:
+            hit = self.items.get(key)
+        if hit is not None:
+            return hit
+        # mtime=0: the same file always compresses to the same bytes.
+        body = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+        with self.lock:
+            self.items[key] = body
+            self.used += len(body)
+            while self.used > self.budget and len(self.items) > 1:
+                old = next(iter(self.items))
+                self.used -= len(self.items.pop(old))
+        return body
+
+
+def _resolve(root: Path, url_path: str) -> Path | None:
+    """The file under `root` that `url_path` names, or None (missing or not allowed)."""
+    if "\x00" in url_path or "\\" in url_path:
+        return None
+    parts = [p for p in url_path.split("/") if p]
+    # No "..", no dot-files/dot-dirs (".", "..", ".git", ".siteignore").
+    if any(p.startswith(".") for p in parts):
+        return None
+    target = root.joinpath(*parts)
+    try:
+        real = target.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if real != root and root not in real.parents:   # a symlink pointing out of the site
+        return None
+    if real.is_dir():
+        real = real / "index.html"
+        if not real.is_file():
+            return None
+    return real if real.is_file() else None
+
+
+def _parse_range(header: str, size: int):
+    """(start, end) inclusive for a single `bytes=` range; None to ignore the header (bad
+    syntax, several ranges: RFC 9110 lets a server send the whole file); "unsatisfiable"."""
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, sep, last = spec.strip().partition("-")
+    if not sep:
+        return None
+    try:
+        if first == "":              # bytes=-N: the last N bytes
+            n = int(last)
+            if n <= 0:
+                return "unsatisfiable"
+            return (max(0, size - n), size - 1) if size else "unsatisfiable"
+        start = int(first)
+        end = int(last) if last else size - 1
+    except ValueError:
+        return None
+    if start < 0 or end < start:
+        return None
+    if start >= size:
+        return "unsatisfiable"
+    return start, min(end, size - 1)
+
+
+def _file_chunks(path: Path, start: int, length: int):
+    with open(path, "rb") as f:
+        f.seek(start)
+        while length > 0:
+            data = f.read(min(CHUNK, length))
+            if not data:
+                break
+            length -= len(data)
+            yield data
+
+
+def create_app(site_dir: str | os.PathLike) -> Starlette:
+    """The ASGI app serving the files of `site_dir` (GET and HEAD)."""
+    root = Path(site_dir).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"ember.web: site folder {root} does not exist; build it with "
+                                "'python build.py site'")
+    gz_cache = _GzipCache()
+
+    def not_found(reason: str = "Not found") -> Response:
+        return Response(reason + "\n", status_code=404, media_type="text/plain", headers=ISOLATION)
+
+    async def serve(request: Request) -> Response:
+        url_path = request.scope["path"]     # already %-decoded: "%2e%2e" arrives as ".."
+        path = _resolve(root, url_path)
+        if path is None:
+            return not_found()
+        if not url_path.endswith("/") and path.name == "index.html" and not url_path.endswith(".html"):
+            # /demos/x -> /demos/x/ so relative links in the page resolve inside its folder.
+            return Response(status_code=308, headers={**ISOLATION, "Location": quote(url_path) + "/"})
+        st = path.stat()
+        ext = path.suffix.lower()
+        rel = path.relative_to(root).as_posix()
+        etag = '"%s"' % hashlib.sha1(f"{rel}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:20]
+        range_header = request.headers.get("range")
+        if range_header and request.headers.get("if-range") not in (None, etag):
+            range_header = None     # the client's partial copy is stale: send it all
+        use_gzip = (ext in COMPRESSIBLE and st.st_size >= GZIP_MIN_BYTES and not range_header
+                    and "gzip" in request.headers.get("accept-encoding", "").lower())
+        if use_gzip:
+            etag = etag[:-1] + '-gz"'
+        headers = {
+            **ISOLATION,
+            "Content-Type": MIME.get(ext, "application/octet-stream"),
+            "ETag": etag,
+            "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
+            "Accept-Ranges": "bytes",
+            "Cache-Control": (LONG_CACHE if rel.startswith(LONG_CACHE_PREFIXES) else "no-cache"),
+        }
+        if ext in COMPRESSIBLE:
+            headers["Vary"] = "Accept-Encoding"
+
+        inm = request.headers.get("if-none-match")
+        if inm is not None:
+            tags = {t.strip().removeprefix("W/") for t in inm.split(",")}
+            if etag in tags or "*" in tags:
+                return Response(status_code=304, headers={k: v for k, v in headers.items()
+                                                          if k != "Content-Type"})
+        elif request.headers.get("if-modified-since"):
+            try:
+                since = email.utils.parsedate_to_datetime(request.headers["if-modified-since"])
+                if int(st.st_mtime) <= since.timestamp():
+                    return Response(status_code=304, headers={k: v for k, v in headers.items()
+                                                              if k != "Content-Type"})
+            except (TypeError, ValueError):
+                pass    # unparseable date: ignore the header, as RFC 9110 says
+
+        head = request.method == "HEAD"
+        if range_header:
+            rng = _parse_range(range_header, st.st_size)
+            if rng == "unsatisfiable":
+                return Response(status_code=416, headers={
+                    **ISOLATION, "Content-Range": f"bytes */{st.st_size}",
+                    "Content-Type": "text/plain"})
+            if rng is not None:
+                start, end = rng
+                headers["Content-Range"] = f"bytes {start}-{end}/{st.st_size}"
+                headers["Content-Length"] = str(end - start + 1)
+                if head:
+                    return Response(status_code=206, headers=headers)
+                return StreamingResponse(_file_chunks(path, start, end - start + 1),
+                                         status_code=206, headers=headers)
+        if use_gzip:
+            body = gz_cache.get(path, st)
+            headers["Content-Encoding"] = "gzip"
+            headers["Content-Length"] = str(len(body))
+            return Response(b"" if head else body, headers=headers)
+        headers["Content-Length"] = str(st.st_size)
+        if head:
+            return Response(status_code=200, headers=headers)
+        return StreamingResponse(_file_chunks(path, 0, st.st_size), headers=headers)
+
+    return Starlette(routes=[Route("/{path:path}", serve, methods=["GET", "HEAD"])])

@@ -1,0 +1,266 @@
+"""Assemble the static site that `python -m ember.web` serves.
+
+    python -m ember.web.site --wheel dist/ember-0.1.0-py3-none-any.whl --out site
+
+Site layout (every URL is a plain file under the output folder):
+
+    /                       index.html: the list of demos (title and description of each)
+    /favicon.ico            a small icon, so no page logs a 404 for it
+    /manifest.json          {"ember_version", "wheel", "wheel_sha256", "pyodide_version", "demos"}
+                            read by /wasm/ember.js to find the wheel
+    /pyodide/               the npm `pyodide` package's runtime files (pyodide.mjs, pyodide.asm.mjs,
+                            pyodide.asm.wasm, python_stdlib.zip, pyodide-lock.json, ...)
+    /wheels/ember-<version>-py3-none-any.whl
+    /wasm/ember.js          the loader (see its header for the API)
+    /demos/<name>/...       a copy of demos/<name>/ (page, model .py, .safetensors weights, .js)
+
+A demo is listed on the index when its folder has an index.html; its `<title>` and
+`<meta name="description">` give the entry. Copying skips __pycache__, node_modules, dot-files
+and *.pyc, plus the glob patterns (one per line, matched against the path inside the demo and
+against the file name) listed in an optional `demos/<name>/.siteignore` -- e.g. training data.
+
+Rebuilding syncs the folder: unchanged files keep their modification time (so browsers'
+cached copies stay valid) and files no longer wanted are removed. The output folder must be
+empty, absent, or an earlier site (it has manifest.json); anything else is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent          # the source tree (web/ is ember.web)
+WASM_DIR = REPO / "wasm"
+DEFAULT_PYODIDE = WASM_DIR / "node_modules" / "pyodide"
+DEFAULT_DEMOS = REPO / "demos"
+
+# The npm package also ships docs, typings and a console page; the runtime needs none of them.
+PYODIDE_SKIP = ("README.md", "*.d.ts", "*.html")
+DEMO_SKIP_DIRS = {"__pycache__", "node_modules"}
+DEMO_SKIP_FILES = ("*.pyc", "*.pyo")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _png(size: int, rgba) -> bytes:
+    """A one-colour disc as a PNG (pure Python; the favicon)."""
+    c = (size - 1) / 2
+    rows = b""
+    for y in range(size):
+        row = bytearray(b"\x00")  # filter byte: none
+        for x in range(size):
+            inside = (x - c) ** 2 + (y - c) ** 2 <= (size / 2 - 0.5) ** 2
+            row += bytes(rgba) if inside else b"\x00\x00\x00\x00"
+        rows += bytes(row)
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    ihdr = struct.pack(">IIBBBBB", size, size, 8, 6, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows, 9))
+            + chunk(b"IEND", b""))
+
+
+def favicon() -> bytes:
+    """An .ico holding one 32x32 PNG (browsers accept PNG inside ICO)."""
+    png = _png(32, (234, 88, 12, 255))
+    return struct.pack("<HHH", 0, 1, 1) + struct.pack("<BBBBHHII", 32, 32, 0, 0, 1, 32, len(png), 22) + png
+
+
+def _demo_info(folder: Path) -> dict | None:
+    page = folder / "index.html"
+    if not page.is_file():
+        return None
+    text = page.read_text(encoding="utf-8", errors="replace")
+    title = re.search(r"<title>(.*?)</title>", text, re.S | re.I)
+    desc = re.search(r'<meta\s+name="description"\s+content="(.*?)"', text, re.S | re.I)
+    return {"name": folder.name,
+            "title": html.unescape(title.group(1).strip()) if title else folder.name,
+            "description": html.unescape(desc.group(1).strip()) if desc else "",
+            "url": f"demos/{folder.name}/"}
+
+
+def _ignored(rel: str, patterns) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def _demo_files(folder: Path) -> dict:
+    """{path inside the demo: source file} for one demo folder."""
+    patterns = list(DEMO_SKIP_FILES)
+    ignore = folder / ".siteignore"
+    if ignore.is_file():
+        patterns += [ln.strip() for ln in ignore.read_text().splitlines()
+                     if ln.strip() and not ln.startswith("#")]
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        base = Path(dirpath)
+        rel_dir = base.relative_to(folder).as_posix()
+        dirnames[:] = sorted(d for d in dirnames if d not in DEMO_SKIP_DIRS and not d.startswith(".")
+                             and not _ignored(f"{rel_dir}/{d}".lstrip("./"), patterns))
+        for fn in sorted(filenames):
+            rel = fn if rel_dir == "." else f"{rel_dir}/{fn}"
+            if fn.startswith(".") or _ignored(rel, patterns) or not (base / fn).is_file():
+                continue
+            out[rel] = base / fn
+    return out
+
+
+INDEX_TEMPLATE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>ember demos</title>
+<link rel="icon" href="favicon.ico">
+<style>
+  body {{ font: 16px/1.5 system-ui, sans-serif; max-width: 44rem; margin: 3rem auto; padding: 0 1rem; color: #222; }}
+  h1 {{ font-weight: 600; margin-bottom: .2rem; }}
+  h1 span {{ color: #ea580c; }}
+  p.lead {{ color: #555; margin-top: 0; }}
+  ul {{ list-style: none; padding: 0; }}
+  li {{ border: 1px solid #ddd; border-radius: 8px; padding: .8rem 1rem; margin: .7rem 0; }}
+  li a {{ font-weight: 600; color: #c2410c; text-decoration: none; }}
+  li a:hover {{ text-decoration: underline; }}
+  li p {{ margin: .2rem 0 0; color: #555; }}
+  footer {{ margin-top: 2rem; color: #777; font-size: 14px; }}
+  code {{ background: #f4f4f4; padding: 0 .25rem; border-radius: 3px; }}
+</style>
+</head>
+<body>
+<h1><span>ember</span> demos</h1>
+<p class="lead">Python models running in this page: Pyodide (Python {pyodide_python}) on the CPU or WebGPU,
+no server-side compute, nothing fetched from the internet.</p>
+<ul id="demos">
+{items}
+</ul>
+<footer>ember {version} &middot; Pyodide {pyodide_version} &middot; wheel
+<a href="{wheel}"><code>{wheel_name}</code></a> &middot; loader <a href="wasm/ember.js"><code>wasm/ember.js</code></a></footer>
+</body>
+</html>
+"""
+
+
+def _index_html(manifest: dict) -> str:
+    items = "\n".join(
+        f'<li><a href="{html.escape(d["url"])}">{html.escape(d["title"])}</a>'
+        + (f'<p>{html.escape(d["description"])}</p>' if d["description"] else "") + "</li>"
+        for d in manifest["demos"]) or "<li>No demos found.</li>"
+    return INDEX_TEMPLATE.format(items=items, version=html.escape(manifest["ember_version"]),
+                                 pyodide_version=html.escape(manifest["pyodide_version"]),
+                                 pyodide_python="3.14",
+                                 wheel=html.escape(manifest["wheel"]),
+                                 wheel_name=html.escape(manifest["wheel"].rsplit("/", 1)[-1]))
+
+
+def _sync(out: Path, files: dict) -> None:
+    """Make `out` hold exactly `files` ({relative path: source Path or bytes})."""
+    for rel, src in files.items():
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(src, bytes):
+            if not (dst.is_file() and dst.read_bytes() == src):
+                dst.write_bytes(src)
+            continue
+        st = src.stat()
+        if dst.is_file() and not dst.is_symlink():
+            dt = dst.stat()
+            if dt.st_size == st.st_size and int(dt.st_mtime) == int(st.st_mtime):
+                continue
+        if dst.is_symlink() or dst.exists():
+            dst.unlink()
+        shutil.copy2(src, dst)
+    wanted = {(out / rel) for rel in files}
+    for dirpath, dirnames, filenames in os.walk(out, topdown=False):
+        for fn in filenames:
+            p = Path(dirpath) / fn
+            if p not in wanted:
+                p.unlink()
+        for d in dirnames:
+            p = Path(dirpath) / d
+            if p.is_symlink():
+                p.unlink()
+            elif not any(p.iterdir()):
+                p.rmdir()
+
+
+def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
+               pyodide_dir: str | os.PathLike = DEFAULT_PYODIDE,
+               demos_dir: str | os.PathLike = DEFAULT_DEMOS) -> Path:
+    """Assemble the site into `out` and return its path.
+
+    >>> # build_site("dist/ember-0.1.0-py3-none-any.whl", "site")  # doctest: +SKIP
+    """
+    wheel, out = Path(wheel), Path(out)
+    pyodide_dir, demos_dir = Path(pyodide_dir), Path(demos_dir)
+    if not wheel.is_file() or not re.fullmatch(r"ember-[^-]+-py3-none-any\.whl", wheel.name):
+        raise SystemExit(f"ember.web.site: {wheel} is not an ember-<version>-py3-none-any.whl file; "
+                         "build it with 'python build.py wheel'")
+    if not (pyodide_dir / "pyodide.asm.wasm").is_file():
+        raise SystemExit(f"ember.web.site: no Pyodide in {pyodide_dir} (pyodide.asm.wasm missing); "
+                         "run 'python build.py setup' (npm install pyodide)")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "manifest.json").is_file())):
+        raise SystemExit(f"ember.web.site: refusing to write into {out}: it is not empty and not an "
+                         "earlier ember site (no manifest.json)")
+
+    pyodide_version = json.loads((pyodide_dir / "package.json").read_text())["version"]
+    files: dict = {}
+    for p in sorted(pyodide_dir.iterdir()):
+        if p.is_file() and not any(fnmatch.fnmatch(p.name, pat) for pat in PYODIDE_SKIP):
+            files[f"pyodide/{p.name}"] = p
+    files[f"wheels/{wheel.name}"] = wheel
+    files["wasm/ember.js"] = WASM_DIR / "ember.js"
+
+    demos = []
+    if demos_dir.is_dir():
+        for folder in sorted(demos_dir.iterdir()):
+            if not folder.is_dir() or folder.name.startswith((".", "_")):
+                continue
+            for rel, src in _demo_files(folder).items():
+                files[f"demos/{folder.name}/{rel}"] = src
+            info = _demo_info(folder)
+            if info:
+                demos.append(info)
+
+    manifest = {"ember_version": wheel.name.split("-")[1], "wheel": f"wheels/{wheel.name}",
+                "wheel_sha256": _sha256(wheel), "pyodide_version": pyodide_version,
+                "demos": demos}
+    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    files["index.html"] = _index_html(manifest).encode()
+    files["favicon.ico"] = favicon()
+
+    out.mkdir(parents=True, exist_ok=True)
+    _sync(out, files)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ember.web.site", description=__doc__.split("\n")[0])
+    ap.add_argument("--wheel", required=True, help="the built ember-<version>-py3-none-any.whl")
+    ap.add_argument("--out", required=True, help="output folder (created; an earlier site is synced)")
+    ap.add_argument("--pyodide", default=str(DEFAULT_PYODIDE), help="the npm pyodide package folder")
+    ap.add_argument("--demos", default=str(DEFAULT_DEMOS), help="the demos folder")
+    a = ap.parse_args(argv)
+    out = build_site(a.wheel, a.out, pyodide_dir=a.pyodide, demos_dir=a.demos)
+    n = sum(len(fs) for _, _, fs in os.walk(out))
+    print(f"[site] {out} ({n} files)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
