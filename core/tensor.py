@@ -244,7 +244,7 @@ def from_numpy(a, device: str | None = None, dtype=None) -> Tensor:
     a = np.asarray(a)
     name = {"float64": "float32", "bool": "bool"}.get(a.dtype.name, a.dtype.name)
     dt = _dt.get(dtype if dtype is not None else name)
-    a = np.ascontiguousarray(a, dtype=_NP_NAMES[dt.name])
+    a = np.ascontiguousarray(a, dtype=_NP_NAMES[dt.name]).reshape(a.shape)  # ascontiguousarray makes 0-d 1-d
     return Tensor._wrap(get_backend(device).from_bytes(a.tobytes(), a.shape, dt), a.shape, dt, device)
 
 
