@@ -1,0 +1,65 @@
+"""ember's WebGPU backend: ``device="webgpu"``.
+
+WGSL compute kernels (``kernels/*.wgsl``) run through a small driver: wgpu-py natively
+(Vulkan/Metal/DX12, lavapipe on a machine without a GPU), ``navigator.gpu`` in the browser
+(Pyodide). Elementwise ops are fused lazily into one kernel per chain, buffers are pooled and
+matmul picks its fastest kernel variant per shape class (autotune).
+
+Natively nothing needs to be set up::
+
+    >>> import ember                                      # doctest: +SKIP
+    >>> x = ember.ones((2, 3), device="webgpu")           # doctest: +SKIP
+    >>> (x * 2).sum().item()                              # doctest: +SKIP
+    12.0
+
+In the browser the GPU is requested asynchronously: run ``await ember.webgpu.init()`` once
+(from ``pyodide.runPythonAsync``) before using ``device="webgpu"``. ``init()`` works natively too.
+
+Introspection: ``stats()`` (counters), ``reset_stats()``, ``info()`` (adapter, limits, features).
+``set_fusion(False)`` or ``EMBER_FUSION=off`` turns fusion off; ``EMBER_AUTOTUNE=off`` makes
+matmul use its default variant without benchmarking.
+"""
+from __future__ import annotations
+
+from .fusion import fusion_enabled, set_fusion
+from .runtime import get_runtime, init_runtime
+
+__all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "synchronize"]
+
+
+async def init(power_preference: str = "high-performance") -> dict:
+    """Open the GPU (the browser's request is async; natively it opens wgpu-py's adapter).
+    Returns ``info()``. Raises ``ember.errors.DeviceError`` when there is no adapter."""
+    rt = await init_runtime(power_preference)
+    from ..backends import _INSTANCES, _UNAVAILABLE
+
+    _UNAVAILABLE.pop("webgpu", None)  # a failed use before init() must not stick
+    _INSTANCES.pop("webgpu", None)
+    return rt.info()
+
+
+def stats() -> dict:
+    """Counters since the last ``reset_stats()``: dispatches, pipelines_compiled,
+    pipeline_cache_hits, fused_kernels (generated elementwise kernels dispatched), fused_ops
+    (elementwise ops inside them), bytes_allocated (GPU memory held, pool included),
+    peak_bytes_allocated, bytes_in_use (held by live tensors), pool_hits, pool_misses, reads,
+    bytes_read, writes, bytes_written, autotune_benchmarks."""
+    return dict(get_runtime().stats)
+
+
+def reset_stats() -> None:
+    """Zero the counters (memory counters keep their current values)."""
+    get_runtime().reset_stats()
+
+
+def info() -> dict:
+    """Adapter info (vendor, device, backend, driver), ``limits`` and ``features``."""
+    return get_runtime().info()
+
+
+def synchronize() -> None:
+    """Submit recorded work and wait for the GPU (for timing)."""
+    rt = get_runtime()
+    st = rt.alloc(4)
+    rt.driver.flush()
+    rt.driver.read(st.buf, 4)

@@ -1,0 +1,146 @@
+"""``device="webgpu"``: the WebGPU backend (see ``ember.webgpu`` for the overview).
+
+Storage on the GPU: every element is 4 bytes.
+
+- float32 -> ``f32``.
+- float16 -> ``f32`` holding half-precision values: Chromium's WebGPU has no ``shader-f16``, so
+  halves are widened on upload, every float16 result is rounded to half precision in the shader
+  (``round_f16``) and narrowed on download. Memory use is that of float32.
+- int64 -> ``i32``: WGSL has no 64-bit integer. Uploading an int64 value outside
+  [-2**31, 2**31) raises DTypeError; results of int64 arithmetic wrap at 32 bits on the GPU.
+- int32 -> ``i32``; uint8 -> ``u32`` (masked to 8 bits after each op); bool -> ``u32`` 0/1.
+"""
+from __future__ import annotations
+
+from array import array
+
+from .. import dtypes as _dt
+from ..errors import DeviceError, DTypeError
+from . import fusion
+from .fusion import GBuf, contiguous, realize
+from .runtime import get_runtime
+
+try:  # numpy makes the host-side conversions fast; the pure-Python path runs in Pyodide
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
+
+
+def create_backend() -> "WebGPUBackend":
+    """The backend factory ``ember.backends`` calls; DeviceError when there is no adapter."""
+    return WebGPUBackend(get_runtime())
+
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def to_device_bytes(data, dtype) -> bytes:
+    """Host bytes in ``dtype``'s layout -> 4-byte GPU elements (see the module docstring)."""
+    data = bytes(data)
+    if dtype is _dt.float32 or dtype is _dt.int32:
+        return data
+    if _np is not None:
+        if dtype is _dt.float16:
+            return _np.frombuffer(data, "<f2").astype("<f4").tobytes()
+        if dtype is _dt.int64:
+            a = _np.frombuffer(data, "<i8")
+            if a.size and (a.min() < _I32_MIN or a.max() > _I32_MAX):
+                bad = a[(a < _I32_MIN) | (a > _I32_MAX)][0]
+                raise _int64_error(int(bad), a.size)
+            return a.astype("<i4").tobytes()
+        return _np.frombuffer(data, "u1").astype("<u4").tobytes()  # uint8, bool
+    if dtype is _dt.float16:
+        import struct
+
+        n = len(data) // 2
+        return array("f", struct.unpack(f"<{n}e", data)).tobytes()
+    if dtype is _dt.int64:
+        a = array("q")
+        a.frombytes(data)
+        if a and (min(a) < _I32_MIN or max(a) > _I32_MAX):
+            bad = next(v for v in a if v < _I32_MIN or v > _I32_MAX)
+            raise _int64_error(bad, len(a))
+        return array("i", a).tobytes()
+    return array("I", data).tobytes()
+
+
+def _int64_error(value, n):
+    return DTypeError(f"webgpu: int64 tensor of {n} elements holds {value}, outside the int32 range "
+                      f"[-2**31, 2**31) that the GPU stores int64 in (WGSL has no 64-bit integers); "
+                      f"keep it on device='python'/'numpy' or reduce the values")
+
+
+def from_device_bytes(raw: bytes, dtype) -> bytes:
+    """4-byte GPU elements -> host bytes in ``dtype``'s layout."""
+    if dtype is _dt.float32 or dtype is _dt.int32:
+        return raw
+    if _np is not None:
+        if dtype is _dt.float16:
+            return _np.frombuffer(raw, "<f4").astype("<f2").tobytes()
+        if dtype is _dt.int64:
+            return _np.frombuffer(raw, "<i4").astype("<i8").tobytes()
+        if dtype is _dt.bool_:
+            return (_np.frombuffer(raw, "<u4") != 0).astype("u1").tobytes()
+        return (_np.frombuffer(raw, "<u4") & 0xFF).astype("u1").tobytes()
+    if dtype is _dt.float16:
+        import struct
+
+        a = array("f")
+        a.frombytes(raw)
+        return struct.pack(f"<{len(a)}e", *a)
+    if dtype is _dt.int64:
+        a = array("i")
+        a.frombytes(raw)
+        return array("q", a).tobytes()
+    a = array("I")
+    a.frombytes(raw)
+    if dtype is _dt.bool_:
+        return bytes(1 if v else 0 for v in a)
+    return bytes(v & 0xFF for v in a)
+
+
+class WebGPUBackend:
+    """``device="webgpu"``: WGSL compute kernels through a driver (native or browser)."""
+
+    name = "webgpu"
+
+    def __init__(self, rt):
+        self.rt = rt
+        from .ops import build_kernels
+
+        self.kernels = build_kernels(rt)
+
+    @staticmethod
+    def available():
+        try:
+            rt = get_runtime()
+        except DeviceError as e:
+            return False, str(e)
+        return True, f"{rt.driver.info.get('device')} ({rt.driver.info.get('backend')})"
+
+    def from_bytes(self, data, shape, dtype) -> GBuf:
+        raw = to_device_bytes(data, dtype)
+        st = self.rt.alloc(len(raw))
+        if raw:
+            self.rt.write(st, raw)
+        return GBuf(self.rt, shape, dtype, storage=st)
+
+    def _prepare(self, buf: GBuf):
+        g = contiguous(buf)
+        return g, g.size * 4
+
+    def to_bytes(self, buf: GBuf, shape, dtype) -> bytes:
+        g, n = self._prepare(buf)
+        if n == 0:
+            self.rt.driver.flush()
+            return b""
+        return from_device_bytes(self.rt.read(g.storage, n, g.offset * 4), dtype)
+
+    async def to_bytes_async(self, buf: GBuf, shape, dtype) -> bytes:
+        g, n = self._prepare(buf)
+        if n == 0:
+            return b""
+        return from_device_bytes(await self.rt.read_async(g.storage, n, g.offset * 4), dtype)
+
+
+__all__ = ["create_backend", "WebGPUBackend", "GBuf", "realize", "contiguous", "fusion"]

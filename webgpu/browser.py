@@ -1,0 +1,242 @@
+"""The browser driver: ``navigator.gpu`` from Pyodide through ``pyodide.ffi``.
+
+Requesting an adapter and a device is asynchronous in the browser, so the page must run
+``await ember.webgpu.init()`` once (from ``pyodide.runPythonAsync``) before ``device="webgpu"``
+is used. Reads:
+
+- ``await tensor.data_async()`` always works (``mapAsync`` awaited on the event loop);
+- ``tensor.tolist()`` / ``.item()`` / ``.numpy()`` block through JSPI
+  (``pyodide.ffi.run_sync``) when ``pyodide.ffi.can_run_sync()`` is true, i.e. in code entered
+  through ``runPythonAsync``; elsewhere they raise DeviceError saying to use ``data_async``.
+
+WebGPU reports validation and shader errors asynchronously. Compilation messages are checked
+with ``getCompilationInfo()`` (synchronously where JSPI allows, else on the next read), and every
+``uncapturederror`` event is stored and raised as DeviceError at the next read or flush.
+"""
+from __future__ import annotations
+
+from ..errors import DeviceError
+from .driver import BATCH_DISPATCHES, LIMIT_NAMES, UniformArena
+
+_LIMIT_JS = {n: "".join(w if i == 0 else w.capitalize() for i, w in enumerate(n.split("_")))
+             for n in LIMIT_NAMES}  # max_buffer_size -> maxBufferSize
+
+
+def _ffi():
+    try:
+        import js  # noqa: F401
+        from pyodide import ffi
+    except ImportError as e:
+        raise DeviceError("webgpu: the browser driver needs Pyodide (no 'js' module here)") from e
+    return js, ffi
+
+
+def _obj(ffi, js, value):
+    """Python dicts/lists -> JS objects/arrays (WebGPU descriptors)."""
+    return ffi.to_js(value, dict_converter=js.Object.fromEntries)
+
+
+async def create_browser_driver(power_preference: str = "high-performance") -> "BrowserDriver":
+    """Request the adapter and device (async in the browser) and return a BrowserDriver."""
+    js, ffi = _ffi()
+    gpu = getattr(js.navigator, "gpu", None)
+    if gpu is None:
+        raise DeviceError("webgpu: this browser has no navigator.gpu (WebGPU is off or unsupported; "
+                          "Chromium needs a secure context, headless needs --enable-unsafe-webgpu)")
+    adapter = await gpu.requestAdapter(_obj(ffi, js, {"powerPreference": power_preference}))
+    if adapter is None:
+        raise DeviceError("webgpu: navigator.gpu.requestAdapter() returned no adapter")
+    lim = adapter.limits
+    req = {}
+    for js_name in ("maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupStorageSize",
+                    "maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX",
+                    "maxComputeWorkgroupSizeY", "maxStorageBuffersPerShaderStage"):
+        v = getattr(lim, js_name, None)
+        if v is not None:
+            req[js_name] = int(v)
+    feats = [f for f in ("subgroups", "timestamp-query") if adapter.features.has(f)]
+    try:
+        dev = await adapter.requestDevice(_obj(ffi, js, {"requiredLimits": req, "requiredFeatures": feats}))
+    except Exception as e:
+        raise DeviceError(f"webgpu: adapter.requestDevice failed: {e}") from e
+    info = getattr(adapter, "info", None)
+    return BrowserDriver(js, ffi, adapter, dev, info)
+
+
+class BrowserDriver:
+    """Driver protocol (``ember.webgpu.driver``) over the browser's WebGPU."""
+
+    def __init__(self, js, ffi, adapter, dev, info):
+        self._js, self._ffi, self._dev = js, ffi, dev
+        dl = dev.limits
+        self.limits = {n: int(getattr(dl, _LIMIT_JS[n])) for n in LIMIT_NAMES}
+        feats = set()
+        for f in ("subgroups", "shader-f16", "timestamp-query"):
+            if dev.features.has(f):
+                feats.add(f)
+        self.features = frozenset(feats)
+
+        def attr(name):
+            return str(getattr(info, name, "") or "") if info is not None else ""
+        self.info = {"vendor": attr("vendor"), "architecture": attr("architecture"),
+                     "device": attr("device"), "description": attr("description"),
+                     "backend": "browser", "adapter_type": "fallback" if getattr(adapter, "isFallbackAdapter", False) else "",
+                     "subgroup_min_size": getattr(info, "subgroupMinSize", None) if info is not None else None,
+                     "subgroup_max_size": getattr(info, "subgroupMaxSize", None) if info is not None else None,
+                     "driver": "browser (navigator.gpu via Pyodide)"}
+        U = js.GPUBufferUsage
+        self._U = U
+        self._usage = U.STORAGE | U.COPY_SRC | U.COPY_DST
+        self._arena = UniformArena(self.limits["min_uniform_buffer_offset_alignment"])
+        self._arena_buf = dev.createBuffer(_obj(ffi, js, {"size": self._arena.capacity,
+                                                          "usage": U.UNIFORM | U.COPY_DST}))
+        self._errors: list = []
+        self._unchecked: list = []  # shader modules whose compilation info is not checked yet
+
+        def on_error(ev):
+            self._errors.append(str(ev.error.message))
+        self._on_error = ffi.create_proxy(on_error)
+        dev.addEventListener("uncapturederror", self._on_error)
+        self._enc = None
+        self._pass = None
+        self._count = 0
+        self._pending = set()
+        self._layouts = {}
+
+    # ---- errors ------------------------------------------------------------------------------
+    def _raise_errors(self, where: str) -> None:
+        if self._errors:
+            msgs, self._errors = self._errors, []
+            raise DeviceError(f"webgpu: the browser reported a WebGPU error ({where}): " + " | ".join(msgs))
+
+    async def _check_modules_async(self) -> None:
+        mods, self._unchecked = self._unchecked, []
+        for mod, entry in mods:
+            info = await mod.getCompilationInfo()
+            self._compile_errors(info, entry)
+
+    def _compile_errors(self, info, entry) -> None:
+        errs = [f"{m.lineNum}:{m.linePos} {m.message}" for m in info.messages if m.type == "error"]
+        if errs:
+            raise DeviceError(f"webgpu: WGSL pipeline {entry!r} failed to compile: " + "; ".join(errs))
+
+    def _can_block(self) -> bool:
+        return bool(self._ffi.can_run_sync())
+
+    # ---- memory ------------------------------------------------------------------------------
+    def alloc(self, nbytes: int):
+        size = max(4, (int(nbytes) + 3) // 4 * 4)
+        if size > self.limits["max_buffer_size"]:
+            raise DeviceError(f"webgpu: a buffer of {size} bytes exceeds this adapter's "
+                              f"maxBufferSize ({self.limits['max_buffer_size']} bytes)")
+        return self._dev.createBuffer(_obj(self._ffi, self._js, {"size": size, "usage": self._usage}))
+
+    def free(self, buf) -> None:
+        if id(buf) in self._pending:
+            self.flush()
+        buf.destroy()
+
+    def write(self, buf, data, offset: int = 0) -> None:
+        if id(buf) in self._pending:
+            self.flush()
+        mv = memoryview(data).cast("B")
+        n = len(mv)
+        if n % 4:
+            mv = memoryview(bytes(mv) + bytes(4 - n % 4))
+        if len(mv):
+            # queue.writeBuffer does not take a memoryview; to_js makes one typed-array copy
+            self._dev.queue.writeBuffer(buf, offset, self._ffi.to_js(mv))
+
+    def _staging_copy(self, buf, nbytes: int, offset: int):
+        size = max(4, (int(nbytes) + 3) // 4 * 4)
+        U = self._U
+        rb = self._dev.createBuffer(_obj(self._ffi, self._js, {"size": size, "usage": U.MAP_READ | U.COPY_DST}))
+        self.flush()
+        enc = self._dev.createCommandEncoder()
+        enc.copyBufferToBuffer(buf, offset, rb, 0, size)
+        self._dev.queue.submit(self._ffi.to_js([enc.finish()]))
+        return rb
+
+    def _finish_read(self, rb, nbytes: int) -> bytes:
+        data = rb.getMappedRange().to_bytes()[:nbytes]
+        rb.unmap()
+        rb.destroy()
+        return data
+
+    def read(self, buf, nbytes: int, offset: int = 0) -> bytes:
+        if not self._can_block():
+            raise DeviceError("webgpu: a synchronous read (tolist/item/numpy) cannot block here: "
+                              "this code was not entered through pyodide.runPythonAsync (JSPI). "
+                              "Use `await tensor.data_async()` instead")
+        run_sync = self._ffi.run_sync
+        if self._unchecked:
+            run_sync(self._check_modules_async())
+        rb = self._staging_copy(buf, nbytes, offset)
+        run_sync(rb.mapAsync(self._js.GPUMapMode.READ))
+        self._raise_errors("read")
+        return self._finish_read(rb, nbytes)
+
+    async def read_async(self, buf, nbytes: int, offset: int = 0) -> bytes:
+        if self._unchecked:
+            await self._check_modules_async()
+        rb = self._staging_copy(buf, nbytes, offset)
+        await rb.mapAsync(self._js.GPUMapMode.READ)
+        self._raise_errors("read")
+        return self._finish_read(rb, nbytes)
+
+    # ---- compute ---------------------------------------------------------------------------
+    def pipeline(self, wgsl: str, entry: str = "main"):
+        ffi, js = self._ffi, self._js
+        mod = self._dev.createShaderModule(_obj(ffi, js, {"code": wgsl}))
+        if self._can_block():
+            self._compile_errors(ffi.run_sync(mod.getCompilationInfo()), entry)
+        else:
+            self._unchecked.append((mod, entry))
+        pipe = self._dev.createComputePipeline(_obj(ffi, js, {"layout": "auto",
+                                                             "compute": {"module": mod, "entryPoint": entry}}))
+        self._layouts[id(pipe)] = pipe.getBindGroupLayout(0)
+        return pipe
+
+    def dispatch(self, pipe, buffers, uniforms: bytes, grid: tuple) -> None:
+        if uniforms and not self._arena.fits(len(uniforms)):
+            self.flush()
+        entries = []
+        for i, b in enumerate(buffers):
+            if isinstance(b, tuple):
+                buf, off, size = b
+            else:
+                buf, off, size = b, 0, int(b.size)
+            entries.append({"binding": i, "resource": {"buffer": buf, "offset": off, "size": size}})
+            self._pending.add(id(buf))
+        if uniforms:
+            off, size = self._arena.add(uniforms)
+            entries.append({"binding": len(buffers),
+                            "resource": {"buffer": self._arena_buf, "offset": off, "size": size}})
+        layout = self._layouts.get(id(pipe)) or pipe.getBindGroupLayout(0)
+        bg = self._dev.createBindGroup(_obj(self._ffi, self._js, {"layout": layout, "entries": entries}))
+        if self._enc is None:
+            self._enc = self._dev.createCommandEncoder()
+            self._pass = self._enc.beginComputePass()
+        p = self._pass
+        p.setPipeline(pipe)
+        p.setBindGroup(0, bg)
+        p.dispatchWorkgroups(*grid)
+        self._count += 1
+        if self._count >= BATCH_DISPATCHES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._enc is None:
+            self._raise_errors("flush")
+            return
+        self._pass.end()
+        cmd = self._enc.finish()
+        self._enc = self._pass = None
+        self._count = 0
+        self._pending.clear()
+        data = self._arena.take()
+        q = self._dev.queue
+        if data:
+            q.writeBuffer(self._arena_buf, 0, self._ffi.to_js(memoryview(data)))
+        q.submit(self._ffi.to_js([cmd]))
+        self._raise_errors("flush")

@@ -1,0 +1,124 @@
+"""The driver protocol: the only seam between the WebGPU backend and a WebGPU implementation.
+
+Two drivers implement it: ``ember.webgpu.native.NativeDriver`` (wgpu-py, CPython) and
+``ember.webgpu.browser.BrowserDriver`` (``navigator.gpu`` through ``pyodide.ffi``). The backend,
+the fusion code and the autotuner talk to a driver only through the methods below, so the same
+``.wgsl`` files and the same Python run in both places.
+
+Conventions every driver follows:
+
+- Buffers are opaque handles. Every buffer is a storage buffer that can also be copied from/to
+  (``STORAGE | COPY_SRC | COPY_DST``); sizes are rounded up to a multiple of 4 bytes.
+- ``dispatch`` only *records* work; recorded dispatches are submitted together at ``flush()``
+  (or when the driver's batch is full). ``read`` flushes first. ``write`` flushes first when the
+  buffer it writes is used by recorded work, so a write never overtakes a dispatch recorded
+  before it.
+- Bindings: ``buffers[i]`` is bound at ``@group(0) @binding(i)``; a non-empty ``uniforms`` is
+  bound at the next binding as a uniform buffer (``var<uniform>``). A buffer entry is either a
+  handle (whole buffer) or a ``(handle, offset, nbytes)`` tuple.
+- Errors (shader compilation, validation, out of memory, no adapter) raise
+  ``ember.errors.DeviceError`` with the driver's message.
+
+``limits`` keys (snake_case, same meaning as WebGPU's ``GPUSupportedLimits``):
+``max_storage_buffer_binding_size``, ``max_buffer_size``, ``max_compute_workgroups_per_dimension``,
+``max_compute_invocations_per_workgroup``, ``max_compute_workgroup_storage_size``,
+``max_storage_buffers_per_shader_stage``, ``min_uniform_buffer_offset_alignment``.
+``features``: a frozenset of WebGPU feature names, normalised to the spec spelling
+(``"subgroups"``, ``"shader-f16"``, ``"timestamp-query"``). ``info``: ``vendor``,
+``architecture``, ``device``, ``description``, ``backend`` (``"Vulkan"``, ``"browser"``...),
+``adapter_type``, ``subgroup_min_size``/``subgroup_max_size`` where known.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+LIMIT_NAMES = (
+    "max_storage_buffer_binding_size",
+    "max_buffer_size",
+    "max_compute_workgroups_per_dimension",
+    "max_compute_invocations_per_workgroup",
+    "max_compute_workgroup_storage_size",
+    "max_storage_buffers_per_shader_stage",
+    "min_uniform_buffer_offset_alignment",
+)
+
+# How many dispatches a driver records before it submits on its own: large enough that a model's
+# forward pass goes out in a few submits, small enough that the GPU starts early.
+BATCH_DISPATCHES = 256
+# Uniform data of the dispatches of one batch lives in one arena buffer, one aligned slot each.
+UNIFORM_ARENA_BYTES = 1 << 20
+
+
+class Driver(Protocol):
+    """What the WebGPU backend needs from a WebGPU implementation (see the module docstring)."""
+
+    limits: dict
+    features: frozenset
+    info: dict
+
+    def alloc(self, nbytes: int) -> Any:
+        """A new storage buffer of at least ``nbytes`` bytes (contents undefined)."""
+
+    def free(self, buf: Any) -> None:
+        """Destroy ``buf`` (after recorded work that uses it has been submitted)."""
+
+    def write(self, buf: Any, data, offset: int = 0) -> None:
+        """Copy bytes-like ``data`` into ``buf`` at byte ``offset``."""
+
+    def read(self, buf: Any, nbytes: int, offset: int = 0) -> bytes:
+        """Flush, wait for the GPU and return ``nbytes`` bytes of ``buf`` (blocks)."""
+
+    async def read_async(self, buf: Any, nbytes: int, offset: int = 0) -> bytes:
+        """Like ``read`` without blocking the event loop (the browser's ``mapAsync``)."""
+
+    def pipeline(self, wgsl: str, entry: str = "main") -> Any:
+        """Compile a compute pipeline (layout ``auto``) from WGSL source; DeviceError on errors."""
+
+    def dispatch(self, pipe: Any, buffers: Sequence, uniforms: bytes, grid: tuple) -> None:
+        """Record one dispatch of ``grid`` = (x, y, z) workgroups (see the binding convention)."""
+
+    def flush(self) -> None:
+        """Submit the recorded work (does not wait for it)."""
+
+
+class UniformArena:
+    """Packs the uniform data of one batch of dispatches into one bytearray, each slot aligned to
+    ``min_uniform_buffer_offset_alignment``; the driver writes it to its arena buffer just before
+    it submits, so uniform data costs one ``writeBuffer`` per submit, not one per dispatch."""
+
+    __slots__ = ("align", "capacity", "data")
+
+    def __init__(self, align: int, capacity: int = UNIFORM_ARENA_BYTES):
+        self.align = max(int(align), 16)
+        self.capacity = capacity
+        self.data = bytearray()
+
+    def fits(self, n: int) -> bool:
+        return len(self.data) + _round_up(n, self.align) <= self.capacity
+
+    def add(self, payload: bytes) -> tuple:
+        """Append ``payload``; return (offset, bound size)."""
+        off = len(self.data)
+        size = _round_up(max(len(payload), 16), 16)
+        self.data += payload
+        self.data += bytes(_round_up(size, self.align) - len(payload))
+        return off, size
+
+    def take(self) -> bytes:
+        d = bytes(self.data)
+        self.data = bytearray()
+        return d
+
+
+def _round_up(n: int, k: int) -> int:
+    return (n + k - 1) // k * k
+
+
+def grid_1d(n_groups: int, max_per_dim: int) -> tuple:
+    """Spread ``n_groups`` workgroups over x (and y when x would pass the per-dimension limit).
+    Kernels recover the linear group id as ``wid.x + wid.y * nwg.x``."""
+    if n_groups <= max_per_dim:
+        return (max(n_groups, 1), 1, 1)
+    y = (n_groups + max_per_dim - 1) // max_per_dim
+    x = (n_groups + y - 1) // y
+    return (x, y, 1)

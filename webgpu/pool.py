@@ -1,0 +1,101 @@
+"""The GPU buffer pool.
+
+Allocating and destroying GPU buffers is slow (and in the browser, each crosses the JS bridge),
+so freed buffers go back to a free list keyed by size class and the next allocation of that class
+reuses one. Tensors own a ``Storage``; when the last tensor (or view, or lazy expression) holding
+it goes away, CPython's reference counting runs ``Storage.__del__`` at once, which hands the
+buffer back here.
+
+Size classes: sizes round up to 4 steps per power of two (1, 1.25, 1.5, 1.75 x 2^k), so a reused
+buffer wastes at most 25%. The pool keeps at most ``max_pooled`` bytes of free buffers (default
+1/4 of maxBufferSize, at most 1 GiB) and destroys the oldest beyond that.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..errors import DeviceError
+
+
+def size_class(nbytes: int) -> int:
+    """The allocation size a request of ``nbytes`` is rounded to."""
+    n = max(int(nbytes), 4)
+    if n <= 256:
+        return (n + 15) // 16 * 16
+    k = n.bit_length() - 1          # 2^k <= n < 2^(k+1)
+    step = 1 << (k - 2)             # four classes per power of two
+    return (n + step - 1) // step * step
+
+
+class Storage:
+    """One GPU buffer owned by tensors; returns itself to the pool when garbage."""
+
+    __slots__ = ("buf", "nbytes", "pool", "__weakref__")
+
+    def __init__(self, buf, nbytes: int, pool: "BufferPool"):
+        self.buf = buf
+        self.nbytes = nbytes
+        self.pool = pool
+
+    def __del__(self):
+        try:
+            self.pool.release(self.buf, self.nbytes)
+        except Exception:  # interpreter shutdown: the driver may be gone already
+            pass
+
+
+class BufferPool:
+    """Free lists of driver buffers by size class; counts into ``stats``."""
+
+    def __init__(self, driver, stats: dict, max_pooled: int | None = None):
+        self.driver = driver
+        self.stats = stats
+        self.free_lists: dict = {}
+        self.order: OrderedDict = OrderedDict()   # (id(buf)) -> (cls, buf), oldest first
+        self.pooled_bytes = 0
+        lim = driver.limits["max_buffer_size"]
+        self.max_pooled = max_pooled if max_pooled is not None else min(lim // 4, 1 << 30)
+        self.max_binding = driver.limits["max_storage_buffer_binding_size"]
+
+    def acquire(self, nbytes: int, what: str = "tensor") -> Storage:
+        """A Storage of at least ``nbytes`` bytes (DeviceError past the binding-size limit)."""
+        if nbytes > self.max_binding:
+            raise DeviceError(f"webgpu: {what} needs {nbytes} bytes, more than this adapter's "
+                              f"maxStorageBufferBindingSize ({self.max_binding} bytes); split the work "
+                              f"into smaller tensors or use device='numpy'")
+        cls = size_class(nbytes)
+        lst = self.free_lists.get(cls)
+        st = self.stats
+        if lst:
+            buf = lst.pop()
+            self.order.pop(id(buf), None)
+            self.pooled_bytes -= cls
+            st["pool_hits"] += 1
+        else:
+            buf = self.driver.alloc(cls)
+            st["pool_misses"] += 1
+            st["bytes_allocated"] += cls
+            st["peak_bytes_allocated"] = max(st["peak_bytes_allocated"], st["bytes_allocated"])
+        st["bytes_in_use"] += cls
+        return Storage(buf, cls, self)
+
+    def release(self, buf, cls: int) -> None:
+        self.stats["bytes_in_use"] -= cls
+        self.free_lists.setdefault(cls, []).append(buf)
+        self.order[id(buf)] = (cls, buf)
+        self.pooled_bytes += cls
+        while self.pooled_bytes > self.max_pooled and self.order:
+            _, (c, b) = self.order.popitem(last=False)
+            self.free_lists[c].remove(b)
+            self.pooled_bytes -= c
+            self.stats["bytes_allocated"] -= c
+            self.driver.free(b)
+
+    def clear(self) -> None:
+        """Destroy every pooled (free) buffer."""
+        for c, b in list(self.order.values()):
+            self.stats["bytes_allocated"] -= c
+            self.driver.free(b)
+        self.free_lists.clear()
+        self.order.clear()
+        self.pooled_bytes = 0

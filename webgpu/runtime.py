@@ -1,0 +1,161 @@
+"""The runtime: one driver, the buffer pool, the pipeline cache, kernel templates and counters.
+
+Kernels live in ``kernels/*.wgsl`` (loaded with ``importlib.resources``, so they work from the
+wheel in Pyodide). Their only template parameters are ``{{T}}`` (element type), ``{{VW}}``
+(vector width), ``{{RANK}}`` and ``{{WG}}`` (workgroup size), plus ``{{INFO}}`` (the size of the
+uniform info array, which follows from the rank); shapes, strides and offsets go in the uniform
+info buffer, so one compiled pipeline serves every shape. The pipeline cache key is exactly
+``(kernel file, entry point, template parameters)``; generated (fused) kernels use their
+structural signature instead.
+"""
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from importlib import resources
+
+from ..errors import DeviceError
+from .pool import BufferPool
+
+STAT_KEYS = ("dispatches", "pipelines_compiled", "pipeline_cache_hits", "fused_kernels", "fused_ops",
+             "bytes_allocated", "peak_bytes_allocated", "bytes_in_use", "pool_hits", "pool_misses",
+             "reads", "bytes_read", "writes", "bytes_written", "autotune_benchmarks")
+
+_SOURCES: dict = {}
+
+
+def kernel_source(name: str) -> str:
+    """The text of ``kernels/<name>.wgsl``."""
+    src = _SOURCES.get(name)
+    if src is None:
+        src = (resources.files("ember.webgpu") / "kernels" / f"{name}.wgsl").read_text(encoding="utf-8")
+        _SOURCES[name] = src
+    return src
+
+
+def render(src: str, params: dict) -> str:
+    for k, v in params.items():
+        src = src.replace("{{" + k + "}}", str(v))
+    if "{{" in src:
+        start = src.index("{{")
+        raise ValueError(f"unfilled template parameter {src[start:src.index('}}', start) + 2]}")
+    return src
+
+
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+
+
+def f32_bits(v: float) -> int:
+    """The u32 bit pattern of float ``v`` rounded to f32 (overflow -> inf)."""
+    try:
+        return _U32.unpack(_F32.pack(v))[0]
+    except OverflowError:
+        return 0x7F800000 if v > 0 else 0xFF800000
+
+
+def pack_info(words, size_words: int | None = None) -> bytes:
+    """u32 words (negative ints wrap to two's complement) -> uniform bytes, padded to 16 bytes
+    or to ``size_words`` words."""
+    w = [x & 0xFFFFFFFF for x in words]
+    n = size_words if size_words is not None else (len(w) + 3) // 4 * 4
+    w += [0] * (max(n, 4) - len(w))
+    return array("I", w).tobytes()
+
+
+class Runtime:
+    """Everything that belongs to one GPU device."""
+
+    def __init__(self, driver):
+        self.driver = driver
+        self.stats = dict.fromkeys(STAT_KEYS, 0)
+        self.pool = BufferPool(driver, self.stats)
+        self.pipelines: dict = {}
+        self.limits = driver.limits
+        self.features = driver.features
+        self.max_groups = driver.limits["max_compute_workgroups_per_dimension"]
+        # storage buffers one kernel may bind (WebGPU's default limit is 8; cap fusion inputs)
+        self.max_storage = min(driver.limits["max_storage_buffers_per_shader_stage"], 10)
+
+    def reset_stats(self) -> None:
+        for k in STAT_KEYS:
+            if k not in ("bytes_allocated", "bytes_in_use", "peak_bytes_allocated"):
+                self.stats[k] = 0
+        self.stats["peak_bytes_allocated"] = self.stats["bytes_allocated"]
+
+    def pipeline(self, key, make_source, entry: str = "main"):
+        """The cached pipeline for ``key``; ``make_source()`` gives the WGSL on a miss."""
+        p = self.pipelines.get(key)
+        if p is not None:
+            self.stats["pipeline_cache_hits"] += 1
+            return p
+        src = make_source()
+        p = self.driver.pipeline(src, entry)
+        self.pipelines[key] = p
+        self.stats["pipelines_compiled"] += 1
+        return p
+
+    def kernel(self, name: str, entry: str = "main", **params):
+        """Pipeline for ``kernels/<name>.wgsl`` with template ``params``."""
+        key = (name, entry, tuple(sorted(params.items())))
+        return self.pipeline(key, lambda: render(kernel_source(name), params), entry)
+
+    def dispatch(self, pipe, buffers, info: bytes, grid) -> None:
+        self.stats["dispatches"] += 1
+        self.driver.dispatch(pipe, buffers, info, grid)
+
+    def alloc(self, nbytes: int, what: str = "tensor"):
+        return self.pool.acquire(nbytes, what)
+
+    def write(self, storage, data) -> None:
+        self.stats["writes"] += 1
+        self.stats["bytes_written"] += len(data)
+        self.driver.write(storage.buf, data)
+
+    def read(self, storage, nbytes: int, offset: int = 0) -> bytes:
+        self.stats["reads"] += 1
+        self.stats["bytes_read"] += nbytes
+        return self.driver.read(storage.buf, nbytes, offset)
+
+    async def read_async(self, storage, nbytes: int, offset: int = 0) -> bytes:
+        self.stats["reads"] += 1
+        self.stats["bytes_read"] += nbytes
+        return await self.driver.read_async(storage.buf, nbytes, offset)
+
+    def info(self) -> dict:
+        return {**self.driver.info, "limits": dict(self.driver.limits), "features": sorted(self.driver.features)}
+
+
+_RUNTIME: list = [None]
+
+
+def in_browser() -> bool:
+    return sys.platform == "emscripten"
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime, opening the native device on first use (natively)."""
+    rt = _RUNTIME[0]
+    if rt is None:
+        if in_browser():
+            raise DeviceError("webgpu: in the browser, run `await ember.webgpu.init()` once before "
+                              "using device='webgpu' (requesting the GPU is asynchronous there)")
+        from .native import NativeDriver
+
+        rt = Runtime(NativeDriver())
+        _RUNTIME[0] = rt
+    return rt
+
+
+async def init_runtime(power_preference: str = "high-performance") -> Runtime:
+    rt = _RUNTIME[0]
+    if rt is not None:
+        return rt
+    if in_browser():
+        from .browser import create_browser_driver
+
+        rt = Runtime(await create_browser_driver(power_preference))
+        _RUNTIME[0] = rt
+        return rt
+    return get_runtime()
