@@ -1,2 +1,856 @@
-"""Neural-network ops: activations, softmax, conv, pooling, normalization, attention, sort (being written)."""
-__all__ = []
+"""Neural-network ops: activations, softmax, convolution, pooling, normalization, attention,
+cumsum, sort/topk and pad.
+
+Primitives (every backend needs a kernel): ``conv2d``, ``conv_transpose2d``, ``max_pool2d``,
+``avg_pool2d``, ``cumsum``, ``sort`` (values and indices) and ``pad``. Everything else is a
+composite with a decomposition into other ops, which a backend may override with a faster
+kernel (the python and numpy backends do for the activations, softmax and the norms).
+
+The public functions normalise their arguments (``stride=2`` -> ``(2, 2)``, ``padding="same"``
+-> explicit ``((top, bottom), (left, right))``) before calling the registry, so kernels and
+shape rules only ever see one canonical form.
+
+>>> import ember
+>>> x = ember.tensor([[-1.0, 0.0, 2.0]])
+>>> ember.relu(x).tolist()
+[[0.0, 0.0, 2.0]]
+>>> [round(v, 4) for v in ember.softmax(x)[0].tolist()]
+[0.042, 0.1142, 0.8438]
+"""
+from __future__ import annotations
+
+import math
+import operator
+from math import prod
+
+from .. import dtypes as _dt
+from ..errors import DTypeError, ShapeError
+from ..registry import OPS, apply, broadcast_shapes, normalize_axis, op, promote, same_dtype, same_shape, to_float
+from ..tensor import Tensor
+from . import method
+
+__all__ = ["relu", "leaky_relu", "sigmoid", "gelu", "silu", "softmax", "log_softmax",
+           "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+           "batch_norm", "layer_norm", "embedding", "scaled_dot_product_attention",
+           "cumsum", "sort", "argsort", "topk", "pad"]
+
+
+def _ops():
+    # The other op families (A's modules) through the package namespace, looked up at call time
+    # so this module does not depend on which family file defines which function.
+    from .. import ops
+    return ops
+
+
+# ---- argument normalisation -----------------------------------------------------------------
+
+def _int(v, what: str, opname: str) -> int:
+    if isinstance(v, bool):
+        raise ShapeError(f"{opname}: {what} must be an int, got {v!r}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise ShapeError(f"{opname}: {what} must be an int, got {v!r}") from None
+
+
+def _pair(v, what: str, opname: str, low: int = 1) -> tuple:
+    """An int or a pair of ints -> (a, b), each >= ``low``."""
+    if isinstance(v, (list, tuple)):
+        if len(v) != 2:
+            raise ShapeError(f"{opname}: {what} must be an int or a pair of ints, got {v!r}")
+        t = (_int(v[0], what, opname), _int(v[1], what, opname))
+    else:
+        t = (_int(v, what, opname),) * 2
+    if min(t) < low:
+        raise ShapeError(f"{opname}: {what} must be >= {low}, got {v!r}")
+    return t
+
+
+def _pads2d(padding, opname: str) -> tuple:
+    """int | (ph, pw) | ((top, bottom), (left, right)) -> ((top, bottom), (left, right))."""
+    if isinstance(padding, (list, tuple)) and len(padding) == 2 and all(isinstance(p, (list, tuple)) for p in padding):
+        t = tuple(_pair(p, "padding", opname, low=0) for p in padding)
+    else:
+        ph, pw = _pair(padding, "padding", opname, low=0)
+        t = ((ph, ph), (pw, pw))
+    return t
+
+
+def _same_pads(size: int, k: int, s: int, d: int) -> tuple:
+    # "same" (ONNX SAME_UPPER; PyTorch's "same" for stride 1): output ceil(size / stride), the odd
+    # padding element goes to the end.
+    out = -(-size // s)
+    total = max((out - 1) * s + d * (k - 1) + 1 - size, 0)
+    return (total // 2, total - total // 2)
+
+
+def _need4d(shape, opname: str, what: str = "input"):
+    if len(shape) != 4:
+        raise ShapeError(f"{opname}: {what} must be 4-D (N, C, H, W), got shape {tuple(shape)}")
+
+
+def _float_rule(opname: str):
+    def rule(*dts, **_):
+        for d in dts:
+            if d.kind != "f":
+                raise DTypeError(f"{opname}: needs floating-point tensors, got {', '.join(x.name for x in dts)} "
+                                 f"(cast with .astype(ember.float32))")
+        return promote(*dts)
+    return rule
+
+
+def _batched(fn, x: Tensor, *args, **kw):
+    """Run a 4-D op on an unbatched (C, H, W) input too, like PyTorch."""
+    if x.ndim == 3:
+        ops = _ops()
+        y = fn(ops.reshape(x, (1,) + x.shape), *args, **kw)
+        return ops.reshape(y, y.shape[1:])
+    return fn(x, *args, **kw)
+
+
+# ---- activations (composites) -----------------------------------------------------------------
+
+def _dec_relu(x):
+    return _ops().maximum(x, 0)
+
+
+def _dec_leaky_relu(x, *, negative_slope):
+    o = _ops()
+    return o.where(o.less(x, 0), o.multiply(x, negative_slope), x)
+
+
+def _dec_sigmoid(x):
+    o = _ops()
+    # exp(-x) overflows to inf for very negative x, and 1 / (1 + inf) = 0 is the right limit.
+    return o.divide(1.0, o.add(o.exp(o.negative(x)), 1.0))
+
+
+def _dec_gelu(x, *, approximate):
+    o = _ops()
+    if approximate == "tanh":
+        inner = o.multiply(o.add(x, o.multiply(o.multiply(o.multiply(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+        return o.multiply(o.multiply(x, 0.5), o.add(o.tanh(inner), 1.0))
+    return o.multiply(o.multiply(x, 0.5), o.add(o.erf(o.multiply(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+def _dec_silu(x):
+    return _ops().multiply(x, sigmoid(x))
+
+
+op("relu", kind="composite", shape=same_shape, dtype=same_dtype, decompose=_dec_relu,
+   doc="max(x, 0)")
+op("leaky_relu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_leaky_relu,
+   doc="x where x >= 0, else negative_slope * x")
+op("sigmoid", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_sigmoid,
+   doc="1 / (1 + exp(-x))")
+op("gelu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_gelu,
+   doc="x * Phi(x); approximate='tanh' uses the tanh formula")
+op("silu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_silu,
+   doc="x * sigmoid(x)")
+
+
+@method
+def relu(x: Tensor) -> Tensor:
+    """Rectified linear unit, ``max(x, 0)`` (keeps the dtype; NaN stays NaN).
+
+    >>> import ember
+    >>> ember.relu(ember.tensor([-2, 3])).tolist()
+    [0, 3]
+    """
+    return apply("relu", x)
+
+
+@method
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """``x`` where ``x >= 0``, else ``negative_slope * x``.
+
+    >>> import ember
+    >>> ember.leaky_relu(ember.tensor([-2.0, 3.0]), 0.5).tolist()
+    [-1.0, 3.0]
+    """
+    return apply("leaky_relu", x, negative_slope=float(negative_slope))
+
+
+@method
+def sigmoid(x: Tensor) -> Tensor:
+    """The logistic function ``1 / (1 + exp(-x))``.
+
+    >>> import ember
+    >>> ember.sigmoid(ember.tensor([0.0])).tolist()
+    [0.5]
+    """
+    return apply("sigmoid", x)
+
+
+@method
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """Gaussian error linear unit ``x * Phi(x)``; ``approximate="tanh"`` uses
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (both as in PyTorch).
+
+    >>> import ember
+    >>> round(ember.gelu(ember.tensor([1.0])).item(), 4)
+    0.8413
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return apply("gelu", x, approximate=approximate)
+
+
+@method
+def silu(x: Tensor) -> Tensor:
+    """Sigmoid linear unit (swish), ``x * sigmoid(x)``.
+
+    >>> import ember
+    >>> ember.silu(ember.tensor([0.0])).tolist()
+    [0.0]
+    """
+    return apply("silu", x)
+
+
+# ---- softmax ----------------------------------------------------------------------------------
+
+def _axis_shape(opname):
+    def rule(xs, *, axis, **_):
+        normalize_axis(axis, len(xs), opname)
+        return tuple(xs)
+    return rule
+
+
+def _dec_softmax(x, *, axis):
+    o = _ops()
+    e = o.exp(o.subtract(x, o.max(x, axis=axis, keepdims=True)))
+    return o.divide(e, o.sum(e, axis=axis, keepdims=True))
+
+
+def _dec_log_softmax(x, *, axis):
+    o = _ops()
+    z = o.subtract(x, o.max(x, axis=axis, keepdims=True))
+    return o.subtract(z, o.log(o.sum(o.exp(z), axis=axis, keepdims=True)))
+
+
+op("softmax", kind="composite", shape=_axis_shape("softmax"), dtype=to_float, decompose=_dec_softmax,
+   doc="exp(x - max) / sum(exp(x - max)) along axis")
+op("log_softmax", kind="composite", shape=_axis_shape("log_softmax"), dtype=to_float,
+   decompose=_dec_log_softmax, doc="x - max - log(sum(exp(x - max))) along axis")
+
+
+@method
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Softmax along ``axis``, computed stably (the maximum is subtracted first).
+
+    >>> import ember
+    >>> ember.softmax(ember.tensor([1000.0, 1000.0])).tolist()
+    [0.5, 0.5]
+    """
+    return apply("softmax", x, axis=_int(axis, "axis", "softmax"))
+
+
+@method
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """``log(softmax(x))`` along ``axis`` without overflow or log(0) for large inputs.
+
+    >>> import ember
+    >>> [round(v, 4) for v in ember.log_softmax(ember.tensor([0.0, 0.0])).tolist()]
+    [-0.6931, -0.6931]
+    """
+    return apply("log_softmax", x, axis=_int(axis, "axis", "log_softmax"))
+
+
+# ---- convolution (primitives) -------------------------------------------------------------
+
+def _conv_out(size, k, s, p0, p1, d, opname, axis, xs, ws):
+    eff = d * (k - 1) + 1
+    if size + p0 + p1 < eff:
+        raise ShapeError(f"{opname}: kernel extent {eff} (kernel {k}, dilation {d}) is larger than the padded "
+                         f"input {size + p0 + p1} along {axis}; input {tuple(xs)}, weight {tuple(ws)}")
+    return (size + p0 + p1 - eff) // s + 1
+
+
+def _conv2d_shape(xs, ws, bs=None, *, stride, padding, dilation, groups):
+    _need4d(xs, "conv2d")
+    _need4d(ws, "conv2d", "weight")
+    n, c, h, w = xs
+    o, cg, kh, kw = ws
+    if groups < 1 or c % groups or o % groups:
+        raise ShapeError(f"conv2d: groups={groups} must divide both the input channels ({c}) and the output "
+                         f"channels ({o}); input {tuple(xs)}, weight {tuple(ws)}")
+    if c // groups != cg:
+        raise ShapeError(f"conv2d: input has {c} channels but weight expects {cg * groups} (groups={groups}); "
+                         f"input {tuple(xs)}, weight {tuple(ws)}")
+    if kh < 1 or kw < 1:
+        raise ShapeError(f"conv2d: weight {tuple(ws)} has an empty kernel")
+    if bs is not None and tuple(bs) != (o,):
+        raise ShapeError(f"conv2d: bias must have shape ({o},) for weight {tuple(ws)}, got {tuple(bs)}")
+    (pt, pb), (pl, pr) = padding
+    oh = _conv_out(h, kh, stride[0], pt, pb, dilation[0], "conv2d", "height", xs, ws)
+    ow = _conv_out(w, kw, stride[1], pl, pr, dilation[1], "conv2d", "width", xs, ws)
+    return (n, o, oh, ow)
+
+
+def _conv_transpose2d_shape(xs, ws, bs=None, *, stride, padding, output_padding, dilation, groups):
+    name = "conv_transpose2d"
+    _need4d(xs, name)
+    _need4d(ws, name, "weight")
+    n, c, h, w = xs
+    ci, og, kh, kw = ws
+    if c != ci:
+        raise ShapeError(f"{name}: input has {c} channels but weight expects {ci} (weight is (in, out/groups, kh, kw)); "
+                         f"input {tuple(xs)}, weight {tuple(ws)}")
+    if groups < 1 or c % groups:
+        raise ShapeError(f"{name}: groups={groups} must divide the input channels ({c}); weight {tuple(ws)}")
+    if kh < 1 or kw < 1:
+        raise ShapeError(f"{name}: weight {tuple(ws)} has an empty kernel")
+    o = og * groups
+    if bs is not None and tuple(bs) != (o,):
+        raise ShapeError(f"{name}: bias must have shape ({o},) for weight {tuple(ws)} and groups={groups}, got {tuple(bs)}")
+    out = []
+    for size, k, s, (p0, p1), op_, d, axis in zip((h, w), (kh, kw), stride, padding, output_padding, dilation,
+                                                  ("height", "width")):
+        if op_ >= max(s, d):
+            raise ShapeError(f"{name}: output_padding {op_} along {axis} must be smaller than the stride ({s}) "
+                             f"or the dilation ({d})")
+        size_out = (size - 1) * s - p0 - p1 + d * (k - 1) + op_ + 1
+        if size_out < 1:
+            raise ShapeError(f"{name}: output {axis} would be {size_out} (padding {p0}+{p1} too large); "
+                             f"input {tuple(xs)}, weight {tuple(ws)}")
+        out.append(size_out)
+    return (n, o, out[0], out[1])
+
+
+op("conv2d", kind="other", shape=_conv2d_shape, dtype=_float_rule("conv2d"),
+   doc="2-D cross-correlation, NCHW input, OIHW weight, optional bias")
+op("conv_transpose2d", kind="other", shape=_conv_transpose2d_shape, dtype=_float_rule("conv_transpose2d"),
+   doc="2-D transposed convolution, NCHW input, (in, out/groups, kh, kw) weight, optional bias")
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """2-D convolution (cross-correlation, as in PyTorch) of an NCHW (or CHW) input with an
+    ``(out_channels, in_channels / groups, kh, kw)`` weight.
+
+    ``padding`` is an int, a pair, ``((top, bottom), (left, right))``, ``"valid"`` (0) or
+    ``"same"`` (output size ``ceil(input / stride)``, the odd padding element at the end).
+
+    >>> import ember
+    >>> x = ember.ones((1, 1, 3, 3))
+    >>> ember.conv2d(x, ember.ones((1, 1, 2, 2))).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
+    """
+    if x.ndim == 3:
+        return _batched(conv2d, x, weight, bias, stride, padding, dilation, groups)
+    stride = _pair(stride, "stride", "conv2d")
+    dilation = _pair(dilation, "dilation", "conv2d")
+    groups = _int(groups, "groups", "conv2d")
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            _need4d(x.shape, "conv2d")
+            _need4d(weight.shape, "conv2d", "weight")
+            padding = tuple(_same_pads(x.shape[2 + i], weight.shape[2 + i], stride[i], dilation[i]) for i in range(2))
+        else:
+            raise ShapeError(f"conv2d: padding must be an int, a pair, 'same' or 'valid', got {padding!r}")
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return apply("conv2d", *inputs, stride=stride, padding=_pads2d(padding, "conv2d"), dilation=dilation,
+                 groups=groups)
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """2-D transposed convolution (the gradient of ``conv2d``), NCHW (or CHW) input, weight
+    ``(in_channels, out_channels / groups, kh, kw)``. Output size per axis:
+    ``(in - 1) * stride - pad_begin - pad_end + dilation * (k - 1) + output_padding + 1``.
+
+    >>> import ember
+    >>> ember.conv_transpose2d(ember.ones((1, 1, 2, 2)), ember.ones((1, 1, 2, 2)), stride=2).shape
+    (1, 1, 4, 4)
+    """
+    name = "conv_transpose2d"
+    if x.ndim == 3:
+        return _batched(conv_transpose2d, x, weight, bias, stride, padding, output_padding, groups, dilation)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return apply(name, *inputs, stride=_pair(stride, "stride", name),
+                 padding=_pads2d(padding, name), output_padding=_pair(output_padding, "output_padding", name, low=0),
+                 dilation=_pair(dilation, "dilation", name), groups=_int(groups, "groups", name))
+
+
+# ---- pooling --------------------------------------------------------------------------------
+
+def _pool_out(size, k, s, p0, p1, d, ceil_mode, opname, axis, xs):
+    eff = d * (k - 1) + 1
+    if max(p0, p1) * 2 > eff:
+        raise ShapeError(f"{opname}: padding {max(p0, p1)} along {axis} must be at most half the kernel extent "
+                         f"({eff}); input {tuple(xs)}")
+    span = size + p0 + p1 - eff
+    if span < 0:
+        raise ShapeError(f"{opname}: kernel extent {eff} along {axis} is larger than the padded input "
+                         f"({size + p0 + p1}); input {tuple(xs)}")
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    # ceil_mode: the last window must start inside the input or its leading padding (PyTorch).
+    if ceil_mode and (out - 1) * s >= size + p0:
+        out -= 1
+    return out
+
+
+def _pool_shape(opname):
+    def rule(xs, *, kernel_size, stride, padding, ceil_mode, dilation=(1, 1), **_):
+        _need4d(xs, opname)
+        n, c, h, w = xs
+        oh = _pool_out(h, kernel_size[0], stride[0], *padding[0], dilation[0], ceil_mode, opname, "height", xs)
+        ow = _pool_out(w, kernel_size[1], stride[1], *padding[1], dilation[1], ceil_mode, opname, "width", xs)
+        return (n, c, oh, ow)
+    return rule
+
+
+def _max_pool_dtype(dt, **_):
+    if dt is _dt.bool_:
+        raise DTypeError("max_pool2d: does not accept bool tensors")
+    return dt
+
+
+op("max_pool2d", kind="other", shape=_pool_shape("max_pool2d"), dtype=_max_pool_dtype,
+   doc="2-D max pooling over NCHW windows (padding never wins)")
+op("avg_pool2d", kind="other", shape=_pool_shape("avg_pool2d"), dtype=_float_rule("avg_pool2d"),
+   doc="2-D average pooling over NCHW windows")
+
+
+def _pool_args(opname, kernel_size, stride, padding, ceil_mode):
+    k = _pair(kernel_size, "kernel_size", opname)
+    s = k if stride is None or stride == () or stride == [] else _pair(stride, "stride", opname)
+    return dict(kernel_size=k, stride=s, padding=_pads2d(padding, opname), ceil_mode=bool(ceil_mode))
+
+
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False) -> Tensor:
+    """2-D max pooling of an NCHW (or CHW) input; ``stride`` defaults to ``kernel_size``; padding
+    counts as -inf and may be at most half the kernel.
+
+    >>> import ember
+    >>> ember.max_pool2d(ember.tensor([[[[1.0, 2.0], [3.0, 4.0]]]]), 2).tolist()
+    [[[[4.0]]]]
+    """
+    if x.ndim == 3:
+        return _batched(max_pool2d, x, kernel_size, stride, padding, dilation, ceil_mode)
+    return apply("max_pool2d", x, dilation=_pair(dilation, "dilation", "max_pool2d"),
+                 **_pool_args("max_pool2d", kernel_size, stride, padding, ceil_mode))
+
+
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    """2-D average pooling of an NCHW (or CHW) input. With ``count_include_pad`` the zero padding
+    counts in the divisor (PyTorch's default), without it only the input elements do.
+
+    >>> import ember
+    >>> ember.avg_pool2d(ember.tensor([[[[1.0, 2.0], [3.0, 4.0]]]]), 2).tolist()
+    [[[[2.5]]]]
+    """
+    if x.ndim == 3:
+        return _batched(avg_pool2d, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+    return apply("avg_pool2d", x, count_include_pad=bool(count_include_pad),
+                 **_pool_args("avg_pool2d", kernel_size, stride, padding, ceil_mode))
+
+
+def _adaptive_shape(xs, *, output_size):
+    _need4d(xs, "adaptive_avg_pool2d")
+    return tuple(xs[:2]) + tuple(output_size)
+
+
+def _adaptive_matrix(n_in: int, n_out: int) -> list:
+    # Row i averages input positions [floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out)).
+    rows = []
+    for i in range(n_out):
+        a, b = (i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)
+        rows.append([1.0 / (b - a) if a <= j < b else 0.0 for j in range(n_in)])
+    return rows
+
+
+def _dec_adaptive(x, *, output_size):
+    oh, ow = output_size
+    h, w = x.shape[2:]
+    if h % oh == 0 and w % ow == 0:
+        return avg_pool2d(x, (h // oh, w // ow))
+    # Uneven windows: average with two small matrices, rows @ x @ cols^T.
+    from ..tensor import tensor
+    o = _ops()
+    ph = tensor(_adaptive_matrix(h, oh), dtype=x.dtype, device=x.device)            # (oh, h)
+    pw = tensor(_adaptive_matrix(w, ow), dtype=x.dtype, device=x.device)            # (ow, w)
+    return o.matmul(o.matmul(ph, x), o.permute_dims(pw, (1, 0)))                     # (n, c, oh, ow)
+
+
+op("adaptive_avg_pool2d", kind="composite", shape=_adaptive_shape, dtype=_float_rule("adaptive_avg_pool2d"),
+   decompose=_dec_adaptive, doc="average pooling to a fixed output size")
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
+    """Average-pool an NCHW (or CHW) input to ``output_size`` (an int, a pair, ``None`` keeps that
+    axis). Window ``i`` covers ``[floor(i*H/OH), ceil((i+1)*H/OH))``, as in PyTorch.
+
+    >>> import ember
+    >>> ember.adaptive_avg_pool2d(ember.ones((1, 2, 5, 7)), 1).shape
+    (1, 2, 1, 1)
+    """
+    if x.ndim == 3:
+        return _batched(adaptive_avg_pool2d, x, output_size)
+    _need4d(x.shape, "adaptive_avg_pool2d")
+    if not isinstance(output_size, (list, tuple)):
+        output_size = (output_size, output_size)
+    if len(output_size) != 2:
+        raise ShapeError(f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}")
+    size = tuple(x.shape[2 + i] if s is None else _int(s, "output_size", "adaptive_avg_pool2d")
+                 for i, s in enumerate(output_size))
+    if min(size) < 1:
+        raise ShapeError(f"adaptive_avg_pool2d: output_size must be positive, got {output_size!r}")
+    return apply("adaptive_avg_pool2d", x, output_size=size)
+
+
+# ---- normalization ------------------------------------------------------------------------------
+
+def _bn_shape(xs, ms, vs, ws, bs, *, eps):
+    if len(xs) < 2:
+        raise ShapeError(f"batch_norm: input must have a channel axis (N, C, ...), got shape {tuple(xs)}")
+    c = xs[1]
+    for what, s in (("running_mean", ms), ("running_var", vs), ("weight", ws), ("bias", bs)):
+        if tuple(s) != (c,):
+            raise ShapeError(f"batch_norm: {what} must have shape ({c},) for input {tuple(xs)}, got {tuple(s)}")
+    return tuple(xs)
+
+
+def _dec_batch_norm(x, mean, var, weight, bias, *, eps):
+    o = _ops()
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    scale = o.divide(weight, o.sqrt(o.add(var, eps)))
+    shift = o.subtract(bias, o.multiply(mean, scale))
+    return o.add(o.multiply(x, o.reshape(scale, shape)), o.reshape(shift, shape))
+
+
+def _ln_shape(xs, ws, bs, *, normalized_shape, eps):
+    k = len(normalized_shape)
+    if k == 0 or k > len(xs) or tuple(xs[len(xs) - k:]) != tuple(normalized_shape):
+        raise ShapeError(f"layer_norm: normalized_shape {tuple(normalized_shape)} must match the trailing "
+                         f"dimensions of the input {tuple(xs)}")
+    for what, s in (("weight", ws), ("bias", bs)):
+        if tuple(s) != tuple(normalized_shape):
+            raise ShapeError(f"layer_norm: {what} must have shape {tuple(normalized_shape)}, got {tuple(s)}")
+    return tuple(xs)
+
+
+def _dec_layer_norm(x, weight, bias, *, normalized_shape, eps):
+    o = _ops()
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
+    var = o.mean(o.multiply(d, d), axis=axes, keepdims=True)
+    return o.add(o.multiply(o.divide(d, o.sqrt(o.add(var, eps))), weight), bias)
+
+
+op("batch_norm", kind="composite", shape=_bn_shape, dtype=_float_rule("batch_norm"), decompose=_dec_batch_norm,
+   doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias over axis 1")
+op("layer_norm", kind="composite", shape=_ln_shape, dtype=_float_rule("layer_norm"), decompose=_dec_layer_norm,
+   doc="layer norm over the trailing normalized_shape dimensions")
+
+
+def _param(t, n_shape, like: Tensor, fill: float):
+    from .creation import full
+    return t if t is not None else full(n_shape, fill, dtype=like.dtype, device=like.device)
+
+
+def batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Inference-mode batch normalization over the channel axis 1 of ``(N, C, ...)``:
+    ``(x - running_mean) / sqrt(running_var + eps) * weight + bias``.
+
+    >>> import ember
+    >>> x = ember.tensor([[1.0, 2.0]])
+    >>> ember.batch_norm(x, ember.tensor([1.0, 0.0]), ember.tensor([1.0, 4.0]), eps=0.0).tolist()
+    [[0.0, 1.0]]
+    """
+    c = x.shape[1] if x.ndim > 1 else 0
+    return apply("batch_norm", x, running_mean, running_var, _param(weight, (c,), x, 1.0),
+                 _param(bias, (c,), x, 0.0), eps=float(eps))
+
+
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """Layer normalization over the trailing ``normalized_shape`` dimensions (biased variance).
+
+    >>> import ember
+    >>> [round(v, 3) for v in ember.layer_norm(ember.tensor([1.0, 3.0]), 2).tolist()]
+    [-1.0, 1.0]
+    """
+    ns = (normalized_shape,) if not isinstance(normalized_shape, (list, tuple)) else normalized_shape
+    ns = tuple(_int(s, "normalized_shape", "layer_norm") for s in ns)
+    return apply("layer_norm", x, _param(weight, ns, x, 1.0), _param(bias, ns, x, 0.0),
+                 normalized_shape=ns, eps=float(eps))
+
+
+# ---- embedding and attention ------------------------------------------------------------------
+
+def _emb_shape(ins, ws):
+    if len(ws) != 2:
+        raise ShapeError(f"embedding: weight must be 2-D (num_embeddings, dim), got {tuple(ws)}")
+    return tuple(ins) + (ws[1],)
+
+
+def _emb_dtype(it, wt):
+    if it.kind not in "iu":
+        raise DTypeError(f"embedding: indices must be integers, got {it.name}")
+    return wt
+
+
+def _dec_embedding(indices, weight):
+    o = _ops()
+    rows = o.take(weight, o.reshape(indices, (-1,)), axis=0)
+    return o.reshape(rows, tuple(indices.shape) + (weight.shape[1],))
+
+
+op("embedding", kind="composite", shape=_emb_shape, dtype=_emb_dtype, decompose=_dec_embedding,
+   doc="rows of weight picked by integer indices")
+
+
+def embedding(indices: Tensor, weight: Tensor) -> Tensor:
+    """Look up rows of ``weight`` (``(num_embeddings, dim)``): output ``indices.shape + (dim,)``.
+
+    >>> import ember
+    >>> w = ember.tensor([[0.0, 1.0], [2.0, 3.0]])
+    >>> ember.embedding(ember.tensor([1, 0, 1]), w).tolist()
+    [[2.0, 3.0], [0.0, 1.0], [2.0, 3.0]]
+    """
+    return apply("embedding", indices, weight)
+
+
+def _sdpa_shape(qs, ks, vs, ms=None, *, is_causal, scale):
+    name = "scaled_dot_product_attention"
+    if min(len(qs), len(ks), len(vs)) < 2:
+        raise ShapeError(f"{name}: query, key and value need at least 2 dimensions, got {tuple(qs)}, {tuple(ks)}, {tuple(vs)}")
+    if qs[-1] != ks[-1]:
+        raise ShapeError(f"{name}: query feature size {qs[-1]} differs from key feature size {ks[-1]}; "
+                         f"query {tuple(qs)}, key {tuple(ks)}")
+    if ks[-2] != vs[-2]:
+        raise ShapeError(f"{name}: key length {ks[-2]} differs from value length {vs[-2]}; key {tuple(ks)}, value {tuple(vs)}")
+    batch = broadcast_shapes(tuple(qs[:-2]), tuple(ks[:-2]), tuple(vs[:-2]), op=name)
+    if ms is not None:
+        scores = batch + (qs[-2], ks[-2])
+        if broadcast_shapes(tuple(ms), scores, op=name) != scores:
+            raise ShapeError(f"{name}: attn_mask {tuple(ms)} does not broadcast to the scores {scores}")
+    return batch + (qs[-2], vs[-1])
+
+
+def _sdpa_dtype(qt, kt, vt, mt=None, **_):
+    r = _float_rule("scaled_dot_product_attention")(qt, kt, vt)
+    if mt is not None and mt.kind not in "fb":
+        raise DTypeError(f"scaled_dot_product_attention: attn_mask must be bool or float, got {mt.name}")
+    return r
+
+
+def _dec_sdpa(q, k, v, mask=None, *, is_causal, scale):
+    from ..tensor import tensor
+    o = _ops()
+    nd = k.ndim
+    kt = o.permute_dims(k, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+    s = o.multiply(o.matmul(q, kt), scale)                                  # (..., L, S)
+    if is_causal:
+        # PyTorch aligns the causal mask top-left: query i sees keys 0..i.
+        L, S = q.shape[-2], k.shape[-2]
+        mask = tensor([[j <= i for j in range(S)] for i in range(L)], dtype=_dt.bool_, device=q.device)
+    if mask is not None:
+        if mask.dtype is _dt.bool_:
+            s = o.where(mask, s, float("-inf"))
+        else:
+            s = o.add(s, mask)
+    # A row whose keys are all masked gives zeros (as PyTorch does), not NaN.
+    m = o.max(s, axis=-1, keepdims=True)
+    dead = o.equal(m, float("-inf"))
+    e = o.exp(o.subtract(s, o.where(dead, 0.0, m)))
+    p = o.divide(e, o.where(dead, 1.0, o.sum(e, axis=-1, keepdims=True)))
+    return o.matmul(p, v)
+
+
+op("scaled_dot_product_attention", kind="composite", shape=_sdpa_shape, dtype=_sdpa_dtype, decompose=_dec_sdpa,
+   doc="softmax(q k^T * scale + mask) v")
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value`` over shapes ``(..., L, E)``,
+    ``(..., S, E)``, ``(..., S, Ev)`` -> ``(..., L, Ev)``. A bool ``attn_mask`` keeps positions
+    where True, a float one is added to the scores; ``is_causal`` lets query ``i`` see keys
+    ``0..i``; ``scale`` defaults to ``1 / sqrt(E)``. Rows with every key masked give zeros.
+
+    >>> import ember
+    >>> q = ember.ones((1, 2, 4))
+    >>> ember.scaled_dot_product_attention(q, q, ember.ones((1, 2, 3))).tolist()
+    [[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]]
+    """
+    if is_causal and attn_mask is not None:
+        raise ShapeError("scaled_dot_product_attention: give either attn_mask or is_causal=True, not both")
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1]) if query.ndim and query.shape[-1] else 1.0
+    inputs = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
+    return apply("scaled_dot_product_attention", *inputs, is_causal=bool(is_causal), scale=float(scale))
+
+
+# ---- cumsum, sort, topk -----------------------------------------------------------------------
+
+def _cumsum_dtype(dt, **_):
+    return dt if dt.kind == "f" else _dt.int64
+
+
+op("cumsum", kind="other", shape=_axis_shape("cumsum"), dtype=_cumsum_dtype,
+   doc="cumulative sum along axis (exclusive: start at 0; reverse: from the end)")
+
+
+@method
+def cumsum(x: Tensor, axis: int | None = None, *, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """Cumulative sum along ``axis`` (may be omitted for 1-D input). Integer and bool inputs sum
+    in int64. ``exclusive`` leaves out the current element; ``reverse`` sums from the end (as in
+    ONNX CumSum).
+
+    >>> import ember
+    >>> ember.cumsum(ember.tensor([1, 2, 3])).tolist()
+    [1, 3, 6]
+    >>> ember.cumsum(ember.tensor([1, 2, 3]), 0, exclusive=True, reverse=True).tolist()
+    [5, 3, 0]
+    """
+    if axis is None:
+        if x.ndim != 1:
+            raise ShapeError(f"cumsum: axis is required for a tensor of rank {x.ndim}")
+        axis = 0
+    axis = normalize_axis(_int(axis, "axis", "cumsum"), x.ndim, "cumsum")
+    return apply("cumsum", x, axis=axis, exclusive=bool(exclusive), reverse=bool(reverse))
+
+
+def _sort_shape(xs, *, axis, descending, stable):
+    normalize_axis(axis, len(xs), "sort")
+    return (tuple(xs), tuple(xs))
+
+
+op("sort", kind="other", shape=_sort_shape, dtype=lambda dt, **_: (dt, _dt.int64), outputs=2,
+   doc="sorted values and their int64 source indices along axis (NaN sorts as the largest)")
+
+
+def _sort(x, axis, descending, stable=True):
+    axis = normalize_axis(_int(axis, "axis", "sort"), x.ndim, "sort")
+    return apply("sort", x, axis=axis, descending=bool(descending), stable=bool(stable))
+
+
+@method
+def sort(x: Tensor, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """The values of ``x`` sorted along ``axis`` (array-API ``sort``; ``argsort`` gives the
+    indices, ``topk`` both). NaN sorts as the largest value.
+
+    >>> import ember
+    >>> ember.sort(ember.tensor([3, 1, 2]), descending=True).tolist()
+    [3, 2, 1]
+    """
+    return _sort(x, axis, descending, stable)[0]
+
+
+def _argsort_shape(xs, *, axis, descending, stable):
+    return _sort_shape(xs, axis=axis, descending=descending, stable=stable)[0]
+
+
+op("argsort", kind="composite", shape=_argsort_shape, dtype=lambda dt, **_: _dt.int64,
+   decompose=lambda x, **kw: apply("sort", x, **kw)[1], doc="indices that sort x along axis")
+
+
+@method
+def argsort(x: Tensor, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """int64 indices that sort ``x`` along ``axis``; equal values keep their order when ``stable``.
+
+    >>> import ember
+    >>> ember.argsort(ember.tensor([3.0, 1.0, 2.0])).tolist()
+    [1, 2, 0]
+    """
+    axis = normalize_axis(_int(axis, "axis", "argsort"), x.ndim, "argsort")
+    return apply("argsort", x, axis=axis, descending=bool(descending), stable=bool(stable))
+
+
+def _topk_shape(xs, *, k, axis, largest):
+    axis = normalize_axis(axis, len(xs), "topk")
+    n = xs[axis] if xs else 1
+    if not 0 <= k <= n:
+        raise ShapeError(f"topk: k={k} is out of range for axis {axis} of size {n} (shape {tuple(xs)})")
+    s = tuple(xs[:axis]) + (k,) + tuple(xs[axis + 1:]) if xs else ()
+    return (s, s)
+
+
+def _dec_topk(x, *, k, axis, largest):
+    from ..tensor import tensor
+    o = _ops()
+    values, indices = apply("sort", x, axis=axis, descending=largest, stable=True)
+    if x.ndim == 0 or k == x.shape[axis]:
+        return values, indices
+    first = tensor(list(range(k)), dtype=_dt.int64, device=x.device)
+    return o.take(values, first, axis=axis), o.take(indices, first, axis=axis)
+
+
+op("topk", kind="composite", shape=_topk_shape, dtype=lambda dt, **_: (dt, _dt.int64), outputs=2,
+   decompose=_dec_topk, doc="the k largest (or smallest) values along axis and their indices")
+
+
+@method
+def topk(x: Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> tuple:
+    """The ``k`` largest (``largest=False``: smallest) values along ``axis`` and their int64
+    indices, best first. Among equal values the lower index comes first.
+
+    >>> import ember
+    >>> v, i = ember.topk(ember.tensor([1.0, 5.0, 3.0]), 2)
+    >>> v.tolist(), i.tolist()
+    ([5.0, 3.0], [1, 2])
+    """
+    # sorted=False allows any order; the sorted order is one of them.
+    axis = normalize_axis(_int(axis, "axis", "topk"), x.ndim, "topk")
+    return apply("topk", x, k=_int(k, "k", "topk"), axis=axis, largest=bool(largest))
+
+
+# ---- pad ------------------------------------------------------------------------------------
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _pad_shape(xs, *, pad_width, mode, value):
+    out = []
+    for ax, (n, (b, a)) in enumerate(zip(xs, pad_width)):
+        kept = n - max(-b, 0) - max(-a, 0)
+        if kept < 0:
+            raise ShapeError(f"pad: cropping {max(-b, 0)}+{max(-a, 0)} removes more than the {n} elements of "
+                             f"axis {ax} (shape {tuple(xs)})")
+        if kept == 0 and mode != "constant" and (b > 0 or a > 0):
+            raise ShapeError(f"pad: mode {mode!r} cannot pad axis {ax}, which has no elements (shape {tuple(xs)})")
+        out.append(kept + max(b, 0) + max(a, 0))
+    return tuple(out)
+
+
+op("pad", kind="other", shape=_pad_shape, dtype=same_dtype,
+   doc="pad (or, with negative widths, crop) each axis; modes constant, reflect, edge, wrap")
+
+
+def pad(x: Tensor, pad_width, mode: str = "constant", value=0) -> Tensor:
+    """Pad ``x`` numpy-style: ``pad_width`` is one ``(before, after)`` pair per axis, or a single
+    pair (or int) for all axes. Negative widths crop (as ONNX Pad allows). Modes: ``"constant"``
+    (``value``), ``"reflect"`` (mirror without the edge), ``"edge"`` (repeat the edge),
+    ``"wrap"`` (periodic).
+
+    >>> import ember
+    >>> ember.pad(ember.tensor([1, 2, 3]), (1, 2), mode="reflect").tolist()
+    [2, 1, 2, 3, 2, 1]
+    >>> ember.pad(ember.tensor([1, 2, 3]), [(-1, 1)]).tolist()
+    [2, 3, 0]
+    """
+    if mode not in PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+    nd = x.ndim
+    pw = pad_width
+    if isinstance(pw, int) and not isinstance(pw, bool):
+        pw = ((pw, pw),) * nd
+    else:
+        pw = tuple(pw)
+        if len(pw) == 2 and all(not isinstance(p, (list, tuple)) for p in pw):
+            pw = (tuple(pw),) * nd
+        elif len(pw) == 1 and nd != 1 and isinstance(pw[0], (list, tuple)):
+            pw = (tuple(pw[0]),) * nd
+    if len(pw) != nd or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pw):
+        raise ShapeError(f"pad: pad_width {pad_width!r} must be one (before, after) pair per axis "
+                         f"({nd} for shape {x.shape}) or a single pair")
+    pw = tuple((_int(b, "pad_width", "pad"), _int(a, "pad_width", "pad")) for b, a in pw)
+    if not isinstance(value, (int, float)):
+        raise DTypeError(f"pad: value must be a Python int or float, got {type(value).__name__}")
+    return apply("pad", x, pad_width=pw, mode=mode, value=value)
