@@ -170,7 +170,7 @@ class SafeTensors(Mapping):
                 if key not in e:
                     raise WeightsError(f"{what}: header entry has no {key!r}")
             dt, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
-            if dt not in _DTYPES:
+            if not isinstance(dt, str) or dt not in _DTYPES:
                 raise WeightsError(f"{what}: dtype {dt!r} is not supported (ember reads "
                                    f"{', '.join(_DTYPES)}); convert the tensor before saving")
             if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
