@@ -27,7 +27,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m ember.web", description=__doc__.split(":")[1].strip())
     ap.add_argument("--site", required=True, help="the folder built by 'python -m ember.web.site'")
     ap.add_argument("--host", default="127.0.0.1",
@@ -35,7 +35,11 @@ def main(argv=None) -> int:
                          "0.0.0.0 exposes the server to the network)")
     ap.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
     ap.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
     try:
         import uvicorn
 
@@ -48,8 +52,11 @@ def main(argv=None) -> int:
         raise SystemExit(str(e))
     sock = bind(a.host, a.port)
     host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    print(f"ember: serving {a.site} at http://{shown}:{port}/  (Ctrl+C to stop)", flush=True)
+    if host in ("0.0.0.0", "::"):   # every interface: show an address a browser can open
+        url = f"http://127.0.0.1:{port}/  (listening on all interfaces: reachable from the network)"
+    else:
+        url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    print(f"ember: serving {a.site} at {url}  (Ctrl+C to stop)", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level=a.log_level, access_log=False))
     try:
         server.run(sockets=[sock])

@@ -127,7 +127,7 @@ def _parse_range(header: str, size: int):
         end = int(last) if last else size - 1
     except ValueError:
         return None
-    if start < 0 or end < start:
+    if start < 0 or (last and end < start):
         return None
     if start >= size:
         return "unsatisfiable"
