@@ -67,7 +67,7 @@ def _relu(v):
 def _sigmoid(v):
     if v >= 0:
         return 1.0 / (1.0 + exp(-v))
-    e = exp(v) if v > -745 else 0.0
+    e = exp(v)   # v < 0 (or NaN): no overflow; underflow gives 0.0
     return e / (1.0 + e)
 
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import math
 import operator
-from math import prod
 
 from .. import dtypes as _dt
-from ..errors import DTypeError, ShapeError
-from ..registry import OPS, apply, broadcast_shapes, normalize_axis, op, promote, same_dtype, same_shape, to_float
+from ..errors import DTypeError, ShapeError, UnsupportedOp
+from ..registry import apply, broadcast_shapes, normalize_axis, op, promote, same_dtype, same_shape, to_float
 from ..tensor import Tensor
 from . import method
 
@@ -192,7 +191,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     0.8413
     """
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise UnsupportedOp(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return apply("gelu", x, approximate=approximate)
 
 
@@ -211,19 +210,30 @@ def silu(x: Tensor) -> Tensor:
 
 def _axis_shape(opname):
     def rule(xs, *, axis, **_):
-        normalize_axis(axis, len(xs), opname)
+        normalize_axis(axis, len(xs) or 1, opname)
         return tuple(xs)
     return rule
 
 
+def _axis(x, axis, opname):
+    # a 0-d tensor takes axis 0 or -1, as in PyTorch (it is treated as one element)
+    return normalize_axis(_int(axis, "axis", opname), x.ndim or 1, opname)
+
+
 def _dec_softmax(x, *, axis):
     o = _ops()
+    if x.size == 0:   # nothing to normalise (and max over an empty axis has no value)
+        return o.exp(x)
+    axis = axis if x.ndim else None
     e = o.exp(o.subtract(x, o.max(x, axis=axis, keepdims=True)))
     return o.divide(e, o.sum(e, axis=axis, keepdims=True))
 
 
 def _dec_log_softmax(x, *, axis):
     o = _ops()
+    if x.size == 0:
+        return o.exp(x)
+    axis = axis if x.ndim else None
     z = o.subtract(x, o.max(x, axis=axis, keepdims=True))
     return o.subtract(z, o.log(o.sum(o.exp(z), axis=axis, keepdims=True)))
 
@@ -242,7 +252,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     >>> ember.softmax(ember.tensor([1000.0, 1000.0])).tolist()
     [0.5, 0.5]
     """
-    return apply("softmax", x, axis=_int(axis, "axis", "softmax"))
+    return apply("softmax", x, axis=_axis(x, axis, "softmax"))
 
 
 @method
@@ -253,7 +263,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     >>> [round(v, 4) for v in ember.log_softmax(ember.tensor([0.0, 0.0])).tolist()]
     [-0.6931, -0.6931]
     """
-    return apply("log_softmax", x, axis=_int(axis, "axis", "log_softmax"))
+    return apply("log_softmax", x, axis=_axis(x, axis, "log_softmax"))
 
 
 # ---- convolution (primitives) -------------------------------------------------------------
@@ -628,7 +638,11 @@ def _sdpa_shape(qs, ks, vs, ms=None, *, is_causal, scale):
     batch = broadcast_shapes(tuple(qs[:-2]), tuple(ks[:-2]), tuple(vs[:-2]), op=name)
     if ms is not None:
         scores = batch + (qs[-2], ks[-2])
-        if broadcast_shapes(tuple(ms), scores, op=name) != scores:
+        try:
+            ok = broadcast_shapes(tuple(ms), scores, op=name) == scores
+        except ShapeError:
+            ok = False
+        if not ok:
             raise ShapeError(f"{name}: attn_mask {tuple(ms)} does not broadcast to the scores {scores}")
     return batch + (qs[-2], vs[-1])
 
@@ -836,7 +850,7 @@ def pad(x: Tensor, pad_width, mode: str = "constant", value=0) -> Tensor:
     [2, 3, 0]
     """
     if mode not in PAD_MODES:
-        raise ValueError(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+        raise UnsupportedOp(f"pad: mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
     nd = x.ndim
     pw = pad_width
     if isinstance(pw, int) and not isinstance(pw, bool):

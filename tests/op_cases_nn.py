@@ -1,0 +1,388 @@
+"""Op cases for the neural-network family (ember.ops.nnops), picked up by ``op_cases.all_cases()``:
+run by tests/test_ops_nn.py on every backend and, unchanged, inside Pyodide by
+tests/test_pyodide.py. Standard library only at import time.
+
+Three kinds:
+
+- golden cases: inputs and PyTorch outputs from tests/golden/nn_ops.safetensors (made once by
+  tests/golden/make_nn_goldens.py), read here with a few lines of ``struct``/``json``;
+  every composite op among them runs twice: with the backend's kernel and through its
+  decomposition (``<id>/decomposed``: the backend's nn composite kernels are set aside);
+- numpy-referenced cases (activations, softmax, cumsum, sort, topk, pad, float16 variants);
+- error cases: bad shapes, dtypes and arguments raise typed errors naming the op and shapes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+from op_cases import OpCase, S
+
+CASES: list = []
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "nn_ops.safetensors")
+
+# The nn ops with a decomposition: the python and numpy backends override some with kernels.
+COMPOSITES = ("relu", "leaky_relu", "sigmoid", "gelu", "silu", "softmax", "log_softmax", "adaptive_avg_pool2d",
+              "batch_norm", "layer_norm", "embedding", "scaled_dot_product_attention", "argsort", "topk")
+
+
+def add(*cases):
+    CASES.extend(cases)
+
+
+def decomposed(fn):
+    """``fn`` run with the backend's kernels for the nn composites set aside, so the registry
+    takes each op's decomposition (the path a backend without those kernels takes)."""
+    def run(e, *ts):
+        kernels = e.get_backend(ts[0].device).kernels
+        saved = {n: kernels.pop(n) for n in COMPOSITES if n in kernels}
+        try:
+            return fn(e, *ts)
+        finally:
+            kernels.update(saved)
+    return run
+
+
+# ---- golden cases (PyTorch) -----------------------------------------------------------------
+
+_ST = {"F32": ("f", "float32"), "I64": ("q", "int64"), "BOOL": ("?", "bool")}
+
+
+def read_safetensors(path):
+    """{name: (flat values, shape, ember dtype name)} and the metadata of a safetensors file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        code, dtype = _ST[info["dtype"]]
+        a, b = info["data_offsets"]
+        count = (b - a) // struct.calcsize(code)
+        out[name] = (list(struct.unpack(f"<{count}{code}", data[a:b])), tuple(info["shape"]), dtype)
+    return out, meta
+
+
+def _golden_fn(op, names, kwargs, mode):
+    if mode == "sort":
+        return lambda e, x: [e.sort(x, **kwargs), e.argsort(x, **kwargs)]
+    if mode == "values":
+        return lambda e, *ts: [getattr(e, op)(*ts, **kwargs)[0]]
+    return lambda e, *ts: getattr(e, op)(**dict(zip(names, ts)), **kwargs)
+
+
+def _expected(outs):
+    def ref(np, *_):
+        return [np.array(flat, dtype=dt).reshape(shape) for flat, shape, dt in outs]
+    return ref
+
+
+def _golden_cases():
+    tensors, meta = read_safetensors(GOLDEN)
+    for c in json.loads(meta["cases"]):
+        ins = [tensors[f"{c['id']}/in{k}"] for k in range(len(c["names"]))]
+        outs = [tensors[f"{c['id']}/out{k}"] for k in range(c["n_out"])]
+        if c["mode"] == "values":
+            outs = outs[:1]
+        specs = [S(shape, dt, values=flat) for flat, shape, dt in ins]
+        rtol, atol = c["tol"] or (1e-5, 1e-5)
+        fn = _golden_fn(c["op"], c["names"], c["kwargs"], c["mode"])
+        add(OpCase(c["id"], fn, _expected(outs), specs, rtol, atol))
+        if c["op"] in COMPOSITES or c["mode"] == "sort":
+            add(OpCase(c["id"] + "/decomposed", decomposed(fn), _expected(outs), specs, rtol, atol))
+        if c["id"] in _HALF:   # the same case in float16: PyTorch's float32 result, float16 tolerance
+            half = [S(shape, "float16", values=_to_half(flat)) if dt == "float32" else S(shape, dt, values=flat)
+                    for flat, shape, dt in ins]
+            add(OpCase(c["id"] + "/f16", fn, _expected(outs), half, 1e-2, 1e-2, dtype="float16"))
+
+
+def _to_half(flat):
+    return [struct.unpack("<e", struct.pack("<e", v))[0] for v in flat]
+
+
+_HALF = {"conv2d/basic", "conv_transpose2d/basic", "max_pool2d/k2", "avg_pool2d/k3_s2_p1",
+         "layer_norm/last", "batch_norm/affine", "softmax/neg_inf", "gelu/erf", "sdpa/plain"}
+
+_golden_cases()
+
+
+# ---- numpy-referenced cases ---------------------------------------------------------------------
+
+F, H = "float32", "float16"
+SHAPES = [(), (0,), (5,), (2, 3, 4)]
+
+
+def _sid(shape):
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def _np_sigmoid(np, x):
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+def _np_gelu(np, x, approximate):
+    x = x.astype(np.float64)
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))) if x.size else x
+
+
+def _np_softmax(np, x, axis, log=False):
+    x = x.astype(np.float64)
+    if x.ndim == 0:
+        x = x.reshape(1)
+        return _np_softmax(np, x, 0, log).reshape(())
+    z = x - x.max(axis=axis, keepdims=True) if x.size else x
+    if log:
+        return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+ACTIVATIONS = {
+    "relu": (lambda e, x: e.relu(x), lambda np, x: np.maximum(x, np.zeros((), x.dtype))),
+    "leaky_relu": (lambda e, x: e.leaky_relu(x, 0.1),
+                   lambda np, x: np.where(x < 0, x.astype(np.float64) * 0.1, x).astype(x.dtype)),
+    "sigmoid": (lambda e, x: e.sigmoid(x), _np_sigmoid),
+    "silu": (lambda e, x: e.silu(x), lambda np, x: x * _np_sigmoid(np, x)),
+    "gelu": (lambda e, x: e.gelu(x), lambda np, x: _np_gelu(np, x, "none")),
+    "gelu_tanh": (lambda e, x: e.gelu(x, approximate="tanh"), lambda np, x: _np_gelu(np, x, "tanh")),
+    "softmax": (lambda e, x: e.softmax(x), lambda np, x: _np_softmax(np, x, -1)),
+    "log_softmax": (lambda e, x: e.log_softmax(x), lambda np, x: _np_softmax(np, x, -1, log=True)),
+}
+for _name, (_efn, _nfn) in ACTIVATIONS.items():
+    for _sh in SHAPES:
+        for _dt in (F, H):
+            _d = "float16" if _dt == H else None
+            add(OpCase(f"{_name}/{_dt}/{_sid(_sh)}", _efn, _nfn, [S(_sh, _dt, -6.0, 6.0)], dtype=_d))
+            add(OpCase(f"{_name}/{_dt}/{_sid(_sh)}/decomposed", decomposed(_efn), _nfn, [S(_sh, _dt, -6.0, 6.0)],
+                       dtype=_d))
+    # NaN, +-inf, +-0 (softmax of a row holding NaN or +inf is NaN, as in numpy and PyTorch)
+    add(OpCase(f"{_name}/special", _efn, _nfn, [S((3, 5), F, special=True)]))
+    add(OpCase(f"{_name}/special/decomposed", decomposed(_efn), _nfn, [S((3, 5), F, special=True)]))
+    add(OpCase(f"{_name}/wide", _efn, _nfn, [S((4, 7), F, -80.0, 80.0)], 1e-5, 1e-6))
+
+# integer inputs: relu keeps the dtype, the others compute in float32
+add(OpCase("relu/int32", lambda e, x: e.relu(x), lambda np, x: np.maximum(x, 0).astype(np.int32), [S((7,), "int32")]))
+add(OpCase("relu/int64/decomposed", decomposed(lambda e, x: e.relu(x)), lambda np, x: np.maximum(x, 0),
+           [S((7,), "int64")]))
+add(OpCase("sigmoid/int64", lambda e, x: e.sigmoid(x), _np_sigmoid, [S((6,), "int64")]))
+add(OpCase("softmax/int32/axis0", lambda e, x: e.softmax(x, axis=0), lambda np, x: _np_softmax(np, x, 0),
+           [S((3, 4), "int32")]))
+for _ax in (0, 1, -3):
+    add(OpCase(f"softmax/axis{_ax}", lambda e, x, a=_ax: e.softmax(x, axis=a), lambda np, x, a=_ax: _np_softmax(np, x, a),
+               [S((2, 3, 4), F, -20.0, 20.0)]))
+    add(OpCase(f"log_softmax/axis{_ax}", lambda e, x, a=_ax: x.log_softmax(a),
+               lambda np, x, a=_ax: _np_softmax(np, x, a, log=True), [S((2, 3, 4), F, -20.0, 20.0)]))
+    add(OpCase(f"softmax/axis{_ax}/decomposed", decomposed(lambda e, x, a=_ax: e.softmax(x, axis=a)),
+               lambda np, x, a=_ax: _np_softmax(np, x, a), [S((2, 3, 4), F, -20.0, 20.0)]))
+
+
+# cumsum: ONNX's exclusive / reverse flags, integer promotion to int64
+def _np_cumsum(np, x, axis, exclusive=False, reverse=False):
+    dt = x.dtype if x.dtype.kind == "f" else np.int64
+    a = np.flip(x, axis) if reverse else x
+    r = np.cumsum(a.astype(np.float64 if x.dtype.kind == "f" else np.int64), axis=axis)
+    if exclusive:
+        r = np.moveaxis(r, axis, 0)
+        r = np.moveaxis(np.concatenate([np.zeros_like(r[:1]), r[:-1]]) if len(r) else r, 0, axis)
+    return (np.flip(r, axis) if reverse else r).astype(dt)
+
+
+for _sh, _ax in [((6,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 4), 1), ((2, 3, 4), -1), ((2, 0, 3), 1)]:
+    for _ex in (False, True):
+        for _rv in (False, True):
+            add(OpCase(f"cumsum/{_sid(_sh)}/axis{_ax}/ex{int(_ex)}rv{int(_rv)}",
+                       lambda e, x, a=_ax, ex=_ex, rv=_rv: e.cumsum(x, a, exclusive=ex, reverse=rv),
+                       lambda np, x, a=_ax, ex=_ex, rv=_rv: _np_cumsum(np, x, a, ex, rv), [S(_sh, F)], 1e-5, 1e-5))
+for _dt in ("int32", "uint8", "bool", "int64"):
+    add(OpCase(f"cumsum/{_dt}", lambda e, x: x.cumsum(1), lambda np, x: np.cumsum(x.astype(np.int64), axis=1),
+               [S((3, 5), _dt)]))
+add(OpCase("cumsum/f16", lambda e, x: e.cumsum(x, 0), lambda np, x: np.cumsum(x.astype(np.float32)).astype(np.float16),
+           [S((8,), H)], dtype="float16"))
+add(OpCase("cumsum/scalar", lambda e, x: e.cumsum(x, 0), lambda np, x: x, [S((), F)]))
+
+
+# sort / argsort / topk against numpy (NaN sorts last ascending, first descending)
+def _np_topk(np, x, k, axis, largest):
+    key = -x.astype(np.float64) if largest else x
+    idx = np.take(np.argsort(key, axis=axis, kind="stable"), range(k), axis=axis)
+    return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)]
+
+
+def _np_sort_desc(np, x):
+    # stable descending with NaN first: primary key "is not NaN", then -x (lexsort is stable)
+    nan = np.isnan(x)
+    idx = np.lexsort((-np.where(nan, 0, x), ~nan))
+    return [x[idx], idx.astype(np.int64)]
+
+
+def _np_sort(np, x, axis):
+    if x.ndim == 0:
+        return [x, np.zeros((), np.int64)]
+    return [np.sort(x, axis=axis), np.argsort(x, axis=axis, kind="stable").astype(np.int64)]
+
+
+for _sh, _ax in [((7,), 0), ((3, 5), 0), ((3, 5), 1), ((2, 3, 4), 1), ((2, 0, 3), 2), ((), 0)]:
+    add(OpCase(f"sort/{_sid(_sh)}/axis{_ax}", lambda e, x, a=_ax: [e.sort(x, a), e.argsort(x, a)],
+               lambda np, x, a=_ax: _np_sort(np, x, a), [S(_sh, F)]))
+    add(OpCase(f"sort/{_sid(_sh)}/axis{_ax}/desc", lambda e, x, a=_ax: e.sort(x, a, descending=True),
+               lambda np, x, a=_ax: np.flip(np.sort(x, axis=a), axis=a) if x.ndim else x, [S(_sh, F)]))
+for _dt in ("int32", "uint8", "int64", "float16"):
+    add(OpCase(f"sort/{_dt}", lambda e, x: [x.sort(), x.argsort()],
+               lambda np, x: [np.sort(x, axis=-1), np.argsort(x, axis=-1, kind="stable").astype(np.int64)],
+               [S((4, 6), _dt)]))
+add(OpCase("sort/nan", lambda e, x: [e.sort(x), e.argsort(x)],
+           lambda np, x: [np.sort(x), np.argsort(x, kind="stable").astype(np.int64)],
+           [S((9,), F, values=[3.0, math.nan, -1.0, math.inf, 0.5, -math.inf, math.nan, 2.0, -1.0])]))
+add(OpCase("sort/nan/desc", lambda e, x: [e.sort(x, descending=True), e.argsort(x, descending=True)],
+           lambda np, x: _np_sort_desc(np, x),
+           [S((9,), F, values=[3.0, math.nan, -1.0, math.inf, 0.5, -math.inf, math.nan, 2.0, -1.0])]))
+for _k, _ax, _lg in [(1, -1, True), (3, -1, True), (2, 0, False), (0, 1, True), (5, 1, False)]:
+    add(OpCase(f"topk/k{_k}/axis{_ax}/largest{int(_lg)}", lambda e, x, k=_k, a=_ax, lg=_lg: list(x.topk(k, a, lg)),
+               lambda np, x, k=_k, a=_ax, lg=_lg: _np_topk(np, x, k, a, lg), [S((3, 5), F)]))
+    add(OpCase(f"topk/k{_k}/axis{_ax}/largest{int(_lg)}/decomposed",
+               decomposed(lambda e, x, k=_k, a=_ax, lg=_lg: list(x.topk(k, a, lg))),
+               lambda np, x, k=_k, a=_ax, lg=_lg: _np_topk(np, x, k, a, lg), [S((3, 5), F)]))
+add(OpCase("topk/int64", lambda e, x: list(e.topk(x, 2)), lambda np, x: _np_topk(np, x, 2, -1, True),
+           [S((4, 6), "int64", -1000, 1000)]))
+
+
+# pad: every mode against np.pad; negative widths crop first
+def _np_pad(np, x, pw, mode, value=0):
+    crop = tuple(slice(max(-b, 0), n - max(-a, 0)) for n, (b, a) in zip(x.shape, pw))
+    x = x[crop]
+    widths = [(max(b, 0), max(a, 0)) for b, a in pw]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=value)
+    return np.pad(x, widths, mode=mode)
+
+
+for _mode in ("constant", "reflect", "edge", "wrap"):
+    for _sh, _pw in [((5,), [(2, 3)]), ((3, 4), [(1, 0), (2, 2)]), ((2, 3, 4), [(0, 1), (1, 1), (3, 0)]),
+                     ((3, 4), [(7, 9), (5, 4)]), ((1, 3), [(2, 1), (0, 2)]), ((4, 5), [(-1, 2), (3, -2)]),
+                     ((2, 3), [(0, 0), (0, 0)])]:
+        _id = "_".join(f"{b}.{a}" for b, a in _pw)
+        add(OpCase(f"pad/{_mode}/{_sid(_sh)}/{_id}", lambda e, x, pw=_pw, m=_mode: e.pad(x, pw, m),
+                   lambda np, x, pw=_pw, m=_mode: _np_pad(np, x, pw, m), [S(_sh, F)]))
+add(OpCase("pad/one_pair_all_axes", lambda e, x: e.pad(x, (1, 2), value=-3.5),
+           lambda np, x: np.pad(x, (1, 2), constant_values=-3.5), [S((2, 3), F)]))
+add(OpCase("pad/int_width", lambda e, x: e.pad(x, 1, mode="edge"), lambda np, x: np.pad(x, 1, mode="edge"),
+           [S((2, 3), "int32")]))
+add(OpCase("pad/int64_value", lambda e, x: e.pad(x, [(1, 1)], value=7), lambda np, x: np.pad(x, (1, 1), constant_values=7),
+           [S((4,), "int64")]))
+add(OpCase("pad/uint8_reflect", lambda e, x: e.pad(x, [(0, 0), (2, 3)], mode="reflect"),
+           lambda np, x: np.pad(x, [(0, 0), (2, 3)], mode="reflect"), [S((2, 4), "uint8")]))
+add(OpCase("pad/bool", lambda e, x: e.pad(x, [(1, 2)], value=True), lambda np, x: np.pad(x, (1, 2), constant_values=True),
+           [S((3,), "bool")]))
+add(OpCase("pad/f16_wrap", lambda e, x: e.pad(x, [(3, 1)], mode="wrap"), lambda np, x: np.pad(x, (3, 1), mode="wrap"),
+           [S((4,), H)]))
+add(OpCase("pad/empty_axis_constant", lambda e, x: e.pad(x, [(1, 1), (0, 2)], value=2.0),
+           lambda np, x: np.pad(x, [(1, 1), (0, 2)], constant_values=2.0), [S((0, 3), F)]))
+add(OpCase("pad/scalar", lambda e, x: e.pad(x, []), lambda np, x: x, [S((), F)]))
+
+# embedding and the norms against numpy, including float16
+def _np_layer_norm(np, x, w, b, eps=1e-5):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
+
+
+add(OpCase("embedding/1d", lambda e, i, w: e.embedding(i, w), lambda np, i, w: w[i], [S((5,), "int64", 0, 3), S((4, 3), F)]))
+add(OpCase("embedding/int32/decomposed", decomposed(lambda e, i, w: e.embedding(i, w)), lambda np, i, w: w[i],
+           [S((2, 2), "int32", 0, 5), S((6, 2), F)]))
+add(OpCase("layer_norm/f16/3d", lambda e, x, w, b: e.layer_norm(x, 4, w, b),
+           lambda np, x, w, b: _np_layer_norm(np, x.astype(np.float32), w, b).astype(np.float16),
+           [S((2, 3, 4), H), S((4,), H), S((4,), H)], dtype="float16"))
+
+
+# ---- error cases --------------------------------------------------------------------------------
+
+def _err(cid, fn, specs, exc, *match):
+    add(OpCase(cid, fn, None, specs, raises=exc, match=match))
+
+
+_err("conv2d/err/channels", lambda e, x, w: e.conv2d(x, w), [S((1, 3, 8, 8)), S((8, 4, 3, 3))], "ShapeError",
+     "conv2d", "3 channels", "expects 4", "(1, 3, 8, 8)", "(8, 4, 3, 3)")
+_err("conv2d/err/kernel_too_big", lambda e, x, w: e.conv2d(x, w), [S((1, 1, 2, 2)), S((1, 1, 3, 3))], "ShapeError",
+     "conv2d", "larger", "(1, 1, 2, 2)")
+_err("conv2d/err/dilated_too_big", lambda e, x, w: e.conv2d(x, w, padding=1, dilation=3),
+     [S((1, 1, 4, 4)), S((1, 1, 3, 3))], "ShapeError", "conv2d", "dilation 3")
+_err("conv2d/err/groups", lambda e, x, w: e.conv2d(x, w, groups=2), [S((1, 4, 5, 5)), S((3, 2, 3, 3))], "ShapeError",
+     "conv2d", "groups=2")
+_err("conv2d/err/bias", lambda e, x, w, b: e.conv2d(x, w, b), [S((1, 2, 5, 5)), S((3, 2, 3, 3)), S((2,))],
+     "ShapeError", "conv2d", "bias", "(3,)")
+_err("conv2d/err/weight_rank", lambda e, x, w: e.conv2d(x, w), [S((1, 2, 5, 5)), S((3, 2, 3))], "ShapeError",
+     "conv2d", "weight must be 4-D")
+_err("conv2d/err/input_rank", lambda e, x, w: e.conv2d(x, w), [S((2, 5, 5, 1, 1)), S((3, 2, 3, 3))], "ShapeError",
+     "conv2d", "4-D")
+_err("conv2d/err/stride0", lambda e, x, w: e.conv2d(x, w, stride=0), [S((1, 2, 5, 5)), S((3, 2, 3, 3))],
+     "ShapeError", "conv2d", "stride")
+_err("conv2d/err/negative_padding", lambda e, x, w: e.conv2d(x, w, padding=-1), [S((1, 2, 5, 5)), S((3, 2, 3, 3))],
+     "ShapeError", "conv2d", "padding")
+_err("conv2d/err/padding_word", lambda e, x, w: e.conv2d(x, w, padding="full"), [S((1, 2, 5, 5)), S((3, 2, 3, 3))],
+     "ShapeError", "conv2d", "'full'")
+_err("conv2d/err/int", lambda e, x, w: e.conv2d(x, w), [S((1, 2, 5, 5), "int64"), S((3, 2, 3, 3), "int64")],
+     "DTypeError", "conv2d", "int64")
+_err("conv_transpose2d/err/negative_output", lambda e, x, w: e.conv_transpose2d(x, w, padding=1),
+     [S((1, 1, 1, 1)), S((1, 1, 1, 1))], "ShapeError", "conv_transpose2d", "would be -1")
+_err("conv_transpose2d/err/output_padding", lambda e, x, w: e.conv_transpose2d(x, w, stride=2, output_padding=2),
+     [S((1, 1, 3, 3)), S((1, 1, 3, 3))], "ShapeError", "conv_transpose2d", "output_padding 2")
+_err("conv_transpose2d/err/channels", lambda e, x, w: e.conv_transpose2d(x, w), [S((1, 3, 3, 3)), S((2, 1, 3, 3))],
+     "ShapeError", "conv_transpose2d", "3 channels", "(2, 1, 3, 3)")
+_err("conv_transpose2d/err/groups", lambda e, x, w: e.conv_transpose2d(x, w, groups=2), [S((1, 3, 3, 3)), S((3, 1, 3, 3))],
+     "ShapeError", "conv_transpose2d", "groups=2")
+_err("max_pool2d/err/kernel0", lambda e, x: e.max_pool2d(x, 0), [S((1, 1, 4, 4))], "ShapeError", "max_pool2d",
+     "kernel_size")
+_err("max_pool2d/err/too_big", lambda e, x: e.max_pool2d(x, 5), [S((1, 1, 4, 4))], "ShapeError", "max_pool2d",
+     "larger", "(1, 1, 4, 4)")
+_err("max_pool2d/err/padding", lambda e, x: e.max_pool2d(x, 2, padding=2), [S((1, 1, 4, 4))], "ShapeError",
+     "max_pool2d", "half")
+_err("max_pool2d/err/rank", lambda e, x: e.max_pool2d(x, 2), [S((4, 4))], "ShapeError", "max_pool2d", "(4, 4)")
+_err("max_pool2d/err/bool", lambda e, x: e.max_pool2d(x, 2), [S((1, 1, 4, 4), "bool")], "DTypeError", "max_pool2d")
+_err("avg_pool2d/err/int", lambda e, x: e.avg_pool2d(x, 2), [S((1, 1, 4, 4), "int32")], "DTypeError", "avg_pool2d",
+     "int32")
+_err("avg_pool2d/err/stride", lambda e, x: e.avg_pool2d(x, 2, stride=(1, -1)), [S((1, 1, 4, 4))], "ShapeError",
+     "avg_pool2d", "stride")
+_err("adaptive_avg_pool2d/err/zero", lambda e, x: e.adaptive_avg_pool2d(x, (0, 2)), [S((1, 1, 4, 4))], "ShapeError",
+     "adaptive_avg_pool2d", "positive")
+_err("batch_norm/err/channels", lambda e, x, m, v: e.batch_norm(x, m, v), [S((2, 3, 2, 2)), S((4,)), S((3,))],
+     "ShapeError", "batch_norm", "running_mean", "(3,)", "(4,)")
+_err("batch_norm/err/rank", lambda e, x, m, v: e.batch_norm(x, m, v), [S((3,)), S((3,)), S((3,))], "ShapeError",
+     "batch_norm", "(3,)")
+_err("layer_norm/err/shape", lambda e, x: e.layer_norm(x, (3, 4)), [S((2, 4, 3))], "ShapeError", "layer_norm",
+     "(3, 4)", "(2, 4, 3)")
+_err("layer_norm/err/weight", lambda e, x, w: e.layer_norm(x, 3, w), [S((2, 3)), S((2,))], "ShapeError", "layer_norm",
+     "weight")
+_err("sdpa/err/features", lambda e, q, k, v: e.scaled_dot_product_attention(q, k, v),
+     [S((1, 3, 4)), S((1, 5, 3)), S((1, 5, 2))], "ShapeError", "scaled_dot_product_attention", "(1, 3, 4)", "(1, 5, 3)")
+_err("sdpa/err/length", lambda e, q, k, v: e.scaled_dot_product_attention(q, k, v),
+     [S((1, 3, 4)), S((1, 5, 4)), S((1, 6, 2))], "ShapeError", "scaled_dot_product_attention", "(1, 6, 2)")
+_err("sdpa/err/mask", lambda e, q, k, v, m: e.scaled_dot_product_attention(q, k, v, m),
+     [S((1, 3, 4)), S((1, 5, 4)), S((1, 5, 2)), S((3, 4), "bool")], "ShapeError", "attn_mask", "(3, 4)")
+_err("sdpa/err/mask_dtype", lambda e, q, k, v, m: e.scaled_dot_product_attention(q, k, v, m),
+     [S((1, 3, 4)), S((1, 5, 4)), S((1, 5, 2)), S((3, 5), "int32")], "DTypeError", "attn_mask", "int32")
+_err("sdpa/err/causal_and_mask", lambda e, q, k, v, m: e.scaled_dot_product_attention(q, k, v, m, is_causal=True),
+     [S((1, 3, 4)), S((1, 5, 4)), S((1, 5, 2)), S((3, 5), "bool")], "ShapeError", "is_causal")
+_err("embedding/err/float_indices", lambda e, i, w: e.embedding(i, w), [S((3,)), S((4, 2))], "DTypeError",
+     "embedding", "float32")
+_err("embedding/err/weight_rank", lambda e, i, w: e.embedding(i, w), [S((3,), "int64", 0, 2), S((4,))], "ShapeError",
+     "embedding", "(4,)")
+_err("softmax/err/axis", lambda e, x: e.softmax(x, axis=2), [S((2, 3))], "ShapeError", "softmax", "axis 2")
+_err("gelu/err/approximate", lambda e, x: e.gelu(x, approximate="sigmoid"), [S((2,))], "UnsupportedOp", "gelu",
+     "'sigmoid'")
+_err("cumsum/err/axis", lambda e, x: e.cumsum(x, 2), [S((2, 3))], "ShapeError", "cumsum", "axis 2")
+_err("cumsum/err/no_axis", lambda e, x: e.cumsum(x), [S((2, 3))], "ShapeError", "cumsum", "rank 2")
+_err("sort/err/axis", lambda e, x: e.sort(x, axis=-3), [S((2, 3))], "ShapeError", "sort", "axis -3")
+_err("topk/err/k", lambda e, x: e.topk(x, 4), [S((2, 3))], "ShapeError", "topk", "k=4", "(2, 3)")
+_err("topk/err/negative_k", lambda e, x: e.topk(x, -1), [S((2, 3))], "ShapeError", "topk", "k=-1")
+_err("pad/err/crop", lambda e, x: e.pad(x, [(-2, -2)]), [S((3,))], "ShapeError", "pad", "axis 0", "(3,)")
+_err("pad/err/reflect_empty", lambda e, x: e.pad(x, [(0, 0), (1, 1)], mode="reflect"), [S((2, 0))], "ShapeError",
+     "pad", "'reflect'", "axis 1")
+_err("pad/err/width_count", lambda e, x: e.pad(x, [(1, 1), (1, 1), (1, 1)]), [S((2, 3))], "ShapeError", "pad",
+     "(2, 3)")
+_err("pad/err/mode", lambda e, x: e.pad(x, 1, mode="symmetric"), [S((2, 3))], "UnsupportedOp", "pad", "'symmetric'")
+_err("pad/err/value", lambda e, x: e.pad(x, 1, value="zero"), [S((2, 3))], "DTypeError", "pad", "str")
