@@ -84,6 +84,9 @@ def ref_pool(x, k, s, pad, dil, ceil_mode, kind, count_include_pad=True):
         ys = [i * s[0] - pad[0] + a * dil[0] for a in range(k[0])]
         xs = [j * s[1] - pad[1] + a * dil[1] for a in range(k[1])]
         inside = [(y, xx) for y in ys for xx in xs if 0 <= y < h and 0 <= xx < w]
+        if not inside:   # a dilated window can fall entirely in the padding: PyTorch gives -inf
+            out[:, :, i, j] = -np.inf
+            continue
         vals = np.stack([x[:, :, y, xx] for y, xx in inside], axis=-1).astype(np.float64)
         if kind == "max":
             out[:, :, i, j] = vals.max(axis=-1)
@@ -176,3 +179,10 @@ def test_unbatched_inputs(device):
                  [x, w], device, rtol=1e-4, atol=1e-4, id="conv2d/unbatched")
     check_arrays(lambda e, x: e.max_pool2d(x, 2), lambda np_, x: ref_pool(x[None], (2, 2), (2, 2), (0, 0), (1, 1), False, "max")[0],
                  [x], device, id="max_pool2d/unbatched")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_max_pool_integers(device, dtype):
+    x = np.random.default_rng(1).integers(0 if dtype == "uint8" else -50, 50, (1, 2, 5, 4)).astype(dtype)
+    check_arrays(lambda e, x: e.max_pool2d(x, 3, 2, 1), lambda np_, x: ref_pool(x, (3, 3), (2, 2), (1, 1), (1, 1), False, "max").astype(dtype),
+                 [x], device, id=f"max_pool2d/{dtype}")

@@ -361,10 +361,13 @@ def _max_pool2d(out, x, *, kernel_size, stride, padding, dilation, ceil_mode):
         s = sum(buf)
         if s != s:
             maxfn = _nanmax
+    # padding never wins; a dilated window entirely in the padding gives -inf (the dtype's minimum
+    # for integers), as in PyTorch
+    low = -_INF if out.dtype.kind == "f" else -(1 << (8 * out.dtype.itemsize - 1)) if out.dtype.kind == "i" else 0
     res = []
     for p in range(n * c):
         src = buf[p * plane:(p + 1) * plane].tolist()
-        src.append(-_INF)
+        src.append(low)
         cols = [t(src) for t in taps]
         res.extend(cols[0] if len(cols) == 1 else map(maxfn, *cols))
     return _store(res, out.dtype)
