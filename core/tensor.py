@@ -25,6 +25,7 @@ class Tensor:
 
     __slots__ = ("_buf", "shape", "dtype", "device", "__weakref__")
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+    __array_ufunc__ = None  # ndarray + tensor -> Tensor.__radd__, never an object array
 
     def __init__(self, *args, **kwargs):
         raise TypeError("create tensors with ember.tensor(data), ember.zeros(shape), ...")

@@ -1,10 +1,16 @@
 """The numpy backend (optional): buffers are C-contiguous numpy arrays of the tensor's shape.
-float16 stays float16 in memory; arithmetic on it runs in float32 and rounds back."""
+float16 stays float16 in memory; arithmetic on it runs in float32 and rounds back.
+
+Every kernel returns an array of exactly the output dtype and shape; semantics that numpy
+leaves to the platform (float -> int casts of NaN or out-of-range values) are pinned to the
+python backend's (saturate, NaN -> 0).
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from .. import dtypes as _dt
+from ..errors import IndexingError
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "bool": np.bool_}
@@ -27,6 +33,8 @@ class NumpyBackend:
         return True, f"numpy {np.__version__}"
 
     def from_bytes(self, data, shape, dtype):
+        if dtype is _dt.bool_:  # any nonzero byte is True
+            return (np.frombuffer(bytes(data), dtype=np.uint8) != 0).reshape(shape)
         return np.frombuffer(bytes(data), dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).astype(
             np_dtype(dtype), copy=True).reshape(shape)
 
@@ -37,16 +45,253 @@ class NumpyBackend:
         return self.to_bytes(buf, shape, dtype)
 
 
-def _full(out, *, shape, value, dtype, **_):
+def _out(a, out):
+    """``a`` as a C-contiguous array of the output dtype and shape."""
+    return np.ascontiguousarray(np.asarray(a).astype(np_dtype(out.dtype), copy=False)).reshape(out.shape)
+
+
+def _f32(x):
+    """Compute float16 in float32 (numpy's half loops differ between platforms)."""
+    b = x._buf
+    return b.astype(np.float32) if b.dtype == np.float16 else b
+
+
+# ---- creation --------------------------------------------------------------------------------
+
+def _full(out, *, value, **_):
     return np.full(out.shape, value, dtype=np_dtype(out.dtype))
+
+
+def _arange(out, *, start, step, **_):
+    if out.dtype.kind == "f":
+        return _out(np.arange(out.shape[0], dtype=np.float64) * step + start, out)
+    return _out(np.arange(out.shape[0], dtype=np.int64) * step + start, out)
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+
+def _unary(fn, int_fn=None):
+    def kernel(out, x):
+        with np.errstate(all="ignore"):
+            if int_fn is not None and x.dtype.kind != "f":
+                return _out(int_fn(x._buf), out)
+            a = _f32(x)
+            if out.dtype.kind == "f" and a.dtype.kind != "f":
+                a = a.astype(np.float32)  # exp/sqrt/... of ints compute in float32
+            return _out(fn(a), out)
+    return kernel
+
+
+def _same(a):
+    return a.copy()
+
+
+def _round(a):
+    return np.rint(a)  # half to even
+
+
+_UNARY = {
+    "negative": (np.negative, None),
+    "abs": (np.abs, None),
+    "exp": (np.exp, None),
+    "log": (np.log, None),
+    "sqrt": (np.sqrt, None),
+    "sin": (np.sin, None),
+    "cos": (np.cos, None),
+    "tanh": (np.tanh, None),
+    "sign": (np.sign, None),
+    "floor": (np.floor, _same),
+    "ceil": (np.ceil, _same),
+    "round": (_round, _same),
+    "isnan": (np.isnan, lambda a: np.zeros(a.shape, dtype=bool)),
+    "logical_not": (np.logical_not, None),
+}
+
+
+def _erf(out, x):
+    """erf without scipy: math.erf on each value (vectorised through np.frompyfunc)."""
+    import math
+
+    a = _f32(x).astype(np.float64)
+    r = np.frompyfunc(math.erf, 1, 1)(a) if a.size else a
+    return _out(np.asarray(r, dtype=np.float64), out)
+
+
+def _common(a, b, out):
+    """Both inputs in the dtype the op computes in (float16 via float32)."""
+    ct = np_dtype(out.dtype) if out.dtype is not _dt.bool_ else None
+    A, B = a._buf, b._buf
+    if ct is None:  # comparisons / logical ops: compare in the promoted dtype
+        ct = np_dtype(_dt.result_type(a.dtype, b.dtype))
+    if ct is np.float16:
+        ct = np.float32
+    return A.astype(ct, copy=False), B.astype(ct, copy=False)
+
+
+def _binary(fn):
+    def kernel(out, a, b):
+        A, B = _common(a, b, out)
+        with np.errstate(all="ignore"):
+            return _out(fn(A, B), out)
+    return kernel
+
+
+def _int_div(fn):
+    """numpy gives 0 for integer division by zero already; keep it explicit and warning-free."""
+    def f(A, B):
+        if A.dtype.kind in "iub" and B.dtype.kind in "iub":
+            safe = np.where(B == 0, 1, B)
+            return np.where(B == 0, 0, fn(A, safe))
+        return fn(A, B)
+    return f
+
+
+def _pow(A, B):
+    if A.dtype.kind in "iu":
+        neg = B < 0
+        if neg.any():  # truncate 1 / a**|b| toward zero, like the python backend
+            r = np.power(A, np.where(neg, 0, B))
+            special = np.where(A == 1, 1, np.where(A == -1, np.where(B % 2 == 1, -1, 1), 0))
+            return np.where(neg, special, r)
+    return np.power(A, B)
+
+
+_BINARY = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.true_divide,
+    "floor_divide": _int_div(np.floor_divide),
+    "remainder": _int_div(np.remainder),
+    "pow": _pow,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+}
+
+
+def _where(out, c, x, y):
+    ct = np_dtype(out.dtype)
+    return _out(np.where(c._buf, x._buf.astype(ct, copy=False), y._buf.astype(ct, copy=False)), out)
+
+
+_INT_LIMITS = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1), "uint8": (0, 255)}
+
+
+def _cast(out, x, *, dtype, **_):
+    a = x._buf
+    if out.dtype is _dt.bool_:
+        return a != 0
+    if out.dtype.kind in "iu" and x.dtype.kind == "f":
+        # truncate toward zero, saturate, NaN -> 0 (pinned: numpy's own result is undefined)
+        lo, hi = _INT_LIMITS[out.dtype.name]
+        r = np.nan_to_num(a.astype(np.float64), nan=0.0)
+        hi_mask = r >= float(hi)
+        lo_mask = r <= float(lo)
+        res = np.trunc(np.where(hi_mask | lo_mask, 0.0, r)).astype(np_dtype(out.dtype))
+        res[hi_mask] = hi
+        res[lo_mask] = lo
+        return res
+    with np.errstate(all="ignore"):
+        return _out(a.astype(np_dtype(out.dtype)), out)
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+def _reduce(fn):
+    def kernel(out, x, *, axes, keepdims=False, **_):
+        a = _f32(x)
+        if out.dtype.kind in "iu" and a.dtype.kind in "biu":
+            a = a.astype(np.int64)
+        with np.errstate(all="ignore"):
+            return _out(fn(a, axis=tuple(axes), keepdims=keepdims), out)
+    return kernel
+
+
+def _arg(fn):
+    def kernel(out, x, *, axis, keepdims=False, **_):
+        return _out(fn(_f32(x), axis=axis, keepdims=keepdims), out)  # first NaN wins, like numpy
+    return kernel
+
+
+# ---- matmul ----------------------------------------------------------------------------------
+
+def _matmul(out, a, b):
+    A, B = a._buf, b._buf
+    if out.dtype is _dt.bool_:
+        return _out(np.matmul(A.astype(np.int64), B.astype(np.int64)) != 0, out)
+    ct = np_dtype(out.dtype)
+    if ct is np.float16:
+        ct = np.float32
+    with np.errstate(all="ignore"):
+        return _out(np.matmul(A.astype(ct, copy=False), B.astype(ct, copy=False)), out)
+
+
+# ---- movement --------------------------------------------------------------------------------
+
+def _slice(out, x, *, slices, **_):
+    key = []
+    for (start, _stop, step), n in zip(slices, out.shape):
+        stop = start + n * step
+        key.append(slice(start, stop if stop >= 0 else None, step))
+    return np.ascontiguousarray(x._buf[tuple(key)])
+
+
+def _check(ids, n, op, axis):
+    ids = np.asarray(ids, dtype=np.int64)
+    bad = (ids < -n) | (ids >= n)
+    if bad.any():
+        i = int(ids[bad].flat[0])
+        raise IndexingError(f"{op}: index {i} is out of range for axis {axis} with size {n}")
+    return np.where(ids < 0, ids + n, ids)
+
+
+def _take(out, x, idx, *, axis, **_):
+    ids = _check(idx._buf, x.shape[axis], "take", axis)
+    return _out(np.take(x._buf, ids, axis=axis), out)
+
+
+def _take_along_axis(out, x, idx, *, axis, **_):
+    ids = _check(idx._buf, x.shape[axis], "take_along_axis", axis)
+    shape = list(out.shape)
+    xshape = list(shape)
+    xshape[axis] = x.shape[axis]
+    return _out(np.take_along_axis(np.broadcast_to(x._buf, xshape), np.broadcast_to(ids, shape), axis=axis), out)
+
+
+def _concat(out, *xs, axis, **_):
+    ct = np_dtype(out.dtype)
+    return np.concatenate([t._buf.astype(ct, copy=False) for t in xs], axis=axis)
 
 
 KERNELS = {
     "full": _full,
-    "add": lambda out, a, b: np.add(a._buf, b._buf).astype(np_dtype(out.dtype), copy=False),
-    "multiply": lambda out, a, b: np.multiply(a._buf, b._buf).astype(np_dtype(out.dtype), copy=False),
-    "exp": lambda out, x: np.exp(x._buf).astype(np_dtype(out.dtype), copy=False),
+    "arange": _arange,
+    "cast": _cast,
+    "where": _where,
+    "erf": _erf,
+    "sum": _reduce(np.sum),
+    "prod": _reduce(np.prod),
+    "max": _reduce(np.max),
+    "min": _reduce(np.min),
+    "argmax": _arg(np.argmax),
+    "argmin": _arg(np.argmin),
+    "matmul": _matmul,
+    "reshape": lambda out, x, **_: x._buf.reshape(out.shape),
+    "permute_dims": lambda out, x, *, axes, **_: np.ascontiguousarray(np.transpose(x._buf, axes)),
+    "broadcast_to": lambda out, x, **_: np.ascontiguousarray(np.broadcast_to(x._buf, out.shape)),
+    "slice": _slice,
+    "concat": _concat,
+    "take": _take,
+    "take_along_axis": _take_along_axis,
 }
+KERNELS.update({name: _unary(f, g) for name, (f, g) in _UNARY.items()})
+KERNELS.update({name: _binary(f) for name, f in _BINARY.items()})
 
 from .numpy_nn import KERNELS as _NN_KERNELS  # noqa: E402
 

@@ -1,55 +1,139 @@
 """The pure-Python backend: the living specification. Flat, contiguous, row-major
 ``array.array`` buffers; runs anywhere CPython or Pyodide runs, with no dependency.
 
-Values are computed with Python floats/ints and stored back into the dtype's array, which rounds
-float32 (and float16, see ``dtypes``) and wraps integers like a real cast.
+Values are computed with Python floats/ints (float64 / exact integers) and stored back into the
+dtype's array, which rounds float32 (and float16, see ``dtypes``) and wraps integers like a real
+cast. Buffers are never mutated after creation, so ``reshape`` shares its input's buffer.
+
+Layout work (transpose, broadcast, slice, flip) goes through one helper, ``gather``: a row-major
+copy of a strided view, built from ``array`` slices with steps so that the inner loop runs in C.
 """
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from array import array
+from itertools import repeat
 from math import prod
 
 from .. import dtypes as _dt
+from ..errors import IndexingError
+
+try:  # Python >= 3.12 (Pyodide 3.14): a C dot product, exact for ints
+    from math import sumprod as _dot
+except ImportError:  # pragma: no cover - exercised on Python 3.11 hosts
+    def _dot(a, b, _mul=operator.mul):
+        return sum(map(_mul, a, b))
+
+
+def _round_half(values) -> list:
+    """Python floats -> float16-representable floats (overflow -> +-inf, like a real cast)."""
+    n = len(values)
+    try:
+        return list(struct.unpack(f"<{n}e", struct.pack(f"<{n}e", *values)))
+    except (OverflowError, struct.error):
+        pass
+    out = []
+    pack = struct.Struct("<e").pack
+    unpack = struct.Struct("<e").unpack
+    for v in values:
+        try:
+            out.append(unpack(pack(v))[0])
+        except (OverflowError, struct.error):
+            out.append(math.copysign(math.inf, v))
+    return out
+
+
+def _wrap_ints(values, dtype) -> array:
+    bits = dtype.itemsize * 8
+    if dtype.kind == "u":
+        return array(dtype.typecode, [int(v) % (1 << bits) for v in values])
+    half = 1 << (bits - 1)
+    return array(dtype.typecode, [((int(v) + half) % (1 << bits)) - half for v in values])
 
 
 def _store(values, dtype) -> array:
     """Python values -> the buffer of ``dtype`` (rounding / wrapping like a cast)."""
     if dtype is _dt.float16:
-        from ..tensor import _round_half
-
-        return array("f", _round_half(values))
+        return array("f", _round_half(values if isinstance(values, list) else list(values)))
     if dtype.kind == "f":
         return array("f", values)
     if dtype is _dt.bool_:
         return array("B", [1 if v else 0 for v in values])
     try:
         return array(dtype.typecode, values)
-    except OverflowError:
-        bits = dtype.itemsize * 8
-        if dtype.kind == "u":
-            return array(dtype.typecode, [int(v) % (1 << bits) for v in values])
-        half = 1 << (bits - 1)
-        return array(dtype.typecode, [((int(v) + half) % (1 << bits)) - half for v in values])
+    except (OverflowError, TypeError):  # TypeError: a float that is integral, e.g. from pow
+        return _wrap_ints(values, dtype)
+
+
+def contiguous_strides(shape) -> list:
+    st = [1] * len(shape)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        st[i] = acc
+        acc *= shape[i]
+    return st
+
+
+def broadcast_strides(in_shape, out_shape) -> list:
+    """Element strides that read ``in_shape`` broadcast to ``out_shape`` (0 on broadcast axes)."""
+    pad = len(out_shape) - len(in_shape)
+    st = contiguous_strides(in_shape)
+    return [0] * pad + [0 if m == 1 and o != 1 else s for m, s, o in zip(in_shape, st, out_shape[pad:])]
+
+
+def _starts(dims, offset) -> list:
+    starts = [offset]
+    for m, s in dims:
+        starts = [b + k * s for b in starts for k in range(m)] if s else [b for b in starts for _ in range(m)]
+    return starts
+
+
+def gather(buf, shape, strides, offset: int = 0) -> array:
+    """A row-major copy of the strided view of ``buf`` (element strides, possibly 0 or < 0)."""
+    n = prod(shape)
+    if n == 0:
+        return buf[:0]
+    # Size-1 axes do not move; an axis whose stride spans its inner neighbour merges with it.
+    dims = [(m, s) for m, s in zip(shape, strides) if m != 1]
+    if not dims:
+        return buf[offset:offset + 1]
+    merged = [dims[-1]]
+    for m, s in reversed(dims[:-1]):
+        im, ist = merged[-1]
+        if s == ist * im:
+            merged[-1] = (m * im, ist)
+        else:
+            merged.append((m, s))
+    merged.reverse()
+    m, s = merged[-1]
+    starts = _starts(merged[:-1], offset)
+    tc = buf.typecode
+    if s == 0:
+        return array(tc, [v for v in map(buf.__getitem__, starts) for _ in range(m)])
+    if m < 8:  # short rows: one index list beats many tiny slices
+        return array(tc, [buf[i] for b in starts for i in range(b, b + m * s, s)])
+    out = array(tc)
+    for b in starts:
+        stop = b + m * s
+        out += buf[b:stop if stop >= 0 else None:s]
+    return out
+
+
+def broadcast_buf(t, out_shape):
+    """``t``'s values broadcast to ``out_shape`` as a flat sequence (its own buffer if no-op)."""
+    if tuple(t.shape) == tuple(out_shape):
+        return t._buf
+    return gather(t._buf, out_shape, broadcast_strides(t.shape, out_shape))
 
 
 def broadcast_index(in_shape, out_shape):
     """For each flat output position, the flat input position under broadcasting
     (``range`` when no broadcasting happens)."""
-    n_out = prod(out_shape)
     if tuple(in_shape) == tuple(out_shape):
-        return range(n_out)
-    nd = len(out_shape)
-    in_shape = (1,) * (nd - len(in_shape)) + tuple(in_shape)
-    idx = [0]
-    stride = 1
-    for ax in range(nd - 1, -1, -1):  # innermost first: idx covers axes ax+1.. so far
-        n = out_shape[ax]
-        s = stride if in_shape[ax] != 1 else 0
-        idx = idx * n if s == 0 else [k * s + i for k in range(n) for i in idx]
-        stride *= in_shape[ax]
-    return idx
+        return range(prod(out_shape))
+    return _starts(list(zip(out_shape, broadcast_strides(in_shape, out_shape))), 0)
 
 
 class PythonBackend:
@@ -70,6 +154,8 @@ class PythonBackend:
             return array("f", struct.unpack(f"<{n}e", data))
         a = array(dtype.typecode)
         a.frombytes(bytes(data))
+        if dtype is _dt.bool_ and any(v > 1 for v in a):  # bytes other than 0/1 mean True
+            a = array("B", [1 if v else 0 for v in a])
         return a
 
     def to_bytes(self, buf, shape, dtype) -> bytes:
@@ -81,35 +167,401 @@ class PythonBackend:
         return self.to_bytes(buf, shape, dtype)
 
 
-# ---- kernels ---------------------------------------------------------------------------------
+# ---- creation --------------------------------------------------------------------------------
 
-def _full(out, *, shape, value, dtype, **_):
-    return _store([value], dtype) * prod(out.shape)
-
-
-def _binary(fn):
-    def kernel(out, a, b):
-        ia = broadcast_index(a.shape, out.shape)
-        ib = broadcast_index(b.shape, out.shape)
-        A, B = a._buf, b._buf
-        if isinstance(ia, range) and isinstance(ib, range):
-            return _store(list(map(fn, A, B)), out.dtype)
-        return _store([fn(A[i], B[j]) for i, j in zip(ia, ib)], out.dtype)
-    return kernel
+def _full(out, *, value, **_):
+    return _store([value], out.dtype) * prod(out.shape)
 
 
-def _unary(fn):
+def _arange(out, *, start, step, **_):
+    return _store([start + i * step for i in range(out.shape[0])], out.dtype)
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+
+def _finite_or_self(fn):
+    """Rounding functions: integers for finite floats, the value itself for inf/nan."""
+    def f(x):
+        return float(fn(x)) if math.isfinite(x) else x
+    return f
+
+
+def _exp(x):
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _log(x):
+    if x > 0:
+        return math.log(x)
+    return -math.inf if x == 0 else math.nan
+
+
+def _sqrt(x):
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def _periodic(fn):
+    def f(x):
+        return fn(x) if math.isfinite(x) else math.nan
+    return f
+
+
+def _sign(x):
+    if x != x:
+        return x
+    return (x > 0) - (x < 0)
+
+
+_UNARY = {  # name: (float function, integer function or None = same)
+    "negative": (operator.neg, None),
+    "abs": (abs, None),
+    "exp": (_exp, None),
+    "log": (_log, None),
+    "sqrt": (_sqrt, None),
+    "sin": (_periodic(math.sin), None),
+    "cos": (_periodic(math.cos), None),
+    "tanh": (math.tanh, None),
+    "erf": (math.erf, None),
+    "sign": (_sign, None),
+    "floor": (_finite_or_self(math.floor), int),
+    "ceil": (_finite_or_self(math.ceil), int),
+    "round": (_finite_or_self(round), int),  # round() is half-to-even, like numpy
+    "isnan": (lambda x: x != x, lambda x: False),
+    "logical_not": (operator.not_, None),
+}
+
+
+def _unary(ffloat, fint):
     def kernel(out, x):
+        fn = fint if fint is not None and x.dtype.kind != "f" else ffloat
         return _store(list(map(fn, x._buf)), out.dtype)
     return kernel
 
 
+def _div(a, b):
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a != a or a == 0:
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _floordiv_f(a, b):
+    try:
+        return a // b
+    except ZeroDivisionError:  # numpy: a / 0
+        return _div(float(a), float(b))
+
+
+def _mod_f(a, b):
+    try:
+        return a % b
+    except ZeroDivisionError:
+        return math.nan
+
+
+def _floordiv_i(a, b):
+    return a // b if b else 0  # numpy: integer division by zero gives 0
+
+
+def _mod_i(a, b):
+    return a % b if b else 0
+
+
+def _pow_f(a, b):
+    try:
+        return math.pow(a, b)
+    except ZeroDivisionError:
+        return math.inf
+    except ValueError:  # 0 ** negative -> inf; negative ** fraction -> nan
+        if a == 0:
+            return math.copysign(math.inf, a) if b == int(b) and int(b) % 2 else math.inf
+        return math.nan
+    except OverflowError:
+        neg = a < 0 and b == int(b) and int(b) % 2
+        return -math.inf if neg else math.inf
+
+
+def _pow_i(a, b):
+    if b < 0:  # like C integer arithmetic on 1/a**|b|: truncates toward zero
+        if a == 1:
+            return 1
+        if a == -1:
+            return -1 if b % 2 else 1
+        return 0
+    return pow(a, b, 1 << 64)  # modular: wraps like the fixed-width result, never builds huge ints
+
+
+def _maximum(a, b):
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a >= b else b
+
+
+def _minimum(a, b):
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a <= b else b
+
+
+_BINARY = {  # name: (function for floats, function for ints/bools or None = same)
+    "add": (operator.add, None),
+    "subtract": (operator.sub, None),
+    "multiply": (operator.mul, None),
+    "divide": (_div, None),
+    "floor_divide": (_floordiv_f, _floordiv_i),
+    "remainder": (_mod_f, _mod_i),
+    "pow": (_pow_f, _pow_i),
+    "maximum": (_maximum, max),
+    "minimum": (_minimum, min),
+    "equal": (operator.eq, None),
+    "not_equal": (operator.ne, None),
+    "less": (operator.lt, None),
+    "less_equal": (operator.le, None),
+    "logical_and": (lambda a, b: bool(a) and bool(b), None),
+    "logical_or": (lambda a, b: bool(a) or bool(b), None),
+}
+
+
+def _binary(ffloat, fint):
+    def kernel(out, a, b):
+        floats = a.dtype.kind == "f" or b.dtype.kind == "f"
+        fn = ffloat if floats or fint is None else fint
+        A = broadcast_buf(a, out.shape)
+        B = broadcast_buf(b, out.shape)
+        return _store(list(map(fn, A, B)), out.dtype)
+    return kernel
+
+
+def _where(out, c, x, y):
+    C = broadcast_buf(c, out.shape)
+    X = broadcast_buf(x, out.shape)
+    Y = broadcast_buf(y, out.shape)
+    return _store([a if k else b for k, a, b in zip(C, X, Y)], out.dtype)
+
+
+def _cast(out, x, *, dtype, **_):
+    dt = out.dtype
+    src = x.dtype
+    buf = x._buf
+    if dt is src:
+        return buf
+    if dt is _dt.bool_:
+        return array("B", [1 if v != 0 else 0 for v in buf])  # NaN != 0: True
+    if dt.kind == "f":
+        return _store([float(v) for v in buf], dt)
+    if src.kind == "f":
+        # float -> int: truncate toward zero, saturate at the int range, NaN -> 0 (the same on
+        # every backend; WGSL's float->int conversion saturates too).
+        bits = dt.itemsize * 8
+        lo, hi = (0, (1 << bits) - 1) if dt.kind == "u" else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        vals = []
+        for v in buf:
+            if v != v:
+                vals.append(0)
+            elif v >= hi:
+                vals.append(hi)
+            elif v <= lo:
+                vals.append(lo)
+            else:
+                vals.append(int(v))
+        return array(dt.typecode, vals)
+    return _store(list(buf), dt)  # int -> int wraps (two's complement), like numpy / C
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+def _reduce_layout(x, axes):
+    """(values with the reduced axes innermost, number of outputs, reduced size)."""
+    keep = [a for a in range(len(x.shape)) if a not in axes]
+    perm = keep + list(axes)
+    r = prod(x.shape[a] for a in axes)
+    n_out = prod(x.shape[a] for a in keep)
+    if perm == list(range(len(x.shape))):
+        return x._buf, n_out, r
+    st = contiguous_strides(x.shape)
+    return gather(x._buf, [x.shape[a] for a in perm], [st[a] for a in perm]), n_out, r
+
+
+def _chunks(vals, n_out, r):
+    return (vals[i * r:(i + 1) * r] for i in range(n_out))
+
+
+def _fsum(c):
+    try:
+        return math.fsum(c)
+    except ValueError:  # inf + -inf
+        return math.nan
+    except OverflowError:  # finite values whose sum overflows
+        return sum(c)
+
+
+def _imul_wrap(c):
+    acc = 1
+    for v in c:
+        acc = (acc * v) & 0xFFFFFFFFFFFFFFFF  # int64 wraps: keep the low 64 bits
+    return acc
+
+
+def _nanmax(fn):
+    def f(c):
+        m = fn(c)
+        if m == m and any(v != v for v in c):
+            return math.nan
+        return m
+    return f
+
+
+def _argfn(fn):
+    def f(c):
+        if c.typecode == "f":
+            for i, v in enumerate(c):
+                if v != v:
+                    return i  # numpy: the first NaN wins
+        return c.index(fn(c))
+    return f
+
+
+def _reduce(ffloat, fint):
+    def kernel(out, x, *, axes, keepdims=False, dtype=None, **_):
+        vals, n_out, r = _reduce_layout(x, axes)
+        fn = ffloat if x.dtype.kind == "f" else fint
+        return _store([fn(c) for c in _chunks(vals, n_out, r)], out.dtype)
+    return kernel
+
+
+def _argreduce(fn):
+    def kernel(out, x, *, axis, keepdims=False, **_):
+        vals, n_out, r = _reduce_layout(x, (axis,))
+        return array("q", [fn(c) for c in _chunks(vals, n_out, r)])
+    return kernel
+
+
+# ---- matmul ----------------------------------------------------------------------------------
+
+def _matmul(out, a, b):
+    """(..., M, K) @ (..., K, N). Per batch: B's columns are cut once as strided slices, then
+    every output is one C-level dot product (math.sumprod where available)."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch = out.shape[:-2]
+    ia = broadcast_index(a.shape[:-2], batch)
+    ib = broadcast_index(b.shape[:-2], batch)
+    A, B = a._buf, b._buf  # mixed int/float inputs mix fine as Python numbers
+    res = []
+    cols_cache = {}
+    mk, kn = M * K, K * N
+    for pa, pb in zip(ia, ib):
+        cols = cols_cache.get(pb)
+        if cols is None:
+            base = pb * kn
+            cols = [B[base + j:base + kn:N] for j in range(N)] if K else [B[:0]] * N
+            cols_cache = {pb: cols}  # keep one batch's columns: batches repeat in runs
+        base = pa * mk
+        for i in range(M):
+            row = A[base + i * K:base + (i + 1) * K]
+            res.extend(map(_dot, repeat(row, N), cols))
+    return _store(res, out.dtype)
+
+
+# ---- movement --------------------------------------------------------------------------------
+
+def _reshape(out, x, **_):
+    return x._buf  # row-major order is unchanged; buffers are immutable, so share
+
+
+def _permute_dims(out, x, *, axes, **_):
+    st = contiguous_strides(x.shape)
+    return gather(x._buf, out.shape, [st[a] for a in axes])
+
+
+def _broadcast_to(out, x, **_):
+    return gather(x._buf, out.shape, broadcast_strides(x.shape, out.shape))
+
+
+def _slice(out, x, *, slices, **_):
+    st = contiguous_strides(x.shape)
+    offset = sum(s[0] * k for s, k in zip(slices, st))
+    return gather(x._buf, out.shape, [s[2] * k for s, k in zip(slices, st)], offset)
+
+
+def _concat(out, *xs, axis, **_):
+    outer = prod(out.shape[:axis])
+    bufs = []
+    for t in xs:
+        buf = t._buf if t.dtype is out.dtype else _cast(out, t, dtype=out.dtype)
+        bufs.append((buf, prod(t.shape[axis:])))
+    res = array(out.dtype.typecode)
+    for i in range(outer):
+        for buf, inner in bufs:
+            res += buf[i * inner:(i + 1) * inner]
+    return res
+
+
+def _check_index(i, n, op, axis):
+    if not -n <= i < n:
+        raise IndexingError(f"{op}: index {i} is out of range for axis {axis} with size {n}")
+    return i + n if i < 0 else i
+
+
+def _take(out, x, idx, *, axis, **_):
+    n = x.shape[axis]
+    ids = [_check_index(i, n, "take", axis) for i in idx._buf]
+    outer = prod(x.shape[:axis])
+    inner = prod(x.shape[axis + 1:])
+    buf = x._buf
+    if inner == 1:
+        return array(buf.typecode, [buf[o * n + i] for o in range(outer) for i in ids])
+    res = array(buf.typecode)
+    for o in range(outer):
+        for i in ids:
+            s = (o * n + i) * inner
+            res += buf[s:s + inner]
+    return res
+
+
+def _take_along_axis(out, x, idx, *, axis, **_):
+    n = x.shape[axis]
+    xs = broadcast_strides(x.shape, out.shape)
+    xs[axis] = 0
+    starts = _starts(list(zip(out.shape, xs)), 0)
+    step = contiguous_strides(x.shape)[axis]
+    ids = broadcast_buf(idx, out.shape)
+    buf = x._buf
+    return array(buf.typecode, [buf[b + _check_index(i, n, "take_along_axis", axis) * step]
+                                for b, i in zip(starts, ids)])
+
+
 KERNELS = {
     "full": _full,
-    "add": _binary(lambda x, y: x + y),
-    "multiply": _binary(lambda x, y: x * y),
-    "exp": _unary(lambda x: math.exp(x) if x < 709 else math.inf),
+    "arange": _arange,
+    "cast": _cast,
+    "where": _where,
+    "sum": _reduce(_fsum, sum),
+    "prod": _reduce(math.prod, _imul_wrap),
+    "max": _reduce(_nanmax(max), max),
+    "min": _reduce(_nanmax(min), min),
+    "argmax": _argreduce(_argfn(max)),
+    "argmin": _argreduce(_argfn(min)),
+    "matmul": _matmul,
+    "reshape": _reshape,
+    "permute_dims": _permute_dims,
+    "broadcast_to": _broadcast_to,
+    "slice": _slice,
+    "concat": _concat,
+    "take": _take,
+    "take_along_axis": _take_along_axis,
 }
+KERNELS.update({name: _unary(f, g) for name, (f, g) in _UNARY.items()})
+KERNELS.update({name: _binary(f, g) for name, (f, g) in _BINARY.items()})
 
 from .python_nn import KERNELS as _NN_KERNELS  # noqa: E402
 

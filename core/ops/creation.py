@@ -1,37 +1,180 @@
-"""Creation ops: full, zeros, ones, arange, eye, *_like."""
+"""Creation ops: full, zeros, ones, arange, eye, linspace, *_like.
+
+Primitives: ``full`` and ``arange``; the rest are built from them.
+
+>>> import ember
+>>> ember.arange(5).tolist()
+[0, 1, 2, 3, 4]
+>>> ember.eye(2, 3, k=1).tolist()
+[[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+"""
 from __future__ import annotations
+
+import math
 
 from .. import dtypes as _dt
 from ..backends import default_device
+from ..errors import DTypeError, ShapeError
 from ..registry import apply, op
 
-__all__ = ["full", "zeros", "ones"]
-
-op("full", kind="create", shape=lambda *, shape, value, dtype, **_: tuple(shape),
-   dtype=lambda *, shape, value, dtype, **_: dtype,
-   doc="A tensor of ``shape`` filled with ``value``.")
+__all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "eye", "linspace"]
 
 
-def _shape(shape) -> tuple:
-    return (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+def _shape_rule(*, shape, **_):
+    return tuple(shape)
+
+
+op("full", kind="create", shape=_shape_rule, dtype=lambda *, dtype, **_: dtype,
+   doc="A tensor of ``shape`` filled with ``value`` (already converted to ``dtype``'s Python type).")
+op("arange", kind="create", shape=lambda *, num, **_: (num,), dtype=lambda *, dtype, **_: dtype,
+   doc="``num`` values ``start + i * step`` (computed in float64 / exact ints, then stored).")
+
+
+def _shape(shape, op: str = "full") -> tuple:
+    try:
+        out = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ShapeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(s < 0 for s in out):
+        raise ShapeError(f"{op}: negative dimension in shape {out}")
+    return out
+
+
+def _value(value, dt, op):
+    """The fill value as ``dt``'s Python type (so every backend stores the same thing)."""
+    if dt is _dt.bool_:
+        return bool(value)
+    if dt.kind == "f":
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DTypeError(f"{op}: cannot fill an {dt.name} tensor with {value}")
+    bits = dt.itemsize * 8  # wrap into range like an int cast, so every backend stores the same
+    v = int(value) % (1 << bits)
+    return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
 
 
 def full(shape, fill_value, *, dtype=None, device: str | None = None):
-    """A tensor of ``shape`` filled with ``fill_value``.
+    """A tensor of ``shape`` filled with ``fill_value`` (dtype from the value unless given:
+    bool, int64 or float32).
 
     >>> import ember
     >>> ember.full((2,), 7).tolist()
     [7, 7]
     """
     dt = _dt.get(dtype) if dtype is not None else _dt.scalar_dtype(fill_value)
-    return apply("full", shape=_shape(shape), value=fill_value, dtype=dt, device=device or default_device())
+    return apply("full", shape=_shape(shape), value=_value(fill_value, dt, "full"), dtype=dt,
+                 device=device or default_device())
 
 
 def zeros(shape, *, dtype=None, device: str | None = None):
-    """A tensor of zeros (float32 unless ``dtype`` says otherwise)."""
+    """A tensor of zeros (float32 unless ``dtype`` says otherwise).
+
+    >>> import ember
+    >>> ember.zeros((2, 2), dtype="int32").tolist()
+    [[0, 0], [0, 0]]
+    """
     return full(shape, 0, dtype=dtype or _dt.default_float, device=device)
 
 
 def ones(shape, *, dtype=None, device: str | None = None):
     """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
     return full(shape, 1, dtype=dtype or _dt.default_float, device=device)
+
+
+def full_like(x, fill_value, *, dtype=None, device: str | None = None):
+    """A tensor shaped like ``x`` (same dtype and device unless given) filled with ``fill_value``.
+
+    >>> import ember
+    >>> ember.full_like(ember.tensor([1, 2]), 5).tolist()
+    [5, 5]
+    """
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def zeros_like(x, *, dtype=None, device: str | None = None):
+    """Zeros shaped like ``x`` (same dtype and device unless given)."""
+    return full_like(x, 0, dtype=dtype, device=device)
+
+
+def ones_like(x, *, dtype=None, device: str | None = None):
+    """Ones shaped like ``x`` (same dtype and device unless given)."""
+    return full_like(x, 1, dtype=dtype, device=device)
+
+
+def _number(v, name):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if hasattr(v, "item") and not isinstance(v, bool):
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise DTypeError(f"{name}: expected a Python number, got {type(v).__name__}")
+    return v
+
+
+def arange(start, stop=None, step=1, *, dtype=None, device: str | None = None):
+    """Evenly spaced values in [start, stop): ``ceil((stop - start) / step)`` of them. int64 when
+    start, stop and step are all ints, else float32 (unless ``dtype`` is given).
+
+    >>> import ember
+    >>> ember.arange(1, 2, 0.25).tolist()
+    [1.0, 1.25, 1.5, 1.75]
+    """
+    if stop is None:
+        start, stop = 0, start
+    start, stop, step = (_number(v, "arange") for v in (start, stop, step))
+    if step == 0:
+        raise ShapeError("arange: step must not be 0")
+    ints = all(isinstance(v, int) for v in (start, stop, step))
+    dt = _dt.get(dtype) if dtype is not None else (_dt.default_int if ints else _dt.default_float)
+    if ints:
+        num = max(0, -((start - stop) // step))  # exact ceil for ints
+    else:
+        span = (stop - start) / step
+        if not math.isfinite(span):
+            raise ShapeError(f"arange: start={start}, stop={stop}, step={step} give no finite length")
+        num = max(0, math.ceil(span))
+    if dt.kind != "f":
+        start, step = int(start), int(step)
+    return apply("arange", start=start, step=step, num=num, dtype=dt, device=device or default_device())
+
+
+def linspace(start, stop, num: int, *, dtype=None, device: str | None = None, endpoint: bool = True):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (included when ``endpoint``),
+    computed in float64 and rounded once (float32 unless ``dtype`` is given).
+
+    >>> import ember
+    >>> ember.linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    from .movement import concat
+
+    start, stop = float(_number(start, "linspace")), float(_number(stop, "linspace"))
+    num = int(num)
+    if num < 0:
+        raise ShapeError(f"linspace: num must be >= 0, got {num}")
+    dt = _dt.get(dtype) if dtype is not None else _dt.default_float
+    device = device or default_device()
+    fdt = dt if dt.kind == "f" else _dt.default_float
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    if endpoint and num > 1:  # the last value is exactly stop, like numpy
+        y = concat([apply("arange", start=start, step=step, num=num - 1, dtype=fdt, device=device),
+                    full((1,), stop, dtype=fdt, device=device)])
+    else:
+        y = apply("arange", start=start, step=step, num=num, dtype=fdt, device=device)
+    return y if fdt is dt else y.astype(dt)
+
+
+def eye(n_rows: int, n_cols: int | None = None, *, k: int = 0, dtype=None, device: str | None = None):
+    """A 2-D tensor with ones on diagonal ``k`` (float32 unless ``dtype`` is given).
+
+    >>> import ember
+    >>> ember.eye(2).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    n_cols = n_rows if n_cols is None else n_cols
+    if n_rows < 0 or n_cols < 0:
+        raise ShapeError(f"eye: negative size ({n_rows}, {n_cols})")
+    device = device or default_device()
+    rows = arange(k, n_rows + k, device=device).reshape((n_rows, 1))
+    cols = arange(n_cols, device=device).reshape((1, n_cols))
+    return (rows == cols).astype(dtype or _dt.default_float)

@@ -1,48 +1,349 @@
-"""Elementwise ops (unary, binary with broadcasting, where) and the Python operators."""
+"""Elementwise ops (unary, binary with broadcasting, where, cast) and the Python operators.
+
+dtype rules (declared once per op, below):
+
+- arithmetic (``add subtract multiply floor_divide remainder pow negative sign floor ceil
+  round``): any numeric dtype, array-API promotion; bool alone is rejected (cast first).
+- float math (``divide exp log sqrt sin cos tanh erf``): floats keep their dtype, ints and
+  bools give float32.
+- comparisons and ``isnan``: any dtype -> bool. ``maximum minimum abs``: any dtype.
+- logical ops (``logical_and/or/xor/not``, ``where``'s condition): bool only.
+
+Python scalars are weakly typed (``dtypes.scalar_dtype``): ``x_f16 * 2.0`` stays float16,
+``x_int + 1.5`` is float32, and an int scalar that does not fit an int tensor's dtype raises.
+
+>>> import ember
+>>> x = ember.tensor([1.0, -2.5, 4.0])
+>>> ember.maximum(x, 0).tolist()
+[1.0, 0.0, 4.0]
+>>> (ember.tensor([7, -7]) // 2).tolist(), (ember.tensor([7, -7]) % 3).tolist()
+([3, -4], [1, 2])
+"""
 from __future__ import annotations
 
 from .. import dtypes as _dt
-from ..registry import apply, broadcast_shapes, op, promote, same_dtype, same_shape, to_float
+from ..errors import DTypeError
+from ..registry import apply, broadcast_shapes, op, promote, same_shape, to_bool, to_float
 from ..tensor import Tensor
 from . import method
 from .creation import full
 
-__all__ = ["add", "multiply", "exp", "asarray_like"]
+__all__ = ["asarray_like", "add", "subtract", "multiply", "divide", "floor_divide", "remainder",
+           "pow", "maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater",
+           "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "negative",
+           "positive", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sign",
+           "floor", "ceil", "round", "isnan", "isinf", "isfinite", "reciprocal", "square", "where",
+           "clip", "astype"]
+
+_INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
+              "uint8": (0, 255)}
 
 
 def asarray_like(x, like: Tensor) -> Tensor:
-    """``x`` as a tensor on ``like``'s device; a Python scalar takes a weak dtype next to ``like``."""
+    """``x`` as a tensor on ``like``'s device. A Python scalar takes a weak dtype next to
+    ``like`` (and must fit it); lists and numpy arrays become tensors with their own dtype.
+
+    >>> import ember
+    >>> ember.ops.asarray_like(2.0, ember.tensor([1.0], dtype="float16")).dtype
+    ember.float16
+    """
     if isinstance(x, Tensor):
         return x
-    return full((), x, dtype=_dt.scalar_dtype(x, like.dtype), device=like.device)
+    if isinstance(x, (bool, int, float)):
+        dt = _dt.scalar_dtype(x, like.dtype)
+        if dt.kind in "iu" and not isinstance(x, bool):
+            lo, hi = _INT_RANGE[dt.name]
+            if not lo <= x <= hi:
+                raise DTypeError(f"the Python int {x} does not fit {dt.name} (range {lo}..{hi}); "
+                                 f"cast the tensor to a wider dtype first")
+        return full((), x, dtype=dt, device=like.device)
+    if isinstance(x, (list, tuple)) or hasattr(x, "__array_interface__"):
+        from ..tensor import tensor
+
+        return tensor(x, device=like.device)
+    raise DTypeError(f"cannot combine a tensor with a {type(x).__name__}")
 
 
-def _binary(name, dtype_rule):
-    op(name, kind="binary", shape=lambda a, b, **_: broadcast_shapes(a, b, op=name), dtype=dtype_rule)
+# ---- dtype rules ------------------------------------------------------------------------------
 
-    def fn(x1, x2):
-        if not isinstance(x1, Tensor):
-            x1 = asarray_like(x1, x2)
-        x2 = asarray_like(x2, x1)
-        return apply(name, x1, x2)
-    fn.__name__ = name
-    return fn
+def _names(dts):
+    return ", ".join(d.name for d in dts)
 
 
-def _unary(name, dtype_rule):
-    op(name, kind="unary", shape=same_shape, dtype=dtype_rule)
+def numeric(name):
+    """Promote; reject an all-bool input (arithmetic on bools is ambiguous: cast first)."""
+    def rule(*dts, **_):
+        if all(d is _dt.bool_ for d in dts):
+            raise DTypeError(f"{name}: not defined for bool tensors ({_names(dts)}); "
+                             f"cast with .astype(ember.int64) first, or use the logical_* ops")
+        return promote(*dts)
+    return rule
 
-    def fn(x):
+
+def floating(name):
+    """Floats keep their dtype; ints and bools compute in float32."""
+    def rule(*dts, **_):
+        return to_float(*dts)
+    return rule
+
+
+def boolean(name):
+    """Bool inputs only (array-API logical ops)."""
+    def rule(*dts, **_):
+        bad = [d for d in dts if d is not _dt.bool_]
+        if bad:
+            raise DTypeError(f"{name}: needs bool tensors, got {_names(dts)}; compare first "
+                             f"(x != 0) or cast with .astype(ember.bool)")
+        return _dt.bool_
+    return rule
+
+
+def _any(name):
+    def rule(*dts, **_):
+        return promote(*dts)
+    return rule
+
+
+def _compare(name):
+    def rule(*dts, **_):
+        promote(*dts)
+        return _dt.bool_
+    return rule
+
+
+# ---- declarations ----------------------------------------------------------------------------
+
+def _unary(name, dtype_rule, doc=""):
+    op(name, kind="unary", shape=same_shape, dtype=dtype_rule(name), doc=doc)
+
+    def fn(x: Tensor) -> Tensor:
         return apply(name, x)
-    fn.__name__ = name
-    return fn
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return method(fn)
 
 
-add = method(_binary("add", promote))
-multiply = method(_binary("multiply", promote))
-exp = method(_unary("exp", to_float))
+def _bin_shape(name):
+    return lambda a, b, **_: broadcast_shapes(a, b, op=name)
 
-Tensor.__add__ = add
-Tensor.__radd__ = lambda self, other: add(other, self)
-Tensor.__mul__ = multiply
-Tensor.__rmul__ = lambda self, other: multiply(other, self)
+
+def _args(x1, x2):
+    if not isinstance(x1, Tensor):
+        if not isinstance(x2, Tensor):
+            raise DTypeError(f"need at least one Tensor, got {type(x1).__name__} and {type(x2).__name__}")
+        x1 = asarray_like(x1, x2)
+    return x1, asarray_like(x2, x1)
+
+
+def _binary(name, dtype_rule, doc=""):
+    op(name, kind="binary", shape=_bin_shape(name), dtype=dtype_rule(name), doc=doc)
+
+    def fn(x1, x2) -> Tensor:
+        return apply(name, *_args(x1, x2))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return method(fn)
+
+
+def _composite_binary(name, dtype_rule, decompose, doc=""):
+    op(name, kind="composite", shape=_bin_shape(name), dtype=dtype_rule(name), decompose=decompose, doc=doc)
+
+    def fn(x1, x2) -> Tensor:
+        return apply(name, *_args(x1, x2))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return method(fn)
+
+
+def _composite_unary(name, dtype_rule, decompose, doc=""):
+    op(name, kind="composite", shape=same_shape, dtype=dtype_rule(name), decompose=decompose, doc=doc)
+
+    def fn(x: Tensor) -> Tensor:
+        return apply(name, x)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return method(fn)
+
+
+negative = _unary("negative", numeric, "-x (ints wrap).")
+abs = _unary("abs", _any, "|x| (abs of the most negative int wraps, like numpy).")  # noqa: A001
+exp = _unary("exp", floating, "e**x.\n\n>>> import ember\n>>> ember.exp(ember.tensor([0.0])).tolist()\n[1.0]")
+log = _unary("log", floating, "Natural log; log(0) = -inf, log(<0) = nan.")
+sqrt = _unary("sqrt", floating, "Square root; sqrt(<0) = nan.")
+sin = _unary("sin", floating, "Sine (radians).")
+cos = _unary("cos", floating, "Cosine (radians).")
+tanh = _unary("tanh", floating, "Hyperbolic tangent.")
+erf = _unary("erf", floating, "Gauss error function.")
+sign = _unary("sign", numeric, "-1, 0 or 1 (nan stays nan).")
+floor = _unary("floor", numeric, "Round toward -inf (ints unchanged).")
+ceil = _unary("ceil", numeric, "Round toward +inf (ints unchanged).")
+round = _unary("round", numeric, "Round half to even, like numpy (ints unchanged).\n\n"  # noqa: A001
+               ">>> import ember\n>>> ember.round(ember.tensor([0.5, 1.5, 2.5])).tolist()\n[0.0, 2.0, 2.0]")
+isnan = _unary("isnan", _compare, "True where x is NaN.")
+logical_not = _unary("logical_not", boolean, "Logical not of a bool tensor.")
+
+add = _binary("add", numeric, "x1 + x2 with broadcasting.\n\n>>> import ember\n"
+              ">>> ember.add(ember.tensor([[1], [2]]), ember.tensor([10, 20])).tolist()\n[[11, 21], [12, 22]]")
+subtract = _binary("subtract", numeric, "x1 - x2 with broadcasting.")
+multiply = _binary("multiply", numeric, "x1 * x2 with broadcasting.")
+divide = _binary("divide", floating, "True division (ints give float32); x/0 = +-inf or nan.\n\n"
+                 ">>> import ember\n>>> ember.divide(ember.tensor([1, 3]), 2).tolist()\n[0.5, 1.5]")
+floor_divide = _binary("floor_divide", numeric, "Floor division (Python/numpy semantics; int // 0 = 0).")
+remainder = _binary("remainder", numeric, "Remainder with the sign of x2 (Python/numpy); int % 0 = 0.")
+pow = _binary("pow", numeric, "x1 ** x2 (ints: wrap on overflow; a negative exponent truncates toward 0).")  # noqa: A001
+maximum = _binary("maximum", _any, "Elementwise max; NaN propagates.")
+minimum = _binary("minimum", _any, "Elementwise min; NaN propagates.")
+equal = _binary("equal", _compare, "x1 == x2.")
+not_equal = _binary("not_equal", _compare, "x1 != x2 (True where either is NaN).")
+less = _binary("less", _compare, "x1 < x2.")
+less_equal = _binary("less_equal", _compare, "x1 <= x2.")
+logical_and = _binary("logical_and", boolean, "Logical and of bool tensors.")
+logical_or = _binary("logical_or", boolean, "Logical or of bool tensors.")
+greater = _composite_binary("greater", _compare, lambda a, b: less(b, a), "x1 > x2.")
+greater_equal = _composite_binary("greater_equal", _compare, lambda a, b: less_equal(b, a), "x1 >= x2.")
+logical_xor = _composite_binary("logical_xor", boolean, lambda a, b: not_equal(a, b), "Logical xor of bool tensors.")
+
+isinf = _composite_unary("isinf", _compare, lambda x: equal(abs(x), float("inf")) if x.dtype.kind == "f"
+                         else full(x.shape, False, dtype=_dt.bool_, device=x.device), "True where x is +-inf.")
+isfinite = _composite_unary("isfinite", _compare, lambda x: logical_not(logical_or(isnan(x), isinf(x))),
+                            "True where x is neither NaN nor +-inf.")
+reciprocal = _composite_unary("reciprocal", floating, lambda x: divide(1.0, x), "1 / x.")
+rsqrt = _composite_unary("rsqrt", floating, lambda x: divide(1.0, sqrt(x)), "1 / sqrt(x).")
+square = _composite_unary("square", numeric, lambda x: multiply(x, x), "x * x.")
+
+
+@method
+def positive(x: Tensor) -> Tensor:
+    """+x (the tensor itself: tensors are immutable)."""
+    numeric("positive")(x.dtype)
+    return x
+
+
+# ---- where / cast / clip ---------------------------------------------------------------------
+
+def _where_dtype(c, a, b, **_):
+    boolean("where")(c)
+    return promote(a, b)
+
+
+op("where", kind="ternary", shape=lambda c, a, b, **_: broadcast_shapes(c, a, b, op="where"),
+   dtype=_where_dtype, doc="x1 where condition else x2.")
+
+
+def where(condition: Tensor, x1, x2) -> Tensor:
+    """``x1`` where ``condition`` (a bool tensor) is True, else ``x2``, with broadcasting.
+
+    >>> import ember
+    >>> c = ember.tensor([True, False, True])
+    >>> ember.where(c, ember.tensor([1.0, 2.0, 3.0]), 0.0).tolist()
+    [1.0, 0.0, 3.0]
+    """
+    if not isinstance(condition, Tensor):
+        raise DTypeError(f"where: condition must be a bool Tensor, got {type(condition).__name__}")
+    if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
+        x1 = full((), x1, dtype=_dt.scalar_dtype(x1), device=condition.device)
+    x1, x2 = _args(x1, x2)
+    return apply("where", condition, x1, x2)
+
+
+op("cast", kind="unary", shape=same_shape, dtype=lambda x, *, dtype, **_: dtype,
+   doc="Convert to another dtype (see astype).")
+
+
+@method
+def astype(x: Tensor, dtype) -> Tensor:
+    """``x`` converted to ``dtype``: float -> int truncates toward zero and saturates at the
+    int range, NaN -> 0 (the same on every backend); int -> int wraps; -> bool is ``x != 0``
+    (so NaN -> True); -> float16 rounds to nearest even, overflow -> inf.
+
+    >>> import ember
+    >>> ember.tensor([-1.7, 2.9, float("nan")]).astype("int32").tolist()
+    [-1, 2, 0]
+    """
+    dt = _dt.get(dtype)
+    if dt is x.dtype:
+        return x
+    return apply("cast", x, dtype=dt)
+
+
+def _clip_dtype(x, **_):
+    if x is _dt.bool_:
+        raise DTypeError("clip: not defined for bool tensors")
+    return x
+
+
+def _clip_decompose(x, *, min=None, max=None):  # noqa: A002
+    y = x
+    if min is not None:
+        y = maximum(y, min)
+    if max is not None:
+        y = minimum(y, max)
+    return y if y.dtype is x.dtype else astype(y, x.dtype)
+
+
+op("clip", kind="composite", shape=lambda x, **_: x, dtype=_clip_dtype, decompose=_clip_decompose,
+   doc="Clamp to [min, max] (Python scalar bounds).")
+
+
+@method
+def clip(x: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
+    """Clamp ``x`` to [``min``, ``max``] (scalars or tensors that broadcast; either may be None).
+    The result keeps ``x``'s dtype; NaN stays NaN.
+
+    >>> import ember
+    >>> ember.clip(ember.tensor([-2.0, 0.5, 3.0]), 0, 1).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        _clip_dtype(x.dtype)
+        return _clip_decompose(x, min=min, max=max)
+    return apply("clip", x, min=min, max=max)
+
+
+# ---- Python operators ------------------------------------------------------------------------
+
+def _operand_ok(v) -> bool:
+    return isinstance(v, (Tensor, bool, int, float, list, tuple)) or hasattr(v, "__array_interface__")
+
+
+def _op(fn, reflected=False):
+    if reflected:
+        def dunder(self, other):
+            return fn(other, self) if _operand_ok(other) else NotImplemented
+    else:
+        def dunder(self, other):
+            return fn(self, other) if _operand_ok(other) else NotImplemented
+    return dunder
+
+
+def _logical(name, fn):
+    def f(x1, x2):
+        x1, x2 = _args(x1, x2)
+        if x1.dtype is not _dt.bool_ or x2.dtype is not _dt.bool_:
+            raise DTypeError(f"{name}: ember's & | ^ ~ are logical ops on bool tensors; bitwise ops on "
+                             f"{_names((x1.dtype, x2.dtype))} are not supported")
+        return fn(x1, x2)
+    return f
+
+
+def _invert(x):
+    if x.dtype is not _dt.bool_:
+        raise DTypeError(f"invert: ember's ~ is logical not on bool tensors; bitwise not on {x.dtype.name} "
+                         f"is not supported")
+    return logical_not(x)
+
+
+for _name, _fn in [("add", add), ("sub", subtract), ("mul", multiply), ("truediv", divide),
+                   ("floordiv", floor_divide), ("mod", remainder), ("pow", pow),
+                   ("and", _logical("and", logical_and)), ("or", _logical("or", logical_or)),
+                   ("xor", _logical("xor", logical_xor))]:
+    setattr(Tensor, f"__{_name}__", _op(_fn))
+    setattr(Tensor, f"__r{_name}__", _op(_fn, reflected=True))
+for _name, _fn in [("eq", equal), ("ne", not_equal), ("lt", less), ("le", less_equal), ("gt", greater),
+                   ("ge", greater_equal)]:
+    setattr(Tensor, f"__{_name}__", _op(_fn))
+Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; identity hashing keeps tensors usable as keys
+Tensor.__neg__ = negative
+Tensor.__pos__ = positive
+Tensor.__abs__ = abs
+Tensor.__invert__ = _invert
