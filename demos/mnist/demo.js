@@ -1,0 +1,409 @@
+// The MNIST page: drawing, MNIST-style preprocessing, loading, and the bridge to app.py.
+//
+// JS API (for tests and for pages that embed the demo):
+//   window.emberDemo.ready                     Promise, resolves when the model is loaded
+//   await window.emberDemo.predict(pixels, backend)
+//        pixels: 784 numbers in [0, 1] (28x28 row major, white digit on black)
+//        backend: "webgpu" | "cpu" (default: the one selected on the page)
+//        -> {digit, probs (10 numbers), ms, backend}
+//   window.emberDemo.preprocess(canvas)        -> Float32Array(784) | null (empty drawing)
+//   window.emberDemo.setBackend(name)          same as clicking the radio button
+//   await window.emberDemo.idle()              resolves when no page prediction is pending
+//   window.emberDemo.lastResult                the result shown on the page
+//   window.emberDemo.info                      {webgpu, webgpuError, timings, ...}
+
+import { loadEmber, fetchBytes } from "../../wasm/ember.js";
+
+const SIDE = 28;
+const BOX = 20;            // MNIST: the ink's bounding box is scaled to fit 20x20...
+const CENTRE = 14;         // ...then shifted so its centre of mass sits at pixel (14, 14)
+const BRUSH = 20;          // stroke width on the 280 px pad: ~2 px after scaling, like MNIST
+const PY_DIR = "/home/pyodide/mnist";
+
+const $ = (id) => document.getElementById(id);
+const pad = $("pad");
+const padCtx = pad.getContext("2d", { willReadFrequently: true });
+const inputCtx = $("input28").getContext("2d");
+
+let pyodide = null;
+let pyPredict = null;      // app.predict (a PyProxy)
+let webgpuOk = false;
+let backend = "cpu";
+let queue = Promise.resolve();   // predictions run one at a time (one Python interpreter)
+let pending = null;              // the page's own latest prediction, if any
+let dirty = false;
+
+// ---- preprocessing (what MNIST did to each scanned digit) ---------------------------------
+
+/** Area-average resampling of a 1-D signal of length n to length m (m <= n or not). */
+function resampleWeights(n, m) {
+  const out = [];
+  const step = n / m;
+  for (let j = 0; j < m; j++) {
+    const a = j * step, b = (j + 1) * step;
+    const taps = [];
+    for (let k = Math.floor(a); k < Math.min(n, Math.ceil(b)); k++) {
+      const w = Math.min(b, k + 1) - Math.max(a, k);
+      if (w > 0) taps.push([k, w / step]);
+    }
+    out.push(taps);
+  }
+  return out;
+}
+
+/** 28x28 Float32Array in [0, 1] from the drawing, or null if nothing is drawn. */
+function preprocess(canvas) {
+  const W = canvas.width, H = canvas.height;
+  const rgba = canvas.getContext("2d", { willReadFrequently: true }).getImageData(0, 0, W, H).data;
+  const ink = new Float32Array(W * H);
+  let x0 = W, y0 = H, x1 = -1, y1 = -1;
+  for (let y = 0; y < H; y++) {
+    for (let x = 0; x < W; x++) {
+      const v = rgba[(y * W + x) * 4] / 255;   // white on black: the red channel is the ink
+      ink[y * W + x] = v;
+      if (v > 0.05) {
+        if (x < x0) x0 = x;
+        if (x > x1) x1 = x;
+        if (y < y0) y0 = y;
+        if (y > y1) y1 = y;
+      }
+    }
+  }
+  if (x1 < 0) return null;
+  const bw = x1 - x0 + 1, bh = y1 - y0 + 1;
+  const scale = BOX / Math.max(bw, bh);
+  const tw = Math.max(1, Math.round(bw * scale)), th = Math.max(1, Math.round(bh * scale));
+  // Separable area averaging: columns first (bw -> tw), then rows (bh -> th).
+  const wx = resampleWeights(bw, tw), wy = resampleWeights(bh, th);
+  const tmp = new Float32Array(bh * tw);
+  for (let y = 0; y < bh; y++) {
+    const row = (y0 + y) * W + x0;
+    for (let j = 0; j < tw; j++) {
+      let s = 0;
+      for (const [k, w] of wx[j]) s += ink[row + k] * w;
+      tmp[y * tw + j] = s;
+    }
+  }
+  const small = new Float32Array(th * tw);
+  let mass = 0, mx = 0, my = 0;
+  for (let i = 0; i < th; i++) {
+    for (let j = 0; j < tw; j++) {
+      let s = 0;
+      for (const [k, w] of wy[i]) s += tmp[k * tw + j] * w;
+      s = Math.min(1, s);
+      small[i * tw + j] = s;
+      mass += s; mx += s * j; my += s * i;
+    }
+  }
+  // Integer shift that puts the centre of mass at (14, 14), kept inside the 28x28 frame.
+  const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
+  const ox = clamp(Math.round(CENTRE - mx / mass), 0, SIDE - tw);
+  const oy = clamp(Math.round(CENTRE - my / mass), 0, SIDE - th);
+  const out = new Float32Array(SIDE * SIDE);
+  for (let i = 0; i < th; i++) {
+    for (let j = 0; j < tw; j++) out[(oy + i) * SIDE + ox + j] = small[i * tw + j];
+  }
+  return out;
+}
+
+function showInput(pixels) {
+  const img = inputCtx.createImageData(SIDE, SIDE);
+  for (let i = 0; i < SIDE * SIDE; i++) {
+    const v = Math.round((pixels ? pixels[i] : 0) * 255);
+    img.data.set([v, v, v, 255], i * 4);
+  }
+  inputCtx.putImageData(img, 0, 0);
+}
+
+// ---- drawing ----------------------------------------------------------------------------
+
+function clearPad() {
+  padCtx.fillStyle = "#000";
+  padCtx.fillRect(0, 0, pad.width, pad.height);
+}
+
+function setupDrawing() {
+  clearPad();
+  let last = null;
+  const at = (e) => {
+    const r = pad.getBoundingClientRect();
+    return [(e.clientX - r.left) * pad.width / r.width, (e.clientY - r.top) * pad.height / r.height];
+  };
+  const dot = ([x, y]) => {
+    padCtx.beginPath();
+    padCtx.arc(x, y, BRUSH / 2, 0, 2 * Math.PI);
+    padCtx.fill();
+  };
+  pad.addEventListener("pointerdown", (e) => {
+    if (e.button !== 0) return;
+    pad.setPointerCapture(e.pointerId);
+    padCtx.fillStyle = "#fff";
+    last = at(e);
+    dot(last);
+  });
+  pad.addEventListener("pointermove", (e) => {
+    if (!last) return;
+    const p = at(e);
+    padCtx.strokeStyle = "#fff";
+    padCtx.lineWidth = BRUSH;
+    padCtx.lineCap = "round";
+    padCtx.beginPath();
+    padCtx.moveTo(last[0], last[1]);
+    padCtx.lineTo(p[0], p[1]);
+    padCtx.stroke();
+    last = p;
+  });
+  const end = () => {
+    if (!last) return;
+    last = null;
+    requestPredict();
+  };
+  pad.addEventListener("pointerup", end);
+  pad.addEventListener("pointercancel", end);
+  $("clear").addEventListener("click", () => {
+    clearPad();
+    showInput(null);
+    showResult(null);
+  });
+}
+
+/** Draw a 28x28 uint8 MNIST image onto the pad (scaled up) and predict it. */
+function drawSample(bytes) {
+  const small = document.createElement("canvas");
+  small.width = small.height = SIDE;
+  const c = small.getContext("2d");
+  const img = c.createImageData(SIDE, SIDE);
+  for (let i = 0; i < SIDE * SIDE; i++) img.data.set([bytes[i], bytes[i], bytes[i], 255], i * 4);
+  c.putImageData(img, 0, 0);
+  clearPad();
+  padCtx.imageSmoothingEnabled = true;
+  padCtx.drawImage(small, 0, 0, pad.width, pad.height);
+  requestPredict();
+}
+
+async function setupSamples() {
+  const doc = await (await fetch("testdigits.json")).json();
+  const box = $("samples");
+  const seen = new Set();
+  doc.images_hex.forEach((hex, i) => {
+    const label = doc.labels[i];
+    if (seen.has(label)) return;
+    seen.add(label);
+    const bytes = Uint8Array.from(hex.match(/../g), (h) => parseInt(h, 16));
+    const btn = document.createElement("button");
+    btn.type = "button";
+    btn.title = `MNIST test image #${i} (a ${label})`;
+    btn.dataset.label = label;
+    const thumb = document.createElement("canvas");
+    thumb.width = thumb.height = SIDE;
+    const tctx = thumb.getContext("2d");
+    const img = tctx.createImageData(SIDE, SIDE);
+    for (let p = 0; p < SIDE * SIDE; p++) img.data.set([bytes[p], bytes[p], bytes[p], 255], p * 4);
+    tctx.putImageData(img, 0, 0);
+    btn.append(thumb);
+    btn.addEventListener("click", () => drawSample(bytes));
+    box.append(btn);
+  });
+  [...box.children].sort((a, b) => a.dataset.label - b.dataset.label).forEach((b) => box.append(b));
+}
+
+// ---- results ----------------------------------------------------------------------------
+
+function setupBars() {
+  const ol = $("bars");
+  for (let d = 0; d < 10; d++) {
+    const li = document.createElement("li");
+    li.innerHTML = `<span>${d}</span><div class="bar"><div class="fill"></div></div><span class="pct">–</span>`;
+    ol.append(li);
+  }
+}
+
+function showResult(r) {
+  window.emberDemo.lastResult = r;
+  const items = $("bars").children;
+  for (let d = 0; d < 10; d++) {
+    const p = r ? r.probs[d] : 0;
+    items[d].querySelector(".fill").style.width = `${(p * 100).toFixed(1)}%`;
+    items[d].querySelector(".pct").textContent = r ? `${(p * 100).toFixed(1)}%` : "–";
+    items[d].classList.toggle("top", !!r && d === r.digit);
+  }
+  $("digit").textContent = r ? String(r.digit) : "–";
+  $("confidence").textContent = r ? `${(r.probs[r.digit] * 100).toFixed(1)}% sure` : "";
+  $("ms").textContent = r ? `${r.ms.toFixed(1)} ms` : "–";
+}
+
+function backendLabel(name) {
+  return name === "webgpu" ? "WebGPU" : "CPU (pure Python)";
+}
+
+function setBackend(name) {
+  if (name === "webgpu" && !webgpuOk) throw new Error("WebGPU is not available in this browser");
+  if (name !== "webgpu" && name !== "cpu") throw new Error(`unknown backend ${name}: use "webgpu" or "cpu"`);
+  backend = name;
+  $(`backend-${name}`).checked = true;
+  $("backend-name").textContent = backendLabel(name);
+  requestPredict();
+}
+
+// ---- prediction -------------------------------------------------------------------------
+
+/** Run one prediction through app.py; calls are queued (Pyodide runs one at a time). */
+function predict(pixels, which = backend) {
+  if (!pyPredict) return Promise.reject(new Error("the model is not loaded yet: await emberDemo.ready"));
+  if (which !== "webgpu" && which !== "cpu") {
+    return Promise.reject(new Error(`unknown backend ${which}: use "webgpu" or "cpu"`));
+  }
+  if (which === "webgpu" && !webgpuOk) {
+    return Promise.reject(new Error("WebGPU is not available in this browser; use backend \"cpu\""));
+  }
+  if (!pixels || pixels.length !== SIDE * SIDE) {
+    return Promise.reject(new Error(`predict: need 784 pixels (28x28), got ${pixels ? pixels.length : pixels}`));
+  }
+  const px = Float32Array.from(pixels);
+  if (!px.every(Number.isFinite)) return Promise.reject(new Error("predict: pixels must be finite numbers"));
+  const run = async () => {
+    const t0 = performance.now();
+    const res = await pyPredict(px, which);
+    const ms = performance.now() - t0;
+    const obj = res.toJs({ dict_converter: Object.fromEntries });
+    res.destroy();
+    return { digit: obj.digit, probs: Array.from(obj.probs), ms, backend: obj.backend };
+  };
+  const p = queue.then(run, run);
+  queue = p.catch(() => {});
+  return p;
+}
+
+/** Predict what is on the pad; the latest drawing wins if several requests pile up. */
+function requestPredict() {
+  if (!pyPredict) return;
+  dirty = true;
+  if (pending) return;
+  pending = (async () => {
+    while (dirty) {
+      dirty = false;
+      const pixels = preprocess(pad);
+      showInput(pixels);
+      if (!pixels) { showResult(null); continue; }
+      try {
+        showResult(await predict(pixels, backend));
+      } catch (e) {
+        showError(e);
+      }
+    }
+  })().finally(() => { pending = null; });   // runs after the assignment, even when no await
+}
+
+function showError(e) {
+  const el = $("error");
+  el.hidden = false;
+  el.textContent = `Something went wrong: ${e && e.message ? e.message : e}`;
+  console.error(e);
+}
+
+// ---- loading ----------------------------------------------------------------------------
+
+/** The safetensors header's __metadata__ (training accuracy, date...), read in JS. */
+function safetensorsMetadata(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = Number(view.getBigUint64(0, true));
+  if (n <= 0 || n > bytes.length - 8) return {};
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n)));
+  return header.__metadata__ || {};
+}
+
+async function loadPyFile(name) {
+  const resp = await fetch(name);
+  if (!resp.ok) throw new Error(`cannot fetch ${name}: HTTP ${resp.status}`);
+  pyodide.FS.writeFile(`${PY_DIR}/${name}`, await resp.text());
+}
+
+async function main() {
+  const t0 = performance.now();
+  let bootFrac = 0, weightsFrac = 0, bootLabel = "Starting", weightsLabel = "";
+  const bar = (extra = 0, label = null) => {
+    const f = 0.75 * bootFrac + 0.15 * weightsFrac + extra;
+    $("progress-bar").style.width = `${(100 * Math.min(1, f)).toFixed(1)}%`;
+    $("progress-label").textContent = label || [bootLabel, weightsLabel].filter(Boolean).join(" · ");
+  };
+  setupBars();
+  setupDrawing();
+  const samples = setupSamples();
+
+  // The weights download in parallel with Pyodide's start-up.
+  const weights = fetchBytes("mnist.safetensors", {
+    onProgress: (p) => {
+      weightsFrac = p.fraction;
+      weightsLabel = p.fraction >= 1 ? `weights ${(p.loaded / 1024).toFixed(0)} KB`
+                                     : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`;
+      bar();
+    },
+  });
+  pyodide = await loadEmber({
+    webgpu: "auto",
+    onProgress: (p) => { bootFrac = p.fraction; bootLabel = p.label; bar(); },
+  });
+  const info = pyodide.ember;
+  webgpuOk = !!info.webgpu;
+  window.emberDemo.info = info;
+
+  const bytes = await weights;
+  const meta = safetensorsMetadata(bytes);
+  bar(0, "Loading the model");
+  pyodide.FS.mkdirTree(PY_DIR);
+  await Promise.all([loadPyFile("model.py"), loadPyFile("app.py")]);
+  const app = pyodide.runPython(`
+import sys
+if ${JSON.stringify(PY_DIR)} not in sys.path:
+    sys.path.insert(0, ${JSON.stringify(PY_DIR)})
+import app
+app`);
+  app.load(bytes).destroy();
+  app.destroy();
+  pyPredict = pyodide.runPython("app.predict");   // its own proxy, kept for the page's life
+
+  if (webgpuOk) {
+    // First WebGPU call compiles the kernels: do it now, not on the user's first drawing.
+    bar(0.05, "Compiling WebGPU kernels");
+    await predict(new Float32Array(SIDE * SIDE), "webgpu");
+  } else {
+    const why = info.webgpuError || "navigator.gpu is missing";
+    const n = $("notice");
+    n.hidden = false;
+    n.textContent = `WebGPU is not available here: ${why.replace(/\.$/, "")}. The network runs ` +
+                    "on the CPU instead, in pure Python: slower, same answers.";
+    $("backend-webgpu").disabled = true;
+    $("backend-webgpu").parentElement.classList.add("unavailable");
+  }
+  for (const r of document.querySelectorAll('input[name="backend"]')) {
+    r.addEventListener("change", () => { if (r.checked) setBackend(r.value); });
+  }
+  setBackend(webgpuOk ? "webgpu" : "cpu");
+  await samples;
+
+  bar(0.1, "Ready");
+  $("loading").hidden = true;
+  $("app").classList.remove("disabled");
+  if (meta.test_accuracy) {
+    $("model-info").textContent =
+      `Weights: ${(bytes.length / 1024).toFixed(0)} KB, trained with ${meta.trainer || "PyTorch"} ` +
+      `(${meta.epochs || "?"} epochs, ${meta.date || ""}); MNIST test accuracy ` +
+      `${(100 * Number(meta.test_accuracy)).toFixed(2)}%. Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s.`;
+  }
+  info.readyMs = performance.now() - t0;
+  return info;
+}
+
+window.emberDemo = {
+  predict,
+  preprocess,
+  setBackend,
+  idle: async () => { while (pending) await pending; },
+  lastResult: null,
+  info: null,
+};
+window.emberDemo.ready = main().catch((e) => {
+  $("progress-label").textContent = "Loading failed";
+  showError(e);
+  throw e;
+});
