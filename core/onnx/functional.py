@@ -1,0 +1,948 @@
+"""ONNX operators that ember has no single op for, written as compositions of ember ops.
+
+Generated model code (``ember import``) calls these as ``onnxf.<name>(...)``; the run-time
+loader calls them through the op table. Every function takes and returns ember Tensors and
+creates any helper tensor on its input's device.
+
+>>> import ember
+>>> from ember.onnx import functional as onnxf
+>>> onnxf.trilu(ember.ones((2, 3)), 0, upper=True).tolist()
+[[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]]
+"""
+from __future__ import annotations
+
+import math
+from math import prod
+
+import ember as E
+
+from .. import dtypes as _dt
+from ..errors import IndexingError, ShapeError, UnsupportedOp
+from ..tensor import Tensor
+
+HOST = "python"
+
+
+def _const(values, dtype, like: Tensor) -> Tensor:
+    return E.tensor(values, dtype=dtype, device=like.device)
+
+
+def _norm_axis(axis, ndim, what):
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"{what}: axis {axis} is out of range for rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+# ---- shapes --------------------------------------------------------------------------------
+
+def shape(x: Tensor, start: int = 0, end: int | None = None) -> Tensor:
+    """``x.shape[start:end]`` as an int64 tensor on the host (``"python"`` device).
+
+    >>> import ember
+    >>> from ember.onnx import functional as onnxf
+    >>> onnxf.shape(ember.ones((2, 3, 4)), 1).tolist()
+    [3, 4]
+    """
+    return E.tensor(list(x.shape[start:end]), dtype=_dt.int64, device=HOST)
+
+
+def size(x: Tensor) -> Tensor:
+    """The number of elements of ``x`` as a 0-d int64 host tensor."""
+    return E.tensor(prod(x.shape), dtype=_dt.int64, device=HOST)
+
+
+def int_list(t: Tensor) -> list:
+    """The values of a small integer tensor as Python ints (used by generated code for
+    shapes that are only known at run time)."""
+    v = t.tolist()
+    return [int(a) for a in (v if isinstance(v, list) else [v])]
+
+
+def reshape(x: Tensor, shape, allowzero: bool = False) -> Tensor:
+    """ONNX Reshape: a 0 in ``shape`` copies the input's dimension (unless ``allowzero``),
+    one -1 is inferred."""
+    shape = list(shape)
+    if not allowzero:
+        for i, s in enumerate(shape):
+            if s == 0:
+                if i >= x.ndim:
+                    raise ShapeError(f"Reshape: a 0 at position {i} of shape {shape} has no input "
+                                     f"dimension to copy (input shape {x.shape})")
+                shape[i] = x.shape[i]
+    return E.reshape(x, tuple(shape))
+
+
+def expand(x: Tensor, shape) -> Tensor:
+    """ONNX Expand: broadcast ``x`` and ``shape`` together (either may have the larger dims)."""
+    from ..registry import broadcast_shapes
+    out = broadcast_shapes(tuple(x.shape), tuple(shape), op="Expand")
+    return x if out == tuple(x.shape) else E.broadcast_to(x, out)
+
+
+def flatten(x: Tensor, axis: int = 1) -> Tensor:
+    """ONNX Flatten: a 2-D view ``(prod(shape[:axis]), prod(shape[axis:]))``."""
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.ndim:
+        raise ShapeError(f"Flatten: axis {axis} is out of range for rank {x.ndim}")
+    return E.reshape(x, (prod(x.shape[:axis]), prod(x.shape[axis:])))
+
+
+def slice_(x: Tensor, starts, ends, axes=None, steps=None) -> Tensor:
+    """ONNX Slice: clamp ``starts``/``ends`` per axis like Python slicing (ends past the end
+    mean "to the end", steps may be negative)."""
+    nd = x.ndim
+    axes = list(range(len(starts))) if axes is None else [_norm_axis(a, nd, "Slice") for a in axes]
+    steps = [1] * len(starts) if steps is None else list(steps)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ShapeError(f"Slice: starts, ends, axes and steps must have the same length "
+                         f"({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})")
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"Slice: repeated axis in {axes}")
+    idx = [slice(None)] * nd
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if st == 0:
+            raise ShapeError("Slice: step 0")
+        n = x.shape[a]
+        # ONNX clamps like Python, but INT64 "infinities" must not overflow: clamp first.
+        s = max(-n - 1, min(n + 1, s))
+        e = max(-n - 1, min(n + 1, e))
+        idx[a] = slice(*slice(s, e, st).indices(n))
+    return getitem(x, tuple(idx))
+
+
+def getitem(x: Tensor, index: tuple) -> Tensor:
+    """``x[index]`` for a tuple of ``slice``s with non-negative, clamped bounds."""
+    norm = []
+    flips = []
+    for a, sl in enumerate(index):
+        start, stop, step = sl.start, sl.stop, sl.step
+        if step is not None and step < 0:
+            # x[s:e:-k] == flip(x)[n-1-s : n-1-e : k]
+            n = x.shape[a]
+            s2 = n - 1 - start
+            e2 = n - 1 - stop if stop is not None and stop >= 0 else n
+            flips.append(a)
+            norm.append(slice(s2, max(e2, s2), -step))
+        else:
+            norm.append(sl)
+    if flips:
+        x = E.flip(x, axis=tuple(flips))
+    if all(s == slice(None) or (s.start in (0, None) and s.stop is None and s.step in (1, None))
+           for s in norm):
+        return x
+    return x[tuple(norm)]
+
+
+def split(x: Tensor, sizes, axis: int = 0) -> tuple:
+    """Split ``x`` along ``axis`` into pieces of the given ``sizes``."""
+    axis = _norm_axis(axis, x.ndim, "Split")
+    if sum(sizes) != x.shape[axis]:
+        raise ShapeError(f"Split: sizes {list(sizes)} do not add up to the axis length {x.shape[axis]} "
+                         f"(shape {x.shape}, axis {axis})")
+    out = []
+    start = 0
+    for n in sizes:
+        if n < 0:
+            raise ShapeError(f"Split: negative size in {list(sizes)}")
+        idx = [slice(None)] * x.ndim
+        idx[axis] = slice(start, start + n, 1)
+        out.append(x[tuple(idx)])
+        start += n
+    return tuple(out)
+
+
+def split_sizes(n: int, parts: int) -> list:
+    """ONNX Split with ``num_outputs``: equal pieces, the last one smaller."""
+    if parts < 1:
+        raise ShapeError(f"Split: num_outputs must be positive, got {parts}")
+    step = -(-n // parts)
+    sizes = [step] * (n // step if step else 0)
+    if sum(sizes) < n:
+        sizes.append(n - sum(sizes))
+    if len(sizes) != parts:
+        raise ShapeError(f"Split: cannot split {n} into {parts} pieces of ceil({n}/{parts})")
+    return sizes
+
+
+def squeeze(x: Tensor, axes=None) -> Tensor:
+    if axes is None:
+        axes = [i for i, n in enumerate(x.shape) if n == 1]
+    axes = sorted({_norm_axis(a, x.ndim, "Squeeze") for a in axes})
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"Squeeze: axis {a} of shape {x.shape} has size {x.shape[a]}, not 1")
+    return E.reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in axes))
+
+
+def unsqueeze(x: Tensor, axes) -> Tensor:
+    nd = x.ndim + len(axes)
+    axes = sorted({_norm_axis(a, nd, "Unsqueeze") for a in axes})
+    if len(axes) != len(list(axes)):
+        raise ShapeError("Unsqueeze: repeated axes")
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return E.reshape(x, tuple(shape))
+
+
+def depth_to_space(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
+    n, c, h, w = x.shape
+    b = blocksize
+    if c % (b * b):
+        raise ShapeError(f"DepthToSpace: channels {c} not divisible by blocksize^2 = {b * b}")
+    if mode == "DCR":
+        t = E.reshape(x, (n, b, b, c // (b * b), h, w))
+        t = E.permute_dims(t, (0, 3, 4, 1, 5, 2))
+    else:
+        t = E.reshape(x, (n, c // (b * b), b, b, h, w))
+        t = E.permute_dims(t, (0, 1, 4, 2, 5, 3))
+    return E.reshape(t, (n, c // (b * b), h * b, w * b))
+
+
+def space_to_depth(x: Tensor, blocksize: int) -> Tensor:
+    n, c, h, w = x.shape
+    b = blocksize
+    if h % b or w % b:
+        raise ShapeError(f"SpaceToDepth: spatial size {h}x{w} not divisible by blocksize {b}")
+    t = E.reshape(x, (n, c, h // b, b, w // b, b))
+    t = E.permute_dims(t, (0, 3, 5, 1, 2, 4))
+    return E.reshape(t, (n, c * b * b, h // b, w // b))
+
+
+# ---- arithmetic the array API spells differently -------------------------------------------
+
+def int_divide(a: Tensor, b: Tensor) -> Tensor:
+    """Integer division truncating toward zero (ONNX Div on ints; C semantics)."""
+    q = E.floor_divide(a, b)
+    r = E.remainder(a, b)
+    fix = E.logical_and(E.not_equal(r, 0), E.not_equal(E.less(a, 0), E.less(b, 0)))
+    return E.where(fix, E.add(q, 1), q)
+
+
+def fmod(a: Tensor, b: Tensor) -> Tensor:
+    """C ``fmod``: the remainder has the sign of the dividend."""
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        r = E.remainder(a, b)
+        # Python-style remainder has the divisor's sign; move it to the dividend's side.
+        fix = E.logical_and(E.not_equal(r, 0), E.not_equal(E.less(r, 0), E.less(a, 0)))
+        out = E.where(fix, E.subtract(r, b), r)
+        # fmod(x, +-inf) == x for finite x
+        return E.where(E.isinf(b), a, out) if b.dtype.kind == "f" else out
+    r = E.remainder(a, b)
+    fix = E.logical_and(E.not_equal(r, 0), E.not_equal(E.less(r, 0), E.less(a, 0)))
+    return E.where(fix, E.subtract(r, b), r)
+
+
+def tan(x: Tensor) -> Tensor:
+    return E.divide(E.sin(x), E.cos(x))
+
+
+def sinh(x: Tensor) -> Tensor:
+    return E.multiply(E.subtract(E.exp(x), E.exp(E.negative(x))), 0.5)
+
+
+def cosh(x: Tensor) -> Tensor:
+    return E.multiply(E.add(E.exp(x), E.exp(E.negative(x))), 0.5)
+
+
+def asinh(x: Tensor) -> Tensor:
+    return E.log(E.add(x, E.sqrt(E.add(E.multiply(x, x), 1.0))))
+
+
+def acosh(x: Tensor) -> Tensor:
+    return E.log(E.add(x, E.sqrt(E.subtract(E.multiply(x, x), 1.0))))
+
+
+def atanh(x: Tensor) -> Tensor:
+    return E.multiply(E.log(E.divide(E.add(1.0, x), E.subtract(1.0, x))), 0.5)
+
+
+def softplus(x: Tensor) -> Tensor:
+    """log(1 + exp(x)), computed as max(x, 0) + log(1 + exp(-|x|)) so large x do not overflow."""
+    return E.add(E.maximum(x, 0.0), E.log(E.add(E.exp(E.negative(E.abs(x))), 1.0)))
+
+
+def softsign(x: Tensor) -> Tensor:
+    return E.divide(x, E.add(E.abs(x), 1.0))
+
+
+def hard_sigmoid(x: Tensor, alpha: float = 0.2, beta: float = 0.5) -> Tensor:
+    return E.clip(E.add(E.multiply(x, alpha), beta), 0.0, 1.0)
+
+
+def hard_swish(x: Tensor) -> Tensor:
+    return E.multiply(x, hard_sigmoid(x, 1.0 / 6.0, 0.5))
+
+
+def mish(x: Tensor) -> Tensor:
+    return E.multiply(x, E.tanh(softplus(x)))
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return E.where(E.greater(x, 0.0), x, E.multiply(E.subtract(E.exp(E.minimum(x, 0.0)), 1.0), alpha))
+
+
+def selu(x: Tensor, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> Tensor:
+    return E.multiply(elu(x, alpha), gamma)
+
+
+def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    neg = E.multiply(E.subtract(E.exp(E.divide(E.minimum(x, 0.0), alpha)), 1.0), alpha)
+    return E.add(E.maximum(x, 0.0), E.minimum(neg, 0.0))
+
+
+def thresholded_relu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    return E.where(E.greater(x, alpha), x, 0.0)
+
+
+def shrink(x: Tensor, lambd: float = 0.5, bias: float = 0.0) -> Tensor:
+    lo = E.where(E.less(x, -lambd), E.add(x, bias), 0.0)
+    return E.where(E.greater(x, lambd), E.subtract(x, bias), lo).astype(x.dtype)
+
+
+def prelu(x: Tensor, slope: Tensor) -> Tensor:
+    return E.where(E.less(x, 0), E.multiply(x, slope), x)
+
+
+def isinf(x: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    if x.dtype.kind != "f":
+        return E.full(x.shape, False, dtype=_dt.bool_, device=x.device)
+    if detect_positive and detect_negative:
+        return E.isinf(x)
+    if detect_positive:
+        return E.equal(x, math.inf)
+    if detect_negative:
+        return E.equal(x, -math.inf)
+    return E.full(x.shape, False, dtype=_dt.bool_, device=x.device)
+
+
+def variadic(fn, *xs: Tensor) -> Tensor:
+    out = xs[0]
+    for x in xs[1:]:
+        out = fn(out, x)
+    return out
+
+
+def mean_of(*xs: Tensor) -> Tensor:
+    return E.divide(variadic(E.add, *xs), float(len(xs)))
+
+
+# ---- reductions -----------------------------------------------------------------------------
+
+def reduce(kind: str, x: Tensor, axes=None, keepdims: bool = True) -> Tensor:
+    """ONNX ReduceX over ``axes`` (None: all). Empty reductions follow ONNX (sum 0, prod 1,
+    max -inf, min +inf, log_sum -inf)."""
+    ax = None if axes is None else tuple(_norm_axis(a, x.ndim, f"Reduce{kind}") for a in axes)
+    if ax is not None and len(set(ax)) != len(ax):
+        raise ShapeError(f"Reduce{kind}: repeated axis in {axes}")
+    if kind in ("Max", "Min") and (x.size == 0):
+        out_shape = tuple(1 if ax is None or i in ax else n for i, n in enumerate(x.shape)) if keepdims \
+            else tuple(n for i, n in enumerate(x.shape) if ax is not None and i not in ax)
+        if x.dtype.kind == "f":
+            fill = -math.inf if kind == "Max" else math.inf
+        elif x.dtype is _dt.uint8:
+            fill = 0 if kind == "Max" else 255
+        else:
+            info = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}[x.dtype.name]
+            fill = info[0] if kind == "Max" else info[1]
+        return E.full(out_shape, fill, dtype=x.dtype, device=x.device)
+    if kind == "Sum":
+        return E.sum(x, axis=ax, keepdims=keepdims, dtype=x.dtype)
+    if kind == "Mean":
+        return E.mean(x, axis=ax, keepdims=keepdims)
+    if kind == "Max":
+        return E.max(x, axis=ax, keepdims=keepdims)
+    if kind == "Min":
+        return E.min(x, axis=ax, keepdims=keepdims)
+    if kind == "Prod":
+        return E.prod(x, axis=ax, keepdims=keepdims, dtype=x.dtype)
+    if kind == "L1":
+        return E.sum(E.abs(x), axis=ax, keepdims=keepdims, dtype=x.dtype)
+    if kind == "L2":
+        return E.sqrt(E.sum(E.multiply(x, x), axis=ax, keepdims=keepdims)).astype(x.dtype)
+    if kind == "SumSquare":
+        return E.sum(E.multiply(x, x), axis=ax, keepdims=keepdims, dtype=x.dtype)
+    if kind == "LogSum":
+        return E.log(E.sum(x, axis=ax, keepdims=keepdims))
+    if kind == "LogSumExp":
+        if x.size == 0:
+            return E.log(E.sum(E.exp(x), axis=ax, keepdims=keepdims))
+        m = E.max(x, axis=ax, keepdims=True)
+        m = E.where(E.isinf(m), 0.0, m) if x.dtype.kind == "f" else m
+        s = E.log(E.sum(E.exp(E.subtract(x, m)), axis=ax, keepdims=True))
+        out = E.add(s, m)
+        if not keepdims:
+            out = squeeze(out, list(range(x.ndim)) if ax is None else list(ax))
+        return out.astype(x.dtype) if x.dtype.kind == "f" else out
+    raise UnsupportedOp(f"Reduce{kind}")
+
+
+def arg_reduce(kind: str, x: Tensor, axis: int, keepdims: bool, select_last_index: bool) -> Tensor:
+    axis = _norm_axis(axis, x.ndim, kind)
+    fn = E.argmax if kind == "ArgMax" else E.argmin
+    if not select_last_index:
+        return fn(x, axis=axis, keepdims=keepdims)
+    n = x.shape[axis]
+    i = fn(E.flip(x, axis=axis), axis=axis, keepdims=keepdims)
+    return E.subtract(n - 1, i)
+
+
+def softmax_2d(fn, x: Tensor, axis: int) -> Tensor:
+    """Softmax/LogSoftmax/Hardmax before opset 13: over all dims from ``axis`` on, jointly."""
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.ndim:
+        raise ShapeError(f"softmax: axis {axis} out of range for rank {x.ndim}")
+    y = fn(E.reshape(x, (prod(x.shape[:axis]), prod(x.shape[axis:]))), -1)
+    return E.reshape(y, x.shape)
+
+
+def hardmax(x: Tensor, axis: int = -1) -> Tensor:
+    axis = _norm_axis(axis, x.ndim, "Hardmax")
+    n = x.shape[axis]
+    i = E.argmax(x, axis=axis, keepdims=True)
+    shape = [1] * x.ndim
+    shape[axis] = n
+    r = E.reshape(E.arange(n, dtype=_dt.int64, device=x.device), tuple(shape))
+    return E.astype(E.equal(r, i), x.dtype)
+
+
+# ---- normalization / pooling helpers ---------------------------------------------------------
+
+def layer_norm(x: Tensor, scale: Tensor, bias: Tensor | None, axis: int, eps: float, stats: bool = False):
+    """ONNX LayerNormalization over dims ``axis..``; with ``stats`` also mean and 1/std."""
+    axis = _norm_axis(axis, x.ndim, "LayerNormalization")
+    ns = tuple(x.shape[axis:])
+    w = scale if tuple(scale.shape) == ns else E.broadcast_to(scale, ns)
+    b = None if bias is None else (bias if tuple(bias.shape) == ns else E.broadcast_to(bias, ns))
+    y = E.layer_norm(x, ns, w, b, eps=eps)
+    if not stats:
+        return y
+    axes = tuple(range(axis, x.ndim))
+    xf = x.astype(_dt.float32)
+    mean = E.mean(xf, axis=axes, keepdims=True)
+    d = E.subtract(xf, mean)
+    inv = E.divide(1.0, E.sqrt(E.add(E.mean(E.multiply(d, d), axis=axes, keepdims=True), eps)))
+    return y, mean, inv
+
+
+def instance_norm(x: Tensor, scale: Tensor, bias: Tensor, eps: float) -> Tensor:
+    axes = tuple(range(2, x.ndim))
+    mean = E.mean(x, axis=axes, keepdims=True)
+    d = E.subtract(x, mean)
+    var = E.mean(E.multiply(d, d), axis=axes, keepdims=True)
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    y = E.divide(d, E.sqrt(E.add(var, eps)))
+    return E.add(E.multiply(y, E.reshape(scale, shape)), E.reshape(bias, shape))
+
+
+def group_norm(x: Tensor, scale: Tensor, bias: Tensor, num_groups: int, eps: float) -> Tensor:
+    n, c = x.shape[:2]
+    if c % num_groups:
+        raise ShapeError(f"GroupNormalization: channels {c} not divisible by num_groups {num_groups}")
+    g = E.reshape(x, (n, num_groups, -1))
+    mean = E.mean(g, axis=2, keepdims=True)
+    d = E.subtract(g, mean)
+    var = E.mean(E.multiply(d, d), axis=2, keepdims=True)
+    y = E.reshape(E.divide(d, E.sqrt(E.add(var, eps))), x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return E.add(E.multiply(y, E.reshape(scale, shape)), E.reshape(bias, shape))
+
+
+def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
+    """Local response normalization across channels (ONNX LRN): a sum of squares over a
+    window of ``size`` channels, as a 1-wide average pool over the channel axis."""
+    n, c = x.shape[:2]
+    rest = x.shape[2:]
+    sq = E.multiply(x, x)
+    lo = (size - 1) // 2
+    hi = size - 1 - lo
+    t = E.reshape(sq, (n, 1, c, prod(rest) if rest else 1))
+    t = E.pad(t, ((0, 0), (0, 0), (lo, hi), (0, 0)))
+    s = E.avg_pool2d(t, (size, 1), stride=1)                       # (n, 1, c, hw): window mean
+    s = E.reshape(s, x.shape)
+    denom = E.pow(E.add(E.multiply(s, alpha), bias), beta)           # mean * size * alpha / size
+    return E.divide(x, denom)
+
+
+def lp_normalization(x: Tensor, axis: int, p: int) -> Tensor:
+    if p == 1:
+        n = E.sum(E.abs(x), axis=axis, keepdims=True)
+    else:
+        n = E.sqrt(E.sum(E.multiply(x, x), axis=axis, keepdims=True))
+    return E.where(E.equal(n, 0.0), 0.0, E.divide(x, n)).astype(x.dtype)
+
+
+def global_pool(kind: str, x: Tensor) -> Tensor:
+    axes = tuple(range(2, x.ndim))
+    return (E.mean if kind == "avg" else E.max)(x, axis=axes, keepdims=True)
+
+
+def pool1d(fn, x: Tensor, kernel, stride, padding, **kw) -> Tensor:
+    """A 1-D pooling as the 2-D one over a height-1 image."""
+    y = fn(E.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])), (1, kernel), stride=(1, stride),
+           padding=((0, 0), padding), **kw)
+    return E.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def conv1d(x: Tensor, w: Tensor, b: Tensor | None, stride: int, padding, dilation: int, groups: int) -> Tensor:
+    """A 1-D convolution as the 2-D one over a height-1 image."""
+    x4 = E.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+    w4 = E.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+    y = E.conv2d(x4, w4, b, stride=(1, stride), padding=((0, 0), padding), dilation=(1, dilation), groups=groups)
+    return E.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def conv_transpose1d(x: Tensor, w: Tensor, b: Tensor | None, stride: int, padding, output_padding: int,
+                     dilation: int, groups: int) -> Tensor:
+    x4 = E.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+    w4 = E.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+    y = E.conv_transpose2d(x4, w4, b, stride=(1, stride), padding=((0, 0), padding),
+                           output_padding=(0, output_padding), dilation=(1, dilation), groups=groups)
+    return E.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
+         trans_a: bool = False, trans_b: bool = False) -> Tensor:
+    """ONNX Gemm: ``alpha * a' @ b' + beta * c``."""
+    if trans_a:
+        a = E.permute_dims(a, (1, 0))
+    if trans_b:
+        b = E.permute_dims(b, (1, 0))
+    y = E.matmul(a, b)
+    if alpha != 1.0:
+        y = E.multiply(y, alpha)
+    if c is not None and beta != 0.0:
+        y = E.add(y, c if beta == 1.0 else E.multiply(c, beta))
+    return y.astype(a.dtype) if y.dtype is not a.dtype else y
+
+
+# ---- indexing ---------------------------------------------------------------------------------
+
+def _fix_negative(idx: Tensor, n) -> Tensor:
+    """Negative indices count from the end (ONNX Gather/GatherElements/GatherND)."""
+    return E.where(E.less(idx, 0), E.add(idx, n), idx)
+
+
+def gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
+    """ONNX Gather: ``take`` along ``axis`` with any-shaped (possibly negative) indices."""
+    axis = _norm_axis(axis, x.ndim, "Gather")
+    idx = _fix_negative(indices.astype(_dt.int64), x.shape[axis])
+    flat = E.take(x, E.reshape(idx, (-1,)), axis=axis)
+    return E.reshape(flat, x.shape[:axis] + indices.shape + x.shape[axis + 1:])
+
+
+def gather_elements(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
+    axis = _norm_axis(axis, x.ndim, "GatherElements")
+    idx = _fix_negative(indices.astype(_dt.int64), x.shape[axis])
+    return E.take_along_axis(x, idx, axis=axis)
+
+
+def gather_nd(x: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
+    """ONNX GatherND as one ``take`` over the flattened data."""
+    q = indices.shape[-1]
+    b = batch_dims
+    if b + q > x.ndim:
+        raise ShapeError(f"GatherND: index depth {q} + batch_dims {b} exceeds data rank {x.ndim}")
+    batch = x.shape[:b]
+    nb = prod(batch)
+    inner = x.shape[b:b + q]
+    rest = x.shape[b + q:]
+    idx = indices.astype(_dt.int64)
+    flat = None
+    stride = 1
+    for k in range(q - 1, -1, -1):
+        sel = getitem(idx, tuple([slice(None)] * (idx.ndim - 1) + [slice(k, k + 1, 1)]))
+        sel = _fix_negative(sel, inner[k])
+        term = E.multiply(sel, stride)
+        flat = term if flat is None else E.add(flat, term)
+        stride *= inner[k]
+    lead = indices.shape[b:-1]
+    flat = E.reshape(flat, (nb, prod(lead)) if flat is not None else (nb, prod(lead)))
+    offs = E.reshape(E.multiply(E.arange(nb, dtype=_dt.int64, device=x.device), stride), (nb, 1))
+    flat = E.reshape(E.add(flat, offs), (-1,))
+    data = E.reshape(x, (nb * stride,) + rest)
+    out = E.take(data, flat, axis=0)
+    return E.reshape(out, tuple(indices.shape[:-1]) + rest)
+
+
+def _scatter_index(n_data: int, positions: list) -> list:
+    """Source index of each output element when ``positions[j]`` receives update ``j``:
+    positions [0, n) read the data, [n, n + len(updates)) the updates."""
+    src = list(range(n_data))
+    for j, p in enumerate(positions):
+        src[p] = n_data + j
+    return src
+
+
+def scatter_elements(x: Tensor, indices: Tensor, updates: Tensor, axis: int, positions_of) -> Tensor:
+    """ONNX ScatterElements (reduction none) as one ``take`` from ``concat(data, updates)``;
+    the flat positions are computed in Python from the (small) index values."""
+    axis = _norm_axis(axis, x.ndim, "ScatterElements")
+    if tuple(indices.shape) != tuple(updates.shape):
+        raise ShapeError(f"ScatterElements: indices {indices.shape} and updates {updates.shape} differ")
+    idx = positions_of(indices)
+    n = x.shape[axis]
+    strides = [prod(x.shape[i + 1:]) for i in range(x.ndim)]
+    ushape = indices.shape
+    pos = []
+    for j, v in enumerate(idx):
+        if not -n <= v < n:
+            raise IndexingError(f"ScatterElements: index {v} out of range for axis {axis} of size {n}")
+        v %= n
+        rem = j
+        coords = []
+        for d in reversed(ushape):
+            coords.append(rem % d)
+            rem //= d
+        coords.reverse()
+        coords[axis] = v
+        pos.append(sum(c * s for c, s in zip(coords, strides)))
+    src = _scatter_index(x.size, pos)
+    both = E.concat([E.reshape(x, (-1,)), E.reshape(updates.astype(x.dtype), (-1,))], axis=0)
+    return E.reshape(E.take(both, _const(src, _dt.int64, x), axis=0), x.shape)
+
+
+def scatter_nd(x: Tensor, indices: Tensor, updates: Tensor, positions_of) -> Tensor:
+    q = indices.shape[-1]
+    inner = x.shape[:q]
+    chunk = prod(x.shape[q:])
+    idx = positions_of(indices)
+    pos = []
+    for r in range(len(idx) // q if q else 0):
+        p = 0
+        for k in range(q):
+            v = idx[r * q + k]
+            if not -inner[k] <= v < inner[k]:
+                raise IndexingError(f"ScatterND: index {v} out of range for axis {k} of size {inner[k]}")
+            p = p * inner[k] + (v % inner[k])
+        pos.extend(range(p * chunk, p * chunk + chunk))
+    src = _scatter_index(x.size, pos)
+    both = E.concat([E.reshape(x, (-1,)), E.reshape(updates.astype(x.dtype), (-1,))], axis=0)
+    return E.reshape(E.take(both, _const(src, _dt.int64, x), axis=0), x.shape)
+
+
+def one_hot(indices: Tensor, depth: int, values: Tensor, axis: int = -1) -> Tensor:
+    nd = indices.ndim + 1
+    axis = _norm_axis(axis, nd, "OneHot")
+    idx = E.where(E.less(indices, 0), E.add(indices, depth), indices).astype(_dt.int64)
+    idx = unsqueeze(idx, [axis])
+    shape = [1] * nd
+    shape[axis] = depth
+    r = E.reshape(E.arange(depth, dtype=_dt.int64, device=indices.device), tuple(shape))
+    hot = E.equal(idx, r)
+    off, on = split(values, [1, 1], 0)
+    return E.where(hot, E.reshape(on, ()), E.reshape(off, ()))
+
+
+def trilu(x: Tensor, k: int = 0, upper: bool = True) -> Tensor:
+    """Keep the upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two dims."""
+    n, m = x.shape[-2:]
+    rows = E.reshape(E.arange(n, dtype=_dt.int64, device=x.device), (n, 1))
+    cols = E.reshape(E.arange(m, dtype=_dt.int64, device=x.device), (1, m))
+    d = E.subtract(cols, rows)
+    keep = E.greater_equal(d, k) if upper else E.less_equal(d, k)
+    zero = E.full((), False if x.dtype is _dt.bool_ else 0, dtype=x.dtype, device=x.device)
+    return E.where(keep, x, zero)
+
+
+def eye_like(x: Tensor, k: int = 0, dtype=None) -> Tensor:
+    n, m = x.shape
+    rows = E.reshape(E.arange(n, dtype=_dt.int64, device=x.device), (n, 1))
+    cols = E.reshape(E.arange(m, dtype=_dt.int64, device=x.device), (1, m))
+    return E.astype(E.equal(E.subtract(cols, rows), k), dtype or x.dtype)
+
+
+def range_(start, limit, delta, dtype, device) -> Tensor:
+    """ONNX Range: ``max(ceil((limit - start) / delta), 0)`` elements."""
+    if delta == 0:
+        raise ShapeError("Range: delta is 0")
+    n = max(int(math.ceil((limit - start) / delta)), 0)
+    if dtype.kind == "f":
+        vals = [start + i * delta for i in range(n)]
+    else:
+        vals = [int(start) + i * int(delta) for i in range(n)]
+    return E.tensor(vals, dtype=dtype, device=device) if n else E.zeros((0,), dtype=dtype, device=device)
+
+
+def topk(x: Tensor, k: int, axis: int = -1, largest: bool = True) -> tuple:
+    v, i = E.topk(x, k, axis=axis, largest=largest)
+    return v, i
+
+
+def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    y = E.cumsum(x, axis, exclusive=exclusive, reverse=reverse)
+    return y if y.dtype is x.dtype else y.astype(x.dtype)
+
+
+def pad(x: Tensor, pads, mode: str = "constant", value=0.0, axes=None) -> Tensor:
+    """ONNX Pad: ``pads`` = all begins then all ends (over ``axes``, default every axis)."""
+    nd = x.ndim
+    axes = list(range(nd)) if axes is None else [_norm_axis(a, nd, "Pad") for a in axes]
+    k = len(axes)
+    if len(pads) != 2 * k:
+        raise ShapeError(f"Pad: {len(pads)} pads for {k} axes (need {2 * k}) on shape {x.shape}")
+    width = [(0, 0)] * nd
+    for j, a in enumerate(axes):
+        width[a] = (pads[j], pads[j + k])
+    mode = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}.get(mode)
+    if mode is None:
+        raise UnsupportedOp(f"Pad: mode {mode!r}")
+    if x.dtype.kind in "iub" and isinstance(value, float):
+        value = int(value) if x.dtype is not _dt.bool_ else bool(value)
+    return E.pad(x, tuple(width), mode=mode, value=value)
+
+
+# ---- resize -------------------------------------------------------------------------------
+
+def _source_coord(mode, o, scale, n_in, n_out, roi_lo, roi_hi):
+    if mode == "half_pixel":
+        return (o + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adj = n_out / (scale * n_in) if scale else 1.0
+        center = n_in / 2.0
+        off = center * (1 - adj)
+        return off + (o + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (o + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+    if mode == "align_corners":
+        return 0.0 if n_out == 1 else o * (n_in - 1) / (n_out - 1)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "tf_crop_and_resize":
+        if n_out > 1:
+            return roi_lo * (n_in - 1) + o * (roi_hi - roi_lo) * (n_in - 1) / (n_out - 1)
+        return 0.5 * (roi_lo + roi_hi) * (n_in - 1)
+    raise UnsupportedOp(f"Resize: coordinate_transformation_mode {mode!r}")
+
+
+def _nearest(v, mode, n_in):
+    if mode == "round_prefer_floor":
+        i = math.floor(v) if v - math.floor(v) == 0.5 else math.floor(v + 0.5)
+    elif mode == "round_prefer_ceil":
+        i = math.floor(v + 0.5)
+    elif mode == "floor":
+        i = math.floor(v)
+    elif mode == "ceil":
+        i = math.ceil(v)
+    else:
+        raise UnsupportedOp(f"Resize: nearest_mode {mode!r}")
+    return min(max(i, 0), n_in - 1)
+
+
+def _cubic_weights(t, a):
+    def w(d):
+        d = abs(d)
+        if d <= 1:
+            return ((a + 2) * d - (a + 3)) * d * d + 1
+        if d < 2:
+            return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+        return 0.0
+    return [w(t + 1), w(t), w(1 - t), w(2 - t)]
+
+
+def resize(x: Tensor, out_shape, scales, mode: str = "nearest", coord_mode: str = "half_pixel",
+           nearest_mode: str = "round_prefer_floor", cubic_a: float = -0.75, exclude_outside: bool = False,
+           extrapolation_value: float = 0.0, roi=None) -> Tensor:
+    """ONNX Resize, one axis at a time: every output position reads a few input positions
+    (computed in Python from the sizes) through ``take`` and mixes them with fixed weights."""
+    y = x
+    nd = x.ndim
+    for ax in range(nd):
+        n_in, n_out = x.shape[ax], out_shape[ax]
+        scale = scales[ax]
+        lo = roi[ax] if roi else 0.0
+        hi = roi[ax + nd] if roi else 1.0
+        if n_in == n_out and scale == 1.0 and coord_mode != "tf_crop_and_resize":
+            continue
+        coords = [_source_coord(coord_mode, o, scale, n_in, n_out, lo, hi) for o in range(n_out)]
+        outside = [c < 0 or c > n_in - 1 for c in coords] if coord_mode == "tf_crop_and_resize" else None
+        if mode == "nearest":
+            idx = [_nearest(c, nearest_mode, n_in) for c in coords]
+            y = E.take(y, _const(idx, _dt.int64, y), axis=ax)
+        elif mode in ("linear", "cubic"):
+            if mode == "linear":
+                taps = []
+                for c in coords:
+                    c = min(max(c, 0.0), n_in - 1.0) if coord_mode != "tf_crop_and_resize" else c
+                    i0 = math.floor(c)
+                    t = c - i0
+                    taps.append([(i0, 1.0 - t), (i0 + 1, t)])
+            else:
+                taps = []
+                for c in coords:
+                    i0 = math.floor(c)
+                    t = c - i0
+                    ws = _cubic_weights(t, cubic_a)
+                    pts = [(i0 - 1 + j, ws[j]) for j in range(4)]
+                    if exclude_outside:
+                        tot = sum(wt for i, wt in pts if 0 <= i < n_in)
+                        pts = [(i, (wt / tot if tot else 0.0) if 0 <= i < n_in else 0.0) for i, wt in pts]
+                    taps.append(pts)
+            k = len(taps[0]) if taps else 0
+            acc = None
+            bshape = [1] * nd
+            bshape[ax] = n_out
+            for j in range(k):
+                idx = [min(max(t[j][0], 0), n_in - 1) for t in taps]
+                wts = [t[j][1] for t in taps]
+                part = E.multiply(E.take(y, _const(idx, _dt.int64, y), axis=ax),
+                                  E.reshape(_const(wts, y.dtype if y.dtype.kind == "f" else _dt.float32, y),
+                                            tuple(bshape)))
+                acc = part if acc is None else E.add(acc, part)
+            y = acc.astype(x.dtype) if acc.dtype is not x.dtype else acc
+        else:
+            raise UnsupportedOp(f"Resize: mode {mode!r}")
+        if outside is not None and any(outside):
+            bshape = [1] * nd
+            bshape[ax] = n_out
+            m = E.reshape(_const(outside, _dt.bool_, y), tuple(bshape))
+            y = E.where(m, float(extrapolation_value), y)
+        # later axes read the already-resized tensor
+    return y
+
+
+# ---- einsum -------------------------------------------------------------------------------
+
+def einsum(equation: str, *xs: Tensor) -> Tensor:
+    """``einsum`` for the forms models use (batched matmuls, transposes, reductions, outer
+    products): operands are contracted pairwise with ``matmul``. Repeated letters within one
+    operand (diagonals) are not supported."""
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, rhs = eq.split("->")
+    else:
+        lhs, rhs = eq, None
+    terms = lhs.split(",")
+    if len(terms) != len(xs):
+        raise ShapeError(f"Einsum: equation {equation!r} has {len(terms)} operands, got {len(xs)}")
+    letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    used = set(eq)
+    free = [c for c in letters if c not in used]
+    ell = None
+    subs = []
+    for t, x in zip(terms, xs):
+        if "..." in t:
+            k = x.ndim - (len(t) - 3)
+            if ell is None or len(ell) < k:
+                ell = "".join(free[:k]) if ell is None or len(ell) < k else ell
+            t = t.replace("...", ell[len(ell) - k:] if k else "")
+        if len(t) != x.ndim:
+            raise ShapeError(f"Einsum: term {t!r} does not match operand rank {x.ndim}")
+        if len(set(t)) != len(t):
+            raise UnsupportedOp(f"Einsum: repeated index within one operand ({equation!r})")
+        subs.append(t)
+    if rhs is None:
+        counts = {}
+        for t in subs:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        rhs = (ell or "") + "".join(sorted(c for c, n in counts.items() if n == 1 and (not ell or c not in ell)))
+    else:
+        rhs = rhs.replace("...", ell or "")
+    ops = list(zip(subs, xs))
+    # Sum out letters that appear in one operand only and not in the output.
+    def reduce_private(i):
+        s, x = ops[i]
+        others = "".join(t for j, (t, _) in enumerate(ops) if j != i) + rhs
+        drop = [k for k, c in enumerate(s) if c not in others]
+        if drop:
+            x = E.sum(x, axis=tuple(drop))
+            s = "".join(c for c in s if c not in others)
+        ops[i] = (s, x)
+    for i in range(len(ops)):
+        reduce_private(i)
+    while len(ops) > 1:
+        (sa, a), (sb, b) = ops[0], ops[1]
+        rest = "".join(t for t, _ in ops[2:]) + rhs
+        batch = [c for c in sa if c in sb and c in rest]
+        contract = [c for c in sa if c in sb and c not in rest]
+        left = [c for c in sa if c not in sb]
+        right = [c for c in sb if c not in sa]
+        size = {}
+        for s, x in ((sa, a), (sb, b)):
+            for c, n in zip(s, x.shape):
+                if size.get(c, 1) == 1:
+                    size[c] = n
+        a = _broadcast_dims(a, sa, size)
+        b = _broadcast_dims(b, sb, size)
+        pa = [sa.index(c) for c in batch + left + contract]
+        pb = [sb.index(c) for c in batch + contract + right]
+        a = E.permute_dims(a, tuple(pa)) if pa != list(range(len(pa))) else a
+        b = E.permute_dims(b, tuple(pb)) if pb != list(range(len(pb))) else b
+        nb = [size[c] for c in batch]
+        a = E.reshape(a, tuple(nb) + (prod(size[c] for c in left), prod(size[c] for c in contract)))
+        b = E.reshape(b, tuple(nb) + (prod(size[c] for c in contract), prod(size[c] for c in right)))
+        y = E.matmul(a, b)
+        y = E.reshape(y, tuple(nb) + tuple(size[c] for c in left) + tuple(size[c] for c in right))
+        ops = [("".join(batch + left + right), y)] + ops[2:]
+        reduce_private(0)
+    s, y = ops[0]
+    drop = [k for k, c in enumerate(s) if c not in rhs]
+    if drop:
+        y = E.sum(y, axis=tuple(drop))
+        s = "".join(c for c in s if c in rhs)
+    if set(s) != set(rhs):
+        raise ShapeError(f"Einsum: output {rhs!r} names letters not in the inputs ({equation!r})")
+    perm = [s.index(c) for c in rhs]
+    if perm != list(range(len(perm))):
+        y = E.permute_dims(y, tuple(perm))
+    return y
+
+
+def _broadcast_dims(x, s, size):
+    want = tuple(size[c] for c in s)
+    return x if tuple(x.shape) == want else E.broadcast_to(x, want)
+
+
+# ---- attention (ONNX opset 23 Attention, the common path) -----------------------------------
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
+              scale: float | None = None, q_heads: int = 0, kv_heads: int = 0) -> Tensor:
+    """ONNX Attention on 4-D ``(B, H, L, E)`` inputs or 3-D ``(B, L, H*E)`` ones with head counts."""
+    three = q.ndim == 3
+    if three:
+        b, lq, _ = q.shape
+        q = E.permute_dims(E.reshape(q, (b, lq, q_heads, -1)), (0, 2, 1, 3))
+        k = E.permute_dims(E.reshape(k, (b, k.shape[1], kv_heads, -1)), (0, 2, 1, 3))
+        v = E.permute_dims(E.reshape(v, (b, v.shape[1], kv_heads, -1)), (0, 2, 1, 3))
+    hq, hk = q.shape[1], k.shape[1]
+    if hq != hk:
+        if hq % hk:
+            raise ShapeError(f"Attention: {hq} query heads are not a multiple of {hk} key heads")
+        rep = hq // hk
+        k = E.reshape(E.broadcast_to(E.reshape(k, (k.shape[0], hk, 1) + k.shape[2:]),
+                                     (k.shape[0], hk, rep) + k.shape[2:]), (k.shape[0], hq) + k.shape[2:])
+        v = E.reshape(E.broadcast_to(E.reshape(v, (v.shape[0], hk, 1) + v.shape[2:]),
+                                     (v.shape[0], hk, rep) + v.shape[2:]), (v.shape[0], hq) + v.shape[2:])
+    if mask is not None and is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        causal = E.less_equal(E.reshape(E.arange(S, dtype=_dt.int64, device=q.device), (1, S)),
+                              E.reshape(E.arange(L, dtype=_dt.int64, device=q.device), (L, 1)))
+        if mask.dtype is _dt.bool_:
+            mask = E.logical_and(mask, causal)
+        else:
+            mask = E.where(causal, mask, -math.inf)
+        is_causal = False
+    y = E.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
+    if three:
+        y = E.reshape(E.permute_dims(y, (0, 2, 1, 3)), (y.shape[0], y.shape[2], -1))
+    return y
+
+
+def nonzero(x: Tensor) -> Tensor:
+    """ONNX NonZero: the ``(ndim, count)`` int64 coordinates of the non-zero elements, in
+    row-major order. The output size depends on the data, so the values are read back."""
+    v = x.tolist()
+    flat = []
+
+    def walk(a, prefix):
+        if isinstance(a, list):
+            for i, b in enumerate(a):
+                walk(b, prefix + (i,))
+        elif a:
+            flat.append(prefix)
+    walk(v, ())
+    rows = [[p[d] for p in flat] for d in range(x.ndim)] if x.ndim else [[0] * len(flat)]
+    if not flat:
+        return E.zeros((max(x.ndim, 1), 0), dtype=_dt.int64, device=x.device)
+    return E.tensor(rows, dtype=_dt.int64, device=x.device)

@@ -1,0 +1,1042 @@
+"""The one ONNX op table: ONNX operator name (and the opset its semantics start at) -> a handler
+that computes the node with public ember functions.
+
+Both the run-time loader (``ember.onnx.load``) and the code generator (``ember import``) use
+this table. A handler gets a context ``c`` and the node's inputs (None for an omitted optional
+input) and returns the node's outputs. It reads attributes with ``c.i/f/s/ints_attr/...``,
+the values of shape-like inputs with ``c.ints``/``c.scalar``, and computes ONLY through
+``c.call(fn, *args, **kw)`` with ``fn`` a public function of ``ember`` or of
+``ember.onnx.functional`` — which is what lets the code generator write each call out as a
+line of Python. Every attribute a node carries must be read by its handler, or loading fails
+with ``UnsupportedOp`` (nothing is silently ignored).
+
+>>> from ember.onnx.ops import TABLE, supported_ops
+>>> "Conv" in TABLE and "Resize" in TABLE
+True
+>>> [since for since, _ in TABLE["Squeeze"]]
+[1, 13]
+"""
+from __future__ import annotations
+
+import math
+
+import ember as E
+
+from .. import dtypes as _dt
+from ..errors import UnsupportedOp
+from . import functional as F
+from . import proto
+from .runtime import DEVICE
+
+# op name -> [(since_version, handler)], sorted by since_version
+TABLE: dict = {}
+
+
+def onnx_op(*names, since: int = 1):
+    """Register a handler for ONNX ops ``names`` from opset ``since`` on (until the next
+    registration of the same name)."""
+    def deco(fn):
+        for n in names:
+            entries = TABLE.setdefault(n, [])
+            entries.append((since, fn))
+            entries.sort(key=lambda e: e[0])
+        return fn
+    return deco
+
+
+def supported_ops() -> list:
+    """The ONNX operator names ember can load."""
+    return sorted(TABLE)
+
+
+def resolve(node, opsets):
+    """The handler for ``node`` under the model's opsets, and the opset: UnsupportedOp naming
+    the op, the opset and the node when there is none."""
+    domain = node.domain or "ai.onnx"
+    if domain not in ("ai.onnx",):
+        raise UnsupportedOp(f"ONNX node {node.label} ({node.op_type}): operators of domain {domain!r} "
+                            f"(opset {opsets.get(domain, '?')}) are not supported by ember; only the "
+                            f"default ONNX domain is")
+    opset = opsets.get("ai.onnx", 1)
+    entries = TABLE.get(node.op_type)
+    if not entries:
+        raise UnsupportedOp(f"ONNX node {node.label}: operator {node.op_type} (opset {opset}) is not "
+                            f"supported by ember (ember.onnx.supported_ops() lists what is)")
+    handler = None
+    for since, fn in entries:
+        if since <= opset:
+            handler = fn
+    if handler is None:
+        raise UnsupportedOp(f"ONNX node {node.label}: operator {node.op_type} at opset {opset} is not "
+                            f"supported by ember (supported from opset {entries[0][0]})")
+    return handler, opset
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def _dtype(c, code, what="to"):
+    return proto.ember_dtype(code, f"{c.where()}: attribute {what!r}")
+
+
+def _spatial(c, x, w_shape=None, *, kernel=None, pool=False):
+    """Normalise ONNX conv/pool attributes for an N-D spatial input: returns kernel, strides,
+    dilations and ((begin, end), ...) pads (auto_pad resolved)."""
+    nsp = x.ndim - 2
+    if nsp not in (1, 2):
+        c.unsupported(f"{nsp}-D spatial input (shape {x.shape}; ember has 1-D and 2-D {'pooling' if pool else 'convolution'})")
+    k = c.ints_attr("kernel_shape", None)
+    if k is None:
+        if kernel is None:
+            raise c.check(False, "kernel_shape is required")
+        k = list(kernel)
+    if len(k) != nsp:
+        c.check(False, f"kernel_shape {k} does not match the {nsp} spatial dims of input {x.shape}")
+    strides = c.ints_attr("strides", None) or [1] * nsp
+    dil = c.ints_attr("dilations", None) or [1] * nsp
+    pads = c.ints_attr("pads", None) or [0] * (2 * nsp)
+    auto = c.s("auto_pad", "NOTSET")
+    if len(strides) != nsp or len(dil) != nsp or len(pads) != 2 * nsp:
+        c.check(False, f"strides {strides}, dilations {dil} or pads {pads} do not match {nsp} spatial dims")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pairs = []
+        for i in range(nsp):
+            n = x.shape[2 + i]
+            out = -(-n // strides[i])
+            total = max(0, (out - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 - n)
+            small, big = total // 2, total - total // 2
+            pairs.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    elif auto == "VALID":
+        pairs = [(0, 0)] * nsp
+    elif auto == "NOTSET":
+        pairs = [(pads[i], pads[i + nsp]) for i in range(nsp)]
+    else:
+        c.unsupported(f"auto_pad={auto!r}")
+    return list(k), list(strides), list(dil), pairs
+
+
+def _one(v):
+    """(a, a) -> a, for shorter generated code."""
+    return v[0] if len(set(v)) == 1 else tuple(v)
+
+
+def _pads_arg(pairs):
+    if all(p == pairs[0] for p in pairs) and pairs[0][0] == pairs[0][1]:
+        return pairs[0][0]
+    return tuple(tuple(p) for p in pairs)
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+
+def _e(name):
+    """``ember.<name>``, or a stand-in that fails with UnsupportedOp if ember lacks it."""
+    fn = getattr(E, name, None)
+    if fn is None:
+        def missing(*a, **k):
+            raise UnsupportedOp(f"ember has no function {name!r}")
+        missing.__name__ = name
+        return missing
+    return fn
+
+
+def _unary(name, fn):
+    @onnx_op(name)
+    def h(c, x):
+        return c.call(fn, x)
+    return h
+
+
+for _name, _fn in [("Abs", "abs"), ("Neg", "negative"), ("Exp", "exp"), ("Log", "log"), ("Sqrt", "sqrt"),
+                   ("Reciprocal", "reciprocal"), ("Floor", "floor"), ("Ceil", "ceil"), ("Round", "round"),
+                   ("Sign", "sign"), ("Sin", "sin"), ("Cos", "cos"), ("Tanh", "tanh"),
+                   ("Erf", "erf"), ("Sigmoid", "sigmoid"), ("Relu", "relu"), ("IsNaN", "isnan"),
+                   ("Not", "logical_not")]:
+    _unary(_name, _e(_fn))
+for _name, _fn in [("Tan", F.tan), ("Softplus", F.softplus), ("Softsign", F.softsign),
+                   ("HardSwish", F.hard_swish), ("Mish", F.mish), ("Sinh", F.sinh), ("Cosh", F.cosh),
+                   ("Asinh", F.asinh), ("Acosh", F.acosh), ("Atanh", F.atanh)]:
+    _unary(_name, _fn)
+
+
+def _binary(name, fn, since=1):
+    @onnx_op(name, since=since)
+    def h(c, a, b):
+        return c.call(fn, a, b)
+    return h
+
+
+for _name, _fn in [("Equal", "equal"), ("Less", "less"), ("Greater", "greater"),
+                   ("LessOrEqual", "less_equal"), ("GreaterOrEqual", "greater_equal"),
+                   ("And", "logical_and"), ("Or", "logical_or"), ("Xor", "logical_xor")]:
+    _binary(_name, _e(_fn))
+for _name, _fn in [("Add", "add"), ("Sub", "subtract"), ("Mul", "multiply")]:
+    _binary(_name, _e(_fn), since=7)
+
+
+def _legacy(name, fn):
+    # Opsets 1-6: B broadcasts only with broadcast=1, aligned at `axis` (default: trailing).
+    @onnx_op(name, since=1)
+    def h(c, a, b):
+        c.attr("consumed_inputs", None)
+        if c.i("broadcast", 0):
+            axis = c.i("axis", a.ndim - b.ndim)
+            axis = axis % a.ndim if a.ndim else 0
+            shape = (1,) * axis + tuple(b.shape) + (1,) * (a.ndim - axis - b.ndim)
+            if shape != tuple(b.shape):
+                b = c.call(E.reshape, b, shape)
+        else:
+            c.attr("axis", None)
+            c.check(a.shape == b.shape, f"shapes {a.shape} and {b.shape} differ and broadcast=0")
+        return fn(c, a, b)
+    return h
+
+
+_legacy("Add", lambda c, a, b: c.call(E.add, a, b))
+_legacy("Sub", lambda c, a, b: c.call(E.subtract, a, b))
+_legacy("Mul", lambda c, a, b: c.call(E.multiply, a, b))
+_legacy("Div", lambda c, a, b: div(c, a, b))
+
+
+@onnx_op("Div", since=7)
+def div(c, a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return c.call(F.int_divide, a, b)
+    return c.call(E.divide, a, b)
+
+
+@onnx_op("Pow", since=7)
+def pow_(c, a, b):
+    y = c.call(E.pow, a, b)
+    return y if y.dtype is a.dtype else c.call(E.astype, y, a.dtype)
+
+
+@onnx_op("Mod", since=10)
+def mod(c, a, b):
+    if c.i("fmod", 0):
+        return c.call(F.fmod, a, b)
+    if a.dtype.kind == "f":
+        c.check(False, "Mod with fmod=0 is defined for integers only (set fmod=1 for floats)")
+    return c.call(E.remainder, a, b)
+
+
+def _variadic(name, fn):
+    @onnx_op(name)
+    def h(c, *xs):
+        c.check(len(xs) >= 1, "needs at least one input")
+        return xs[0] if len(xs) == 1 else c.call(F.variadic, fn, *xs)
+    return h
+
+
+_variadic("Max", E.maximum)
+_variadic("Min", E.minimum)
+_variadic("Sum", E.add)
+
+
+@onnx_op("Mean")
+def mean_(c, *xs):
+    c.check(len(xs) >= 1, "needs at least one input")
+    return xs[0] if len(xs) == 1 else c.call(F.mean_of, *xs)
+
+
+@onnx_op("IsInf", since=10)
+def isinf(c, x):
+    pos, neg = c.i("detect_positive", 1), c.i("detect_negative", 1)
+    if pos and neg:
+        return c.call(E.isinf, x)
+    return c.call(F.isinf, x, bool(pos), bool(neg))
+
+
+@onnx_op("LeakyRelu")
+def leaky_relu(c, x):
+    return c.call(E.leaky_relu, x, c.f("alpha", 0.01))
+
+
+@onnx_op("PRelu")
+def prelu(c, x, slope):
+    return c.call(F.prelu, x, slope)
+
+
+@onnx_op("Elu")
+def elu(c, x):
+    return c.call(F.elu, x, c.f("alpha", 1.0))
+
+
+@onnx_op("Celu", since=12)
+def celu(c, x):
+    return c.call(F.celu, x, c.f("alpha", 1.0))
+
+
+@onnx_op("Selu")
+def selu(c, x):
+    return c.call(F.selu, x, c.f("alpha", 1.67326319217681884765625), c.f("gamma", 1.05070102214813232421875))
+
+
+@onnx_op("ThresholdedRelu", since=10)
+def thresholded_relu(c, x):
+    return c.call(F.thresholded_relu, x, c.f("alpha", 1.0))
+
+
+@onnx_op("HardSigmoid")
+def hard_sigmoid(c, x):
+    return c.call(F.hard_sigmoid, x, c.f("alpha", 0.2), c.f("beta", 0.5))
+
+
+@onnx_op("Shrink", since=9)
+def shrink(c, x):
+    return c.call(F.shrink, x, c.f("lambd", 0.5), c.f("bias", 0.0))
+
+
+@onnx_op("Gelu", since=20)
+def gelu(c, x):
+    approx = c.s("approximate", "none")
+    if approx not in ("none", "tanh"):
+        c.unsupported(f"approximate={approx!r}")
+    return c.call(E.gelu, x, approx) if approx != "none" else c.call(E.gelu, x)
+
+
+@onnx_op("Swish", since=24)
+def swish(c, x):
+    alpha = c.f("alpha", 1.0)
+    if alpha == 1.0:
+        return c.call(E.silu, x)
+    return c.call(E.multiply, x, c.call(E.sigmoid, c.call(E.multiply, x, alpha)))
+
+
+@onnx_op("Clip", since=1)
+def clip_attrs(c, x):
+    lo, hi = c.f("min", -math.inf), c.f("max", math.inf)
+    c.attr("consumed_inputs", None)
+    return c.call(E.clip, x, lo, hi)
+
+
+@onnx_op("Clip", since=11)
+def clip(c, x, lo=None, hi=None):
+    lo = _bound(c, lo, "min")
+    hi = _bound(c, hi, "max")
+    if lo is None and hi is None:
+        return x
+    return c.call(E.clip, x, lo, hi)
+
+
+def _bound(c, t, what):
+    if t is None:
+        return None
+    if t.device != "meta":
+        return c.scalar(t, what)
+    return t
+
+
+@onnx_op("Where", since=9)
+def where(c, cond, a, b):
+    return c.call(E.where, cond, a, b)
+
+
+@onnx_op("Cast", since=6)
+def cast(c, x):
+    dt = _dtype(c, c.i("to"))
+    c.i("saturate", 1)
+    if "round_mode" in c.node.attrs:
+        c.s("round_mode")
+    return x if x.dtype is dt else c.call(E.astype, x, dt)
+
+
+@onnx_op("CastLike", since=15)
+def cast_like(c, x, like):
+    c.i("saturate", 1)
+    return x if x.dtype is like.dtype else c.call(E.astype, x, like.dtype)
+
+
+@onnx_op("Identity")
+def identity(c, x):
+    return x
+
+
+@onnx_op("Dropout")
+def dropout(c, x, ratio=None, training=None):
+    c.f("ratio", 0.5)
+    c.i("is_test", 0)
+    c.i("seed", 0)
+    c.attr("consumed_inputs", None)
+    if training is not None and c.scalar(training, "training_mode"):
+        c.unsupported("Dropout with training_mode=True (ember runs inference)")
+    if c.wants(1):
+        return x, c.call(E.full, x.shape, True, dtype=_dt.bool_, device=DEVICE)
+    return x
+
+
+# ---- creation and shapes ----------------------------------------------------------------------
+
+@onnx_op("Constant")
+def constant(c):
+    for name in ("sparse_value", "value_string", "value_strings"):
+        if name in c.node.attrs:
+            c.attr(name)
+            c.unsupported(f"Constant attribute {name!r}")
+    if "value" in c.node.attrs:
+        return c.tensor_attr("value")
+    for name, dt in (("value_float", _dt.float32), ("value_floats", _dt.float32),
+                     ("value_int", _dt.int64), ("value_ints", _dt.int64)):
+        if name in c.node.attrs:
+            return E.tensor(c.attr(name), dtype=dt, device="python")
+    c.check(False, "Constant has no value attribute")
+
+
+@onnx_op("ConstantOfShape", since=9)
+def constant_of_shape(c, shape):
+    v = c.tensor_attr("value", None)
+    dims = tuple(c.ints(shape, "shape"))
+    if any(d < 0 for d in dims):
+        c.check(False, f"negative dimension in shape {dims}")
+    if v is None:
+        return c.call(E.full, dims, 0.0, dtype=_dt.float32, device=DEVICE)
+    c.check(v.size == 1, f"value must have one element, got shape {v.shape}")
+    return c.call(E.full, dims, c.scalar(v), dtype=v.dtype, device=DEVICE)
+
+
+@onnx_op("Range", since=11)
+def range_(c, start, limit, delta):
+    vals = [c.scalar(t, n) for t, n in ((start, "start"), (limit, "limit"), (delta, "delta"))]
+    return c.call(F.range_, *vals, start.dtype, device=DEVICE)
+
+
+@onnx_op("EyeLike", since=9)
+def eye_like(c, x):
+    dt = c.i("dtype", None)
+    dt = x.dtype if dt is None else _dtype(c, dt, "dtype")
+    c.check(x.ndim == 2, f"input must be 2-D, got {x.shape}")
+    return c.call(F.eye_like, x, c.i("k", 0), dt)
+
+
+@onnx_op("Shape")
+def shape(c, x):
+    start, end = c.i("start", 0), c.i("end", None)
+    return c.call(F.shape, x, start, end) if (start, end) != (0, None) else c.call(F.shape, x)
+
+
+@onnx_op("Size")
+def size(c, x):
+    return c.call(F.size, x)
+
+
+@onnx_op("Reshape", since=1)
+def reshape_v1(c, x):
+    c.attr("consumed_inputs", None)
+    return c.call(F.reshape, x, tuple(c.ints_attr("shape")))
+
+
+@onnx_op("Reshape", since=5)
+def reshape(c, x, shape):
+    dims = c.ints(shape, "shape")
+    allowzero = c.i("allowzero", 0)
+    if allowzero or 0 not in dims:
+        return c.call(E.reshape, x, tuple(dims))
+    return c.call(F.reshape, x, tuple(dims))
+
+
+@onnx_op("Flatten")
+def flatten(c, x):
+    axis = c.i("axis", 1)
+    return c.call(F.flatten, x, axis)
+
+
+@onnx_op("Transpose")
+def transpose(c, x):
+    perm = c.ints_attr("perm", None)
+    if perm is None:
+        perm = list(range(x.ndim))[::-1]
+    c.check(sorted(perm) == list(range(x.ndim)), f"perm {perm} is not a permutation of {x.ndim} axes")
+    return c.call(E.permute_dims, x, tuple(perm))
+
+
+@onnx_op("Squeeze", since=1)
+def squeeze_v1(c, x):
+    axes = c.ints_attr("axes", None)
+    return c.call(F.squeeze, x, axes) if axes is not None else c.call(F.squeeze, x)
+
+
+@onnx_op("Squeeze", since=13)
+def squeeze(c, x, axes=None):
+    axes = c.ints(axes, "axes")
+    return c.call(F.squeeze, x, axes) if axes is not None else c.call(F.squeeze, x)
+
+
+@onnx_op("Unsqueeze", since=1)
+def unsqueeze_v1(c, x):
+    return c.call(F.unsqueeze, x, c.ints_attr("axes"))
+
+
+@onnx_op("Unsqueeze", since=13)
+def unsqueeze(c, x, axes):
+    return c.call(F.unsqueeze, x, c.ints(axes, "axes"))
+
+
+@onnx_op("Expand", since=8)
+def expand(c, x, shape):
+    return c.call(F.expand, x, tuple(c.ints(shape, "shape")))
+
+
+@onnx_op("Tile", since=6)
+def tile(c, x, repeats):
+    reps = c.ints(repeats, "repeats")
+    c.check(len(reps) == x.ndim, f"repeats {reps} must have one entry per axis of {x.shape}")
+    return c.call(E.tile, x, tuple(reps))
+
+
+@onnx_op("Concat", since=4)
+def concat(c, *xs):
+    axis = c.i("axis")
+    return c.call(E.concat, list(xs), axis=axis)
+
+
+@onnx_op("Split", since=2)
+def split_v2(c, x):
+    return _split(c, x, c.ints_attr("split", None))
+
+
+@onnx_op("Split", since=13)
+def split(c, x, sizes=None):
+    if c.opset >= 18:
+        n = c.i("num_outputs", None)
+        if sizes is None and n is not None:
+            axis = c.i("axis", 0)
+            return _split(c, x, F.split_sizes(x.shape[axis % max(x.ndim, 1)], n))
+    return _split(c, x, c.ints(sizes, "split"))
+
+
+def _split(c, x, sizes):
+    axis = c.i("axis", 0)
+    n_out = len(c.node.outputs)
+    if sizes is None:
+        n = x.shape[axis % max(x.ndim, 1)]
+        c.check(n % n_out == 0, f"cannot split axis {axis} of size {n} into {n_out} equal parts")
+        sizes = [n // n_out] * n_out
+    c.check(len(sizes) == n_out, f"split {sizes} gives {len(sizes)} pieces for {n_out} outputs")
+    return c.call(F.split, x, list(sizes), axis)
+
+
+@onnx_op("Slice", since=1)
+def slice_v1(c, x):
+    starts, ends = c.ints_attr("starts"), c.ints_attr("ends")
+    axes = c.ints_attr("axes", None)
+    return c.call(F.slice_, x, starts, ends, axes)
+
+
+@onnx_op("Slice", since=10)
+def slice_(c, x, starts, ends, axes=None, steps=None):
+    s, e = c.ints(starts, "starts"), c.ints(ends, "ends")
+    a, st = c.ints(axes, "axes"), c.ints(steps, "steps")
+    return c.call(F.slice_, x, s, e, a, st) if st is not None else \
+        (c.call(F.slice_, x, s, e, a) if a is not None else c.call(F.slice_, x, s, e))
+
+
+@onnx_op("Gather")
+def gather(c, x, indices):
+    return c.call(F.gather, x, indices, c.i("axis", 0))
+
+
+@onnx_op("GatherElements", since=11)
+def gather_elements(c, x, indices):
+    return c.call(F.gather_elements, x, indices, c.i("axis", 0))
+
+
+@onnx_op("GatherND", since=11)
+def gather_nd(c, x, indices):
+    b = c.i("batch_dims", 0)
+    return c.call(F.gather_nd, x, indices, b)
+
+
+@onnx_op("ScatterElements", since=11)
+def scatter_elements(c, x, indices, updates):
+    red = c.s("reduction", "none")
+    if red != "none":
+        c.unsupported(f"reduction={red!r}")
+    return c.call(F.scatter_elements, x, indices, updates, c.i("axis", 0), F.int_list)
+
+
+@onnx_op("ScatterND", since=11)
+def scatter_nd(c, x, indices, updates):
+    red = c.s("reduction", "none")
+    if red != "none":
+        c.unsupported(f"reduction={red!r}")
+    return c.call(F.scatter_nd, x, indices, updates, F.int_list)
+
+
+@onnx_op("OneHot", since=9)
+def one_hot(c, indices, depth, values):
+    d = c.scalar(depth, "depth")
+    return c.call(F.one_hot, indices, int(d), values, c.i("axis", -1))
+
+
+@onnx_op("Trilu", since=14)
+def trilu(c, x, k=None):
+    kk = 0 if k is None else int(c.scalar(k, "k"))
+    return c.call(F.trilu, x, kk, bool(c.i("upper", 1)))
+
+
+@onnx_op("DepthToSpace", since=1)
+def depth_to_space(c, x):
+    return c.call(F.depth_to_space, x, c.i("blocksize"), c.s("mode", "DCR"))
+
+
+@onnx_op("SpaceToDepth", since=1)
+def space_to_depth(c, x):
+    return c.call(F.space_to_depth, x, c.i("blocksize"))
+
+
+@onnx_op("Pad", since=2)
+def pad_v2(c, x):
+    return _pad(c, x, c.ints_attr("pads"), c.f("value", 0.0), None)
+
+
+@onnx_op("Pad", since=11)
+def pad(c, x, pads, value=None, axes=None):
+    v = 0 if value is None else c.scalar(value, "constant_value")
+    return _pad(c, x, c.ints(pads, "pads"), v, c.ints(axes, "axes"))
+
+
+def _pad(c, x, pads, value, axes):
+    mode = c.s("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        c.unsupported(f"mode={mode!r}")
+    nd = x.ndim
+    axes = list(range(nd)) if axes is None else [a % nd for a in axes]
+    k = len(axes)
+    c.check(len(pads) == 2 * k, f"{len(pads)} pads for {k} axes of input {x.shape}")
+    width = [(0, 0)] * nd
+    for j, a in enumerate(axes):
+        width[a] = (pads[j], pads[j + k])
+    if x.dtype.kind == "f":
+        value = float(value)
+    elif x.dtype is _dt.bool_:
+        value = bool(value)
+    else:
+        value = int(value)
+    kw = {}
+    if mode != "constant":
+        kw["mode"] = mode
+    elif value != 0:
+        kw["value"] = value
+    return c.call(E.pad, x, tuple(width), **kw)
+
+
+# ---- matmul, conv, pooling, normalization ------------------------------------------------------
+
+@onnx_op("MatMul")
+def matmul(c, a, b):
+    return c.call(E.matmul, a, b)
+
+
+@onnx_op("Gemm")
+def gemm(c, a, b, bias=None):
+    alpha, beta = c.f("alpha", 1.0), c.f("beta", 1.0)
+    ta, tb = c.i("transA", 0), c.i("transB", 0)
+    c.i("broadcast", 0)
+    c.check(a.ndim == 2 and b.ndim == 2, f"A and B must be 2-D, got {a.shape} and {b.shape}")
+    if ta:
+        a = c.call(E.permute_dims, a, (1, 0))
+    if tb:
+        b = c.call(E.permute_dims, b, (1, 0))
+    y = c.call(E.matmul, a, b)
+    if alpha != 1.0:
+        y = c.call(E.multiply, y, alpha)
+    if bias is not None and beta != 0.0:
+        y = c.call(E.add, y, bias if beta == 1.0 else c.call(E.multiply, bias, beta))
+    return y
+
+
+@onnx_op("Einsum", since=12)
+def einsum(c, *xs):
+    return c.call(F.einsum, c.s("equation"), *xs)
+
+
+@onnx_op("Conv")
+def conv(c, x, w, b=None):
+    k, s, d, p = _spatial(c, x, kernel=w.shape[2:])
+    groups = c.i("group", 1)
+    if x.ndim == 3:
+        return c.call(F.conv1d, x, w, b, s[0], p[0], d[0], groups)
+    kw = {}
+    if s != [1, 1]:
+        kw["stride"] = _one(s)
+    if p != [(0, 0), (0, 0)]:
+        kw["padding"] = _pads_arg(p)
+    if d != [1, 1]:
+        kw["dilation"] = _one(d)
+    if groups != 1:
+        kw["groups"] = groups
+    return c.call(E.conv2d, x, w, b, **kw)
+
+
+@onnx_op("ConvTranspose")
+def conv_transpose(c, x, w, b=None):
+    nsp = x.ndim - 2
+    groups = c.i("group", 1)
+    out_pad = c.ints_attr("output_padding", None) or [0] * nsp
+    out_shape = c.ints_attr("output_shape", None)
+    auto = c.s("auto_pad", "NOTSET")
+    k, s, d, p = _spatial(c, x, kernel=w.shape[2:])
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        if out_shape is None:
+            out_shape = [x.shape[2 + i] * s[i] for i in range(nsp)]
+        out_shape = out_shape[-nsp:]
+        p = []
+        for i in range(nsp):
+            total = s[i] * (x.shape[2 + i] - 1) + out_pad[i] + (k[i] - 1) * d[i] + 1 - out_shape[i]
+            if total < 0:
+                out_pad = list(out_pad)
+                out_pad[i] -= total
+                total = 0
+            half = total // 2
+            p.append((half, total - half) if auto == "SAME_UPPER" else (total - half, half))
+    if x.ndim == 3:
+        return c.call(F.conv_transpose1d, x, w, b, s[0], p[0], out_pad[0], d[0], groups)
+    kw = {}
+    if s != [1, 1]:
+        kw["stride"] = _one(s)
+    if p != [(0, 0), (0, 0)]:
+        kw["padding"] = _pads_arg(p)
+    if list(out_pad) != [0, 0]:
+        kw["output_padding"] = _one(out_pad)
+    if groups != 1:
+        kw["groups"] = groups
+    if d != [1, 1]:
+        kw["dilation"] = _one(d)
+    return c.call(E.conv_transpose2d, x, w, b, **kw)
+
+
+@onnx_op("MaxPool")
+def max_pool(c, x):
+    k, s, d, p = _spatial(c, x, pool=True)
+    ceil = c.i("ceil_mode", 0)
+    if c.i("storage_order", 0) and c.wants(1):
+        c.unsupported("storage_order=1")
+    if c.wants(1):
+        c.unsupported("the Indices output of MaxPool")
+    if x.ndim == 3:
+        kw = {"dilation": (1, d[0])} if d[0] != 1 else {}
+        if ceil:
+            kw["ceil_mode"] = True
+        return c.call(F.pool1d, E.max_pool2d, x, k[0], s[0], p[0], **kw)
+    kw = {"stride": _one(s)}
+    if p != [(0, 0), (0, 0)]:
+        kw["padding"] = _pads_arg(p)
+    if d != [1, 1]:
+        kw["dilation"] = _one(d)
+    if ceil:
+        kw["ceil_mode"] = True
+    return c.call(E.max_pool2d, x, _one(k), **kw)
+
+
+@onnx_op("AveragePool")
+def avg_pool(c, x):
+    k, s, d, p = _spatial(c, x, pool=True)
+    if d != [1] * len(d):
+        c.unsupported(f"dilations={d} for AveragePool")
+    ceil = c.i("ceil_mode", 0)
+    include = c.i("count_include_pad", 0)
+    kw = {} if include else {"count_include_pad": False}
+    if ceil:
+        kw["ceil_mode"] = True
+    if x.ndim == 3:
+        return c.call(F.pool1d, E.avg_pool2d, x, k[0], s[0], p[0], **kw)
+    kw["stride"] = _one(s)
+    if p != [(0, 0), (0, 0)]:
+        kw["padding"] = _pads_arg(p)
+    return c.call(E.avg_pool2d, x, _one(k), **kw)
+
+
+@onnx_op("GlobalAveragePool")
+def global_avg_pool(c, x):
+    return c.call(E.mean, x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@onnx_op("GlobalMaxPool")
+def global_max_pool(c, x):
+    return c.call(E.max, x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@onnx_op("BatchNormalization", since=1)
+def batch_norm(c, x, scale, bias, mean, var):
+    eps = c.f("epsilon", 1e-5)
+    c.f("momentum", 0.9)
+    c.i("spatial", 1)
+    c.i("is_test", 1)
+    c.attr("consumed_inputs", None)
+    if c.i("training_mode", 0) or any(c.wants(i) for i in range(1, 5)):
+        c.unsupported("BatchNormalization in training mode (ember runs inference)")
+    return c.call(E.batch_norm, x, mean, var, scale, bias, eps=eps)
+
+
+@onnx_op("InstanceNormalization", since=6)
+def instance_norm(c, x, scale, bias):
+    return c.call(F.instance_norm, x, scale, bias, c.f("epsilon", 1e-5))
+
+
+@onnx_op("GroupNormalization", since=18)
+def group_norm(c, x, scale, bias):
+    g = c.i("num_groups")
+    eps = c.f("epsilon", 1e-5)
+    c.i("stash_type", 1)
+    ch = x.shape[1]
+    if c.opset < 21 and scale.shape == (g,) and g != ch:
+        # opset 18 scales per group: repeat each group's value over its channels
+        rep = [i for i in range(g) for _ in range(ch // g)]
+        idx = E.tensor(rep, dtype=_dt.int64, device="python")
+        scale = c.call(E.take, scale, idx, axis=0)
+        bias = c.call(E.take, bias, idx, axis=0)
+    return c.call(F.group_norm, x, scale, bias, g, eps)
+
+
+@onnx_op("LayerNormalization", since=17)
+def layer_norm(c, x, scale, bias=None):
+    axis = c.i("axis", -1)
+    eps = c.f("epsilon", 1e-5)
+    stash = c.i("stash_type", 1)
+    if stash != 1:
+        c.unsupported(f"stash_type={stash}")
+    if c.wants(1) or c.wants(2):
+        return c.call(F.layer_norm, x, scale, bias, axis, eps, True)
+    ax = axis % x.ndim if x.ndim else 0
+    ns = tuple(x.shape[ax:])
+    if tuple(scale.shape) == ns and (bias is None or tuple(bias.shape) == ns):
+        return c.call(E.layer_norm, x, ns, scale, bias, eps=eps)
+    return c.call(F.layer_norm, x, scale, bias, axis, eps)
+
+
+@onnx_op("RMSNormalization", since=23)
+def rms_norm(c, x, scale):
+    axis = c.i("axis", -1)
+    eps = c.f("epsilon", 1e-5)
+    c.i("stash_type", 1)
+    ax = axis % x.ndim
+    axes = tuple(range(ax, x.ndim))
+    ms = c.call(E.mean, c.call(E.multiply, x, x), axis=axes, keepdims=True)
+    return c.call(E.multiply, c.call(E.divide, x, c.call(E.sqrt, c.call(E.add, ms, eps))), scale)
+
+
+@onnx_op("MeanVarianceNormalization", since=9)
+def mvn(c, x):
+    axes = tuple(c.ints_attr("axes", [0, 2, 3]))
+    m = c.call(E.mean, x, axis=axes, keepdims=True)
+    d = c.call(E.subtract, x, m)
+    v = c.call(E.mean, c.call(E.multiply, d, d), axis=axes, keepdims=True)
+    return c.call(E.divide, d, c.call(E.add, c.call(E.sqrt, v), 1e-9))
+
+
+@onnx_op("LRN")
+def lrn(c, x):
+    return c.call(F.lrn, x, c.i("size"), c.f("alpha", 1e-4), c.f("beta", 0.75), c.f("bias", 1.0))
+
+
+@onnx_op("LpNormalization")
+def lp_norm(c, x):
+    p = c.i("p", 2)
+    if p not in (1, 2):
+        c.unsupported(f"p={p}")
+    return c.call(F.lp_normalization, x, c.i("axis", -1), p)
+
+
+def _softmax(name, fn):
+    @onnx_op(name, since=1)
+    def legacy(c, x):
+        axis = c.i("axis", 1)
+        if axis % max(x.ndim, 1) == x.ndim - 1:
+            return c.call(fn, x, -1) if fn is not F.hardmax else c.call(fn, x, -1)
+        return c.call(F.softmax_2d, fn, x, axis)
+
+    @onnx_op(name, since=13)
+    def modern(c, x):
+        return c.call(fn, x, c.i("axis", -1))
+
+
+_softmax("Softmax", E.softmax)
+_softmax("LogSoftmax", E.log_softmax)
+_softmax("Hardmax", F.hardmax)
+
+
+# ---- reductions ---------------------------------------------------------------------------------
+
+_DIRECT = {"Mean": E.mean, "Max": E.max, "Min": E.min}
+
+
+def _reduce(kind, axes_input_since):
+    name = "Reduce" + kind
+
+    @onnx_op(name, since=1)
+    def attr_axes(c, x):
+        return _do_reduce(c, kind, x, c.ints_attr("axes", None), False)
+
+    @onnx_op(name, since=axes_input_since)
+    def input_axes(c, x, axes=None):
+        return _do_reduce(c, kind, x, c.ints(axes, "axes"), bool(c.i("noop_with_empty_axes", 0)))
+
+
+def _do_reduce(c, kind, x, axes, noop):
+    keep = bool(c.i("keepdims", 1))
+    if axes is not None and len(axes) == 0:
+        axes = None
+        if noop:
+            return x
+    if kind in _DIRECT and x.size > 0:
+        kw = {"keepdims": True} if keep else {}
+        if axes is not None:
+            kw["axis"] = tuple(axes)
+        if kind == "Mean" and x.dtype.kind != "f":
+            return c.call(F.reduce, kind, x, axes, keep)
+        return c.call(_DIRECT[kind], x, **kw)
+    if kind == "Sum" and x.dtype.kind == "f":
+        kw = {"keepdims": True} if keep else {}
+        if axes is not None:
+            kw["axis"] = tuple(axes)
+        return c.call(E.sum, x, **kw)
+    return c.call(F.reduce, kind, x, axes, keep)
+
+
+for _kind in ("Mean", "Max", "Min", "Prod", "L1", "L2", "LogSum", "LogSumExp", "SumSquare"):
+    _reduce(_kind, 18)
+_reduce("Sum", 13)
+
+
+def _arg(name):
+    @onnx_op(name)
+    def h(c, x):
+        axis, keep, last = c.i("axis", 0), bool(c.i("keepdims", 1)), c.i("select_last_index", 0)
+        if not last:
+            kw = {"keepdims": True} if keep else {}
+            return c.call(E.argmax if name == "ArgMax" else E.argmin, x, axis=axis, **kw)
+        return c.call(F.arg_reduce, name, x, axis, keep, True)
+    return h
+
+
+_arg("ArgMax")
+_arg("ArgMin")
+
+
+@onnx_op("TopK", since=1)
+def topk_v1(c, x):
+    return c.call(E.topk, x, c.i("k"), axis=c.i("axis", -1))
+
+
+@onnx_op("TopK", since=10)
+def topk(c, x, k):
+    kk = int(c.scalar(k, "k"))
+    axis = c.i("axis", -1)
+    largest = bool(c.i("largest", 1))
+    c.i("sorted", 1)
+    kw = {"axis": axis}
+    if not largest:
+        kw["largest"] = False
+    return c.call(E.topk, x, kk, **kw)
+
+
+@onnx_op("CumSum", since=11)
+def cumsum(c, x, axis):
+    a = int(c.scalar(axis, "axis"))
+    ex, rev = bool(c.i("exclusive", 0)), bool(c.i("reverse", 0))
+    return c.call(F.cumsum, x, a, ex, rev)
+
+
+@onnx_op("NonZero", since=9)
+def nonzero(c, x):
+    return c.call(F.nonzero, x)
+
+
+# ---- resize ---------------------------------------------------------------------------------
+
+@onnx_op("Upsample", since=9)
+def upsample(c, x, scales):
+    mode = c.s("mode", "nearest")
+    sc = c.floats(scales, "scales")
+    c.check(len(sc) == x.ndim, f"scales {sc} must have one entry per axis of {x.shape}")
+    out = [int(math.floor(n * s)) for n, s in zip(x.shape, sc)]
+    if mode not in ("nearest", "linear", "bilinear"):
+        c.unsupported(f"mode={mode!r}")
+    return c.call(F.resize, x, out, sc, "linear" if mode == "bilinear" else mode, "asymmetric", "floor")
+
+
+@onnx_op("Resize", since=10)
+def resize_v10(c, x, scales):
+    mode = c.s("mode", "nearest")
+    sc = c.floats(scales, "scales")
+    out = [int(math.floor(n * s)) for n, s in zip(x.shape, sc)]
+    return c.call(F.resize, x, out, sc, mode, "asymmetric", "floor")
+
+
+@onnx_op("Resize", since=11)
+def resize(c, x, roi=None, scales=None, sizes=None):
+    mode = c.s("mode", "nearest")
+    coord = c.s("coordinate_transformation_mode", "half_pixel")
+    nearest = c.s("nearest_mode", "round_prefer_floor")
+    cubic_a = c.f("cubic_coeff_a", -0.75)
+    exclude = bool(c.i("exclude_outside", 0))
+    extrap = c.f("extrapolation_value", 0.0)
+    if c.opset >= 18:
+        if c.i("antialias", 0):
+            c.unsupported("antialias=1")
+        axes = c.ints_attr("axes", None)
+        policy = c.s("keep_aspect_ratio_policy", "stretch")
+    else:
+        axes, policy = None, "stretch"
+    if mode not in ("nearest", "linear", "cubic"):
+        c.unsupported(f"mode={mode!r}")
+    nd = x.ndim
+    axes = list(range(nd)) if axes is None else [a % nd for a in axes]
+    sc = c.floats(scales, "scales")
+    sz = c.ints(sizes, "sizes")
+    if sc is not None and len(sc) == 0:
+        sc = None
+    if sz is not None and len(sz) == 0:
+        sz = None
+    full_scales = [1.0] * nd
+    out = list(x.shape)
+    if sz is not None:
+        c.check(sc is None, "give scales or sizes, not both")
+        c.check(len(sz) == len(axes), f"sizes {sz} do not match axes {axes}")
+        if policy != "stretch":
+            ratios = [sz[j] / x.shape[a] for j, a in enumerate(axes)]
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                full_scales[a] = r
+                out[a] = int(math.floor(r * x.shape[a] + 0.5))
+        else:
+            for j, a in enumerate(axes):
+                out[a] = sz[j]
+                full_scales[a] = sz[j] / x.shape[a] if x.shape[a] else 1.0
+    else:
+        c.check(sc is not None, "needs scales or sizes")
+        c.check(len(sc) == len(axes), f"scales {sc} do not match axes {axes}")
+        for j, a in enumerate(axes):
+            full_scales[a] = sc[j]
+            out[a] = int(math.floor(x.shape[a] * sc[j]))
+    roi_full = None
+    if coord == "tf_crop_and_resize":
+        r = c.floats(roi, "roi")
+        c.check(r is not None and len(r) == 2 * len(axes), f"roi {r} must hold starts and ends for axes {axes}")
+        roi_full = [0.0] * nd + [1.0] * nd
+        for j, a in enumerate(axes):
+            roi_full[a] = r[j]
+            roi_full[a + nd] = r[j + len(axes)]
+    return c.call(F.resize, x, out, full_scales, mode, coord, nearest, cubic_a, exclude, extrap, roi_full)
+
+
+# ---- attention (opset 23) ---------------------------------------------------------------------
+
+@onnx_op("Attention", since=23)
+def attention(c, q, k, v, mask=None, past_key=None, past_value=None, nonpad=None):
+    if past_key is not None or past_value is not None or nonpad is not None:
+        c.unsupported("Attention with a KV cache (past_key/past_value/nonpad_kv_seqlen)")
+    if any(c.wants(i) for i in (1, 2, 3)):
+        c.unsupported("Attention's present_key/present_value/qk_matmul_output outputs")
+    causal = bool(c.i("is_causal", 0))
+    scale = c.f("scale", None)
+    if c.f("softcap", 0.0) != 0.0:
+        c.unsupported("softcap")
+    mode = c.i("qk_matmul_output_mode", 0)
+    c.i("softmax_precision", 0)
+    if mode != 0:
+        c.unsupported(f"qk_matmul_output_mode={mode}")
+    qh, kvh = c.i("q_num_heads", 0), c.i("kv_num_heads", 0)
+    if q.ndim == 3:
+        c.check(qh > 0 and kvh > 0, "3-D inputs need q_num_heads and kv_num_heads")
+        if scale is None:
+            scale = 1.0 / math.sqrt(q.shape[-1] // qh)
+    return c.call(F.attention, q, k, v, mask, is_causal=causal, scale=scale, q_heads=qh, kv_heads=kvh)

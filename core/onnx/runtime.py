@@ -1,0 +1,780 @@
+"""Load an ONNX model at run time and call it: ``ember.onnx.load``.
+
+How a model is loaded (no ``onnx`` package, no numpy: this runs in Pyodide):
+
+1. ``proto.parse_model`` decodes the protobuf; initializers become tensors (small integer and
+   shape-like ones on the ``"python"`` device, the rest on the model's device).
+2. The graph is *traced* once with placeholder inputs on a data-less ``"meta"`` device: every
+   node runs its handler from the one op table (``ember.onnx.ops``), which checks attributes,
+   dtypes and shapes now, at load time, so an unsupported op or attribute fails before the
+   first call. Nodes whose inputs are all known run for real: constant subgraphs (the
+   ``Shape -> Gather -> Concat -> Reshape`` chains exporters write) are folded once.
+3. Graphs with symbolic dimensions (``batch``, ``seq``) are traced twice with different sizes;
+   only values equal in both traces are folded, so the model keeps working for any size.
+4. ``model(...)`` runs the remaining nodes in order on the model's device.
+
+>>> import ember, ember.onnx
+>>> from ember.onnx.testing import tiny_model
+>>> m = ember.onnx.load(tiny_model())               # y = relu(x + 1)
+>>> m(ember.tensor([[-3.0, 0.5]])).tolist()
+[[0.0, 1.5]]
+>>> m.input_names, m.output_names
+(['x'], ['y'])
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from math import prod
+
+from .. import dtypes as _dt
+from ..backends import _INSTANCES, default_device, get_backend
+from ..errors import DTypeError, EmberError, OnnxError, ShapeError, UnsupportedOp
+from ..registry import Meta
+from ..tensor import Tensor
+from . import proto
+
+FOLD_LIMIT = 1 << 22      # folded constants larger than this (elements) are left to run time
+HOST_LIMIT = 64           # constants this small stay on the "python" device (shape arithmetic)
+HOST = "python"
+
+
+# ---- the meta device: shapes and dtypes only --------------------------------------------------
+
+class NeedsData(Exception):
+    """A handler asked for the values of a tensor that is only known at run time (internal)."""
+
+
+def _meta_kernel(out, *inputs, **attrs):
+    return None if isinstance(out, Meta) else tuple(None for _ in out)
+
+
+class _AnyKernel(dict):
+    def get(self, name, default=None):
+        return _meta_kernel
+
+    def __contains__(self, name):
+        return True
+
+
+class MetaBackend:
+    """``device="meta"``: every op runs its shape and dtype rules and no kernel (no data)."""
+
+    name = "meta"
+    kernels = _AnyKernel()
+
+    @staticmethod
+    def available():
+        return True, "shapes only"
+
+    def from_bytes(self, data, shape, dtype):
+        return None
+
+    def to_bytes(self, buf, shape, dtype):
+        raise NeedsData("meta tensors have no data")
+
+    async def to_bytes_async(self, buf, shape, dtype):
+        raise NeedsData("meta tensors have no data")
+
+
+# Not in the factory table on purpose: ember.devices() should not list it.
+_INSTANCES.setdefault("meta", MetaBackend())
+
+
+def meta_like(t: Tensor) -> Tensor:
+    return t if t.device == "meta" else Tensor._wrap(None, t.shape, t.dtype, "meta")
+
+
+class _DeviceMarker:
+    """Passed as ``device=DEVICE`` by handlers that create tensors: the model's device."""
+
+    def __repr__(self):
+        return "DEVICE"
+
+
+DEVICE = _DeviceMarker()
+_REQUIRED = object()
+UNKNOWN = type("Unknown", (), {"__repr__": lambda s: "UNKNOWN"})()
+
+
+def _tensors(args):
+    for a in args:
+        if isinstance(a, Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, Tensor):
+                    yield b
+
+
+def _map_tensors(args, f):
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(f(a))
+        elif isinstance(a, (list, tuple)) and any(isinstance(b, Tensor) for b in a):
+            out.append(type(a)(f(b) if isinstance(b, Tensor) else b for b in a))
+        else:
+            out.append(a)
+    return out
+
+
+def _flat_values(t: Tensor) -> list:
+    v = t.tolist()
+    if not isinstance(v, list):
+        return [v]
+    while v and isinstance(v[0], list):
+        v = [x for row in v for x in row]
+    return v
+
+
+# ---- what an op handler sees ------------------------------------------------------------------
+
+class Ctx:
+    """The context an op handler gets: the node's attributes, its opset, and ``call`` to run
+    ember functions (the only way a handler computes, so the code generator can record it)."""
+
+    def __init__(self, node, opset, device):
+        self.node = node
+        self.opset = opset
+        self.device = device
+        self.used = set()
+
+    # attributes ----------------------------------------------------------------------------------
+    def attr(self, name, default=_REQUIRED):
+        self.used.add(name)
+        a = self.node.attrs.get(name)
+        if a is None or a.value is None:
+            if a is not None and a.ref_attr_name:
+                self.unsupported(f"attribute {name!r} refers to a function attribute ({a.ref_attr_name!r})")
+            if default is _REQUIRED:
+                raise OnnxError(f"{self.where()}: required attribute {name!r} is missing")
+            return default
+        return a.value
+
+    def i(self, name, default=_REQUIRED) -> int:
+        v = self.attr(name, default)
+        if v is not None and not isinstance(v, int):
+            raise OnnxError(f"{self.where()}: attribute {name!r} must be an int, got {v!r}")
+        return v
+
+    def f(self, name, default=_REQUIRED) -> float:
+        v = self.attr(name, default)
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if v is not None and not isinstance(v, float):
+            raise OnnxError(f"{self.where()}: attribute {name!r} must be a float, got {v!r}")
+        return v
+
+    def s(self, name, default=_REQUIRED) -> str:
+        v = self.attr(name, default)
+        if v is not None and not isinstance(v, str):
+            raise OnnxError(f"{self.where()}: attribute {name!r} must be a string, got {v!r}")
+        return v
+
+    def ints_attr(self, name, default=_REQUIRED):
+        v = self.attr(name, default)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, int) for x in v)):
+            raise OnnxError(f"{self.where()}: attribute {name!r} must be a list of ints, got {v!r}")
+        return v
+
+    def floats_attr(self, name, default=_REQUIRED):
+        v = self.attr(name, default)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
+            raise OnnxError(f"{self.where()}: attribute {name!r} must be a list of floats, got {v!r}")
+        return None if v is None else [float(x) for x in v]
+
+    def tensor_attr(self, name, default=_REQUIRED):
+        """A TENSOR attribute as a tensor on the ``"python"`` device."""
+        v = self.attr(name, default)
+        if v is None or isinstance(v, Tensor):
+            return v
+        if not isinstance(v, proto.TensorProto):
+            raise OnnxError(f"{self.where()}: attribute {name!r} must be a tensor")
+        return tensor_from_proto(v, HOST, what=f"{self.where()}: attribute {name!r}")
+
+    # values --------------------------------------------------------------------------------------
+    def ints(self, t, what="input"):
+        """The values of a (small, integer) tensor as a list of Python ints; None stays None."""
+        if t is None:
+            return None
+        if t.device == "meta":
+            raise NeedsData(what)
+        if t.dtype.kind not in "iub":
+            raise OnnxError(f"{self.where()}: {what} must be an integer tensor, got {t.dtype.name}")
+        return [int(v) for v in _flat_values(t)]
+
+    def floats(self, t, what="input"):
+        if t is None:
+            return None
+        if t.device == "meta":
+            raise NeedsData(what)
+        return [float(v) for v in _flat_values(t)]
+
+    def scalar(self, t, what="input"):
+        """The single value of a one-element tensor as a Python int/float/bool."""
+        if t is None:
+            return None
+        if t.device == "meta":
+            raise NeedsData(what)
+        if t.size != 1:
+            raise OnnxError(f"{self.where()}: {what} must have one element, got shape {t.shape}")
+        return _flat_values(t)[0]
+
+    def wants(self, i: int) -> bool:
+        """Whether the node asks for its output ``i`` (optional outputs may be omitted)."""
+        return i < len(self.node.outputs) and self.node.outputs[i] != ""
+
+    # errors --------------------------------------------------------------------------------------
+    def where(self) -> str:
+        return f"ONNX node {self.node.label} ({self.node.op_type}, opset {self.opset})"
+
+    def unsupported(self, what: str):
+        raise UnsupportedOp(f"{self.where()}: {what} is not supported by ember")
+
+    def check(self, cond, what: str):
+        if not cond:
+            raise OnnxError(f"{self.where()}: {what}")
+
+    # computing -----------------------------------------------------------------------------------
+    def _harmonize(self, args, kw):
+        devs = {t.device for t in _tensors(args)} | {t.device for t in _tensors(kw.values())}
+        if len(devs) > 1:
+            target = "meta" if "meta" in devs else next(d for d in devs if d != HOST)
+            if len(devs - {HOST, target}) > 0:
+                raise OnnxError(f"{self.where()}: inputs on several devices {sorted(devs)}")
+            move = self._mover(target)
+            args = _map_tensors(args, move)
+            kw = dict(zip(kw, _map_tensors(list(kw.values()), move)))
+        return args, kw
+
+    def _mover(self, target):
+        if target == "meta":
+            return meta_like
+        return lambda t: t if t.device == target else t.to(target)
+
+    def call(self, fn, *args, **kw):
+        raise NotImplementedError
+
+
+class RunCtx(Ctx):
+    """Run time: call the ember function on real tensors (constants moved once and cached)."""
+
+    def __init__(self, node, opset, device, model):
+        super().__init__(node, opset, device)
+        self.model = model
+        self.seq = 0
+
+    def _mover(self, target):
+        cache = self.model._moved
+        consts = self.model._const_ids
+
+        def move(t):
+            if t.device == target:
+                return t
+            if id(t) in consts:
+                key = (id(t), target)
+                m = cache.get(key)
+                if m is None:
+                    m = cache[key] = t.to(target)
+                return m
+            return t.to(target)
+        return move
+
+    def call(self, fn, *args, **kw):
+        self.seq += 1
+        for k, v in kw.items():
+            if v is DEVICE:
+                kw[k] = self.device
+        ts = list(_tensors(args)) + list(_tensors(kw.values()))
+        consts = self.model._const_ids
+        # A computation on constants only (a weight transpose inside Gemm) runs once.
+        if ts and all(id(t) in consts for t in ts):
+            key = (self.node.index, self.seq)
+            hit = self.model._folded.get(key)
+            if hit is not None:
+                return hit
+            args, kw = self._harmonize(args, kw)
+            out = fn(*args, **kw)
+            self.model._folded[key] = out
+            return out
+        args, kw = self._harmonize(args, kw)
+        return fn(*args, **kw)
+
+
+class TraceCtx(Ctx):
+    """Load time: placeholder (meta) inputs, real constants. A call on real tensors only is
+    folded (computed now) unless its result would be larger than ``FOLD_LIMIT`` elements."""
+
+    def __init__(self, node, opset, device, recorder=None):
+        super().__init__(node, opset, device)
+        self.recorder = recorder
+
+    def call(self, fn, *args, **kw):
+        rec = self.recorder
+        pending = rec.render_call(fn, args, kw) if rec is not None else None
+        args, kw = self._harmonize(args, kw)
+        is_meta = any(t.device == "meta" for t in _tensors(args)) or \
+            any(t.device == "meta" for t in _tensors(kw.values()))
+        if is_meta:
+            out = fn(*args, **{k: ("meta" if v is DEVICE else v) for k, v in kw.items()})
+        else:
+            # Size check on shapes first, so a model asking for a huge constant cannot stall loading.
+            try:
+                probe = fn(*_map_tensors(args, meta_like),
+                           **{k: ("meta" if v is DEVICE else v) for k, v in
+                              zip(kw, _map_tensors(list(kw.values()), meta_like))})
+            except NeedsData:
+                probe = None
+            outs = probe if isinstance(probe, (tuple, list)) else (probe,)
+            if probe is not None and sum(t.size for t in outs if isinstance(t, Tensor)) > FOLD_LIMIT:
+                out = probe
+            else:
+                out = fn(*args, **{k: (self.device if v is DEVICE else v) for k, v in kw.items()})
+        if rec is not None:
+            rec.bind(pending, out)
+        return out
+
+
+def run_handler(handler, ctx, inputs):
+    """Call ``handler`` and return a tuple with one value per node output."""
+    out = handler(ctx, *inputs)
+    if not isinstance(out, tuple):
+        out = (out,)
+    n = len(ctx.node.outputs)
+    if len(out) < n:
+        ctx.unsupported(f"output {n - 1} (the op gives {len(out)} outputs)")
+    return out[:n]
+
+
+# ---- tensors from the file ------------------------------------------------------------------
+
+def tensor_from_proto(tp, device, base_dir=None, external_data=None, what=None) -> Tensor:
+    data, shape, dt = proto.tensor_bytes(tp, base_dir, external_data, what)
+    return Tensor._wrap(get_backend(device).from_bytes(data, shape, dt), shape, dt, device)
+
+
+def const_device(t_shape, dtype, device) -> str:
+    """Where a constant lives: small ones on the host (they feed shape arithmetic and are moved
+    to the device, once, when a device op needs them), the rest on the model's device."""
+    return HOST if prod(t_shape) <= HOST_LIMIT else device
+
+
+# ---- analysis: trace, fold, classify ----------------------------------------------------------
+
+class Analysis:
+    """What loading learned about a graph: constant values, the nodes left to run, and (for the
+    code generator) how each node's calls render."""
+
+    def __init__(self):
+        self.consts = {}        # value name -> Tensor (folded or initializer)
+        self.plan = []          # nodes to run at call time, in order
+        self.trace = {}         # value name -> traced value (meta/real/UNKNOWN) from the main trace
+        self.trace_b = None
+        self.templates = {}     # node index -> rendered lines (codegen) or None (use generic form)
+        self.symbols = {}       # symbol name -> value used in the main trace
+        self.notes = []
+
+
+def _symbol_sizes(graph, input_shapes, base):
+    """Placeholder sizes for symbolic input dims: distinct small primes (so a shape comment can
+    name them), ``base`` shifts them for the second trace."""
+    names = []
+    for vi in graph.inputs:
+        if vi.name in input_shapes or vi.shape is None:
+            continue
+        for ax, d in enumerate(vi.shape):
+            if not isinstance(d, int) or d < 0:
+                key = d if isinstance(d, str) else f"{vi.name}:{ax}"
+                if key not in names:
+                    names.append(key)
+    primes = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47]
+    if base == "ones":
+        return {n: 1 for n in names}
+    if base == "ones+1":
+        return {n: 2 for n in names}
+    out = {}
+    for i, n in enumerate(names):
+        p = primes[i % len(primes)] + (i // len(primes)) * 53
+        out[n] = p + (1 if base == "b" else 0)
+    return out
+
+
+def _input_meta(vi, sizes, input_shapes, what):
+    if vi.name in input_shapes:
+        shape = tuple(int(s) for s in input_shapes[vi.name])
+    elif vi.shape is None:
+        return UNKNOWN
+    else:
+        shape = tuple(d if isinstance(d, int) and d >= 0 else
+                      sizes[d if isinstance(d, str) else f"{vi.name}:{ax}"] for ax, d in enumerate(vi.shape))
+    if vi.kind != "tensor":
+        raise UnsupportedOp(f"{what} {vi.name!r}: ONNX {vi.kind} values are not supported (tensors only)")
+    if vi.elem_type == 0:
+        return UNKNOWN
+    dt = proto.ember_dtype(vi.elem_type, f"{what} {vi.name!r}")
+    return Tensor._wrap(None, shape, dt, "meta")
+
+
+def _node_error(node, opset, e):
+    where = f"ONNX node {node.label} ({node.op_type}, opset {opset})"
+    msg = str(e)
+    if msg.startswith("ONNX node "):
+        return e
+    if isinstance(e, UnsupportedOp):
+        return UnsupportedOp(f"{where}: {msg}")
+    return OnnxError(f"{where}: {type(e).__name__}: {msg}")
+
+
+def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reuse=None):
+    """Run every node once on placeholder inputs. Returns ``(env, ran)``: the value of every
+    name (Tensor or UNKNOWN) and the indices of nodes whose handler ran to the end. ``reuse``
+    (a previous trace's env) skips recomputing nodes whose inputs are the very same objects."""
+    from .ops import resolve
+
+    env = dict(consts)
+    for vi in graph.inputs:
+        if vi.name not in consts:
+            env[vi.name] = _input_meta(vi, sizes, input_shapes, "graph input")
+    ran = set()
+    for node in graph.nodes:
+        handler, opset = resolve(node, opsets)
+        ins = []
+        for name in node.inputs:
+            if name == "":
+                ins.append(None)
+            elif name not in env:
+                raise OnnxError(f"ONNX node {node.label} ({node.op_type}): input {name!r} is not produced by "
+                                f"any earlier node, initializer or graph input (the graph is not sorted, or "
+                                f"the name is wrong)")
+            else:
+                ins.append(env[name])
+        if any(v is UNKNOWN for v in ins):
+            for name in node.outputs:
+                env[name] = UNKNOWN
+            if recorder is not None:
+                recorder.generic(node)
+            continue
+        if reuse is not None and all(reuse[0].get(n) is v for n, v in zip(node.inputs, ins) if n) \
+                and node.index in reuse[1]:
+            for name in node.outputs:
+                if name:
+                    env[name] = reuse[0][name]
+            ran.add(node.index)
+            continue
+        ctx = TraceCtx(node, opset, device, recorder)
+        if recorder is not None:
+            recorder.begin(node, ins)
+        try:
+            outs = run_handler(handler, ctx, ins)
+        except NeedsData:
+            for name in node.outputs:
+                env[name] = UNKNOWN
+            if recorder is not None:
+                recorder.generic(node)
+            continue
+        except EmberError as e:
+            raise _node_error(node, opset, e) from e
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError,
+                RecursionError, MemoryError, AttributeError) as e:
+            # A handler tripping over a malformed node: report it as a malformed model.
+            raise OnnxError(f"ONNX node {node.label} ({node.op_type}, opset {opset}): invalid node "
+                            f"({type(e).__name__}: {e})") from e
+        unused = set(node.attrs) - ctx.used
+        if unused:
+            raise UnsupportedOp(f"ONNX node {node.label} ({node.op_type}, opset {opset}): attribute(s) "
+                                f"{', '.join(sorted(unused))} not supported by ember")
+        for name, v in zip(node.outputs, outs):
+            if name:
+                if v is None:
+                    raise OnnxError(f"ONNX node {node.label} ({node.op_type}): output {name!r} is not produced")
+                env[name] = v
+        ran.add(node.index)
+        if recorder is not None:
+            recorder.end(node, outs)
+    return env, ran
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        return False
+    if a.device == "meta" or b.device == "meta":
+        return False
+    return a.shape == b.shape and a.dtype is b.dtype and a._bytes() == b._bytes()
+
+
+def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=None) -> Analysis:
+    """Trace (twice when the inputs have symbolic dims), fold and classify: see the module doc."""
+    input_shapes = input_shapes or {}
+    an = Analysis()
+    sizes_a = _symbol_sizes(graph, input_shapes, "a")
+    rec_a = recorder_factory() if recorder_factory else None
+    try:
+        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+    except OnnxError:
+        if not sizes_a:
+            raise
+        # Some models only work for one size of a "symbolic" dim (often batch 1): try that.
+        sizes_a = _symbol_sizes(graph, input_shapes, "ones")
+        rec_a = recorder_factory() if recorder_factory else None
+        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+    an.symbols = sizes_a
+    an.trace = env_a
+    env_b, rec_b = None, None
+    if sizes_a:
+        sizes_b = {k: v + 1 for k, v in sizes_a.items()}
+        rec_b = recorder_factory() if recorder_factory else None
+        try:
+            env_b, _ = trace(graph, consts, opsets, device, sizes_b, input_shapes, rec_b, reuse=(env_a, ran_a))
+        except (OnnxError, UnsupportedOp):
+            env_b = {}
+        an.trace_b = env_b
+
+    def is_const(name):
+        v = env_a.get(name)
+        if not isinstance(v, Tensor) or v.device == "meta":
+            return False
+        return env_b is None or _same(v, env_b.get(name))
+
+    for name, v in consts.items():
+        an.consts[name] = v
+    for node in graph.nodes:
+        if node.index in ran_a and all(is_const(n) for n in node.outputs if n):
+            for n in node.outputs:
+                if n:
+                    an.consts[n] = env_a[n]
+        else:
+            an.plan.append(node)
+    if rec_a is not None:
+        for node in an.plan:
+            ta = rec_a.templates.get(node.index)
+            tb = rec_b.templates.get(node.index) if rec_b is not None else ta
+            an.templates[node.index] = ta if ta is not None and ta == tb else None
+        an.recorder = rec_a
+    return an
+
+
+# ---- the loaded model ------------------------------------------------------------------------
+
+class Model:
+    """A loaded ONNX model. Call it with the graph inputs, positionally or by name::
+
+        y = model(x)                 # one output: a Tensor
+        logits, probs = model(x)     # several outputs: a tuple, in graph order
+        outs = model.run({"x": x})   # a dict output name -> Tensor
+
+    Inputs may be ember Tensors (moved to the model's device), numpy arrays or nested lists
+    (converted to the declared dtype). Declared fixed dimensions are checked (ShapeError).
+    """
+
+    def __init__(self, mp, device, base_dir=None, external_data=None, input_shapes=None):
+        self.device = device
+        self.notes = []
+        g = mp.graph
+        self.graph = g
+        self.opsets = dict(mp.opset_import)
+        if "ai.onnx" not in self.opsets:
+            self.opsets["ai.onnx"] = 1 if mp.ir_version < 3 else 0
+        if g.sparse_initializers:
+            raise UnsupportedOp("ONNX graph: sparse initializers are not supported by ember")
+        if mp.functions:
+            _inline_functions(mp)
+        consts = {}
+        for t in g.initializers:
+            if t.data_type in (proto.DOUBLE, proto.BFLOAT16):
+                self._note(f"initializer {t.name!r}: {proto.DTYPE_NAMES[t.data_type]} read as float32")
+            dev = const_device(t.dims, None, device)
+            consts[t.name] = tensor_from_proto(t, dev, base_dir, external_data,
+                                               what=f"initializer {t.name!r}")
+        for vi in list(g.inputs) + list(g.outputs):
+            if vi.elem_type in (proto.DOUBLE, proto.BFLOAT16):
+                self._note(f"{vi.name!r}: {proto.DTYPE_NAMES[vi.elem_type]} computed as float32")
+            elif vi.elem_type and vi.kind == "tensor":
+                proto.ember_dtype(vi.elem_type, f"graph value {vi.name!r}")
+        self.inputs = [vi for vi in g.inputs if vi.name not in consts]
+        self.input_names = [vi.name for vi in self.inputs]
+        self.output_names = [vi.name for vi in g.outputs]
+        self.input_shapes = dict(input_shapes or {})
+        an = analyze(g, consts, self.opsets, device, self.input_shapes)
+        self.analysis = an
+        self._consts = an.consts
+        self._const_ids = {id(t) for t in an.consts.values()}
+        self._moved = {}
+        self._folded = {}
+        self._plan = an.plan
+        from .ops import resolve
+        self._handlers = [resolve(n, self.opsets) for n in an.plan]
+        produced = set(an.consts) | set(self.input_names) | {o for n in g.nodes for o in n.outputs}
+        for name in self.output_names:
+            if name not in produced:
+                raise OnnxError(f"ONNX graph output {name!r} is not produced by any node, initializer or input")
+        # the step after which each intermediate value is dead (freed to save memory)
+        last = {}
+        for i, n in enumerate(an.plan):
+            for name in n.inputs:
+                if name:
+                    last[name] = i
+        keep = set(self.output_names)
+        self._free = [[] for _ in an.plan]
+        for name, i in last.items():
+            if name not in keep and name not in an.consts:
+                self._free[i].append(name)
+
+    def _note(self, msg):
+        if msg not in self.notes:
+            self.notes.append(msg)
+            warnings.warn(f"ember.onnx: {msg}", stacklevel=3)
+
+    def __repr__(self):
+        return (f"<ember.onnx.Model {self.graph.name!r}: inputs {self.input_names}, outputs "
+                f"{self.output_names}, {len(self._plan)} nodes to run on {self.device!r}>")
+
+    def _feed(self, name, value, vi):
+        dt = proto.EMBER_DTYPES.get(vi.elem_type) if vi.elem_type else None
+        if isinstance(value, Tensor):
+            t = value if value.device == self.device else value.to(self.device)
+            if dt is not None and t.dtype is not dt:
+                raise DTypeError(f"ONNX model input {name!r}: expected {dt.name}, got {t.dtype.name}; "
+                                 f"cast it with .astype(ember.{dt.name})")
+        else:
+            from ..tensor import tensor
+            t = tensor(value, dtype=dt, device=self.device)
+        shape = self.input_shapes.get(name, vi.shape)
+        if shape is not None:
+            ok = len(shape) == t.ndim and all(not isinstance(d, int) or d < 0 or d == n
+                                              for d, n in zip(shape, t.shape))
+            if not ok:
+                shown = tuple(d if isinstance(d, int) else (d or "?") for d in shape)
+                raise ShapeError(f"ONNX model input {name!r}: expected shape {shown}, got {t.shape}")
+        return t
+
+    def run(self, feeds: dict) -> dict:
+        """Run the model on ``feeds`` (input name -> value); returns output name -> Tensor."""
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise OnnxError(f"ONNX model: missing input(s) {missing}; the model takes {self.input_names}")
+        extra = [n for n in feeds if n not in self.input_names]
+        if extra:
+            raise OnnxError(f"ONNX model: unknown input(s) {extra}; the model takes {self.input_names}")
+        env = dict(self._consts)
+        for vi in self.inputs:
+            env[vi.name] = self._feed(vi.name, feeds[vi.name], vi)
+        from ..errors import EmberError as _E
+        for step, (node, (handler, opset)) in enumerate(zip(self._plan, self._handlers)):
+            ctx = RunCtx(node, opset, self.device, self)
+            try:
+                outs = run_handler(handler, ctx, [env[n] if n else None for n in node.inputs])
+            except _E as e:
+                if str(e).startswith("ONNX node "):
+                    raise
+                raise type(e)(f"ONNX node {node.label} ({node.op_type}): {e}") from e
+            for name, v in zip(node.outputs, outs):
+                if name:
+                    env[name] = v
+            for name in self._free[step]:
+                env.pop(name, None)
+        out = {}
+        for name in self.output_names:
+            v = env[name]
+            out[name] = v if v.device == self.device else v.to(self.device)
+        return out
+
+    def __call__(self, *args, **kwargs):
+        if len(args) > len(self.input_names):
+            raise OnnxError(f"ONNX model takes {len(self.input_names)} inputs {self.input_names}, got {len(args)}")
+        feeds = dict(zip(self.input_names, args))
+        for k, v in kwargs.items():
+            if k in feeds:
+                raise OnnxError(f"ONNX model: input {k!r} given twice")
+            feeds[k] = v
+        out = self.run(feeds)
+        vals = tuple(out[n] for n in self.output_names)
+        return vals[0] if len(vals) == 1 else vals
+
+
+def _inline_functions(mp):
+    """Replace calls of model-local functions (FunctionProto) by their bodies."""
+    from .proto import Node
+    funcs = {(f.domain, f.name): f for f in mp.functions}
+    for f in mp.functions:
+        for d, v in f.opset_import.items():
+            key = "ai.onnx" if d == "" else d
+            mp.opset_import.setdefault(key, v)
+    counter = [0]
+
+    def expand(nodes, depth):
+        if depth > 16:
+            raise OnnxError("ONNX model: model-local functions nested deeper than 16 (recursive?)")
+        out = []
+        for n in nodes:
+            f = funcs.get((n.domain, n.op_type))
+            if f is None:
+                out.append(n)
+                continue
+            counter[0] += 1
+            prefix = f"__{f.name}_{counter[0]}__"
+            ren = {}
+            for formal, actual in zip(f.inputs, n.inputs):
+                ren[formal] = actual
+            for formal in f.inputs[len(n.inputs):]:
+                ren[formal] = ""
+            for formal, actual in zip(f.outputs, n.outputs):
+                ren[formal] = actual
+            attrs = dict(f.attribute_defaults)
+            attrs.update(n.attrs)
+            body = []
+            for b in f.nodes:
+                c = Node()
+                c.op_type, c.domain, c.index = b.op_type, b.domain, b.index
+                c.name = prefix + (b.name or str(b.index))
+                c.inputs = [ren.get(x, prefix + x) if x else "" for x in b.inputs]
+                c.outputs = [ren.get(x, prefix + x) if x else "" for x in b.outputs]
+                c.attrs = {}
+                for k, a in b.attrs.items():
+                    if a.ref_attr_name:
+                        if a.ref_attr_name in attrs:
+                            r = attrs[a.ref_attr_name]
+                            c.attrs[k] = proto.Attribute(k, r.type, r.value)
+                    else:
+                        c.attrs[k] = a
+                body.append(c)
+            out.extend(expand(body, depth + 1))
+        return out
+
+    nodes = expand(mp.graph.nodes, 0)
+    for i, n in enumerate(nodes):
+        n.index = i
+    mp.graph.nodes = nodes
+
+
+def load(model, device: str | None = None, *, base_dir=None, external_data=None,
+         input_shapes: dict | None = None) -> Model:
+    """Load an ONNX model (a path, or the file's bytes) for ``device`` and return a callable
+    ``Model``. Needs neither the ``onnx`` package nor numpy.
+
+    - ``base_dir``: folder of the external-data files when ``model`` is bytes (a path's folder
+      is used otherwise); ``external_data``: ``{location: bytes}`` to give them directly (in the
+      browser, fetched files).
+    - ``input_shapes``: ``{input name: shape}`` fixes symbolic input dims (more folding).
+
+    Raises ``UnsupportedOp`` (naming op, opset, node and what is missing) or ``OnnxError``
+    (malformed file or graph) here, at load time.
+    """
+    device = device or default_device()
+    get_backend(device)
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise OnnxError(f"ONNX model file {path!r} does not exist")
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if base_dir is None:
+            base_dir = os.path.dirname(os.path.abspath(path))
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    else:
+        raise TypeError(f"ember.onnx.load: expected a path or bytes, got {type(model).__name__}")
+    mp = proto.parse_model(data)
+    return Model(mp, device, base_dir=base_dir, external_data=external_data, input_shapes=input_shapes)
