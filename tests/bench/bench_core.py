@@ -1,0 +1,175 @@
+"""CPU benchmark: ember's pure-Python backend next to its numpy backend and PyTorch (CPU, when
+importable) on the same inputs, in one run. Prints one table of median wall times and ratios.
+
+    python build.py bench core           # or: .venv/bin/python tests/bench/bench_core.py [--quick]
+
+Cases: square matmul (64, 128, 256), conv2d on MNIST-sized inputs (1x1x28x28 1->16 3x3, and
+1x16x14x14 16->32 3x3, both padding 1), and a small MNIST CNN forward pass built from ember's
+functional ops (conv 1->16 3x3 pad 1, relu, maxpool 2, conv 16->32 3x3 pad 1, relu, maxpool 2,
+linear 1568->128, relu, linear 128->10) on one 1x1x28x28 image; plus the MNIST demo model
+(demos/mnist/model.py, with batch norm) when ember.nn is there to build it.
+
+Every case runs once to warm up (caches, first-call costs), then repeatedly until at least
+``MIN_TIME`` seconds and ``MIN_RUNS`` runs have passed (fewer for the slowest), and reports the
+median. Ratios > 1 mean the left one is slower. The python/numpy/torch outputs are checked
+against each other before timing, so a fast wrong answer does not show up as a win.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import ember
+
+MIN_TIME = 1.0
+MIN_RUNS = 5
+MAX_RUNS = 200
+QUICK = "--quick" in sys.argv
+if QUICK:
+    MIN_TIME, MIN_RUNS = 0.2, 3
+
+try:
+    import torch
+    import torch.nn.functional as TF
+    torch.set_grad_enabled(False)
+except ImportError:   # PyTorch is a peer when present, never a requirement
+    torch = None
+
+
+def median_time(fn) -> float:
+    fn()   # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < MAX_RUNS:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - start
+        if len(times) >= MIN_RUNS and elapsed >= MIN_TIME:
+            break
+        if len(times) >= 3 and elapsed >= 5 * MIN_TIME:   # the slow pure-Python matmuls
+            break
+    return statistics.median(times)
+
+
+def rnd(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---- the cases: each gives numpy arrays, an ember function and a torch function --------------
+
+def cnn_params(rng):
+    return {"c1w": rnd(rng, 16, 1, 3, 3, scale=0.3), "c1b": rnd(rng, 16, scale=0.1),
+            "c2w": rnd(rng, 32, 16, 3, 3, scale=0.1), "c2b": rnd(rng, 32, scale=0.1),
+            "f1w": rnd(rng, 1568, 128, scale=0.03), "f1b": rnd(rng, 128, scale=0.1),
+            "f2w": rnd(rng, 128, 10, scale=0.1), "f2b": rnd(rng, 10, scale=0.1)}
+
+
+def cnn_ember(e, x, p):
+    x = e.max_pool2d(e.relu(e.conv2d(x, p["c1w"], p["c1b"], padding=1)), 2)      # (1, 16, 14, 14)
+    x = e.max_pool2d(e.relu(e.conv2d(x, p["c2w"], p["c2b"], padding=1)), 2)      # (1, 32, 7, 7)
+    x = e.reshape(x, (x.shape[0], -1))                                          # (1, 1568)
+    x = e.relu(e.add(e.matmul(x, p["f1w"]), p["f1b"]))                          # (1, 128)
+    return e.add(e.matmul(x, p["f2w"]), p["f2b"])                               # (1, 10)
+
+
+def cnn_torch(x, p):
+    x = TF.max_pool2d(TF.relu(TF.conv2d(x, p["c1w"], p["c1b"], padding=1)), 2)
+    x = TF.max_pool2d(TF.relu(TF.conv2d(x, p["c2w"], p["c2b"], padding=1)), 2)
+    x = x.reshape(x.shape[0], -1)
+    x = TF.relu(x @ p["f1w"] + p["f1b"])
+    return x @ p["f2w"] + p["f2b"]
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    out = []
+    for n in (64, 128, 256):
+        a, b = rnd(rng, n, n), rnd(rng, n, n)
+        out.append((f"matmul {n}x{n} @ {n}x{n}", {"a": a, "b": b},
+                    lambda e, t: e.matmul(t["a"], t["b"]), lambda t: t["a"] @ t["b"]))
+    x = rng.random((1, 1, 28, 28), dtype=np.float32)
+    w, b = rnd(rng, 16, 1, 3, 3), rnd(rng, 16)
+    out.append(("conv2d 1x1x28x28, 1->16 3x3 pad 1", {"x": x, "w": w, "b": b},
+                lambda e, t: e.conv2d(t["x"], t["w"], t["b"], padding=1),
+                lambda t: TF.conv2d(t["x"], t["w"], t["b"], padding=1)))
+    x = rnd(rng, 1, 16, 14, 14)
+    w, b = rnd(rng, 32, 16, 3, 3, scale=0.2), rnd(rng, 32)
+    out.append(("conv2d 1x16x14x14, 16->32 3x3 pad 1", {"x": x, "w": w, "b": b},
+                lambda e, t: e.conv2d(t["x"], t["w"], t["b"], padding=1),
+                lambda t: TF.conv2d(t["x"], t["w"], t["b"], padding=1)))
+    params = cnn_params(rng)
+    params["x"] = rng.random((1, 1, 28, 28), dtype=np.float32)
+    out.append(("small CNN forward, 1x1x28x28 (functional)", params,
+                lambda e, t: cnn_ember(e, t["x"], t), lambda t: cnn_torch(t["x"], t)))
+    return out
+
+
+def demo_model_case():
+    """The MNIST demo network (ember.nn), when ember.nn and the demo are there."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    demo = os.path.join(here, "..", "..", "demos", "mnist")
+    try:
+        sys.path.insert(0, demo)
+        import model as mnist   # demos/mnist/model.py
+        nets = {d: mnist.load_model(os.path.join(demo, "mnist.safetensors"), device=d) for d in ("python", "numpy")}
+    except Exception as exc:   # ember.nn not written yet, or the demo changed: say so, skip the row
+        print(f"(MNIST demo model row skipped: {type(exc).__name__}: {exc})")
+        return None
+    finally:
+        sys.path.remove(demo)
+    img = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    return nets, img
+
+
+def main() -> int:
+    print(f"ember bench core: CPython {platform.python_version()} on {platform.machine()}, "
+          f"{os.cpu_count()} CPUs; numpy {np.__version__}; "
+          + (f"torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "torch not installed"))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"median wall time per call (ms); ratio = left / right; load average {load:.1f} "
+          f"(other processes on a loaded machine inflate wall times, multi-threaded peers most)\n")
+    rows = []
+    for name, arrays, efn, tfn in cases():
+        times = {}
+        results = {}
+        for dev in ("python", "numpy"):
+            ts = {k: ember.from_numpy(v, device=dev) for k, v in arrays.items()}
+            results[dev] = efn(ember, ts).numpy()
+            times[dev] = median_time(lambda: efn(ember, ts))
+        if torch is not None:
+            tt = {k: torch.from_numpy(v) for k, v in arrays.items()}
+            results["torch"] = tfn(tt).numpy()
+            times["torch"] = median_time(lambda: tfn(tt))
+        ref = results.get("torch", results["numpy"])
+        for dev, r in results.items():
+            if not np.allclose(r, ref, rtol=1e-3, atol=1e-3):
+                raise SystemExit(f"{name}: {dev} result differs from the reference (max err {np.abs(r - ref).max():.3g})")
+        rows.append((name, times))
+    demo = demo_model_case()
+    if demo is not None:
+        nets, img = demo
+        times = {}
+        for dev, net in nets.items():
+            x = ember.from_numpy(img, device=dev)
+            times[dev] = median_time(lambda: net(x))
+        rows.append(("MNIST demo model forward (ember.nn, with BN)", times))
+
+    head = f"{'case':<46} {'python':>10} {'numpy':>9} {'torch':>9} {'python/numpy':>13} {'numpy/torch':>12}"
+    print(head)
+    print("-" * len(head))
+    for name, t in rows:
+        py, nu, tor = t["python"], t["numpy"], t.get("torch")
+        tor_ms = f"{tor * 1e3:.3f}" if tor else "-"
+        ratio = f"{nu / tor:.1f}x" if tor else "-"
+        print(f"{name:<46} {py * 1e3:>10.2f} {nu * 1e3:>9.3f} {tor_ms:>9} {py / nu:>12.0f}x {ratio:>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
