@@ -201,7 +201,7 @@ for _sh, _ax in [((6,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 4), 1), ((2, 3, 4)
                        lambda e, x, a=_ax, ex=_ex, rv=_rv: e.cumsum(x, a, exclusive=ex, reverse=rv),
                        lambda np, x, a=_ax, ex=_ex, rv=_rv: _np_cumsum(np, x, a, ex, rv), [S(_sh, F)], 1e-5, 1e-5))
 for _dt in ("int32", "uint8", "bool", "int64"):
-    add(OpCase(f"cumsum/{_dt}", lambda e, x: x.cumsum(1), lambda np, x: np.cumsum(x.astype(np.int64), axis=1),
+    add(OpCase(f"cumsum/{_dt}/method_axis1", lambda e, x: x.cumsum(1), lambda np, x: np.cumsum(x.astype(np.int64), axis=1),
                [S((3, 5), _dt)]))
 add(OpCase("cumsum/f16", lambda e, x: e.cumsum(x, 0), lambda np, x: np.cumsum(x.astype(np.float32)).astype(np.float16),
            [S((8,), H)], dtype="float16"))
