@@ -72,7 +72,9 @@ def get(dtype) -> DType:
         return default_int
     if dtype is bool:
         return bool_
-    name = getattr(dtype, "name", None) or str(dtype)
+    name = getattr(dtype, "name", None)
+    if not isinstance(name, str):  # numpy scalar types (np.float32) have a descriptor there
+        name = dtype.__name__ if isinstance(dtype, type) else str(dtype)
     if name == "bool8":
         name = "bool"
     d = _BY_NAME.get(name)

@@ -463,11 +463,12 @@ def _matmul(out, a, b):
         cols = cols_cache.get(pb)
         if cols is None:
             base = pb * kn
-            cols = [B[base + j:base + kn:N] for j in range(N)] if K else [B[:0]] * N
+            # lists, not arrays: their floats are boxed once, not on every one of the M reads
+            cols = [B[base + j:base + kn:N].tolist() for j in range(N)] if K else [[]] * N
             cols_cache = {pb: cols}  # keep one batch's columns: batches repeat in runs
         base = pa * mk
         for i in range(M):
-            row = A[base + i * K:base + (i + 1) * K]
+            row = A[base + i * K:base + (i + 1) * K].tolist()
             res.extend(map(_dot, repeat(row, N), cols))
     return _store(res, out.dtype)
 
