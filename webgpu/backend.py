@@ -70,6 +70,15 @@ def _int64_error(value, n):
                       f"keep it on device='python'/'numpy' or reduce the values")
 
 
+def _bounds(raw: bytes, dtype) -> tuple:
+    if _np is not None:
+        a = _np.frombuffer(raw, "<i4" if dtype.kind == "i" else "<u4")
+        return int(a.min()), int(a.max())
+    a = array("i" if dtype.kind == "i" else "I")
+    a.frombytes(raw)
+    return min(a), max(a)
+
+
 def from_device_bytes(raw: bytes, dtype) -> bytes:
     """4-byte GPU elements -> host bytes in ``dtype``'s layout."""
     if dtype is _dt.float32 or dtype is _dt.int32:
@@ -123,7 +132,10 @@ class WebGPUBackend:
         st = self.rt.alloc(len(raw))
         if raw:
             self.rt.write(st, raw)
-        return GBuf(self.rt, shape, dtype, storage=st)
+        g = GBuf(self.rt, shape, dtype, storage=st)
+        if dtype.kind in "iu" and raw:
+            g.bounds = _bounds(raw, dtype)  # lets take/embedding check indices without a GPU read
+        return g
 
     def _prepare(self, buf: GBuf):
         g = contiguous(buf)

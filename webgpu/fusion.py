@@ -75,10 +75,11 @@ class GBuf:
     """A webgpu tensor's buffer (see the module docstring). ``offset``/``strides`` count
     elements (4 bytes each)."""
 
-    __slots__ = ("storage", "offset", "strides", "expr", "shape", "dtype", "rt")
+    __slots__ = ("storage", "offset", "strides", "expr", "shape", "dtype", "rt", "bounds")
 
     def __init__(self, rt, shape, dtype, storage=None, offset=0, strides=None, expr=None):
         self.rt = rt
+        self.bounds = None  # (min, max) of an integer tensor when known (checked index uploads)
         self.shape = tuple(shape)
         self.dtype = dtype
         self.storage = storage
@@ -192,6 +193,14 @@ def contiguous(g: GBuf) -> GBuf:
     return realize(g)
 
 
+def dense(g: GBuf) -> GBuf:
+    """``g`` as a contiguous buffer starting at element 0 (for kernels that take no offset)."""
+    if g.expr is None and g.offset == 0 and g.is_contiguous():
+        return g
+    c = GBuf(g.rt, g.shape, g.dtype, expr=g.expr if g.expr is not None else Node("leaf", g.dtype, buf=g))
+    return realize(c)
+
+
 def leaf_strides(g: GBuf, out_shape) -> tuple:
     """Strides that read ``g`` broadcast to ``out_shape`` (0 on broadcast axes)."""
     r = len(out_shape)
@@ -206,7 +215,15 @@ def leaf_strides(g: GBuf, out_shape) -> tuple:
     return tuple(st)
 
 
-def _run(rt, root, shape, dtype, storage) -> None:
+def run_into(rt, g: GBuf, storage, offset: int, strides) -> None:
+    """Write the values of ``g`` (lazy or a view) into ``storage`` at element ``offset`` with
+    element ``strides`` (a region of a larger buffer: concat, pad)."""
+    expr = g.expr if g.expr is not None else Node("leaf", g.dtype, buf=g)
+    if g.size:
+        _run(rt, expr, g.shape, g.dtype, storage, (offset, tuple(strides)))
+
+
+def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
     rank = len(shape)
     n = prod(shape)
     leaves: list = []        # GBufs
@@ -256,10 +273,13 @@ def _run(rt, root, shape, dtype, storage) -> None:
             ops += 1
             sig.append(("O", nd.name, nd.dtype.name, tuple(a.dtype.name for a in nd.args),
                         tuple(ids[id(a)] for a in nd.args), nd.attrs))
-    sig.append(("R", ids[id(root)]))
+    sig.append(("R", ids[id(root)], out_view is not None))
 
     # info words: n, out shape, per leaf: offset (+ strides when strided), constants
     words = [n] + list(shape)
+    if out_view is not None:
+        words.append(out_view[0])
+        words.extend(out_view[1])
     leaf_word = []
     for j, gb in enumerate(leaves):
         leaf_word.append(len(words))
@@ -274,7 +294,7 @@ def _run(rt, root, shape, dtype, storage) -> None:
     key = ("fused", rank, dtype.name, tuple(sig))
     pipe = rt.pipeline(key, lambda: _source(sig, rank, dtype, leaves, leaf_direct, leaf_word,
                                             const_word, info_n))
-    bufs = [(storage.buf, 0, max(4, n * 4))]
+    bufs = [(storage.buf, 0, storage.nbytes if out_view is not None else max(4, n * 4))]
     for gb in leaves:
         st = gb.storage
         bufs.append((st.buf, 0, st.nbytes))
@@ -310,7 +330,8 @@ def _source(sig, rank, dtype, leaves, leaf_direct, leaf_word, const_word, info_n
     for j, gb in enumerate(leaves):
         bindings.append(f"@group(0) @binding({j + 1}) var<storage, read> in{j}: array<{wgsl_type(gb.dtype)}>;")
     lines = []
-    if not all(leaf_direct):
+    strided_out = sig[-1][2]
+    if not all(leaf_direct) or strided_out:
         # multi-index of output element i, innermost axis last
         lines.append("  var rem = i;")
         for d in range(rank - 1, -1, -1):
@@ -335,7 +356,12 @@ def _source(sig, rank, dtype, leaves, leaf_direct, leaf_word, const_word, info_n
             expr = OPS_WGSL[name]([f"v{a}" for a in args], [_dt.get(x) for x in in_names],
                                   _dt.get(out_name), attrs)
             lines.append(f"  let v{k} = {_wrap(expr, _dt.get(out_name))};")
-    lines.append(f"  out[i] = v{sig[-1][1]};")
+    if strided_out:
+        w = 1 + rank
+        terms = "".join(f" + d{d} * s({w + 1 + d}u)" for d in range(rank))
+        lines.append(f"  out[u32(s({w}u){terms})] = v{sig[-1][1]};")
+    else:
+        lines.append(f"  out[i] = v{sig[-1][1]};")
     return render(kernel_source("fused"), {
         "OUT_T": wgsl_type(dtype), "BINDINGS": "\n".join(bindings), "INFO_BINDING": len(leaves) + 1,
         "INFO": info_n, "HELPERS": kernel_source("elementwise"), "WG": WG, "BODY": "\n".join(lines)})
@@ -356,66 +382,132 @@ def _wrap(expr: str, dt) -> str:
 
 def convert(x: str, src, dst) -> str:
     """WGSL converting value ``x`` stored as ``src`` dtype into ``dst``'s storage type, with
-    numpy's cast semantics (float -> int truncates; anything -> bool is != 0)."""
+    ember's cast rules (float -> int truncates and saturates, NaN -> 0; int -> int wraps;
+    anything -> bool is != 0, NaN included)."""
     ts, td = wgsl_type(src), wgsl_type(dst)
     if dst is _dt.bool_:
         if src is _dt.bool_:
             return x
-        zero = {"f32": "0.0", "i32": "0", "u32": "0u"}[ts]
+        if ts == "f32":
+            return f"select(0u, 1u, ne_f32({x}, 0.0))"
+        zero = {"i32": "0", "u32": "0u"}[ts]
         return f"select(0u, 1u, {x} != {zero})"
     if ts == td:
         return x
     if td == "f32":
         return f"f32({x})"
     if td == "i32":
-        if ts == "f32":
-            return f"i32(trunc({x}))"
-        return f"i32({x})"
-    # u32 (uint8): wrap like a C cast of the integer value
+        return f"f32_to_i32({x})" if ts == "f32" else f"i32({x})"
+    # u32 (uint8)
     if ts == "f32":
-        return f"(bitcast<u32>(i32(trunc({x}))) & 0xffu)"
+        return f"f32_to_u8({x})"
     return f"(bitcast<u32>({x}) & 0xffu)"
 
 
-def _same(args, ins, out):
-    """Arguments converted to the output's storage type."""
-    return [convert(a, d, out) for a, d in zip(args, ins)]
+def _conv_all(args, ins, dt):
+    return [convert(a, d, dt) for a, d in zip(args, ins)]
 
 
-def _common(args, ins):
-    """Arguments converted to their promoted dtype (for comparisons)."""
+def _promoted(ins):
     t = ins[0]
     for d in ins[1:]:
         t = _dt.result_type(t, d)
-    return [convert(a, d, t) for a, d in zip(args, ins)], t
+    return t
 
 
-def _arith(op, bool_op=None):
+def _by_type(f32=None, i32=None, u32=None, *, inputs="out"):
+    """An op whose code depends on the storage type: ``inputs`` says which dtype the arguments
+    are converted to first ("out": the output's, "promoted": the inputs' common one, "float":
+    float32 for ints)."""
+    table = {"f32": f32, "i32": i32, "u32": u32}
+
     def f(args, ins, out, attrs):
-        a, b = _same(args, ins, out)
-        if out is _dt.bool_ and bool_op:
-            return f"({a} {bool_op} {b})"
-        return f"({a} {op} {b})"
+        if inputs == "out":
+            dt = out
+        elif inputs == "float":
+            dt = out if out.kind == "f" else _dt.float32
+        else:
+            dt = _promoted(ins)
+        code = table[wgsl_type(dt)]
+        if code is None:
+            raise UnsupportedOp(f"webgpu: no {wgsl_type(dt)} code for this op")
+        cv = _conv_all(args, ins, dt)
+        return code.format(*cv, **dict(attrs))
     return f
 
 
-def _float_unary(fn):
-    def f(args, ins, out, attrs):
-        (a,) = _same(args, ins, out) if out.kind == "f" else [convert(args[0], ins[0], _dt.float32)]
-        return fn.format(a)
-    return f
+def _float(code):
+    return _by_type(f32=code, inputs="float")
 
 
-def _compare(op):
-    def f(args, ins, out, attrs):
-        (a, b), _ = _common(args, ins)
-        return f"select(0u, 1u, {a} {op} {b})"
-    return f
+def _compare(op, fop=None):
+    fop = fop or f"{{0}} {op} {{1}}"
+    return _by_type(f32=f"select(0u, 1u, {fop})", i32=f"select(0u, 1u, {{0}} {op} {{1}})",
+                    u32=f"select(0u, 1u, {{0}} {op} {{1}})", inputs="promoted")
+
+
+def _where(args, ins, out, attrs):
+    c, a, b = args
+    return f"select({convert(b, ins[2], out)}, {convert(a, ins[1], out)}, {c} != 0u)"
+
+
+def _cast(args, ins, out, attrs):
+    return convert(args[0], ins[0], out)
+
+
+def _gelu(args, ins, out, attrs):
+    x = convert(args[0], ins[0], _dt.float32)
+    return f"gelu_tanh_f32({x})" if dict(attrs).get("approximate") == "tanh" else f"gelu_f32({x})"
 
 
 OPS_WGSL: dict = {
-    "add": _arith("+", "|"),
-    "multiply": _arith("*", "&"),
-    "subtract": _arith("-"),
-    "exp": _float_unary("exp({})"),
+    "cast": _cast,
+    "_cast": _cast,
+    "negative": _by_type("(-{0})", "(-{0})", "(0u - {0})"),
+    "abs": _by_type("abs({0})", "abs({0})", "{0}"),
+    "exp": _float("exp_f32({0})"),
+    "log": _float("log_f32({0})"),
+    "sqrt": _float("sqrt_f32({0})"),
+    "sin": _float("sin_f32({0})"),
+    "cos": _float("cos_f32({0})"),
+    "tanh": _float("tanh_f32({0})"),
+    "erf": _float("erf_f32({0})"),
+    "sign": _by_type("sign_f32({0})", "sign_i32({0})", "select(0u, 1u, {0} > 0u)"),
+    "floor": _by_type("floor({0})", "{0}", "{0}"),
+    "ceil": _by_type("ceil({0})", "{0}", "{0}"),
+    "round": _by_type("round({0})", "{0}", "{0}"),   # WGSL round() is half-to-even, like numpy
+    "isnan": _by_type("select(0u, 1u, is_nan({0}))", "0u", "0u", inputs="promoted"),
+    "isinf": _by_type("select(0u, 1u, is_inf({0}))", "0u", "0u", inputs="promoted"),
+    "isfinite": _by_type("select(1u, 0u, is_inf({0}) || is_nan({0}))", "1u", "1u", inputs="promoted"),
+    "logical_not": _by_type(u32="(1u - {0})"),
+    "add": _by_type("({0} + {1})", "({0} + {1})", "({0} + {1})"),
+    "subtract": _by_type("({0} - {1})", "({0} - {1})", "({0} - {1})"),
+    "multiply": _by_type("({0} * {1})", "({0} * {1})", "({0} * {1})"),
+    "divide": _float("div_f32({0}, {1})"),
+    "floor_divide": _by_type("floordiv_f32({0}, {1})", "floordiv_i32({0}, {1})",
+                             "select({0} / max({1}, 1u), 0u, {1} == 0u)"),
+    "remainder": _by_type("mod_f32({0}, {1})", "mod_i32({0}, {1})", "select({0} % max({1}, 1u), 0u, {1} == 0u)"),
+    "pow": _by_type("pow_f32({0}, {1})", "pow_i32({0}, {1})", "pow_u32({0}, {1})"),
+    "maximum": _by_type("max_f32({0}, {1})", "max({0}, {1})", "max({0}, {1})"),
+    "minimum": _by_type("min_f32({0}, {1})", "min({0}, {1})", "min({0}, {1})"),
+    "equal": _compare("=="),
+    "not_equal": _compare("!=", "ne_f32({0}, {1})"),
+    "less": _compare("<"),
+    "less_equal": _compare("<="),
+    "greater": _compare(">"),
+    "greater_equal": _compare(">="),
+    "logical_and": _by_type(u32="({0} & {1})"),
+    "logical_or": _by_type(u32="({0} | {1})"),
+    "logical_xor": _by_type(u32="({0} ^ {1})"),
+    "where": _where,
+    # composites whose decomposition would take several nodes (or lose accuracy)
+    "reciprocal": _float("div_f32(1.0, {0})"),
+    "rsqrt": _float("div_f32(1.0, sqrt_f32({0}))"),
+    "square": _by_type("({0} * {0})", "({0} * {0})", "({0} * {0})"),
+    "relu": _by_type("select({0}, 0.0, {0} < 0.0)", "max({0}, 0)", "{0}"),
+    "leaky_relu": _float("select({0}, {0} * {1}, {0} < 0.0)"),
+    "sigmoid": _float("sigmoid_f32({0})"),
+    "silu": _float("({0} * sigmoid_f32({0}))"),
+    "gelu": _gelu,
+    "clip": _by_type("min_f32(max_f32({0}, {1}), {2})", "min(max({0}, {1}), {2})", "min(max({0}, {1}), {2})"),
 }

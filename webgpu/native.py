@@ -113,6 +113,9 @@ class NativeDriver:
 
     # ---- compute ---------------------------------------------------------------------------
     def pipeline(self, wgsl: str, entry: str = "main"):
+        # Naga (wgpu 0.32) rejects the standard `enable subgroups;` directive that Chromium's Tint
+        # requires; it accepts the subgroup builtins whenever the device has the feature.
+        wgsl = wgsl.replace("enable subgroups;", "")
         try:
             mod = self._dev.create_shader_module(code=wgsl)
             return self._dev.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": entry})

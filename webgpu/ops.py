@@ -1,12 +1,66 @@
 """The webgpu kernel table: one entry per registry op (``ember.registry.OPS``).
 
-Elementwise ops record lazy expressions (``fusion``); everything else dispatches a kernel from
-``kernels/*.wgsl`` on realised inputs.
+Elementwise ops record lazy expressions (``fusion``). Movement ops are views where they can be
+(reshape of a contiguous buffer, permute_dims, broadcast_to, slice: no copy, the next kernel reads
+through the strides). Everything else dispatches a kernel from ``kernels/*.wgsl``.
 """
 from __future__ import annotations
 
-from . import fusion
+import math
+from math import prod
 
+from .. import dtypes as _dt
+from ..errors import IndexingError
+from ..registry import OPS, Meta
+from . import fusion, linalg, nn
+from .driver import grid_1d
+from .fusion import GBuf, contiguous, contiguous_strides, realize, wgsl_type
+from .runtime import f32_bits, pack_info
+
+WG = 256
+
+
+def info_words(words) -> tuple:
+    """(uniform bytes, INFO template size in vec4s) for a list of u32/i32 words."""
+    n = max(2, (len(words) + 3) // 4)
+    return pack_info(words, n * 4), n
+
+
+def dispatch_1d(rt, pipe, bufs, info, n):
+    rt.dispatch(pipe, bufs, info, grid_1d((n + WG - 1) // WG, rt.max_groups))
+
+
+def raw_dtype(dtype):
+    """The dtype a kernel's raw output is labelled with: the same storage type as ``dtype``,
+    except float16, whose f32 results still need rounding (a lazy cast does it)."""
+    return _dt.float32 if dtype is _dt.float16 else dtype
+
+
+def finish(rt, g: GBuf, out: Meta) -> GBuf:
+    """Label a raw kernel result with the op's dtype (rounding float16 lazily)."""
+    if g.dtype is out.dtype:
+        return g
+    if wgsl_type(g.dtype) == wgsl_type(out.dtype) and out.dtype is not _dt.float16:
+        g.dtype = out.dtype
+        return g
+    return fusion.record(rt, "_cast", out, [g])
+
+
+def value_bits(value, dtype) -> int:
+    k = wgsl_type(dtype)
+    if k == "f32":
+        return f32_bits(float(value))
+    v = int(value)
+    return v & (0xFF if dtype is _dt.uint8 else 0xFFFFFFFF)
+
+
+def view(g: GBuf, shape, strides, offset) -> GBuf:
+    v = GBuf(g.rt, shape, g.dtype, storage=g.storage, offset=offset, strides=strides)
+    v.bounds = g.bounds
+    return v
+
+
+# ---- elementwise -----------------------------------------------------------------------------
 
 def _elementwise(rt, name):
     def kernel(out, *inputs, **attrs):
@@ -15,10 +69,290 @@ def _elementwise(rt, name):
     return kernel
 
 
+def _with_consts(rt, name, consts):
+    """An elementwise op whose scalar attributes become constant inputs (uniforms), so one
+    pipeline serves every value."""
+    def kernel(out, x, **attrs):
+        args = [x._buf] + [fusion.const_buf(rt, (), v, dt) for v, dt in consts(x, out, **attrs)]
+        return fusion.record(rt, name, out, args)
+    return kernel
+
+
+def _clip_consts(x, out, *, min=None, max=None):  # noqa: A002
+    dt = out.dtype
+    if dt.kind == "f":
+        lo = -math.inf if min is None else float(min)
+        hi = math.inf if max is None else float(max)
+    else:
+        info = {"i": (-(1 << 31), (1 << 31) - 1), "u": (0, 255)}[dt.kind]
+        lo = info[0] if min is None else int(max_(min, info[0]))
+        hi = info[1] if max is None else int(min_(max, info[1]))
+    return [(lo, dt), (hi, dt)]
+
+
+max_, min_ = max, min
+
+
+def _clip(rt):
+    inner = _with_consts(rt, "clip", _clip_consts)
+
+    def kernel(out, x, *, min=None, max=None):  # noqa: A002
+        ints = x.dtype.kind != "f"
+        if ints and any(isinstance(b, float) and b != int(b) for b in (min, max) if b is not None):
+            return OPS["clip"].decompose(x, min=min, max=max)._buf   # float bounds on ints
+        return inner(out, x, min=min, max=max)
+    return kernel
+
+
+# ---- creation --------------------------------------------------------------------------------
+
+def _arange(rt):
+    def kernel(out, *, start, step, **_):
+        n = out.shape[0]
+        dt = raw_dtype(out.dtype)
+        st = rt.alloc(n * 4)
+        g = GBuf(rt, out.shape, dt, storage=st)
+        if n:
+            info, info_n = info_words([n, value_bits(start, dt), value_bits(step, dt)])
+            pipe = rt.kernel("arange", T=wgsl_type(dt), INFO=info_n, WG=WG)
+            dispatch_1d(rt, pipe, [(st.buf, 0, n * 4)], info, n)
+        return finish(rt, g, out)
+    return kernel
+
+
+# ---- movement --------------------------------------------------------------------------------
+
+def _reshape(rt):
+    def kernel(out, x, **_):
+        g = x._buf
+        if g.expr is not None and g.expr.kind == "const":
+            return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
+        g = contiguous(g)
+        return view(g, out.shape, contiguous_strides(out.shape), g.offset)
+    return kernel
+
+
+def _permute_dims(rt):
+    def kernel(out, x, *, axes, **_):
+        g = realize(x._buf)
+        return view(g, out.shape, [g.strides[a] for a in axes], g.offset)
+    return kernel
+
+
+def _broadcast_to(rt):
+    def kernel(out, x, **_):
+        g = x._buf
+        if g.expr is not None and g.expr.kind == "const":
+            return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
+        g = realize(g)
+        return view(g, out.shape, fusion.leaf_strides(g, out.shape), g.offset)
+    return kernel
+
+
+def _slice(rt):
+    def kernel(out, x, *, slices, **_):
+        g = x._buf
+        if g.expr is not None and g.expr.kind == "const":
+            return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
+        g = realize(g)
+        off = g.offset + sum(s[0] * st for s, st, n in zip(slices, g.strides, out.shape) if n)
+        return view(g, out.shape, [s[2] * st for s, st in zip(slices, g.strides)], off)
+    return kernel
+
+
+def _concat(rt):
+    def kernel(out, *xs, axis, **_):
+        n = prod(out.shape)
+        st = rt.alloc(n * 4)
+        res = GBuf(rt, out.shape, out.dtype, storage=st)
+        ost = contiguous_strides(out.shape)
+        start = 0
+        for t in xs:
+            g = t._buf
+            if g.size:
+                if t.dtype is not out.dtype:
+                    g = fusion.record(rt, "_cast", Meta(t.shape, out.dtype), [g])
+                fusion.run_into(rt, g, st, start * ost[axis], ost)
+            start += t.shape[axis]
+        return res
+    return kernel
+
+
+def check_indices(rt, idx: GBuf, n: int, op: str, axis: int) -> None:
+    """IndexingError unless every index is in [-n, n). Uses the bounds remembered at upload;
+    computed indices are checked with a min/max reduction on the GPU (one small read)."""
+    if idx.size == 0:
+        return
+    b = idx.bounds
+    if b is None:
+        lo = _reduce_value(rt, idx, 3)
+        hi = _reduce_value(rt, idx, 2)
+        b = idx.bounds = (lo, hi)
+    lo, hi = b
+    if lo < -n or hi >= n:
+        bad = lo if lo < -n else hi
+        raise IndexingError(f"{op}: index {bad} is out of range for axis {axis} with size {n}")
+
+
+def _reduce_value(rt, g: GBuf, op: int):
+    from array import array
+
+    m = Meta((), g.dtype)
+    r = reduce_all(rt, m, g, op)
+    raw = rt.read(r.storage, 4, r.offset * 4)
+    a = array({"f32": "f", "i32": "i", "u32": "I"}[wgsl_type(g.dtype)])
+    a.frombytes(raw)
+    return a[0]
+
+
+def _gather(rt, out, x: GBuf, idx: GBuf, axis: int, xs, is_, axis_size):
+    n = prod(out.shape)
+    st = rt.alloc(n * 4)
+    g = GBuf(rt, out.shape, out.dtype, storage=st)
+    if n:
+        rank = len(out.shape)
+        words = [n, axis_size, x.strides[axis], x.offset, idx.offset, 0, 0, 0]
+        words += list(out.shape) + list(xs) + list(is_)
+        info, info_n = info_words(words)
+        pipe = rt.kernel("gather", T=wgsl_type(x.dtype), I=wgsl_type(idx.dtype), RANK=max(rank, 1),
+                         INFO=info_n, WG=WG)
+        dispatch_1d(rt, pipe, [(st.buf, 0, n * 4), (x.storage.buf, 0, x.storage.nbytes),
+                               (idx.storage.buf, 0, idx.storage.nbytes)], info, n)
+    return g
+
+
+def _take(rt):
+    def kernel(out, x, indices, *, axis, **_):
+        gx = realize(x._buf)
+        gi = realize(indices._buf)
+        n = gx.shape[axis]
+        check_indices(rt, gi, n, "take", axis)
+        if prod(out.shape) == 0:
+            return GBuf(rt, out.shape, out.dtype, storage=rt.alloc(0))
+        ni = len(gi.shape)
+        xs = list(gx.strides[:axis]) + [0] * ni + list(gx.strides[axis + 1:])
+        is_ = [0] * axis + list(gi.strides) + [0] * (len(gx.shape) - axis - 1)
+        if not out.shape:
+            xs, is_ = [0], [0]
+        return _gather(rt, out if out.shape else Meta((1,), out.dtype), gx, gi, axis, xs, is_, n) \
+            if out.shape else _scalar_take(rt, out, gx, gi, axis, n)
+    return kernel
+
+
+def _scalar_take(rt, out, gx, gi, axis, n):
+    g = _gather(rt, Meta((1,), out.dtype), gx, gi, axis, [0], [0], n)
+    return view(g, (), (), g.offset)
+
+
+def _take_along_axis(rt):
+    def kernel(out, x, indices, *, axis, **_):
+        gx = realize(x._buf)
+        gi = realize(indices._buf)
+        n = gx.shape[axis]
+        check_indices(rt, gi, n, "take_along_axis", axis)
+        if prod(out.shape) == 0:
+            return GBuf(rt, out.shape, out.dtype, storage=rt.alloc(0))
+        xs = [0 if (d == axis or gx.shape[d] == 1) else gx.strides[d] for d in range(len(out.shape))]
+        is_ = [0 if gi.shape[d] == 1 else gi.strides[d] for d in range(len(out.shape))]
+        return _gather(rt, out, gx, gi, axis, xs, is_, n)
+    return kernel
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+_REDUCE_OP = {"sum": 0, "prod": 1, "max": 2, "min": 3, "argmax": 2, "argmin": 3}
+
+
+def _merge(shape, strides):
+    """Drop size-1 axes and merge neighbours that are contiguous with each other."""
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    out = []
+    for n, s in dims:
+        if out and out[-1][1] == s * n:
+            m, _ = out[-1]
+            out[-1] = (m * n, s)
+        else:
+            out.append((n, s))
+    return out
+
+
+def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False) -> GBuf:
+    """Reduce view ``g`` over ``axes`` (None: all) with op code ``op``; raw result buffer."""
+    g = realize(g)
+    nd = len(g.shape)
+    axes = tuple(range(nd)) if axes is None else tuple(axes)
+    kept = [d for d in range(nd) if d not in axes]
+    kdims = _merge([g.shape[d] for d in kept], [g.strides[d] for d in kept])
+    rdims = _merge([g.shape[d] for d in axes], [g.strides[d] for d in axes])
+    n_out = prod(g.shape[d] for d in kept)
+    R = prod(g.shape[d] for d in axes)
+    dims = kdims + rdims or [(1, 0)]
+    rank = len(dims)
+    if arg:
+        acc, odt = wgsl_type(g.dtype), "i32"
+        res_dtype = _dt.int64
+    else:
+        acc = odt = wgsl_type(out.dtype)
+        res_dtype = raw_dtype(out.dtype)
+    st = rt.alloc(n_out * 4)
+    res = GBuf(rt, out.shape, res_dtype, storage=st)
+    if n_out == 0:
+        return res
+    words = [n_out, R, op, len(kdims), g.offset, 0, 0, 0] + [n for n, _ in dims] + [s for _, s in dims]
+    info, info_n = info_words(words)
+    per_wg = R > 256 and n_out < 16384
+    entry = ("arg_" if arg else "") + ("wg" if per_wg else "rows")
+    pipe = rt.kernel("reduce", entry, T=wgsl_type(g.dtype), A=acc, O=odt, FLOAT=str(acc == "f32").lower(),
+                     RANK=rank, INFO=info_n, WG=WG)
+    bufs = [(st.buf, 0, n_out * 4), (g.storage.buf, 0, g.storage.nbytes)]
+    groups = n_out if per_wg else (n_out + WG - 1) // WG
+    rt.dispatch(pipe, bufs, info, grid_1d(groups, rt.max_groups))
+    return res
+
+
+def _reduce(rt, name):
+    op = _REDUCE_OP[name]
+
+    def kernel(out, x, *, axes, keepdims=False, dtype=None, **_):
+        g = x._buf
+        if g.size == 0:
+            return fusion.const_buf(rt, out.shape, 0 if name == "sum" else 1, out.dtype)
+        return finish(rt, reduce_all(rt, out, g, op, axes), out)
+    return kernel
+
+
+def _argreduce(rt, name):
+    op = _REDUCE_OP[name]
+
+    def kernel(out, x, *, axis, keepdims=False, **_):
+        return reduce_all(rt, out, x._buf, op, (axis,), arg=True)
+    return kernel
+
+
+# ---- the table -------------------------------------------------------------------------------
+
 def build_kernels(rt) -> dict:
     """Kernels for every op this backend implements, bound to runtime ``rt``."""
     k = {}
     for name in fusion.OPS_WGSL:
-        k[name] = _elementwise(rt, name)
+        if not name.startswith("_") and name not in ("leaky_relu", "clip"):
+            k[name] = _elementwise(rt, name)
+    k["leaky_relu"] = _with_consts(rt, "leaky_relu", lambda x, out, *, negative_slope: [(negative_slope, _dt.float32)])
+    k["clip"] = _clip(rt)
     k["full"] = lambda out, *, value, **_: fusion.const_buf(rt, out.shape, value, out.dtype)
-    return k
+    k["arange"] = _arange(rt)
+    k["matmul"] = lambda out, a, b: linalg.matmul(rt, out, a, b)
+    k["reshape"] = _reshape(rt)
+    k["permute_dims"] = _permute_dims(rt)
+    k["broadcast_to"] = _broadcast_to(rt)
+    k["slice"] = _slice(rt)
+    k["concat"] = _concat(rt)
+    k["take"] = _take(rt)
+    k["take_along_axis"] = _take_along_axis(rt)
+    for name in ("sum", "prod", "max", "min"):
+        k[name] = _reduce(rt, name)
+    for name in ("argmax", "argmin"):
+        k[name] = _argreduce(rt, name)
+    k.update(nn.build_kernels(rt))
+    # only ops the registry knows (a kernel for an op that another helper renamed is dead code)
+    return {n: f for n, f in k.items() if n in OPS}

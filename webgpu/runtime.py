@@ -26,10 +26,16 @@ _SOURCES: dict = {}
 
 
 def kernel_source(name: str) -> str:
-    """The text of ``kernels/<name>.wgsl``."""
+    """The text of ``kernels/<name>.wgsl``, with its ``#include other`` lines replaced by
+    ``kernels/other.wgsl`` (shared helper functions)."""
     src = _SOURCES.get(name)
     if src is None:
         src = (resources.files("ember.webgpu") / "kernels" / f"{name}.wgsl").read_text(encoding="utf-8")
+        lines = src.split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("#include "):
+                lines[i] = kernel_source(line.split()[1])
+        src = "\n".join(lines)
         _SOURCES[name] = src
     return src
 

@@ -66,8 +66,16 @@ fn mod_i32(a: i32, b: i32) -> i32 {
   return select(r, r + b, (r != 0) && ((r < 0) != (b < 0)));
 }
 fn mod_f32(a: f32, b: f32) -> f32 {
-  let r = a - b * floor(a / b);
-  return select(r, r - b, (r != 0.0) && ((r < 0.0) != (b < 0.0)) && abs(r) >= abs(b));
+  if (b == 0.0 || is_nan(a) || is_nan(b) || is_inf(a)) { return f_nan(); }
+  if (is_inf(b)) {
+    // Python: the sign of the divisor wins: 5 % inf = 5, -5 % inf = inf
+    if (a == 0.0 || (a < 0.0) == (b < 0.0)) { return a; }
+    return b;
+  }
+  var r = a - b * trunc(a / b);
+  if (abs(r) >= abs(b)) { r = r - b * trunc(r / b); }
+  if (r != 0.0 && ((r < 0.0) != (b < 0.0))) { r = r + b; }
+  return r;
 }
 fn pow_i32(a: i32, b: i32) -> i32 {
   if (b < 0) { return select(0, select(-1, 1, (b & 1) == 0), a == -1) + select(0, 1, a == 1); }
@@ -82,35 +90,18 @@ fn pow_i32(a: i32, b: i32) -> i32 {
   }
   return r;
 }
-// Round half to even, like numpy.round / Python round.
-fn round_even(x: f32) -> f32 {
-  let r = round(x);  // WGSL round() already rounds half to even
-  return r;
-}
 fn tanh_f32(x: f32) -> f32 {
   // tanh() of some drivers returns NaN for |x| > ~88 (exp overflow); clamp first.
-  let c = clamp(x, -20.0, 20.0);
-  if (abs(c) < 0.0005) { return x; }
-  return tanh(c);
+  if (is_nan(x) || abs(x) < 0.0005) { return x; }
+  return tanh(clamp(x, -20.0, 20.0));
 }
 fn sigmoid_f32(x: f32) -> f32 {
   let e = exp(-abs(x));
   let p = 1.0 / (1.0 + e);
-  return select(1.0 - p, p, x >= 0.0);
-}
-fn expm1_f32(x: f32) -> f32 {
-  if (abs(x) < 1e-3) { return x + 0.5 * x * x + x * x * x / 6.0; }
-  return exp(x) - 1.0;
-}
-fn log1p_f32(x: f32) -> f32 {
-  // log(1 + x) loses digits for small x; the (u - 1) correction restores them.
-  let u = 1.0 + x;
-  if (u == 1.0) { return x; }
-  if (is_inf(u)) { return u; }
-  return log(u) * x / (u - 1.0);
+  return select(e * p, p, x >= 0.0);
 }
 fn sign_f32(x: f32) -> f32 {
-  if (x != x) { return x; }
+  if (is_nan(x)) { return x; }
   return select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0);
 }
 fn sign_i32(x: i32) -> i32 { return select(select(0, -1, x < 0), 1, x > 0); }
@@ -121,4 +112,111 @@ fn max_f32(a: f32, b: f32) -> f32 {
 fn min_f32(a: f32, b: f32) -> f32 {
   if (is_nan(a) || is_nan(b)) { return f_nan(); }
   return min(a, b);
+}
+// log/sqrt/sin/cos are undefined in WGSL outside their domain: spell out IEEE's answers.
+fn log_f32(x: f32) -> f32 {
+  if (is_nan(x) || x < 0.0) { return f_nan(); }
+  if (x == 0.0) { return -f_inf(); }
+  if (is_inf(x)) { return x; }
+  return log(x);
+}
+fn sqrt_f32(x: f32) -> f32 {
+  if (is_nan(x) || x < 0.0) { return f_nan(); }
+  if (is_inf(x)) { return x; }
+  return sqrt(x);
+}
+fn exp_f32(x: f32) -> f32 {
+  if (is_nan(x)) { return x; }
+  if (x > 88.72284) { return f_inf(); }
+  if (x < -103.97) { return 0.0; }
+  return exp(x);
+}
+fn sin_f32(x: f32) -> f32 {
+  if (is_nan(x) || is_inf(x)) { return f_nan(); }
+  return sin(x);
+}
+fn cos_f32(x: f32) -> f32 {
+  if (is_nan(x) || is_inf(x)) { return f_nan(); }
+  return cos(x);
+}
+fn div_f32(a: f32, b: f32) -> f32 {
+  if (b == 0.0) {
+    if (a == 0.0 || is_nan(a)) { return f_nan(); }
+    // the sign of a zero divisor counts, as in IEEE division
+    let neg = (a < 0.0) != ((bitcast<u32>(b) & 0x80000000u) != 0u);
+    return select(f_inf(), -f_inf(), neg);
+  }
+  return a / b;
+}
+fn floordiv_f32(a: f32, b: f32) -> f32 {
+  if (b == 0.0) { return div_f32(a, b); }
+  return floor(a / b);
+}
+fn pow_f32(a: f32, b: f32) -> f32 {
+  if (b == 0.0 || a == 1.0) { return 1.0; }
+  if (is_nan(a) || is_nan(b)) { return f_nan(); }
+  let bi = b == trunc(b) && abs(b) < 16777216.0;
+  let odd = bi && (i32(abs(b)) & 1) == 1;
+  if (a == 0.0) {
+    if (b > 0.0) { return select(0.0, a, odd); }
+    let s = select(1.0, -1.0, odd && (bitcast<u32>(a) & 0x80000000u) != 0u);
+    return s * f_inf();
+  }
+  if (is_inf(b)) {
+    let m = abs(a);
+    if (m == 1.0) { return 1.0; }
+    return select(0.0, f_inf(), (m > 1.0) == (b > 0.0));
+  }
+  if (a < 0.0) {
+    if (!bi) { return f_nan(); }
+    let r = pow_pos(-a, b);
+    return select(r, -r, odd);
+  }
+  return pow_pos(a, b);
+}
+fn pow_pos(a: f32, b: f32) -> f32 {
+  if (is_inf(a)) { return select(0.0, f_inf(), b > 0.0); }
+  // small integer exponents by repeated squaring: exact where the product is
+  if (b == trunc(b) && abs(b) <= 64.0) {
+    var r = 1.0;
+    var base = a;
+    var e = u32(abs(b));
+    loop {
+      if (e == 0u) { break; }
+      if ((e & 1u) != 0u) { r = r * base; }
+      base = base * base;
+      e = e >> 1u;
+    }
+    return select(r, 1.0 / r, b < 0.0);
+  }
+  return exp2(b * log2(a));
+}
+fn pow_u32(a: u32, b: u32) -> u32 {
+  var r = 1u;
+  var base = a;
+  var e = b;
+  loop {
+    if (e == 0u) { break; }
+    if ((e & 1u) != 0u) { r = r * base; }
+    base = base * base;
+    e = e >> 1u;
+  }
+  return r;
+}
+// float -> int casts: truncate toward zero, saturate, NaN -> 0 (ember's rule on every backend).
+fn f32_to_i32(x: f32) -> i32 {
+  if (is_nan(x)) { return 0; }
+  if (x >= 2147483648.0) { return 2147483647; }
+  if (x <= -2147483648.0) { return -2147483647 - 1; }
+  return i32(trunc(x));
+}
+fn f32_to_u8(x: f32) -> u32 {
+  if (is_nan(x)) { return 0u; }
+  return u32(clamp(trunc(x), 0.0, 255.0));
+}
+fn ne_f32(a: f32, b: f32) -> bool { return is_nan(a) || is_nan(b) || a != b; }
+fn gelu_f32(x: f32) -> f32 { return 0.5 * x * (1.0 + erf_f32(x * 0.7071067811865476)); }
+fn gelu_tanh_f32(x: f32) -> f32 {
+  let inner = (x + 0.044715 * x * x * x) * 0.7978845608028654;
+  return 0.5 * x * (1.0 + tanh_f32(inner));
 }

@@ -1,0 +1,294 @@
+"""webgpu kernels for the neural-network ops: conv2d, conv_transpose2d, max/avg pooling,
+cumsum, sort, pad (primitives) and real kernels for the softmax, log_softmax, layer_norm and
+scaled_dot_product_attention composites. Elementwise composites (relu, gelu, sigmoid, silu...)
+are fused elementwise ops (``fusion.OPS_WGSL``)."""
+from __future__ import annotations
+
+from math import prod
+
+from .. import dtypes as _dt
+from ..registry import OPS, Meta
+from . import fusion
+from .driver import grid_1d
+from .fusion import GBuf, contiguous, dense, realize, wgsl_type
+
+WG = 256
+
+
+def _info(words):
+    from .ops import info_words
+
+    return info_words(words)
+
+
+def _finish(rt, g, out):
+    from .ops import finish
+
+    return finish(rt, g, out)
+
+
+def as_f32(rt, g: GBuf) -> GBuf:
+    """A contiguous f32 buffer with ``g``'s values (ints are converted; float16 already is f32)."""
+    if wgsl_type(g.dtype) != "f32":
+        g = fusion.record(rt, "_cast", Meta(g.shape, _dt.float32), [g])
+    return dense(g)
+
+
+def _dummy(rt):
+    st = getattr(rt, "_dummy", None)
+    if st is None:
+        st = rt._dummy = rt.alloc(16)
+        rt.write(st, bytes(16))
+    return st
+
+
+def _whole(g: GBuf):
+    return (g.storage.buf, 0, g.storage.nbytes)
+
+
+def _new(rt, shape, dtype):
+    n = prod(shape)
+    st = rt.alloc(n * 4)
+    return GBuf(rt, shape, dtype, storage=st), st, n
+
+
+def _run_1d(rt, pipe, bufs, info, n):
+    rt.dispatch(pipe, bufs, info, grid_1d((n + WG - 1) // WG, rt.max_groups))
+
+
+def _run_rows(rt, pipe, bufs, info, rows):
+    rt.dispatch(pipe, bufs, info, grid_1d(rows, rt.max_groups))
+
+
+# ---- convolution -----------------------------------------------------------------------------
+
+def _conv(rt, name):
+    def kernel(out, x, weight, bias=None, *, stride, padding, dilation, groups, output_padding=None):
+        gx = as_f32(rt, x._buf)
+        gw = as_f32(rt, weight._buf)
+        gb = as_f32(rt, bias._buf) if bias is not None else None
+        res, st, n = _new(rt, out.shape, _dt.float32)
+        if n:
+            N, C, H, W = gx.shape
+            O, OH, OW = out.shape[1:]
+            KH, KW = gw.shape[2:]
+            if name == "conv2d":
+                per_group, out_per_group = C // groups, O // groups
+            else:
+                per_group, out_per_group = C // groups, gw.shape[1]
+            words = [n, N, O, OH, OW, C, H, W, KH, KW, stride[0], stride[1], padding[0][0], padding[1][0],
+                     dilation[0], dilation[1], per_group, out_per_group, int(gb is not None)]
+            info, info_n = _info(words)
+            pipe = rt.kernel(name, INFO=info_n, WG=WG)
+            bbuf = _whole(gb) if gb is not None else (_dummy(rt).buf, 0, 16)
+            _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(gx),
+                               _whole(gw), bbuf], info, n)
+        return _finish(rt, res, out)
+    return kernel
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+def _pool(rt, entry):
+    def kernel(out, x, *, kernel_size, stride, padding, ceil_mode, dilation=(1, 1), count_include_pad=True):
+        g = x._buf
+        if entry == "avg_pool" and wgsl_type(g.dtype) != "f32":
+            g = as_f32(rt, g)
+        g = dense(g)
+        res, st, n = _new(rt, out.shape, _dt.float32 if entry == "avg_pool" else g.dtype)
+        if n:
+            N, C, H, W = g.shape
+            OH, OW = out.shape[2:]
+            words = [n, C, OH, OW, H, W, kernel_size[0], kernel_size[1], stride[0], stride[1],
+                     padding[0][0], padding[1][0], padding[0][1], padding[1][1], dilation[0], dilation[1],
+                     int(count_include_pad)]
+            info, info_n = _info(words)
+            pipe = rt.kernel("pool2d", entry, T=wgsl_type(g.dtype), INFO=info_n, WG=WG)
+            _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(g)], info, n)
+        if entry == "max_pool":
+            res.dtype = _dt.float32 if out.dtype is _dt.float16 else out.dtype
+        return _finish(rt, res, out)
+    return kernel
+
+
+# ---- cumsum, sort, pad -----------------------------------------------------------------------
+
+def _lines(shape, axis):
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
+
+
+def _cumsum(rt):
+    def kernel(out, x, *, axis, exclusive, reverse):
+        g = contiguous(x._buf)
+        acc = wgsl_type(out.dtype)
+        res, st, n = _new(rt, out.shape, _dt.float32 if acc == "f32" else out.dtype)
+        if n:
+            outer, m, inner = _lines(g.shape, axis)
+            lines = outer * inner
+            info, info_n = _info([lines, m, inner, int(exclusive), int(reverse), g.offset])
+            pipe = rt.kernel("cumsum", T=wgsl_type(g.dtype), A=acc, FLOAT=str(acc == "f32").lower(),
+                             INFO=info_n, WG=WG)
+            _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(g)], info, lines)
+        return _finish(rt, res, out)
+    return kernel
+
+
+def _sort(rt):
+    def kernel(outs, x, *, axis, descending, stable=True):
+        g = dense(x._buf)
+        t = wgsl_type(g.dtype)
+        vals, sv, n = _new(rt, outs[0].shape, _dt.float32 if g.dtype is _dt.float16 else g.dtype)
+        idx, si, _ = _new(rt, outs[1].shape, _dt.int64)
+        if n:
+            shape = g.shape or (1,)
+            ax = axis if g.shape else 0
+            outer, m, inner = _lines(shape, ax)
+            info, info_n = _info([n, m, inner, int(descending)])
+            pipe = rt.kernel("sort", T=t, FLOAT=str(t == "f32").lower(), INFO=info_n, WG=WG)
+            _run_1d(rt, pipe, [(sv.buf, 0, n * 4), (si.buf, 0, n * 4),
+                               _whole(g)], info, n)
+        return _finish(rt, vals, outs[0]), idx
+    return kernel
+
+
+def _pad(rt):
+    def kernel(out, x, *, pad_width, mode, value):
+        g = x._buf
+        if g.expr is not None and g.expr.kind != "const":
+            realize(g)
+        if g.expr is not None:  # a constant: padding does not change it unless the mode is constant
+            g = contiguous(g)
+        # crop negative widths first: a view
+        off = g.offset
+        sizes = []
+        for (b, a), n, s in zip(pad_width, g.shape, g.strides):
+            lo = max(-b, 0)
+            off += lo * s
+            sizes.append(n - lo - max(-a, 0))
+        res, st, n = _new(rt, out.shape, out.dtype)
+        if n:
+            from .ops import value_bits
+
+            rank = max(len(out.shape), 1)
+            shape = list(out.shape) or [1]
+            strides = list(g.strides) or [0]
+            before = [max(b, 0) for b, _ in pad_width] or [0]
+            sizes = sizes or [1]
+            mode_code = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}[mode]
+            words = [n, mode_code, value_bits(value, out.dtype) if mode == "constant" else 0, off, 0, 0, 0, 0]
+            words += shape + strides + before + sizes
+            info, info_n = _info(words)
+            pipe = rt.kernel("pad", T=wgsl_type(out.dtype), RANK=rank, INFO=info_n, WG=WG)
+            _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(g)], info, n)
+        if out.dtype is _dt.float16 and mode == "constant":
+            return fusion.record(rt, "_cast", out, [GBuf(rt, out.shape, _dt.float32, storage=st)])
+        return res
+    return kernel
+
+
+# ---- softmax, layer_norm, attention ------------------------------------------------------------
+
+def _softmax(rt, entry):
+    def kernel(out, x, *, axis):
+        g = as_f32(rt, x._buf)
+        res, st, n = _new(rt, out.shape, _dt.float32)
+        if n:
+            shape = g.shape or (1,)
+            outer, m, inner = _lines(shape, axis % len(shape))
+            lines = outer * inner
+            wg = 64 if m <= 256 else 256
+            info, info_n = _info([lines, m, inner, g.offset])
+            pipe = rt.kernel("softmax", entry, INFO=info_n, WG=wg)
+            _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g)], info, lines)
+        return _finish(rt, res, out)
+    return kernel
+
+
+def _layer_norm(rt):
+    def kernel(out, x, weight, bias, *, normalized_shape, eps):
+        g = as_f32(rt, x._buf)
+        gw = as_f32(rt, weight._buf)
+        gb = as_f32(rt, bias._buf)
+        res, st, n = _new(rt, out.shape, _dt.float32)
+        D = prod(normalized_shape)
+        if n and D:
+            from .runtime import f32_bits
+
+            rows = n // D
+            wg = 64 if D <= 256 else 256
+            info, info_n = _info([rows, D, f32_bits(eps), g.offset])
+            pipe = rt.kernel("layer_norm", INFO=info_n, WG=wg)
+            _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw),
+                                 _whole(gb)], info, rows)
+        return _finish(rt, res, out)
+    return kernel
+
+
+SMAX = 2048
+
+
+def _operand(g: GBuf, batch):
+    """offset, row stride, column stride and batch strides (0 where broadcast) of a view."""
+    g = realize(g)
+    if any(s < 0 for s in g.strides):
+        g = contiguous(g)
+    sh, st = g.shape, g.strides
+    pad = len(batch) + 2 - len(sh)
+    bst = []
+    for d in range(len(batch)):
+        k = d - pad
+        bst.append(0 if k < 0 or sh[k] == 1 else st[k])
+    row = st[-2] if len(sh) >= 2 and sh[-2] != 1 else 0
+    col = st[-1] if sh and sh[-1] != 1 else 0
+    return g, [g.offset, row, col, 0], bst
+
+
+def _attention(rt):
+    def kernel(out, q, k, v, mask=None, *, is_causal, scale):
+        S = k.shape[-2]
+        if S > SMAX or S == 0:
+            args = (q, k, v) if mask is None else (q, k, v, mask)
+            return OPS["scaled_dot_product_attention"].decompose(*args, is_causal=is_causal, scale=scale)._buf
+        from .runtime import f32_bits
+
+        batch = tuple(out.shape[:-2])
+        L, Ev = out.shape[-2:]
+        E = q.shape[-1]
+        gq, wq, bq = _operand(as_f32(rt, q._buf), batch)
+        gk, wk, bk = _operand(as_f32(rt, k._buf), batch)
+        gv, wv, bv = _operand(as_f32(rt, v._buf), batch)
+        if mask is not None:
+            gm = mask._buf
+            kind = 1 if gm.dtype is _dt.bool_ else 2
+            if kind == 2 and wgsl_type(gm.dtype) != "f32":
+                gm = as_f32(rt, gm)
+            gm, wm, bm = _operand(gm, batch)
+            mbuf = _whole(gm)
+        else:
+            kind, wm, bm, mbuf = 0, [0, 0, 0, 0], [0] * len(batch), (_dummy(rt).buf, 0, 16)
+        res, st, n = _new(rt, out.shape, _dt.float32)
+        if n:
+            rows = prod(batch) * L
+            words = [rows, L, S, E, Ev, kind, int(is_causal), f32_bits(scale)] + wq + wk + wv + wm
+            words += list(batch) + bq + bk + bv + bm
+            info, info_n = _info(words)
+            pipe = rt.kernel("attention", RANK=len(batch), INFO=info_n, WG=64)
+            _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(gq), _whole(gk), _whole(gv), mbuf], info, rows)
+        return _finish(rt, res, out)
+    return kernel
+
+
+def build_kernels(rt) -> dict:
+    return {
+        "conv2d": _conv(rt, "conv2d"),
+        "conv_transpose2d": _conv(rt, "conv_transpose2d"),
+        "max_pool2d": _pool(rt, "max_pool"),
+        "avg_pool2d": _pool(rt, "avg_pool"),
+        "cumsum": _cumsum(rt),
+        "sort": _sort(rt),
+        "pad": _pad(rt),
+        "softmax": _softmax(rt, "softmax"),
+        "log_softmax": _softmax(rt, "log_softmax"),
+        "layer_norm": _layer_norm(rt),
+        "scaled_dot_product_attention": _attention(rt),
+    }
