@@ -371,6 +371,8 @@ _err("embedding/err/float_indices", lambda e, i, w: e.embedding(i, w), [S((3,)),
      "embedding", "float32")
 _err("embedding/err/weight_rank", lambda e, i, w: e.embedding(i, w), [S((3,), "int64", 0, 2), S((4,))], "ShapeError",
      "embedding", "(4,)")
+_err("embedding/err/out_of_range", lambda e, i, w: e.embedding(i, w), [S((3,), "int64", values=[0, 4, 1]), S((4, 2))],
+     "IndexingError", "embedding", "4", "(4, 2)")
 _err("softmax/err/axis", lambda e, x: e.softmax(x, axis=2), [S((2, 3))], "ShapeError", "softmax", "axis 2")
 _err("gelu/err/approximate", lambda e, x: e.gelu(x, approximate="sigmoid"), [S((2,))], "UnsupportedOp", "gelu",
      "'sigmoid'")

@@ -23,7 +23,7 @@ import math
 import operator
 
 from .. import dtypes as _dt
-from ..errors import DTypeError, ShapeError, UnsupportedOp
+from ..errors import DTypeError, IndexingError, ShapeError, UnsupportedOp
 from ..registry import apply, broadcast_shapes, normalize_axis, op, promote, same_dtype, same_shape, to_float
 from ..tensor import Tensor
 from . import method
@@ -617,13 +617,18 @@ op("embedding", kind="composite", shape=_emb_shape, dtype=_emb_dtype, decompose=
 
 def embedding(indices: Tensor, weight: Tensor) -> Tensor:
     """Look up rows of ``weight`` (``(num_embeddings, dim)``): output ``indices.shape + (dim,)``.
+    An index out of range raises IndexingError; negative ones count from the end (like ``take``).
 
     >>> import ember
     >>> w = ember.tensor([[0.0, 1.0], [2.0, 3.0]])
     >>> ember.embedding(ember.tensor([1, 0, 1]), w).tolist()
     [[2.0, 3.0], [0.0, 1.0], [2.0, 3.0]]
     """
-    return apply("embedding", indices, weight)
+    try:
+        return apply("embedding", indices, weight)
+    except IndexingError as e:
+        raise IndexingError(f"embedding: {e} (indices {indices.shape}, weight {weight.shape}); "
+                            f"every index must be below num_embeddings={weight.shape[0]}") from None
 
 
 def _sdpa_shape(qs, ks, vs, ms=None, *, is_causal, scale):
