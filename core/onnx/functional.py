@@ -55,7 +55,11 @@ def int_list(t: Tensor) -> list:
     """The values of a small integer tensor as Python ints (used by generated code for
     shapes that are only known at run time)."""
     v = t.tolist()
-    return [int(a) for a in (v if isinstance(v, list) else [v])]
+    if not isinstance(v, list):
+        return [int(v)]
+    while v and isinstance(v[0], list):
+        v = [a for row in v for a in row]
+    return [int(a) for a in v]
 
 
 def reshape(x: Tensor, shape, allowzero: bool = False) -> Tensor:
@@ -88,8 +92,8 @@ def flatten(x: Tensor, axis: int = 1) -> Tensor:
 
 
 def slice_(x: Tensor, starts, ends, axes=None, steps=None) -> Tensor:
-    """ONNX Slice: clamp ``starts``/``ends`` per axis like Python slicing (ends past the end
-    mean "to the end", steps may be negative)."""
+    """ONNX Slice. Its clamping rules are Python's slicing rules, so this is ``x[...]`` with
+    one ``slice(start, end, step)`` per listed axis (INT64 "infinities" clamped first)."""
     nd = x.ndim
     axes = list(range(len(starts))) if axes is None else [_norm_axis(a, nd, "Slice") for a in axes]
     steps = [1] * len(starts) if steps is None else list(steps)
@@ -103,52 +107,20 @@ def slice_(x: Tensor, starts, ends, axes=None, steps=None) -> Tensor:
         if st == 0:
             raise ShapeError("Slice: step 0")
         n = x.shape[a]
-        # ONNX clamps like Python, but INT64 "infinities" must not overflow: clamp first.
-        s = max(-n - 1, min(n + 1, s))
-        e = max(-n - 1, min(n + 1, e))
-        idx[a] = slice(*slice(s, e, st).indices(n))
-    return getitem(x, tuple(idx))
-
-
-def getitem(x: Tensor, index: tuple) -> Tensor:
-    """``x[index]`` for a tuple of ``slice``s with non-negative, clamped bounds."""
-    norm = []
-    flips = []
-    for a, sl in enumerate(index):
-        start, stop, step = sl.start, sl.stop, sl.step
-        if step is not None and step < 0:
-            # x[s:e:-k] == flip(x)[n-1-s : n-1-e : k]
-            n = x.shape[a]
-            s2 = n - 1 - start
-            e2 = n - 1 - stop if stop is not None and stop >= 0 else n
-            flips.append(a)
-            norm.append(slice(s2, max(e2, s2), -step))
-        else:
-            norm.append(sl)
-    if flips:
-        x = E.flip(x, axis=tuple(flips))
-    if all(s == slice(None) or (s.start in (0, None) and s.stop is None and s.step in (1, None))
-           for s in norm):
-        return x
-    return x[tuple(norm)]
+        idx[a] = slice(max(-n - 1, min(n, s)), max(-n - 1, min(n, e)), st)
+    return x[tuple(idx)]
 
 
 def split(x: Tensor, sizes, axis: int = 0) -> tuple:
-    """Split ``x`` along ``axis`` into pieces of the given ``sizes``."""
+    """Split ``x`` along ``axis`` into pieces of the given ``sizes`` (ONNX/PyTorch style)."""
     axis = _norm_axis(axis, x.ndim, "Split")
-    if sum(sizes) != x.shape[axis]:
+    if sum(sizes) != x.shape[axis] or any(n < 0 for n in sizes):
         raise ShapeError(f"Split: sizes {list(sizes)} do not add up to the axis length {x.shape[axis]} "
                          f"(shape {x.shape}, axis {axis})")
-    out = []
-    start = 0
-    for n in sizes:
-        if n < 0:
-            raise ShapeError(f"Split: negative size in {list(sizes)}")
-        idx = [slice(None)] * x.ndim
-        idx[axis] = slice(start, start + n, 1)
-        out.append(x[tuple(idx)])
-        start += n
-    return tuple(out)
+    points = []
+    for n in sizes[:-1]:
+        points.append((points[-1] if points else 0) + n)
+    return tuple(E.split(x, points, axis=axis))
 
 
 def split_sizes(n: int, parts: int) -> list:
@@ -342,6 +314,8 @@ def reduce(kind: str, x: Tensor, axes=None, keepdims: bool = True) -> Tensor:
             fill = -math.inf if kind == "Max" else math.inf
         elif x.dtype is _dt.uint8:
             fill = 0 if kind == "Max" else 255
+        elif x.dtype is _dt.bool_:
+            fill = kind != "Max"
         else:
             info = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}[x.dtype.name]
             fill = info[0] if kind == "Max" else info[1]
@@ -484,6 +458,24 @@ def pool1d(fn, x: Tensor, kernel, stride, padding, **kw) -> Tensor:
     return E.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
 
 
+def pool_big_pads(kind: str, x: Tensor, kernel, stride, pads, dilation=(1, 1), ceil_mode: bool = False,
+                  count_include_pad: bool = False) -> Tensor:
+    """2-D pooling whose padding exceeds half the kernel (ONNX allows it, ember's pools do
+    not): pad explicitly, then pool without padding."""
+    width = ((0, 0), (0, 0)) + tuple(tuple(p) for p in pads)
+    if kind == "max":
+        fill = -math.inf if x.dtype.kind == "f" else {"uint8": 0, "int32": -(1 << 31), "int64": -(1 << 63)}[x.dtype.name]
+        xp = E.pad(x, width, value=fill)
+        return E.max_pool2d(xp, kernel, stride=stride, dilation=dilation, ceil_mode=ceil_mode)
+    xp = E.pad(x, width)
+    y = E.avg_pool2d(xp, kernel, stride=stride, ceil_mode=ceil_mode)
+    if count_include_pad:
+        return y
+    ones = E.pad(E.ones(x.shape[2:], dtype=x.dtype, device=x.device), tuple(tuple(p) for p in pads))
+    frac = E.avg_pool2d(E.reshape(ones, (1, 1) + ones.shape), kernel, stride=stride, ceil_mode=ceil_mode)
+    return E.divide(y, frac)
+
+
 def conv1d(x: Tensor, w: Tensor, b: Tensor | None, stride: int, padding, dilation: int, groups: int) -> Tensor:
     """A 1-D convolution as the 2-D one over a height-1 image."""
     x4 = E.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
@@ -551,7 +543,7 @@ def gather_nd(x: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
     flat = None
     stride = 1
     for k in range(q - 1, -1, -1):
-        sel = getitem(idx, tuple([slice(None)] * (idx.ndim - 1) + [slice(k, k + 1, 1)]))
+        sel = idx[(..., slice(k, k + 1))]
         sel = _fix_negative(sel, inner[k])
         term = E.multiply(sel, stride)
         flat = term if flat is None else E.add(flat, term)
@@ -695,23 +687,23 @@ def pad(x: Tensor, pads, mode: str = "constant", value=0.0, axes=None) -> Tensor
 # ---- resize -------------------------------------------------------------------------------
 
 def _source_coord(mode, o, scale, n_in, n_out, roi_lo, roi_hi):
+    # ONNX measures the output length as in * scale (not rounded) in these formulas
+    w = scale * n_in
     if mode == "half_pixel":
         return (o + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
-        adj = n_out / (scale * n_in) if scale else 1.0
-        center = n_in / 2.0
-        off = center * (1 - adj)
+        off = n_in / 2.0 * (1 - n_out / w)
         return off + (o + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
-        return (o + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+        return (o + 0.5) / scale - 0.5 if w != 1 else -0.5
     if mode == "align_corners":
-        return 0.0 if n_out == 1 else o * (n_in - 1) / (n_out - 1)
+        return 0.0 if w == 1 else o * (n_in - 1) / (w - 1)
     if mode == "asymmetric":
         return o / scale
     if mode == "tf_crop_and_resize":
-        if n_out > 1:
-            return roi_lo * (n_in - 1) + o * (roi_hi - roi_lo) * (n_in - 1) / (n_out - 1)
-        return 0.5 * (roi_lo + roi_hi) * (n_in - 1)
+        if w == 1:
+            return (roi_hi - roi_lo) * (n_in - 1) / 2 + roi_lo * (n_in - 1)
+        return o * (roi_hi - roi_lo) * (n_in - 1) / (w - 1) + roi_lo * (n_in - 1)
     raise UnsupportedOp(f"Resize: coordinate_transformation_mode {mode!r}")
 
 
@@ -847,7 +839,7 @@ def einsum(equation: str, *xs: Tensor) -> Tensor:
         drop = [k for k, c in enumerate(s) if c not in others]
         if drop:
             x = E.sum(x, axis=tuple(drop))
-            s = "".join(c for c in s if c not in others)
+            s = "".join(c for c in s if c in others)
         ops[i] = (s, x)
     for i in range(len(ops)):
         reduce_private(i)

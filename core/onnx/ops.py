@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import math
+import operator
 
 import ember as E
 
@@ -213,8 +214,6 @@ def pow_(c, a, b):
 def mod(c, a, b):
     if c.i("fmod", 0):
         return c.call(F.fmod, a, b)
-    if a.dtype.kind == "f":
-        c.check(False, "Mod with fmod=0 is defined for integers only (set fmod=1 for floats)")
     return c.call(E.remainder, a, b)
 
 
@@ -515,17 +514,44 @@ def _split(c, x, sizes):
 
 @onnx_op("Slice", since=1)
 def slice_v1(c, x):
-    starts, ends = c.ints_attr("starts"), c.ints_attr("ends")
-    axes = c.ints_attr("axes", None)
-    return c.call(F.slice_, x, starts, ends, axes)
+    return _slice(c, x, c.ints_attr("starts"), c.ints_attr("ends"), c.ints_attr("axes", None), None)
 
 
 @onnx_op("Slice", since=10)
 def slice_(c, x, starts, ends, axes=None, steps=None):
-    s, e = c.ints(starts, "starts"), c.ints(ends, "ends")
-    a, st = c.ints(axes, "axes"), c.ints(steps, "steps")
-    return c.call(F.slice_, x, s, e, a, st) if st is not None else \
-        (c.call(F.slice_, x, s, e, a) if a is not None else c.call(F.slice_, x, s, e))
+    return _slice(c, x, c.ints(starts, "starts"), c.ints(ends, "ends"), c.ints(axes, "axes"),
+                  c.ints(steps, "steps"))
+
+
+_BIG = 1 << 31
+
+
+def _slice(c, x, starts, ends, axes, steps):
+    """ONNX Slice clamps exactly like Python slicing, so it becomes ``x[a:b:s, ...]``; the
+    INT64 "to the end" markers exporters write become empty bounds."""
+    nd = x.ndim
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    c.check(len(starts) == len(ends) == len(axes) == len(steps),
+            f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length")
+    c.check(all(-nd <= a < nd for a in axes), f"axes {axes} out of range for rank {nd}")
+    axes = [a % nd for a in axes]
+    c.check(len(set(axes)) == len(axes), f"repeated axis in {axes}")
+    key = [slice(None)] * nd
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        c.check(st != 0, "step 0")
+        if st > 0:
+            s = None if s == 0 or s <= -_BIG else s
+            e = None if e >= _BIG else (0 if e <= -_BIG else e)
+        else:
+            s = None if s >= _BIG else s
+            e = None if e <= -_BIG else e
+        key[a] = slice(s, e, None if st == 1 else st)
+    while key and key[-1] == slice(None):
+        key.pop()
+    if not key:
+        return x
+    return c.call(operator.getitem, x, tuple(key))
 
 
 @onnx_op("Gather")
@@ -716,6 +742,8 @@ def max_pool(c, x):
         if ceil:
             kw["ceil_mode"] = True
         return c.call(F.pool1d, E.max_pool2d, x, k[0], s[0], p[0], **kw)
+    if _big_pads(k, d, p):
+        return c.call(F.pool_big_pads, "max", x, tuple(k), tuple(s), tuple(p), tuple(d), bool(ceil))
     kw = {"stride": _one(s)}
     if p != [(0, 0), (0, 0)]:
         kw["padding"] = _pads_arg(p)
@@ -724,6 +752,10 @@ def max_pool(c, x):
     if ceil:
         kw["ceil_mode"] = True
     return c.call(E.max_pool2d, x, _one(k), **kw)
+
+
+def _big_pads(k, d, p):
+    return any(max(pp) * 2 > (kk - 1) * dd + 1 for kk, dd, pp in zip(k, d, p))
 
 
 @onnx_op("AveragePool")
@@ -738,6 +770,9 @@ def avg_pool(c, x):
         kw["ceil_mode"] = True
     if x.ndim == 3:
         return c.call(F.pool1d, E.avg_pool2d, x, k[0], s[0], p[0], **kw)
+    if _big_pads(k, d, p):
+        return c.call(F.pool_big_pads, "avg", x, tuple(k), tuple(s), tuple(p), ceil_mode=bool(ceil),
+                      count_include_pad=bool(include))
     kw["stride"] = _one(s)
     if p != [(0, 0), (0, 0)]:
         kw["padding"] = _pads_arg(p)

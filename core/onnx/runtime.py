@@ -241,7 +241,7 @@ class Ctx:
         devs = {t.device for t in _tensors(args)} | {t.device for t in _tensors(kw.values())}
         if len(devs) > 1:
             target = "meta" if "meta" in devs else next(d for d in devs if d != HOST)
-            if len(devs - {HOST, target}) > 0:
+            if target != "meta" and len(devs - {HOST, target}) > 0:
                 raise OnnxError(f"{self.where()}: inputs on several devices {sorted(devs)}")
             move = self._mover(target)
             args = _map_tensors(args, move)
@@ -339,7 +339,9 @@ class TraceCtx(Ctx):
 def run_handler(handler, ctx, inputs):
     """Call ``handler`` and return a tuple with one value per node output."""
     out = handler(ctx, *inputs)
-    if not isinstance(out, tuple):
+    if isinstance(out, list):
+        out = tuple(out)
+    elif not isinstance(out, tuple):
         out = (out,)
     n = len(ctx.node.outputs)
     if len(out) < n:
