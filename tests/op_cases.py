@@ -34,6 +34,8 @@ Running a case without pytest or numpy (Pyodide)::
 
     results = run_case(ember, case, "python")        # [{"shape", "dtype", "value"}] or [{"error", "message"}]
     ok, msg = check_results(case, results, expected_results)   # expected from expected(np, case) on the host
+
+Across a JSON boundary use ``to_json_safe`` / ``from_json_safe`` (NaN and infinities as strings).
 """
 from __future__ import annotations
 
@@ -42,8 +44,9 @@ import random
 import struct
 import zlib
 
-__all__ = ["S", "OpCase", "CASES", "all_cases", "generate_inputs", "run_case", "expected",
-           "compare", "check_results", "nest", "flatten", "TOLERANCES"]
+__all__ = ["S", "OpCase", "CASES", "all_cases", "generate_inputs", "make_tensors", "run_case", "expected",
+           "compare", "check_results", "tolerances", "to_json_safe", "from_json_safe", "nest", "flatten",
+           "TOLERANCES"]
 
 # Default tolerances per output dtype (rtol, atol). The python backend computes in float64 and
 # rounds each result to the dtype; numpy computes float32 ops in float32 (and float16 ops in
@@ -323,6 +326,31 @@ def check_results(case: OpCase, actual: list, want: list):
         if not ok:
             return False, f"{where} (shape {tuple(w['shape'])}, {w['dtype']}): {msg}"
     return True, ""
+
+
+def _map_values(results, fn):
+    def walk(v):
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return fn(v)
+    return [dict(r, value=walk(r["value"])) if "value" in r else dict(r) for r in results]
+
+
+def to_json_safe(results: list) -> list:
+    """``run_case``/``expected`` results with NaN/+-inf as the strings "nan"/"inf"/"-inf"
+    (strict JSON, e.g. ``JSON.parse`` in JavaScript, has no NaN); ``from_json_safe`` undoes it."""
+    def enc(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return "nan" if v != v else ("inf" if v > 0 else "-inf")
+        return v
+    return _map_values(results, enc)
+
+
+def from_json_safe(results: list) -> list:
+    """Inverse of ``to_json_safe`` (shapes come back as lists; ``check_results`` accepts that)."""
+    def dec(v):
+        return float(v) if isinstance(v, str) else v
+    return _map_values(results, dec)
 
 
 # ---- the cases -------------------------------------------------------------------------------
