@@ -1,13 +1,17 @@
 """CPU benchmark: ember's pure-Python backend next to its numpy backend and PyTorch (CPU, when
 importable) on the same inputs, in one run. Prints one table of median wall times and ratios.
 
-    python build.py bench core           # or: .venv/bin/python tests/bench/bench_core.py [--quick]
+    python build.py bench core           # or: .venv/bin/python tests/bench/bench_core.py [--quick] [--threads N]
 
 Cases: square matmul (64, 128, 256), conv2d on MNIST-sized inputs (1x1x28x28 1->16 3x3, and
 1x16x14x14 16->32 3x3, both padding 1), and a small MNIST CNN forward pass built from ember's
 functional ops (conv 1->16 3x3 pad 1, relu, maxpool 2, conv 16->32 3x3 pad 1, relu, maxpool 2,
 linear 1568->128, relu, linear 128->10) on one 1x1x28x28 image; plus the MNIST demo model
 (demos/mnist/model.py, with batch norm) when ember.nn is there to build it.
+
+numpy's BLAS and PyTorch run on one thread unless ``--threads N`` says otherwise: the
+pure-Python backend is single-threaded, so this compares per core, and on a shared machine
+single-threaded timings stay steady where multi-threaded ones swing widely.
 
 Every case runs once to warm up (caches, first-call costs), then repeatedly until at least
 ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have passed (fewer for the slowest), and reports the
@@ -22,9 +26,13 @@ import statistics
 import sys
 import time
 
-import numpy as np
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)   # before numpy loads its BLAS
 
-import ember
+import numpy as np  # noqa: E402
+
+import ember  # noqa: E402
 
 MIN_TIME = 1.0
 MIN_RUNS = 5
@@ -37,24 +45,27 @@ try:
     import torch
     import torch.nn.functional as TF
     torch.set_grad_enabled(False)
+    torch.set_num_threads(THREADS)
 except ImportError:   # PyTorch is a peer when present, never a requirement
     torch = None
 
 
-def median_time(fn) -> float:
+def median_time(fn) -> tuple:
+    """(median wall time, median CPU time of this process) per call, in seconds."""
     fn()   # warm-up
-    times = []
+    walls, cpus = [], []
     start = time.perf_counter()
-    while len(times) < MAX_RUNS:
-        t = time.perf_counter()
+    while len(walls) < MAX_RUNS:
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+        walls.append(time.perf_counter() - t)
         elapsed = time.perf_counter() - start
-        if len(times) >= MIN_RUNS and elapsed >= MIN_TIME:
+        if len(walls) >= MIN_RUNS and elapsed >= MIN_TIME:
             break
-        if len(times) >= 3 and elapsed >= 5 * MIN_TIME:   # the slow pure-Python matmuls
+        if len(walls) >= 3 and elapsed >= 5 * MIN_TIME:   # the slow pure-Python matmuls
             break
-    return statistics.median(times)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def rnd(rng, *shape, scale=1.0):
@@ -129,8 +140,8 @@ def demo_model_case():
 
 def main() -> int:
     print(f"ember bench core: CPython {platform.python_version()} on {platform.machine()}, "
-          f"{os.cpu_count()} CPUs; numpy {np.__version__}; "
-          + (f"torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "torch not installed"))
+          f"{os.cpu_count()} CPUs, peers on {THREADS} thread(s); numpy {np.__version__}; "
+          + (f"torch {torch.__version__}" if torch else "torch not installed"))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"median wall time per call (ms); ratio = left / right; load average {load:.1f} "
           f"(other processes on a loaded machine inflate wall times, multi-threaded peers most)\n")
@@ -141,11 +152,13 @@ def main() -> int:
         for dev in ("python", "numpy"):
             ts = {k: ember.from_numpy(v, device=dev) for k, v in arrays.items()}
             results[dev] = efn(ember, ts).numpy()
-            times[dev] = median_time(lambda: efn(ember, ts))
+            times[dev], cpu = median_time(lambda: efn(ember, ts))
+            if dev == "python":
+                times["python_cpu"] = cpu
         if torch is not None:
             tt = {k: torch.from_numpy(v) for k, v in arrays.items()}
             results["torch"] = tfn(tt).numpy()
-            times["torch"] = median_time(lambda: tfn(tt))
+            times["torch"] = median_time(lambda: tfn(tt))[0]
         ref = results.get("torch", results["numpy"])
         for dev, r in results.items():
             if not np.allclose(r, ref, rtol=1e-3, atol=1e-3):
@@ -157,17 +170,22 @@ def main() -> int:
         times = {}
         for dev, net in nets.items():
             x = ember.from_numpy(img, device=dev)
-            times[dev] = median_time(lambda: net(x))
+            times[dev], cpu = median_time(lambda: net(x))
+            if dev == "python":
+                times["python_cpu"] = cpu
         rows.append(("MNIST demo model forward (ember.nn, with BN)", times))
 
-    head = f"{'case':<46} {'python':>10} {'numpy':>9} {'torch':>9} {'python/numpy':>13} {'numpy/torch':>12}"
+    head = (f"{'case':<46} {'python':>10} {'(cpu)':>8} {'numpy':>9} {'torch':>9} {'python/numpy':>13} "
+            f"{'numpy/torch':>12}")
     print(head)
     print("-" * len(head))
     for name, t in rows:
         py, nu, tor = t["python"], t["numpy"], t.get("torch")
         tor_ms = f"{tor * 1e3:.3f}" if tor else "-"
         ratio = f"{nu / tor:.1f}x" if tor else "-"
-        print(f"{name:<46} {py * 1e3:>10.2f} {nu * 1e3:>9.3f} {tor_ms:>9} {py / nu:>12.0f}x {ratio:>12}")
+        print(f"{name:<46} {py * 1e3:>10.2f} {t['python_cpu'] * 1e3:>8.2f} {nu * 1e3:>9.3f} {tor_ms:>9} "
+              f"{py / nu:>12.0f}x {ratio:>12}")
+    print("\n(cpu) = CPU time of the pure-Python run: what its wall time is on an idle core")
     return 0
 
 
