@@ -180,7 +180,8 @@ def _load_ember(page, path: str = "/", webgpu=False) -> dict:
     """Open ``path`` (unless the page is already there) and boot ember in it via the loader.
 
     Returns ``pyodide.ember`` (``version``, ``webgpu``, ``webgpuError``, ``timings`` in ms since
-    loadEmber was called, plus ``openToReady``/``openToImported`` measured from navigation).
+    loadEmber was called), ``progress`` (the ``[label, fraction]`` pairs the loader reported) and
+    ``openToReady``/``openToImported`` (ms from navigation start).
     """
     if urlparse(page.url).path != path:
         page.goto(path)
@@ -188,10 +189,11 @@ def _load_ember(page, path: str = "/", webgpu=False) -> dict:
         """async (webgpu) => {
             const t0 = performance.now();   // ms since navigation start
             const { loadEmber } = await import("/wasm/ember.js");
-            window.pyodide = await loadEmber({ webgpu });
+            const progress = [];
+            window.pyodide = await loadEmber({ webgpu, onProgress: (p) => progress.push([p.label, p.fraction]) });
             const e = window.pyodide.ember;
             return { version: e.version, webgpu: e.webgpu, webgpuError: e.webgpuError,
-                     timings: e.timings,
+                     timings: e.timings, progress,
                      openToReady: t0 + e.timings.pyodideReady,
                      openToImported: t0 + e.timings.emberImported };
         }""", webgpu)

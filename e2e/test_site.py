@@ -1,4 +1,134 @@
-def test_boot(page, load_ember, run_python):
+"""The served site in headless Chromium: the index, the headers, ember booting offline in the
+page and running ops on the CPU and on WebGPU, the embedding example."""
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+
+def _get(url: str, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, r.headers, r.read()   # r.headers: case-insensitive
+
+
+def test_index_lists_the_demos(page, server, site_dir, screenshot):
+    manifest = json.loads((site_dir / "manifest.json").read_text())
+    resp = page.goto("/")
+    assert resp.status == 200
+    assert page.title() == "ember demos"
+    links = page.eval_on_selector_all("#demos a", "els => els.map(e => e.getAttribute('href'))")
+    assert links == [d["url"] for d in manifest["demos"]]
+    assert "demos/embed/" in links
+    screenshot(page, "index")
+
+
+def test_headers_over_http(server, site_dir):
+    manifest = json.loads((site_dir / "manifest.json").read_text())
+    for path, mime in [("", "text/html"), ("pyodide/pyodide.asm.wasm", "application/wasm"),
+                       ("pyodide/pyodide.mjs", "text/javascript"), ("wasm/ember.js", "text/javascript"),
+                       ("manifest.json", "application/json"), (manifest["wheel"], "application/zip")]:
+        status, headers, _ = _get(server + path, {"Accept-Encoding": "identity"})
+        assert status == 200, path
+        assert headers["Content-Type"].split(";")[0] == mime, path
+        assert headers["Cross-Origin-Opener-Policy"] == "same-origin"
+        assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+
+
+def test_page_is_cross_origin_isolated(page):
+    page.goto("/")
+    assert page.evaluate("crossOriginIsolated") is True
+
+
+def test_ember_boots_offline_reports_progress_and_runs_on_cpu(page, load_ember, run_python):
+    # Every request must stay on the site: the loader must never reach for a CDN.
+    outside = []
+    page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "data:"))
+            else outside.append(r.url))
     info = load_ember(page, "/")
-    print(info)
-    assert run_python(page, "import ember; (ember.tensor([1.0, 2.0]) * 3).tolist()") == [3.0, 6.0]
+    assert info["version"] == run_python(page, "import ember; ember.__version__")
+    assert outside == []
+    labels = [label for label, _ in info["progress"]]
+    for want in ("Loading Python runtime", "Downloading ember", "Installing ember", "Ready"):
+        assert want in labels, labels
+    fractions = [f for _, f in info["progress"]]
+    assert fractions == sorted(fractions) and fractions[0] == 0 and fractions[-1] == 1
+    print(f"\npage open -> Pyodide ready {info['openToReady'] / 1000:.2f} s, "
+          f"-> ember imported {info['openToImported'] / 1000:.2f} s")
+    got = run_python(page, """
+import sys, ember
+x = ember.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]])
+y = (x * x).sum(axis=1)
+[sys.version_info[:2] == (3, 14), y.device, y.shape == (2,), y.tolist()]
+""")
+    np = pytest.importorskip("numpy")
+    x = np.array([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]], np.float32)
+    assert got[:3] == [True, "python", True]
+    np.testing.assert_allclose(got[3], (x * x).sum(axis=1), rtol=1e-6)
+
+
+def test_fetch_bytes_from_python_and_js(page, load_ember, run_python, site_dir):
+    load_ember(page, "/")
+    size = len((site_dir / "favicon.ico").read_bytes())
+    got = run_python(page, """
+import ember.wasm
+seen = []
+data = await ember.wasm.fetch_bytes("/favicon.ico", lambda loaded, total: seen.append(loaded))
+[ember.wasm.is_pyodide(), len(data), seen[-1], data[:4].hex()]
+""")
+    assert got == [True, size, size, "00000100"]
+    n = page.evaluate("""async () => {
+        const { fetchBytes } = await import("/wasm/ember.js");
+        const last = [];
+        const b = await fetchBytes("/favicon.ico", { onProgress: (p) => last.push(p.fraction) });
+        return [b.length, last[last.length - 1]];
+    }""")
+    assert n == [size, 1]
+
+
+@pytest.mark.allow_console_errors  # the browser logs the 404 of the missing file itself
+def test_fetch_bytes_names_the_url_on_failure(page, load_ember, run_python):
+    load_ember(page, "/")
+    msg = run_python(page, """
+import ember.wasm
+try:
+    await ember.wasm.fetch_bytes("/no/such/weights.safetensors")
+    r = "no error"
+except OSError as e:
+    r = str(e)
+r
+""")
+    assert "/no/such/weights.safetensors" in msg and "404" in msg
+
+
+def test_ember_runs_on_webgpu_in_the_page(page, load_ember, run_python):
+    info = load_ember(page, "/", webgpu=True)
+    assert info["webgpu"] is True, info["webgpuError"]
+    print(f"\npage open -> WebGPU ready {info['timings']['webgpuReady'] / 1000:.2f} s")
+    got = run_python(page, """
+import ember
+a = ember.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], device="webgpu")
+b = ember.tensor([[1.0, 0.5], [-1.0, 2.0], [0.25, 1.0]], device="webgpu")
+y = ember.matmul(a, b) * 2.0 + 1.0
+z = await (a * a).sum(axis=0).data_async()     # async readback (mapAsync awaited)
+[y.device, y.tolist(), z]                       # tolist(): sync readback through JSPI
+""")
+    np = pytest.importorskip("numpy")
+    a = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    b = np.array([[1.0, 0.5], [-1.0, 2.0], [0.25, 1.0]], np.float32)
+    assert got[0] == "webgpu"
+    np.testing.assert_allclose(got[1], (a @ b) * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(got[2], (a * a).sum(axis=0), rtol=1e-6)
+
+
+def test_embed_example(page, screenshot):
+    page.goto("/demos/embed/")
+    page.wait_for_function("window.embedResult !== undefined")
+    screenshot(page, "embed")
+    text = page.evaluate("window.embedResult")
+    np = pytest.importorskip("numpy")
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    assert f"x @ x + 1 = {(x @ x + 1).tolist()}" in text, text
+    assert "device=webgpu" in text, text

@@ -7,8 +7,9 @@ One handler for every path; it does what a static server for Pyodide + WebGPU pa
 - cross-origin isolation (COOP/COEP, CORP on every resource): SharedArrayBuffer and precise
   timers need it, and ``require-corp`` keeps the page from pulling anything off-site;
 - ``Range`` requests (206 / 416), ``gzip`` for big compressible files when no range is asked,
-  ``ETag``/``Last-Modified`` with 304s, long caching for versioned files (/pyodide/, /wheels/),
-  ``no-cache`` (revalidate every time) for the rest;
+  ``ETag``/``Last-Modified`` with 304s, long caching for versioned URLs (/pyodide/, anything
+  asked with a ``?v=<hash>`` query, as ember.js asks for the wheel), ``no-cache`` (revalidate
+  every time) for the rest;
 - no way out of the site folder: ``..`` segments (also ``%2e%2e``), backslashes, NUL bytes,
   dot-files and symlinks that resolve outside the folder all give 404.
 
@@ -50,9 +51,11 @@ COMPRESSIBLE = {".html", ".htm", ".js", ".mjs", ".css", ".json", ".map", ".wasm"
 GZIP_MIN_BYTES = 1024
 GZIP_CACHE_BYTES = 64 << 20   # compressed bodies kept in memory (Pyodide's wasm alone ~3 MB)
 CHUNK = 1 << 18
-# Their names carry a version (the wheel; ember.js adds ?v=<sha>) or they come from the pinned
-# npm Pyodide: browsers may keep them without asking again.
-LONG_CACHE_PREFIXES = ("pyodide/", "wheels/")
+# Versioned URLs may be kept by browsers without asking again: /pyodide/ holds one pinned npm
+# release (build.py's PYODIDE_VERSION), and a "?v=<hash>" query (ember.js asks for the wheel
+# with the manifest's sha256) names one exact content. Everything else -- including the wheel
+# under its plain name, which a rebuild of the same version overwrites -- is revalidated.
+LONG_CACHE_PREFIXES = ("pyodide/",)
 LONG_CACHE = "public, max-age=31536000, immutable"
 
 ISOLATION = {
@@ -181,7 +184,8 @@ def create_app(site_dir: str | os.PathLike) -> Starlette:
             "ETag": etag,
             "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
             "Accept-Ranges": "bytes",
-            "Cache-Control": (LONG_CACHE if rel.startswith(LONG_CACHE_PREFIXES) else "no-cache"),
+            "Cache-Control": (LONG_CACHE if rel.startswith(LONG_CACHE_PREFIXES) or "v" in request.query_params
+                              else "no-cache"),
         }
         if ext in COMPRESSIBLE:
             headers["Vary"] = "Accept-Encoding"
