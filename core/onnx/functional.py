@@ -33,6 +33,19 @@ def _norm_axis(axis, ndim, what):
     return axis % ndim if ndim else 0
 
 
+def node(op_type: str, inputs, attrs: dict, opset: int, outputs: int = 1):
+    """Run one ONNX operator through ember's op table (``ember.onnx.ops``): what generated code
+    calls for a node whose arguments are only known at run time.
+
+    >>> import ember
+    >>> from ember.onnx import functional as onnxf
+    >>> onnxf.node("Reshape", [ember.ones((2, 3)), ember.tensor([0, -1])], {}, opset=13).shape
+    (2, 3)
+    """
+    from .runtime import run_node
+    return run_node(op_type, inputs, attrs, opset, outputs)
+
+
 # ---- shapes --------------------------------------------------------------------------------
 
 def shape(x: Tensor, start: int = 0, end: int | None = None) -> Tensor:

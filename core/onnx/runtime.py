@@ -463,6 +463,8 @@ def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reu
                 if name:
                     env[name] = reuse[0][name]
             ran.add(node.index)
+            if recorder is not None:
+                recorder.skip(node, ins, [env[n] if n else None for n in node.outputs])
             continue
         ctx = TraceCtx(node, opset, device, recorder)
         if recorder is not None:
@@ -511,6 +513,7 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
     """Trace (twice when the inputs have symbolic dims), fold and classify: see the module doc."""
     input_shapes = input_shapes or {}
     an = Analysis()
+    an.input_shapes = dict(input_shapes)
     sizes_a = _symbol_sizes(graph, input_shapes, "a")
     rec_a = recorder_factory() if recorder_factory else None
     try:
@@ -549,10 +552,20 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
                     an.consts[n] = env_a[n]
         else:
             an.plan.append(node)
+    # Drop nodes nothing needs (shape subgraphs whose consumers were all folded).
+    needed = {vi.name for vi in graph.outputs}
+    keep = []
+    for node in reversed(an.plan):
+        if any(o in needed for o in node.outputs if o):
+            keep.append(node)
+            needed.update(i for i in node.inputs if i)
+    an.plan = keep[::-1]
     if rec_a is not None:
         for node in an.plan:
             ta = rec_a.templates.get(node.index)
             tb = rec_b.templates.get(node.index) if rec_b is not None else ta
+            if tb == "reused":
+                tb = ta
             an.templates[node.index] = ta if ta is not None and ta == tb else None
         an.recorder = rec_a
     return an
@@ -749,6 +762,56 @@ def _inline_functions(mp):
     for i, n in enumerate(nodes):
         n.index = i
     mp.graph.nodes = nodes
+
+
+class _Standalone:
+    """Stands in for a Model when one node runs on its own (generated code's onnxf.node)."""
+
+    def __init__(self):
+        self._const_ids = set()
+        self._moved = {}
+        self._folded = {}
+
+
+def _attribute(name, value):
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return proto.Attribute(name, proto.A_INT, value)
+    if isinstance(value, float):
+        return proto.Attribute(name, proto.A_FLOAT, value)
+    if isinstance(value, str):
+        return proto.Attribute(name, proto.A_STRING, value)
+    if isinstance(value, Tensor):
+        return proto.Attribute(name, proto.A_TENSOR, value)
+    if isinstance(value, (list, tuple)):
+        value = list(value)
+        if all(isinstance(v, int) for v in value):
+            return proto.Attribute(name, proto.A_INTS, value)
+        if all(isinstance(v, (int, float)) for v in value):
+            return proto.Attribute(name, proto.A_FLOATS, [float(v) for v in value])
+        if all(isinstance(v, str) for v in value):
+            return proto.Attribute(name, proto.A_STRINGS, value)
+    raise OnnxError(f"attribute {name!r}: cannot use a {type(value).__name__} as an ONNX attribute")
+
+
+def run_node(op_type: str, inputs, attrs: dict, opset: int, outputs: int = 1):
+    """Run one ONNX operator on tensors (what generated code's ``onnxf.node`` calls); returns a
+    Tensor, or a tuple when ``outputs > 1``."""
+    from .ops import resolve
+    from .proto import Node
+
+    node = Node()
+    node.op_type = op_type
+    node.name = f"{op_type} (generated code)"
+    node.inputs = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    node.outputs = [f"out{i}" for i in range(outputs)]
+    node.attrs = {k: _attribute(k, v) for k, v in attrs.items()}
+    handler, opset = resolve(node, {"ai.onnx": opset})
+    devs = [t.device for t in inputs if isinstance(t, Tensor) and t.device != HOST]
+    ctx = RunCtx(node, opset, devs[0] if devs else default_device(), _Standalone())
+    out = run_handler(handler, ctx, list(inputs))
+    return out[0] if outputs == 1 else tuple(out)
 
 
 def load(model, device: str | None = None, *, base_dir=None, external_data=None,

@@ -1,0 +1,51 @@
+"""The ``ember`` command line (also ``python -m ember``).
+
+    ember import model.onnx -o OUTDIR [--name NAME] [--shape input=1,3,224,224] [--quiet]
+
+writes ``OUTDIR/<name>.py`` (a readable ember ``nn.Module``) and ``OUTDIR/<name>.safetensors``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _shape(text: str):
+    name, sep, dims = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--shape wants NAME=D1,D2,..., got {text!r}")
+    try:
+        return name, tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: dimensions must be integers") from None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="ember", description="ember command line")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    imp = sub.add_parser("import", help="turn an ONNX model into an ember nn.Module + safetensors weights")
+    imp.add_argument("model", help="path of the .onnx file")
+    imp.add_argument("-o", "--out", required=True, help="output folder")
+    imp.add_argument("--name", help="module name (default: the model file's name)")
+    imp.add_argument("--shape", action="append", type=_shape, default=[],
+                     help="fix an input's shape, e.g. --shape image=1,3,224,224 (repeatable)")
+    imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "import":
+        from .errors import EmberError
+        from .onnx.codegen import generate
+
+        try:
+            r = generate(args.model, args.out, name=args.name, input_shapes=dict(args.shape),
+                         progress=not args.quiet)
+        except EmberError as e:
+            print(f"ember import: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {r['module']} (class {r['class']}, {r['nodes']} lines) and {r['weights']}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
