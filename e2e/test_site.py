@@ -2,6 +2,7 @@
 page and running ops on the CPU and on WebGPU, the embedding example."""
 from __future__ import annotations
 
+import hashlib
 import json
 import urllib.request
 
@@ -70,22 +71,23 @@ y = (x * x).sum(axis=1)
 
 
 def test_fetch_bytes_from_python_and_js(page, load_ember, run_python, site_dir):
+    # A gzip-encoded file (JSON > 1 KiB): progress must count decoded bytes against the real size.
+    body = (site_dir / "pyodide" / "pyodide-lock.json").read_bytes()
     load_ember(page, "/")
-    size = len((site_dir / "favicon.ico").read_bytes())
     got = run_python(page, """
-import ember.wasm
+import hashlib, ember.wasm
 seen = []
-data = await ember.wasm.fetch_bytes("/favicon.ico", lambda loaded, total: seen.append(loaded))
-[ember.wasm.is_pyodide(), len(data), seen[-1], data[:4].hex()]
+data = await ember.wasm.fetch_bytes("/pyodide/pyodide-lock.json", lambda n, total: seen.append([n, total]))
+[ember.wasm.is_pyodide(), len(data), hashlib.sha256(data).hexdigest(), seen[0], seen[-1]]
 """)
-    assert got == [True, size, size, "00000100"]
-    n = page.evaluate("""async () => {
+    assert got == [True, len(body), hashlib.sha256(body).hexdigest(), [0, len(body)], [len(body), len(body)]]
+    js = page.evaluate("""async () => {
         const { fetchBytes } = await import("/wasm/ember.js");
-        const last = [];
-        const b = await fetchBytes("/favicon.ico", { onProgress: (p) => last.push(p.fraction) });
-        return [b.length, last[last.length - 1]];
+        const seen = [];
+        const b = await fetchBytes("/pyodide/pyodide-lock.json", { onProgress: (p) => seen.push([p.loaded, p.total, p.fraction]) });
+        return [b.length, seen[seen.length - 1], seen.every(([n, t, f]) => t === b.length && f <= 1)];
     }""")
-    assert n == [size, 1]
+    assert js == [len(body), [len(body), len(body), 1], True]
 
 
 @pytest.mark.allow_console_errors  # the browser logs the 404 of the missing file itself

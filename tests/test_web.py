@@ -178,6 +178,7 @@ def test_gzip_when_accepted(client, site, path):
     on_disk = (site / path.lstrip("/")).read_bytes() if path != "/" else b""
     assert r.content == on_disk  # httpx decodes; the bytes must round-trip
     assert int(r.headers["content-length"]) < len(on_disk)
+    assert r.headers["x-uncompressed-length"] == str(len(on_disk))
 
 
 def test_gzip_body_is_valid_gzip(site):

@@ -25,9 +25,9 @@ async def fetch_bytes(url: str, on_progress: Optional[Callable[[int, int], None]
     """Download `url` with the browser's ``fetch`` and return its bytes (Pyodide only).
 
     ``on_progress(loaded, total)`` is called as chunks arrive; ``total`` is 0 when the size is
-    not known in advance (no Content-Length, or a gzip-encoded response whose Content-Length
-    counts compressed bytes). Relative URLs resolve against the page. Raises OSError naming the
-    URL and the HTTP status when the download fails.
+    not known in advance (no Content-Length; or a gzip-encoded response from a server other
+    than ember.web, which also sends X-Uncompressed-Length). Relative URLs resolve against the
+    page. Raises OSError naming the URL and the HTTP status when the download fails.
 
     >>> import asyncio
     >>> asyncio.run(fetch_bytes("weights.safetensors"))  # doctest: +SKIP
@@ -41,8 +41,9 @@ async def fetch_bytes(url: str, on_progress: Optional[Callable[[int, int], None]
     resp = await js.fetch(url)
     if not resp.ok:
         raise OSError(f"download of {url} failed: HTTP {resp.status} {resp.statusText}")
-    encoding = resp.headers.get("Content-Encoding") or "identity"
-    total = 0 if encoding != "identity" else int(resp.headers.get("Content-Length") or 0)
+    # Content-Length counts compressed bytes under gzip; ember.web then also sends the real size.
+    encoded = (resp.headers.get("Content-Encoding") or "identity") != "identity"
+    total = int(resp.headers.get("X-Uncompressed-Length" if encoded else "Content-Length") or 0)
     if on_progress is None or resp.body is None:
         data = (await resp.arrayBuffer()).to_bytes()
         if on_progress is not None:

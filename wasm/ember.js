@@ -63,6 +63,14 @@ export async function readManifest(baseUrl = DEFAULT_BASE) {
   return await resp.json();
 }
 
+/** The size of the body fetch() will hand out, or 0 when unknown. Content-Length counts
+ *  *encoded* bytes when the server gzips; ember.web then sends X-Uncompressed-Length. */
+function decodedLength(headers) {
+  const encoded = (headers.get("Content-Encoding") || "identity") !== "identity";
+  const n = encoded ? headers.get("X-Uncompressed-Length") : headers.get("Content-Length");
+  return Number(n || 0);
+}
+
 /** Download `url` into a Uint8Array, reporting progress as the bytes arrive. */
 export async function fetchBytes(url, { onProgress = null, label = null } = {}) {
   const resp = await fetch(url);
@@ -70,10 +78,7 @@ export async function fetchBytes(url, { onProgress = null, label = null } = {}) 
     throw new Error(`ember: download of ${url} failed: HTTP ${resp.status} ${resp.statusText}`);
   }
   const name = label || `Downloading ${url.split("?")[0].split("/").pop()}`;
-  // Content-Length is the *encoded* size when the server gzips: only trust it when the body
-  // arrives as sent, otherwise report bytes without a fraction until the end.
-  const encoded = (resp.headers.get("Content-Encoding") || "identity") !== "identity";
-  const total = encoded ? 0 : Number(resp.headers.get("Content-Length") || 0);
+  const total = decodedLength(resp.headers);
   const report = (loaded, done) => {
     if (onProgress) {
       onProgress({ fraction: done ? 1 : total ? clamp01(loaded / total) : 0,

@@ -224,6 +224,9 @@ def create_app(site_dir: str | os.PathLike) -> Starlette:
             body = gz_cache.get(path, st)
             headers["Content-Encoding"] = "gzip"
             headers["Content-Length"] = str(len(body))
+            # Content-Length now counts compressed bytes while fetch() hands out decoded ones:
+            # progress bars (ember.js fetchBytes, ember.wasm.fetch_bytes) need the real size.
+            headers["X-Uncompressed-Length"] = str(st.st_size)
             return Response(b"" if head else body, headers=headers)
         headers["Content-Length"] = str(st.st_size)
         if head:
