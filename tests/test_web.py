@@ -296,8 +296,9 @@ def sources(tmp_path):
     """A fake npm Pyodide folder, a wheel and a demos folder."""
     pyo = tmp_path / "pyodide"
     pyo.mkdir()
-    for name in ("pyodide.mjs", "pyodide.asm.mjs", "pyodide-lock.json", "python_stdlib.zip"):
+    for name in ("pyodide.mjs", "pyodide.asm.mjs", "python_stdlib.zip"):
         (pyo / name).write_text(name)
+    (pyo / "pyodide-lock.json").write_text(json.dumps({"info": {"python": "3.14.2"}, "packages": {}}))
     (pyo / "pyodide.asm.wasm").write_bytes(WASM)
     (pyo / "package.json").write_text(json.dumps({"name": "pyodide", "version": "314.0.7"}))
     (pyo / "README.md").write_text("docs")
@@ -337,12 +338,14 @@ def test_build_site_layout_and_manifest(tmp_path, sources):
     m = json.loads((out / "manifest.json").read_text())
     assert m["wheel"] == "wheels/ember-0.1.0-py3-none-any.whl"
     assert m["pyodide_version"] == "314.0.7" and m["ember_version"] == "0.1.0"
+    assert m["pyodide_python"] == "3.14.2"
     import hashlib
     assert m["wheel_sha256"] == hashlib.sha256(whl.read_bytes()).hexdigest()
     assert m["demos"] == [{"name": "digits", "title": "Digits & more", "description": "Draw a digit",
                            "url": "demos/digits/"}]
     index = (out / "index.html").read_text()
     assert 'href="demos/digits/"' in index and "Digits &amp; more" in index
+    assert "Python 3.14.2" in index
     assert (out / "favicon.ico").read_bytes() == favicon()
 
 

@@ -30,7 +30,8 @@
 //       `pyodide.globals.set("data", bytes)` (Python sees a JsProxy: `.to_bytes()`).
 //       From Python, `await ember.wasm.fetch_bytes(url)` does the same.
 //
-//   readManifest(baseUrl) -> {wheel, wheel_sha256, ember_version, pyodide_version, demos}
+//   readManifest(baseUrl) -> {wheel, wheel_sha256, ember_version, pyodide_version,
+//                             pyodide_python, demos}
 //
 // Example:
 //   <script type="module">

@@ -6,7 +6,8 @@ Site layout (every URL is a plain file under the output folder):
 
     /                       index.html: the list of demos (title and description of each)
     /favicon.ico            a small icon, so no page logs a 404 for it
-    /manifest.json          {"ember_version", "wheel", "wheel_sha256", "pyodide_version", "demos"}
+    /manifest.json          {"ember_version", "wheel", "wheel_sha256", "pyodide_version",
+                            "pyodide_python", "demos"}
                             read by /wasm/ember.js to find the wheel
     /pyodide/               the npm `pyodide` package's runtime files (pyodide.mjs, pyodide.asm.mjs,
                             pyodide.asm.wasm, python_stdlib.zip, pyodide-lock.json, ...)
@@ -163,7 +164,7 @@ def _index_html(manifest: dict) -> str:
         for d in manifest["demos"]) or "<li>No demos found.</li>"
     return INDEX_TEMPLATE.format(items=items, version=html.escape(manifest["ember_version"]),
                                  pyodide_version=html.escape(manifest["pyodide_version"]),
-                                 pyodide_python="3.14",
+                                 pyodide_python=html.escape(manifest["pyodide_python"]),
                                  wheel=html.escape(manifest["wheel"]),
                                  wheel_name=html.escape(manifest["wheel"].rsplit("/", 1)[-1]))
 
@@ -219,6 +220,10 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
                          "earlier ember site (no manifest.json)")
 
     pyodide_version = json.loads((pyodide_dir / "package.json").read_text())["version"]
+    try:
+        python_version = json.loads((pyodide_dir / "pyodide-lock.json").read_text())["info"]["python"]
+    except (OSError, ValueError, KeyError, TypeError):
+        python_version = "?"
     files: dict = {}
     for p in sorted(pyodide_dir.iterdir()):
         if p.is_file() and not any(fnmatch.fnmatch(p.name, pat) for pat in PYODIDE_SKIP):
@@ -239,6 +244,7 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
 
     manifest = {"ember_version": wheel.name.split("-")[1], "wheel": f"wheels/{wheel.name}",
                 "wheel_sha256": _sha256(wheel), "pyodide_version": pyodide_version,
+                "pyodide_python": python_version,
                 "demos": demos}
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     files["index.html"] = _index_html(manifest).encode()
