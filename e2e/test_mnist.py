@@ -29,7 +29,8 @@ def _open(page) -> dict:
     page.goto(URL)
     info = page.evaluate("""async () => {
         const i = await window.emberDemo.ready;
-        return {webgpu: i.webgpu, webgpuError: i.webgpuError, timings: i.timings, readyMs: i.readyMs};
+        return {webgpu: i.webgpu, webgpuError: i.webgpuError, timings: i.timings, readyMs: i.readyMs,
+                steps: i.steps};
     }""")
     info["open_to_ready_ms"] = (time.perf_counter() - t0) * 1000
     return info
@@ -73,7 +74,9 @@ def test_mnist_page_predicts_on_webgpu_and_cpu(page, screenshot):
     ms = {b: _median_ms(page, px, b) for b in ("webgpu", "cpu")}
     print(f"\nMNIST page (headless Chromium, SwiftShader WebGPU): open -> ready "
           f"{info['open_to_ready_ms']:.0f} ms (Pyodide {info['timings']['pyodideReady']:.0f} ms, "
-          f"ember imported {info['timings']['emberImported']:.0f} ms); open -> first prediction "
+          f"ember imported {info['timings']['emberImported']:.0f} ms, model loaded "
+          f"{info['steps']['modelLoaded']:.0f} ms, WebGPU kernels warm {info['steps']['webgpuWarm']:.0f} ms); "
+          f"open -> first prediction "
           f"{first_ms:.0f} ms; per inference (median of {N_TIMING}): WebGPU {ms['webgpu']:.1f} ms, "
           f"CPU (pure Python) {ms['cpu']:.1f} ms; max |p_webgpu - p_cpu| {worst:.1e}")
     screenshot(page, "mnist-page")
@@ -112,7 +115,7 @@ def test_mnist_drawing_and_backend_switch(page, screenshot):
     assert info["webgpu"], f"WebGPU did not start: {info['webgpuError']}"
     assert page.locator("#backend-name").inner_text() == "WebGPU"
 
-    drawn = list(range(6))
+    drawn = list(range(4))     # 7, 2, 1, 0: traced stroke by stroke, ~5 s each here
     got = []
     for i in drawn:
         r = _draw(page, IMAGES[i])
@@ -120,9 +123,8 @@ def test_mnist_drawing_and_backend_switch(page, screenshot):
         got.append(r["digit"])
     # The page shows what it predicted.
     assert page.locator("#digit").inner_text() == str(got[-1])
-    correct = sum(g == LABELS[i] for g, i in zip(got, drawn))
     print(f"\ndrawn digits {[LABELS[i] for i in drawn]} -> predicted {got}")
-    assert correct >= len(drawn) - 1, f"drawn {[LABELS[i] for i in drawn]}, predicted {got}"
+    assert got == [LABELS[i] for i in drawn]
     # The preprocessed 28x28 input is a centred digit: its ink's centre of mass is near (14, 14).
     com = page.evaluate("""() => {
         const p = window.emberDemo.preprocess(document.getElementById("pad"));

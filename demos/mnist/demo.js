@@ -349,6 +349,7 @@ async function main() {
 
   const bytes = await weights;
   const meta = safetensorsMetadata(bytes);
+  const steps = { emberReady: performance.now() - t0 };
   bar(0, "Loading the model");
   pyodide.FS.mkdirTree(PY_DIR);
   await Promise.all([loadPyFile("model.py"), loadPyFile("app.py")]);
@@ -361,11 +362,13 @@ app`);
   app.load(bytes).destroy();
   app.destroy();
   pyPredict = pyodide.runPython("app.predict");   // its own proxy, kept for the page's life
+  steps.modelLoaded = performance.now() - t0;
 
   if (webgpuOk) {
     // First WebGPU call compiles the kernels: do it now, not on the user's first drawing.
     bar(0.05, "Compiling WebGPU kernels");
     await predict(new Float32Array(SIDE * SIDE), "webgpu");
+    steps.webgpuWarm = performance.now() - t0;
   } else {
     const why = info.webgpuError || "navigator.gpu is missing";
     const n = $("notice");
@@ -391,6 +394,7 @@ app`);
       `${(100 * Number(meta.test_accuracy)).toFixed(2)}%. Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s.`;
   }
   info.readyMs = performance.now() - t0;
+  info.steps = steps;   // ms since this script started: ember booted, model parsed, WebGPU warm
   return info;
 }
 

@@ -18,6 +18,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    # Mesa's Vulkan driver (lavapipe, behind the native webgpu backend) complains without one.
+    import tempfile
+
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="ember-xdg-")
 
 import ember  # noqa: E402
 from ember.errors import DeviceError  # noqa: E402
