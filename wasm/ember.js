@@ -26,8 +26,8 @@
 //
 //   fetchBytes(url, {onProgress, label}) -> Uint8Array
 //       Downloads a file (e.g. weights) reporting ({fraction, label, loaded, total}) as bytes
-//       arrive. Hand the result to Python with `pyodide.toPy(bytes)` or
-//       `pyodide.globals.set("data", bytes)` (Python sees a JsProxy: `.to_bytes()`).
+//       arrive. Hand it to Python with `pyodide.globals.set("data", bytes)`; Python sees a
+//       JsProxy of the Uint8Array and `data.to_bytes()` gives bytes (one copy).
 //       From Python, `await ember.wasm.fetch_bytes(url)` does the same.
 //
 //   readManifest(baseUrl) -> {wheel, wheel_sha256, ember_version, pyodide_version,
