@@ -33,7 +33,7 @@ import zipfile
 from math import prod
 
 from .. import dtypes as _dt
-from ..errors import WeightsError
+from ..errors import EmberError, WeightsError
 from ..tensor import Tensor, from_bytes
 from .safetensors import _BOOL_BYTES, bf16_to_f32_bytes
 
@@ -144,6 +144,26 @@ def _allowed_globals() -> dict:
     return table
 
 
+# Opcodes a checkpoint never needs and that make the C unpickler allocate what the file claims
+# (BYTEARRAY8 preallocates its length) or reach outside the pickle (buffers, copyreg extensions).
+_DENIED_OPCODES = {"BYTEARRAY8", "NEXT_BUFFER", "READONLY_BUFFER", "EXT1", "EXT2", "EXT4"}
+
+
+def _check_opcodes(data: bytes, where: str) -> None:
+    """Walk the opcodes before unpickling: pickletools checks every length against the bytes that
+    are really there, so a 100-byte file cannot make the C unpickler preallocate gigabytes (for
+    BINBYTES8 lengths or a memo index of 2**32)."""
+    import pickletools
+
+    ops = list(pickletools.genops(data))
+    for op, arg, pos in ops:
+        if op.name in _DENIED_OPCODES:
+            raise WeightsError(f"{where}: data.pkl uses the pickle opcode {op.name} (byte {pos}), which a "
+                               f"state_dict checkpoint never needs; refusing to load it")
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and not 0 <= int(arg) <= len(ops):
+            raise WeightsError(f"{where}: data.pkl memo index {arg} (byte {pos}) is out of range")
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, where: str, entries: set, prefix: str):
         super().__init__(io.BytesIO(data))
@@ -211,10 +231,10 @@ class _Loader:
             name = f"{self.prefix}data/{s.key}"
             info = self.zf.getinfo(name)
             need = s.numel * itemsize
-            if info.file_size < need:
+            if info.file_size != need:
                 raise WeightsError(f"{self.where}: storage {name!r} holds {info.file_size} bytes but data.pkl "
                                    f"says {s.numel} elements of {itemsize} bytes ({need})")
-            raw = self.zf.read(name)[:need]
+            raw = self.zf.read(name)
             if self.big_endian and itemsize > 1:
                 from array import array
 
@@ -248,7 +268,10 @@ class _Loader:
             raw = bf16_to_f32_bytes(raw)
         elif dtype is _dt.bool_:
             raw = raw.translate(_BOOL_BYTES)
-        return from_bytes(raw, size, dtype, device=self.device)
+        try:
+            return from_bytes(raw, size, dtype, device=self.device)
+        except EmberError as e:  # e.g. int64 values the GPU cannot hold: say which tensor
+            raise type(e)(f"{what}: {e}") from None
 
     def convert(self, obj, path: str, memo: dict):
         """Replace tensor references by Tensors throughout what was unpickled."""
@@ -316,7 +339,7 @@ def load_torch(source, device: str | None = None) -> dict:
     zf, f = _open_zip(source, where)
     try:
         return _load(zf, where, device)
-    except WeightsError:
+    except EmberError:
         raise
     except Exception as e:  # a corrupt archive or pickle can fail in many ways; report them all alike
         raise WeightsError(f"{where}: corrupt checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
@@ -340,6 +363,13 @@ def _load(zf: zipfile.ZipFile, where: str, device) -> dict:
         if order not in (b"little", b"big"):
             raise WeightsError(f"{where}: byteorder is {order[:20]!r}, expected 'little' or 'big'")
         loader.big_endian = order == b"big"
-    up = _RestrictedUnpickler(zf.read(pkls[0]), where, set(names), prefix)
+    for info in zf.infolist():
+        # torch.save stores entries uncompressed; refusing compression rules out zip bombs.
+        if info.filename.startswith(prefix) and info.compress_type != zipfile.ZIP_STORED:
+            raise WeightsError(f"{where}: entry {info.filename!r} is compressed (zip method "
+                               f"{info.compress_type}); torch.save never compresses, re-save the checkpoint")
+    pkl = zf.read(pkls[0])
+    _check_opcodes(pkl, where)
+    up = _RestrictedUnpickler(pkl, where, set(names), prefix)
     obj = up.load()
     return loader.convert(obj, "", {})
