@@ -125,7 +125,8 @@ def test_op_cases_pass_in_pyodide(pyodide_run):
     ids = pyodide_run["case_ids"]
     assert ids, "no op cases found"
     assert set(results) == set(ids), f"cases not run in Pyodide: {sorted(set(ids) - set(results))[:20]}"
-    failures = [f"{cid}: {msg}" for cid, (status, msg) in results.items() if status == "fail"]
+    failures = [msg if msg.startswith(cid) else f"{cid}: {msg}"
+                for cid, (status, msg) in results.items() if status == "fail"]
     failures += [f"{cid}: {msg}" for cid, msg in pyodide_run["host_errors"].items()]
     passed = sum(1 for s, _ in results.values() if s == "pass")
     skipped = sum(1 for s, _ in results.values() if s == "skip")
