@@ -181,7 +181,7 @@ def _sync(out: Path, files: dict) -> None:
         st = src.stat()
         if dst.is_file() and not dst.is_symlink():
             dt = dst.stat()
-            if dt.st_size == st.st_size and int(dt.st_mtime) == int(st.st_mtime):
+            if dt.st_size == st.st_size and dt.st_mtime_ns == st.st_mtime_ns:  # copy2 kept it
                 continue
         if dst.is_symlink() or dst.exists():
             dst.unlink()
