@@ -9,6 +9,12 @@ dtype rules (declared once per op, below):
 - comparisons and ``isnan``: any dtype -> bool. ``maximum minimum abs``: any dtype.
 - logical ops (``logical_and/or/xor/not``, ``where``'s condition): bool only.
 
+What kernels see (a promise to every backend): the operands of a binary op, ``where``'s two
+values, ``matmul`` and ``concat`` arrive in ONE dtype (the public functions cast mixed inputs
+first with the ``cast`` op); float-math unary kernels only get floats; ``sum``/``prod`` get
+their accumulation dtype. Only ``cast`` changes a dtype; comparisons, ``isnan`` and the
+logical ops write bool; ``argmax``/``argmin`` write int64.
+
 Python scalars are weakly typed (``dtypes.scalar_dtype``): ``x_f16 * 2.0`` stays float16,
 ``x_int + 1.5`` is float32, and an int scalar that does not fit an int tensor's dtype raises.
 
@@ -113,10 +119,17 @@ def _compare(name):
 
 # ---- declarations ----------------------------------------------------------------------------
 
+def _to(x: Tensor, dt) -> Tensor:
+    return x if x.dtype is dt else apply("cast", x, dtype=dt)
+
+
 def _unary(name, dtype_rule, doc=""):
     op(name, kind="unary", shape=same_shape, dtype=dtype_rule(name), doc=doc)
+    float_math = dtype_rule is floating
 
     def fn(x: Tensor) -> Tensor:
+        if float_math and x.dtype.kind != "f":  # kernels of float math only ever see floats
+            x = _to(x, _dt.default_float)
         return apply(name, x)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
@@ -135,11 +148,23 @@ def _args(x1, x2):
     return x1, asarray_like(x2, x1)
 
 
+def _common(x1, x2, dtype_rule):
+    """Both operands in the dtype the op computes in, so that every kernel of a binary op sees
+    one input dtype (mixed dtypes cost one cast here instead of a kernel variant per pair)."""
+    if x1.dtype is x2.dtype and (dtype_rule is not floating or x1.dtype.kind == "f"):
+        return x1, x2
+    if dtype_rule is boolean:
+        return x1, x2  # the rule rejects non-bool inputs
+    ct = to_float(x1.dtype, x2.dtype) if dtype_rule is floating else promote(x1.dtype, x2.dtype)
+    return _to(x1, ct), _to(x2, ct)
+
+
 def _binary(name, dtype_rule, doc=""):
     op(name, kind="binary", shape=_bin_shape(name), dtype=dtype_rule(name), doc=doc)
 
     def fn(x1, x2) -> Tensor:
-        return apply(name, *_args(x1, x2))
+        x1, x2 = _args(x1, x2)
+        return apply(name, *_common(x1, x2, dtype_rule))
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
     return method(fn)
@@ -242,7 +267,7 @@ def where(condition: Tensor, x1, x2) -> Tensor:
         raise DTypeError(f"where: condition must be a bool Tensor, got {type(condition).__name__}")
     if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
         x1 = full((), x1, dtype=_dt.scalar_dtype(x1), device=condition.device)
-    x1, x2 = _args(x1, x2)
+    x1, x2 = _common(*_args(x1, x2), _any)
     return apply("where", condition, x1, x2)
 
 

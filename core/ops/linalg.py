@@ -54,6 +54,9 @@ def matmul(x1: Tensor, x2: Tensor) -> Tensor:
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul: shapes {x1.shape} and {x2.shape} do not match "
                          f"(inner dims {a.shape[-1]} and {b.shape[-2]})")
+    if a.dtype is not b.dtype:  # the kernel sees one dtype
+        ct = promote(a.dtype, b.dtype)
+        a, b = a.astype(ct), b.astype(ct)
     y = apply("matmul", a, b)
     if x1.ndim == 1 and x2.ndim == 1:
         return y.reshape(y.shape[:-2])

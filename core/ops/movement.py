@@ -227,6 +227,8 @@ def concat(tensors, axis: int | None = 0) -> Tensor:
     axis = normalize_axis(axis, ndim, "concat")
     if len(tensors) == 1:
         return tensors[0]
+    ct = promote(*[t.dtype for t in tensors])
+    tensors = [t if t.dtype is ct else t.astype(ct) for t in tensors]  # the kernel sees one dtype
     return apply("concat", *tensors, axis=axis)
 
 

@@ -17,6 +17,8 @@ through ``max``/``min``, and ``argmax``/``argmin`` return the first NaN's index.
 """
 from __future__ import annotations
 
+import builtins
+
 from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..registry import apply, normalize_axes, normalize_axis, op
@@ -114,12 +116,14 @@ def _std(x, *, axes, keepdims=False, correction=0.0):
 
 def _any(x, *, axes, keepdims=False):
     b = x if x.dtype is _dt.bool_ else x.astype(_dt.bool_)
-    return apply("sum", b, axes=axes, keepdims=keepdims) > 0
+    return apply("max", b, axes=axes, keepdims=keepdims) if builtins.all(x.shape[a] for a in axes) else \
+        apply("sum", b.astype(_dt.int64), axes=axes, keepdims=keepdims) > 0
 
 
 def _all(x, *, axes, keepdims=False):
     b = x if x.dtype is _dt.bool_ else x.astype(_dt.bool_)
-    return apply("sum", b.logical_not(), axes=axes, keepdims=keepdims) == 0
+    return apply("min", b, axes=axes, keepdims=keepdims) if builtins.all(x.shape[a] for a in axes) else \
+        apply("sum", b.logical_not().astype(_dt.int64), axes=axes, keepdims=keepdims) == 0
 
 
 op("mean", kind="composite", shape=_reduce_shape("mean"), dtype=_float_only("mean"), decompose=_mean,
@@ -153,10 +157,9 @@ def sum(x: Tensor, axis=None, *, dtype=None, keepdims: bool = False) -> Tensor: 
     [4, 6]
     """
     axes = _axes(x, axis, "sum")
-    if dtype is not None:
-        dtype = _dt.get(dtype)
-        x = x.astype(dtype)
-    return apply("sum", x, axes=axes, keepdims=keepdims, dtype=dtype)
+    dtype = _dt.get(dtype) if dtype is not None else _acc_dtype(x.dtype)
+    x = x.astype(dtype)  # the kernel accumulates in its input dtype
+    return apply("sum", x, axes=axes, keepdims=keepdims)
 
 
 @method
@@ -168,10 +171,9 @@ def prod(x: Tensor, axis=None, *, dtype=None, keepdims: bool = False) -> Tensor:
     12.0
     """
     axes = _axes(x, axis, "prod")
-    if dtype is not None:
-        dtype = _dt.get(dtype)
-        x = x.astype(dtype)
-    return apply("prod", x, axes=axes, keepdims=keepdims, dtype=dtype)
+    dtype = _dt.get(dtype) if dtype is not None else _acc_dtype(x.dtype)
+    x = x.astype(dtype)  # the kernel accumulates in its input dtype
+    return apply("prod", x, axes=axes, keepdims=keepdims)
 
 
 @method
