@@ -1,0 +1,18 @@
+"""ember.nn: modules with PyTorch's names, signatures and state_dict keys, for inference.
+
+>>> import ember
+>>> from ember import nn
+>>> model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+...                       nn.Flatten(), nn.Linear(4, 2))
+>>> model.eval()(ember.ones((2, 1, 8, 8))).shape
+(2, 2)
+>>> sd = ember.load_safetensors(ember.save_safetensors(model.state_dict()))
+>>> nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+...               nn.Flatten(), nn.Linear(4, 2)).load_state_dict(sd)
+IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+"""
+from .layers import *  # noqa: F401,F403
+from .layers import __all__ as _layers_all
+from .module import IncompatibleKeys, Module, Parameter  # noqa: F401
+
+__all__ = ["Module", "Parameter", "IncompatibleKeys", *_layers_all]
