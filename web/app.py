@@ -28,6 +28,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -221,7 +222,8 @@ def create_app(site_dir: str | os.PathLike) -> Starlette:
                 return StreamingResponse(_file_chunks(path, start, end - start + 1),
                                          status_code=206, headers=headers)
         if use_gzip:
-            body = gz_cache.get(path, st)
+            # Compressing Pyodide's wasm takes ~1 s the first time: not on the event loop.
+            body = await run_in_threadpool(gz_cache.get, path, st)
             headers["Content-Encoding"] = "gzip"
             headers["Content-Length"] = str(len(body))
             # Content-Length now counts compressed bytes while fetch() hands out decoded ones:
