@@ -111,6 +111,8 @@ def gather(buf, shape, strides, offset: int = 0) -> array:
     starts = _starts(merged[:-1], offset)
     tc = buf.typecode
     if s == 0:
+        if len(starts) == 1:
+            return array(tc, [buf[starts[0]]]) * m
         return array(tc, [v for v in map(buf.__getitem__, starts) for _ in range(m)])
     if m < 8:  # short rows: one index list beats many tiny slices
         return array(tc, [buf[i] for b in starts for i in range(b, b + m * s, s)])
@@ -320,8 +322,6 @@ _BINARY = {  # name: (function for floats, function for ints/bools or None = sam
     "floor_divide": (_floordiv_f, _floordiv_i),
     "remainder": (_mod_f, _mod_i),
     "pow": (_pow_f, _pow_i),
-    "maximum": (_maximum, max),
-    "minimum": (_minimum, min),
     "equal": (operator.eq, None),
     "not_equal": (operator.ne, None),
     "less": (operator.lt, None),
@@ -338,6 +338,18 @@ def _binary(ffloat, fint):
         A = broadcast_buf(a, out.shape)
         B = broadcast_buf(b, out.shape)
         return _store(list(map(fn, A, B)), out.dtype)
+    return kernel
+
+
+def _minmax(pick, nan_safe):
+    """maximum/minimum: the builtin (C) max/min, unless a NaN sits in the second operand
+    (max(a, nan) keeps a; max(nan, b) already gives nan)."""
+    def kernel(out, a, b):
+        A = broadcast_buf(a, out.shape)
+        B = broadcast_buf(b, out.shape)
+        if out.dtype.kind == "f" and any(map(math.isnan, B)):
+            return _store(list(map(nan_safe, A, B)), out.dtype)
+        return _store(list(map(pick, A, B)), out.dtype)
     return kernel
 
 
@@ -563,6 +575,7 @@ KERNELS = {
 }
 KERNELS.update({name: _unary(f, g) for name, (f, g) in _UNARY.items()})
 KERNELS.update({name: _binary(f, g) for name, (f, g) in _BINARY.items()})
+KERNELS.update({"maximum": _minmax(max, _maximum), "minimum": _minmax(min, _minimum)})
 
 from .python_nn import KERNELS as _NN_KERNELS  # noqa: E402
 
