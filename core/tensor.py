@@ -93,6 +93,11 @@ class Tensor:
 
         return np.frombuffer(self._bytes(), dtype=_NP_NAMES[self.dtype.name]).reshape(self.shape).copy()
 
+    def __array__(self, dtype=None, copy=None):
+        # np.asarray(t) / np.testing work on tensors (a copy; needs numpy)
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
     def __float__(self):
         return float(self.item())
 

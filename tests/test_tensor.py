@@ -88,6 +88,13 @@ def test_bad_data_errors():
         ember.Tensor()
 
 
+def test_np_asarray_of_a_tensor(device):
+    t = ember.tensor([[1, 2]], dtype="int32", device=device)
+    a = np.asarray(t)
+    assert a.dtype == np.int32 and a.tolist() == [[1, 2]]
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+
+
 def test_from_numpy_dtypes():
     assert ember.from_numpy(np.zeros(3)).dtype is ember.float32  # float64 -> float32
     assert ember.from_numpy(np.zeros(3, dtype=np.int32)).dtype is ember.int32
