@@ -441,9 +441,9 @@ def _float(code):
 
 
 def _compare(op, fop=None):
-    fop = fop or f"{{0}} {op} {{1}}"
-    return _by_type(f32=f"select(0u, 1u, {fop})", i32=f"select(0u, 1u, {{0}} {op} {{1}})",
-                    u32=f"select(0u, 1u, {{0}} {op} {{1}})", inputs="promoted")
+    fop = fop or f"({{0}} {op} {{1}})"
+    return _by_type(f32=f"select(0u, 1u, {fop})", i32=f"select(0u, 1u, ({{0}} {op} {{1}}))",
+                    u32=f"select(0u, 1u, ({{0}} {op} {{1}}))", inputs="promoted")
 
 
 def _where(args, ins, out, attrs):

@@ -123,7 +123,7 @@ def _cumsum(rt):
         acc = wgsl_type(out.dtype)
         res, st, n = _new(rt, out.shape, _dt.float32 if acc == "f32" else out.dtype)
         if n:
-            outer, m, inner = _lines(g.shape, axis)
+            outer, m, inner = _lines(g.shape or (1,), axis if g.shape else 0)
             lines = outer * inner
             info, info_n = _info([lines, m, inner, int(exclusive), int(reverse), g.offset])
             pipe = rt.kernel("cumsum", T=wgsl_type(g.dtype), A=acc, FLOAT=str(acc == "f32").lower(),

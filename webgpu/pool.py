@@ -3,8 +3,10 @@
 Allocating and destroying GPU buffers is slow (and in the browser, each crosses the JS bridge),
 so freed buffers go back to a free list keyed by size class and the next allocation of that class
 reuses one. Tensors own a ``Storage``; when the last tensor (or view, or lazy expression) holding
-it goes away, CPython's reference counting runs ``Storage.__del__`` at once, which hands the
-buffer back here.
+it goes away, a weakref callback hands the buffer back here (at once under reference counting).
+The pool, not the Storage, holds the driver buffer: had the Storage held it, a Storage collected
+inside a reference cycle (an exception traceback, say) would take the buffer object with it
+into the garbage and hand back a dead buffer.
 
 Size classes: sizes round up to 4 steps per power of two (1, 1.25, 1.5, 1.75 x 2^k), so a reused
 buffer wastes at most 25%. The pool keeps at most ``max_pooled`` bytes of free buffers (default
@@ -12,6 +14,7 @@ buffer wastes at most 25%. The pool keeps at most ``max_pooled`` bytes of free b
 """
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 from ..errors import DeviceError
@@ -28,20 +31,13 @@ def size_class(nbytes: int) -> int:
 
 
 class Storage:
-    """One GPU buffer owned by tensors; returns itself to the pool when garbage."""
+    """One GPU buffer owned by tensors; its buffer returns to the pool when it is garbage."""
 
-    __slots__ = ("buf", "nbytes", "pool", "__weakref__")
+    __slots__ = ("buf", "nbytes", "__weakref__")
 
-    def __init__(self, buf, nbytes: int, pool: "BufferPool"):
+    def __init__(self, buf, nbytes: int):
         self.buf = buf
         self.nbytes = nbytes
-        self.pool = pool
-
-    def __del__(self):
-        try:
-            self.pool.release(self.buf, self.nbytes)
-        except Exception:  # interpreter shutdown: the driver may be gone already
-            pass
 
 
 class BufferPool:
@@ -56,6 +52,7 @@ class BufferPool:
         lim = driver.limits["max_buffer_size"]
         self.max_pooled = max_pooled if max_pooled is not None else min(lim // 4, 1 << 30)
         self.max_binding = driver.limits["max_storage_buffer_binding_size"]
+        self.live: dict = {}   # id(weakref) -> (weakref, buffer, size class)
 
     def acquire(self, nbytes: int, what: str = "tensor") -> Storage:
         """A Storage of at least ``nbytes`` bytes (DeviceError past the binding-size limit)."""
@@ -77,7 +74,18 @@ class BufferPool:
             st["bytes_allocated"] += cls
             st["peak_bytes_allocated"] = max(st["peak_bytes_allocated"], st["bytes_allocated"])
         st["bytes_in_use"] += cls
-        return Storage(buf, cls, self)
+        storage = Storage(buf, cls)
+        ref = weakref.ref(storage, self._collected)
+        self.live[id(ref)] = (ref, buf, cls)
+        return storage
+
+    def _collected(self, ref) -> None:
+        entry = self.live.pop(id(ref), None)
+        if entry is not None:
+            try:
+                self.release(entry[1], entry[2])
+            except Exception:  # interpreter shutdown: the driver may be gone already
+                pass
 
     def release(self, buf, cls: int) -> None:
         self.stats["bytes_in_use"] -= cls

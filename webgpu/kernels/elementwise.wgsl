@@ -19,6 +19,7 @@ fn is_inf(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000
 // erf: Abramowitz-Stegun 7.1.26 is too coarse (1e-7 abs only near 0); this uses the
 // series for |x| < 2 and the continued-fraction-free complement above (max rel err ~1e-7).
 fn erf_f32(x: f32) -> f32 {
+  if (is_nan(x)) { return x; }
   let a = abs(x);
   var r: f32;
   if (a < 2.0) {
@@ -150,6 +151,11 @@ fn div_f32(a: f32, b: f32) -> f32 {
 }
 fn floordiv_f32(a: f32, b: f32) -> f32 {
   if (b == 0.0) { return div_f32(a, b); }
+  if (is_nan(a) || is_nan(b) || is_inf(a)) { return f_nan(); }
+  if (is_inf(b)) {
+    // Python/numpy: 5 // inf = 0, -5 // inf = -1
+    return select(-1.0, 0.0, a == 0.0 || (a < 0.0) == (b < 0.0));
+  }
   return floor(a / b);
 }
 fn pow_f32(a: f32, b: f32) -> f32 {

@@ -95,7 +95,7 @@ var<workgroup> part_i: array<u32, {{WG}}>;
 fn rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let o = gid.x + gid.y * nwg.x * {{WG}}u;
   if (o >= u(0u)) { return; }
-  out[o] = run(o, 0u, 1u);
+  out[o] = {{O}}(run(o, 0u, 1u));
 }
 
 @compute @workgroup_size({{WG}})
@@ -111,7 +111,7 @@ fn wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     workgroupBarrier();
     if (t < w) { part[t] = combine(op, part[t], part[t + w]); }
   }
-  if (valid && t == 0u) { out[o] = part[0]; }
+  if (valid && t == 0u) { out[o] = {{O}}(part[0]); }
 }
 
 // (value, index) pairs: is (v, i) better than (w, j)?
@@ -124,7 +124,7 @@ fn better(op: u32, v: {{A}}, i: u32, w: {{A}}, j: u32) -> bool {
     if (vn || wn) { return vn && (!wn || i < j); }
   }
   if (v == w) { return i < j; }
-  return select(v < w, v > w, op == 2u);
+  return select((v < w), (v > w), op == 2u);
 }
 
 fn arg_run(o: u32, start: u32, step: u32) -> vec2<u32> {
