@@ -546,6 +546,6 @@ def _module_source(cls, name, source, mp, inputs, var, g, decls, lines, out_refs
     w(f'    """A {cls} with its weights (default: {name}.safetensors next to this file) on ``device``."""')
     w(f"    model = {cls}()")
     w(f"    path = weights or os.path.join(os.path.dirname(os.path.abspath(__file__)), {name + '.safetensors'!r})")
-    w("    model.load_state_dict(ember.load_safetensors(path, device=device))")
+    w("    model.load_state_dict(ember.load_safetensors(path, device=device), assign=True)  # keep them on device")
     w("    return model")
     return "\n".join(out) + "\n"
