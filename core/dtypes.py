@@ -8,6 +8,9 @@
 """
 from __future__ import annotations
 
+import math
+import struct
+
 from .errors import DTypeError
 
 
@@ -117,3 +120,23 @@ def scalar_dtype(value, other: DType | None = None) -> DType:
             return other
         return default_float
     raise DTypeError(f"cannot make a tensor from a scalar of type {type(value).__name__}")
+
+
+def round_half(values) -> list:
+    """Python floats -> the nearest float16 values, as Python floats (ties to even; overflow ->
+    +-inf, like a real cast). The python backend keeps float16 tensors this way in array('f')."""
+    values = values if isinstance(values, list) else list(values)
+    n = len(values)
+    try:
+        return list(struct.unpack(f"<{n}e", struct.pack(f"<{n}e", *values)))
+    except (OverflowError, struct.error):
+        pass
+    out = []
+    pack = struct.Struct("<e").pack
+    unpack = struct.Struct("<e").unpack
+    for v in values:
+        try:
+            out.append(unpack(pack(v))[0])
+        except (OverflowError, struct.error):
+            out.append(math.copysign(math.inf, v))
+    return out

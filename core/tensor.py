@@ -166,17 +166,7 @@ def _infer_dtype(flat) -> _dt.DType:
     return _dt.default_float
 
 
-def _round_half(values):
-    """Round Python floats to float16 precision (overflow -> +-inf, like a real cast)."""
-    out = []
-    pack = struct.Struct("<e").pack
-    unpack = struct.Struct("<e").unpack
-    for v in values:
-        try:
-            out.append(unpack(pack(v))[0])
-        except OverflowError:
-            out.append(float("inf") if v > 0 else float("-inf"))
-    return out
+_round_half = _dt.round_half  # kept for callers outside core (webgpu/fusion.py)
 
 
 def _encode(flat, dtype: _dt.DType) -> bytes:
@@ -184,7 +174,7 @@ def _encode(flat, dtype: _dt.DType) -> bytes:
     if dtype.kind == "f":
         vals = [float(v) for v in flat]
         if dtype is _dt.float16:
-            vals = _round_half(vals)
+            vals = _dt.round_half(vals)
             return struct.pack(f"<{len(vals)}e", *vals)
         return array("f", vals).tobytes()
     if dtype is _dt.bool_:

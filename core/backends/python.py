@@ -27,24 +27,6 @@ except ImportError:  # pragma: no cover - exercised on Python 3.11 hosts
         return sum(map(_mul, a, b))
 
 
-def _round_half(values) -> list:
-    """Python floats -> float16-representable floats (overflow -> +-inf, like a real cast)."""
-    n = len(values)
-    try:
-        return list(struct.unpack(f"<{n}e", struct.pack(f"<{n}e", *values)))
-    except (OverflowError, struct.error):
-        pass
-    out = []
-    pack = struct.Struct("<e").pack
-    unpack = struct.Struct("<e").unpack
-    for v in values:
-        try:
-            out.append(unpack(pack(v))[0])
-        except (OverflowError, struct.error):
-            out.append(math.copysign(math.inf, v))
-    return out
-
-
 def _wrap_ints(values, dtype) -> array:
     bits = dtype.itemsize * 8
     if dtype.kind == "u":
@@ -56,7 +38,7 @@ def _wrap_ints(values, dtype) -> array:
 def _store(values, dtype) -> array:
     """Python values -> the buffer of ``dtype`` (rounding / wrapping like a cast)."""
     if dtype is _dt.float16:
-        return array("f", _round_half(values if isinstance(values, list) else list(values)))
+        return array("f", _dt.round_half(values))
     if dtype.kind == "f":
         return array("f", values)
     if dtype is _dt.bool_:

@@ -123,21 +123,27 @@ def _to(x: Tensor, dt) -> Tensor:
     return x if x.dtype is dt else apply("cast", x, dtype=dt)
 
 
-def _unary(name, dtype_rule, doc=""):
-    op(name, kind="unary", shape=same_shape, dtype=dtype_rule(name), doc=doc)
+def _to(x: Tensor, dt) -> Tensor:
+    return x if x.dtype is dt else apply("cast", x, dtype=dt)
+
+
+def _public(name, fn, doc):
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return method(fn)
+
+
+def _unary(name, dtype_rule, doc="", decompose=None):
+    """Declare a unary op (a composite when ``decompose`` is given) and its public function."""
+    op(name, kind="composite" if decompose else "unary", shape=same_shape, dtype=dtype_rule(name),
+       decompose=decompose, doc=doc)
     float_math = dtype_rule is floating
 
     def fn(x: Tensor) -> Tensor:
         if float_math and x.dtype.kind != "f":  # kernels of float math only ever see floats
             x = _to(x, _dt.default_float)
         return apply(name, x)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return method(fn)
-
-
-def _bin_shape(name):
-    return lambda a, b, **_: broadcast_shapes(a, b, op=name)
+    return _public(name, fn, doc)
 
 
 def _args(x1, x2):
@@ -159,35 +165,16 @@ def _common(x1, x2, dtype_rule):
     return _to(x1, ct), _to(x2, ct)
 
 
-def _binary(name, dtype_rule, doc=""):
-    op(name, kind="binary", shape=_bin_shape(name), dtype=dtype_rule(name), doc=doc)
+def _binary(name, dtype_rule, doc="", decompose=None):
+    """Declare a broadcasting binary op (a composite when ``decompose`` is given) and its
+    public function, which accepts Python scalars on either side."""
+    op(name, kind="composite" if decompose else "binary", shape=lambda a, b, **_: broadcast_shapes(a, b, op=name),
+       dtype=dtype_rule(name), decompose=decompose, doc=doc)
 
     def fn(x1, x2) -> Tensor:
         x1, x2 = _args(x1, x2)
         return apply(name, *_common(x1, x2, dtype_rule))
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return method(fn)
-
-
-def _composite_binary(name, dtype_rule, decompose, doc=""):
-    op(name, kind="composite", shape=_bin_shape(name), dtype=dtype_rule(name), decompose=decompose, doc=doc)
-
-    def fn(x1, x2) -> Tensor:
-        return apply(name, *_args(x1, x2))
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return method(fn)
-
-
-def _composite_unary(name, dtype_rule, decompose, doc=""):
-    op(name, kind="composite", shape=same_shape, dtype=dtype_rule(name), decompose=decompose, doc=doc)
-
-    def fn(x: Tensor) -> Tensor:
-        return apply(name, x)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc
-    return method(fn)
+    return _public(name, fn, doc)
 
 
 negative = _unary("negative", numeric, "-x (ints wrap).")
@@ -224,17 +211,18 @@ less = _binary("less", _compare, "x1 < x2.")
 less_equal = _binary("less_equal", _compare, "x1 <= x2.")
 logical_and = _binary("logical_and", boolean, "Logical and of bool tensors.")
 logical_or = _binary("logical_or", boolean, "Logical or of bool tensors.")
-greater = _composite_binary("greater", _compare, lambda a, b: less(b, a), "x1 > x2.")
-greater_equal = _composite_binary("greater_equal", _compare, lambda a, b: less_equal(b, a), "x1 >= x2.")
-logical_xor = _composite_binary("logical_xor", boolean, lambda a, b: not_equal(a, b), "Logical xor of bool tensors.")
+greater = _binary("greater", _compare, "x1 > x2.", lambda a, b: less(b, a))
+greater_equal = _binary("greater_equal", _compare, "x1 >= x2.", lambda a, b: less_equal(b, a))
+logical_xor = _binary("logical_xor", boolean, "Logical xor of bool tensors.", lambda a, b: not_equal(a, b))
 
-isinf = _composite_unary("isinf", _compare, lambda x: equal(abs(x), float("inf")) if x.dtype.kind == "f"
-                         else full(x.shape, False, dtype=_dt.bool_, device=x.device), "True where x is +-inf.")
-isfinite = _composite_unary("isfinite", _compare, lambda x: logical_not(logical_or(isnan(x), isinf(x))),
-                            "True where x is neither NaN nor +-inf.")
-reciprocal = _composite_unary("reciprocal", floating, lambda x: divide(1.0, x), "1 / x.")
-rsqrt = _composite_unary("rsqrt", floating, lambda x: divide(1.0, sqrt(x)), "1 / sqrt(x).")
-square = _composite_unary("square", numeric, lambda x: multiply(x, x), "x * x.")
+isinf = _unary("isinf", _compare, "True where x is +-inf.",
+               lambda x: equal(abs(x), float("inf")) if x.dtype.kind == "f"
+               else full(x.shape, False, dtype=_dt.bool_, device=x.device))
+isfinite = _unary("isfinite", _compare, "True where x is neither NaN nor +-inf.",
+                  lambda x: logical_not(logical_or(isnan(x), isinf(x))))
+reciprocal = _unary("reciprocal", floating, "1 / x.", lambda x: divide(1.0, x))
+rsqrt = _unary("rsqrt", floating, "1 / sqrt(x).", lambda x: divide(1.0, sqrt(x)))
+square = _unary("square", numeric, "x * x.", lambda x: multiply(x, x))
 
 
 @method
