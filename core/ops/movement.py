@@ -74,12 +74,18 @@ def reshape(x: Tensor, shape) -> Tensor:
     return apply("reshape", x, shape=shape)
 
 
-@method(name="reshape")
-def _reshape_method(x: Tensor, *shape) -> Tensor:
-    """``x.reshape(2, 3)`` or ``x.reshape((2, 3))``."""
-    if len(shape) == 1 and not isinstance(shape[0], int):
-        shape = shape[0]
-    return reshape(x, shape)
+def _varargs(fn, name, doc):
+    """A Tensor method taking a shape/axes either as one sequence or spread out (torch style)."""
+    def m(x: Tensor, *args) -> Tensor:
+        if len(args) == 1 and not isinstance(args[0], int):
+            args = args[0]
+        return fn(x, args)
+    m.__name__ = name
+    m.__doc__ = doc
+    return method(m, name=name)
+
+
+_varargs(reshape, "reshape", "``x.reshape(2, 3)`` or ``x.reshape((2, 3))``.")
 
 
 def _perm_shape(x, *, axes, **_):
@@ -117,12 +123,7 @@ def permute_dims(x: Tensor, axes) -> Tensor:
     return apply("permute_dims", x, axes=axes)
 
 
-@method(name="permute")
-def _permute_method(x: Tensor, *axes) -> Tensor:
-    """``x.permute(2, 0, 1)`` (torch style) or ``x.permute((2, 0, 1))``."""
-    if len(axes) == 1 and not isinstance(axes[0], int):
-        axes = axes[0]
-    return permute_dims(x, axes)
+_varargs(permute_dims, "permute", "``x.permute(2, 0, 1)`` (torch style) or ``x.permute((2, 0, 1))``.")
 
 
 def _bcast_to_shape(x, *, shape, **_):
