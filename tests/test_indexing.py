@@ -65,6 +65,13 @@ def test_index_array_on_another_device_is_moved(device):
     assert x[ember.tensor([4, 0], device=other)].tolist() == [4, 0]
 
 
+def test_numpy_index_arrays_and_scalars(device):
+    x = ember.arange(10, device=device).reshape(5, 2)
+    assert x[np.array([4, 0])].tolist() == [[8, 9], [0, 1]]
+    assert x[np.int64(2), np.int32(1)].item() == 5
+    assert x[ember.tensor(3)].tolist() == [6, 7]
+
+
 def test_out_of_range_names_index_axis_and_size(device):
     x = ember.zeros((2, 3), device=device)
     with raises(IndexingError, "index 3", "axis 1", "size 3", "(2, 3)"):

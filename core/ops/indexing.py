@@ -37,7 +37,10 @@ def _is_int(k) -> bool:
 def _index_array(k, x: Tensor, axis: int) -> Tensor:
     from ..tensor import tensor
 
-    t = k if isinstance(k, Tensor) else tensor(list(k), device=x.device)
+    if isinstance(k, Tensor):
+        t = k
+    else:  # numpy arrays keep their integer dtype; lists/tuples become int64
+        t = tensor(k if hasattr(k, "__array_interface__") else list(k), device=x.device)
     if t.dtype.kind == "b" or (t.size == 0 and not isinstance(k, Tensor)):
         if t.dtype.kind == "b":
             raise IndexingError(f"getitem: boolean mask indexing (axis {axis}) is not supported; "
