@@ -144,6 +144,8 @@ _NP_NAMES = {"float32": "<f4", "float16": "<f2", "int32": "<i4", "int64": "<i8",
 
 
 def _flatten(data, shape, out, depth=0):
+    if not isinstance(data, (list, tuple, int, float)) and hasattr(data, "tolist"):
+        data = data.tolist()  # numpy scalars/arrays and Tensors nested in lists
     if isinstance(data, (list, tuple)):
         n = len(data)
         if depth == len(shape):

@@ -73,6 +73,14 @@ def test_len_iter_repr(device):
         list(ember.tensor(1.0, device=device))
 
 
+def test_tensor_from_nested_numpy_scalars_and_tensors(device):
+    t = ember.tensor([np.int64(1), np.int32(2)], device=device)
+    assert t.dtype is ember.int64 and t.tolist() == [1, 2]
+    assert ember.tensor([np.float32(1.5), 2], device=device).dtype is ember.float32
+    rows = [ember.tensor([1.0, 2.0]), np.array([3.0, 4.0])]
+    assert ember.tensor(rows, device=device).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
 def test_bad_data_errors():
     with raises(ShapeError, "ragged"):
         ember.tensor([[1, 2], [3]])
