@@ -234,3 +234,14 @@ def test_bad_device_name():
         ember.zeros((2,), device="tpu")
     with raises(IndexingError, "index 2"):
         ember.zeros((2,))[2]
+
+
+@pytest.mark.parametrize("module", ["ember", "ember.tensor", "ember.dtypes", "ember.errors", "ember.ops.creation",
+                                    "ember.ops.elementwise", "ember.ops.reduction", "ember.ops.movement",
+                                    "ember.ops.indexing", "ember.ops.linalg", "ember.backends"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
