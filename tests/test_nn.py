@@ -275,7 +275,7 @@ def test_containers():
     assert len(seq) == 3 and isinstance(seq[-1], nn.Linear) and isinstance(seq[1], nn.ReLU)
     sub = seq[1:]
     assert isinstance(sub, nn.Sequential) and list(sub.state_dict()) == ["2.weight", "2.bias"]
-    with pytest.raises(IndexError, match="index 3 is out of range for 3 modules"):
+    with pytest.raises(IndexError, match="Sequential: index 3 is out of range for 3 modules"):
         seq[3]
     seq[1] = nn.Tanh()
     assert isinstance(seq[1], nn.Tanh)

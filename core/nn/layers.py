@@ -468,18 +468,22 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-class ReLU(Module):
-    """``max(x, 0)``."""
+class _Activation(Module):
+    """An activation taking PyTorch's ``inplace`` flag (ignored: ember tensors are values)."""
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return ember.relu(x)
-
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_Activation):
+    """``max(x, 0)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ember.relu(x)
 
 
 class GELU(Module):
@@ -498,18 +502,11 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class SiLU(_Activation):
     """``x * sigmoid(x)``."""
-
-    def __init__(self, inplace: bool = False) -> None:
-        super().__init__()
-        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
         return ember.silu(x)
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
 
 
 class Sigmoid(Module):
@@ -558,16 +555,40 @@ class Flatten(Module):
 
 # ---- containers -------------------------------------------------------------------------------------
 
-def _index(i: int, n: int, what: str) -> int:
-    if not -n <= i < n:
-        raise IndexError(f"{what}: index {i} is out of range for {n} modules")
-    return i % n
+class _Container(Module):
+    """What Sequential and ModuleList share: children in order, len, iteration, item access."""
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def _name_at(self, idx: int) -> str:
+        n = len(self._modules)
+        if not -n <= idx < n:
+            raise IndexError(f"{type(self).__name__}: index {idx} is out of range for {n} modules")
+        return list(self._modules)[idx % n]
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return self._slice(list(self._modules.items())[idx])
+        return self._modules[self._name_at(idx)]
+
+    def __setitem__(self, idx: int, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(f"{type(self).__name__}: can only hold Modules, not {type(module).__name__}")
+        self._modules[self._name_at(idx)] = module  # in place: keeps the order
+
+    def append(self, module: Module):
+        self.add_module(str(len(self)), module)
+        return self
 
 
-class Sequential(Module):
+class Sequential(_Container):
     """Modules applied in order. Children are named ``"0"``, ``"1"``... (or by the keys of an
     OrderedDict), so their parameters are ``0.weight``, ``1.bias``... as in PyTorch. Indexing
-    gives a module; slicing gives a Sequential.
+    gives a module; slicing gives a Sequential (keeping the names).
 
     >>> from ember import nn
     >>> seq = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
@@ -584,26 +605,8 @@ class Sequential(Module):
             for i, m in enumerate(args):
                 self.add_module(str(i), m)
 
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def __getitem__(self, idx):
-        items = list(self._modules.items())
-        if isinstance(idx, slice):
-            return Sequential(OrderedDict(items[idx]))
-        return items[_index(idx, len(items), "Sequential")][1]
-
-    def __setitem__(self, idx: int, module: Module) -> None:
-        if not isinstance(module, Module):
-            raise TypeError(f"Sequential: can only hold Modules, not {type(module).__name__}")
-        self._modules[list(self._modules)[_index(idx, len(self), "Sequential")]] = module  # keeps the order
-
-    def append(self, module: Module) -> "Sequential":
-        self.add_module(str(len(self)), module)
-        return self
+    def _slice(self, items):
+        return Sequential(OrderedDict(items))
 
     def forward(self, x):
         for m in self._modules.values():
@@ -611,7 +614,7 @@ class Sequential(Module):
         return x
 
 
-class ModuleList(Module):
+class ModuleList(_Container):
     """A list of modules, registered as children ``"0"``, ``"1"``... (no forward of its own).
 
     >>> from ember import nn
@@ -625,26 +628,8 @@ class ModuleList(Module):
         if modules is not None:
             self.extend(modules)
 
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def __getitem__(self, idx):
-        mods = list(self._modules.values())
-        if isinstance(idx, slice):
-            return ModuleList(mods[idx])
-        return mods[_index(idx, len(mods), "ModuleList")]
-
-    def __setitem__(self, idx: int, module: Module) -> None:
-        if not isinstance(module, Module):
-            raise TypeError(f"ModuleList: can only hold Modules, not {type(module).__name__}")
-        self._modules[str(_index(idx, len(self), "ModuleList"))] = module  # keeps the order
-
-    def append(self, module: Module) -> "ModuleList":
-        self.add_module(str(len(self)), module)
-        return self
+    def _slice(self, items):
+        return ModuleList(m for _, m in items)
 
     def extend(self, modules: Iterable[Module]) -> "ModuleList":
         for m in modules:
@@ -655,5 +640,4 @@ class ModuleList(Module):
         mods = list(self._modules.values())
         mods.insert(index, module)
         self._modules.clear()
-        for i, m in enumerate(mods):
-            self.add_module(str(i), m)
+        self.extend(mods)
