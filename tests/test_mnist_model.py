@@ -71,10 +71,10 @@ def test_weights_match_the_model_strictly():
 def test_strict_load_rejects_missing_and_unexpected_keys():
     sd = dict(ember.load_safetensors(str(WEIGHTS)))
     missing = {k: v for k, v in sd.items() if k != "fc2.bias"}
-    with pytest.raises(Exception, match="fc2.bias"):
+    with pytest.raises(WeightsError, match="fc2.bias"):
         mnist.MnistNet().load_state_dict(missing, strict=True)
     extra = dict(sd, **{"fc3.weight": sd["fc2.weight"]})
-    with pytest.raises(Exception, match="fc3.weight"):
+    with pytest.raises(WeightsError, match="fc3.weight"):
         mnist.MnistNet().load_state_dict(extra, strict=True)
 
 
