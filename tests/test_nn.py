@@ -334,3 +334,12 @@ def test_constructors_match_pytorch_shapes_and_options():
         nn.MaxPool2d(2, return_indices=True)
     with pytest.raises(ember.errors.ShapeError, match="BatchNorm2d: expected a 4-D"):
         nn.BatchNorm2d(2)(ember.ones((2, 2)))
+
+
+@pytest.mark.parametrize("module", ["ember.nn", "ember.nn.module", "ember.nn.layers"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0

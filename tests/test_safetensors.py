@@ -288,3 +288,12 @@ if given is not None:
             _load_all(raw)
         except WeightsError:
             pass
+
+
+@pytest.mark.parametrize("module", ["ember.io", "ember.io.safetensors", "ember.io.torch"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0
