@@ -343,7 +343,8 @@ async function main() {
     webgpu: "auto",
     onProgress: (p) => { bootFrac = p.fraction; bootLabel = p.label; bar(); },
   });
-  const info = pyodide.ember;
+  // The page's own copy: webgpu/webgpuError below say whether the *model* runs on WebGPU.
+  const info = { ...pyodide.ember };
   webgpuOk = !!info.webgpu;
   window.emberDemo.info = info;
 
@@ -366,10 +367,19 @@ app`);
 
   if (webgpuOk) {
     // First WebGPU call compiles the kernels: do it now, not on the user's first drawing.
-    bar(0.05, "Compiling WebGPU kernels");
-    await predict(new Float32Array(SIDE * SIDE), "webgpu");
+    // If the adapter started but the model cannot run on it, fall back like a missing WebGPU.
+    bar(0.05, "Compiling WebGPU kernels (first visit only takes this long)");
+    try {
+      await predict(new Float32Array(SIDE * SIDE), "webgpu");
+    } catch (e) {
+      webgpuOk = false;
+      info.webgpu = false;
+      info.webgpuError = `the model failed on WebGPU: ${String(e && e.message ? e.message : e).trim().split("\n").pop()}`;
+      console.warn("MNIST demo: WebGPU failed, using the CPU:", e);
+    }
     steps.webgpuWarm = performance.now() - t0;
-  } else {
+  }
+  if (!webgpuOk) {
     const why = info.webgpuError || "navigator.gpu is missing";
     const n = $("notice");
     n.hidden = false;
