@@ -24,7 +24,7 @@ from __future__ import annotations
 from .fusion import fusion_enabled, set_fusion
 from .runtime import get_runtime, init_runtime
 
-__all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "synchronize"]
+__all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "evaluate", "synchronize"]
 
 
 async def init(power_preference: str = "high-performance") -> dict:
@@ -55,6 +55,20 @@ def reset_stats() -> None:
 def info() -> dict:
     """Adapter info (vendor, device, backend, driver), ``limits`` and ``features``."""
     return get_runtime().info()
+
+
+def evaluate(*tensors) -> None:
+    """Run the pending (lazy, fused) work of webgpu ``tensors`` now, without reading them back.
+
+    >>> import ember                                      # doctest: +SKIP
+    >>> y = ember.ones((4,), device="webgpu") * 2         # recorded, not run
+    >>> ember.webgpu.evaluate(y)                          # one dispatch
+    """
+    from .fusion import realize
+
+    for t in tensors:
+        if t.device == "webgpu":
+            realize(t._buf)
 
 
 def synchronize() -> None:

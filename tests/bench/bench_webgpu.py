@@ -1,0 +1,222 @@
+"""WebGPU benchmark: ember's matmul kernel variants next to numpy and PyTorch, and the fused GELU
+chain next to the same chain unfused, in one run. Prints tables of GFLOP/s (or ms) and ratios.
+
+    python build.py bench webgpu                 # or: .venv/bin/python tests/bench/bench_webgpu.py
+    .venv/bin/python tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --gelu 16777216   # a real GPU
+
+Matmul: square float32 n x n @ n x n for each size, every autotune variant forced in turn
+(``tiled``, ``rb64``, ``rb128``; ``sg`` only where the adapter has subgroups and the rows are
+few), then the variant autotune picks, numpy (its BLAS, all threads), PyTorch on the CPU and, where
+PyTorch sees CUDA, PyTorch on the GPU with TF32 off (the same-GPU peer). A batch-1 linear layer
+``x(1, K) @ W.T`` (K = N = the largest size) shows the few-rows case.
+
+On a CPU adapter (lavapipe, SwiftShader) the default sizes stop at 1024: one 2048^3 product
+takes seconds per variant there (the 16x16 ``tiled`` one about a minute), which says nothing more.
+
+Every timing runs the op once (pipeline compile, autotune), then ``reps`` times back to back and
+waits for the GPU once (``ember.webgpu.synchronize``): GPU throughput, not per-call latency. Each
+variant's result is checked against numpy before it is timed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import ember
+import ember.webgpu as wg
+from ember.webgpu import autotune, linalg
+
+
+def _arg_list(s):
+    return [int(v) for v in s.split(",") if v]
+
+
+def timed(fn, reps: int, sync) -> float:
+    """Seconds per call: one warm-up call, then ``reps`` calls and one wait."""
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / reps
+
+
+def reps_for(seconds_one: float, budget: float) -> int:
+    return max(2, min(50, int(budget / max(seconds_one, 1e-6))))
+
+
+def matmul_table(sizes, budget, cpu_adapter):
+    rng = np.random.default_rng(0)
+    rt = wg.get_runtime()
+    try:
+        import torch
+        torch.set_grad_enabled(False)
+    except ImportError:
+        torch = None
+    cuda = torch is not None and torch.cuda.is_available()
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    rows = []
+    for n in sizes:
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        ref = a[:64].astype(np.float64) @ b.astype(np.float64)
+        ta = ember.from_numpy(a, device="webgpu")
+        tb = ember.from_numpy(b, device="webgpu")
+        flop = 2.0 * n ** 3
+        row = {"n": n}
+        for v in linalg.VARIANTS:
+            if not linalg.eligible(rt, v, n, n, n, "f32"):
+                continue
+            if cpu_adapter and v == "tiled" and n > 1024:
+                row[v] = None   # ~a minute per call on a CPU adapter
+                continue
+            autotune.force("matmul", v)
+            out = (ta @ tb).numpy()
+            err = float(np.abs(out[:64] - ref).max() / np.abs(ref).max())
+            if err > 1e-4:
+                raise SystemExit(f"matmul variant {v} at n={n}: relative error {err:.2e}")
+            one = timed(lambda: ta @ tb, 1, wg.synchronize)
+            dt = timed(lambda: ta @ tb, reps_for(one, budget), wg.synchronize)
+            row[v] = flop / dt / 1e9
+        autotune.force("matmul", None)
+        t0 = time.perf_counter()
+        _ = ta @ tb
+        wg.synchronize()
+        row["autotune_s"] = time.perf_counter() - t0
+        key = autotune.shape_key("matmul", "f32", (n, n, n, 1), (True, True, n % 64 == 0, n % 64 == 0, n % 16 == 0))
+        row["chosen"] = autotune._table(rt).get(key, linalg.default_variant(rt, n, n, n, "f32"))
+        dt = timed(lambda: ta @ tb, reps_for(flop / 1e11, budget), wg.synchronize)
+        row["auto"] = flop / dt / 1e9
+        one = timed(lambda: a @ b, 1, lambda: None)
+        row["numpy"] = flop / timed(lambda: a @ b, reps_for(one, budget), lambda: None) / 1e9
+        if torch is not None:
+            xa, xb = torch.from_numpy(a), torch.from_numpy(b)
+            one = timed(lambda: xa @ xb, 1, lambda: None)
+            row["torch_cpu"] = flop / timed(lambda: xa @ xb, reps_for(one, budget), lambda: None) / 1e9
+            if cuda:
+                ga, gb = xa.cuda(), xb.cuda()
+                row["torch_cuda"] = flop / timed(lambda: ga @ gb, 20, torch.cuda.synchronize) / 1e9
+        rows.append(row)
+        del ta, tb
+    return rows
+
+
+def linear_row(k, budget):
+    """Batch-1 linear layer: x (1, k) @ W.T with W (k, k) row-major (the transposed read)."""
+    rng = np.random.default_rng(1)
+    rt = wg.get_runtime()
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    w = rng.standard_normal((k, k)).astype(np.float32)
+    tx = ember.from_numpy(x, device="webgpu")
+    tw = ember.from_numpy(w, device="webgpu").permute_dims((1, 0))
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    row = {"k": k}
+    flop = 2.0 * k * k
+    for v in linalg.VARIANTS:
+        if not linalg.eligible(rt, v, 1, k, k, "f32"):
+            continue
+        autotune.force("matmul", v)
+        out = (tx @ tw).numpy()
+        err = float(np.abs(out - ref).max() / np.abs(ref).max())
+        if err > 1e-4:
+            raise SystemExit(f"linear variant {v}: relative error {err:.2e}")
+        one = timed(lambda: tx @ tw, 1, wg.synchronize)
+        row[v] = flop / timed(lambda: tx @ tw, reps_for(one, budget), wg.synchronize) / 1e9
+    autotune.force("matmul", None)
+    row["numpy"] = flop / timed(lambda: x @ w.T, 20, lambda: None) / 1e9
+    return row
+
+
+def gelu_rows(n, budget):
+    """x * ((x / sqrt(2)).erf() + 1) / 2 on n floats: fused (one kernel) vs one kernel per op."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(n).astype(np.float32)
+    x = ember.from_numpy(a, device="webgpu")
+    s2 = math.sqrt(2.0)
+
+    def chain():
+        y = x * ((x / s2).erf() + 1) / 2
+        wg.evaluate(y)
+        return y
+
+    from math import erf
+    want = np.array([v * (erf(v / s2) + 1) / 2 for v in a[:1000].tolist()])
+    out = {}
+    for label, on in (("fused", True), ("unfused", False)):
+        old = wg.set_fusion(on)
+        try:
+            got = chain().numpy()[:1000]
+            if np.abs(got - want).max() > 1e-5:
+                raise SystemExit(f"GELU chain ({label}) differs from the reference")
+            wg.reset_stats()
+            chain()
+            wg.synchronize()
+            dispatches = wg.stats()["dispatches"]
+            one = timed(chain, 1, wg.synchronize)
+            dt = timed(chain, reps_for(one, budget), wg.synchronize)
+            out[label] = (dt, dispatches)
+        finally:
+            wg.set_fusion(old)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=_arg_list, default=None, help="square matmul sizes (default 256,512,1024[,2048])")
+    p.add_argument("--gelu", type=int, default=None, help="GELU chain length (default 4M floats, 1M on a CPU adapter)")
+    p.add_argument("--budget", type=float, default=None, help="seconds per timing (default 0.5, 2 on a CPU adapter)")
+    p.add_argument("--quick", action="store_true", help="small sizes only (a smoke test)")
+    args = p.parse_args(argv)
+
+    os.environ.setdefault("EMBER_AUTOTUNE", "on")
+    info = wg.info()
+    cpu = str(info.get("adapter_type", "")).upper() == "CPU" or "llvmpipe" in str(info.get("device", "")) \
+        or "swiftshader" in str(info.get("architecture", "")).lower()
+    sizes = args.sizes or ([128, 256] if args.quick else [256, 512, 1024] if cpu else [256, 512, 1024, 2048])
+    gelu_n = args.gelu or ((1 << 16) if args.quick else (1 << 20) if cpu else (1 << 22))
+    budget = args.budget or (0.2 if args.quick else 2.0 if cpu else 0.5)
+    print(f"adapter: {info.get('device')} / {info.get('description')} ({info.get('backend')}, "
+          f"{info.get('adapter_type')}); features: {', '.join(info.get('features', []))}")
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}")
+
+    rows = matmul_table(sizes, budget, cpu)
+    cols = ["tiled", "rb64", "rb128", "sg", "auto", "numpy", "torch_cpu", "torch_cuda"]
+    cols = [c for c in cols if any(c in r for r in rows)]
+    print("\nmatmul float32 n x n @ n x n, GFLOP/s (higher is better); 'auto' = the autotuned choice")
+    print(f"{'n':>6} " + " ".join(f"{c:>10}" for c in cols) + f" {'chosen':>8} {'tune s':>7}  auto/peer")
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            cells.append(f"{'-' if v is None else f'{v:.1f}':>10}")
+        peer = r.get("torch_cuda") or r.get("numpy")
+        ratio = r["auto"] / peer if peer else float("nan")
+        peer_name = "torch_cuda" if r.get("torch_cuda") else "numpy"
+        print(f"{r['n']:>6} " + " ".join(cells) + f" {r['chosen']:>8} {r['autotune_s']:>7.2f}  {ratio:.3f}x {peer_name}")
+
+    k = max(sizes)
+    lr = linear_row(k, budget)
+    print(f"\nbatch-1 linear x(1, {k}) @ W.T ({k}x{k}), GFLOP/s: "
+          + ", ".join(f"{c} {lr[c]:.2f}" for c in ("tiled", "rb64", "rb128", "sg", "numpy") if c in lr))
+
+    g = gelu_rows(gelu_n, budget)
+    f_dt, f_n = g["fused"]
+    u_dt, u_n = g["unfused"]
+    print(f"\nGELU chain x * ((x / sqrt(2)).erf() + 1) / 2 on {gelu_n} floats:")
+    print(f"  fused   {f_dt * 1e3:9.3f} ms  ({f_n} dispatch{'es' if f_n != 1 else ''})")
+    print(f"  unfused {u_dt * 1e3:9.3f} ms  ({u_n} dispatches, EMBER_FUSION=off)")
+    print(f"  unfused / fused = {u_dt / f_dt:.2f}x")
+    print("\nNote: timings are GPU throughput (many calls, one wait); on a CPU adapter they measure a "
+          "software rasteriser, so compare ratios, not absolute numbers.")
+
+
+if __name__ == "__main__":
+    main()
