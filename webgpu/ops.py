@@ -122,13 +122,50 @@ def _arange(rt):
 
 # ---- movement --------------------------------------------------------------------------------
 
+def reshape_strides(shape, strides, new_shape):
+    """Strides that read a view of ``shape``/``strides`` as ``new_shape`` without a copy, or
+    None when the view's axes cannot be regrouped (then the data must be made contiguous)."""
+    if prod(new_shape) == 0:
+        return contiguous_strides(new_shape)
+    old = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    new = list(new_shape)
+    out = [0] * len(new)
+    oi = ni = 0
+    while ni < len(new):
+        if new[ni] == 1:
+            ni += 1
+            continue
+        nj, oj = ni + 1, oi + 1
+        np_, op_ = new[ni], old[oi][0]
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op_ *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):        # the old axes of this group must nest
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        st = old[oj - 1][1]
+        for k in range(nj - 1, ni - 1, -1):
+            out[k] = st
+            st *= new[k]
+        ni, oi = nj, oj
+    return tuple(out)
+
+
 def _reshape(rt):
     def kernel(out, x, **_):
         g = x._buf
         if g.expr is not None and g.expr.kind == "const":
             return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
-        g = contiguous(g)
-        return view(g, out.shape, contiguous_strides(out.shape), g.offset)
+        g = realize(g)
+        st = reshape_strides(g.shape, g.strides, out.shape)
+        if st is None:
+            g = contiguous(g)
+            st = contiguous_strides(out.shape)
+        return view(g, out.shape, st, g.offset)
     return kernel
 
 

@@ -1,0 +1,292 @@
+"""The WebGPU backend's own machinery: fusion, the buffer pool, views, autotune, the driver
+protocol, limits and errors. (Every op's numbers are checked by the shared op suites, which run
+on webgpu through the ``device`` fixture.) Skipped where no adapter exists."""
+import asyncio
+import gc
+import json
+import math
+
+import numpy as np
+import pytest
+
+import ember
+from ember.errors import DeviceError, DTypeError, IndexingError
+from ember.registry import OPS
+
+try:
+    ember.get_backend("webgpu")
+    _REASON = None
+except DeviceError as e:  # no adapter here
+    _REASON = str(e)
+
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"webgpu unavailable: {_REASON}")
+
+if _REASON is None:
+    import ember.webgpu as wg
+    from ember.webgpu import autotune, linalg
+    from ember.webgpu.runtime import get_runtime
+
+
+def gpu(a):
+    return ember.from_numpy(np.asarray(a), device="webgpu")
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---- fusion ------------------------------------------------------------------------------------
+
+def test_gelu_chain_runs_as_one_dispatch():
+    a = rand(1 << 18)
+    x = gpu(a)
+    wg.reset_stats()
+    y = x * ((x / math.sqrt(2)).erf() + 1) / 2
+    assert wg.stats()["dispatches"] == 0            # recorded, not run
+    wg.evaluate(y)
+    s = wg.stats()
+    assert s["dispatches"] == 1 and s["fused_kernels"] == 1 and s["fused_ops"] == 5
+    want = np.array([v * (math.erf(v / math.sqrt(2)) + 1) / 2 for v in a[:2000].tolist()])
+    np.testing.assert_allclose(y.numpy()[:2000], want, rtol=1e-5, atol=1e-6)
+
+
+def test_fusion_off_runs_one_kernel_per_op():
+    x = gpu(rand(1000))
+    old = wg.set_fusion(False)
+    try:
+        wg.reset_stats()
+        y = x * ((x / math.sqrt(2)).erf() + 1) / 2
+        assert wg.stats()["dispatches"] == 5
+    finally:
+        wg.set_fusion(old)
+    wg.reset_stats()
+    z = x * ((x / math.sqrt(2)).erf() + 1) / 2
+    np.testing.assert_array_equal(z.numpy(), y.numpy())
+
+
+def test_reduction_ends_a_chain_and_fusion_keeps_the_pipeline_count_flat():
+    x = gpu(rand(64, 33))
+    (x * 2 + 1).sum(axis=1).numpy()                 # compile both kernels once
+    wg.reset_stats()
+    for k in range(5):
+        y = gpu(rand(64, 33, seed=k))
+        got = (y * 2 + 1).sum(axis=1).numpy()
+        np.testing.assert_allclose(got, (rand(64, 33, seed=k) * 2 + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
+    s = wg.stats()
+    assert s["pipelines_compiled"] == 0             # constants are uniforms: no recompiles
+    assert s["dispatches"] == 10                    # one fused kernel + one reduction each
+
+
+def test_broadcast_lazy_input_is_computed_once_and_right():
+    a, b = rand(7, 1), rand(1, 5, seed=1)
+    got = ((gpu(a) * 3).exp() + gpu(b)).numpy()
+    np.testing.assert_allclose(got, np.exp(a * 3) + b, rtol=1e-5)
+
+
+# ---- views and the pool ------------------------------------------------------------------------
+
+def test_movement_ops_are_views():
+    a = rand(4, 6, 5)
+    x = gpu(a)
+    wg.reset_stats()
+    v = x.permute_dims((2, 0, 1))[1:, ::-2, 3]
+    w = ember.broadcast_to(gpu(a[:1]), (3, 6, 5))
+    assert wg.stats()["dispatches"] == 0
+    np.testing.assert_array_equal(v.numpy(), a.transpose(2, 0, 1)[1:, ::-2, 3])
+    np.testing.assert_array_equal((w + 0).numpy(), np.broadcast_to(a[:1], (3, 6, 5)))
+    np.testing.assert_allclose((x.permute_dims((0, 2, 1)) @ gpu(rand(4, 6, 2))).numpy(),
+                               a.transpose(0, 2, 1) @ rand(4, 6, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_pool_reuses_freed_buffers():
+    rt = get_runtime()
+    x = gpu(rand(1000))
+    (x + 1).numpy()
+    wg.reset_stats()
+    before = wg.stats()["bytes_allocated"]
+    for _ in range(20):
+        (x * 2 + 1).numpy()
+    s = wg.stats()
+    assert s["pool_hits"] >= 20 and s["pool_misses"] == 0
+    assert s["bytes_allocated"] == before
+    assert rt.pool.pooled_bytes > 0
+
+
+def test_pool_is_safe_when_tensors_die_in_reference_cycles():
+    class Holder:
+        pass
+
+    for _ in range(3):
+        h = Holder()
+        h.self = h                                  # a cycle: only the cyclic GC frees it
+        h.t = gpu(rand(50)) * 3
+        wg.evaluate(h.t)
+        del h
+        gc.collect()
+        for _ in range(10):                         # reuse whatever came back to the pool
+            np.testing.assert_allclose((gpu(np.ones(50, np.float32)) + 1).numpy(), 2.0)
+
+
+def test_binding_size_limit_raises_device_error(monkeypatch):
+    rt = get_runtime()
+    monkeypatch.setattr(rt.pool, "max_binding", 1024)
+    with pytest.raises(DeviceError, match="maxStorageBufferBindingSize"):
+        gpu(rand(1000))
+
+
+def test_grids_past_the_workgroup_limit(monkeypatch):
+    rt = get_runtime()
+    monkeypatch.setattr(rt, "max_groups", 3)        # forces 2-D grids on small tensors
+    a = rand(40, 70)
+    x = gpu(a)
+    np.testing.assert_allclose((x * 2 - 1).numpy(), a * 2 - 1, rtol=1e-6)
+    np.testing.assert_allclose(x.sum(axis=0).numpy(), a.sum(axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ember.softmax(x, axis=1).numpy(),
+                               np.exp(a - a.max(1, keepdims=True)) / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+
+
+# ---- dtypes and errors -------------------------------------------------------------------------
+
+def test_int64_outside_int32_fails_on_upload():
+    with pytest.raises(DTypeError, match="int32 range"):
+        ember.tensor([1, 2 ** 40], device="webgpu")
+    with pytest.raises(DTypeError, match="32-bit"):
+        ember.full((2,), 2 ** 33, dtype="int64", device="webgpu")
+    t = ember.tensor([-(2 ** 31), 2 ** 31 - 1], device="webgpu")
+    assert t.tolist() == [-(2 ** 31), 2 ** 31 - 1] and t.dtype is ember.int64
+
+
+def test_float16_is_rounded_like_the_python_backend():
+    vals = [0.1, 1.0 / 3, 1000.7, 65000.0, -2.5e-5]
+    for dev in ("python", "webgpu"):
+        h = ember.tensor(vals, dtype="float16", device=dev)
+        out = ((h * 3 + 0.1) * 0.5).tolist()
+        if dev == "python":
+            want = out
+    assert out == want
+
+
+def test_computed_indices_are_range_checked():
+    x = gpu(rand(5, 3))
+    idx = ember.argmax(gpu(rand(4, 9)), axis=1) + 5   # computed on the GPU: values 5..13
+    with pytest.raises(IndexingError, match="out of range"):
+        ember.take(x, idx, axis=0)
+    ok = ember.argmax(gpu(rand(4, 5)), axis=1)
+    np.testing.assert_array_equal(ember.take(x, ok, axis=0).numpy(), rand(5, 3)[np.argmax(rand(4, 5), 1)])
+
+
+def test_shader_compile_error_is_a_device_error():
+    rt = get_runtime()
+    with pytest.raises(DeviceError, match="failed to compile"):
+        rt.driver.pipeline("@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }")
+
+
+# ---- driver protocol, info, async --------------------------------------------------------------
+
+def test_driver_protocol_round_trip():
+    d = get_runtime().driver
+    for name in ("alloc", "free", "write", "read", "read_async", "pipeline", "dispatch", "flush"):
+        assert callable(getattr(d, name))
+    assert {"max_storage_buffer_binding_size", "max_buffer_size"} <= set(d.limits)
+    src = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@group(0) @binding(1) var<uniform> info: vec4<u32>;
+@compute @workgroup_size(4) fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  out[g.x] = g.x * info.x + info.y;
+}"""
+    buf = d.alloc(16)
+    d.write(buf, bytes(16))
+    pipe = d.pipeline(src, "main")
+    d.dispatch(pipe, [buf], np.array([10, 7, 0, 0], np.uint32).tobytes(), (1, 1, 1))
+    assert np.frombuffer(d.read(buf, 16), np.uint32).tolist() == [7, 17, 27, 37]
+    assert asyncio.run(d.read_async(buf, 8)) == d.read(buf, 8)
+    d.free(buf)
+
+
+def test_info_stats_devices_and_init():
+    assert "webgpu" in ember.devices()
+    i = wg.info()
+    assert i["limits"]["max_storage_buffer_binding_size"] > 0 and i["backend"]
+    assert set(wg.stats()) >= {"dispatches", "pipelines_compiled", "bytes_allocated", "pool_hits", "fused_kernels"}
+    assert asyncio.run(wg.init())["device"] == i["device"]
+    x = gpu(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert asyncio.run((x * 2).data_async()) == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
+
+
+# ---- matmul variants and autotune --------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sg"])
+def test_matmul_variants_match_numpy(variant):
+    rt = get_runtime()
+    cases = [((3, 5), (5, 7)), ((130, 70), (70, 129)), ((2, 1, 9, 20), (3, 20, 4)), ((1, 300), (300, 33))]
+    for sa, sb in cases:
+        m, k, n = sa[-2], sa[-1], sb[-1]
+        if not linalg.eligible(rt, variant, m, n, k, "f32"):
+            continue
+        a, b = rand(*sa), rand(*sb, seed=1)
+        autotune.force("matmul", variant)
+        try:
+            got = (gpu(a) @ gpu(b)).numpy()
+            bt = gpu(np.ascontiguousarray(np.swapaxes(b, -1, -2)))
+            got_t = (gpu(a) @ ember.matrix_transpose(bt)).numpy()   # w.T read through strides
+        finally:
+            autotune.force("matmul", None)
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got_t, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_autotune_caches_the_winner_per_adapter(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(autotune, "_MEMORY", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    a, b = rand(96, 40), rand(40, 80, seed=1)
+    wg.reset_stats()
+    np.testing.assert_allclose((gpu(a) @ gpu(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert wg.stats()["autotune_benchmarks"] == 1
+    data = json.loads((tmp_path / "ember" / "autotune.json").read_text())
+    (section,) = data.values()
+    key = autotune.shape_key("matmul", "f32", (96, 80, 40, 1), (True, True, False, False, False))
+    assert section[key] in linalg.VARIANTS
+    # same shape class (dims round to the same powers of two): no second benchmark
+    (gpu(rand(100, 33)) @ gpu(rand(33, 70))).numpy()
+    assert wg.stats()["autotune_benchmarks"] == 1
+    # a fresh process reads the file
+    monkeypatch.setattr(autotune, "_MEMORY", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    (gpu(a) @ gpu(b)).numpy()
+    assert wg.stats()["autotune_benchmarks"] == 1
+
+
+def test_autotune_off_uses_the_default_variant(monkeypatch):
+    monkeypatch.setattr(autotune, "_MEMORY", {})
+    monkeypatch.setattr(autotune, "_LOADED", [True])
+    old = autotune.set_enabled(False)
+    try:
+        wg.reset_stats()
+        (gpu(rand(70, 30)) @ gpu(rand(30, 50))).numpy()
+        assert wg.stats()["autotune_benchmarks"] == 0
+    finally:
+        autotune.set_enabled(old)
+
+
+def test_attention_longer_than_shared_memory_falls_back():
+    from ember.webgpu import nn
+
+    q, k, v = rand(1, 3, 4), rand(1, nn.SMAX + 5, 4, seed=1), rand(1, nn.SMAX + 5, 2, seed=2)
+    got = ember.scaled_dot_product_attention(gpu(q), gpu(k), gpu(v)).numpy()
+    s = q @ k.transpose(0, 2, 1) / 2.0
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)
+
+
+# ---- coverage ----------------------------------------------------------------------------------
+
+def test_every_primitive_has_a_webgpu_kernel():
+    kernels = ember.get_backend("webgpu").kernels
+    primitives = [n for n, d in OPS.items() if d.decompose is None]
+    missing = [n for n in primitives if n not in kernels]
+    assert not missing, f"webgpu has no kernel for primitives {missing}"
+    for composite in ("softmax", "log_softmax", "layer_norm", "scaled_dot_product_attention", "gelu",
+                      "sigmoid", "silu", "relu"):
+        assert composite in kernels, f"{composite} should have a real webgpu kernel"
