@@ -662,6 +662,8 @@ def range_(start, limit, delta, dtype, device) -> Tensor:
     if delta == 0:
         raise ShapeError("Range: delta is 0")
     n = max(int(math.ceil((limit - start) / delta)), 0)
+    if device == "meta":
+        return E.zeros((n,), dtype=dtype, device=device)
     if dtype.kind == "f":
         vals = [start + i * delta for i in range(n)]
     else:
@@ -750,8 +752,12 @@ def resize(x: Tensor, out_shape, scales, mode: str = "nearest", coord_mode: str 
            extrapolation_value: float = 0.0, roi=None) -> Tensor:
     """ONNX Resize, one axis at a time: every output position reads a few input positions
     (computed in Python from the sizes) through ``take`` and mixes them with fixed weights."""
-    y = x
     nd = x.ndim
+    if len(out_shape) != nd or any(n < 0 for n in out_shape):
+        raise ShapeError(f"Resize: output shape {tuple(out_shape)} does not fit input {x.shape}")
+    if x.device == "meta":  # shapes only (loading): skip the per-position tables
+        return E.full(tuple(out_shape), 0, dtype=x.dtype, device="meta")
+    y = x
     for ax in range(nd):
         n_in, n_out = x.shape[ax], out_shape[ax]
         scale = scales[ax]

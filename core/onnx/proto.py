@@ -447,7 +447,7 @@ def _attribute(buf, span, where, depth) -> Attribute:
             value = list(value)
     else:
         value = None
-    if type_ == A_STRING:
+    if type_ == A_STRING and value is not None:
         value = value.decode("utf-8", "replace")
     elif type_ == A_STRINGS:
         value = [s.decode("utf-8", "replace") for s in value]

@@ -1,0 +1,59 @@
+"""``ember import`` end to end, as a user runs it: a subprocess writes the module and weights,
+the module is imported and reproduces onnxruntime; errors give a message and exit code 1."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import ember
+from onnx_helpers import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(ROOT, "tests", "fixtures", "onnx")
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "ember", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+def test_cli_import_end_to_end(tmp_path, device):
+    model = os.path.join(FIX, "mnist_cnn.onnx")
+    r = _run("import", model, "-o", str(tmp_path / "out"), "--name", "Digits")
+    assert r.returncode == 0, r.stderr
+    assert "digits.py" in r.stdout and (tmp_path / "out" / "digits.safetensors").exists()
+    spec = importlib.util.spec_from_file_location("cli_digits", tmp_path / "out" / "digits.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = np.random.default_rng(5).standard_normal((2, 1, 28, 28)).astype(np.float32)
+    with open(model, "rb") as f:
+        want = reference(f.read(), {"image": x})[0]
+    y = mod.load(device=device)(ember.from_numpy(x, device=device))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_shape_option_and_console_script(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "ember")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "ember"]
+    r = subprocess.run(cmd + ["import", os.path.join(FIX, "encoder_block.onnx"), "-o", str(tmp_path),
+                              "--shape", "tokens=1,3,32", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    src = (tmp_path / "encoder_block.py").read_text()
+    assert "tokens=(1, 3, 32)" in src and "onnxf.shape" not in src
+
+
+def test_cli_errors(tmp_path):
+    r = _run("import", str(tmp_path / "missing.onnx"), "-o", str(tmp_path))
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x3a\x10abc")
+    r = _run("import", str(bad), "-o", str(tmp_path))
+    assert r.returncode == 1 and "OnnxError" in r.stderr and "byte" in r.stderr
+    r = _run("import", str(bad))
+    assert r.returncode == 2 and "-o" in r.stderr
+    r = _run("import", str(bad), "-o", str(tmp_path), "--shape", "x=a,b")
+    assert r.returncode == 2 and "integers" in r.stderr
