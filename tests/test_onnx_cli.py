@@ -33,6 +33,7 @@ def test_cli_import_end_to_end(tmp_path, device):
     with open(model, "rb") as f:
         want = reference(f.read(), {"image": x})[0]
     y = mod.load(device=device)(ember.from_numpy(x, device=device))
+    assert y.device == device
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
 
 

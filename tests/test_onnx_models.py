@@ -166,7 +166,9 @@ def test_generated_module(name, device, generated):
     inp, shape = MODELS[name]
     x = _data(name, shape, seed=7)
     net = mod.load(device=device)
+    assert all(t.device == device for t in net.state_dict().values())
     y = net(ember.from_numpy(x, device=device))
+    assert y.device == device
     np.testing.assert_allclose(y.numpy(), _ref(name, x), rtol=1e-4, atol=1e-5)
 
 

@@ -519,15 +519,16 @@ def _module_source(cls, name, source, mp, inputs, var, g, decls, lines, out_refs
     w("")
     w("")
     w(f"class {cls}(nn.Module):")
-    w("    def __init__(self):")
+    w("    def __init__(self, device: str | None = None):")
     w("        super().__init__()")
     for attr, t, kind, cname in decls:
         shape = "(" + ", ".join(str(s) for s in t.shape) + ("," if t.ndim == 1 else "") + ")"
-        comment = f"  # {_ident(cname, 'c')}" if _ident(cname, "c") != attr else ""
+        # the ONNX name, through repr (a comment must not end early on a newline in the name)
+        comment = f"  # ONNX {cname!r}"[:120] if cname != attr else ""
         if kind == "parameter":
-            w(f"        self.{attr} = nn.Parameter(ember.zeros({shape}, dtype=ember.{t.dtype.name})){comment}")
+            w(f"        self.{attr} = nn.Parameter(ember.zeros({shape}, dtype=ember.{t.dtype.name}, device=device)){comment}")
         else:
-            w(f"        self.register_buffer({attr!r}, ember.zeros({shape}, dtype=ember.{t.dtype.name})){comment}")
+            w(f"        self.register_buffer({attr!r}, ember.zeros({shape}, dtype=ember.{t.dtype.name}, device=device)){comment}")
     if not decls:
         w("        pass")
     w("")
@@ -544,7 +545,7 @@ def _module_source(cls, name, source, mp, inputs, var, g, decls, lines, out_refs
     w("")
     w(f"def load(weights: str | None = None, device: str | None = None) -> {cls}:")
     w(f'    """A {cls} with its weights (default: {name}.safetensors next to this file) on ``device``."""')
-    w(f"    model = {cls}()")
+    w(f"    model = {cls}(device)")
     w(f"    path = weights or os.path.join(os.path.dirname(os.path.abspath(__file__)), {name + '.safetensors'!r})")
     w("    model.load_state_dict(ember.load_safetensors(path, device=device), assign=True)  # keep them on device")
     w("    return model")

@@ -48,20 +48,26 @@ def node(op_type: str, inputs, attrs: dict, opset: int, outputs: int = 1):
 
 # ---- shapes --------------------------------------------------------------------------------
 
+def _shape_device(x: Tensor) -> str:
+    # A shape is data even when x has none: while loading (x on "meta") it is a real host tensor,
+    # so the shape arithmetic after it can be folded.
+    return HOST if x.device == "meta" else x.device
+
+
 def shape(x: Tensor, start: int = 0, end: int | None = None) -> Tensor:
-    """``x.shape[start:end]`` as an int64 tensor on the host (``"python"`` device).
+    """``x.shape[start:end]`` as an int64 tensor (on ``x``'s device).
 
     >>> import ember
     >>> from ember.onnx import functional as onnxf
     >>> onnxf.shape(ember.ones((2, 3, 4)), 1).tolist()
     [3, 4]
     """
-    return E.tensor(list(x.shape[start:end]), dtype=_dt.int64, device=HOST)
+    return E.tensor(list(x.shape[start:end]), dtype=_dt.int64, device=_shape_device(x))
 
 
 def size(x: Tensor) -> Tensor:
-    """The number of elements of ``x`` as a 0-d int64 host tensor."""
-    return E.tensor(prod(x.shape), dtype=_dt.int64, device=HOST)
+    """The number of elements of ``x`` as a 0-d int64 tensor."""
+    return E.tensor(prod(x.shape), dtype=_dt.int64, device=_shape_device(x))
 
 
 def int_list(t: Tensor) -> list:
