@@ -7,12 +7,16 @@
 // overflow to +-inf is handled first.
 fn round_f16(x: f32) -> f32 {
   if (x != x) { return x; }
-  if (abs(x) >= 65520.0) { return select(-1.0, 1.0, x > 0.0) * bitcast<f32>(0x7f800000u); }
+  if (abs(x) >= 65520.0) { return select(-1.0, 1.0, x > 0.0) * f_inf(); }
   return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
 }
 
-fn f_inf() -> f32 { return bitcast<f32>(0x7f800000u); }
-fn f_nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
+// Chromium's shader compiler rejects an infinity or NaN in a constant expression, so their bit
+// patterns live in private variables (not constants) and are converted at run time.
+var<private> INF_BITS: u32 = 0x7f800000u;
+var<private> NAN_BITS: u32 = 0x7fc00000u;
+fn f_inf() -> f32 { return bitcast<f32>(INF_BITS); }
+fn f_nan() -> f32 { return bitcast<f32>(NAN_BITS); }
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn is_inf(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u; }
 

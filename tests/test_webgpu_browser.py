@@ -1,0 +1,224 @@
+"""The browser driver for real: headless Chromium (WebGPU on SwiftShader) boots Pyodide, installs
+the freshly built ember wheel, awaits ``ember.webgpu.init()`` and runs ops on ``"webgpu"`` and on
+``"python"`` in the page; the host compares them. Stands alone: a plain ``http.server`` on
+127.0.0.1 (random port) serves a temporary folder with the wheel, the npm Pyodide files and one
+HTML page. Skipped where Chromium, Playwright or the Pyodide files are missing
+(``python build.py setup`` fetches Pyodide)."""
+import functools
+import glob
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYODIDE = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover
+    sync_playwright = None
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
+    pytest.mark.skipif(not os.path.exists(os.path.join(PYODIDE, "pyodide.asm.wasm")),
+                       reason="Pyodide files missing: run `python build.py setup`"),
+]
+
+# Runs inside the page (Python 3.14 in Pyodide, no numpy): every op on webgpu and on python.
+PAGE_CODE = r'''
+import json, math
+import ember
+import ember.webgpu as wg
+from ember.errors import DeviceError
+
+out = {}
+info = await wg.init()
+out["adapter"] = {k: info.get(k) for k in ("vendor", "architecture", "device", "backend", "driver")}
+out["features"] = info["features"]
+out["devices"] = ember.devices()
+
+def vals(n, seed):
+    x = seed
+    res = []
+    for _ in range(n):
+        x = (x * 1103515245 + 12345) % 2147483648
+        res.append(x / 2147483648.0 * 4.0 - 2.0)
+    return res
+
+def mat(r, c, seed):
+    v = vals(r * c, seed)
+    return [v[i * c:(i + 1) * c] for i in range(r)]
+
+def both(fn, *data):
+    res = {}
+    for dev in ("python", "webgpu"):
+        ts = [ember.tensor(d, device=dev) for d in data]
+        res[dev] = fn(*ts).tolist()          # sync read: JSPI on webgpu
+    return res
+
+A, B = mat(33, 20, 1), mat(20, 17, 2)
+out["matmul"] = both(lambda a, b: a @ b, A, B)
+out["matmul_wT"] = both(lambda a, b: a @ ember.matrix_transpose(b), A, mat(17, 20, 3))
+X = vals(4096, 4)
+out["gelu_chain"] = both(lambda x: x * ((x / math.sqrt(2)).erf() + 1) / 2, X)
+M = mat(24, 50, 5)
+out["sum"] = both(lambda x: x.sum(axis=1), M)
+out["max"] = both(lambda x: ember.max(x, axis=0), M)
+out["softmax"] = both(lambda x: ember.softmax(x, axis=-1), M)
+out["layer_norm"] = both(lambda x: ember.layer_norm(x, 50), M)
+
+# every kernel file compiles under Chromium's compiler and agrees with the python backend
+from ember.webgpu import autotune, linalg
+rt = wg.get_runtime()
+for v in linalg.VARIANTS:
+    if linalg.eligible(rt, v, 8, 17, 20, "f32"):
+        autotune.force("matmul", v)
+        out["matmul_" + v] = both(lambda a, b: a @ b, mat(8, 20, 6), B)
+autotune.force("matmul", None)
+img, w4 = mat(2 * 3 * 7, 6, 7), mat(4 * 3 * 3, 3, 8)
+def nchw(t, shape):
+    return t.reshape(shape)
+out["conv2d"] = both(lambda x, w: ember.conv2d(nchw(x, (2, 3, 7, 6)), nchw(w, (4, 3, 3, 3)), padding=1, stride=(2, 1)), img, w4)
+out["conv_transpose2d"] = both(lambda x, w: ember.conv_transpose2d(nchw(x, (2, 3, 7, 6)), nchw(w, (3, 4, 3, 3)), stride=2), img, w4)
+out["max_pool2d"] = both(lambda x: ember.max_pool2d(nchw(x, (2, 3, 7, 6)), 2), img)
+out["avg_pool2d"] = both(lambda x: ember.avg_pool2d(nchw(x, (2, 3, 7, 6)), 3, stride=2, padding=1), img)
+out["cumsum"] = both(lambda x: ember.cumsum(x, axis=1), M)
+out["sort"] = both(lambda x: ember.sort(x, axis=1), M)
+out["argmax"] = both(lambda x: ember.argmax(x, axis=1), M)
+out["pad"] = both(lambda x: ember.pad(x, ((1, 2), (3, 0)), mode="reflect"), M)
+out["take_concat"] = both(lambda x: ember.concat([ember.take(x, [3, 0, 5], axis=0), x[:2]], axis=0), M)
+out["arange"] = both(lambda x: ember.arange(7, device=x.device) * x[0, :7], M)
+q, k = mat(2 * 5, 8, 9), mat(2 * 6, 8, 10)
+out["attention"] = both(lambda q_, k_: ember.scaled_dot_product_attention(
+    q_.reshape((2, 5, 8)), k_.reshape((2, 6, 8)), k_.reshape((2, 6, 8)), is_causal=False), q, k)
+
+x = ember.tensor(X, device="webgpu")
+wg.reset_stats()
+y = x * ((x / math.sqrt(2)).erf() + 1) / 2
+wg.evaluate(y)
+out["gelu_stats"] = wg.stats()
+out["data_async"] = await (ember.tensor([[1.5, 2.5]], device="webgpu") * 2).data_async()
+try:
+    wg.get_runtime().driver.pipeline("@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }")
+    out["compile_error"] = None
+except DeviceError as e:
+    out["compile_error"] = str(e)
+out["stats"] = wg.stats()
+json.dumps(out)
+'''
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>ember webgpu browser driver test</title></head>
+<body><script type="module">
+import { loadPyodide } from "./pyodide/pyodide.mjs";
+try {
+  const py = await loadPyodide({ indexURL: "./pyodide/" });
+  await py.loadPackage("./WHEEL");
+  const code = await (await fetch("./page_code.py")).text();
+  window.result = await py.runPythonAsync(code);
+} catch (e) {
+  window.result = JSON.stringify({ error: String(e && e.stack || e) });
+}
+</script></body></html>
+"""
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
+                      ".whl": "application/zip", ".py": "text/plain"}
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ember-webgpu-site")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(d), ROOT], check=True, cwd=str(d))
+    (whl,) = glob.glob(str(d / "ember-*.whl"))
+    os.symlink(PYODIDE, d / "pyodide")
+    (d / "index.html").write_text(PAGE.replace("WHEEL", os.path.basename(whl)))
+    (d / "page_code.py").write_text(PAGE_CODE)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(d)))
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    finally:
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def page_result(site):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            logs = []
+            page.on("console", lambda m: logs.append(m.text))
+            page.goto(site)
+            page.wait_for_function("window.result !== undefined", timeout=240_000)
+            raw = page.evaluate("window.result")
+        finally:
+            browser.close()
+    res = json.loads(raw)
+    assert "error" not in res, res.get("error", "") + "\n" + "\n".join(logs[-20:])
+    return res
+
+
+def _flat(x):
+    if isinstance(x, list):
+        return [v for item in x for v in _flat(item)]
+    return [x]
+
+
+def _close(a, b, rtol=1e-5, atol=1e-5):
+    fa, fb = _flat(a), _flat(b)
+    assert len(fa) == len(fb)
+    bad = [(i, x, y) for i, (x, y) in enumerate(zip(fa, fb)) if abs(x - y) > atol + rtol * abs(y)]
+    assert not bad, f"{len(bad)} values differ, first {bad[:3]}"
+
+
+def test_page_opens_webgpu_through_the_browser_driver(page_result):
+    r = page_result
+    assert r["adapter"]["backend"] == "browser"
+    assert "webgpu" in r["devices"] and "python" in r["devices"]
+
+
+@pytest.mark.parametrize("name", ["matmul", "matmul_wT", "gelu_chain", "sum", "max", "softmax", "layer_norm",
+                                  "matmul_tiled", "matmul_rb64", "matmul_rb128", "conv2d", "conv_transpose2d",
+                                  "max_pool2d", "avg_pool2d", "cumsum", "sort", "argmax", "pad", "take_concat",
+                                  "arange", "attention"])
+def test_webgpu_matches_python_in_the_page(page_result, name):
+    res = page_result[name]
+    loose = name.startswith(("matmul", "conv", "attention"))
+    _close(res["webgpu"], res["python"], rtol=1e-4 if loose else 1e-5, atol=1e-4 if loose else 1e-5)
+
+
+def test_subgroup_matmul_in_the_page(page_result):
+    if "subgroups" not in page_result["features"]:
+        pytest.skip("this adapter has no subgroups")
+    res = page_result["matmul_sg"]
+    _close(res["webgpu"], res["python"], rtol=1e-4, atol=1e-4)
+
+
+def test_fusion_async_reads_and_errors_in_the_page(page_result):
+    r = page_result
+    assert r["gelu_stats"]["dispatches"] == 1 and r["gelu_stats"]["fused_kernels"] == 1
+    assert r["data_async"] == [[3.0, 5.0]]
+    assert r["compile_error"] and "failed to compile" in r["compile_error"]
+    assert r["stats"]["pool_hits"] > 0
