@@ -911,39 +911,237 @@ def _broadcast_dims(x, s, size):
     return x if tuple(x.shape) == want else E.broadcast_to(x, want)
 
 
-# ---- attention (ONNX opset 23 Attention, the common path) -----------------------------------
+# ---- attention (ONNX opset 23+) ----------------------------------------------------------------
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
-              scale: float | None = None, q_heads: int = 0, kv_heads: int = 0) -> Tensor:
-    """ONNX Attention on 4-D ``(B, H, L, E)`` inputs or 3-D ``(B, L, H*E)`` ones with head counts."""
+def _heads(x: Tensor, n: int) -> Tensor:
+    b, t, h = x.shape
+    return E.permute_dims(E.reshape(x, (b, t, n, h // n)), (0, 2, 1, 3))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, past_key: Tensor | None = None,
+              past_value: Tensor | None = None, nonpad: Tensor | None = None, *, scale: float | None = None,
+              is_causal: bool = False, q_heads: int = 0, kv_heads: int = 0, softcap: float = 0.0,
+              qk_output: int = -1, window=(-1, -1)) -> tuple:
+    """ONNX Attention: ``softmax(q k^T * scale + bias) v`` with an optional KV cache
+    (``past_key``/``past_value`` concatenated before ``k``/``v``), a bool or additive mask
+    (padded to the key length), bottom-right aligned causal masking, grouped-query heads,
+    softcap and sliding windows. 3-D inputs ``(B, S, H*D)`` use ``q_heads``/``kv_heads``.
+    Returns ``(y, present_key, present_value, qk)`` where ``qk`` is the scores selected by
+    ``qk_output`` (0/1: after softcap, 2: with the bias, 3: after softmax; -1: not needed)."""
     three = q.ndim == 3
     if three:
-        b, lq, _ = q.shape
-        q = E.permute_dims(E.reshape(q, (b, lq, q_heads, -1)), (0, 2, 1, 3))
-        k = E.permute_dims(E.reshape(k, (b, k.shape[1], kv_heads, -1)), (0, 2, 1, 3))
-        v = E.permute_dims(E.reshape(v, (b, v.shape[1], kv_heads, -1)), (0, 2, 1, 3))
+        q, k, v = _heads(q, q_heads), _heads(k, kv_heads), _heads(v, kv_heads)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[3])
+    if past_key is not None:
+        k = E.concat([past_key, k], axis=2)
+        v = E.concat([past_value, v], axis=2)
+    present_k, present_v = k, v
+    L, S = q.shape[2], k.shape[2]
+    dt = q.dtype
+    bias = None
+    if mask is not None and mask.shape[-1] < S:
+        fill = False if mask.dtype is _dt.bool_ else -math.inf
+        mask = E.pad(mask, ((0, 0),) * (mask.ndim - 1) + ((0, S - mask.shape[-1]),), value=fill)
+    if mask is not None:
+        bias = E.where(mask, 0.0, -math.inf).astype(dt) if mask.dtype is _dt.bool_ else mask
+    rows = E.reshape(E.arange(L, dtype=_dt.int64, device=q.device), (L, 1))
+    cols = E.reshape(E.arange(S, dtype=_dt.int64, device=q.device), (1, S))
+    offset = None
+    if past_key is not None:
+        offset = past_key.shape[2]
+    elif nonpad is not None:
+        offset = E.reshape(E.subtract(nonpad.astype(_dt.int64), L), (-1, 1, 1, 1))  # per batch
+    allowed = []
+    if is_causal:
+        allowed.append(E.less_equal(cols, E.add(rows, offset if offset is not None else 0)))
+    left, right = window
+    if left >= 0 or right >= 0:
+        diff = E.subtract(E.add(rows, offset if offset is not None else 0), cols)
+        if left >= 0:
+            allowed.append(E.less_equal(diff, left))
+        if right >= 0:
+            allowed.append(E.less_equal(E.negative(diff), right))
+    if nonpad is not None:
+        allowed.append(E.less(E.reshape(cols, (1, 1, 1, S)), E.reshape(nonpad.astype(_dt.int64), (-1, 1, 1, 1))))
+    for a in allowed:
+        extra = E.where(a, 0.0, -math.inf).astype(dt)
+        bias = extra if bias is None else E.add(bias, extra)
     hq, hk = q.shape[1], k.shape[1]
     if hq != hk:
         if hq % hk:
-            raise ShapeError(f"Attention: {hq} query heads are not a multiple of {hk} key heads")
+            raise ShapeError(f"Attention: {hq} query heads are not a multiple of {hk} key/value heads")
         rep = hq // hk
-        k = E.reshape(E.broadcast_to(E.reshape(k, (k.shape[0], hk, 1) + k.shape[2:]),
-                                     (k.shape[0], hk, rep) + k.shape[2:]), (k.shape[0], hq) + k.shape[2:])
-        v = E.reshape(E.broadcast_to(E.reshape(v, (v.shape[0], hk, 1) + v.shape[2:]),
-                                     (v.shape[0], hk, rep) + v.shape[2:]), (v.shape[0], hq) + v.shape[2:])
-    if mask is not None and is_causal:
-        L, S = q.shape[-2], k.shape[-2]
-        causal = E.less_equal(E.reshape(E.arange(S, dtype=_dt.int64, device=q.device), (1, S)),
-                              E.reshape(E.arange(L, dtype=_dt.int64, device=q.device), (L, 1)))
-        if mask.dtype is _dt.bool_:
-            mask = E.logical_and(mask, causal)
-        else:
-            mask = E.where(causal, mask, -math.inf)
-        is_causal = False
-    y = E.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal, scale=scale)
+        b = k.shape[0]
+        k = E.reshape(E.broadcast_to(E.reshape(k, (b, hk, 1, S, k.shape[3])), (b, hk, rep, S, k.shape[3])),
+                      (b, hq, S, k.shape[3]))
+        v = E.reshape(E.broadcast_to(E.reshape(v, (b, hk, 1, S, v.shape[3])), (b, hk, rep, S, v.shape[3])),
+                      (b, hq, S, v.shape[3]))
+    s = math.sqrt(scale)   # the reference scales both sides by sqrt(scale)
+    kt = E.permute_dims(k, (0, 1, 3, 2))
+    qk = E.matmul(E.multiply(q, s), E.multiply(kt, s))
+    if softcap > 0:
+        qk = E.multiply(E.tanh(E.divide(qk, softcap)), softcap)
+    scores = qk if bias is None else E.add(qk, bias)
+    m = E.max(scores, axis=-1, keepdims=True)
+    dead = E.equal(m, -math.inf)
+    e = E.exp(E.subtract(scores, E.where(dead, 0.0, m)))
+    tot = E.sum(e, axis=-1, keepdims=True)
+    p = E.divide(e, E.where(E.equal(tot, 0.0), 1.0, tot))
+    if bias is not None:
+        # rows whose bias masks every key give 0 (not a uniform average of -inf scores)
+        p = E.where(E.equal(E.max(bias, axis=-1, keepdims=True), -math.inf), 0.0, p).astype(p.dtype)
+    y = E.matmul(p.astype(dt), v)
     if three:
         y = E.reshape(E.permute_dims(y, (0, 2, 1, 3)), (y.shape[0], y.shape[2], -1))
-    return y
+    out = {0: qk, 1: qk, 2: scores, 3: p}.get(qk_output)
+    return y, present_k, present_v, (out.astype(dt) if out is not None else None)
+
+
+def nll_loss(x: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean",
+             ignore_index: int | None = None) -> Tensor:
+    """ONNX NegativeLogLikelihoodLoss: ``-x[n, target[n, ...], ...] * weight[target]``,
+    summed or averaged (by the total weight of the targets not ignored)."""
+    t = target.astype(_dt.int64)
+    keep = None
+    if ignore_index is not None:
+        keep = E.not_equal(t, ignore_index)
+        t = E.where(keep, t, 0)
+    picked = E.take_along_axis(x, unsqueeze(t, [1]), axis=1)
+    picked = squeeze(picked, [1])
+    w = E.take(weight, E.reshape(t, (-1,)), axis=0) if weight is not None else None
+    if w is not None:
+        w = E.reshape(w, t.shape)
+    if keep is not None:
+        w = E.where(keep, w if w is not None else 1.0, 0.0).astype(x.dtype)
+    loss = E.negative(picked if w is None else E.multiply(picked, w))
+    if reduction == "none":
+        return loss
+    total = E.sum(loss)
+    if reduction == "sum":
+        return total
+    if reduction != "mean":
+        raise UnsupportedOp(f"NegativeLogLikelihoodLoss: reduction {reduction!r}")
+    denom = E.sum(w) if w is not None else float(prod(t.shape))
+    return E.divide(total, denom).astype(x.dtype)
+
+
+def softmax_cross_entropy(x: Tensor, labels: Tensor, weight: Tensor | None = None, reduction: str = "mean",
+                          ignore_index: int | None = None) -> tuple:
+    """ONNX SoftmaxCrossEntropyLoss: ``nll_loss(log_softmax(x, axis=1), labels)``; also returns
+    the log-probabilities."""
+    logp = E.log_softmax(x, 1)
+    return nll_loss(logp, labels, weight, reduction, ignore_index), logp
+
+
+def lp_pool(x: Tensor, p: int, kernel, stride, pads, ceil_mode: bool = False) -> Tensor:
+    """ONNX LpPool: ``(sum over the window of |x|^p) ^ (1/p)``, from an average pool of
+    ``|x|^p`` (zero padding counted) times the window size."""
+    a = E.pow(E.abs(x), float(p)) if p != 2 else E.multiply(x, x)
+    n = prod(kernel)
+    if x.ndim == 3:
+        s = pool1d(E.avg_pool2d, a, kernel[0], stride[0], pads[0], ceil_mode=ceil_mode)
+    elif any(max(pp) * 2 > kk for kk, pp in zip(kernel, pads)):
+        s = pool_big_pads("avg", a, tuple(kernel), tuple(stride), tuple(pads), ceil_mode=ceil_mode,
+                          count_include_pad=True)
+    else:
+        s = E.avg_pool2d(a, tuple(kernel), stride=tuple(stride), padding=tuple(tuple(q) for q in pads),
+                         ceil_mode=ceil_mode)
+    return E.pow(E.multiply(s, float(n)), 1.0 / p).astype(x.dtype)
+
+
+def center_crop_pad(x: Tensor, shape, axes=None) -> Tensor:
+    """ONNX CenterCropPad: crop (centred, extra element at the start kept) or zero-pad (extra
+    at the end) each listed axis to ``shape``."""
+    nd = x.ndim
+    axes = list(range(nd)) if axes is None else [_norm_axis(a, nd, "CenterCropPad") for a in axes]
+    width = [(0, 0)] * nd
+    for a, n in zip(axes, shape):
+        d = n - x.shape[a]
+        if d >= 0:
+            width[a] = (d // 2, d - d // 2)
+        else:
+            c = -d
+            width[a] = (-(c // 2), -(c - c // 2))
+    return E.pad(x, tuple(width))
+
+
+def compress(x: Tensor, condition: Tensor, axis: int | None = None) -> Tensor:
+    """ONNX Compress: the slices where ``condition`` is true (the count is data: it is read)."""
+    cond = [bool(c) for c in int_list(condition.astype(_dt.int64))]
+    if axis is None:
+        x = E.reshape(x, (-1,))
+        axis = 0
+    axis = _norm_axis(axis, x.ndim, "Compress")
+    if len(cond) > x.shape[axis]:
+        raise ShapeError(f"Compress: condition has {len(cond)} entries for axis {axis} of size {x.shape[axis]}")
+    idx = [i for i, c in enumerate(cond) if c]
+    return E.take(x, _const(idx, _dt.int64, x), axis=axis) if idx else \
+        E.zeros(x.shape[:axis] + (0,) + x.shape[axis + 1:], dtype=x.dtype, device=x.device)
+
+
+def reverse_sequence(x: Tensor, lengths: Tensor, batch_axis: int = 1, time_axis: int = 0) -> Tensor:
+    """ONNX ReverseSequence: reverse the first ``lengths[b]`` steps of each batch entry."""
+    lens = int_list(lengths)
+    t_n = x.shape[time_axis]
+    nb = x.shape[batch_axis]
+    # one gather along time per batch entry, done as a take_along_axis with a (T, B) index map
+    idx = [[(lens[b] - 1 - t) if t < lens[b] else t for b in range(nb)] for t in range(t_n)]
+    shape = [1] * x.ndim
+    shape[time_axis], shape[batch_axis] = t_n, nb
+    flat = [v for row in idx for v in row]
+    order = (time_axis, batch_axis)
+    im = _const(flat, _dt.int64, x)
+    im = E.reshape(im, (t_n, nb))
+    if order[0] > order[1]:
+        im = E.permute_dims(im, (1, 0))
+    im = E.broadcast_to(E.reshape(im, tuple(shape)), x.shape)
+    return E.take_along_axis(x, im, axis=time_axis)
+
+
+def rotary_embedding(x: Tensor, cos: Tensor, sin: Tensor, position_ids: Tensor | None = None, *,
+                     interleaved: bool = False, num_heads: int = 0, rotary_dim: int = 0) -> Tensor:
+    """ONNX RotaryEmbedding on ``(B, H, S, D)`` or ``(B, S, H*D)`` inputs: rotate the first
+    ``rotary_dim`` features of each head by the cached angles (rotate-half or interleaved)."""
+    three = x.ndim == 3
+    if three:
+        b, t, hid = x.shape
+        n = num_heads if num_heads else None
+        if not n:
+            raise ShapeError("RotaryEmbedding: 3-D input needs num_heads")
+        x4 = E.permute_dims(E.reshape(x, (b, t, n, hid // n)), (0, 2, 1, 3))
+    else:
+        x4 = x
+    d = x4.shape[3]
+    rd = rotary_dim or d
+    if position_ids is not None:
+        cos = E.take(cos, E.reshape(position_ids.astype(_dt.int64), (-1,)), axis=0)
+        sin = E.take(sin, E.reshape(position_ids.astype(_dt.int64), (-1,)), axis=0)
+        cos = E.reshape(cos, tuple(position_ids.shape) + (cos.shape[-1],))
+        sin = E.reshape(sin, tuple(position_ids.shape) + (sin.shape[-1],))
+    # cos/sin: (B, S, rd/2) -> (B, 1, S, rd/2)
+    cos = E.reshape(cos, (cos.shape[0], 1, cos.shape[1], cos.shape[2])) if cos.ndim == 3 else cos
+    sin = E.reshape(sin, (sin.shape[0], 1, sin.shape[1], sin.shape[2])) if sin.ndim == 3 else sin
+    rot = x4[..., :rd]
+    rest = x4[..., rd:] if rd < d else None
+    half = rd // 2
+    if interleaved:
+        x1 = rot[..., 0::2]
+        x2 = rot[..., 1::2]
+    else:
+        x1 = rot[..., :half]
+        x2 = rot[..., half:]
+    r1 = E.subtract(E.multiply(x1, cos), E.multiply(x2, sin))
+    r2 = E.add(E.multiply(x2, cos), E.multiply(x1, sin))
+    if interleaved:
+        out = E.reshape(E.stack([r1, r2], axis=-1), r1.shape[:-1] + (rd,))
+    else:
+        out = E.concat([r1, r2], axis=-1)
+    if rest is not None:
+        out = E.concat([out, rest], axis=-1)
+    if three:
+        out = E.reshape(E.permute_dims(out, (0, 2, 1, 3)), x.shape)
+    return out.astype(x.dtype)
 
 
 def nonzero(x: Tensor) -> Tensor:

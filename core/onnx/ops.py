@@ -1057,21 +1057,79 @@ def resize(c, x, roi=None, scales=None, sizes=None):
 
 @onnx_op("Attention", since=23)
 def attention(c, q, k, v, mask=None, past_key=None, past_value=None, nonpad=None):
-    if past_key is not None or past_value is not None or nonpad is not None:
-        c.unsupported("Attention with a KV cache (past_key/past_value/nonpad_kv_seqlen)")
-    if any(c.wants(i) for i in (1, 2, 3)):
-        c.unsupported("Attention's present_key/present_value/qk_matmul_output outputs")
     causal = bool(c.i("is_causal", 0))
     scale = c.f("scale", None)
-    if c.f("softcap", 0.0) != 0.0:
-        c.unsupported("softcap")
+    softcap = c.f("softcap", 0.0)
     mode = c.i("qk_matmul_output_mode", 0)
     c.i("softmax_precision", 0)
-    if mode != 0:
-        c.unsupported(f"qk_matmul_output_mode={mode}")
+    window = (c.i("left_window_size", -1), c.i("right_window_size", -1))
     qh, kvh = c.i("q_num_heads", 0), c.i("kv_num_heads", 0)
+    c.check((past_key is None) == (past_value is None), "past_key and past_value go together")
+    c.check(not (nonpad is not None and past_key is not None), "nonpad_kv_seqlen with a past cache")
     if q.ndim == 3:
         c.check(qh > 0 and kvh > 0, "3-D inputs need q_num_heads and kv_num_heads")
-        if scale is None:
-            scale = 1.0 / math.sqrt(q.shape[-1] // qh)
-    return c.call(F.attention, q, k, v, mask, is_causal=causal, scale=scale, q_heads=qh, kv_heads=kvh)
+    kw = {"is_causal": causal} if causal else {}
+    if scale is not None:
+        kw["scale"] = scale
+    if q.ndim == 3:
+        kw.update(q_heads=qh, kv_heads=kvh)
+    if softcap:
+        kw["softcap"] = softcap
+    if c.wants(3):
+        kw["qk_output"] = mode
+    if window != (-1, -1):
+        kw["window"] = window
+    out = c.call(F.attention, q, k, v, mask, past_key, past_value, nonpad, **kw)
+    return out
+
+
+@onnx_op("NegativeLogLikelihoodLoss", since=12)
+def nll_loss(c, x, target, weight=None):
+    red = c.s("reduction", "mean")
+    if red not in ("none", "sum", "mean"):
+        c.unsupported(f"reduction={red!r}")
+    return c.call(F.nll_loss, x, target, weight, red, c.i("ignore_index", None))
+
+
+@onnx_op("SoftmaxCrossEntropyLoss", since=12)
+def softmax_cross_entropy(c, x, labels, weight=None):
+    red = c.s("reduction", "mean")
+    if red not in ("none", "sum", "mean"):
+        c.unsupported(f"reduction={red!r}")
+    out = c.call(F.softmax_cross_entropy, x, labels, weight, red, c.i("ignore_index", None))
+    return out
+
+
+@onnx_op("LpPool", since=11)
+def lp_pool(c, x):
+    k, s, d, p = _spatial(c, x, pool=True)
+    if d != [1] * len(d):
+        c.unsupported(f"dilations={d} for LpPool")
+    return c.call(F.lp_pool, x, c.i("p", 2), tuple(k), tuple(s), tuple(p), bool(c.i("ceil_mode", 0)))
+
+
+@onnx_op("CenterCropPad", since=18)
+def center_crop_pad(c, x, shape):
+    axes = c.ints_attr("axes", None)
+    return c.call(F.center_crop_pad, x, c.ints(shape, "shape"), axes)
+
+
+@onnx_op("Compress", since=9)
+def compress(c, x, cond):
+    return c.call(F.compress, x, cond, c.i("axis", None))
+
+
+@onnx_op("ReverseSequence", since=10)
+def reverse_sequence(c, x, lengths):
+    return c.call(F.reverse_sequence, x, lengths, c.i("batch_axis", 1), c.i("time_axis", 0))
+
+
+@onnx_op("RotaryEmbedding", since=23)
+def rotary_embedding(c, x, cos, sin, position_ids=None):
+    return c.call(F.rotary_embedding, x, cos, sin, position_ids, interleaved=bool(c.i("interleaved", 0)),
+                  num_heads=c.i("num_heads", 0), rotary_dim=c.i("rotary_embedding_dim", 0))
+
+
+@onnx_op("Scatter", since=9)
+def scatter_v9(c, x, indices, updates):
+    return c.call(F.scatter_elements, x, indices, updates, c.i("axis", 0), F.int_list)
