@@ -227,7 +227,8 @@ function showResult(r) {
     items[d].querySelector(".pct").textContent = r ? `${(p * 100).toFixed(1)}%` : "–";
     items[d].classList.toggle("top", !!r && d === r.digit);
   }
-  $("digit").textContent = r ? String(r.digit) : "–";
+  $("digit").textContent = r ? String(r.digit) : "?";
+  $("digit").classList.toggle("empty", !r);
   $("confidence").textContent = r ? `${(r.probs[r.digit] * 100).toFixed(1)}% sure` : "";
   $("ms").textContent = r ? `${r.ms.toFixed(1)} ms` : "–";
 }
