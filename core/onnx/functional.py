@@ -1161,3 +1161,316 @@ def nonzero(x: Tensor) -> Tensor:
     if not flat:
         return E.zeros((max(x.ndim, 1), 0), dtype=_dt.int64, device=x.device)
     return E.tensor(rows, dtype=_dt.int64, device=x.device)
+
+
+# ---- inverse trigonometry (no ember primitive: argument halving + a short series) ----------
+
+def atan(x: Tensor) -> Tensor:
+    """arctan: |x| > 1 folds to pi/2 - atan(1/|x|); two halvings t -> t / (1 + sqrt(1 + t^2))
+    bring |t| below tan(pi/16) ~ 0.2, where the odd series to t^15 is exact in float32."""
+    a = E.abs(x)
+    inv = E.greater(a, 1.0)
+    t = E.where(inv, E.divide(1.0, a), a)
+    for _ in range(2):
+        t = E.divide(t, E.add(E.sqrt(E.add(E.multiply(t, t), 1.0)), 1.0))
+    t2 = E.multiply(t, t)
+    acc = None
+    for k in range(7, -1, -1):            # sum_{k} (-1)^k t^(2k+1) / (2k+1), Horner in t^2
+        c = (-1.0) ** k / (2 * k + 1)
+        acc = E.full((), c, dtype=t.dtype, device=t.device) if acc is None else E.add(E.multiply(acc, t2), c)
+    r = E.multiply(E.multiply(acc, t), 4.0)
+    r = E.where(inv, E.subtract(math.pi / 2, r), r)
+    return E.where(E.less(x, 0.0), E.negative(r), r).astype(x.dtype)
+
+
+def asin(x: Tensor) -> Tensor:
+    """arcsin(x) = atan(x / sqrt(1 - x^2)) (x = +-1 gives +-pi/2 through atan(+-inf))."""
+    return atan(E.divide(x, E.sqrt(E.subtract(1.0, E.multiply(x, x)))))
+
+
+def acos(x: Tensor) -> Tensor:
+    return E.subtract(math.pi / 2, asin(x)).astype(x.dtype)
+
+
+# ---- data-dependent outputs (values are read back) ----------------------------------------
+
+def unique(x: Tensor, axis: int | None = None, sorted_: bool = True) -> tuple:
+    """ONNX Unique: unique values (or slices along ``axis``), first-occurrence indices, inverse
+    indices and counts. The output size depends on the data, so the values are read."""
+    if axis is None:
+        items = [(v,) for v in _flat(x)]
+        shape_rest = None
+    else:
+        axis = _norm_axis(axis, x.ndim, "Unique")
+        moved = E.permute_dims(x, (axis,) + tuple(i for i in range(x.ndim) if i != axis))
+        n = x.shape[axis]
+        vals = _flat(moved)
+        k = len(vals) // n if n else 0
+        items = [tuple(vals[i * k:(i + 1) * k]) for i in range(n)]
+        shape_rest = moved.shape[1:]
+    first = {}
+    order = []
+    for i, it in enumerate(items):
+        if it not in first:
+            first[it] = i
+            order.append(it)
+    if sorted_:
+        order.sort()
+    pos = {it: j for j, it in enumerate(order)}
+    inverse = [pos[it] for it in items]
+    counts = [0] * len(order)
+    for j in inverse:
+        counts[j] += 1
+    idx = [first[it] for it in order]
+    i64 = _dt.int64
+    dev = x.device
+    if axis is None:
+        y = E.tensor([it[0] for it in order], dtype=x.dtype, device=dev) if order else \
+            E.zeros((0,), dtype=x.dtype, device=dev)
+    else:
+        y = E.take(x, E.tensor(idx, dtype=i64, device=dev), axis=axis)
+    t = (lambda v: E.tensor(v, dtype=i64, device=dev) if v else E.zeros((0,), dtype=i64, device=dev))
+    return y, t(idx), t(inverse), t(counts)
+
+
+def _flat(x: Tensor) -> list:
+    v = x.tolist()
+    if not isinstance(v, list):
+        return [v]
+    while v and isinstance(v[0], list):
+        v = [a for row in v for a in row]
+    return v
+
+
+# ---- grid sample ---------------------------------------------------------------------------
+
+def _reflect(v: Tensor, lo: float, hi: float) -> Tensor:
+    rng = hi - lo
+    if rng <= 0:
+        return E.full(v.shape, lo, dtype=v.dtype, device=v.device)
+    below, above = E.less(v, lo), E.greater(v, hi)
+    dx = E.where(below, E.subtract(lo, v), E.where(above, E.subtract(v, hi), 0.0))
+    n = E.floor(E.divide(dx, rng))
+    r = E.subtract(dx, E.multiply(n, rng))
+    even = E.equal(E.remainder(n, 2.0), 0.0)
+    from_lo = E.where(even, E.add(lo, r), E.subtract(hi, r))
+    from_hi = E.where(even, E.subtract(hi, r), E.add(lo, r))
+    return E.where(below, from_lo, E.where(above, from_hi, v))
+
+
+def _keys(t: Tensor, a: float = -0.75) -> list:
+    """Keys cubic weights of the taps at offsets -1, 0, 1, 2 for fractions ``t``."""
+    def w_near(d):      # |d| <= 1
+        return E.add(E.multiply(E.multiply(E.subtract(E.multiply(d, a + 2), a + 3), d), d), 1.0)
+
+    def w_far(d):       # 1 < |d| < 2
+        return E.subtract(E.multiply(E.add(E.multiply(E.subtract(E.multiply(d, a), 5 * a), d), 8 * a), d), 4 * a)
+    return [w_far(E.add(t, 1.0)), w_near(t), w_near(E.subtract(1.0, t)), w_far(E.subtract(2.0, t))]
+
+
+def grid_sample(x: Tensor, grid: Tensor, mode: str = "linear", padding_mode: str = "zeros",
+                align_corners: bool = False) -> Tensor:
+    """ONNX GridSample over N-D spatial inputs: every output point reads the input at the
+    grid's (normalised) coordinates, by nearest, (multi)linear or cubic interpolation; out of
+    range points follow ``padding_mode`` (zeros, border, reflection). All tensor ops: the taps'
+    flat indices are computed on the device and gathered with ``take_along_axis``."""
+    n, ch = x.shape[:2]
+    sp = x.shape[2:]
+    nd = len(sp)
+    out_sp = grid.shape[1:-1]
+    p = prod(out_sp)
+    g = E.reshape(grid.astype(_dt.float32), (n, p, nd))
+    coords = []
+    for d in range(nd):
+        c = E.reshape(g[:, :, nd - 1 - d], (n, p))
+        size = sp[d]
+        c = E.multiply(E.add(c, 1.0), (size - 1) / 2.0) if align_corners else \
+            E.divide(E.subtract(E.multiply(E.add(c, 1.0), float(size)), 1.0), 2.0)
+        if mode == "nearest":
+            c = E.round(c)
+        lo, hi = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+        if padding_mode == "border":
+            c = E.clip(c, 0.0, size - 1.0)
+        elif padding_mode == "reflection":
+            c = _reflect(c, lo, hi)
+        coords.append((c, size, lo, hi))
+    taps_per_dim = []
+    for c, size, lo, hi in coords:
+        if mode == "nearest":
+            taps_per_dim.append([(c, None)])
+            continue
+        f = E.floor(c)
+        t = E.subtract(c, f)
+        if mode == "linear":
+            taps_per_dim.append([(f, E.subtract(1.0, t)), (E.add(f, 1.0), t)])
+        elif mode == "cubic":
+            ws = _keys(t)
+            taps_per_dim.append([(E.add(f, float(k - 1)), ws[k]) for k in range(4)])
+        else:
+            raise UnsupportedOp(f"GridSample: mode {mode!r}")
+    data = E.reshape(x, (n, ch, prod(sp)))
+    out = None
+
+    def combos(d):
+        if d == nd:
+            yield []
+            return
+        for tap in taps_per_dim[d]:
+            for rest in combos(d + 1):
+                yield [tap] + rest
+    for combo in combos(0):
+        flat = None
+        weight = None
+        valid = None
+        stride = 1
+        for d in range(nd - 1, -1, -1):
+            pos, w = combo[d]
+            size, lo, hi = coords[d][1], coords[d][2], coords[d][3]
+            if padding_mode == "reflection":
+                pos = _reflect(pos, lo, hi)
+            i = pos.astype(_dt.int64)          # truncation toward zero, like the reference's int()
+            if padding_mode == "zeros":
+                ok = E.logical_and(E.greater_equal(i, 0), E.less(i, size))
+                valid = ok if valid is None else E.logical_and(valid, ok)
+            i = E.clip(i, 0, size - 1)
+            term = E.multiply(i, stride)
+            flat = term if flat is None else E.add(flat, term)
+            if w is not None:
+                weight = w if weight is None else E.multiply(weight, w)
+            stride *= size
+        if valid is not None:
+            weight = E.where(valid, weight if weight is not None else 1.0, 0.0)
+        idx = E.broadcast_to(E.reshape(flat, (n, 1, p)), (n, ch, p))
+        vals = E.take_along_axis(data, idx, axis=2)
+        if weight is not None:
+            vals = E.multiply(vals, E.reshape(weight.astype(x.dtype) if x.dtype.kind == "f" else weight, (n, 1, p)))
+        out = vals if out is None else E.add(out, vals)
+    return E.reshape(out, (n, ch) + tuple(out_sp)).astype(x.dtype)
+
+
+# ---- recurrent layers --------------------------------------------------------------------------
+
+def _act(name: str, alpha, beta):
+    name = name.lower()
+    table = {
+        "sigmoid": E.sigmoid, "tanh": E.tanh, "relu": E.relu, "softsign": softsign, "softplus": softplus,
+        "leakyrelu": lambda v: E.leaky_relu(v, 0.01 if alpha is None else alpha),
+        "thresholdedrelu": lambda v: thresholded_relu(v, 1.0 if alpha is None else alpha),
+        "hardsigmoid": lambda v: hard_sigmoid(v, 0.2 if alpha is None else alpha, 0.5 if beta is None else beta),
+        "elu": lambda v: elu(v, 1.0 if alpha is None else alpha),
+        "affine": lambda v: E.add(E.multiply(v, 1.0 if alpha is None else alpha), 0.0 if beta is None else beta),
+        "scaledtanh": lambda v: E.multiply(E.tanh(E.multiply(v, 1.0 if beta is None else beta)),
+                                           1.0 if alpha is None else alpha),
+    }
+    fn = table.get(name)
+    if fn is None:
+        raise UnsupportedOp(f"recurrent activation {name!r}")
+    return fn
+
+
+def rnn(kind: str, x: Tensor, w: Tensor, r: Tensor, b: Tensor | None, seq_lens: Tensor | None,
+        h0: Tensor | None, c0: Tensor | None = None, peep: Tensor | None = None, *, hidden: int,
+        direction: str = "forward", activations=(), clip: float | None = None, linear_before_reset: bool = False,
+        input_forget: bool = False, layout: int = 0) -> tuple:
+    """ONNX RNN / GRU / LSTM (``kind``), unrolled over time with ember matmuls. Returns
+    ``(Y, Y_h)`` or, for LSTM, ``(Y, Y_h, Y_c)`` in the ONNX layouts."""
+    if layout:
+        x = E.permute_dims(x, (1, 0, 2))
+        h0 = None if h0 is None else E.permute_dims(h0, (1, 0, 2))
+        c0 = None if c0 is None else E.permute_dims(c0, (1, 0, 2))
+    seq, batch, _ = x.shape
+    ndir = 2 if direction == "bidirectional" else 1
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
+    lens = None
+    if seq_lens is not None:
+        lens = int_list(seq_lens)
+        if all(v == seq for v in lens):
+            lens = None
+    dt = x.dtype
+    acts = list(activations)
+    per_dir = {"RNN": 1, "GRU": 2, "LSTM": 3}[kind]
+    ys, hs, cs = [], [], []
+    for d in range(ndir):
+        f_acts = acts[d * per_dir:(d + 1) * per_dir]
+        wd = E.reshape(w[d:d + 1], (gates * hidden, -1))
+        rd = E.reshape(r[d:d + 1], (gates * hidden, hidden))
+        xw = E.matmul(x, E.permute_dims(wd, (1, 0)))                     # (seq, batch, G*H)
+        if b is not None:
+            bd = E.reshape(b[d:d + 1], (2 * gates * hidden,))
+            wb, rb = bd[:gates * hidden], bd[gates * hidden:]
+            xw = E.add(xw, wb)
+        else:
+            rb = None
+        h = E.zeros((batch, hidden), dtype=dt, device=x.device) if h0 is None else E.reshape(h0[d:d + 1], (batch, hidden))
+        cst = None
+        if kind == "LSTM":
+            cst = E.zeros((batch, hidden), dtype=dt, device=x.device) if c0 is None else \
+                E.reshape(c0[d:d + 1], (batch, hidden))
+            pd = None if peep is None else E.reshape(peep[d:d + 1], (3, hidden))
+        reverse = direction == "reverse" or d == 1
+        if reverse and lens is not None:
+            raise UnsupportedOp("reverse recurrent direction with per-batch sequence_lens")
+        rt_w = E.permute_dims(rd, (1, 0))
+        steps = range(seq - 1, -1, -1) if reverse else range(seq)
+        outs = [None] * seq
+        for t in steps:
+            pre = xw[t]                                                     # (batch, G*H)
+            def lin(k, hv=None):
+                part = E.matmul(h if hv is None else hv, rt_w[:, k * hidden:(k + 1) * hidden])
+                if rb is not None:
+                    part = E.add(part, rb[k * hidden:(k + 1) * hidden])
+                return part
+
+            def cl(v):
+                return E.clip(v, -clip, clip) if clip is not None else v
+
+            def gx(k):
+                return pre[:, k * hidden:(k + 1) * hidden]
+            if kind == "RNN":
+                h_new = f_acts[0](cl(E.add(gx(0), lin(0))))
+            elif kind == "GRU":
+                z = f_acts[0](cl(E.add(gx(0), lin(0))))
+                rr = f_acts[0](cl(E.add(gx(1), lin(1))))
+                if linear_before_reset:
+                    hh = f_acts[1](cl(E.add(gx(2), E.multiply(rr, lin(2)))))
+                else:
+                    hh = f_acts[1](cl(E.add(gx(2), lin(2, E.multiply(rr, h)))))
+                h_new = E.add(E.multiply(E.subtract(1.0, z), hh), E.multiply(z, h))
+            else:
+                i_pre = E.add(gx(0), lin(0))
+                o_pre = E.add(gx(1), lin(1))
+                f_pre = E.add(gx(2), lin(2))
+                c_pre = E.add(gx(3), lin(3))
+                if pd is not None:
+                    i_pre = E.add(i_pre, E.multiply(pd[0], cst))
+                    f_pre = E.add(f_pre, E.multiply(pd[2], cst))
+                ig = f_acts[0](cl(i_pre))
+                fg = E.subtract(1.0, ig) if input_forget else f_acts[0](cl(f_pre))
+                cg = f_acts[1](cl(c_pre))
+                c_new = E.add(E.multiply(fg, cst), E.multiply(ig, cg))
+                if pd is not None:
+                    o_pre = E.add(o_pre, E.multiply(pd[1], c_new))
+                og = f_acts[0](cl(o_pre))
+                h_new = E.multiply(og, f_acts[2](c_new))
+                if lens is not None:
+                    m = E.reshape(E.tensor([t < v for v in lens], dtype=_dt.bool_, device=x.device), (batch, 1))
+                    c_new = E.where(m, c_new, cst)
+                cst = c_new
+            if lens is not None:
+                m = E.reshape(E.tensor([t < v for v in lens], dtype=_dt.bool_, device=x.device), (batch, 1))
+                outs[t] = E.where(m, h_new, 0.0).astype(dt)
+                h = E.where(m, h_new, h).astype(dt)
+            else:
+                outs[t] = h_new
+                h = h_new
+        ys.append(E.stack(outs, axis=0))                                    # (seq, batch, H)
+        hs.append(h)
+        cs.append(cst)
+    y = E.stack(ys, axis=1)                                                 # (seq, ndir, batch, H)
+    yh = E.stack(hs, axis=0)                                                # (ndir, batch, H)
+    yc = E.stack(cs, axis=0) if kind == "LSTM" else None
+    if layout:
+        y = E.permute_dims(y, (2, 0, 1, 3))
+        yh = E.permute_dims(yh, (1, 0, 2))
+        yc = None if yc is None else E.permute_dims(yc, (1, 0, 2))
+    return (y, yh, yc) if kind == "LSTM" else (y, yh)

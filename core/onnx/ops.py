@@ -356,7 +356,9 @@ def dropout(c, x, ratio=None, training=None):
     c.i("seed", 0)
     c.attr("consumed_inputs", None)
     if training is not None and c.scalar(training, "training_mode"):
-        c.unsupported("Dropout with training_mode=True (ember runs inference)")
+        # training-mode dropout is random; only ratio 0 (the identity) is deterministic
+        if ratio is None or c.scalar(ratio, "ratio") != 0:
+            c.unsupported("Dropout with training_mode=True and a non-zero ratio (ember runs inference)")
     if c.wants(1):
         return x, c.call(E.full, x.shape, True, dtype=_dt.bool_, device=DEVICE)
     return x
@@ -1133,3 +1135,172 @@ def rotary_embedding(c, x, cos, sin, position_ids=None):
 @onnx_op("Scatter", since=9)
 def scatter_v9(c, x, indices, updates):
     return c.call(F.scatter_elements, x, indices, updates, c.i("axis", 0), F.int_list)
+
+
+@onnx_op("Atan", since=7)
+def atan(c, x):
+    return c.call(F.atan, x)
+
+
+@onnx_op("Asin", since=7)
+def asin(c, x):
+    return c.call(F.asin, x)
+
+
+@onnx_op("Acos", since=7)
+def acos(c, x):
+    return c.call(F.acos, x)
+
+
+@onnx_op("Unique", since=11)
+def unique(c, x):
+    return c.call(F.unique, x, c.i("axis", None), bool(c.i("sorted", 1)))
+
+
+@onnx_op("GridSample", since=16)
+def grid_sample(c, x, grid):
+    mode = c.s("mode", "bilinear" if c.opset < 20 else "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    pad = c.s("padding_mode", "zeros")
+    if mode not in ("linear", "nearest", "cubic"):
+        c.unsupported(f"mode={mode!r}")
+    if pad not in ("zeros", "border", "reflection"):
+        c.unsupported(f"padding_mode={pad!r}")
+    if mode == "cubic" and x.ndim != 4:
+        c.unsupported("cubic GridSample on a non-2-D input")
+    return c.call(F.grid_sample, x, grid, mode, pad, bool(c.i("align_corners", 0)))
+
+
+def _recurrent(kind, n_acts, defaults):
+    @onnx_op(kind, since=7)
+    def h(c, x, w, r, b=None, seq_lens=None, h0=None, c0=None, peep=None):
+        hidden = c.i("hidden_size", None)
+        if hidden is None:
+            hidden = r.shape[-1]
+        direction = c.s("direction", "forward")
+        if direction not in ("forward", "reverse", "bidirectional"):
+            c.unsupported(f"direction={direction!r}")
+        ndir = 2 if direction == "bidirectional" else 1
+        names = c.attr("activations", None) or defaults * ndir
+        alphas = c.floats_attr("activation_alpha", None) or []
+        betas = c.floats_attr("activation_beta", None) or []
+        c.check(len(names) == n_acts * ndir, f"{len(names)} activations for {ndir} direction(s)")
+        # alpha/beta lists cover only the activations that take them, in order
+        acts, ia, ib = [], 0, 0
+        for nm in names:
+            takes_a = nm.lower() in ("leakyrelu", "thresholdedrelu", "hardsigmoid", "elu", "affine", "scaledtanh")
+            takes_b = nm.lower() in ("hardsigmoid", "affine", "scaledtanh")
+            a = alphas[ia] if takes_a and ia < len(alphas) else None
+            bb = betas[ib] if takes_b and ib < len(betas) else None
+            ia += takes_a
+            ib += takes_b
+            acts.append(F._act(nm, a, bb))
+        kw = {}
+        if kind == "GRU":
+            kw["linear_before_reset"] = bool(c.i("linear_before_reset", 0))
+        if kind == "LSTM":
+            kw["input_forget"] = bool(c.i("input_forget", 0))
+        layout = c.i("layout", 0)
+        clip = c.f("clip", None)
+        return c.call(F.rnn, kind, x, w, r, b, seq_lens, h0, c0, peep, hidden=hidden, direction=direction,
+                      activations=tuple(acts), clip=clip, layout=layout, **kw)
+    return h
+
+
+_recurrent("RNN", 1, ["Tanh"])
+_recurrent("GRU", 2, ["Sigmoid", "Tanh"])
+_recurrent("LSTM", 3, ["Sigmoid", "Tanh", "Tanh"])
+
+
+# ---- control flow: subgraphs run through the same table -----------------------------------------
+
+def _graph_attr(c, name):
+    from .proto import Graph
+    g = c.attr(name)
+    c.check(isinstance(g, Graph), f"attribute {name!r} must be a graph")
+    return g
+
+
+@onnx_op("If", since=1)
+def if_(c, cond):
+    then_g, else_g = _graph_attr(c, "then_branch"), _graph_attr(c, "else_branch")
+    take = bool(c.scalar(cond, "cond"))
+    return c.run_graph(then_g if take else else_g, {})
+
+
+_TRACE_LOOP_LIMIT = 1000   # while loading, longer loops are left to run time
+
+
+@onnx_op("Loop", since=1)
+def loop(c, max_trip=None, cond=None, *carried):
+    from .runtime import NeedsData
+    body = _graph_attr(c, "body")
+    n_carried = len(carried)
+    c.check(len(body.inputs) == 2 + n_carried, f"the body takes {len(body.inputs)} inputs for {n_carried} "
+            f"loop-carried values (+ iteration number and condition)")
+    n_scan = len(body.outputs) - 1 - n_carried
+    c.check(n_scan >= 0, "the body has too few outputs")
+    m = None if max_trip is None else int(c.scalar(max_trip, "M"))
+    keep = True if cond is None else bool(c.scalar(cond, "cond"))
+    if c.tracing and (m is None or m > _TRACE_LOOP_LIMIT):
+        raise NeedsData("loop trip count")
+    values = list(carried)
+    scans = [[] for _ in range(n_scan)]
+    i = 0
+    while keep and (m is None or i < m):
+        it = c.call(E.tensor, i, dtype=_dt.int64, device="python")
+        cnd = c.call(E.tensor, keep, dtype=_dt.bool_, device="python")
+        names = [vi.name for vi in body.inputs]
+        outs = c.run_graph(body, dict(zip(names, [it, cnd] + values)))
+        keep = bool(c.scalar(outs[0], "cond")) if body.outputs[0].name else keep
+        values = list(outs[1:1 + n_carried])
+        for k in range(n_scan):
+            scans[k].append(outs[1 + n_carried + k])
+        i += 1
+        if c.tracing and i > _TRACE_LOOP_LIMIT:
+            raise NeedsData("loop length")
+    stacked = []
+    for k, items in enumerate(scans):
+        if items:
+            stacked.append(c.call(E.stack, items, axis=0))
+        else:
+            c.unsupported("a Loop with scan outputs that runs zero iterations")
+    return tuple(values) + tuple(stacked)
+
+
+@onnx_op("Scan", since=9)
+def scan(c, *inputs):
+    body = _graph_attr(c, "body")
+    n_scan = c.i("num_scan_inputs")
+    n_state = len(inputs) - n_scan
+    c.check(n_state >= 0, f"num_scan_inputs={n_scan} exceeds the {len(inputs)} inputs")
+    in_axes = c.ints_attr("scan_input_axes", None) or [0] * n_scan
+    in_dirs = c.ints_attr("scan_input_directions", None) or [0] * n_scan
+    n_out = len(body.outputs) - n_state
+    out_axes = c.ints_attr("scan_output_axes", None) or [0] * n_out
+    out_dirs = c.ints_attr("scan_output_directions", None) or [0] * n_out
+    states = list(inputs[:n_state])
+    xs = inputs[n_state:]
+    axes = [a % xs[k].ndim for k, a in enumerate(in_axes)]
+    length = xs[0].shape[axes[0]] if xs else 0
+    c.check(all(x.shape[a] == length for x, a in zip(xs, axes)), "scan inputs differ in length")
+    outs_seq = [[] for _ in range(n_out)]
+    names = [vi.name for vi in body.inputs]
+    for t in range(length):
+        slices = []
+        for k, x in enumerate(xs):
+            pos = length - 1 - t if in_dirs[k] else t
+            key = (slice(None),) * axes[k] + (pos,)
+            slices.append(c.call(operator.getitem, x, key))
+        outs = c.run_graph(body, dict(zip(names, states + slices)))
+        states = list(outs[:n_state])
+        for k in range(n_out):
+            outs_seq[k].append(outs[n_state + k])
+    stacked = []
+    for k, items in enumerate(outs_seq):
+        if out_dirs[k]:
+            items = items[::-1]
+        c.check(bool(items), "Scan over zero steps with scan outputs")
+        axis = out_axes[k] % (items[0].ndim + 1)
+        stacked.append(c.call(E.stack, items, axis=axis))
+    return tuple(states) + tuple(stacked)

@@ -10,8 +10,9 @@ path (``ModelProto.graph.node[3].attribute[0]``): a truncated varint, a bad wire
 past the end of its message, nesting deeper than ``MAX_DEPTH``, invalid UTF-8.
 
 >>> from ember.onnx.proto import parse_model
->>> parse_model(b"\\x08\\x07").ir_version   # field 1 (ir_version), varint 7
-7
+>>> m = parse_model(b"\\x08\\x07\\x3a\\x03\\x12\\x01g")   # ir_version 7, graph named "g"
+>>> m.ir_version, m.graph.name
+(7, 'g')
 """
 from __future__ import annotations
 

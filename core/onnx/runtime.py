@@ -134,11 +134,63 @@ class Ctx:
     """The context an op handler gets: the node's attributes, its opset, and ``call`` to run
     ember functions (the only way a handler computes, so the code generator can record it)."""
 
+    tracing = False
+
     def __init__(self, node, opset, device):
         self.node = node
         self.opset = opset
         self.device = device
         self.used = set()
+        self.scope = {}         # the values visible to subgraphs (If/Loop/Scan bodies)
+        self.opsets = {"ai.onnx": opset}
+
+    # subgraphs -----------------------------------------------------------------------------------
+    def child(self, node, opset):
+        """A context of the same kind for a node of a subgraph."""
+        raise NotImplementedError
+
+    def run_graph(self, g, bindings: dict):
+        """Run subgraph ``g`` (a GraphProto attribute) with its inputs bound to ``bindings`` and
+        the enclosing graph's values in scope; return its outputs as a tuple."""
+        from collections import ChainMap
+        from .ops import resolve
+
+        env = ChainMap(dict(bindings), self.scope)
+        for t in g.initializers:
+            env[t.name] = tensor_from_proto(t, const_device(t.dims, None, self.device), what=f"initializer {t.name!r}")
+        rec = getattr(self, "recorder", None)
+        for node in g.nodes:
+            handler, opset = resolve(node, self.opsets)
+            sub = self.child(node, opset)
+            sub.scope = env
+            sub.opsets = self.opsets
+            ins = []
+            for name in node.inputs:
+                if not name:
+                    ins.append(None)
+                    continue
+                if name not in env:
+                    raise OnnxError(f"{self.where()}: subgraph node {node.label} reads {name!r}, which is not "
+                                    f"defined in the subgraph or the enclosing graph")
+                v = env[name]
+                if v is UNKNOWN:
+                    raise NeedsData(name)
+                if rec is not None and isinstance(v, Tensor) and id(v) not in rec.known:
+                    rec.known[id(v)] = (v, rec._v(name))       # an enclosing graph's value
+                ins.append(v)
+            outs = run_handler(handler, sub, ins)
+            if self.tracing:
+                unused = set(node.attrs) - sub.used
+                if unused:
+                    raise UnsupportedOp(f"ONNX node {node.label} ({node.op_type}, opset {opset}) in a subgraph "
+                                        f"of {self.where()}: attribute(s) {', '.join(sorted(unused))} not supported")
+            for name, v in zip(node.outputs, outs):
+                if name:
+                    env[name] = v
+        missing = [o.name for o in g.outputs if o.name not in env]
+        if missing:
+            raise OnnxError(f"{self.where()}: subgraph outputs {missing} are not produced")
+        return tuple(env[o.name] for o in g.outputs)
 
     # attributes ----------------------------------------------------------------------------------
     def attr(self, name, default=_REQUIRED):
@@ -265,6 +317,9 @@ class RunCtx(Ctx):
         self.model = model
         self.seq = 0
 
+    def child(self, node, opset):
+        return RunCtx(node, opset, self.device, self.model)
+
     def _mover(self, target):
         cache = self.model._moved
         consts = self.model._const_ids
@@ -306,9 +361,14 @@ class TraceCtx(Ctx):
     """Load time: placeholder (meta) inputs, real constants. A call on real tensors only is
     folded (computed now) unless its result would be larger than ``FOLD_LIMIT`` elements."""
 
+    tracing = True
+
     def __init__(self, node, opset, device, recorder=None):
         super().__init__(node, opset, device)
         self.recorder = recorder
+
+    def child(self, node, opset):
+        return TraceCtx(node, opset, self.device, self.recorder)
 
     def call(self, fn, *args, **kw):
         rec = self.recorder
@@ -467,6 +527,8 @@ def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reu
                 recorder.skip(node, ins, [env[n] if n else None for n in node.outputs])
             continue
         ctx = TraceCtx(node, opset, device, recorder)
+        ctx.scope = env
+        ctx.opsets = opsets
         if recorder is not None:
             recorder.begin(node, ins)
         try:
@@ -559,6 +621,7 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
         if any(o in needed for o in node.outputs if o):
             keep.append(node)
             needed.update(i for i in node.inputs if i)
+            needed |= _subgraph_reads(_one_node_graph(node))
     an.plan = keep[::-1]
     if rec_a is not None:
         for node in an.plan:
@@ -631,7 +694,7 @@ class Model:
             for name in n.inputs:
                 if name:
                     last[name] = i
-        keep = set(self.output_names)
+        keep = set(self.output_names) | _subgraph_reads(g)
         self._free = [[] for _ in an.plan]
         for name, i in last.items():
             if name not in keep and name not in an.consts:
@@ -679,6 +742,8 @@ class Model:
         from ..errors import EmberError as _E
         for step, (node, (handler, opset)) in enumerate(zip(self._plan, self._handlers)):
             ctx = RunCtx(node, opset, self.device, self)
+            ctx.scope = env
+            ctx.opsets = self.opsets
             try:
                 outs = run_handler(handler, ctx, [env[n] if n else None for n in node.inputs])
             except _E as e:
@@ -707,6 +772,26 @@ class Model:
         out = self.run(feeds)
         vals = tuple(out[n] for n in self.output_names)
         return vals[0] if len(vals) == 1 else vals
+
+
+def _one_node_graph(node):
+    g = proto.Graph()
+    g.nodes = [node]
+    return g
+
+
+def _subgraph_reads(g) -> set:
+    """Every value name read inside If/Loop/Scan bodies (they see the enclosing graph)."""
+    out = set()
+    for n in g.nodes:
+        for a in n.attrs.values():
+            graphs = [a.value] if isinstance(a.value, proto.Graph) else \
+                [x for x in a.value if isinstance(x, proto.Graph)] if isinstance(a.value, list) else []
+            for sg in graphs:
+                for m in sg.nodes:
+                    out.update(i for i in m.inputs if i)
+                out |= _subgraph_reads(sg)
+    return out
 
 
 def _inline_functions(mp):
