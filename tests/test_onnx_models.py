@@ -220,3 +220,12 @@ def test_copy_of_generated_package_runs_elsewhere(tmp_path, generated):
     x = _data("mnist_cnn", (1, 1, 28, 28))
     y = m.load(device="numpy")(ember.from_numpy(x, device="numpy"))
     np.testing.assert_allclose(y.numpy(), _ref("mnist_cnn", x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("module", ["ember.onnx", "ember.onnx.proto", "ember.onnx.runtime", "ember.onnx.ops",
+                                    "ember.onnx.functional", "ember.onnx.testing"])
+def test_doctests(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0

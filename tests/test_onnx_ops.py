@@ -218,6 +218,51 @@ CASES += [
       inits=["sz"], opset=13),
 ]
 
+# attention, losses, recurrent layers, sampling
+Q4, K4, V4 = f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5)
+CASES += [
+    C("Attention", "Attention", {"q": Q4, "k": K4, "v": V4}, opset=23),
+    C("Attention/causal-mask", "Attention", {"q": Q4, "k": K4, "v": V4, "m": bools(4, 6)}, {"is_causal": 1}, opset=23),
+    C("Attention/float-mask-scale", "Attention", {"q": Q4, "k": K4, "v": V4, "m": f32(2, 1, 4, 6)},
+      {"scale": 0.3}, opset=23),
+    C("Attention/3d-gqa", "Attention", {"q": f32(2, 4, 16), "k": f32(2, 5, 8), "v": f32(2, 5, 8)},
+      {"q_num_heads": 4, "kv_num_heads": 2}, opset=23),
+    C("Attention/kv-cache", "Attention", {"q": Q4, "k": f32(2, 3, 1, 8), "v": f32(2, 3, 1, 5), "m": None,
+                                          "pk": f32(2, 3, 5, 8), "pv": f32(2, 3, 5, 5)},
+      {"is_causal": 1}, opset=23, outputs=3),
+    C("NegativeLogLikelihoodLoss", "NegativeLogLikelihoodLoss",
+      {"x": f32(3, 5, 2), "t": np.array([[0, 4], [2, 1], [3, 3]]), "w": f32(5, lo=0.1, hi=1)},
+      {"ignore_index": 1}, opset=13),
+    C("NegativeLogLikelihoodLoss/none", "NegativeLogLikelihoodLoss", {"x": f32(4, 3), "t": np.array([0, 2, 1, 2])},
+      {"reduction": "none"}, opset=13),
+    C("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLoss", {"x": f32(3, 5), "t": np.array([0, 4, 2])},
+      {"reduction": "sum"}, opset=13, outputs=2),
+    C("LpPool", "LpPool", {"x": IMG}, {"kernel_shape": [2, 2], "p": 3, "strides": [2, 2]}, opset=18),
+    C("CenterCropPad", "CenterCropPad", {"x": f32(5, 4), "s": i64(3, 7)}, inits=["s"], opset=18),
+    C("Compress", "Compress", {"x": f32(3, 4), "c": np.array([True, False, True])}, {"axis": 0}),
+    C("ReverseSequence", "ReverseSequence", {"x": f32(4, 3, 2), "l": i64(4, 2, 1)}, {"batch_axis": 1, "time_axis": 0}),
+    C("Scatter/v10", "Scatter", {"x": f32(3, 3), "i": np.array([[1, 0, 2]]), "u": f32(1, 3)}, {"axis": 0}, opset=10),
+    C("Atan", "Atan", {"x": np.array([-50.0, -1.0, -0.3, 0.0, 0.2, 0.99, 1.01, 7.0, np.inf], np.float32)}),
+    C("Asin", "Asin", {"x": np.array([-1.0, -0.7, 0.0, 0.3, 0.999, 1.0], np.float32)}),
+    C("Acos", "Acos", {"x": np.array([-1.0, -0.5, 0.0, 0.6, 1.0], np.float32)}),
+    C("Unique", "Unique", {"x": np.array([2.0, 1.0, 1.0, 3.0, 4.0, 3.0], np.float32)}, outputs=4),
+    C("Unique/axis", "Unique", {"x": np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]])}, {"axis": 0}, outputs=4),
+    C("GridSample", "GridSample", {"x": f32(1, 2, 4, 5), "g": f32(1, 3, 2, 2, lo=-1.2, hi=1.2)}, opset=16),
+    C("GridSample/nearest-border", "GridSample", {"x": f32(1, 1, 4, 4), "g": f32(1, 3, 3, 2, lo=-1.5, hi=1.5)},
+      {"mode": "nearest", "padding_mode": "border"}, opset=16),
+    C("GridSample/bicubic-reflect-align", "GridSample", {"x": f32(2, 1, 4, 4), "g": f32(2, 2, 3, 2, lo=-1.7, hi=1.7)},
+      {"mode": "bicubic", "padding_mode": "reflection", "align_corners": 1}, opset=16),
+    C("RNN", "RNN", {"x": f32(4, 2, 3), "w": f32(1, 5, 3), "r": f32(1, 5, 5), "b": f32(1, 10)}, {"hidden_size": 5},
+      inits=["w", "r", "b"], outputs=2),
+    C("GRU/bidirectional", "GRU", {"x": f32(3, 2, 3), "w": f32(2, 12, 3), "r": f32(2, 12, 4), "b": f32(2, 24)},
+      {"hidden_size": 4, "direction": "bidirectional", "linear_before_reset": 1}, inits=["w", "r", "b"], outputs=2),
+    C("LSTM/seq-lens-initial", "LSTM", {"x": f32(4, 2, 3), "w": f32(1, 16, 3), "r": f32(1, 16, 4), "b": f32(1, 32),
+                                        "sl": np.array([4, 2], np.int32), "h0": f32(1, 2, 4), "c0": f32(1, 2, 4)},
+      {"hidden_size": 4}, inits=["w", "r", "b"], outputs=3),
+    C("Dropout/training-ratio0", "Dropout", {"x": X, "r": np.array(0.0, np.float32), "t": np.array(True)},
+      inits=["r", "t"], opset=13),
+]
+
 IDS = [c.id for c in CASES]
 assert len(set(IDS)) == len(IDS)
 
