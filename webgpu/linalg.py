@@ -2,7 +2,8 @@
 
 - ``tiled``: 16x16 shared-memory tiles, one output per thread; any dtype, the reference.
 - ``rb64``: 64x64 tiles, 4x4 outputs per thread in named vec4 registers (float32).
-- ``rb128``: 128x128 tiles, 8x8 outputs per thread in 16 named vec4 registers (float32).
+- ``rb128``: 128x128 tiles, 8x8 outputs per thread in 16 named vec4 registers, vec4 global loads
+  where aligned (float32).
 - ``sg``: subgroup k-split for few rows (M <= 16), where the adapter has ``subgroups``.
 
 Operands are read through their strides (a transposed weight ``x @ w.T`` is not copied) and
@@ -45,13 +46,15 @@ def default_variant(rt, M, N, K, kind) -> str:
 
 
 def _operand(g: GBuf, rows_axis_last: bool):
-    """(offset, stride of axis -2, stride of axis -1, batch shape, batch strides) of a view."""
+    """(view, offset, stride of axis -2, stride of axis -1, batch shape, batch strides)."""
     realize(g)
+    if any(v < 0 for v in g.strides):   # a flipped view: the kernels index with u32
+        g = fusion.contiguous(g)
     sh, st = g.shape, g.strides
     if len(sh) == 1:
         # a vector: (1, K) for the left operand, (K, 1) for the right one
-        return (g.offset, 0, st[0], (), ()) if rows_axis_last else (g.offset, st[0], 0, (), ())
-    return g.offset, st[-2], st[-1], sh[:-2], st[:-2]
+        return (g, g.offset, 0, st[0], (), ()) if rows_axis_last else (g, g.offset, st[0], 0, (), ())
+    return g, g.offset, st[-2], st[-1], sh[:-2], st[:-2]
 
 
 def _batch_strides(shape, strides, batch):
@@ -67,8 +70,8 @@ def _batch_strides(shape, strides, batch):
 
 def matmul(rt, out: Meta, a, b) -> GBuf:
     ga, gb = a._buf, b._buf
-    a_off, a_rs, a_ks, a_bsh, a_bst = _operand(ga, True)
-    b_off, b_ks, b_ns, b_bsh, b_bst = _operand(gb, False)
+    ga, a_off, a_rs, a_ks, a_bsh, a_bst = _operand(ga, True)
+    gb, b_off, b_ks, b_ns, b_bsh, b_bst = _operand(gb, False)
     M = 1 if ga.shape.__len__() == 1 else ga.shape[-2]
     K = ga.shape[-1]
     N = 1 if len(gb.shape) == 1 else gb.shape[-1]
@@ -80,8 +83,13 @@ def matmul(rt, out: Meta, a, b) -> GBuf:
     g = GBuf(rt, out.shape, raw_dtype, storage=storage)
     if nb * M * N:
         rank = len(batch)
-        words = [M, N, K, nb, a_off, a_rs, a_ks, 0, b_off, b_ks, b_ns, 0]
-        words += list(batch) + _batch_strides(a_bsh, a_bst, batch) + _batch_strides(b_bsh, b_bst, batch)
+        abst = _batch_strides(a_bsh, a_bst, batch)
+        bbst = _batch_strides(b_bsh, b_bst, batch)
+        # rb128 loads 4 consecutive values as one vec4 where the whole row is 16-byte aligned
+        a_vec = a_ks == 1 and all(v % 4 == 0 for v in [a_off, a_rs] + abst)
+        b_vec = b_ns == 1 and all(v % 4 == 0 for v in [b_off, b_ks] + bbst)
+        words = [M, N, K, nb, a_off, a_rs, a_ks, int(a_vec), b_off, b_ks, b_ns, int(b_vec)]
+        words += list(batch) + abst + bbst
         info_n = max(4, (len(words) + 3) // 4)
         info = pack_info(words, info_n * 4)
         bufs = [(storage.buf, 0, max(4, nb * M * N * 4)), (ga.storage.buf, 0, ga.storage.nbytes),
@@ -120,6 +128,8 @@ def _launch(rt, variant, kind, rank, info_n, bufs, info, M, N, nb):
         pipe = rt.kernel(f"matmul_{variant}", **params)
         tm, tn = _TILES[variant]
         grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
+        if variant == "rb128":
+            bufs = bufs + bufs[1:3]   # A and B again, read as vec4 (A4, B4)
     rt.dispatch(pipe, bufs, info, grid)
 
 
