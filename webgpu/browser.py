@@ -16,7 +16,7 @@ with ``getCompilationInfo()`` (synchronously where JSPI allows, else on the next
 from __future__ import annotations
 
 from ..errors import DeviceError
-from .driver import BATCH_DISPATCHES, LIMIT_NAMES, UniformArena
+from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver
 
 _LIMIT_JS = {n: "".join(w if i == 0 else w.capitalize() for i, w in enumerate(n.split("_")))
              for n in LIMIT_NAMES}  # max_buffer_size -> maxBufferSize
@@ -63,7 +63,7 @@ async def create_browser_driver(power_preference: str = "high-performance") -> "
     return BrowserDriver(js, ffi, adapter, dev, info)
 
 
-class BrowserDriver:
+class BrowserDriver(BatchingDriver):
     """Driver protocol (``ember.webgpu.driver``) over the browser's WebGPU."""
 
     def __init__(self, js, ffi, adapter, dev, info):
@@ -87,9 +87,8 @@ class BrowserDriver:
         U = js.GPUBufferUsage
         self._U = U
         self._usage = U.STORAGE | U.COPY_SRC | U.COPY_DST
-        self._arena = UniformArena(self.limits["min_uniform_buffer_offset_alignment"])
-        self._arena_buf = dev.createBuffer(_obj(ffi, js, {"size": self._arena.capacity,
-                                                          "usage": U.UNIFORM | U.COPY_DST}))
+        self._init_batching(dev.createBuffer(_obj(ffi, js, {"size": UNIFORM_ARENA_BYTES,
+                                                            "usage": U.UNIFORM | U.COPY_DST})))
         self._errors: list = []
         self._unchecked: list = []  # shader modules whose compilation info is not checked yet
 
@@ -97,10 +96,6 @@ class BrowserDriver:
             self._errors.append(str(ev.error.message))
         self._on_error = ffi.create_proxy(on_error)
         dev.addEventListener("uncapturederror", self._on_error)
-        self._enc = None
-        self._pass = None
-        self._count = 0
-        self._pending = set()
         self._layouts = {}
 
     # ---- errors ------------------------------------------------------------------------------
@@ -197,46 +192,32 @@ class BrowserDriver:
         self._layouts[id(pipe)] = pipe.getBindGroupLayout(0)
         return pipe
 
-    def dispatch(self, pipe, buffers, uniforms: bytes, grid: tuple) -> None:
-        if uniforms and not self._arena.fits(len(uniforms)):
-            self.flush()
-        entries = []
-        for i, b in enumerate(buffers):
-            if isinstance(b, tuple):
-                buf, off, size = b
-            else:
-                buf, off, size = b, 0, int(b.size)
-            entries.append({"binding": i, "resource": {"buffer": buf, "offset": off, "size": size}})
-            self._pending.add(id(buf))
-        if uniforms:
-            off, size = self._arena.add(uniforms)
-            entries.append({"binding": len(buffers),
-                            "resource": {"buffer": self._arena_buf, "offset": off, "size": size}})
+    # ---- BatchingDriver hooks ----------------------------------------------------------------
+    def _buffer_size(self, buf) -> int:
+        return int(buf.size)
+
+    def _bind_group(self, pipe, entries):
         layout = self._layouts.get(id(pipe)) or pipe.getBindGroupLayout(0)
-        bg = self._dev.createBindGroup(_obj(self._ffi, self._js, {"layout": layout, "entries": entries}))
-        if self._enc is None:
-            self._enc = self._dev.createCommandEncoder()
-            self._pass = self._enc.beginComputePass()
-        p = self._pass
-        p.setPipeline(pipe)
-        p.setBindGroup(0, bg)
-        p.dispatchWorkgroups(*grid)
-        self._count += 1
-        if self._count >= BATCH_DISPATCHES:
-            self.flush()
+        return self._dev.createBindGroup(_obj(self._ffi, self._js, {"layout": layout, "entries": [
+            {"binding": i, "resource": {"buffer": b, "offset": off, "size": size}}
+            for i, b, off, size in entries]}))
+
+    def _begin_pass(self):
+        enc = self._dev.createCommandEncoder()
+        return enc, enc.beginComputePass()
+
+    def _record(self, cpass, pipe, bg, grid) -> None:
+        cpass.setPipeline(pipe)
+        cpass.setBindGroup(0, bg)
+        cpass.dispatchWorkgroups(*grid)
+
+    def _submit(self, enc, cpass, arena: bytes) -> None:
+        cpass.end()
+        q = self._dev.queue
+        if arena:
+            q.writeBuffer(self._arena_buf, 0, self._ffi.to_js(memoryview(arena)))
+        q.submit(self._ffi.to_js([enc.finish()]))
 
     def flush(self) -> None:
-        if self._enc is None:
-            self._raise_errors("flush")
-            return
-        self._pass.end()
-        cmd = self._enc.finish()
-        self._enc = self._pass = None
-        self._count = 0
-        self._pending.clear()
-        data = self._arena.take()
-        q = self._dev.queue
-        if data:
-            q.writeBuffer(self._arena_buf, 0, self._ffi.to_js(memoryview(data)))
-        q.submit(self._ffi.to_js([cmd]))
+        super().flush()
         self._raise_errors("flush")

@@ -110,6 +110,50 @@ class UniformArena:
         return d
 
 
+class BatchingDriver:
+    """What both drivers share: dispatches are recorded into one open compute pass, their uniform
+    data packed into one arena buffer, and everything is submitted at ``flush()`` (or every
+    ``BATCH_DISPATCHES``). Subclasses provide the API calls: ``_buffer_size(buf)``,
+    ``_bind_group(pipe, entries)`` with entries ``(binding, buf, offset, size)``,
+    ``_begin_pass() -> (encoder, pass)``, ``_record(pass, pipe, bind_group, grid)`` and
+    ``_submit(encoder, pass, arena_bytes)``."""
+
+    def _init_batching(self, arena_buf) -> None:
+        self._arena = UniformArena(self.limits["min_uniform_buffer_offset_alignment"])
+        self._arena_buf = arena_buf
+        self._open = None        # (encoder, pass) while dispatches are being recorded
+        self._count = 0
+        self._pending = set()    # ids of buffers that recorded, unsubmitted work uses
+
+    def dispatch(self, pipe, buffers, uniforms: bytes, grid: tuple) -> None:
+        if uniforms and not self._arena.fits(len(uniforms)):
+            self.flush()
+        entries = []
+        for i, b in enumerate(buffers):
+            buf, off, size = b if isinstance(b, tuple) else (b, 0, self._buffer_size(b))
+            entries.append((i, buf, off, size))
+            self._pending.add(id(buf))
+        if uniforms:
+            off, size = self._arena.add(uniforms)
+            entries.append((len(buffers), self._arena_buf, off, size))
+        bg = self._bind_group(pipe, entries)
+        if self._open is None:
+            self._open = self._begin_pass()
+        self._record(self._open[1], pipe, bg, grid)
+        self._count += 1
+        if self._count >= BATCH_DISPATCHES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._open is None:
+            return
+        enc, cpass = self._open
+        self._open = None
+        self._count = 0
+        self._pending.clear()
+        self._submit(enc, cpass, self._arena.take())
+
+
 def _round_up(n: int, k: int) -> int:
     return (n + k - 1) // k * k
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DeviceError
-from .driver import BATCH_DISPATCHES, LIMIT_NAMES, UniformArena
+from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver
 
 _FEATURE_NAMES = {"subgroup": "subgroups"}  # wgpu-py spelling -> WebGPU spec spelling
 
@@ -34,7 +34,7 @@ def _adapter():
     return wgpu, adapter
 
 
-class NativeDriver:
+class NativeDriver(BatchingDriver):
     """Driver protocol (``ember.webgpu.driver``) over wgpu-py."""
 
     def __init__(self):
@@ -64,12 +64,7 @@ class NativeDriver:
                      "driver": "native (wgpu-py %s)" % wgpu.__version__}
         U = wgpu.BufferUsage
         self._usage = U.STORAGE | U.COPY_SRC | U.COPY_DST
-        self._arena = UniformArena(self.limits["min_uniform_buffer_offset_alignment"])
-        self._arena_buf = self._dev.create_buffer(size=self._arena.capacity, usage=U.UNIFORM | U.COPY_DST)
-        self._enc = None
-        self._pass = None
-        self._count = 0
-        self._pending = set()  # ids of buffers that recorded (unsubmitted) work uses
+        self._init_batching(self._dev.create_buffer(size=UNIFORM_ARENA_BYTES, usage=U.UNIFORM | U.COPY_DST))
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
@@ -122,51 +117,33 @@ class NativeDriver:
         except Exception as e:
             raise DeviceError(f"webgpu: WGSL pipeline {entry!r} failed to compile: {e}") from e
 
-    def dispatch(self, pipe, buffers, uniforms: bytes, grid: tuple) -> None:
-        if uniforms and not self._arena.fits(len(uniforms)):
-            self.flush()
-        entries = []
-        pend = self._pending
-        for i, b in enumerate(buffers):
-            if isinstance(b, tuple):
-                buf, off, size = b
-                entries.append({"binding": i, "resource": {"buffer": buf, "offset": off, "size": size}})
-            else:
-                buf = b
-                entries.append({"binding": i, "resource": {"buffer": buf, "offset": 0, "size": buf.size}})
-            pend.add(id(buf))
-        if uniforms:
-            off, size = self._arena.add(uniforms)
-            entries.append({"binding": len(buffers),
-                            "resource": {"buffer": self._arena_buf, "offset": off, "size": size}})
-        try:
-            bg = self._dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
-        except Exception as e:
-            raise DeviceError(f"webgpu: binding {len(buffers)} buffers failed: {e}") from e
-        if self._enc is None:
-            self._enc = self._dev.create_command_encoder()
-            self._pass = self._enc.begin_compute_pass()
-        p = self._pass
-        p.set_pipeline(pipe)
-        p.set_bind_group(0, bg)
-        p.dispatch_workgroups(*grid)
-        self._count += 1
-        if self._count >= BATCH_DISPATCHES:
-            self.flush()
+    # ---- BatchingDriver hooks ----------------------------------------------------------------
+    def _buffer_size(self, buf) -> int:
+        return buf.size
 
-    def flush(self) -> None:
-        if self._enc is None:
-            return
-        self._pass.end()
-        cmd = self._enc.finish()
-        self._enc = self._pass = None
-        self._count = 0
-        self._pending.clear()
-        data = self._arena.take()
-        q = self._dev.queue
-        if data:
-            q.write_buffer(self._arena_buf, 0, data)
+    def _bind_group(self, pipe, entries):
         try:
-            q.submit([cmd])
+            return self._dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
+                {"binding": i, "resource": {"buffer": b, "offset": off, "size": size}}
+                for i, b, off, size in entries])
+        except Exception as e:
+            raise DeviceError(f"webgpu: binding {len(entries)} buffers failed: {e}") from e
+
+    def _begin_pass(self):
+        enc = self._dev.create_command_encoder()
+        return enc, enc.begin_compute_pass()
+
+    def _record(self, cpass, pipe, bg, grid) -> None:
+        cpass.set_pipeline(pipe)
+        cpass.set_bind_group(0, bg)
+        cpass.dispatch_workgroups(*grid)
+
+    def _submit(self, enc, cpass, arena: bytes) -> None:
+        cpass.end()
+        q = self._dev.queue
+        if arena:
+            q.write_buffer(self._arena_buf, 0, arena)
+        try:
+            q.submit([enc.finish()])
         except Exception as e:
             raise DeviceError(f"webgpu: submitting GPU work failed: {e}") from e

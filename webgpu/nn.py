@@ -79,7 +79,7 @@ def _conv(rt, name):
             words = [n, N, O, OH, OW, C, H, W, KH, KW, stride[0], stride[1], padding[0][0], padding[1][0],
                      dilation[0], dilation[1], per_group, out_per_group, int(gb is not None)]
             info, info_n = _info(words)
-            pipe = rt.kernel(name, INFO=info_n, WG=WG)
+            pipe = rt.kernel("conv", name, INFO=info_n, WG=WG)
             bbuf = _whole(gb) if gb is not None else (_dummy(rt).buf, 0, 16)
             _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(gx),
                                _whole(gw), bbuf], info, n)

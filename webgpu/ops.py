@@ -258,41 +258,35 @@ def _gather(rt, out, x: GBuf, idx: GBuf, axis: int, xs, is_, axis_size):
     return g
 
 
-def _take(rt):
+def _indexed(rt, name, strides_of):
+    """take / take_along_axis: check the indices, then one gather kernel; ``strides_of(gx, gi,
+    axis, out_rank)`` gives the x and index strides per output axis."""
     def kernel(out, x, indices, *, axis, **_):
         gx = realize(x._buf)
         gi = realize(indices._buf)
         n = gx.shape[axis]
-        check_indices(rt, gi, n, "take", axis)
+        check_indices(rt, gi, n, name, axis)
         if prod(out.shape) == 0:
             return GBuf(rt, out.shape, out.dtype, storage=rt.alloc(0))
-        ni = len(gi.shape)
-        xs = list(gx.strides[:axis]) + [0] * ni + list(gx.strides[axis + 1:])
-        is_ = [0] * axis + list(gi.strides) + [0] * (len(gx.shape) - axis - 1)
-        if not out.shape:
-            xs, is_ = [0], [0]
-        return _gather(rt, out if out.shape else Meta((1,), out.dtype), gx, gi, axis, xs, is_, n) \
-            if out.shape else _scalar_take(rt, out, gx, gi, axis, n)
-    return kernel
-
-
-def _scalar_take(rt, out, gx, gi, axis, n):
-    g = _gather(rt, Meta((1,), out.dtype), gx, gi, axis, [0], [0], n)
-    return view(g, (), (), g.offset)
-
-
-def _take_along_axis(rt):
-    def kernel(out, x, indices, *, axis, **_):
-        gx = realize(x._buf)
-        gi = realize(indices._buf)
-        n = gx.shape[axis]
-        check_indices(rt, gi, n, "take_along_axis", axis)
-        if prod(out.shape) == 0:
-            return GBuf(rt, out.shape, out.dtype, storage=rt.alloc(0))
-        xs = [0 if (d == axis or gx.shape[d] == 1) else gx.strides[d] for d in range(len(out.shape))]
-        is_ = [0 if gi.shape[d] == 1 else gi.strides[d] for d in range(len(out.shape))]
+        if not out.shape:  # a 0-d result: gather one element, then view it as 0-d
+            g = _gather(rt, Meta((1,), out.dtype), gx, gi, axis, [0], [0], n)
+            return view(g, (), (), g.offset)
+        xs, is_ = strides_of(gx, gi, axis, len(out.shape))
         return _gather(rt, out, gx, gi, axis, xs, is_, n)
     return kernel
+
+
+def _take_strides(gx, gi, axis, rank):
+    ni = len(gi.shape)
+    xs = list(gx.strides[:axis]) + [0] * ni + list(gx.strides[axis + 1:])
+    is_ = [0] * axis + list(gi.strides) + [0] * (len(gx.shape) - axis - 1)
+    return xs, is_
+
+
+def _along_strides(gx, gi, axis, rank):
+    xs = [0 if (d == axis or gx.shape[d] == 1) else gx.strides[d] for d in range(rank)]
+    is_ = [0 if gi.shape[d] == 1 else gi.strides[d] for d in range(rank)]
+    return xs, is_
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -384,8 +378,8 @@ def build_kernels(rt) -> dict:
     k["broadcast_to"] = _broadcast_to(rt)
     k["slice"] = _slice(rt)
     k["concat"] = _concat(rt)
-    k["take"] = _take(rt)
-    k["take_along_axis"] = _take_along_axis(rt)
+    k["take"] = _indexed(rt, "take", _take_strides)
+    k["take_along_axis"] = _indexed(rt, "take_along_axis", _along_strides)
     for name in ("sum", "prod", "max", "min"):
         k[name] = _reduce(rt, name)
     for name in ("argmax", "argmin"):

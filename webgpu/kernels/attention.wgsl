@@ -18,21 +18,7 @@ fn u(k_: u32) -> u32 { return info[k_ / 4u][k_ % 4u]; }
 
 const SMAX = 2048u;
 var<workgroup> sc: array<f32, SMAX>;
-var<workgroup> red: array<f32, {{WG}}>;
-
-fn reduce(t: u32, x: f32, is_max: bool) -> f32 {
-  red[t] = x;
-  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
-    workgroupBarrier();
-    if (t < w) {
-      red[t] = select(red[t] + red[t + w], max_f32(red[t], red[t + w]), is_max);
-    }
-  }
-  workgroupBarrier();
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
+#include wg_reduce
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -72,7 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     sc[j] = s;
     m = max_f32(m, s);
   }
-  var mx = reduce(t, m, true);
+  var mx = wg_max(t, m);
   let dead = mx == -f_inf();
   if (dead) { mx = 0.0; }
   var tot = 0.0;
@@ -81,7 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     sc[j] = p;
     tot = tot + p;
   }
-  var total = reduce(t, tot, false);
+  var total = wg_sum(t, tot);
   if (dead) { total = 1.0; }
   let inv = 1.0 / total;
   for (var e = t; e < Ev; e = e + {{WG}}u) {

@@ -9,19 +9,8 @@
 
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 
-var<workgroup> red: array<f32, {{WG}}>;
-
-fn reduce_sum(t: u32, v: f32) -> f32 {
-  red[t] = v;
-  for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
-    workgroupBarrier();
-    if (t < s) { red[t] = red[t] + red[t + s]; }
-  }
-  workgroupBarrier();
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
+#include elementwise
+#include wg_reduce
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -33,9 +22,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let xb = u(3u) + base;
   var s = 0.0;
   for (var j = t; j < D; j = j + {{WG}}u) { s = s + x[xb + j]; }
-  let mean = reduce_sum(t, s) / f32(D);
+  let mean = wg_sum(t, s) / f32(D);
   var q = 0.0;
   for (var j = t; j < D; j = j + {{WG}}u) { let d = x[xb + j] - mean; q = q + d * d; }
-  let r = 1.0 / sqrt(reduce_sum(t, q) / f32(D) + bitcast<f32>(u(2u)));
+  let r = 1.0 / sqrt(wg_sum(t, q) / f32(D) + bitcast<f32>(u(2u)));
   for (var j = t; j < D; j = j + {{WG}}u) { out[base + j] = (x[xb + j] - mean) * r * w[j] + b[j]; }
 }

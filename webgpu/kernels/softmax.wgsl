@@ -9,31 +9,7 @@
 
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 
-var<workgroup> red: array<f32, {{WG}}>;
-
-fn reduce_max(t: u32, v: f32) -> f32 {
-  red[t] = v;
-  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
-    workgroupBarrier();
-    if (t < w) { red[t] = max_f32(red[t], red[t + w]); }
-  }
-  workgroupBarrier();
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
-
-fn reduce_sum(t: u32, v: f32) -> f32 {
-  red[t] = v;
-  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
-    workgroupBarrier();
-    if (t < w) { red[t] = red[t] + red[t + w]; }
-  }
-  workgroupBarrier();
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
+#include wg_reduce
 
 fn line(wid: vec3<u32>, nwg: vec3<u32>, t: u32, log_out: bool) {
   let l = wid.x + wid.y * nwg.x;
@@ -43,10 +19,10 @@ fn line(wid: vec3<u32>, nwg: vec3<u32>, t: u32, log_out: bool) {
   let xb = u(3u) + base;
   var m = -f_inf();
   for (var j = t; j < n; j = j + {{WG}}u) { m = max_f32(m, x[xb + j * inner]); }
-  let mx = reduce_max(t, m);
+  let mx = wg_max(t, m);
   var s = 0.0;
   for (var j = t; j < n; j = j + {{WG}}u) { s = s + exp_f32(x[xb + j * inner] - mx); }
-  let total = reduce_sum(t, s);
+  let total = wg_sum(t, s);
   if (log_out) {
     let lse = log_f32(total);
     for (var j = t; j < n; j = j + {{WG}}u) { out[base + j * inner] = x[xb + j * inner] - mx - lse; }
