@@ -48,7 +48,8 @@ def to_device_bytes(data, dtype) -> bytes:
                 bad = a[(a < _I32_MIN) | (a > _I32_MAX)][0]
                 raise _int64_error(int(bad), a.size)
             return a.astype("<i4").tobytes()
-        return _np.frombuffer(data, "u1").astype("<u4").tobytes()  # uint8, bool
+        a = _np.frombuffer(data, "u1")
+        return (a != 0 if dtype is _dt.bool_ else a).astype("<u4").tobytes()
     if dtype is _dt.float16:
         import struct
 
@@ -61,6 +62,8 @@ def to_device_bytes(data, dtype) -> bytes:
             bad = next(v for v in a if v < _I32_MIN or v > _I32_MAX)
             raise _int64_error(bad, len(a))
         return array("i", a).tobytes()
+    if dtype is _dt.bool_:  # any nonzero byte is True; the kernels rely on 0/1
+        return array("I", [1 if b else 0 for b in data]).tobytes()
     return array("I", data).tobytes()
 
 
