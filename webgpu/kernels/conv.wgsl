@@ -76,12 +76,12 @@ fn conv_transpose2d(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     let wbase = (ci * og + oo) * KH * KW;
     for (var ky = 0u; ky < KH; ky = ky + 1u) {
       let ty = i32(oy) + i32(u(12u)) - i32(ky) * dh;
-      if (ty < 0 || ty % sh != 0) { continue; }
+      if (ty < 0 || u32(ty) % u32(sh) != 0u) { continue; }
       let iy = ty / sh;
       if (iy >= H) { continue; }
       for (var kx = 0u; kx < KW; kx = kx + 1u) {
         let tx = i32(ox) + i32(u(13u)) - i32(kx) * dw;
-        if (tx < 0 || tx % sw != 0) { continue; }
+        if (tx < 0 || u32(tx) % u32(sw) != 0u) { continue; }
         let ix = tx / sw;
         if (ix >= W) { continue; }
         acc = acc + x[xbase + u32(iy) * u32(W) + u32(ix)] * w[wbase + ky * KW + kx];

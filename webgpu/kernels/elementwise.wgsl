@@ -43,14 +43,17 @@ fn erf_f32(x: f32) -> f32 {
 }
 
 // Python-style integer floor division and modulo (numpy semantics; x // 0 = 0, x % 0 = 0).
+// The truncated remainder is a - (a / b) * b: WGSL's % on negative i32 operands gave wrong
+// results on an NVIDIA Vulkan driver (-12 % 3 != 0), while / truncates reliably.
+fn rem_i32(a: i32, b: i32) -> i32 { return a - (a / b) * b; }
 fn floordiv_i32(a: i32, b: i32) -> i32 {
   if (b == 0) { return 0; }
   let q = a / b;
-  return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
+  return select(q, q - 1, (a - q * b != 0) && ((a < 0) != (b < 0)));
 }
 fn mod_i32(a: i32, b: i32) -> i32 {
   if (b == 0) { return 0; }
-  let r = a % b;
+  let r = rem_i32(a, b);
   return select(r, r + b, (r != 0) && ((r < 0) != (b < 0)));
 }
 fn mod_f32(a: f32, b: f32) -> f32 {

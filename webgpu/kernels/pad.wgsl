@@ -9,6 +9,13 @@
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 fn s(k: u32) -> i32 { return bitcast<i32>(info[k / 4u][k % 4u]); }
 
+// j mod m in [0, m) for negative j too, without WGSL's % on negative i32 operands (wrong on an
+// NVIDIA Vulkan driver)
+fn pos_mod(j: i32, m: i32) -> i32 {
+  let r = j - (j / m) * m;
+  return select(r, r + m, r < 0);
+}
+
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let i = gid.x + gid.y * nwg.x * {{WG}}u;
@@ -32,11 +39,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
           j = 0;
         } else {
           let p = 2 * (m - 1);
-          let r = ((j % p) + p) % p;
+          let r = pos_mod(j, p);
           j = select(p - r, r, r < m);
         }
       } else {
-        j = ((j % m) + m) % m;
+        j = pos_mod(j, m);
       }
     }
     xo = xo + j * s(8u + {{RANK}}u + u32(d));
