@@ -171,4 +171,4 @@ def prepare(out: Path = OUT, python: str = sys.executable) -> Path:
 
 
 if __name__ == "__main__":
-    print(prepare())
+    prepare()   # silent when the file is already there
