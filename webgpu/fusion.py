@@ -504,7 +504,9 @@ OPS_WGSL: dict = {
     "reciprocal": _float("div_f32(1.0, {0})"),
     "rsqrt": _float("div_f32(1.0, sqrt_f32({0}))"),
     "square": _by_type("({0} * {0})", "({0} * {0})", "({0} * {0})"),
-    "relu": _by_type("select({0}, 0.0, {0} < 0.0)", "max({0}, 0)", "{0}"),
+    # relu keeps NaN; written so no compiler can turn it into fmax(x, 0), which drops NaN
+    # (an NVIDIA Vulkan driver did)
+    "relu": _by_type("select({0}, 0.0, bitcast<i32>({0}) < 0 && !is_nan({0}))", "max({0}, 0)", "{0}"),
     "leaky_relu": _float("select({0}, {0} * {1}, {0} < 0.0)"),
     "sigmoid": _float("sigmoid_f32({0})"),
     "silu": _float("({0} * sigmoid_f32({0}))"),
