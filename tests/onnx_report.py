@@ -171,7 +171,9 @@ class Pool:
         self.conn = None
 
     def _start(self):
-        ctx = mp.get_context("fork")
+        # spawn, not fork: the parent may hold an initialised GPU device (ember.devices()),
+        # which a forked child cannot use
+        ctx = mp.get_context("spawn")
         a, b = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(b, self.python_max), daemon=True)
         self.proc.start()

@@ -58,3 +58,21 @@ def test_cli_errors(tmp_path):
     assert r.returncode == 2 and "-o" in r.stderr
     r = _run("import", str(bad), "-o", str(tmp_path), "--shape", "x=a,b")
     assert r.returncode == 2 and "integers" in r.stderr
+
+
+def test_progress_bar_for_large_models(tmp_path, capsys):
+    """Models with more than 8 MiB of weights report progress on stderr while importing."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(0).standard_normal((1024, 2304)).astype(np.float32)     # 9 MiB
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "big",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2304])],
+                          [numpy_helper.from_array(w, "w")])
+    raw = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    path = tmp_path / "big.onnx"
+    path.write_bytes(raw)
+    import ember.onnx
+    r = ember.onnx.import_model(str(path), str(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert "[ember import]" in err and "100%" in err
+    assert os.path.getsize(r["weights"]) > w.nbytes
