@@ -12,14 +12,16 @@ holds the pooler (unused by sentence embeddings, kept so that the names match ex
 Embedding = mean of the last hidden states over the real (non-padding) tokens, divided by its
 L2 norm: sentence-transformers' Transformer -> Pooling(mean) -> Normalize.
 
->>> import os
->>> from tokenizer import Tokenizer
->>> here = os.path.dirname(os.path.abspath(__file__))
->>> net = load_model(os.path.join(here, "minilm-l6-v2.f16.safetensors"), device="python")  # doctest: +SKIP
->>> tok = Tokenizer.from_file(os.path.join(here, "vocab.txt"))
->>> e = embed(net, tok, ["A cat sits."], device="python")  # doctest: +SKIP
->>> len(e[0]), round(sum(v * v for v in e[0]), 4)  # doctest: +SKIP
-(384, 1.0)
+>>> net = MiniLM()          # placeholders (zeros) until load_state_dict / load_model
+>>> sd = net.state_dict()
+>>> len(sd), sd["encoder.layer.5.intermediate.dense.weight"].shape, sd["embeddings.position_ids"].dtype
+(104, (1536, 384), ember.int64)
+
+With the weights (``prepare.py`` writes them) and ``tokenizer.Tokenizer``::
+
+    net = load_model("minilm-l6-v2.f16.safetensors", device="webgpu")
+    vectors = embed(net, Tokenizer.from_file("vocab.txt"), ["A cat sits.", "A dog runs."], "webgpu")
+    cosine(*vectors)   # ~0.3; the vectors have unit length
 """
 from __future__ import annotations
 

