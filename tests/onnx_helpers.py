@@ -9,7 +9,6 @@ import sys
 import tempfile
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 

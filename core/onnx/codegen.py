@@ -28,7 +28,7 @@ from .. import dtypes as _dt
 from ..errors import OnnxError
 from ..tensor import Tensor
 from . import proto
-from .runtime import DEVICE, HOST, analyze, const_device, tensor_from_proto
+from .runtime import DEVICE, HOST, analyze, const_device, read_model, tensor_from_proto
 
 
 class Unrenderable(Exception):
@@ -327,17 +327,8 @@ def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | No
     "generic": m}``. Raises UnsupportedOp / OnnxError like ``ember.onnx.load``."""
     import ember
 
-    if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            raise OnnxError(f"ONNX model file {path!r} does not exist")
-        with open(path, "rb") as fh:
-            data = fh.read()
-        base_dir = os.path.dirname(os.path.abspath(path))
-        stem = os.path.splitext(os.path.basename(path))[0]
-        source = os.path.basename(path)
-    else:
-        data, base_dir, stem, source = bytes(model), None, "model", "bytes"
+    data, base_dir, stem = read_model(model)
+    source = f"{stem}.onnx" if base_dir is not None else "bytes"
     name = _ident(name or stem, "model").lower()
     if device is None:
         try:

@@ -70,15 +70,20 @@ def size(x: Tensor) -> Tensor:
     return E.tensor(prod(x.shape), dtype=_dt.int64, device=_shape_device(x))
 
 
+def flat_values(t: Tensor) -> list:
+    """The values of ``t`` as a flat Python list (row-major)."""
+    v = t.tolist()
+    if not isinstance(v, list):
+        return [v]
+    while v and isinstance(v[0], list):
+        v = [a for row in v for a in row]
+    return v
+
+
 def int_list(t: Tensor) -> list:
     """The values of a small integer tensor as Python ints (used by generated code for
     shapes that are only known at run time)."""
-    v = t.tolist()
-    if not isinstance(v, list):
-        return [int(v)]
-    while v and isinstance(v[0], list):
-        v = [a for row in v for a in row]
-    return [int(a) for a in v]
+    return [int(a) for a in flat_values(t)]
 
 
 def reshape(x: Tensor, shape, allowzero: bool = False) -> Tensor:
@@ -1198,16 +1203,14 @@ def unique(x: Tensor, axis: int | None = None, sorted_: bool = True) -> tuple:
     """ONNX Unique: unique values (or slices along ``axis``), first-occurrence indices, inverse
     indices and counts. The output size depends on the data, so the values are read."""
     if axis is None:
-        items = [(v,) for v in _flat(x)]
-        shape_rest = None
+        items = [(v,) for v in flat_values(x)]
     else:
         axis = _norm_axis(axis, x.ndim, "Unique")
         moved = E.permute_dims(x, (axis,) + tuple(i for i in range(x.ndim) if i != axis))
         n = x.shape[axis]
-        vals = _flat(moved)
+        vals = flat_values(moved)
         k = len(vals) // n if n else 0
         items = [tuple(vals[i * k:(i + 1) * k]) for i in range(n)]
-        shape_rest = moved.shape[1:]
     first = {}
     order = []
     for i, it in enumerate(items):
@@ -1231,15 +1234,6 @@ def unique(x: Tensor, axis: int | None = None, sorted_: bool = True) -> tuple:
         y = E.take(x, E.tensor(idx, dtype=i64, device=dev), axis=axis)
     t = (lambda v: E.tensor(v, dtype=i64, device=dev) if v else E.zeros((0,), dtype=i64, device=dev))
     return y, t(idx), t(inverse), t(counts)
-
-
-def _flat(x: Tensor) -> list:
-    v = x.tolist()
-    if not isinstance(v, list):
-        return [v]
-    while v and isinstance(v[0], list):
-        v = [a for row in v for a in row]
-    return v
 
 
 # ---- grid sample ---------------------------------------------------------------------------

@@ -254,34 +254,20 @@ def prelu(c, x, slope):
     return c.call(F.prelu, x, slope)
 
 
-@onnx_op("Elu")
-def elu(c, x):
-    return c.call(F.elu, x, c.f("alpha", 1.0))
+def _with_float_attrs(name, fn, attrs, since=1):
+    @onnx_op(name, since=since)
+    def h(c, x):
+        return c.call(fn, x, *[c.f(a, d) for a, d in attrs])
+    return h
 
 
-@onnx_op("Celu", since=12)
-def celu(c, x):
-    return c.call(F.celu, x, c.f("alpha", 1.0))
-
-
-@onnx_op("Selu")
-def selu(c, x):
-    return c.call(F.selu, x, c.f("alpha", 1.67326319217681884765625), c.f("gamma", 1.05070102214813232421875))
-
-
-@onnx_op("ThresholdedRelu", since=10)
-def thresholded_relu(c, x):
-    return c.call(F.thresholded_relu, x, c.f("alpha", 1.0))
-
-
-@onnx_op("HardSigmoid")
-def hard_sigmoid(c, x):
-    return c.call(F.hard_sigmoid, x, c.f("alpha", 0.2), c.f("beta", 0.5))
-
-
-@onnx_op("Shrink", since=9)
-def shrink(c, x):
-    return c.call(F.shrink, x, c.f("lambd", 0.5), c.f("bias", 0.0))
+for _name, _fn, _attrs, _since in [
+        ("Elu", F.elu, [("alpha", 1.0)], 1), ("Celu", F.celu, [("alpha", 1.0)], 12),
+        ("Selu", F.selu, [("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)], 1),
+        ("ThresholdedRelu", F.thresholded_relu, [("alpha", 1.0)], 10),
+        ("HardSigmoid", F.hard_sigmoid, [("alpha", 0.2), ("beta", 0.5)], 1),
+        ("Shrink", F.shrink, [("lambd", 0.5), ("bias", 0.0)], 9)]:
+    _with_float_attrs(_name, _fn, _attrs, _since)
 
 
 @onnx_op("Gelu", since=20)

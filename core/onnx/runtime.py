@@ -27,7 +27,6 @@ import os
 import warnings
 from math import prod
 
-from .. import dtypes as _dt
 from ..backends import _INSTANCES, default_device, get_backend
 from ..errors import DTypeError, EmberError, OnnxError, ShapeError, UnsupportedOp
 from ..registry import Meta
@@ -117,15 +116,6 @@ def _map_tensors(args, f):
         else:
             out.append(a)
     return out
-
-
-def _flat_values(t: Tensor) -> list:
-    v = t.tolist()
-    if not isinstance(v, list):
-        return [v]
-    while v and isinstance(v[0], list):
-        v = [x for row in v for x in row]
-    return v
 
 
 # ---- what an op handler sees ------------------------------------------------------------------
@@ -246,32 +236,30 @@ class Ctx:
         return tensor_from_proto(v, HOST, what=f"{self.where()}: attribute {name!r}")
 
     # values --------------------------------------------------------------------------------------
+    def _values(self, t, what):
+        if t.device == "meta":
+            raise NeedsData(what)
+        from .functional import flat_values
+        return flat_values(t)
+
     def ints(self, t, what="input"):
         """The values of a (small, integer) tensor as a list of Python ints; None stays None."""
         if t is None:
             return None
-        if t.device == "meta":
-            raise NeedsData(what)
         if t.dtype.kind not in "iub":
             raise OnnxError(f"{self.where()}: {what} must be an integer tensor, got {t.dtype.name}")
-        return [int(v) for v in _flat_values(t)]
+        return [int(v) for v in self._values(t, what)]
 
     def floats(self, t, what="input"):
-        if t is None:
-            return None
-        if t.device == "meta":
-            raise NeedsData(what)
-        return [float(v) for v in _flat_values(t)]
+        return None if t is None else [float(v) for v in self._values(t, what)]
 
     def scalar(self, t, what="input"):
         """The single value of a one-element tensor as a Python int/float/bool."""
         if t is None:
             return None
-        if t.device == "meta":
-            raise NeedsData(what)
         if t.size != 1:
             raise OnnxError(f"{self.where()}: {what} must have one element, got shape {t.shape}")
-        return _flat_values(t)[0]
+        return self._values(t, what)[0]
 
     def wants(self, i: int) -> bool:
         """Whether the node asks for its output ``i`` (optional outputs may be omitted)."""
@@ -899,6 +887,20 @@ def run_node(op_type: str, inputs, attrs: dict, opset: int, outputs: int = 1):
     return out[0] if outputs == 1 else tuple(out)
 
 
+def read_model(model) -> tuple:
+    """``(bytes, folder or None, stem)`` of a model given as a path or as bytes."""
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise OnnxError(f"ONNX model file {path!r} does not exist")
+        with open(path, "rb") as fh:
+            data = fh.read()
+        return data, os.path.dirname(os.path.abspath(path)), os.path.splitext(os.path.basename(path))[0]
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model), None, "model"
+    raise TypeError(f"ember.onnx: expected a path or bytes, got {type(model).__name__}")
+
+
 def load(model, device: str | None = None, *, base_dir=None, external_data=None,
          input_shapes: dict | None = None) -> Model:
     """Load an ONNX model (a path, or the file's bytes) for ``device`` and return a callable
@@ -914,17 +916,7 @@ def load(model, device: str | None = None, *, base_dir=None, external_data=None,
     """
     device = device or default_device()
     get_backend(device)
-    if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            raise OnnxError(f"ONNX model file {path!r} does not exist")
-        with open(path, "rb") as fh:
-            data = fh.read()
-        if base_dir is None:
-            base_dir = os.path.dirname(os.path.abspath(path))
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        data = bytes(model)
-    else:
-        raise TypeError(f"ember.onnx.load: expected a path or bytes, got {type(model).__name__}")
+    data, folder, _ = read_model(model)
     mp = proto.parse_model(data)
+    base_dir = folder if base_dir is None else base_dir
     return Model(mp, device, base_dir=base_dir, external_data=external_data, input_shapes=input_shapes)
