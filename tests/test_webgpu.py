@@ -290,3 +290,25 @@ def test_every_primitive_has_a_webgpu_kernel():
     for composite in ("softmax", "log_softmax", "layer_norm", "scaled_dot_product_attention", "gelu",
                       "sigmoid", "silu", "relu"):
         assert composite in kernels, f"{composite} should have a real webgpu kernel"
+
+
+def test_lazy_tensor_reused_by_kernels_is_computed_once():
+    w = gpu(rand(64)).astype("float16").astype("float32")    # like a float16 weight widened at load
+    x = gpu(rand(3, 64))
+    ember.layer_norm(x, 64, weight=w, bias=w).numpy()
+    wg.reset_stats()
+    ember.layer_norm(x, 64, weight=w, bias=w).numpy()
+    assert wg.stats()["dispatches"] == 1                      # just the layer_norm kernel
+
+
+def test_attention_heads_merge_without_a_copy():
+    b, h, n, d = 2, 3, 5, 4
+    q, k, v = (rand(b, h, n, d, seed=s) for s in range(3))
+    o = ember.scaled_dot_product_attention(gpu(q), gpu(k), gpu(v))
+    wg.reset_stats()
+    merged = o.permute_dims((0, 2, 1, 3)).reshape((b, n, h * d))  # the usual merge of heads
+    assert wg.stats()["dispatches"] == 0
+    s = q @ k.transpose(0, 1, 3, 2) / 2.0
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = ((p / p.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(b, n, h * d)
+    np.testing.assert_allclose(merged.numpy(), want, rtol=1e-5, atol=1e-6)

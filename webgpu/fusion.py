@@ -195,10 +195,10 @@ def contiguous(g: GBuf) -> GBuf:
 
 def dense(g: GBuf) -> GBuf:
     """``g`` as a contiguous buffer starting at element 0 (for kernels that take no offset)."""
-    if g.expr is None and g.offset == 0 and g.is_contiguous():
+    realize(g)  # in place: a lazy tensor used twice (a weight, say) is computed once
+    if g.offset == 0 and g.is_contiguous():
         return g
-    c = GBuf(g.rt, g.shape, g.dtype, expr=g.expr if g.expr is not None else Node("leaf", g.dtype, buf=g))
-    return realize(c)
+    return realize(GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g)))
 
 
 def leaf_strides(g: GBuf, out_shape) -> tuple:

@@ -10,7 +10,7 @@ from .. import dtypes as _dt
 from ..registry import OPS, Meta
 from . import fusion
 from .driver import grid_1d
-from .fusion import GBuf, contiguous, dense, realize, wgsl_type
+from .fusion import GBuf, contiguous, contiguous_strides, dense, realize, wgsl_type
 
 WG = 256
 
@@ -27,11 +27,16 @@ def _finish(rt, g, out):
     return finish(rt, g, out)
 
 
-def as_f32(rt, g: GBuf) -> GBuf:
-    """A contiguous f32 buffer with ``g``'s values (ints are converted; float16 already is f32)."""
+def f32_view(rt, g: GBuf) -> GBuf:
+    """A realised f32 view with ``g``'s values (ints are converted; float16 already is f32)."""
     if wgsl_type(g.dtype) != "f32":
         g = fusion.record(rt, "_cast", Meta(g.shape, _dt.float32), [g])
-    return dense(g)
+    return realize(g)
+
+
+def as_f32(rt, g: GBuf) -> GBuf:
+    """``f32_view`` as a contiguous buffer starting at element 0."""
+    return dense(f32_view(rt, g))
 
 
 def _dummy(rt):
@@ -254,21 +259,26 @@ def _attention(rt):
         batch = tuple(out.shape[:-2])
         L, Ev = out.shape[-2:]
         E = q.shape[-1]
-        gq, wq, bq = _operand(as_f32(rt, q._buf), batch)
-        gk, wk, bk = _operand(as_f32(rt, k._buf), batch)
-        gv, wv, bv = _operand(as_f32(rt, v._buf), batch)
+        gq, wq, bq = _operand(f32_view(rt, q._buf), batch)   # strided views are read in place
+        gk, wk, bk = _operand(f32_view(rt, k._buf), batch)
+        gv, wv, bv = _operand(f32_view(rt, v._buf), batch)
         if mask is not None:
             gm = mask._buf
             kind = 1 if gm.dtype is _dt.bool_ else 2
-            if kind == 2 and wgsl_type(gm.dtype) != "f32":
-                gm = as_f32(rt, gm)
+            if kind == 2:
+                gm = f32_view(rt, gm)
             gm, wm, bm = _operand(gm, batch)
             mbuf = _whole(gm)
         else:
             kind, wm, bm, mbuf = 0, [0, 0, 0, 0], [0] * len(batch), (_dummy(rt).buf, 0, 16)
         res, st, n = _new(rt, out.shape, _dt.float32)
+        H = batch[-1] if batch else 1
+        # heads-interleaved storage (see attention.wgsl): strides of the logical (..., H, L, Ev)
+        outer = contiguous_strides(batch[:-1] + (1,)) if batch else ()
+        res.strides = tuple(v * L * H * Ev for v in outer[:-1]) + ((Ev,) if batch else ()) + (H * Ev, 1)
         if n:
             rows = prod(batch) * L
+            wq = wq[:3] + [H]   # word 11
             words = [rows, L, S, E, Ev, kind, int(is_causal), f32_bits(scale)] + wq + wk + wv + wm
             words += list(batch) + bq + bk + bv + bm
             info, info_n = _info(words)

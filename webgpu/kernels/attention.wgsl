@@ -2,9 +2,12 @@
 // memory (S <= SMAX), a max and a sum reduction, then the weighted sum of value rows. Rows whose
 // keys are all masked give zeros. Operands are read through strides (batch axes broadcast with
 // stride 0), so head-broadcast keys or masks are never copied.
+// The output is written heads-interleaved: logical (..., H, L, Ev) stored as (..., L, H, Ev), H the
+// last batch axis, so the usual merge of heads (permute to (..., L, H, Ev), reshape) is a free view.
 // info: 0 rows (batch * L), 1 L, 2 S, 3 E, 4 Ev, 5 mask kind (0 none, 1 bool, 2 additive float),
 //       6 causal, 7 scale (f32 bits); per operand (q 8, k 12, v 16, mask 20): offset, row stride,
-//       column stride; 24.. batch shape[RANK], then batch strides[RANK] of q, k, v, mask
+//       column stride, and word 11: H (1 without batch axes);
+//       24.. batch shape[RANK], then batch strides[RANK] of q, k, v, mask
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
@@ -70,9 +73,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var total = wg_sum(t, tot);
   if (dead) { total = 1.0; }
   let inv = 1.0 / total;
+  let H = u(11u);
+  let orow = ((b / H) * L + l) * H + b % H;
   for (var e = t; e < Ev; e = e + {{WG}}u) {
     var acc = 0.0;
     for (var j = 0u; j < S; j = j + 1u) { acc = acc + sc[j] * v[vo + j * u(17u) + e * u(18u)]; }
-    out[row * Ev + e] = acc * inv;
+    out[orow * Ev + e] = acc * inv;
   }
 }
