@@ -98,3 +98,25 @@ def test_loop_with_runtime_trip_count_is_left_to_run_time():
     m = ember.onnx.load(raw, device="python")
     assert m(ember.tensor(5), ember.tensor(0.5)).item() == 5.5
     assert m(ember.tensor(0), ember.tensor(0.5)).item() == 0.5
+
+
+def test_constant_work_in_subgraphs_is_cached_per_node(device):
+    """Gemm transposes its constant weight once per model; a Gemm inside an If branch has
+    its own cache entry (same position in its graph, different node)."""
+    rng = np.random.default_rng(4)
+    w1, w2 = rng.standard_normal((3, 3)).astype(np.float32), rng.standard_normal((3, 3)).astype(np.float32)
+    then_g = helper.make_graph([helper.make_node("Gemm", ["h", "w2"], ["t_out"], transB=1)], "then", [],
+                               [_vi("t_out", F, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["h"], ["e_out"])], "else", [], [_vi("e_out", F, [2, 3])])
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1),
+                           helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                          "g", [_vi("x", F, [2, 3]), _vi("c", TensorProto.BOOL, [])], [_vi("y", F, [2, 3])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    raw = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    m = ember.onnx.load(raw, device=device)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    for _ in range(2):   # the second call reads the caches
+        for c in (True, False):
+            feeds = {"x": x, "c": np.array(c)}
+            got = m.run({k: ember.from_numpy(v, device=device) for k, v in feeds.items()})["y"]
+            compare(got, reference(raw, feeds)[0], 1e-5, 1e-5, f"cond={c}")

@@ -135,6 +135,9 @@ class Ctx:
         self.opsets = {"ai.onnx": opset}
 
     # subgraphs -----------------------------------------------------------------------------------
+    def _subgraph_constant(self, t):
+        return tensor_from_proto(t, const_device(t.dims, None, self.device), what=f"initializer {t.name!r}")
+
     def child(self, node, opset):
         """A context of the same kind for a node of a subgraph."""
         raise NotImplementedError
@@ -147,7 +150,7 @@ class Ctx:
 
         env = ChainMap(dict(bindings), self.scope)
         for t in g.initializers:
-            env[t.name] = tensor_from_proto(t, const_device(t.dims, None, self.device), what=f"initializer {t.name!r}")
+            env[t.name] = self._subgraph_constant(t)
         rec = getattr(self, "recorder", None)
         for node in g.nodes:
             handler, opset = resolve(node, self.opsets)
@@ -308,6 +311,15 @@ class RunCtx(Ctx):
     def child(self, node, opset):
         return RunCtx(node, opset, self.device, self.model)
 
+    def _subgraph_constant(self, t):
+        # decoded once per model (a Loop body runs many times), and known as a constant
+        key = ("init", id(t))
+        v = self.model._folded.get(key)
+        if v is None:
+            v = self.model._folded[key] = super()._subgraph_constant(t)
+            self.model._const_ids.add(id(v))
+        return v
+
     def _mover(self, target):
         cache = self.model._moved
         consts = self.model._const_ids
@@ -333,7 +345,7 @@ class RunCtx(Ctx):
         consts = self.model._const_ids
         # A computation on constants only (a weight transpose inside Gemm) runs once.
         if ts and all(id(t) in consts for t in ts):
-            key = (self.node.index, self.seq)
+            key = (id(self.node), self.seq)      # node objects live as long as the model
             hit = self.model._folded.get(key)
             if hit is not None:
                 return hit
