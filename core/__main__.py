@@ -43,6 +43,9 @@ def main(argv=None) -> int:
             print(f"ember import: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         print(f"wrote {r['module']} (class {r['class']}, {r['nodes']} lines) and {r['weights']}")
+        if r["generic"] and not args.shape:
+            print(f"ember import: {r['generic']} line(s) read sizes at run time because the model's input "
+                  f"shapes are symbolic; --shape NAME=D1,D2,... gives fixed, plainer code", file=sys.stderr)
         return 0
     return 2
 

@@ -229,3 +229,22 @@ def test_doctests(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_symbolic_dim_that_only_one_size_fits():
+    """An exporter declared a dim symbolic but baked the example's size into a Reshape: the
+    model loads (those nodes are checked at run time only, with a note) and runs for that size,
+    like onnxruntime; another size fails at the node, naming it."""
+    from onnx import TensorProto, helper, numpy_helper
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["t"], name="baked"),
+                           helper.make_node("Relu", ["t"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array([9, 2]), "s")])
+    raw = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.warns(UserWarning, match="checked at run time"):
+        m = ember.onnx.load(raw, device="numpy")
+    x = _data("x", (3, 6))
+    np.testing.assert_allclose(m(x).numpy(), reference(raw, {"x": x})[0])
+    with pytest.raises(ShapeError, match="'baked'"):
+        m(_data("x", (2, 6)))

@@ -470,6 +470,8 @@ def _input_meta(vi, sizes, input_shapes, what):
     else:
         shape = tuple(d if isinstance(d, int) and d >= 0 else
                       sizes[d if isinstance(d, str) else f"{vi.name}:{ax}"] for ax, d in enumerate(vi.shape))
+        if None in shape:
+            return UNKNOWN
     if vi.kind != "tensor":
         raise UnsupportedOp(f"{what} {vi.name!r}: ONNX {vi.kind} values are not supported (tensors only)")
     if vi.elem_type == 0:
@@ -583,14 +585,24 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
     except OnnxError:
         if not sizes_a:
             raise
-        # Some models only work for one size of a "symbolic" dim (often batch 1): try that.
+        # Some models only work for one size of a "symbolic" dim (often batch 1, or an exporter
+        # baked the example's length into a reshape): try 1, then give up on placeholder sizes
+        # and leave every node that depends on a symbolic input to run time (unchecked now; it
+        # fails there, as in onnxruntime, if the sizes do not fit).
         sizes_a = _symbol_sizes(graph, input_shapes, "ones")
         rec_a = recorder_factory() if recorder_factory else None
-        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+        try:
+            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+        except OnnxError:
+            sizes_a = {k: None for k in sizes_a}
+            rec_a = recorder_factory() if recorder_factory else None
+            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+            an.notes.append("the graph does not trace with placeholder sizes for its symbolic input dims; "
+                            "the nodes that depend on them are checked at run time only")
     an.symbols = sizes_a
     an.trace = env_a
     env_b, rec_b = None, None
-    if sizes_a:
+    if sizes_a and None not in sizes_a.values():
         sizes_b = {k: v + 1 for k, v in sizes_a.items()}
         rec_b = recorder_factory() if recorder_factory else None
         try:
@@ -676,6 +688,8 @@ class Model:
         self.output_names = [vi.name for vi in g.outputs]
         self.input_shapes = dict(input_shapes or {})
         an = analyze(g, consts, self.opsets, device, self.input_shapes)
+        for msg in an.notes:
+            self._note(msg)
         self.analysis = an
         self._consts = an.consts
         self._const_ids = {id(t) for t in an.consts.values()}
