@@ -259,6 +259,12 @@ CASES += [
     C("LSTM/seq-lens-initial", "LSTM", {"x": f32(4, 2, 3), "w": f32(1, 16, 3), "r": f32(1, 16, 4), "b": f32(1, 32),
                                         "sl": np.array([4, 2], np.int32), "h0": f32(1, 2, 4), "c0": f32(1, 2, 4)},
       {"hidden_size": 4}, inits=["w", "r", "b"], outputs=3),
+    C("CumProd", "CumProd", {"x": f32(3, 5), "a": np.array(1)}, inits=["a"], opset=26),
+    C("CumProd/excl-rev", "CumProd", {"x": f32(6), "a": np.array(0)}, {"exclusive": 1, "reverse": 1}, inits=["a"],
+      opset=26),
+    C("AffineGrid", "AffineGrid", {"t": f32(2, 2, 3), "s": i64(2, 1, 3, 4)}, inits=["s"], opset=20),
+    C("AffineGrid/3d-align", "AffineGrid", {"t": f32(1, 3, 4), "s": i64(1, 1, 2, 3, 2)}, {"align_corners": 1},
+      inits=["s"], opset=20),
     C("Dropout/training-ratio0", "Dropout", {"x": X, "r": np.array(0.0, np.float32), "t": np.array(True)},
       inits=["r", "t"], opset=13),
 ]

@@ -1468,3 +1468,49 @@ def rnn(kind: str, x: Tensor, w: Tensor, r: Tensor, b: Tensor | None, seq_lens: 
         yh = E.permute_dims(yh, (1, 0, 2))
         yc = None if yc is None else E.permute_dims(yc, (1, 0, 2))
     return (y, yh, yc) if kind == "LSTM" else (y, yh)
+
+
+def cumprod(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """Cumulative product along ``axis`` in log2(n) steps (each multiplies by a copy shifted
+    by 1, 2, 4... with ones shifted in)."""
+    axis = _norm_axis(axis, x.ndim, "CumProd")
+    n = x.shape[axis]
+    y = E.flip(x, axis=axis) if reverse else x
+
+    def shifted(t, k):
+        width = [(0, 0)] * t.ndim
+        width[axis] = (k, -k)            # k ones in front, k elements cropped at the end
+        one = True if t.dtype is _dt.bool_ else 1
+        return E.pad(t, tuple(width), value=one)
+    if exclusive and n:
+        y = shifted(y, 1)
+    k = 1
+    while k < n:
+        y = E.multiply(y, shifted(y, k))
+        k *= 2
+    return E.flip(y, axis=axis) if reverse else y
+
+
+def affine_grid(theta: Tensor, size, align_corners: bool = False) -> Tensor:
+    """ONNX AffineGrid: the sampling grid ``theta @ [x, y(, z), 1]`` over a normalised
+    ``[-1, 1]`` base grid of the spatial ``size`` (for GridSample)."""
+    n, sp = size[0], list(size[2:])
+    nd = len(sp)
+
+    def axis_coords(m):
+        if align_corners:
+            return [(-1.0 + 2.0 * i / (m - 1)) if m > 1 else 0.0 for i in range(m)]
+        return [(2.0 * i + 1.0) / m - 1.0 for i in range(m)]
+    coords = [axis_coords(m) for m in sp]          # per spatial dim, outermost first
+    rows = []
+
+    def walk(d, pre):
+        if d == nd:
+            rows.append(list(reversed(pre)) + [1.0])   # (x, y, z...) is innermost first
+            return
+        for v in coords[d]:
+            walk(d + 1, pre + [v])
+    walk(0, [])
+    base = E.tensor(rows, dtype=theta.dtype, device=theta.device)                  # (P, nd+1)
+    grid = E.matmul(base, E.permute_dims(theta, (0, 2, 1)))                        # (N, P, nd)
+    return E.reshape(grid, (n,) + tuple(sp) + (nd,))

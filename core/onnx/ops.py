@@ -1290,3 +1290,14 @@ def scan(c, *inputs):
         axis = out_axes[k] % (items[0].ndim + 1)
         stacked.append(c.call(E.stack, items, axis=axis))
     return tuple(states) + tuple(stacked)
+
+
+@onnx_op("CumProd", since=26)
+def cumprod(c, x, axis):
+    a = int(c.scalar(axis, "axis"))
+    return c.call(F.cumprod, x, a, bool(c.i("exclusive", 0)), bool(c.i("reverse", 0)))
+
+
+@onnx_op("AffineGrid", since=20)
+def affine_grid(c, theta, size):
+    return c.call(F.affine_grid, theta, c.ints(size, "size"), bool(c.i("align_corners", 0)))
