@@ -758,9 +758,44 @@ def _cubic_weights(t, a):
     return [w(t + 1), w(t), w(1 - t), w(2 - t)]
 
 
+def _antialias_taps(c: float, scale: float, n_in: int, mode: str, a: float, exclude: bool) -> list:
+    """The (index, weight) taps of one output position when downsampling with antialias: the
+    interpolation kernel stretched by 1/scale, normalised, over the nearest input positions."""
+    i0 = math.floor(c)
+    ratio = 1.0 if c == i0 else c - i0
+    if mode == "linear":
+        start = math.floor(-1 / scale) + 1
+        ws = [min(max(1 - abs((i - ratio) * scale), 0.0), 1.0) for i in range(start, start + 2 - 2 * start)]
+    else:
+        def k(d):
+            d = abs(d)
+            if d <= 1:
+                return ((a + 2) * d - (a + 3)) * d * d + 1
+            return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a if d < 2 else 0.0
+        start = math.floor(-2 / scale) + 1
+        ws = [k(scale * (i - ratio)) for i in range(start, 2 - start)]
+    tot = sum(ws)
+    ws = [w / tot for w in ws]
+    n = len(ws)
+    pad = -(-n // 2)
+    xp = c + pad
+    p = math.floor(xp)
+    frac = xp - p
+    if n % 2 == 0:
+        off = -(n // 2) if frac == 0 else -(n // 2) + 1
+    else:
+        off = -((n - 1) // 2) + (0 if frac <= 0.5 else 1)
+    idx = [p + off + j - pad for j in range(n)]
+    if exclude:
+        ws = [w if 0 <= i < n_in else 0.0 for i, w in zip(idx, ws)]
+        tot = sum(ws) or 1.0
+        ws = [w / tot for w in ws]
+    return list(zip(idx, ws))
+
+
 def resize(x: Tensor, out_shape, scales, mode: str = "nearest", coord_mode: str = "half_pixel",
            nearest_mode: str = "round_prefer_floor", cubic_a: float = -0.75, exclude_outside: bool = False,
-           extrapolation_value: float = 0.0, roi=None) -> Tensor:
+           extrapolation_value: float = 0.0, roi=None, antialias: bool = False) -> Tensor:
     """ONNX Resize, one axis at a time: every output position reads a few input positions
     (computed in Python from the sizes) through ``take`` and mixes them with fixed weights."""
     nd = x.ndim
@@ -782,7 +817,9 @@ def resize(x: Tensor, out_shape, scales, mode: str = "nearest", coord_mode: str 
             idx = [_nearest(c, nearest_mode, n_in) for c in coords]
             y = E.take(y, _const(idx, _dt.int64, y), axis=ax)
         elif mode in ("linear", "cubic"):
-            if mode == "linear":
+            if antialias and scale < 1.0:
+                taps = [_antialias_taps(c, scale, n_in, mode, cubic_a, exclude_outside) for c in coords]
+            elif mode == "linear":
                 taps = []
                 for c in coords:
                     c = min(max(c, 0.0), n_in - 1.0) if coord_mode != "tf_crop_and_resize" else c

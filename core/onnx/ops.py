@@ -992,9 +992,11 @@ def resize(c, x, roi=None, scales=None, sizes=None):
     cubic_a = c.f("cubic_coeff_a", -0.75)
     exclude = bool(c.i("exclude_outside", 0))
     extrap = c.f("extrapolation_value", 0.0)
+    antialias = False
     if c.opset >= 18:
-        if c.i("antialias", 0):
-            c.unsupported("antialias=1")
+        antialias = bool(c.i("antialias", 0))
+        if antialias and mode == "nearest":
+            c.unsupported("antialias=1 with mode='nearest'")
         axes = c.ints_attr("axes", None)
         policy = c.s("keep_aspect_ratio_policy", "stretch")
     else:
@@ -1038,6 +1040,8 @@ def resize(c, x, roi=None, scales=None, sizes=None):
         for j, a in enumerate(axes):
             roi_full[a] = r[j]
             roi_full[a + nd] = r[j + len(axes)]
+    if antialias:
+        return c.call(F.resize, x, out, full_scales, mode, coord, nearest, cubic_a, exclude, extrap, roi_full, True)
     return c.call(F.resize, x, out, full_scales, mode, coord, nearest, cubic_a, exclude, extrap, roi_full)
 
 
