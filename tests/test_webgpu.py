@@ -312,3 +312,39 @@ def test_attention_heads_merge_without_a_copy():
     p = np.exp(s - s.max(-1, keepdims=True))
     want = ((p / p.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(b, n, h * d)
     np.testing.assert_allclose(merged.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sg"])
+def test_matmul_epilogue_fuses_bias_and_activation(variant):
+    rt = get_runtime()
+    a, w, b = rand(16, 40), rand(50, 40, seed=1), rand(50, seed=2)
+    if not linalg.eligible(rt, variant, 16, 50, 40, "f32"):
+        pytest.skip(f"{variant} not eligible here")
+    ref = a @ w.T + b
+    want = ref * 0.5 * (1 + np.vectorize(math.erf)(ref / math.sqrt(2)))
+    ta, tw, tb = gpu(a), gpu(w), gpu(b)
+    autotune.force("matmul", variant)
+    try:
+        ember.gelu(ta @ ember.matrix_transpose(tw) + tb).numpy()    # compile
+        wg.reset_stats()
+        got = ember.gelu(ta @ ember.matrix_transpose(tw) + tb).numpy()
+        assert wg.stats()["dispatches"] == 1 and wg.stats()["fused_epilogues"] == 1
+    finally:
+        autotune.force("matmul", None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_result_still_needed_is_computed_once():
+    a, w, b = rand(20, 30), rand(30, 25, seed=1), rand(25, seed=2)
+    ta, tw, tb = gpu(a), gpu(w), gpu(b)
+    (ta @ tw + tb).numpy()
+    wg.reset_stats()
+    y = ta @ tw
+    h = y + tb                      # y is alive: the matmul may not hide inside h's kernel
+    z = (h * 2).numpy()
+    yv, hv = y.numpy(), h.numpy()
+    s = wg.stats()
+    assert s["fused_epilogues"] == 0 and s["dispatches"] == 3   # matmul once, then two fused kernels
+    np.testing.assert_allclose(yv, a @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(hv, a @ w + b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(z, (a @ w + b) * 2, rtol=1e-4, atol=1e-4)

@@ -15,6 +15,12 @@ and dispatches it once.
 >>> ember.webgpu.stats()["fused_kernels"]                # doctest: +SKIP
 1
 
+A matmul is lazy too: the elementwise ops that consume it (bias, activation, residual) become
+its *epilogue*, computed in the matmul kernel's store (``fn epilogue`` in the matmul kernels), so
+``gelu(x @ w.T + b)`` is one dispatch. This happens only when nothing else can still need the
+plain product (the tensor it returned and the other lazy tensors built on it are gone);
+otherwise the matmul runs on its own first and is read like any other input.
+
 Limits that end a chain: more distinct inputs than a kernel may bind (``max_storage - 1``),
 more than ``MAX_NODES`` ops, or a lazy input broadcast to a larger shape (it is realised first so
 its work is not repeated for every broadcast copy; scalar constants are exempt).
@@ -27,6 +33,7 @@ and constant values are uniforms.
 from __future__ import annotations
 
 import os
+import weakref
 from math import prod
 
 from .. import dtypes as _dt
@@ -75,7 +82,7 @@ class GBuf:
     """A webgpu tensor's buffer (see the module docstring). ``offset``/``strides`` count
     elements (4 bytes each)."""
 
-    __slots__ = ("storage", "offset", "strides", "expr", "shape", "dtype", "rt", "bounds")
+    __slots__ = ("storage", "offset", "strides", "expr", "shape", "dtype", "rt", "bounds", "__weakref__")
 
     def __init__(self, rt, shape, dtype, storage=None, offset=0, strides=None, expr=None):
         self.rt = rt
@@ -107,7 +114,10 @@ class GBuf:
 
 
 class Node:
-    """An expression node: ``leaf`` (a realised GBuf), ``const`` (a scalar) or ``op``."""
+    """An expression node: ``leaf`` (a realised GBuf), ``const`` (a scalar), ``op`` (an
+    elementwise op) or ``mm`` (a pending matmul: ``value`` is its plan, ``buf`` its result once
+    it has run, ``attrs`` weak references to the tensor it returned and to the lazy tensors
+    built on it)."""
 
     __slots__ = ("kind", "name", "dtype", "args", "value", "buf", "attrs")
 
@@ -136,7 +146,7 @@ def _count(root):
         if id(n) in seen:
             continue
         seen.add(id(n))
-        if n.kind == "leaf":
+        if n.kind == "leaf" or (n.kind == "mm" and n.buf is not None):
             leaves.add(id(n.buf))
         stack.extend(n.args)
     return len(seen), len(leaves)
@@ -162,6 +172,9 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
                 realize(g)
         node = Node("op", out.dtype, name=name, args=[arg_of(g) for g in inputs], attrs=attrs)
     g = GBuf(rt, out.shape, out.dtype, expr=node)
+    for nd in _post_order(node):
+        if nd.kind == "mm" and nd.buf is None:
+            nd.attrs[1].append(weakref.ref(g))
     if not _FUSION[0]:
         realize(g)
     return g
@@ -169,17 +182,27 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
 
 def realize(g: GBuf) -> GBuf:
     """Run the lazy expression of ``g`` (one dispatch) and make ``g`` a plain buffer."""
-    if g.expr is None:
+    nd = g.expr
+    if nd is None:
+        return g
+    if nd.kind == "mm" and nd.buf is not None:   # already run for another expression
+        src = nd.buf
+        g.storage, g.offset, g.strides, g.expr = src.storage, src.offset, src.strides, None
         return g
     rt = g.rt
     n = g.size
     storage = rt.alloc(n * 4)
     if n:
-        _run(rt, g.expr, g.shape, g.dtype, storage)
+        if nd.kind == "mm":
+            nd.value.launch(storage, None, None)
+        else:
+            _run(rt, nd, g.shape, g.dtype, storage)
     g.storage = storage
     g.offset = 0
     g.strides = contiguous_strides(g.shape)
     g.expr = None
+    if nd.kind == "mm":
+        nd.buf = g
     return g
 
 
@@ -223,19 +246,103 @@ def run_into(rt, g: GBuf, storage, offset: int, strides) -> None:
         _run(rt, expr, g.shape, g.dtype, storage, (offset, tuple(strides)))
 
 
-def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
-    rank = len(shape)
-    n = prod(shape)
-    leaves: list = []        # GBufs
-    leaf_ids: dict = {}
-    leaf_direct: list = []
-    consts: list = []
-    sig: list = []
-    ids: dict = {}           # id(node) -> expression index
-    body: list = []
-    ops = 0
+class Program:
+    """An expression compiled against an output shape: its structural signature (the pipeline
+    cache key), its input buffers, constants, and the WGSL that computes it at flat output
+    index ``i``. ``acc``: an ``mm`` node whose value arrives as the variable ``acc`` (a matmul
+    epilogue) instead of being read."""
 
-    order = []               # post-order over the DAG, iteratively (no recursion limit)
+    def __init__(self, root, shape, acc=None):
+        self.shape = tuple(shape)
+        self.leaves: list = []
+        self.leaf_direct: list = []
+        self.consts: list = []
+        self.ops = 0
+        leaf_ids: dict = {}
+        ids: dict = {}
+        sig: list = []
+        for nd in _post_order(root):
+            k = len(sig)
+            ids[id(nd)] = k
+            if nd is acc:
+                sig.append(("A",))
+            elif nd.kind == "leaf" or nd.kind == "mm":
+                gb = nd.buf
+                j = leaf_ids.get(id(gb))
+                if j is None:
+                    j = len(self.leaves)
+                    leaf_ids[id(gb)] = j
+                    self.leaves.append(gb)
+                    self.leaf_direct.append(gb.shape == self.shape and gb.is_contiguous())
+                sig.append(("L", j, wgsl_type(gb.dtype), self.leaf_direct[j]))
+            elif nd.kind == "const":
+                self.consts.append((nd.value, nd.dtype))
+                sig.append(("C", len(self.consts) - 1, wgsl_type(nd.dtype)))
+            else:
+                self.ops += 1
+                sig.append(("O", nd.name, nd.dtype.name, tuple(a.dtype.name for a in nd.args),
+                            tuple(ids[id(a)] for a in nd.args), nd.attrs))
+        self.result = ids[id(root)]
+        self.sig = tuple(sig)
+
+    def words(self, out_view=None) -> list:
+        """Uniform words: n, output shape, [output view], per input its offset (+ strides when
+        it is not read contiguously), the constants. Records where each starts."""
+        shape = self.shape
+        words = [prod(shape)] + list(shape)
+        if out_view is not None:
+            words.append(out_view[0])
+            words.extend(out_view[1])
+        self.leaf_word = []
+        for j, gb in enumerate(self.leaves):
+            self.leaf_word.append(len(words))
+            words.append(gb.offset)
+            if not self.leaf_direct[j]:
+                words.extend(leaf_strides(gb, shape))
+        self.const_word = []
+        for value, dt in self.consts:
+            self.const_word.append(len(words))
+            words.append(_const_bits(value, dt))
+        return words
+
+    def code(self, base: int, first_binding: int, strided_out: bool = False):
+        """(binding declarations, statements computing v<k>, name of the result) with the
+        uniform words starting at word ``base`` and the inputs at ``first_binding``."""
+        rank = len(self.shape)
+        bindings = [f"@group(0) @binding({first_binding + j}) var<storage, read> in{j}: array<{wgsl_type(gb.dtype)}>;"
+                    for j, gb in enumerate(self.leaves)]
+        lines = []
+        if not all(self.leaf_direct) or strided_out:
+            lines.append("  var rem = i;")     # multi-index of output element i, innermost last
+            for d in range(rank - 1, -1, -1):
+                lines.append(f"  let d{d} = i32(rem % u({base + 1 + d}u)); rem = rem / u({base + 1 + d}u);")
+        for k, e in enumerate(self.sig):
+            if e[0] == "A":
+                lines.append(f"  let v{k} = acc;")
+            elif e[0] == "L":
+                j = e[1]
+                w = base + self.leaf_word[j]
+                if self.leaf_direct[j]:
+                    idx = f"u({w}u) + i"
+                else:
+                    terms = " + ".join(f"d{d} * s({w + 1 + d}u)" for d in range(rank)) or "0"
+                    idx = f"u32(s({w}u) + {terms})"
+                lines.append(f"  let v{k} = in{j}[{idx}];")
+            elif e[0] == "C":
+                w = base + self.const_word[e[1]]
+                val = {"f32": f"bitcast<f32>(u({w}u))", "i32": f"s({w}u)", "u32": f"u({w}u)"}[e[2]]
+                lines.append(f"  let v{k} = {val};")
+            else:
+                _, name, out_name, in_names, args, attrs = e
+                expr = OPS_WGSL[name]([f"v{a}" for a in args], [_dt.get(x) for x in in_names],
+                                      _dt.get(out_name), attrs)
+                lines.append(f"  let v{k} = {_wrap(expr, _dt.get(out_name))};")
+        return bindings, lines, f"v{self.result}"
+
+
+def _post_order(root) -> list:
+    """The nodes of an expression DAG, each once, inputs before users (no recursion)."""
+    order = []
     stack = [(root, False)]
     seen = set()
     while stack:
@@ -247,63 +354,82 @@ def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
             continue
         seen.add(id(nd))
         stack.append((nd, True))
-        for a in reversed(nd.args):
+        args = () if nd.kind == "mm" and nd.buf is not None else nd.args
+        for a in reversed(args):
             if id(a) not in seen:
                 stack.append((a, False))
+    return order
 
-    for nd in order:
-        if id(nd) in ids:
-            continue
-        k = len(sig)
-        ids[id(nd)] = k
-        if nd.kind == "leaf":
-            gb = nd.buf
-            j = leaf_ids.get(id(gb))
-            if j is None:
-                j = len(leaves)
-                leaf_ids[id(gb)] = j
-                leaves.append(gb)
-                leaf_direct.append(gb.shape == tuple(shape) and gb.is_contiguous())
-            sig.append(("L", j, wgsl_type(gb.dtype), leaf_direct[j]))
-        elif nd.kind == "const":
-            c = len(consts)
-            consts.append((nd.value, nd.dtype))
-            sig.append(("C", c, wgsl_type(nd.dtype)))
-        else:
-            ops += 1
-            sig.append(("O", nd.name, nd.dtype.name, tuple(a.dtype.name for a in nd.args),
-                        tuple(ids[id(a)] for a in nd.args), nd.attrs))
-    sig.append(("R", ids[id(root)], out_view is not None))
 
-    # info words: n, out shape, per leaf: offset (+ strides when strided), constants
-    words = [n] + list(shape)
-    if out_view is not None:
-        words.append(out_view[0])
-        words.extend(out_view[1])
-    leaf_word = []
-    for j, gb in enumerate(leaves):
-        leaf_word.append(len(words))
-        words.append(gb.offset)
-        if not leaf_direct[j]:
-            words.extend(leaf_strides(gb, shape))
-    const_word = []
-    for value, dt in consts:
-        const_word.append(len(words))
-        words.append(_const_bits(value, dt))
+def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
+    n = prod(shape)
+    acc = _prepare_matmuls(root, shape, dtype, out_view)
+    prog = Program(root, shape, acc)
+    words = prog.words(out_view)
+    if acc is not None:
+        acc.value.launch(storage, prog, words)     # the matmul, with this expression as epilogue
+        rt.stats["fused_epilogues"] += 1
+        rt.stats["fused_ops"] += prog.ops
+        return
     info_n = max(1, (len(words) + 3) // 4)
-    key = ("fused", rank, dtype.name, tuple(sig))
-    pipe = rt.pipeline(key, lambda: _source(sig, rank, dtype, leaves, leaf_direct, leaf_word,
-                                            const_word, info_n))
+    key = ("fused", len(shape), dtype.name, prog.sig, out_view is not None)
+    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, out_view is not None))
     bufs = [(storage.buf, 0, storage.nbytes if out_view is not None else max(4, n * 4))]
-    for gb in leaves:
-        st = gb.storage
-        bufs.append((st.buf, 0, st.nbytes))
-    groups = (n + WG - 1) // WG
+    bufs += [(gb.storage.buf, 0, gb.storage.nbytes) for gb in prog.leaves]
     from .driver import grid_1d
 
     rt.stats["fused_kernels"] += 1
-    rt.stats["fused_ops"] += ops
-    rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid_1d(groups, rt.max_groups))
+    rt.stats["fused_ops"] += prog.ops
+    rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid_1d((n + WG - 1) // WG, rt.max_groups))
+
+
+def _prepare_matmuls(root, shape, dtype, out_view):
+    """The pending matmul (``mm`` node) of ``root`` that can run with ``root`` as its epilogue,
+    after running every other pending matmul of it on its own (their results become inputs).
+    A matmul fuses only when nothing else can still need its plain result: the tensor it
+    returned and every other lazy tensor built on it are gone (else fusing would compute it
+    twice)."""
+    nodes = _post_order(root)
+    pending = [nd for nd in nodes if nd.kind == "mm" and nd.buf is None]
+    if not pending:
+        return None
+    inputs = {id(nd.buf) for nd in nodes if nd.kind == "leaf"}
+    fuse = None
+    if (len(pending) == 1 and _FUSION[0] and out_view is None and wgsl_type(dtype) == "f32"
+            and pending[0].value.epilogue_ok and tuple(pending[0].value.shape) == tuple(shape)
+            and len(inputs) + 5 <= pending[0].value.rt.max_storage):
+        nd = pending[0]
+        owner = nd.attrs[0]()
+        others = [g for g in (r() for r in nd.attrs[1]) if g is not None and g.expr is not root]
+        if owner is None and not others and nd is not root:
+            fuse = nd
+    for nd in pending:
+        if nd is not fuse:
+            materialize(nd)
+    return fuse
+
+
+def materialize(nd) -> GBuf:
+    """Run a pending matmul node on its own; its result becomes an ordinary input."""
+    if nd.buf is None:
+        owner = nd.attrs[0]()
+        if owner is not None and owner.expr is nd:
+            realize(owner)                       # sets nd.buf
+        else:
+            plan = nd.value
+            st = plan.rt.alloc(prod(plan.shape) * 4)
+            plan.launch(st, None, None)
+            nd.buf = GBuf(plan.rt, plan.shape, nd.dtype, storage=st)
+    return nd.buf
+
+
+def lazy_matmul(rt, plan, dtype) -> GBuf:
+    """A tensor whose value is ``plan`` (a matmul, ``ember.webgpu.linalg``), run at the next
+    materialisation point, possibly with the elementwise ops that consume it as its epilogue."""
+    nd = Node("mm", dtype, name="matmul", value=plan)
+    g = GBuf(rt, plan.shape, dtype, expr=nd)
+    nd.attrs = (weakref.ref(g), [])          # (the returned tensor, the lazy tensors built on it)
+    return g
 
 
 def _const_bits(value, dt) -> int:
@@ -325,46 +451,25 @@ def _const_bits(value, dt) -> int:
     return v & 0xFFFFFFFF
 
 
-def _source(sig, rank, dtype, leaves, leaf_direct, leaf_word, const_word, info_n) -> str:
-    bindings = []
-    for j, gb in enumerate(leaves):
-        bindings.append(f"@group(0) @binding({j + 1}) var<storage, read> in{j}: array<{wgsl_type(gb.dtype)}>;")
-    lines = []
-    strided_out = sig[-1][2]
-    if not all(leaf_direct) or strided_out:
-        # multi-index of output element i, innermost axis last
-        lines.append("  var rem = i;")
-        for d in range(rank - 1, -1, -1):
-            lines.append(f"  let d{d} = i32(rem % u({1 + d}u)); rem = rem / u({1 + d}u);")
-    for k, e in enumerate(sig[:-1]):
-        if e[0] == "L":
-            j = e[1]
-            w = leaf_word[j]
-            if leaf_direct[j]:
-                idx = f"u({w}u) + i"
-            else:
-                terms = " + ".join(f"d{d} * s({w + 1 + d}u)" for d in range(rank)) or "0"
-                idx = f"u32(s({w}u) + {terms})"
-            lines.append(f"  let v{k} = in{j}[{idx}];")
-        elif e[0] == "C":
-            t = e[2]
-            w = const_word[e[1]]
-            val = {"f32": f"bitcast<f32>(u({w}u))", "i32": f"s({w}u)", "u32": f"u({w}u)"}[t]
-            lines.append(f"  let v{k} = {val};")
-        else:
-            _, name, out_name, in_names, args, attrs = e
-            expr = OPS_WGSL[name]([f"v{a}" for a in args], [_dt.get(x) for x in in_names],
-                                  _dt.get(out_name), attrs)
-            lines.append(f"  let v{k} = {_wrap(expr, _dt.get(out_name))};")
+def _source(prog: Program, dtype, info_n: int, strided_out: bool) -> str:
+    bindings, lines, res = prog.code(0, 1, strided_out)
     if strided_out:
-        w = 1 + rank
-        terms = "".join(f" + d{d} * s({w + 1 + d}u)" for d in range(rank))
-        lines.append(f"  out[u32(s({w}u){terms})] = v{sig[-1][1]};")
+        w = 1 + len(prog.shape)
+        terms = "".join(f" + d{d} * s({w + 1 + d}u)" for d in range(len(prog.shape)))
+        lines.append(f"  out[u32(s({w}u){terms})] = {res};")
     else:
-        lines.append(f"  out[i] = v{sig[-1][1]};")
+        lines.append(f"  out[i] = {res};")
     return render(kernel_source("fused"), {
-        "OUT_T": wgsl_type(dtype), "BINDINGS": "\n".join(bindings), "INFO_BINDING": len(leaves) + 1,
+        "OUT_T": wgsl_type(dtype), "BINDINGS": "\n".join(bindings), "INFO_BINDING": len(prog.leaves) + 1,
         "INFO": info_n, "HELPERS": kernel_source("elementwise"), "WG": WG, "BODY": "\n".join(lines)})
+
+
+def epilogue_source(prog: Program, base: int, first_binding: int) -> tuple:
+    """(WGSL for a matmul kernel's ``{{EPILOGUE}}``, number of extra bindings): the expression
+    ``prog`` as ``fn epilogue(acc, i)``, its inputs bound from ``first_binding``."""
+    bindings, lines, res = prog.code(base, first_binding)
+    fn = "fn epilogue(acc: f32, i: u32) -> f32 {\n" + "\n".join(lines) + f"\n  return {res};\n}}"
+    return "\n".join(bindings) + "\n" + kernel_source("elementwise") + "\n" + fn, len(prog.leaves)
 
 
 def _wrap(expr: str, dt) -> str:

@@ -17,7 +17,7 @@ from .. import dtypes as _dt
 from ..registry import Meta, broadcast_shapes
 from . import autotune, fusion
 from .fusion import GBuf, realize
-from .runtime import pack_info
+from .runtime import kernel_source, pack_info, render
 
 VARIANTS = ("tiled", "rb64", "rb128", "sg")
 _TILES = {"tiled": (16, 16), "rb64": (64, 64), "rb128": (128, 128)}
@@ -69,74 +69,101 @@ def _batch_strides(shape, strides, batch):
 
 
 def matmul(rt, out: Meta, a, b) -> GBuf:
-    ga, gb = a._buf, b._buf
-    ga, a_off, a_rs, a_ks, a_bsh, a_bst = _operand(ga, True)
-    gb, b_off, b_ks, b_ns, b_bsh, b_bst = _operand(gb, False)
-    M = 1 if ga.shape.__len__() == 1 else ga.shape[-2]
-    K = ga.shape[-1]
-    N = 1 if len(gb.shape) == 1 else gb.shape[-1]
-    batch = broadcast_shapes(a_bsh, b_bsh, op="matmul")
-    nb = prod(batch)
-    kind = fusion.wgsl_type(out.dtype)
-    raw_dtype = {"f32": _dt.float32, "i32": _dt.int32, "u32": _dt.uint8}[kind]
-    storage = rt.alloc(nb * M * N * 4)
-    g = GBuf(rt, out.shape, raw_dtype, storage=storage)
-    if nb * M * N:
-        rank = len(batch)
+    """The webgpu kernel of the ``matmul`` op: a lazy tensor holding a ``MatmulPlan``, run at
+    the next materialisation point, with the elementwise ops that consume it as its epilogue
+    when nothing else needs its plain result (``fusion.lazy_matmul``)."""
+    plan = MatmulPlan(rt, a._buf, b._buf, out)
+    if plan.size == 0 or plan.K == 0:
+        return fusion.const_buf(rt, out.shape, 0, out.dtype)
+    g = fusion.lazy_matmul(rt, plan, plan.raw_dtype)
+    if plan.raw_dtype is not out.dtype:
+        return fusion.record(rt, "_cast", out, [g])
+    return g
+
+
+class MatmulPlan:
+    """Everything one matmul dispatch needs, decided when the op is recorded; ``launch`` picks
+    the variant (autotune) and dispatches it, optionally with an epilogue."""
+
+    def __init__(self, rt, ga: GBuf, gb: GBuf, out: Meta):
+        self.rt = rt
+        ga, a_off, a_rs, a_ks, a_bsh, a_bst = _operand(ga, True)
+        gb, b_off, b_ks, b_ns, b_bsh, b_bst = _operand(gb, False)
+        self.ga, self.gb = ga, gb          # keep the operands alive until the launch
+        M = 1 if len(ga.shape) == 1 else ga.shape[-2]
+        K = ga.shape[-1]
+        N = 1 if len(gb.shape) == 1 else gb.shape[-1]
+        batch = broadcast_shapes(a_bsh, b_bsh, op="matmul")
+        self.M, self.N, self.K, self.nb = M, N, K, prod(batch)
+        self.shape = tuple(out.shape)
+        self.size = self.nb * M * N
+        self.kind = fusion.wgsl_type(out.dtype)
+        self.raw_dtype = {"f32": _dt.float32, "i32": _dt.int32, "u32": _dt.uint8}[self.kind]
+        self.epilogue_ok = self.kind == "f32"
+        self.rank = len(batch)
         abst = _batch_strides(a_bsh, a_bst, batch)
         bbst = _batch_strides(b_bsh, b_bst, batch)
         # rb128 loads 4 consecutive values as one vec4 where the whole row is 16-byte aligned
         a_vec = a_ks == 1 and all(v % 4 == 0 for v in [a_off, a_rs] + abst)
         b_vec = b_ns == 1 and all(v % 4 == 0 for v in [b_off, b_ks] + bbst)
-        words = [M, N, K, nb, a_off, a_rs, a_ks, int(a_vec), b_off, b_ks, b_ns, int(b_vec)]
-        words += list(batch) + abst + bbst
-        info_n = max(4, (len(words) + 3) // 4)
-        info = pack_info(words, info_n * 4)
-        bufs = [(storage.buf, 0, max(4, nb * M * N * 4)), (ga.storage.buf, 0, ga.storage.nbytes),
-                (gb.storage.buf, 0, gb.storage.nbytes)]
+        self.words = [M, N, K, self.nb, a_off, a_rs, a_ks, int(a_vec), b_off, b_ks, b_ns, int(b_vec)]
+        self.words += list(batch) + abst + bbst
+        self.key = autotune.shape_key("matmul", self.kind, (M, N, K, self.nb),
+                                      (a_ks == 1, b_ns == 1, M % 64 == 0, N % 64 == 0, K % 16 == 0))
 
-        def launcher(variant):
-            def launch():
-                _launch(rt, variant, kind, rank, info_n, bufs, info, M, N, nb)
-            return launch
+    def variant(self, storage) -> str:
+        rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
+        v = autotune.forced("matmul")
+        if v is not None and eligible(rt, v, M, N, K, kind):
+            return v
+        cands = {v: (lambda v=v: self._dispatch(v, storage, None, None))
+                 for v in VARIANTS if eligible(rt, v, M, N, K, kind)}
+        return autotune.choose(rt, self.key, cands, default_variant(rt, M, N, K, kind),
+                               lambda: _read(rt, storage, self.size), _close)
 
-        if K == 0:
-            return fusion.const_buf(rt, out.shape, 0, out.dtype)
-        if True:
-            variant = autotune.forced("matmul")
-            if variant is None or not eligible(rt, variant, M, N, K, kind):
-                default = default_variant(rt, M, N, K, kind)
-                cands = {v: launcher(v) for v in VARIANTS if eligible(rt, v, M, N, K, kind)}
-                key = autotune.shape_key("matmul", kind, (M, N, K, nb),
-                                         (a_ks == 1, b_ns == 1, M % 64 == 0, N % 64 == 0, K % 16 == 0))
-                variant = autotune.choose(rt, key, cands, default, lambda: _read(rt, g),
-                                          lambda x, y: _close(x, y))
-            _launch(rt, variant, kind, rank, info_n, bufs, info, M, N, nb)
-    if raw_dtype is not out.dtype:
-        return fusion.record(rt, "_cast", out, [g])
-    return g
+    def launch(self, storage, prog, epi_words) -> None:
+        """Dispatch into ``storage``; ``prog`` (a ``fusion.Program``) is the epilogue or None."""
+        self._dispatch(self.variant(storage), storage, prog, epi_words)
 
-
-def _launch(rt, variant, kind, rank, info_n, bufs, info, M, N, nb):
-    if variant == "sg":
-        pipe = rt.kernel("matmul_sg", RANK=rank, INFO=info_n, WG=256)
-        grid = ((N + 7) // 8, M, nb)
-    else:
-        params = {"RANK": rank, "INFO": info_n}
-        if variant == "tiled":
-            params["T"] = kind
-        pipe = rt.kernel(f"matmul_{variant}", **params)
-        tm, tn = _TILES[variant]
-        grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
+    def _dispatch(self, variant, storage, prog, epi_words) -> None:
+        rt = self.rt
+        bufs = [(storage.buf, 0, max(4, self.size * 4)), (self.ga.storage.buf, 0, self.ga.storage.nbytes),
+                (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
         if variant == "rb128":
-            bufs = bufs + bufs[1:3]   # A and B again, read as vec4 (A4, B4)
-    rt.dispatch(pipe, bufs, info, grid)
+            bufs += bufs[1:3]   # A and B again, read as vec4 (A4, B4)
+        words = list(self.words)
+        epi, sig = None, None
+        if prog is not None:
+            base = len(words)
+            words += epi_words
+            epi, n_in = fusion.epilogue_source(prog, base, len(bufs))
+            bufs += [(g.storage.buf, 0, g.storage.nbytes) for g in prog.leaves]
+            sig = (prog.sig, base)
+        else:
+            T = self.kind if variant == "tiled" else "f32"
+            epi = f"fn epilogue(acc: {T}, i: u32) -> {T} {{ return acc; }}"
+        info_n = max(4, (len(words) + 3) // 4)
+        params = {"RANK": self.rank, "INFO": info_n, "INFO_BINDING": len(bufs), "EPILOGUE": epi}
+        if variant == "tiled":
+            params["T"] = self.kind
+        if variant == "sg":
+            params["WG"] = 256
+        name = f"matmul_{variant}"
+        key = (name, tuple(sorted((k, v) for k, v in params.items() if k != "EPILOGUE")), sig)
+        pipe = rt.pipeline(key, lambda: render(kernel_source(name), params))
+        M, N, nb = self.M, self.N, self.nb
+        if variant == "sg":
+            grid = ((N + 7) // 8, M, nb)
+        else:
+            tm, tn = _TILES[variant]
+            grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
+        rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
 
-def _read(rt, g):
+def _read(rt, storage, n):
     from array import array
 
-    raw = rt.read(g.storage, g.size * 4)
+    raw = rt.read(storage, n * 4)
     a = array("f")
     a.frombytes(raw)
     return a

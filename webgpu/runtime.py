@@ -18,7 +18,7 @@ from importlib import resources
 from ..errors import DeviceError
 from .pool import BufferPool
 
-STAT_KEYS = ("dispatches", "pipelines_compiled", "pipeline_cache_hits", "fused_kernels", "fused_ops",
+STAT_KEYS = ("dispatches", "pipelines_compiled", "pipeline_cache_hits", "fused_kernels", "fused_ops", "fused_epilogues",
              "bytes_allocated", "peak_bytes_allocated", "bytes_in_use", "pool_hits", "pool_misses",
              "reads", "bytes_read", "writes", "bytes_written", "autotune_benchmarks")
 

@@ -41,6 +41,7 @@ TRIALS = [1]
 
 
 def timed(fn, reps: int, sync) -> float:
+    # (ember's webgpu ops are lazy: the functions timed here call ember.webgpu.evaluate)
     """Seconds per call: one warm-up call, then ``reps`` calls and one wait; the best of
     ``TRIALS[0]`` such runs (3 on a GPU, whose clocks and neighbours make single runs noisy)."""
     fn()
@@ -91,17 +92,17 @@ def matmul_table(sizes, budget, cpu_adapter):
             err = float(np.abs(out[:64] - ref).max() / np.abs(ref).max())
             if err > 1e-4:
                 raise SystemExit(f"matmul variant {v} at n={n}: relative error {err:.2e}")
-            one = timed(lambda: ta @ tb, 1, wg.synchronize)
-            dt = timed(lambda: ta @ tb, reps_for(one, budget), wg.synchronize)
+            one = timed(lambda: wg.evaluate(ta @ tb), 1, wg.synchronize)
+            dt = timed(lambda: wg.evaluate(ta @ tb), reps_for(one, budget), wg.synchronize)
             row[v] = flop / dt / 1e9
         autotune.force("matmul", None)
         t0 = time.perf_counter()
-        _ = ta @ tb
+        wg.evaluate(ta @ tb)
         wg.synchronize()
         row["autotune_s"] = time.perf_counter() - t0
         key = autotune.shape_key("matmul", "f32", (n, n, n, 1), (True, True, n % 64 == 0, n % 64 == 0, n % 16 == 0))
         row["chosen"] = autotune._table(rt).get(key, linalg.default_variant(rt, n, n, n, "f32"))
-        dt = timed(lambda: ta @ tb, reps_for(flop / 1e11, budget), wg.synchronize)
+        dt = timed(lambda: wg.evaluate(ta @ tb), reps_for(flop / 1e11, budget), wg.synchronize)
         row["auto"] = flop / dt / 1e9
         one = timed(lambda: a @ b, 1, lambda: None)
         row["numpy"] = flop / timed(lambda: a @ b, reps_for(one, budget), lambda: None) / 1e9
@@ -136,8 +137,8 @@ def linear_row(k, budget):
         err = float(np.abs(out - ref).max() / np.abs(ref).max())
         if err > 1e-4:
             raise SystemExit(f"linear variant {v}: relative error {err:.2e}")
-        one = timed(lambda: tx @ tw, 1, wg.synchronize)
-        row[v] = flop / timed(lambda: tx @ tw, reps_for(one, budget), wg.synchronize) / 1e9
+        one = timed(lambda: wg.evaluate(tx @ tw), 1, wg.synchronize)
+        row[v] = flop / timed(lambda: wg.evaluate(tx @ tw), reps_for(one, budget), wg.synchronize) / 1e9
     autotune.force("matmul", None)
     row["numpy"] = flop / timed(lambda: x @ w.T, 20, lambda: None) / 1e9
     return row

@@ -13,7 +13,8 @@
 @group(0) @binding(2) var<storage, read> B: array<f32>;
 @group(0) @binding(3) var<storage, read> A4: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> B4: array<vec4<f32>>;
-@group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+@group(0) @binding({{INFO_BINDING}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+{{EPILOGUE}}
 #include matmul_common
 var<workgroup> As: array<vec4<f32>, 512>;
 var<workgroup> Bs: array<vec4<f32>, 512>;
@@ -88,7 +89,7 @@ fn store_b(t: u32, v: VB) {
   }
 }
 fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) {
-  for (var j = 0u; j < 4u; j = j + 1u) { if (col + j < N) { C[base + col + j] = v[j]; } }
+  for (var j = 0u; j < 4u; j = j + 1u) { if (col + j < N) { C[base + col + j] = epilogue(v[j], base + col + j); } }
 }
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,

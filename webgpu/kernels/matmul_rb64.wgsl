@@ -6,7 +6,8 @@
 @group(0) @binding(0) var<storage, read_write> C: array<f32>;
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
-@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+@group(0) @binding({{INFO_BINDING}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+{{EPILOGUE}}
 #include matmul_common
 
 const BM = 64u;
@@ -67,7 +68,7 @@ fn store_b(t: u32, v: vec4<f32>) {
 
 fn store_row(base: u32, col: u32, N: u32, v: vec4<f32>) {
   for (var j = 0u; j < 4u; j = j + 1u) {
-    if (col + j < N) { C[base + col + j] = v[j]; }
+    if (col + j < N) { C[base + col + j] = epilogue(v[j], base + col + j); }
   }
 }
 

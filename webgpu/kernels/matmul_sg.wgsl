@@ -6,7 +6,8 @@ enable subgroups;
 @group(0) @binding(0) var<storage, read_write> C: array<f32>;
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
-@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+@group(0) @binding({{INFO_BINDING}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+{{EPILOGUE}}
 #include matmul_common
 
 @compute @workgroup_size({{WG}})
@@ -34,7 +35,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     let total = subgroupAdd(acc);
     if (ok && lane == 0u) {
-      C[wg.z * M * N + m * N + n] = total;
+      let at = wg.z * M * N + m * N + n;
+      C[at] = epilogue(total, at);
     }
   }
 }

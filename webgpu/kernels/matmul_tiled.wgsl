@@ -3,7 +3,8 @@
 @group(0) @binding(0) var<storage, read_write> C: array<{{T}}>;
 @group(0) @binding(1) var<storage, read> A: array<{{T}}>;
 @group(0) @binding(2) var<storage, read> B: array<{{T}}>;
-@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+@group(0) @binding({{INFO_BINDING}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+{{EPILOGUE}}
 #include matmul_common
 
 var<workgroup> As: array<{{T}}, 256>;   // [16 rows][16 k]
@@ -28,6 +29,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     workgroupBarrier();
   }
   if (row < M && col < N) {
-    C[wg.z * M * N + row * N + col] = acc;
+    let at = wg.z * M * N + row * N + col;
+    C[at] = epilogue(acc, at);
   }
 }
