@@ -470,9 +470,6 @@ def lp_normalization(x: Tensor, axis: int, p: int) -> Tensor:
     return E.where(E.equal(n, 0.0), 0.0, E.divide(x, n)).astype(x.dtype)
 
 
-def global_pool(kind: str, x: Tensor) -> Tensor:
-    axes = tuple(range(2, x.ndim))
-    return (E.mean if kind == "avg" else E.max)(x, axis=axes, keepdims=True)
 
 
 def pool1d(fn, x: Tensor, kernel, stride, padding, **kw) -> Tensor:
@@ -682,9 +679,6 @@ def range_(start, limit, delta, dtype, device) -> Tensor:
     return E.tensor(vals, dtype=dtype, device=device) if n else E.zeros((0,), dtype=dtype, device=device)
 
 
-def topk(x: Tensor, k: int, axis: int = -1, largest: bool = True) -> tuple:
-    v, i = E.topk(x, k, axis=axis, largest=largest)
-    return v, i
 
 
 def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
@@ -692,22 +686,6 @@ def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False)
     return y if y.dtype is x.dtype else y.astype(x.dtype)
 
 
-def pad(x: Tensor, pads, mode: str = "constant", value=0.0, axes=None) -> Tensor:
-    """ONNX Pad: ``pads`` = all begins then all ends (over ``axes``, default every axis)."""
-    nd = x.ndim
-    axes = list(range(nd)) if axes is None else [_norm_axis(a, nd, "Pad") for a in axes]
-    k = len(axes)
-    if len(pads) != 2 * k:
-        raise ShapeError(f"Pad: {len(pads)} pads for {k} axes (need {2 * k}) on shape {x.shape}")
-    width = [(0, 0)] * nd
-    for j, a in enumerate(axes):
-        width[a] = (pads[j], pads[j + k])
-    mode = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}.get(mode)
-    if mode is None:
-        raise UnsupportedOp(f"Pad: mode {mode!r}")
-    if x.dtype.kind in "iub" and isinstance(value, float):
-        value = int(value) if x.dtype is not _dt.bool_ else bool(value)
-    return E.pad(x, tuple(width), mode=mode, value=value)
 
 
 # ---- resize -------------------------------------------------------------------------------
