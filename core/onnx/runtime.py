@@ -173,10 +173,7 @@ class Ctx:
                 ins.append(v)
             outs = run_handler(handler, sub, ins)
             if self.tracing:
-                unused = set(node.attrs) - sub.used
-                if unused:
-                    raise UnsupportedOp(f"ONNX node {node.label} ({node.op_type}, opset {opset}) in a subgraph "
-                                        f"of {self.where()}: attribute(s) {', '.join(sorted(unused))} not supported")
+                sub.check_all_attributes_read()
             for name, v in zip(node.outputs, outs):
                 if name:
                     env[name] = v
@@ -274,6 +271,13 @@ class Ctx:
 
     def unsupported(self, what: str):
         raise UnsupportedOp(f"{self.where()}: {what} is not supported by ember")
+
+    def check_all_attributes_read(self):
+        """UnsupportedOp if the node carries an attribute its handler never read: nothing a model
+        asks for is silently ignored."""
+        unused = set(self.node.attrs) - self.used
+        if unused:
+            raise UnsupportedOp(f"{self.where()}: attribute(s) {', '.join(sorted(unused))} not supported by ember")
 
     def check(self, cond, what: str):
         if not cond:
@@ -548,10 +552,7 @@ def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reu
             # A handler tripping over a malformed node: report it as a malformed model.
             raise OnnxError(f"ONNX node {node.label} ({node.op_type}, opset {opset}): invalid node "
                             f"({type(e).__name__}: {e})") from e
-        unused = set(node.attrs) - ctx.used
-        if unused:
-            raise UnsupportedOp(f"ONNX node {node.label} ({node.op_type}, opset {opset}): attribute(s) "
-                                f"{', '.join(sorted(unused))} not supported by ember")
+        ctx.check_all_attributes_read()
         for name, v in zip(node.outputs, outs):
             if name:
                 if v is None:
