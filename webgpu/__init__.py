@@ -1,9 +1,13 @@
 """ember's WebGPU backend: ``device="webgpu"``.
 
-WGSL compute kernels (``kernels/*.wgsl``) run through a small driver: wgpu-py natively
-(Vulkan/Metal/DX12, lavapipe on a machine without a GPU), ``navigator.gpu`` in the browser
-(Pyodide). Elementwise ops are fused lazily into one kernel per chain, buffers are pooled and
-matmul picks its fastest kernel variant per shape class (autotune).
+WGSL compute kernels (``kernels/*.wgsl``) run through a small driver (``driver.py``): wgpu-py
+natively (``native.py``: Vulkan/Metal/DX12, lavapipe on a machine without a GPU), ``navigator.gpu``
+in the browser (``browser.py``, Pyodide). Elementwise ops are recorded lazily and fused into one
+kernel per chain, or into the epilogue of the matmul they follow (``fusion.py``); movement ops are
+views; buffers are pooled (``pool.py``); matmul picks its fastest kernel variant per shape class
+(``autotune.py``, ``linalg.py``). Every element is 4 bytes on the GPU: float16 is stored as f32
+(rounded to half precision after each op), int64 as i32 (uploads outside the int32 range raise
+DTypeError), uint8 and bool as u32 (see ``backend.py``).
 
 Natively nothing needs to be set up::
 
@@ -16,8 +20,10 @@ In the browser the GPU is requested asynchronously: run ``await ember.webgpu.ini
 (from ``pyodide.runPythonAsync``) before using ``device="webgpu"``. ``init()`` works natively too.
 
 Introspection: ``stats()`` (counters), ``reset_stats()``, ``info()`` (adapter, limits, features).
-``set_fusion(False)`` or ``EMBER_FUSION=off`` turns fusion off; ``EMBER_AUTOTUNE=off`` makes
-matmul use its default variant without benchmarking.
+``evaluate(*tensors)`` runs pending lazy work without reading it back; ``synchronize()`` waits
+for the GPU. ``set_fusion(False)`` or ``EMBER_FUSION=off`` turns fusion off; ``EMBER_AUTOTUNE=off``
+makes matmul use its default variant without benchmarking (choices are cached per adapter in
+``~/.cache/ember/autotune.json``).
 """
 from __future__ import annotations
 
