@@ -84,6 +84,10 @@ for v in linalg.VARIANTS:
     if linalg.eligible(rt, v, 8, 17, 20, "f32"):
         autotune.force("matmul", v)
         out["matmul_" + v] = both(lambda a, b: a @ b, mat(8, 20, 6), B)
+        wg.reset_stats()   # matmul + bias + gelu as one kernel (the epilogue)
+        out["epilogue_" + v] = both(lambda x, w, b: ember.gelu(x @ ember.matrix_transpose(w) + b),
+                                    mat(8, 20, 6), mat(17, 20, 3), vals(17, 11))
+        out["epilogue_" + v]["fused"] = wg.stats()["fused_epilogues"]
 autotune.force("matmul", None)
 img, w4 = mat(2 * 3 * 7, 6, 7), mat(4 * 3 * 3, 3, 8)
 def nchw(t, shape):
@@ -207,6 +211,15 @@ def test_webgpu_matches_python_in_the_page(page_result, name):
     res = page_result[name]
     loose = name.startswith(("matmul", "conv", "attention"))
     _close(res["webgpu"], res["python"], rtol=1e-4 if loose else 1e-5, atol=1e-4 if loose else 1e-5)
+
+
+@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sg"])
+def test_matmul_epilogue_in_the_page(page_result, variant):
+    res = page_result.get("epilogue_" + variant)
+    if res is None:
+        pytest.skip(f"{variant} is not eligible on this adapter")
+    assert res["fused"] == 1
+    _close(res["webgpu"], res["python"], rtol=1e-4, atol=1e-4)
 
 
 def test_subgroup_matmul_in_the_page(page_result):
