@@ -40,6 +40,14 @@ def load(vocab_text: str, weights, backends=("cpu",)) -> dict:
     for b in backends:
         if b not in DEVICES:
             raise ValueError(f"load: unknown backend {b!r}; use 'cpu' or 'webgpu'")
+    if "webgpu" in backends:
+        # Autotune benchmarks every matmul variant the first time a shape class is seen, and
+        # sentence lengths make new shapes all the time: measured in headless Chromium
+        # (SwiftShader), that made a 7-sentence comparison 5-20 s instead of 4 s with the
+        # default variants.
+        from ember.webgpu import autotune
+
+        autotune.set_enabled(False)
     _tok = Tokenizer.from_text(vocab_text)
     raw = _as_bytes(weights)
     _nets.clear()

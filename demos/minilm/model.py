@@ -70,10 +70,12 @@ class Embeddings(nn.Module):
         self.register_buffer("position_ids", ember.arange(c.max_positions, dtype=ember.int64).reshape(1, -1))
 
     def forward(self, input_ids, token_type_ids):
-        n = input_ids.shape[1]
+        b, n = input_ids.shape
         x = (self.word_embeddings(input_ids) + self.position_embeddings(self.position_ids[:, :n])
              + self.token_type_embeddings(token_type_ids))
-        return self.LayerNorm(x)
+        # Tokens as rows from here on: (B*L, hidden). Every Linear is then one plain matmul with
+        # B*L rows, instead of B batched matmuls of L rows (several times slower on WebGPU).
+        return self.LayerNorm(x.reshape(b * n, -1))
 
 
 class SelfAttention(nn.Module):
@@ -84,16 +86,17 @@ class SelfAttention(nn.Module):
         self.key = _linear(c.hidden, c.hidden)
         self.value = _linear(c.hidden, c.hidden)
 
-    def _split(self, x):
-        b, n, _ = x.shape                                         # (B, L, H*D) -> (B, H, L, D)
+    def _split(self, x, b):
+        n = x.shape[0] // b                                       # (B*L, H*D) -> (B, H, L, D)
         return x.reshape(b, n, self.heads, self.head_dim).permute_dims((0, 2, 1, 3))
 
     def forward(self, x, mask):
-        b, n, d = x.shape
-        ctx = ember.scaled_dot_product_attention(self._split(self.query(x)), self._split(self.key(x)),
-                                                 self._split(self.value(x)), attn_mask=mask,
+        """``x``: (B*L, hidden) token rows; ``mask``: (B, 1, 1, L) bool, True for real tokens."""
+        b = mask.shape[0]
+        ctx = ember.scaled_dot_product_attention(self._split(self.query(x), b), self._split(self.key(x), b),
+                                                 self._split(self.value(x), b), attn_mask=mask,
                                                  scale=1.0 / math.sqrt(self.head_dim))
-        return ctx.permute_dims((0, 2, 1, 3)).reshape(b, n, d)
+        return ctx.permute_dims((0, 2, 1, 3)).reshape(x.shape)
 
 
 class DenseNorm(nn.Module):
@@ -160,6 +163,7 @@ class Pooler(nn.Module):
         self.activation = nn.Tanh()
 
     def forward(self, hidden):
+        """``hidden``: (B, L, hidden) -> (B, hidden)."""
         return self.activation(self.dense(hidden[:, 0]))
 
 
@@ -181,7 +185,7 @@ class MiniLM(nn.Module):
         b, n = input_ids.shape
         keep = attention_mask.astype(ember.bool_).reshape(b, 1, 1, n)   # every query sees the real keys
         x = self.embeddings(input_ids, ember.zeros_like(input_ids))
-        return self.encoder(x, keep)
+        return self.encoder(x, keep).reshape(b, n, -1)
 
     def sentence_embedding(self, input_ids, attention_mask):
         hidden = self.forward(input_ids, attention_mask)
