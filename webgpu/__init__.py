@@ -37,10 +37,9 @@ async def init(power_preference: str = "high-performance") -> dict:
     """Open the GPU (the browser's request is async; natively it opens wgpu-py's adapter).
     Returns ``info()``. Raises ``ember.errors.DeviceError`` when there is no adapter."""
     rt = await init_runtime(power_preference)
-    from ..backends import _INSTANCES, _UNAVAILABLE
+    from ..backends import reset_backend
 
-    _UNAVAILABLE.pop("webgpu", None)  # a failed use before init() must not stick
-    _INSTANCES.pop("webgpu", None)
+    reset_backend("webgpu")  # a failed use before init() must not stick
     return rt.info()
 
 

@@ -29,7 +29,9 @@ _FACTORIES = {
     "python": "ember.backends.python:PythonBackend",
     "numpy": "ember.backends.numpy_backend:NumpyBackend",
     "webgpu": "ember.webgpu.backend:create_backend",
+    "meta": "ember.backends.meta:MetaBackend",
 }
+_HIDDEN = {"meta"}  # devices that exist for tooling (shape tracing) and are not listed
 _INSTANCES: dict = {}
 _UNAVAILABLE: dict = {}
 
@@ -37,6 +39,12 @@ _UNAVAILABLE: dict = {}
 def register_backend(name: str, factory: str) -> None:
     """Register a backend factory (``"module:callable"``) under a device name."""
     _FACTORIES[name] = factory
+    reset_backend(name)
+
+
+def reset_backend(name: str) -> None:
+    """Forget the backend instance for ``name`` and any earlier failure to create it, so the
+    next use creates it afresh (``ember.webgpu.init()`` does this once the GPU is open)."""
     _INSTANCES.pop(name, None)
     _UNAVAILABLE.pop(name, None)
 
@@ -69,6 +77,8 @@ def devices() -> list:
     """Names of the devices that can run on this machine, the default first."""
     out = []
     for name in _FACTORIES:
+        if name in _HIDDEN:
+            continue
         try:
             get_backend(name)
         except DeviceError:

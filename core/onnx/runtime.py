@@ -27,9 +27,9 @@ import os
 import warnings
 from math import prod
 
-from ..backends import _INSTANCES, default_device, get_backend
+from ..backends import default_device, get_backend
+from ..backends.meta import NeedsData  # noqa: F401  (raised by handlers via this module)
 from ..errors import DTypeError, EmberError, OnnxError, ShapeError, UnsupportedOp
-from ..registry import Meta
 from ..tensor import Tensor
 from . import proto
 
@@ -38,47 +38,7 @@ HOST_LIMIT = 64           # constants this small stay on the "python" device (sh
 HOST = "python"
 
 
-# ---- the meta device: shapes and dtypes only --------------------------------------------------
-
-class NeedsData(Exception):
-    """A handler asked for the values of a tensor that is only known at run time (internal)."""
-
-
-def _meta_kernel(out, *inputs, **attrs):
-    return None if isinstance(out, Meta) else tuple(None for _ in out)
-
-
-class _AnyKernel(dict):
-    def get(self, name, default=None):
-        return _meta_kernel
-
-    def __contains__(self, name):
-        return True
-
-
-class MetaBackend:
-    """``device="meta"``: every op runs its shape and dtype rules and no kernel (no data)."""
-
-    name = "meta"
-    kernels = _AnyKernel()
-
-    @staticmethod
-    def available():
-        return True, "shapes only"
-
-    def from_bytes(self, data, shape, dtype):
-        return None
-
-    def to_bytes(self, buf, shape, dtype):
-        raise NeedsData("meta tensors have no data")
-
-    async def to_bytes_async(self, buf, shape, dtype):
-        raise NeedsData("meta tensors have no data")
-
-
-# Not in the factory table on purpose: ember.devices() should not list it.
-_INSTANCES.setdefault("meta", MetaBackend())
-
+# ---- the meta device (ember.backends.meta): shapes and dtypes only ----------------------------
 
 def meta_like(t: Tensor) -> Tensor:
     return t if t.device == "meta" else Tensor._wrap(None, t.shape, t.dtype, "meta")
