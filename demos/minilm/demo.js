@@ -173,6 +173,9 @@ async function compare() {
   $("compare").disabled = true;
   $("busy").hidden = false;
   $("error").hidden = true;
+  // Python runs on this thread and holds it until done: let "working…" paint first (the
+  // timeout covers hidden tabs, where animation frames do not come).
+  await new Promise((r) => { requestAnimationFrame(() => setTimeout(r, 0)); setTimeout(r, 100); });
   try {
     const r = await embed([query, ...cands], backend);
     const q = r.embeddings[0];
@@ -224,7 +227,7 @@ async function loadPyFile(name) {
 
 async function main() {
   const t0 = performance.now();
-  const MB = 2 ** 20;
+  const MB = 1e6;
   let bootFrac = 0, weightsFrac = 0, bootLabel = "Starting", weightsLabel = "";
   const bar = (extra = 0, label = null) => {
     const f = 0.45 * bootFrac + 0.35 * weightsFrac + extra;
