@@ -13,6 +13,7 @@ Site layout (every URL is a plain file under the output folder):
                             pyodide.asm.wasm, python_stdlib.zip, pyodide-lock.json, ...)
     /wheels/ember-<version>-py3-none-any.whl
     /wasm/ember.js          the loader (see its header for the API)
+    /wasm/demo-kit.js       page code the demos share; /wasm/demo.css their shared look
     /demos/<name>/...       a copy of demos/<name>/ (page, model .py, .safetensors weights, .js)
 
 A demo is listed on the index when its folder has an index.html; its `<title>` and
@@ -229,7 +230,8 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
         if p.is_file() and not any(fnmatch.fnmatch(p.name, pat) for pat in PYODIDE_SKIP):
             files[f"pyodide/{p.name}"] = p
     files[f"wheels/{wheel.name}"] = wheel
-    files["wasm/ember.js"] = WASM_DIR / "ember.js"
+    for p in sorted(WASM_DIR.glob("*.js")) + sorted(WASM_DIR.glob("*.css")):  # loader, demo kit
+        files[f"wasm/{p.name}"] = p
 
     demos = []
     if demos_dir.is_dir():

@@ -12,6 +12,8 @@
 //   window.emberMiniLM.info                        {webgpu, webgpuError, timings, steps, readyMs, ...}
 
 import { loadEmber, fetchBytes } from "../../wasm/ember.js";
+import { $, progressBar, showError, loadFailed, checkBackend, showBackend, webgpuFailed, offerBackends,
+         pageReady, loadApp, pyObject, serially } from "../../wasm/demo-kit.js";
 
 const PY_DIR = "/home/pyodide/minilm";
 const WEIGHTS = "minilm-l6-v2.f16.safetensors";
@@ -28,13 +30,10 @@ const EXAMPLES = {
   ],
 };
 
-const $ = (id) => document.getElementById(id);
-
 let pyodide = null;
 let pyEmbed = null;        // app.embed (a PyProxy)
 let webgpuOk = false;
 let backend = "cpu";
-let queue = Promise.resolve();   // one call at a time (one Python interpreter)
 
 // ---- weights: float16 on the wire, float32 for the model --------------------------------------
 
@@ -97,16 +96,10 @@ function widenSafetensors(bytes) {
 
 // ---- the model ------------------------------------------------------------------------------
 
-function checkBackend(which) {
-  if (which !== "webgpu" && which !== "cpu") return `unknown backend ${which}: use "webgpu" or "cpu"`;
-  if (which === "webgpu" && !webgpuOk) return 'WebGPU is not available in this browser; use backend "cpu"';
-  return null;
-}
-
 /** Embed sentences through app.py; calls are queued (Pyodide runs one at a time). */
 function embed(sentences, which = backend) {
   if (!pyEmbed) return Promise.reject(new Error("the model is not loaded yet: await emberMiniLM.ready"));
-  const bad = checkBackend(which);
+  const bad = checkBackend(which, webgpuOk);
   if (bad) return Promise.reject(new Error(bad));
   if (!Array.isArray(sentences) || sentences.length < 1 || sentences.length > MAX_SENTENCES) {
     return Promise.reject(new Error(`embed: give an array of 1 to ${MAX_SENTENCES} sentences`));
@@ -118,14 +111,11 @@ function embed(sentences, which = backend) {
     const t0 = performance.now();
     const res = await pyEmbed(sentences, which);
     const ms = performance.now() - t0;
-    const obj = res.toJs({ dict_converter: Object.fromEntries });
-    res.destroy();
+    const obj = pyObject(res);
     return { embeddings: obj.embeddings, ms, backend: obj.backend, tokenizeMs: obj.tokenize_ms,
              embedMs: obj.embed_ms, tokens: obj.tokens };
   };
-  const p = queue.then(run, run);
-  queue = p.catch(() => {});
-  return p;
+  return serially(run);
 }
 
 const dot = (a, b) => a.reduce((s, v, i) => s + v * b[i], 0);
@@ -192,24 +182,12 @@ async function compare() {
   }
 }
 
-function backendLabel(name) {
-  return name === "webgpu" ? "WebGPU" : "CPU (pure Python)";
-}
-
 function setBackend(name) {
-  const bad = checkBackend(name);
+  const bad = checkBackend(name, webgpuOk);
   if (bad) throw new Error(bad);
   backend = name;
-  $(`backend-${name}`).checked = true;
-  $("backend-name").textContent = backendLabel(name);
+  showBackend(name);
   $("cpu-hint").hidden = name !== "cpu";
-}
-
-function showError(e) {
-  const el = $("error");
-  el.hidden = false;
-  el.textContent = `Something went wrong: ${e && e.message ? e.message : e}`;
-  console.error(e);
 }
 
 function resetExamples() {
@@ -219,21 +197,10 @@ function resetExamples() {
 
 // ---- loading --------------------------------------------------------------------------------
 
-async function loadPyFile(name) {
-  const resp = await fetch(name);
-  if (!resp.ok) throw new Error(`cannot fetch ${name}: HTTP ${resp.status}`);
-  pyodide.FS.writeFile(`${PY_DIR}/${name}`, await resp.text());
-}
-
 async function main() {
   const t0 = performance.now();
   const MB = 1e6;
-  let bootFrac = 0, weightsFrac = 0, bootLabel = "Starting", weightsLabel = "";
-  const bar = (extra = 0, label = null) => {
-    const f = 0.45 * bootFrac + 0.35 * weightsFrac + extra;
-    $("progress-bar").style.width = `${(100 * Math.min(1, f)).toFixed(1)}%`;
-    $("progress-label").textContent = label || [bootLabel, weightsLabel].filter(Boolean).join(" · ");
-  };
+  const bar = progressBar(0.45, 0.35);
   resetExamples();
   $("examples").addEventListener("click", resetExamples);
   $("compare").addEventListener("click", () => compare().catch(showError));
@@ -241,21 +208,14 @@ async function main() {
 
   // The weights (~43 MiB) download while Pyodide starts.
   const weights = fetchBytes(WEIGHTS, {
-    onProgress: (p) => {
-      weightsFrac = p.fraction;
-      weightsLabel = p.fraction >= 1 ? `weights ${(p.loaded / MB).toFixed(1)} MB`
-        : `weights ${(p.loaded / MB).toFixed(1)} / ${p.total ? (p.total / MB).toFixed(1) : "?"} MB`;
-      bar();
-    },
+    onProgress: (p) => bar.weights(p.fraction, p.fraction >= 1 ? `weights ${(p.loaded / MB).toFixed(1)} MB`
+      : `weights ${(p.loaded / MB).toFixed(1)} / ${p.total ? (p.total / MB).toFixed(1) : "?"} MB`),
   });
   const vocab = fetch("vocab.txt").then((r) => {
     if (!r.ok) throw new Error(`cannot fetch vocab.txt: HTTP ${r.status}`);
     return r.text();
   });
-  pyodide = await loadEmber({
-    webgpu: "auto",
-    onProgress: (p) => { bootFrac = p.fraction; bootLabel = p.label; bar(); },
-  });
+  pyodide = await loadEmber({ webgpu: "auto", onProgress: bar.boot });
   const info = { ...pyodide.ember };
   webgpuOk = !!info.webgpu;
   window.emberMiniLM.info = info;
@@ -269,22 +229,10 @@ async function main() {
   steps.weightsWidened = performance.now() - t0;
   bar(0.05, webgpuOk ? "Loading the model (CPU and WebGPU)" : "Loading the model");
   await new Promise((r) => setTimeout(r, 0));
-  pyodide.FS.mkdirTree(PY_DIR);
-  await Promise.all(["tokenizer.py", "model.py", "app.py"].map(loadPyFile));
-  const app = pyodide.runPython(`
-import sys
-if ${JSON.stringify(PY_DIR)} not in sys.path:
-    sys.path.insert(0, ${JSON.stringify(PY_DIR)})
-import app
-app`);
+  const app = await loadApp(pyodide, PY_DIR, ["tokenizer.py", "model.py", "app.py"]);
   const backends = webgpuOk ? ["cpu", "webgpu"] : ["cpu"];
   const vocabText = await vocab;
-  const load = (which) => {
-    const r = app.load(vocabText, full, which);
-    const obj = r.toJs({ dict_converter: Object.fromEntries });
-    r.destroy();
-    return obj;
-  };
+  const load = (which) => pyObject(app.load(vocabText, full, which));
   let loaded;
   try {
     loaded = load(backends);
@@ -292,9 +240,7 @@ app`);
     if (!webgpuOk) throw e;
     // The CPU model loaded first; a failure on the GPU side falls back to it.
     webgpuOk = false;
-    info.webgpu = false;
-    info.webgpuError = `the model could not be put on WebGPU: ${String(e.message || e).trim().split("\n").pop()}`;
-    console.warn("MiniLM demo: WebGPU load failed, using the CPU:", e);
+    webgpuFailed(info, "the model could not be put on WebGPU", e, "MiniLM");
     loaded = load(["cpu"]);
   }
   app.destroy();
@@ -310,29 +256,16 @@ app`);
       await embed(["Warming up the kernels."], "webgpu");
     } catch (e) {
       webgpuOk = false;
-      info.webgpu = false;
-      info.webgpuError = `the model failed on WebGPU: ${String(e && e.message ? e.message : e).trim().split("\n").pop()}`;
-      console.warn("MiniLM demo: WebGPU failed, using the CPU:", e);
+      webgpuFailed(info, "the model failed on WebGPU", e, "MiniLM");
     }
     steps.webgpuWarm = performance.now() - t0;
   }
-  if (!webgpuOk) {
-    const why = info.webgpuError || "navigator.gpu is missing";
-    const n = $("notice");
-    n.hidden = false;
-    n.textContent = `WebGPU is not available here: ${why.replace(/\.$/, "")}. The model runs on ` +
-                    "the CPU instead, in pure Python: same answers, a few seconds per sentence.";
-    $("backend-webgpu").disabled = true;
-    $("backend-webgpu").parentElement.classList.add("unavailable");
-  }
-  for (const r of document.querySelectorAll('input[name="backend"]')) {
-    r.addEventListener("change", () => { if (r.checked) setBackend(r.value); });
-  }
-  setBackend(webgpuOk ? "webgpu" : "cpu");
+  offerBackends(info, webgpuOk,
+                "The model runs on the CPU instead, in pure Python: same answers, a few seconds per sentence.",
+                setBackend);
 
   bar(0.2, "Ready");
-  $("loading").hidden = true;
-  $("app").classList.remove("disabled");
+  pageReady();
   info.readyMs = performance.now() - t0;
   info.steps = steps;   // ms since this script started
   $("model-info").textContent =
@@ -349,8 +282,4 @@ window.emberMiniLM = {
   lastResult: null,
   info: null,
 };
-window.emberMiniLM.ready = main().catch((e) => {
-  $("progress-label").textContent = "Loading failed";
-  showError(e);
-  throw e;
-});
+window.emberMiniLM.ready = main().catch(loadFailed);

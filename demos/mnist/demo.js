@@ -13,6 +13,8 @@
 //   window.emberDemo.info                      {webgpu, webgpuError, timings, ...}
 
 import { loadEmber, fetchBytes } from "../../wasm/ember.js";
+import { $, progressBar, showError, loadFailed, checkBackend, showBackend, webgpuFailed, offerBackends,
+         pageReady, loadApp, pyObject, serially } from "../../wasm/demo-kit.js";
 
 const SIDE = 28;
 const BOX = 20;            // MNIST: the ink's bounding box is scaled to fit 20x20...
@@ -20,7 +22,6 @@ const CENTRE = 14;         // ...then shifted so its centre of mass sits at pixe
 const BRUSH = 20;          // stroke width on the 280 px pad: ~2 px after scaling, like MNIST
 const PY_DIR = "/home/pyodide/mnist";
 
-const $ = (id) => document.getElementById(id);
 const pad = $("pad");
 const padCtx = pad.getContext("2d", { willReadFrequently: true });
 const inputCtx = $("input28").getContext("2d");
@@ -29,7 +30,6 @@ let pyodide = null;
 let pyPredict = null;      // app.predict (a PyProxy)
 let webgpuOk = false;
 let backend = "cpu";
-let queue = Promise.resolve();   // predictions run one at a time (one Python interpreter)
 let pending = null;              // the page's own latest prediction, if any
 let dirty = false;
 
@@ -167,17 +167,22 @@ function setupDrawing() {
   });
 }
 
-/** Draw a 28x28 uint8 MNIST image onto the pad (scaled up) and predict it. */
-function drawSample(bytes) {
-  const small = document.createElement("canvas");
-  small.width = small.height = SIDE;
-  const c = small.getContext("2d");
+/** A 28x28 canvas showing a uint8 MNIST image. */
+function imageCanvas(bytes) {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = SIDE;
+  const c = canvas.getContext("2d");
   const img = c.createImageData(SIDE, SIDE);
   for (let i = 0; i < SIDE * SIDE; i++) img.data.set([bytes[i], bytes[i], bytes[i], 255], i * 4);
   c.putImageData(img, 0, 0);
+  return canvas;
+}
+
+/** Draw a 28x28 uint8 MNIST image onto the pad (scaled up) and predict it. */
+function drawSample(bytes) {
   clearPad();
   padCtx.imageSmoothingEnabled = true;
-  padCtx.drawImage(small, 0, 0, pad.width, pad.height);
+  padCtx.drawImage(imageCanvas(bytes), 0, 0, pad.width, pad.height);
   requestPredict();
 }
 
@@ -194,13 +199,7 @@ async function setupSamples() {
     btn.type = "button";
     btn.title = `MNIST test image #${i} (a ${label})`;
     btn.dataset.label = label;
-    const thumb = document.createElement("canvas");
-    thumb.width = thumb.height = SIDE;
-    const tctx = thumb.getContext("2d");
-    const img = tctx.createImageData(SIDE, SIDE);
-    for (let p = 0; p < SIDE * SIDE; p++) img.data.set([bytes[p], bytes[p], bytes[p], 255], p * 4);
-    tctx.putImageData(img, 0, 0);
-    btn.append(thumb);
+    btn.append(imageCanvas(bytes));
     btn.addEventListener("click", () => drawSample(bytes));
     box.append(btn);
   });
@@ -233,16 +232,11 @@ function showResult(r) {
   $("ms").textContent = r ? `${r.ms.toFixed(1)} ms` : "–";
 }
 
-function backendLabel(name) {
-  return name === "webgpu" ? "WebGPU" : "CPU (pure Python)";
-}
-
 function setBackend(name) {
-  if (name === "webgpu" && !webgpuOk) throw new Error("WebGPU is not available in this browser");
-  if (name !== "webgpu" && name !== "cpu") throw new Error(`unknown backend ${name}: use "webgpu" or "cpu"`);
+  const bad = checkBackend(name, webgpuOk);
+  if (bad) throw new Error(bad);
   backend = name;
-  $(`backend-${name}`).checked = true;
-  $("backend-name").textContent = backendLabel(name);
+  showBackend(name);
   requestPredict();
 }
 
@@ -251,12 +245,8 @@ function setBackend(name) {
 /** Run one prediction through app.py; calls are queued (Pyodide runs one at a time). */
 function predict(pixels, which = backend) {
   if (!pyPredict) return Promise.reject(new Error("the model is not loaded yet: await emberDemo.ready"));
-  if (which !== "webgpu" && which !== "cpu") {
-    return Promise.reject(new Error(`unknown backend ${which}: use "webgpu" or "cpu"`));
-  }
-  if (which === "webgpu" && !webgpuOk) {
-    return Promise.reject(new Error("WebGPU is not available in this browser; use backend \"cpu\""));
-  }
+  const bad = checkBackend(which, webgpuOk);
+  if (bad) return Promise.reject(new Error(bad));
   if (!pixels || pixels.length !== SIDE * SIDE) {
     return Promise.reject(new Error(`predict: need 784 pixels (28x28), got ${pixels ? pixels.length : pixels}`));
   }
@@ -266,13 +256,10 @@ function predict(pixels, which = backend) {
     const t0 = performance.now();
     const res = await pyPredict(px, which);
     const ms = performance.now() - t0;
-    const obj = res.toJs({ dict_converter: Object.fromEntries });
-    res.destroy();
+    const obj = pyObject(res);
     return { digit: obj.digit, probs: Array.from(obj.probs), ms, backend: obj.backend };
   };
-  const p = queue.then(run, run);
-  queue = p.catch(() => {});
-  return p;
+  return serially(run);
 }
 
 /** Predict what is on the pad; the latest drawing wins if several requests pile up. */
@@ -295,13 +282,6 @@ function requestPredict() {
   })().finally(() => { pending = null; });   // runs after the assignment, even when no await
 }
 
-function showError(e) {
-  const el = $("error");
-  el.hidden = false;
-  el.textContent = `Something went wrong: ${e && e.message ? e.message : e}`;
-  console.error(e);
-}
-
 // ---- loading ----------------------------------------------------------------------------
 
 /** The safetensors header's __metadata__ (training accuracy, date...), read in JS. */
@@ -313,37 +293,20 @@ function safetensorsMetadata(bytes) {
   return header.__metadata__ || {};
 }
 
-async function loadPyFile(name) {
-  const resp = await fetch(name);
-  if (!resp.ok) throw new Error(`cannot fetch ${name}: HTTP ${resp.status}`);
-  pyodide.FS.writeFile(`${PY_DIR}/${name}`, await resp.text());
-}
-
 async function main() {
   const t0 = performance.now();
-  let bootFrac = 0, weightsFrac = 0, bootLabel = "Starting", weightsLabel = "";
-  const bar = (extra = 0, label = null) => {
-    const f = 0.75 * bootFrac + 0.15 * weightsFrac + extra;
-    $("progress-bar").style.width = `${(100 * Math.min(1, f)).toFixed(1)}%`;
-    $("progress-label").textContent = label || [bootLabel, weightsLabel].filter(Boolean).join(" · ");
-  };
+  const bar = progressBar(0.75, 0.15);
   setupBars();
   setupDrawing();
   const samples = setupSamples();
 
   // The weights download in parallel with Pyodide's start-up.
   const weights = fetchBytes("mnist.safetensors", {
-    onProgress: (p) => {
-      weightsFrac = p.fraction;
-      weightsLabel = p.fraction >= 1 ? `weights ${(p.loaded / 1024).toFixed(0)} KB`
-                                     : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`;
-      bar();
-    },
+    onProgress: (p) => bar.weights(p.fraction,
+      p.fraction >= 1 ? `weights ${(p.loaded / 1024).toFixed(0)} KB`
+                      : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`),
   });
-  pyodide = await loadEmber({
-    webgpu: "auto",
-    onProgress: (p) => { bootFrac = p.fraction; bootLabel = p.label; bar(); },
-  });
+  pyodide = await loadEmber({ webgpu: "auto", onProgress: bar.boot });
   // The page's own copy: webgpu/webgpuError below say whether the *model* runs on WebGPU.
   const info = { ...pyodide.ember };
   webgpuOk = !!info.webgpu;
@@ -353,14 +316,7 @@ async function main() {
   const meta = safetensorsMetadata(bytes);
   const steps = { emberReady: performance.now() - t0 };
   bar(0, "Loading the model");
-  pyodide.FS.mkdirTree(PY_DIR);
-  await Promise.all([loadPyFile("model.py"), loadPyFile("app.py")]);
-  const app = pyodide.runPython(`
-import sys
-if ${JSON.stringify(PY_DIR)} not in sys.path:
-    sys.path.insert(0, ${JSON.stringify(PY_DIR)})
-import app
-app`);
+  const app = await loadApp(pyodide, PY_DIR, ["model.py", "app.py"]);
   app.load(bytes).destroy();
   app.destroy();
   pyPredict = pyodide.runPython("app.predict");   // its own proxy, kept for the page's life
@@ -374,30 +330,16 @@ app`);
       await predict(new Float32Array(SIDE * SIDE), "webgpu");
     } catch (e) {
       webgpuOk = false;
-      info.webgpu = false;
-      info.webgpuError = `the model failed on WebGPU: ${String(e && e.message ? e.message : e).trim().split("\n").pop()}`;
-      console.warn("MNIST demo: WebGPU failed, using the CPU:", e);
+      webgpuFailed(info, "the model failed on WebGPU", e, "MNIST");
     }
     steps.webgpuWarm = performance.now() - t0;
   }
-  if (!webgpuOk) {
-    const why = info.webgpuError || "navigator.gpu is missing";
-    const n = $("notice");
-    n.hidden = false;
-    n.textContent = `WebGPU is not available here: ${why.replace(/\.$/, "")}. The network runs ` +
-                    "on the CPU instead, in pure Python: slower, same answers.";
-    $("backend-webgpu").disabled = true;
-    $("backend-webgpu").parentElement.classList.add("unavailable");
-  }
-  for (const r of document.querySelectorAll('input[name="backend"]')) {
-    r.addEventListener("change", () => { if (r.checked) setBackend(r.value); });
-  }
-  setBackend(webgpuOk ? "webgpu" : "cpu");
+  offerBackends(info, webgpuOk, "The network runs on the CPU instead, in pure Python: slower, same answers.",
+                setBackend);
   await samples;
 
   bar(0.1, "Ready");
-  $("loading").hidden = true;
-  $("app").classList.remove("disabled");
+  pageReady();
   if (meta.test_accuracy) {
     $("model-info").textContent =
       `Weights: ${(bytes.length / 1024).toFixed(0)} KB, trained with ${meta.trainer || "PyTorch"} ` +
@@ -417,8 +359,4 @@ window.emberDemo = {
   lastResult: null,
   info: null,
 };
-window.emberDemo.ready = main().catch((e) => {
-  $("progress-label").textContent = "Loading failed";
-  showError(e);
-  throw e;
-});
+window.emberDemo.ready = main().catch(loadFailed);
