@@ -7,11 +7,14 @@
 - ``browser`` (session): Debian's /usr/bin/chromium, headless, WebGPU on (SwiftShader).
 - ``page`` (per test): a fresh context + page whose console errors and uncaught page errors
   fail the test at teardown (mark a test ``@pytest.mark.allow_console_errors`` to opt out);
-  a failing test leaves a screenshot in e2e/artifacts/.
+  a failing test leaves a screenshot in e2e/artifacts/. ``page_without_webgpu``: the same in
+  a browser where ``navigator.gpu`` is undefined.
 
 Helpers, handed out as fixtures (test files cannot import conftest by name: tests/ has one too):
 
 - ``screenshot(page, name)``: save e2e/artifacts/<name>.png (gitignored).
+- ``assert_cpu_fallback(page)``: a demo page shows its no-WebGPU notice, runs on the CPU and
+  has the WebGPU radio button disabled.
 - ``load_ember(page, path="/", webgpu=False)``: open ``path`` and boot ember there through
   /wasm/ember.js; returns ``pyodide.ember`` info (version, webgpu, timings). The page then
   has ``window.pyodide``; run Python with ``run_python(page, code)``.
@@ -141,15 +144,12 @@ def _screenshot(page, name: str) -> Path:
     return path
 
 
-@pytest.fixture
-def page(browser, server, request):
-    """A fresh page; console errors / page errors fail the test (see module docstring).
-
-    ``page.console_errors`` lists what was seen so far; ``page.console_log`` every console line.
-    """
+def _page(browser, server, request, init_script=None, timeout_ms=BOOT_TIMEOUT_MS):
     context = browser.new_context(base_url=server)
+    if init_script:
+        context.add_init_script(init_script)
     p = context.new_page()
-    p.set_default_timeout(BOOT_TIMEOUT_MS)
+    p.set_default_timeout(timeout_ms)
     errors: list = []
     lines: list = []
 
@@ -174,6 +174,24 @@ def page(browser, server, request):
     context.close()
     if errors and not request.node.get_closest_marker("allow_console_errors"):
         pytest.fail("the page logged errors:\n  " + "\n  ".join(errors), pytrace=False)
+
+
+@pytest.fixture
+def page(browser, server, request):
+    """A fresh page; console errors / page errors fail the test (see module docstring).
+
+    ``page.console_errors`` lists what was seen so far; ``page.console_log`` every console line.
+    """
+    yield from _page(browser, server, request)
+
+
+@pytest.fixture
+def page_without_webgpu(browser, server, request):
+    """Like ``page``, in a browser without WebGPU (``navigator.gpu`` is undefined); pages that
+    fall back to pure Python take longer, hence the longer timeout."""
+    yield from _page(browser, server, request,
+                     init_script="Object.defineProperty(Navigator.prototype, 'gpu', {get: () => undefined});",
+                     timeout_ms=180_000)
 
 
 def _load_ember(page, path: str = "/", webgpu=False) -> dict:
@@ -215,6 +233,14 @@ def _run_python(page, code: str):
         }""", code)
 
 
+def _assert_cpu_fallback(page) -> None:
+    """A demo page without WebGPU says so, runs on the CPU and greys the WebGPU choice out."""
+    notice = page.locator("#notice")
+    assert notice.is_visible() and "CPU" in notice.inner_text()
+    assert page.locator("#backend-name").inner_text() == "CPU (pure Python)"
+    assert page.locator("#backend-webgpu").is_disabled()
+
+
 @pytest.fixture
 def screenshot():
     """``screenshot(page, name) -> Path`` (e2e/artifacts/<name>.png)."""
@@ -231,3 +257,9 @@ def load_ember():
 def run_python():
     """``run_python(page, code)`` -> the value of the last expression, converted to JS/JSON."""
     return _run_python
+
+
+@pytest.fixture
+def assert_cpu_fallback():
+    """``assert_cpu_fallback(page)``: the demo page shows its no-WebGPU state (see the demos)."""
+    return _assert_cpu_fallback

@@ -115,23 +115,11 @@ def test_minilm_page_embeds_on_webgpu_and_cpu(page, screenshot):
     assert page.locator("#backend-name").inner_text() == "WebGPU"
 
 
-def test_minilm_page_without_webgpu_falls_back_to_cpu(browser, server):
-    context = browser.new_context(base_url=server)
-    context.add_init_script("Object.defineProperty(Navigator.prototype, 'gpu', {get: () => undefined});")
-    page = context.new_page()
-    page.set_default_timeout(180_000)
-    errors = []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
-        info = _open(page)
-        assert not info["webgpu"]
-        notice = page.locator("#notice")
-        assert notice.is_visible() and "CPU" in notice.inner_text()
-        assert page.locator("#backend-name").inner_text() == "CPU (pure Python)"
-        assert page.locator("#backend-webgpu").is_disabled()
-        err = page.evaluate("""() => window.emberMiniLM.embed(["x"], "webgpu").then(() => "resolved", (e) => e.message)""")
-        assert "WebGPU is not available" in err
-        assert not errors, errors
-    finally:
-        context.close()
+def test_minilm_page_without_webgpu_falls_back_to_cpu(page_without_webgpu, assert_cpu_fallback):
+    # Console errors fail the test, as with every page fixture.
+    page = page_without_webgpu
+    info = _open(page)
+    assert not info["webgpu"]
+    assert_cpu_fallback(page)
+    err = page.evaluate("""() => window.emberMiniLM.embed(["x"], "webgpu").then(() => "resolved", (e) => e.message)""")
+    assert "WebGPU is not available" in err

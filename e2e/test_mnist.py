@@ -156,27 +156,15 @@ def test_mnist_drawing_and_backend_switch(page, screenshot):
     assert page.locator("#digit").inner_text() == "?"
 
 
-def test_mnist_page_without_webgpu_falls_back_to_cpu(browser, server):
+def test_mnist_page_without_webgpu_falls_back_to_cpu(page_without_webgpu, assert_cpu_fallback):
     # A page where navigator.gpu does not exist: the demo must say so and run on the CPU.
-    context = browser.new_context(base_url=server)
-    context.add_init_script("Object.defineProperty(Navigator.prototype, 'gpu', {get: () => undefined});")
-    page = context.new_page()
-    page.set_default_timeout(180_000)
-    errors = []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
-        info = _open(page)
-        assert not info["webgpu"]
-        notice = page.locator("#notice")
-        assert notice.is_visible() and "CPU" in notice.inner_text()
-        assert page.locator("#backend-name").inner_text() == "CPU (pure Python)"
-        assert page.locator("#backend-webgpu").is_disabled()
-        r = _predict(page, [v / 255 for v in IMAGES[2]], "cpu")
-        assert r["digit"] == LABELS[2]
-        err = page.evaluate("""() => window.emberDemo.predict(new Array(784).fill(0), "webgpu").then(
-            () => "resolved", (e) => String(e.message))""")
-        assert "WebGPU is not available" in err
-        assert not errors, errors
-    finally:
-        context.close()
+    # (Console errors fail the test, as with every page fixture.)
+    page = page_without_webgpu
+    info = _open(page)
+    assert not info["webgpu"]
+    assert_cpu_fallback(page)
+    r = _predict(page, [v / 255 for v in IMAGES[2]], "cpu")
+    assert r["digit"] == LABELS[2]
+    err = page.evaluate("""() => window.emberDemo.predict(new Array(784).fill(0), "webgpu").then(
+        () => "resolved", (e) => String(e.message))""")
+    assert "WebGPU is not available" in err
