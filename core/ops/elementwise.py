@@ -123,10 +123,6 @@ def _to(x: Tensor, dt) -> Tensor:
     return x if x.dtype is dt else apply("cast", x, dtype=dt)
 
 
-def _to(x: Tensor, dt) -> Tensor:
-    return x if x.dtype is dt else apply("cast", x, dtype=dt)
-
-
 def _public(name, fn, doc):
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
