@@ -1,5 +1,5 @@
-"""ember.nn against PyTorch: a small model and a set of layer configurations written once with
-torch.nn (tests/fixtures/make_fixtures.py) are rebuilt with ember.nn, load PyTorch's state_dict
+"""ember.nn against PyTorch: a small model and a set of layer configurations written once
+(tests/nn_models.py), built with torch.nn by tests/fixtures/make_fixtures.py and with ember.nn here, load PyTorch's state_dict
 (from .safetensors and from .pt) with identical keys, and reproduce PyTorch's outputs on every
 backend within |ember - torch| <= ATOL + RTOL * |torch|. Plus the Module mechanics."""
 import json
@@ -10,6 +10,7 @@ import pytest
 import ember
 from ember import nn
 from ember.errors import WeightsError
+from nn_models import define
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "nn")
 ATOL, RTOL = 1e-4, 1e-4  # float32 end to end; different summation orders than PyTorch
@@ -28,60 +29,7 @@ def _flat(v):
     return [v]
 
 
-# ---- the model of make_fixtures.Net, in ember.nn -------------------------------------------------
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1),                                # (B,8,8,8)
-            nn.BatchNorm2d(8),
-            nn.ReLU(),
-            nn.MaxPool2d(2),                                              # (B,8,4,4)
-            nn.Conv2d(8, 8, 3, padding=1, groups=2, bias=False),
-            nn.SiLU(),
-            nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),  # (B,4,8,8)
-            nn.AvgPool2d(2),                                              # (B,4,4,4)
-            nn.Sigmoid(),
-            nn.AdaptiveAvgPool2d((2, 2)),                                 # (B,4,2,2)
-            nn.Flatten(),                                                 # (B,16)
-        )
-        self.emb = nn.Embedding(10, 16)
-        self.norm = nn.LayerNorm(16)
-        self.head = nn.ModuleList([nn.Linear(16, 12), nn.GELU(approximate="tanh"), nn.Dropout(0.1),
-                                   nn.Linear(12, 12), nn.GELU(), nn.Tanh(), nn.Linear(12, 5)])
-        self.softmax = nn.Softmax(dim=-1)
-
-    def forward(self, x, ids):
-        h = self.norm(self.features(x) + ember.mean(self.emb(ids), axis=1))
-        for m in self.head:
-            h = m(h)
-        return h, self.softmax(h)
-
-
-class Layers(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.reflect = nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")
-        self.replicate = nn.Conv2d(2, 3, (3, 2), padding=(1, 2), padding_mode="replicate", bias=False)
-        self.circular = nn.Conv2d(2, 4, 3, padding=2, dilation=2, padding_mode="circular", groups=2)
-        self.same = nn.Conv2d(2, 3, (4, 3), padding="same")
-        self.strided = nn.Conv2d(2, 3, 3, stride=2, padding=1)
-        self.tconv = nn.ConvTranspose2d(2, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
-        self.tconv_dil = nn.ConvTranspose2d(2, 3, (2, 3), stride=(1, 2), dilation=2, bias=False)
-        self.bn_noaffine = nn.BatchNorm2d(2, affine=False)
-        self.bn_batch = nn.BatchNorm2d(2, track_running_stats=False)
-        self.ln2d = nn.LayerNorm((5, 6), bias=False)
-        self.ln_plain = nn.LayerNorm(6, elementwise_affine=False, eps=1e-3)
-        self.fc_nobias = nn.Linear(6, 4, bias=False)
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
-        self.avgpool = nn.AvgPool2d((2, 3), stride=1, padding=1, count_include_pad=False)
-        self.adaptive = nn.AdaptiveAvgPool2d((None, 4))
-        self.softmax_legacy = nn.Softmax()
-        self.flatten = nn.Flatten(0, 1)
-        self.gelu = nn.GELU()
-        self.emb = nn.Embedding(7, 3, padding_idx=2)
-
+Net, Layers = define(nn)   # the models of tests/nn_models.py, in ember.nn
 
 LAYER_NAMES = list(Layers()._modules)
 
