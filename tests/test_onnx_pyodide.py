@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import textwrap
 
 import numpy as np
-import pytest
 
 from onnx_helpers import reference
-from test_pyodide import PYODIDE_DIR, REPO, RUNNER, _wheel
+from test_pyodide import REPO, _wheel, need_node, run_driver
 
 FIX = REPO / "tests" / "fixtures" / "onnx"
 
@@ -36,11 +33,7 @@ DRIVER = textwrap.dedent('''
 
 
 def test_onnx_in_pyodide(tmp_path_factory):
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node.js is not installed (needed to run Pyodide outside the browser)")
-    if not (PYODIDE_DIR / "pyodide.asm.wasm").is_file():
-        pytest.skip("the npm Pyodide is missing from wasm/node_modules: run 'python build.py setup'")
+    node = need_node()
     wheel = _wheel(tmp_path_factory)
     io = tmp_path_factory.mktemp("onnx-pyodide-io")
     rng = np.random.default_rng(11)
@@ -48,10 +41,7 @@ def test_onnx_in_pyodide(tmp_path_factory):
               "mnist_cnn_ext": rng.standard_normal((1, 1, 28, 28)).astype(np.float32),
               "encoder_block": rng.standard_normal((1, 5, 32)).astype(np.float32)}
     (io / "inputs.json").write_text(json.dumps({k: v.tolist() for k, v in inputs.items()}))
-    (io / "driver.py").write_text(DRIVER)
-    proc = subprocess.run([node, str(RUNNER), "--wheel", str(wheel), "--mount", f"{FIX}:/fix",
-                           "--mount", f"{io}:/io", str(io / "driver.py")],
-                          capture_output=True, text=True, timeout=900)
+    proc = run_driver(node, wheel, io, DRIVER, {FIX: "/fix", io: "/io"})
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     out = json.loads((io / "out.json").read_text())
     assert out["version"][0] == 3 and out["version"][1] >= 12

@@ -82,13 +82,29 @@ def _wheel(tmp_factory) -> Path:
     return whl
 
 
-@pytest.fixture(scope="module")
-def pyodide_run(tmp_path_factory):
+def need_node() -> str:
+    """Node.js's path; skips the test without Node or without the npm Pyodide."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("Node.js is not installed (needed to run Pyodide outside the browser)")
     if not (PYODIDE_DIR / "pyodide.asm.wasm").is_file():
         pytest.skip("the npm Pyodide is missing from wasm/node_modules: run 'python build.py setup'")
+    return node
+
+
+def run_driver(node: str, wheel: Path, io: Path, driver: str, mounts: dict) -> subprocess.CompletedProcess:
+    """Run ``driver`` (Python source, saved as io/driver.py) in Pyodide under Node with the
+    ``wheel`` installed and ``mounts`` ({host folder: folder in Pyodide}) mounted."""
+    (io / "driver.py").write_text(driver)
+    cmd = [node, str(RUNNER), "--wheel", str(wheel)]
+    for host, there in mounts.items():
+        cmd += ["--mount", f"{host}:{there}"]
+    return subprocess.run(cmd + [str(io / "driver.py")], capture_output=True, text=True, timeout=NODE_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def pyodide_run(tmp_path_factory):
+    node = need_node()
     wheel = _wheel(tmp_path_factory)
     io = tmp_path_factory.mktemp("pyodide-io")
     cases = op_cases.all_cases()
@@ -99,11 +115,7 @@ def pyodide_run(tmp_path_factory):
         except Exception as e:  # a broken case is a failure, reported with its id below
             host_errors[case.id] = f"numpy reference failed: {type(e).__name__}: {e}"
     (io / "expected.json").write_text(json.dumps(want))
-    (io / "driver.py").write_text(DRIVER)
-    proc = subprocess.run(
-        [node, str(RUNNER), "--wheel", str(wheel), "--mount", f"{REPO / 'tests'}:/repo/tests",
-         "--mount", f"{io}:/io", str(io / "driver.py")],
-        capture_output=True, text=True, timeout=NODE_TIMEOUT_S)
+    proc = run_driver(node, wheel, io, DRIVER, {REPO / "tests": "/repo/tests", io: "/io"})
     if proc.returncode != 0 or not (io / "results.json").exists():
         pytest.fail(f"Pyodide run failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}",
                     pytrace=False)
