@@ -216,10 +216,11 @@ def test_info_stats_devices_and_init():
 
 # ---- matmul variants and autotune --------------------------------------------------------------
 
-@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sk", "sg"])
 def test_matmul_variants_match_numpy(variant):
     rt = get_runtime()
-    cases = [((3, 5), (5, 7)), ((130, 70), (70, 129)), ((2, 1, 9, 20), (3, 20, 4)), ((1, 300), (300, 33))]
+    cases = [((3, 5), (5, 7)), ((130, 70), (70, 129)), ((2, 1, 9, 20), (3, 20, 4)), ((1, 300), (300, 33)),
+             ((130, 520), (520, 129)), ((2, 1, 9, 300), (3, 300, 4))]   # ragged and batched deep k
     for sa, sb in cases:
         m, k, n = sa[-2], sa[-1], sb[-1]
         if not linalg.eligible(rt, variant, m, n, k, "f32"):
@@ -314,11 +315,12 @@ def test_attention_heads_merge_without_a_copy():
     np.testing.assert_allclose(merged.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sk", "sg"])
 def test_matmul_epilogue_fuses_bias_and_activation(variant):
     rt = get_runtime()
-    a, w, b = rand(16, 40), rand(50, 40, seed=1), rand(50, seed=2)
-    if not linalg.eligible(rt, variant, 16, 50, 40, "f32"):
+    k = 300 if variant == "sk" else 40       # split-k only takes deep k
+    a, w, b = rand(16, k), rand(50, k, seed=1), rand(50, seed=2)
+    if not linalg.eligible(rt, variant, 16, 50, k, "f32"):
         pytest.skip(f"{variant} not eligible here")
     ref = a @ w.T + b
     want = ref * 0.5 * (1 + np.vectorize(math.erf)(ref / math.sqrt(2)))
@@ -328,7 +330,9 @@ def test_matmul_epilogue_fuses_bias_and_activation(variant):
         ember.gelu(ta @ ember.matrix_transpose(tw) + tb).numpy()    # compile
         wg.reset_stats()
         got = ember.gelu(ta @ ember.matrix_transpose(tw) + tb).numpy()
-        assert wg.stats()["dispatches"] == 1 and wg.stats()["fused_epilogues"] == 1
+        # split-k: the partial products, then one pass that adds them and applies the epilogue
+        assert wg.stats()["dispatches"] == (2 if variant == "sk" else 1)
+        assert wg.stats()["fused_epilogues"] == 1
     finally:
         autotune.force("matmul", None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
