@@ -35,8 +35,11 @@ PYODIDE_DIR = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
 # it only produced committed golden files and the demo weights (see demos/*/train.py).
 REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel"]
 REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "onnxruntime",
-                       "wgpu==0.32.0", "httpx", "playwright"]
-APT = {"/usr/bin/chromium": "chromium",
+                       "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1"]
+# Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
+# every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
+APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
+APT = {**APT_BUILD, "/usr/bin/chromium": "chromium",
        "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers"}
 
 
@@ -68,9 +71,10 @@ def ensure_venv(reqs) -> None:
         f.write("\n".join(have + [key]))
 
 
-def ensure_system() -> None:
-    """Debian packages the browser and GPU tests need (Chromium, lavapipe Vulkan)."""
-    missing = [pkg for path, pkg in APT.items() if not os.path.exists(path)]
+def ensure_system(packages=APT) -> None:
+    """Debian packages the build (clang, lld) and the browser and GPU tests need (Chromium,
+    lavapipe Vulkan)."""
+    missing = [pkg for path, pkg in packages.items() if not os.path.exists(path)]
     if not missing:
         return
     if not shutil.which("apt-get"):
@@ -94,8 +98,21 @@ def ensure_pyodide() -> None:
 
 # ---- build ----------------------------------------------------------------------------------
 
+def build_kernels() -> None:
+    """wasm/kernels.wasm from wasm/kernels/*.c (only when missing or stale)."""
+    sys.path.insert(0, os.path.join(ROOT, "wasm"))
+    try:
+        import build_kernels as bk
+    finally:
+        sys.path.pop(0)
+    if not bk.up_to_date():
+        log("building the WebAssembly SIMD kernels (wasm/kernels.wasm)")
+        bk.build()
+
+
 def build_wheel() -> str:
-    """Build the pure-Python wheel into dist/ and return its path."""
+    """Build the pure-Python wheel (with the wasm kernel module) into dist/; return its path."""
+    build_kernels()
     os.makedirs(DIST, exist_ok=True)
     for old in glob.glob(os.path.join(DIST, "ember-*.whl")):
         os.remove(old)
@@ -145,6 +162,7 @@ def cmd_test(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    ensure_system(APT_BUILD)
     ensure_venv(REQ_DEMO)
     ensure_pyodide()
     build_site()
@@ -167,12 +185,14 @@ def cmd_onnx_report(args) -> int:
 
 
 def cmd_wheel(args) -> int:
+    ensure_system(APT_BUILD)
     ensure_venv(REQ_DEMO)
     build_wheel()
     return 0
 
 
 def cmd_site(args) -> int:
+    ensure_system(APT_BUILD)
     ensure_venv(REQ_DEMO)
     ensure_pyodide()
     print(build_site())

@@ -22,6 +22,7 @@ _LAZY = {
     "io": ("ember.io", None),
     "onnx": ("ember.onnx", None),
     "webgpu": ("ember.webgpu", None),
+    "wasm": ("ember.wasm", None),
     "load_safetensors": ("ember.io.safetensors", "load_safetensors"),
     "save_safetensors": ("ember.io.safetensors", "save_safetensors"),
     "load_torch": ("ember.io.torch", "load_torch"),

@@ -40,3 +40,8 @@ class UnsupportedOp(EmberError, NotImplementedError):
 
 class OnnxError(EmberError, ValueError):
     """A malformed ONNX file or graph."""
+
+
+class BoundsError(EmberError, IndexError):
+    """A native kernel was about to touch memory outside the buffer it was given (a bug in the
+    kernel's Python wrapper; the call is refused before it runs)."""

@@ -1,6 +1,8 @@
 """Shared fixtures. Every op test takes the ``device`` fixture and so runs once per backend:
 ``python`` always, ``numpy`` where numpy is installed, ``webgpu`` where a GPU adapter exists
-(lavapipe in CI). ``EMBER_TEST_DEVICES=python,numpy`` narrows the set."""
+(lavapipe in CI), ``wasm`` where the kernel module is built and ``wasmtime`` is installed (the
+SIMD module run on copies in CPython; inside Pyodide tests/test_pyodide.py runs it zero-copy).
+``EMBER_TEST_DEVICES=python,numpy`` narrows the set."""
 import os
 import tempfile
 
@@ -12,7 +14,7 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
     os.chmod(_d, 0o700)
     os.environ["XDG_RUNTIME_DIR"] = _d
 
-ALL_DEVICES = ("python", "numpy", "webgpu")
+ALL_DEVICES = ("python", "numpy", "webgpu", "wasm")
 
 
 def _wanted():

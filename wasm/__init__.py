@@ -13,7 +13,29 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional
 
-__all__ = ["is_pyodide", "fetch_bytes"]
+__all__ = ["is_pyodide", "fetch_bytes", "init"]
+
+
+async def init() -> dict:
+    """Set up ``device="wasm"`` (the WebAssembly SIMD kernels) and return what it runs on.
+
+    Inside Pyodide this compiles the kernel module asynchronously and instantiates it on
+    Pyodide's own memory: call it once on a page's main thread, where Chromium refuses
+    synchronous compilation of modules over 4 KB. In Node, in a Worker and in CPython (with the
+    ``wasmtime`` package) plain use of ``device="wasm"`` sets itself up, so this is optional
+    there. Raises DeviceError saying why when the device cannot run here.
+
+    >>> import asyncio
+    >>> asyncio.run(init())["device"]     # doctest: +SKIP
+    'wasm'
+    """
+    from ..backends import get_backend, reset_backend
+    from .runtime import init_async
+
+    rt = await init_async()
+    reset_backend("wasm")
+    b = get_backend("wasm")
+    return {"device": "wasm", "runtime": rt.kind, "kernels": sorted(b.native)}
 
 
 def is_pyodide() -> bool:

@@ -29,6 +29,7 @@ _FACTORIES = {
     "python": "ember.backends.python:PythonBackend",
     "numpy": "ember.backends.numpy_backend:NumpyBackend",
     "webgpu": "ember.webgpu.backend:create_backend",
+    "wasm": "ember.wasm.backend:create_backend",
     "meta": "ember.backends.meta:MetaBackend",
 }
 _HIDDEN = {"meta"}  # devices that exist for tooling (shape tracing) and are not listed

@@ -125,8 +125,7 @@ class Linear(Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = ember.matmul(x, ember.matrix_transpose(self.weight))
-        return y if self.bias is None else y + self.bias
+        return ember.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

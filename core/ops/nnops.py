@@ -28,7 +28,7 @@ from ..registry import apply, broadcast_shapes, normalize_axis, op, promote, sam
 from ..tensor import Tensor
 from . import method
 
-__all__ = ["relu", "leaky_relu", "sigmoid", "gelu", "silu", "softmax", "log_softmax",
+__all__ = ["linear", "relu", "leaky_relu", "sigmoid", "gelu", "silu", "softmax", "log_softmax",
            "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
            "batch_norm", "layer_norm", "embedding", "scaled_dot_product_attention",
            "cumsum", "sort", "argsort", "topk", "pad"]
@@ -325,6 +325,40 @@ def _conv_transpose2d_shape(xs, ws, bs=None, *, stride, padding, output_padding,
                              f"input {tuple(xs)}, weight {tuple(ws)}")
         out.append(size_out)
     return (n, o, out[0], out[1])
+
+
+def _linear_shape(xs, ws, bs=None):
+    if len(ws) != 2:
+        raise ShapeError(f"linear: weight must be 2-D (out_features, in_features), got {tuple(ws)}")
+    if not xs:
+        raise ShapeError(f"linear: input must have at least 1 dimension, got a scalar; weight {tuple(ws)}")
+    if xs[-1] != ws[1]:
+        raise ShapeError(f"linear: input has {xs[-1]} features (last axis of {tuple(xs)}) but weight "
+                         f"{tuple(ws)} expects {ws[1]}")
+    if bs is not None and tuple(bs) != (ws[0],):
+        raise ShapeError(f"linear: bias must have shape ({ws[0]},) for weight {tuple(ws)}, got {tuple(bs)}")
+    return tuple(xs[:-1]) + (ws[0],)
+
+
+def _linear_decompose(x, weight, bias=None):
+    y = x @ weight.matrix_transpose()
+    return y if bias is None else y + bias
+
+
+op("linear", kind="composite", shape=_linear_shape, dtype=_float_rule("linear"), decompose=_linear_decompose,
+   doc="x @ weight.T + bias (PyTorch's F.linear); a backend may run it without transposing the weight")
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``, as
+    PyTorch's ``F.linear``: the weight is never transposed in memory where a backend has a
+    kernel for it (wasm, numpy).
+
+    >>> import ember
+    >>> ember.linear(ember.ones((2, 3)), ember.ones((4, 3)), ember.zeros((4,))).tolist()
+    [[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]
+    """
+    return apply("linear", *((x, weight) if bias is None else (x, weight, bias)))
 
 
 op("conv2d", kind="other", shape=_conv2d_shape, dtype=_float_rule("conv2d"),

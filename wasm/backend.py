@@ -1,0 +1,58 @@
+"""``device="wasm"``: the pure-Python backend's storage with WebAssembly SIMD kernels.
+
+Tensors keep the python backend's flat row-major ``array.array`` buffers; the kernels of the
+module built from ``wasm/kernels/*.c`` run on those buffers in place (inside Pyodide the module
+shares Pyodide's memory; in CPython it runs under wasmtime on copies, see ``runtime``). Ops the
+module has no kernel for, and dtypes it does not handle, run the python backend's kernels on the
+same buffers: no copy either way, and ``t.to("python")`` / ``t.to("wasm")`` are cheap.
+
+The kernel table is assembled from one Python module per kernel family (``ops_layout``,
+``ops_elementwise``, ``ops_linalg``), each with ``kernels(rt) -> {op name: kernel}``; a family
+kernel handles what its C code does and hands everything else to the python kernel.
+
+>>> import ember
+>>> "wasm" in ember.devices()        # doctest: +SKIP  (Pyodide, or CPython with wasmtime)
+True
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..backends.python import KERNELS as PY_KERNELS
+from ..backends.python import PythonBackend
+from .runtime import runtime
+
+FAMILIES = ("ops_layout", "ops_elementwise", "ops_linalg")
+
+
+class WasmBackend(PythonBackend):
+    """``device="wasm"``: ``array.array`` storage, WebAssembly SIMD kernels."""
+
+    name = "wasm"
+
+    def __init__(self, rt=None):
+        self.rt = rt if rt is not None else runtime()
+        self.kernels = dict(PY_KERNELS)
+        self.native = set()   # op names served by the SIMD module (for the rest: python)
+        for fam in FAMILIES:
+            try:
+                mod = importlib.import_module(f"{__package__}.{fam}")
+            except ModuleNotFoundError as e:
+                if e.name != f"{__package__}.{fam}":
+                    raise
+                continue   # a family not written yet
+            table = mod.kernels(self.rt)
+            self.kernels.update(table)
+            self.native.update(table)
+
+    @staticmethod
+    def available():
+        try:
+            rt = runtime()
+        except Exception as e:  # DeviceError with the reason
+            return False, str(e)
+        return True, f"WebAssembly SIMD kernels on {rt.kind}"
+
+
+def create_backend() -> WasmBackend:
+    return WasmBackend()

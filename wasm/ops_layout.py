@@ -1,0 +1,84 @@
+"""Layout kernels of the wasm backend: permute_dims, broadcast_to, slice, concat as one strided
+copy each (``copy.c``), for every dtype (1-, 4- and 8-byte elements; float16 is stored as
+float32 in this backend). Views of rank > 6 after merging axes run the python kernel."""
+from __future__ import annotations
+
+from array import array
+from math import prod
+
+from ..backends import python as _py
+from .runtime import R, W
+
+_FN = {1: "copy_strided_x8", 4: "copy_strided_x32", 8: "copy_strided_x64"}
+RANK = 6
+
+
+def merge_dims(shape, strides):
+    """Drop size-1 axes and merge an axis into its inner neighbour when its stride spans it
+    (the same view as fewer, longer axes). Returns (shape, strides) lists."""
+    dims = [(m, s) for m, s in zip(shape, strides) if m != 1]
+    if not dims:
+        return [], []
+    merged = [dims[-1]]
+    for m, s in reversed(dims[:-1]):
+        im, ist = merged[-1]
+        if s == ist * im:
+            merged[-1] = (m * im, ist)
+        else:
+            merged.append((m, s))
+    merged.reverse()
+    return [m for m, _ in merged], [s for _, s in merged]
+
+
+def _reach(shape, strides, offset):
+    """(lowest, highest) element index a strided view touches (for the bounds check)."""
+    lo = hi = offset
+    for m, s in zip(shape, strides):
+        if s > 0:
+            hi += (m - 1) * s
+        else:
+            lo += (m - 1) * s
+    return lo, hi
+
+
+def make_gather(rt):
+    """``gather(buf, shape, strides, offset) -> array``: the python backend's ``gather`` on the
+    SIMD module (same contract), or the python one when the view is too high-rank."""
+    def gather(buf, shape, strides, offset=0, out_buf=None, out_offset=0):
+        n = prod(shape)
+        fn = _FN.get(buf.itemsize)
+        sh, st = merge_dims(shape, strides)
+        if n == 0 or fn is None or len(sh) > RANK:
+            if out_buf is None:
+                return _py.gather(buf, shape, strides, offset)
+            out_buf[out_offset:out_offset + n] = _py.gather(buf, shape, strides, offset)
+            return out_buf
+        if len(sh) <= 1 and (not st or st[0] == 1) and out_buf is None:
+            return buf[offset:offset + n]   # a contiguous run: one C-level slice
+        lo, hi = _reach(sh, st, offset)
+        pad = RANK - len(sh)
+        shp = array("i", [1] * pad + sh)
+        stp = array("i", [0] * pad + st)
+        dst = out_buf if out_buf is not None else array(buf.typecode, bytes(n * buf.itemsize))
+        # The kernel walks from element `offset`; the span R(...) covers exactly what it reads.
+        rt.call(fn, R(buf, hi - lo + 1, lo, offset), W(dst, n, out_offset), R(shp, RANK), R(stp, RANK))
+        return dst
+    return gather
+
+
+def kernels(rt) -> dict:
+    gather = make_gather(rt)
+
+    def permute_dims(out, x, *, axes, **_):
+        st = _py.contiguous_strides(x.shape)
+        return gather(x._buf, out.shape, [st[a] for a in axes])
+
+    def broadcast_to(out, x, **_):
+        return gather(x._buf, out.shape, _py.broadcast_strides(x.shape, out.shape))
+
+    def slice_(out, x, *, slices, **_):
+        st = _py.contiguous_strides(x.shape)
+        offset = sum(s[0] * k for s, k in zip(slices, st))
+        return gather(x._buf, out.shape, [s[2] * k for s, k in zip(slices, st)], offset)
+
+    return {"permute_dims": permute_dims, "broadcast_to": broadcast_to, "slice": slice_}

@@ -1,0 +1,235 @@
+"""Where ember's WebAssembly kernels run: one small runtime protocol, two implementations.
+
+- ``PyodideRuntime``: inside Pyodide (browser or Node). The kernel module is instantiated on
+  *Pyodide's own* ``WebAssembly.Memory``, so a kernel reads and writes the ``array.array``
+  buffers of ember tensors in place: a pointer is ``buf.buffer_info()[0]``. No copy.
+- ``WasmtimeRuntime``: CPython with the ``wasmtime`` package (tests, native runs). The module
+  has its own memory there: inputs are copied in before a call and outputs copied out after.
+
+Both take a call as ``rt.call(name, *args)`` where each argument is an int/float or a buffer
+handed over as ``R(buf, n, offset=0, at=None)`` (read) / ``W(...)`` (written): the kernel may
+touch elements ``offset .. offset + n - 1`` of ``buf`` and nothing else, and gets a pointer to
+element ``at`` (default ``offset``; a view walked with negative strides starts inside its span). Every call checks
+each buffer against those bounds first (``BoundsError``), so a wrong length in Python can never
+become an out-of-bounds write into Pyodide's heap. Pointers are taken at call time, never
+cached: when Pyodide's memory grows, nothing held here goes stale.
+
+>>> from array import array
+>>> check_span(R(array("f", [1.0, 2.0]), 2))   # fine
+>>> check_span(W(array("f", [1.0]), 2))
+Traceback (most recent call last):
+...
+ember.errors.BoundsError: wasm kernel buffer: 2 elements from offset 0 exceed a buffer of 1
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.resources
+import sys
+
+from ..errors import BoundsError, DeviceError
+
+MODULE_FILE = "kernels.wasm"
+
+
+class R:
+    """A buffer a kernel reads: ``n`` elements of ``buf`` from ``offset``."""
+
+    __slots__ = ("buf", "n", "offset", "at")
+    writes = False
+
+    def __init__(self, buf, n: int, offset: int = 0, at: int | None = None):
+        self.buf = buf
+        self.n = n
+        self.offset = offset
+        self.at = offset if at is None else at
+
+
+class W(R):
+    """A buffer a kernel writes (and may read)."""
+
+    __slots__ = ()
+    writes = True
+
+
+def check_span(a: R) -> None:
+    n, off = a.n, a.offset
+    size = len(a.buf)
+    if n < 0 or off < 0 or off + n > size:
+        raise BoundsError(f"wasm kernel buffer: {n} elements from offset {off} exceed a buffer of {size}")
+    if n and not off <= a.at < off + n:
+        raise BoundsError(f"wasm kernel buffer: pointer at element {a.at} lies outside its span "
+                          f"{off}..{off + n - 1}")
+    if a.writes and a.buf.__class__ is bytes:
+        raise BoundsError("wasm kernel buffer: a kernel may not write into immutable bytes")
+
+
+def module_bytes() -> bytes:
+    """The shipped kernel module (built from wasm/kernels/*.c by build_kernels.py)."""
+    try:
+        return importlib.resources.files("ember.wasm").joinpath(MODULE_FILE).read_bytes()
+    except (FileNotFoundError, OSError) as e:
+        raise DeviceError(f"device 'wasm': the kernel module {MODULE_FILE} is missing from this "
+                          f"install (build it with 'python build.py wheel', which needs clang and "
+                          f"lld)") from e
+
+
+class PyodideRuntime:
+    """Kernels on Pyodide's memory (zero copy)."""
+
+    kind = "pyodide"
+
+    def __init__(self, instance):
+        self.exports = instance.exports
+        self._fns = {}
+
+    @classmethod
+    def create_sync(cls) -> "PyodideRuntime":
+        """Compile and instantiate synchronously (Node, Workers; Chromium refuses synchronous
+        compilation of modules over 4 KB on a page's main thread)."""
+        import js
+        from pyodide.ffi import to_js
+
+        try:
+            mod = js.WebAssembly.Module.new(to_js(module_bytes()))
+            inst = js.WebAssembly.Instance.new(mod, _imports())
+        except Exception as e:  # a JsException: e.g. RangeError on Chromium's main thread
+            raise DeviceError(f"device 'wasm' needs an asynchronous set-up here: "
+                              f"'await ember.wasm.init()' first ({str(e).strip()})") from None
+        return cls(inst)
+
+    @classmethod
+    async def create_async(cls) -> "PyodideRuntime":
+        import js
+        from pyodide.ffi import to_js
+
+        mod = await js.WebAssembly.compile(to_js(module_bytes()))
+        inst = await js.WebAssembly.instantiate(mod, _imports())
+        return cls(inst)
+
+    def fn(self, name):
+        f = self._fns.get(name)
+        if f is None:
+            f = self._fns[name] = getattr(self.exports, name)
+        return f
+
+    def call(self, name, *args):
+        f = self._fns.get(name) or self.fn(name)
+        conv = []
+        for a in args:
+            if isinstance(a, R):
+                check_span(a)
+                buf = a.buf
+                conv.append(buf.buffer_info()[0] + a.at * buf.itemsize if a.n else 0)
+            else:
+                conv.append(a)
+        return f(*conv)
+
+
+def _imports():
+    import js
+    import pyodide_js
+    from pyodide.ffi import to_js
+
+    memory = pyodide_js._module.memory
+    if memory is None or not hasattr(memory, "grow"):
+        raise DeviceError("device 'wasm': this Pyodide does not expose its WebAssembly.Memory")
+    return to_js({"env": {"memory": memory}}, dict_converter=js.Object.fromEntries)
+
+
+class WasmtimeRuntime:
+    """The same module under wasmtime in CPython: its own memory, data copied in and out."""
+
+    kind = "wasmtime"
+    PAGE = 65536
+
+    def __init__(self):
+        import wasmtime
+
+        self._w = wasmtime
+        self.engine = wasmtime.Engine()
+        self.store = wasmtime.Store(self.engine)
+        self.module = wasmtime.Module(self.engine, module_bytes())
+        self.memory = wasmtime.Memory(self.store, wasmtime.MemoryType(wasmtime.Limits(16, None)))
+        self.instance = wasmtime.Instance(self.store, self.module, [self.memory])
+        self.exports = self.instance.exports(self.store)
+        self._fns = {}
+        # Free wasmtime's objects before interpreter shutdown tears down its ctypes bindings
+        # (otherwise their __del__ fails noisily at exit).
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        self._fns.clear()
+        self.exports = self.instance = self.memory = None
+        for obj in (self.module, self.store, self.engine):
+            try:
+                obj.close()
+            except Exception:  # already closed
+                pass
+
+    def fn(self, name):
+        f = self._fns.get(name)
+        if f is None:
+            f = self._fns[name] = self.exports[name]
+        return f
+
+    def _reserve(self, nbytes: int) -> None:
+        have = self.memory.data_len(self.store)
+        if nbytes > have:
+            self.memory.grow(self.store, (nbytes - have + self.PAGE - 1) // self.PAGE)
+
+    def call(self, name, *args):
+        f = self.fn(name)
+        # Lay the buffers out one after another (16-byte aligned), starting past address 0 so
+        # that no real buffer gets the null pointer.
+        at, spans, conv = 64, [], []
+        for a in args:
+            if isinstance(a, R):
+                check_span(a)
+                nbytes = a.n * a.buf.itemsize
+                spans.append((a, at, nbytes))
+                conv.append(at + (a.at - a.offset) * a.buf.itemsize)
+                at += (nbytes + 15) & ~15
+            else:
+                conv.append(a)
+        self._reserve(at)
+        mem, st = self.memory, self.store
+        for a, addr, nbytes in spans:
+            if nbytes:
+                item = a.buf.itemsize
+                mem.write(st, memoryview(a.buf).cast("B")[a.offset * item:a.offset * item + nbytes].tobytes(), addr)
+        res = f(st, *conv)
+        for a, addr, nbytes in spans:
+            if a.writes and nbytes:
+                item = a.buf.itemsize
+                memoryview(a.buf).cast("B")[a.offset * item:a.offset * item + nbytes] = mem.read(st, addr, addr + nbytes)
+        return res
+
+
+_runtime = [None]
+
+
+def runtime():
+    """The runtime of this process, created on first use (DeviceError when none can run)."""
+    rt = _runtime[0]
+    if rt is None:
+        if sys.platform == "emscripten":
+            rt = PyodideRuntime.create_sync()
+        else:
+            try:
+                rt = WasmtimeRuntime()
+            except ImportError:
+                raise DeviceError("device 'wasm' runs inside Pyodide; in CPython it needs the "
+                                  "wasmtime package (pip install wasmtime)") from None
+        _runtime[0] = rt
+    return rt
+
+
+async def init_async():
+    """Create the runtime with asynchronous compilation (what a page's main thread needs)."""
+    if _runtime[0] is None:
+        if sys.platform == "emscripten":
+            _runtime[0] = await PyodideRuntime.create_async()
+        else:
+            runtime()
+    return _runtime[0]
