@@ -27,7 +27,8 @@ RUNNER = REPO / "wasm" / "run_pyodide.mjs"
 PYODIDE_DIR = REPO / "wasm" / "node_modules" / "pyodide"
 NODE_TIMEOUT_S = 900   # generous: 2 shared cores; the run itself takes well under a minute
 
-# Runs inside Pyodide. Reads /io/expected.json, writes /io/results.json.
+# Runs inside Pyodide. Reads /io/expected.json, writes /io/results.json: every case on the
+# pure-Python backend and on "wasm" (the SIMD kernels on Pyodide's own memory, zero copy).
 DRIVER = textwrap.dedent('''
     import json, sys, traceback
     sys.path.insert(0, "/repo/tests")
@@ -36,22 +37,45 @@ DRIVER = textwrap.dedent('''
 
     want = json.load(open("/io/expected.json"))
     results = {}
-    for case in op_cases.all_cases():
-        if "python" in case.skip:
-            results[case.id] = ["skip", case.skip["python"]]
-            continue
-        if case.id not in want:
-            results[case.id] = ["fail", "no expected value from the host (case list differs?)"]
-            continue
-        try:
-            got = op_cases.run_case(ember, case, "python")
-            ok, msg = op_cases.check_results(case, got, want[case.id])
-        except Exception:
-            ok, msg = False, traceback.format_exc(limit=4)
-        results[case.id] = ["pass" if ok else "fail", msg]
+    wasm_info = None
+    try:
+        wasm_info = await ember.wasm.init()
+    except Exception:
+        wasm_info = {"error": traceback.format_exc(limit=4)}
+    for device in ("python", "wasm"):
+        res = results[device] = {}
+        for case in op_cases.all_cases():
+            if device in case.skip:
+                res[case.id] = ["skip", case.skip[device]]
+                continue
+            if case.id not in want:
+                res[case.id] = ["fail", "no expected value from the host (case list differs?)"]
+                continue
+            try:
+                got = op_cases.run_case(ember, case, device)
+                ok, msg = op_cases.check_results(case, got, want[case.id])
+            except Exception:
+                ok, msg = False, traceback.format_exc(limit=4)
+            res[case.id] = ["pass" if ok else "fail", msg]
+
+    # Memory growth invalidates nothing: results before and after Pyodide's memory grows.
+    import pyodide_js
+    growth = {}
+    try:
+        mem = pyodide_js._module.memory
+        x = ember.tensor([[float(i * 3 + j) for j in range(37)] for i in range(29)], device="wasm")
+        before = (x.T * 2.0).tolist()
+        size0 = mem.buffer.byteLength
+        big = bytearray(size0 + (64 << 20))   # forces memory.grow
+        size1 = mem.buffer.byteLength
+        after = (x.T * 2.0).tolist()
+        del big
+        growth = {"grew": size1 > size0, "same": before == after, "sizes": [size0, size1]}
+    except Exception:
+        growth = {"error": traceback.format_exc(limit=4)}
     info = {"version": sys.version, "version_info": list(sys.version_info[:3]),
             "platform": sys.platform, "ember_file": ember.__file__, "boot_ms": _ember_boot_ms,
-            "results": results}
+            "results": results, "wasm": wasm_info, "growth": growth, "devices": ember.devices()}
     json.dump(info, open("/io/results.json", "w"))
 ''')
 
@@ -132,8 +156,12 @@ def test_pyodide_is_python_314_with_the_wheel(pyodide_run):
     assert "site-packages/ember/" in pyodide_run["ember_file"], pyodide_run["ember_file"]
 
 
-def test_op_cases_pass_in_pyodide(pyodide_run):
-    results = pyodide_run["results"]
+@pytest.mark.parametrize("device", ["python", "wasm"])
+def test_op_cases_pass_in_pyodide(pyodide_run, device):
+    if device == "wasm":
+        assert "error" not in (pyodide_run["wasm"] or {}), pyodide_run["wasm"]
+        assert pyodide_run["wasm"]["runtime"] == "pyodide"
+    results = pyodide_run["results"][device]
     ids = pyodide_run["case_ids"]
     assert ids, "no op cases found"
     assert set(results) == set(ids), f"cases not run in Pyodide: {sorted(set(ids) - set(results))[:20]}"
@@ -142,7 +170,15 @@ def test_op_cases_pass_in_pyodide(pyodide_run):
     failures += [f"{cid}: {msg}" for cid, msg in pyodide_run["host_errors"].items()]
     passed = sum(1 for s, _ in results.values() if s == "pass")
     skipped = sum(1 for s, _ in results.values() if s == "skip")
-    print(f"pyodide: {passed} passed, {skipped} skipped, {len(failures)} failed of {len(ids)} "
+    print(f"pyodide [{device}]: {passed} passed, {skipped} skipped, {len(failures)} failed of {len(ids)} "
           f"(boot {pyodide_run['boot_ms'] / 1000:.1f} s)")
-    assert not failures, f"{len(failures)} of {len(ids)} op cases fail inside Pyodide:\n" + \
+    assert not failures, f"{len(failures)} of {len(ids)} op cases fail inside Pyodide on {device}:\n" + \
         "\n".join(failures[:50]) + ("\n..." if len(failures) > 50 else "")
+
+
+def test_wasm_is_listed_and_survives_memory_growth(pyodide_run):
+    assert "wasm" in pyodide_run["devices"], pyodide_run["devices"]
+    g = pyodide_run["growth"]
+    assert "error" not in g, g
+    assert g["grew"], f"Pyodide's memory did not grow: {g}"
+    assert g["same"], "wasm results changed after Pyodide's memory grew"
