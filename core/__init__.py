@@ -23,6 +23,8 @@ _LAZY = {
     "onnx": ("ember.onnx", None),
     "webgpu": ("ember.webgpu", None),
     "wasm": ("ember.wasm", None),
+    "plan": ("ember.plan", None),
+    "compile": ("ember.plan", "compile"),
     "load_safetensors": ("ember.io.safetensors", "load_safetensors"),
     "save_safetensors": ("ember.io.safetensors", "save_safetensors"),
     "load_torch": ("ember.io.torch", "load_torch"),

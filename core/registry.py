@@ -52,6 +52,10 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 
+# [Capture or None]: the execution plan being recorded (ember.plan). apply() appends every
+# kernel call to it; the check costs one list index per op when nothing is recorded.
+CAPTURE: list = [None]
+
 # kinds: 'unary' and 'binary' (elementwise, fusable), 'ternary' (where), 'reduce', 'movement',
 # 'create', 'other' (matmul, conv...), 'composite' (has a decomposition)
 KINDS = ("unary", "binary", "ternary", "reduce", "movement", "create", "other", "composite")
@@ -90,11 +94,18 @@ def apply(name: str, *inputs, **attrs):
             raise UnsupportedOp(f"{name}: no kernel on backend {backend.name!r} and no decomposition")
         return d.decompose(*inputs, **attrs)
     if d.outputs == 1:
-        buf = kernel(Meta(out_shape, out_dtype), *inputs, **attrs)
-        return Tensor._wrap(buf, out_shape, out_dtype, dev)
-    metas = tuple(Meta(s, t) for s, t in zip(out_shape, out_dtype))
+        meta = Meta(tuple(out_shape), out_dtype)
+        buf = kernel(meta, *inputs, **attrs)
+        out = Tensor._wrap(buf, out_shape, out_dtype, dev)
+        if CAPTURE[0] is not None:
+            CAPTURE[0].record(name, kernel, inputs, meta, attrs, (out,), False)
+        return out
+    metas = tuple(Meta(tuple(s), t) for s, t in zip(out_shape, out_dtype))
     bufs = kernel(metas, *inputs, **attrs)
-    return tuple(Tensor._wrap(b, m.shape, m.dtype, dev) for b, m in zip(bufs, metas))
+    outs = tuple(Tensor._wrap(b, m.shape, m.dtype, dev) for b, m in zip(bufs, metas))
+    if CAPTURE[0] is not None:
+        CAPTURE[0].record(name, kernel, inputs, metas, attrs, outs, True)
+    return outs
 
 
 # ---- shared shape / dtype rules -------------------------------------------------------------

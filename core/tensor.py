@@ -18,6 +18,7 @@ from math import prod
 from . import dtypes as _dt
 from .backends import default_device, get_backend
 from .errors import DTypeError, ShapeError
+from .registry import CAPTURE as _CAPTURE
 
 
 class Tensor:
@@ -70,6 +71,8 @@ class Tensor:
 
     # ---- reading data ------------------------------------------------------------------------
     def _bytes(self) -> bytes:
+        if _CAPTURE[0] is not None:
+            _CAPTURE[0].on_read(self)
         return self.backend.to_bytes(self._buf, self.shape, self.dtype)
 
     def tolist(self):
@@ -78,6 +81,8 @@ class Tensor:
 
     async def data_async(self):
         """Like ``tolist()`` but never blocks: awaits the GPU readback in the browser."""
+        if _CAPTURE[0] is not None:
+            _CAPTURE[0].on_read(self)
         raw = await self.backend.to_bytes_async(self._buf, self.shape, self.dtype)
         return _nest(_decode(raw, self.dtype), self.shape)
 
@@ -116,8 +121,17 @@ class Tensor:
         """Move to another device and/or cast to another dtype."""
         t = self
         if device is not None and device != t.device:
-            raw = t._bytes()
-            t = Tensor._wrap(get_backend(device).from_bytes(raw, t.shape, t.dtype), t.shape, t.dtype, device)
+            dst = get_backend(device)
+            if getattr(dst, "storage", None) == "array" and getattr(t.backend, "storage", None) == "array":
+                # python <-> wasm: the same immutable array.array buffers; share, don't copy
+                return Tensor._wrap(t._buf, t.shape, t.dtype, device) if dtype is None else \
+                    Tensor._wrap(t._buf, t.shape, t.dtype, device).astype(dtype)
+            src = t
+            t = Tensor._wrap(_transfer(None, src, device=device), t.shape, t.dtype, device)
+            if _CAPTURE[0] is not None:   # a device move is a step of the plan, not a read
+                from .registry import Meta
+                _CAPTURE[0].record("to", _transfer, (src,), Meta(t.shape, t.dtype),
+                                   {"device": device}, (t,), False)
         if dtype is not None:
             t = t.astype(dtype)
         return t
@@ -141,6 +155,12 @@ class Tensor:
 # ---- creation ---------------------------------------------------------------------------------
 
 _NP_NAMES = {"float32": "<f4", "float16": "<f2", "int32": "<i4", "int64": "<i8", "uint8": "u1", "bool": "?"}
+
+
+def _transfer(meta, t, *, device):
+    """Kernel-shaped device move (``Tensor.to``): t's buffer on ``device``."""
+    raw = t.backend.to_bytes(t._buf, t.shape, t.dtype)
+    return get_backend(device).from_bytes(raw, t.shape, t.dtype)
 
 
 def _flatten(data, shape, out, depth=0):

@@ -224,6 +224,32 @@ def run_case(ember, case: OpCase, device: str) -> list:
         ember.set_default_device(before)
 
 
+def run_case_compiled(ember, case: OpCase, device: str) -> list:
+    """``run_case`` through ``ember.compile``: the first call records a plan, a second call on
+    fresh input tensors of the same signature replays it; returns the replay's results (the
+    recording call's results must be the same, else a mismatch is reported as an error)."""
+    errors = ember.errors
+    before = ember.default_device()
+    ember.set_default_device(device)
+    try:
+        fn = ember.compile(lambda *ts: case.ember_fn(ember, *ts))
+        try:
+            first = _as_list(fn(*make_tensors(ember, case, device)))
+            first = [{"shape": tuple(t.shape), "dtype": t.dtype.name, "value": t.tolist()} for t in first]
+            outs = _as_list(fn(*make_tensors(ember, case, device)))
+            res = [{"shape": tuple(t.shape), "dtype": t.dtype.name, "value": t.tolist()} for t in outs]
+        except errors.EmberError as e:
+            return [{"error": type(e).__name__, "message": str(e)}]
+        if repr(first) != repr(res):
+            return [{"error": "PlanMismatch", "message": f"replay {res!r} != recording {first!r}"}]
+        st = fn.stats()
+        if st["replays"] + st["eager_calls"] != 1:
+            return [{"error": "PlanNotUsed", "message": f"second call neither replayed nor ran eagerly: {st}"}]
+        return res
+    finally:
+        ember.set_default_device(before)
+
+
 _NP_TO_EMBER = {"float64": "float32", "float32": "float32", "float16": "float16", "int32": "int32",
                 "int64": "int64", "uint8": "uint8", "bool": "bool"}
 

@@ -124,6 +124,7 @@ class PythonBackend:
     """``device="python"``: pure Python, ``array.array`` storage."""
 
     name = "python"
+    storage = "array"   # flat array.array buffers, shared as they are with device "wasm"
 
     def __init__(self):
         self.kernels = dict(KERNELS)

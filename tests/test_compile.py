@@ -1,0 +1,155 @@
+"""Execution plans (ember.plan / ember.compile): every op case recorded and replayed on every
+backend against numpy, and the plan machinery itself: signatures, data-dependent fallback,
+constants, device moves, nesting, modules, output structures, the LRU bound."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from helpers import _describe_inputs
+from op_cases import all_cases, check_results, expected, run_case_compiled
+
+CASES = all_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_op_case_compiled(case, device):
+    if device in case.skip:
+        pytest.skip(f"{case.id} on {device}: {case.skip[device]}")
+    got = run_case_compiled(ember, case, device)
+    ok, msg = check_results(case, got, expected(np, case))
+    if not ok:
+        pytest.fail(f"[{device}, compiled] {msg}\ninputs:\n{_describe_inputs(case)}", pytrace=False)
+
+
+def test_replay_skips_the_python_code(device):
+    calls = []
+
+    @ember.compile
+    def f(x, w):
+        calls.append(1)
+        return ember.relu(x @ w + 1.0).sum(axis=-1)
+
+    w = ember.tensor([[1.0, -1.0], [2.0, 0.5]], device=device)
+    for i in range(4):
+        x = ember.tensor([[float(i), 1.0]], device=device)
+        want = np.maximum(np.array([[i, 1.0]]) @ np.array([[1, -1], [2, 0.5]]) + 1, 0).sum(-1)
+        np.testing.assert_allclose(f(x, w).tolist(), want, rtol=1e-6)
+    assert len(calls) == 1
+    st = f.stats()
+    assert (st["captures"], st["replays"], st["plans"]) == (1, 3, 1)
+    plan = f.plan_for(x, w)
+    assert len(plan) >= 3 and "matmul" in plan.kernels()
+
+
+def test_new_signature_new_plan_and_lru_bound():
+    f = ember.compile(lambda x: x * 2, max_plans=2)
+    for n in (1, 2, 3, 2):
+        assert f(ember.ones((n,))).tolist() == [2.0] * n
+    st = f.stats()
+    assert st["captures"] == 3 and st["replays"] == 1 and st["plans"] == 2
+
+
+def test_non_tensor_arguments_are_part_of_the_signature():
+    f = ember.compile(lambda x, k: x * k)
+    x = ember.ones((2,))
+    assert f(x, 2.0).tolist() == [2.0, 2.0]
+    assert f(x, 3.0).tolist() == [3.0, 3.0]
+    assert f.stats()["captures"] == 2
+
+
+def test_data_dependent_code_runs_eagerly_and_says_why(capsys):
+    def f(x):
+        if x.sum().item() > 0:   # Python branches on a value computed from the input
+            return x * 2
+        return x * -1
+
+    g = ember.compile(f, explain=True)
+    assert g(ember.tensor([1.0, 2.0])).tolist() == [2.0, 4.0]
+    assert g(ember.tensor([-1.0, -2.0])).tolist() == [1.0, 2.0]   # right answer: eager, not a stale plan
+    st = g.stats()
+    assert st["plans"] == 0 and st["eager_calls"] == 1 and len(st["eager"]) == 1
+    why = next(iter(st["eager"].values()))
+    assert "depends on data" in why
+    assert "runs eagerly" in capsys.readouterr().out
+
+
+def test_reading_constants_is_fine():
+    table = ember.tensor([3.0, 4.0])
+
+    def f(x):
+        n = int(table.sum().item())   # derived from a constant only: same every call
+        return x * n
+
+    g = ember.compile(f)
+    g(ember.ones((2,)))
+    assert g(ember.ones((2,))).tolist() == [7.0, 7.0]
+    assert g.stats()["replays"] == 1
+
+
+def test_outputs_inputs_and_structures():
+    @ember.compile
+    def f(x, pair):
+        a, b = pair
+        return {"same": x, "sum": a + b, "both": (a * 2, [b - 1])}
+
+    for v in (1.0, 5.0):
+        x = ember.tensor([v])
+        out = f(x, (ember.tensor([v]), ember.tensor([2 * v])))
+        assert out["same"] is x
+        assert out["sum"].tolist() == [3 * v]
+        assert out["both"][0].tolist() == [2 * v] and out["both"][1][0].tolist() == [2 * v - 1]
+    assert f.stats()["replays"] == 1
+
+
+def test_device_moves_are_plan_steps():
+    if "numpy" not in ember.devices():
+        pytest.skip("numpy backend unavailable on this machine: numpy is not installed")
+
+    @ember.compile
+    def f(x):
+        return (x.to("numpy") * 3).to("python") + 1
+
+    for v in (1.0, 2.0):
+        assert f(ember.tensor([v])).tolist() == [3 * v + 1]
+    assert f.stats()["replays"] == 1
+    assert "to" in f.plan_for(ember.tensor([1.0])).kernels()
+
+
+def test_nested_compiled_functions_record_into_the_outer_plan():
+    inner = ember.compile(lambda x: x + 1)
+    outer = ember.compile(lambda x: inner(x) * 2)
+    for v in (1.0, 4.0):
+        assert outer(ember.tensor([v])).tolist() == [(v + 1) * 2]
+    assert outer.stats()["replays"] == 1
+    assert inner.stats()["replays"] == 0   # ran inside the outer capture, then never again
+
+
+def test_a_module_compiles(device):
+    from ember import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return ember.softmax(self.fc(x), axis=-1)
+
+    net = Net().to(device) if hasattr(Net(), "to") else Net()
+    net = net.eval()
+    f = ember.compile(net)
+    x = ember.tensor([[0.5, -1.0, 2.0]], device=device)
+    want = net(x).tolist()
+    f(x)
+    np.testing.assert_allclose(f(x).tolist(), want, rtol=1e-6)
+    assert f.stats()["replays"] == 1
+
+
+def test_errors_inside_the_captured_function_propagate_and_record_nothing():
+    f = ember.compile(lambda x: x @ x)
+    with pytest.raises(ember.errors.ShapeError):
+        f(ember.ones((2, 3)))
+    assert f.stats()["plans"] == 0
+    assert ember.plan.active() is None
