@@ -7,8 +7,11 @@ Site layout (every URL is a plain file under the output folder):
     /                       index.html: the list of demos (title and description of each)
     /favicon.ico            a small icon, so no page logs a 404 for it
     /manifest.json          {"ember_version", "wheel", "wheel_sha256", "pyodide_version",
-                            "pyodide_python", "demos"}
-                            read by /wasm/ember.js to find the wheel
+                            "pyodide_python", "demos", "files"}
+                            read by /wasm/ember.js to find the wheel; "files" maps every demo
+                            file's site path to the first 16 hex digits of its sha256, so pages
+                            ask for "<file>?v=<hash>" (one exact content: the browser may keep
+                            it, in the Cache API, and the server says it may)
     /pyodide/               the npm `pyodide` package's runtime files (pyodide.mjs, pyodide.asm.mjs,
                             pyodide.asm.wasm, python_stdlib.zip, pyodide-lock.json, ...)
     /wheels/ember-<version>-py3-none-any.whl
@@ -234,12 +237,14 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
         files[f"wasm/{p.name}"] = p
 
     demos = []
+    hashes = {}
     if demos_dir.is_dir():
         for folder in sorted(demos_dir.iterdir()):
             if not folder.is_dir() or folder.name.startswith((".", "_")):
                 continue
             for rel, src in _demo_files(folder).items():
                 files[f"demos/{folder.name}/{rel}"] = src
+                hashes[f"demos/{folder.name}/{rel}"] = _sha256(src)[:16]
             info = _demo_info(folder)
             if info:
                 demos.append(info)
@@ -247,7 +252,7 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
     manifest = {"ember_version": wheel.name.split("-")[1], "wheel": f"wheels/{wheel.name}",
                 "wheel_sha256": _sha256(wheel), "pyodide_version": pyodide_version,
                 "pyodide_python": python_version,
-                "demos": demos}
+                "demos": demos, "files": hashes}
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     files["index.html"] = _index_html(manifest).encode()
     files["favicon.ico"] = favicon()
