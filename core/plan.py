@@ -33,8 +33,9 @@ from typing import Any, Callable
 from .registry import CAPTURE as _active
 
 
-class DataDependent(Exception):
-    """Raised inside a capture when Python reads a value derived from the inputs."""
+# Ops that must run on every replay even when their inputs are constant (none yet: random
+# ops, once they exist, go here).
+NOT_FOLDED: set = set()
 
 
 class Step:
@@ -93,6 +94,13 @@ class Capture:
     def record(self, name, kernel, inputs, meta, attrs, outputs, multi) -> None:
         ins = tuple(self._slot_of(t) for t in inputs)
         taint = any(s in self.tainted for s in ins)
+        if not taint and name not in NOT_FOLDED:
+            # Constant folding: inputs are all constants (weights, scalars, creation ops), so
+            # the output is the same on every call: keep the value computed now (e.g. a
+            # weight's transpose) instead of recomputing it on each replay.
+            for t in outputs:
+                self._slot_of(t)
+            return
         outs = tuple(self._new(t, taint) for t in outputs)
         dev = outputs[0].device if outputs else (inputs[0].device if inputs else None)
         self.steps.append(Step(kernel, name, ins, outs, meta, attrs, dev, multi))
