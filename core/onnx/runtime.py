@@ -620,8 +620,10 @@ class Model:
     (converted to the declared dtype). Declared fixed dimensions are checked (ShapeError).
     """
 
-    def __init__(self, mp, device, base_dir=None, external_data=None, input_shapes=None):
+    def __init__(self, mp, device, base_dir=None, external_data=None, input_shapes=None, compile=True):
         self.device = device
+        from ..plan import Compiled
+        self._compiled = Compiled(self._execute) if compile else None
         self.notes = []
         g = mp.graph
         self.graph = g
@@ -711,9 +713,21 @@ class Model:
         extra = [n for n in feeds if n not in self.input_names]
         if extra:
             raise OnnxError(f"ONNX model: unknown input(s) {extra}; the model takes {self.input_names}")
+        tensors = tuple(self._feed(vi.name, feeds[vi.name], vi) for vi in self.inputs)
+        if self._compiled is not None:   # replay the plan recorded for this input signature
+            return self._compiled(*tensors)
+        return self._execute(*tensors)
+
+    def stats(self) -> dict:
+        """Execution-plan statistics (``ember.plan.Compiled.stats``): replays, captures, and
+        for each input signature that runs eagerly, why. Empty when loaded with compile=False."""
+        return self._compiled.stats() if self._compiled is not None else {}
+
+    def _execute(self, *tensors) -> dict:
+        """Run the graph node by node on the fed input tensors (what a plan records)."""
         env = dict(self._consts)
-        for vi in self.inputs:
-            env[vi.name] = self._feed(vi.name, feeds[vi.name], vi)
+        for vi, t in zip(self.inputs, tensors):
+            env[vi.name] = t
         from ..errors import EmberError as _E
         for step, (node, (handler, opset)) in enumerate(zip(self._plan, self._handlers)):
             ctx = RunCtx(node, opset, self.device, self)
@@ -889,7 +903,7 @@ def read_model(model) -> tuple:
 
 
 def load(model, device: str | None = None, *, base_dir=None, external_data=None,
-         input_shapes: dict | None = None) -> Model:
+         input_shapes: dict | None = None, compile: bool = True) -> Model:
     """Load an ONNX model (a path, or the file's bytes) for ``device`` and return a callable
     ``Model``. Needs neither the ``onnx`` package nor numpy.
 
@@ -897,6 +911,10 @@ def load(model, device: str | None = None, *, base_dir=None, external_data=None,
       is used otherwise); ``external_data``: ``{location: bytes}`` to give them directly (in the
       browser, fetched files).
     - ``input_shapes``: ``{input name: shape}`` fixes symbolic input dims (more folding).
+    - ``compile``: record an execution plan on the first call for each input signature and
+      replay it afterwards (``ember.compile``; on by default). Graphs whose Python-side work
+      depends on tensor values (If/Loop on computed conditions) run eagerly for that
+      signature; ``model.stats()`` says why.
 
     Raises ``UnsupportedOp`` (naming op, opset, node and what is missing) or ``OnnxError``
     (malformed file or graph) here, at load time.
@@ -906,4 +924,5 @@ def load(model, device: str | None = None, *, base_dir=None, external_data=None,
     data, folder, _ = read_model(model)
     mp = proto.parse_model(data)
     base_dir = folder if base_dir is None else base_dir
-    return Model(mp, device, base_dir=base_dir, external_data=external_data, input_shapes=input_shapes)
+    return Model(mp, device, base_dir=base_dir, external_data=external_data, input_shapes=input_shapes,
+                 compile=compile)
