@@ -1,0 +1,568 @@
+"""In-page benchmark: ember in Pyodide (backends webgpu, wasm, python) next to onnxruntime-web
+(wasm with 1 and 2 threads, webgpu) in one headless Chromium run, same models, same inputs.
+
+    python build.py bench web             # or: .venv/bin/python tests/bench/bench_web.py [options]
+    python build.py bench web --quick     # smoke test: MNIST only, 1 run, ort wasm vs ember cpu
+
+Workloads: the MNIST demo CNN (demos/mnist/model.py + mnist.safetensors) at batch 1, and
+all-MiniLM-L6-v2 (demos/minilm/model.py + the page's float16-rounded weights, widened to float32)
+on one 8-token sentence and on 8 sentences x 64 tokens (no padding), sentence embeddings out.
+onnxruntime-web gets ONNX files of exactly these models with the same weights, built and checked
+against ember by tests/bench/web/make_onnx.py into tests/bench/web/cache/ (gitignored).
+
+Each engine runs in a fresh browser context (empty HTTP cache and storage) per model: the page
+opens, boots its engine (for ember: Pyodide, the wheel install, the backend's init), downloads
+the model, runs the first workload once (that moment, since navigation start, is the cold
+start), warms up and then times repeated runs (the median is reported; the repetition count
+stops early at a per-workload time budget, after at least 3 runs). The pure-Python backend runs
+MiniLM 1x8 twice after the cold run and MiniLM 8x64 not at all (about 270 s a run here;
+``--python-minilm8`` runs it once). Outputs are compared with onnxruntime-web wasm 1-thread
+(the ratio baseline) and with ember's numpy backend natively.
+
+Output: a markdown table printed and written to tests/bench/web/results.md, a chart
+tests/bench/web/results.png (drawn as SVG and rendered by the same Chromium), the raw numbers
+in tests/bench/web/cache/results.json. ``--quick`` writes to tests/bench/web/cache/quick/ so a
+smoke run never overwrites the committed report. The backend "wasm" shows as n/a (with the
+reason) until ember's WebAssembly backend is in the wheel; then it is measured like the others.
+
+Serves the built site (``build.py site``, rebuilt here unless ``--site DIR`` or $EMBER_SITE
+names one) plus the bench page, onnxruntime-web's files and the cache from a small threaded
+http.server on 127.0.0.1 with COOP/COEP headers (onnxruntime-web's threads need them).
+onnxruntime-web itself is installed here (npm, pinned 1.30.0 in tests/bench/web/package.json)
+into tests/bench/web/node_modules when it is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import http.server
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WEB = HERE / "web"
+REPO = HERE.parents[1]
+CACHE = WEB / "cache"
+ORT_VERSION = "1.30.0"
+ORT_DIR = WEB / "node_modules" / "onnxruntime-web"
+
+sys.path.insert(0, str(WEB))
+import make_onnx  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[bench web] {msg}", flush=True)
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---- what runs --------------------------------------------------------------------------------
+
+# (id, engine, backend, onnxruntime threads, label). The first is the ratio baseline.
+ENGINES = [
+    ("ort-wasm-1t", "ort", "wasm", 1, "onnxruntime-web wasm, 1 thread"),
+    ("ort-wasm-2t", "ort", "wasm", 2, "onnxruntime-web wasm, 2 threads"),
+    ("ort-webgpu", "ort", "webgpu", 1, "onnxruntime-web webgpu"),
+    ("ember-webgpu", "ember", "webgpu", 0, "ember webgpu"),
+    ("ember-wasm", "ember", "wasm", 0, "ember wasm (SIMD)"),
+    ("ember-python", "ember", "python", 0, "ember python"),
+]
+BASELINE = "ort-wasm-1t"
+WORKLOADS = {   # name: (model, label)
+    "mnist": ("mnist", "MNIST CNN, batch 1"),
+    "minilm1": ("minilm", "MiniLM-L6, 1 x 8 tokens"),
+    "minilm8": ("minilm", "MiniLM-L6, 8 x 64 tokens"),
+}
+# name: (warm-up runs, timed runs at most, time budget in s for the timed runs)
+PLAN_FULL = {"mnist": (5, 50, 10), "minilm1": (2, 20, 15), "minilm8": (1, 5, 30)}
+PLAN_PYTHON = {"mnist": (1, 10, 5), "minilm1": (0, 2, 60), "minilm8": (0, 0, 0)}
+PLAN_QUICK = {"mnist": (1, 1, 5), "minilm1": (0, 1, 5), "minilm8": (0, 1, 5)}
+QUICK_ENGINES = ["ort-wasm-1t", "ember-wasm", "ember-python"]
+
+
+def plan_for(engine_id: str, workloads, a) -> list:
+    steps = []
+    for name in workloads:
+        if a.quick:
+            warm, reps, budget = PLAN_QUICK[name]
+        elif engine_id == "ember-python":
+            if name == "minilm8" and not a.python_minilm8:
+                continue
+            warm, reps, budget = PLAN_PYTHON[name]
+        else:
+            warm, reps, budget = PLAN_FULL[name]
+        if a.reps is not None:
+            reps = min(reps, a.reps)
+        steps.append({"name": name, "warmup": warm, "reps": reps, "budget_s": budget})
+    return steps
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+SENTENCE_1X8 = "A man plays the guitar."       # [CLS] + 6 pieces + [SEP] = 8 tokens
+# Eight texts, each followed by the next one and cut to exactly 64 tokens with [CLS] and [SEP].
+TEXTS_8X64 = [
+    "The river rose through the night, and by morning the low fields along the valley were under "
+    "brown water; farmers moved their animals to the hills while volunteers stacked sandbags around "
+    "the old mill, the school and the bridge that connects the two halves of the village.",
+    "Compilers translate source code in several passes: the parser builds a tree, semantic analysis "
+    "checks names and types, optimisation rewrites the intermediate form to remove redundant work, "
+    "and the back end chooses instructions and registers for the target machine before emitting it.",
+    "She bought fresh bread, two kinds of cheese, a bag of apples and a bottle of olive oil at the "
+    "Saturday market, then walked home along the canal, stopping at the bookshop on the corner to "
+    "ask whether the novel she had ordered three weeks earlier had finally arrived from the publisher.",
+    "Migrating birds navigate thousands of kilometres using the position of the sun, the patterns of "
+    "the stars, the Earth's magnetic field and familiar landmarks; young birds on their first journey "
+    "often follow older ones, learning the route that their species has used for many generations.",
+    "The committee reviewed the budget for the coming year, approved new funding for the public "
+    "library and the swimming pool, postponed the decision about the parking garage until the spring, "
+    "and asked the city engineers to prepare a report on the condition of the roads in the north district.",
+    "A good cup of coffee depends on the beans, the grind, the water temperature and the brewing time; "
+    "too fine a grind or too long an extraction makes it bitter, while water that is not hot enough "
+    "leaves it thin and sour, so baristas weigh and time every step of the process.",
+    "After the match the coach said the team had defended well in the first half but lost focus after "
+    "the break, conceding two goals from set pieces; she promised more training on corners and free "
+    "kicks before next week's game against the league leaders, who have not lost at home all season.",
+    "Glaciers form where more snow falls in winter than melts in summer; over centuries the snow is "
+    "compressed into dense ice that flows slowly downhill under its own weight, carving deep valleys, "
+    "carrying rocks for great distances and leaving behind lakes and ridges when it finally retreats.",
+]
+
+
+def make_inputs() -> dict:
+    """The workloads' inputs (both engines read this file): one MNIST test digit, and MiniLM
+    token ids made by the demo's own tokenizer."""
+    digits = json.loads((REPO / "demos" / "mnist" / "testdigits.json").read_text())
+    pixels = [b / 255.0 for b in bytes.fromhex(digits["images_hex"][0])]
+    tok_mod = _load(REPO / "demos" / "minilm" / "tokenizer.py", "bench_minilm_tokenizer")
+    tok = tok_mod.Tokenizer.from_file(REPO / "demos" / "minilm" / "vocab.txt")
+    one = tok.encode(SENTENCE_1X8)
+    if len(one) != 8:
+        raise SystemExit(f"bench: {SENTENCE_1X8!r} is {len(one)} tokens, not 8")
+    rows = []
+    texts = [f"{t} {TEXTS_8X64[(i + 1) % len(TEXTS_8X64)]}" for i, t in enumerate(TEXTS_8X64)]
+    for t in texts:
+        ids = tok.encode(t, max_length=64)
+        if len(ids) != 64:
+            raise SystemExit(f"bench: a text of TEXTS_8X64 gives {len(ids)} tokens, not 64: {t[:40]!r}")
+        rows.append(ids)
+    return {
+        "mnist": {"pixels": pixels, "shape": [1, 1, 28, 28], "label": digits["labels"][0]},
+        "minilm1": {"input_ids": [one], "attention_mask": [[1] * 8], "texts": [SENTENCE_1X8]},
+        "minilm8": {"input_ids": rows, "attention_mask": [[1] * 64 for _ in rows], "texts": texts},
+    }
+
+
+def feeds(inputs: dict, name: str) -> dict:
+    import numpy as np
+
+    w = inputs[name]
+    if name == "mnist":
+        return {"pixels": np.asarray(w["pixels"], dtype=np.float32).reshape(w["shape"])}
+    return {k: np.asarray(w[k], dtype=np.int64) for k in ("input_ids", "attention_mask")}
+
+
+def ensure_minilm_f32() -> Path:
+    """cache/minilm.f32.safetensors: the page's float16 weights widened on the host, so that the
+    page downloads the same float32 bytes as onnxruntime-web's .onnx holds (and pure Python in
+    Pyodide does not spend seconds widening 22 M values)."""
+    from safetensors.numpy import save_file
+
+    src = make_onnx.MINILM_WEIGHTS
+    out, stamp = CACHE / "minilm.f32.safetensors", CACHE / "minilm.f32.safetensors.json"
+    key = f"{src.stat().st_size}:{src.stat().st_mtime_ns}"
+    if out.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    save_file(make_onnx._load_f32(src), str(out))
+    stamp.write_text(json.dumps({"key": key}) + "\n")
+    return out
+
+
+# ---- onnxruntime-web, the site, the server -------------------------------------------------
+
+def ensure_ort() -> None:
+    pkg = ORT_DIR / "package.json"
+    if pkg.is_file() and json.loads(pkg.read_text()).get("version") == ORT_VERSION:
+        return
+    npm = shutil.which("npm")
+    if not npm:
+        raise SystemExit("bench web: npm is needed to install onnxruntime-web (Node.js 20+)")
+    log(f"installing onnxruntime-web@{ORT_VERSION} into {WEB.relative_to(REPO)}/node_modules")
+    subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(WEB)], check=True)
+    if json.loads(pkg.read_text()).get("version") != ORT_VERSION:
+        raise SystemExit(f"bench web: npm installed onnxruntime-web {json.loads(pkg.read_text())['version']}, "
+                         f"not {ORT_VERSION}")
+
+
+def site_dir(a) -> Path:
+    given = a.site or os.environ.get("EMBER_SITE")
+    if given:
+        p = Path(given)
+        if not (p / "manifest.json").is_file():
+            raise SystemExit(f"bench web: {p} is not a built ember site (no manifest.json)")
+        return p
+    build = _load(REPO / "build.py", "ember_build")
+    build.ensure_pyodide()
+    try:
+        return Path(build.build_site())
+    except (Exception, SystemExit) as e:   # a tree mid-edit by someone else: still bench the last site
+        old = REPO / "site"
+        if not (old / "manifest.json").is_file():
+            raise
+        log(f"WARNING: rebuilding the site failed ({type(e).__name__}: {e}); benchmarking the existing "
+            f"site/ (its wheel is from {time.ctime((old / 'manifest.json').stat().st_mtime)})")
+        return old
+
+
+MIME = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+        ".mjs": "text/javascript; charset=utf-8", ".json": "application/json", ".wasm": "application/wasm",
+        ".py": "text/x-python; charset=utf-8", ".whl": "application/zip", ".zip": "application/zip",
+        ".txt": "text/plain; charset=utf-8", ".css": "text/css; charset=utf-8"}
+ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
+             "Cross-Origin-Resource-Policy": "same-origin"}
+
+
+def serve(mounts: dict):
+    """A threaded http.server on 127.0.0.1: URL prefix -> folder, longest prefix first; returns
+    (server, base URL). Files only, no listings, nothing above a mounted folder."""
+    order = sorted(mounts.items(), key=lambda kv: -len(kv[0]))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):   # quiet
+            pass
+
+        def _file(self):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+            for prefix, root in order:
+                if path.startswith(prefix):
+                    rel = path[len(prefix):]
+                    if any(part.startswith(".") for part in rel.split("/") if part):
+                        return None
+                    f = (root / rel).resolve()
+                    if f.is_dir():
+                        f = f / "index.html"
+                    if (f == root or root in f.parents) and f.is_file():
+                        return f
+                    return None
+            return None
+
+        def do_GET(self):
+            f = self._file()
+            if f is None:
+                body = b"not found\n"
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in ISOLATION.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            size = f.stat().st_size
+            self.send_response(200)
+            self.send_header("Content-Type", MIME.get(f.suffix, "application/octet-stream"))
+            self.send_header("Content-Length", str(size))
+            self.send_header("Cache-Control", "no-cache")
+            for k, v in ISOLATION.items():
+                self.send_header(k, v)
+            self.end_headers()
+            with open(f, "rb") as fh:
+                shutil.copyfileobj(fh, self.wfile, 1 << 20)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, name="bench-web-server", daemon=True).start()
+    return srv, f"http://127.0.0.1:{port}"
+
+
+# ---- the browser run --------------------------------------------------------------------------
+
+def chromium_args() -> list:
+    # The e2e suite's flags (WebGPU on, no dialing out), from the one place they are written.
+    return list(_load(REPO / "e2e" / "conftest.py", "bench_e2e_conftest").CHROMIUM_ARGS)
+
+
+def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: float) -> dict:
+    eid, engine, backend, threads, _ = eng
+    q = urllib.parse.urlencode({"engine": engine, "backend": backend, "threads": threads or 1,
+                                "model": model, "plan": json.dumps(plan)})
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    t = time.monotonic()
+    try:
+        page.goto(f"{base}/bench/bench.html?{q}", timeout=timeout_s * 1000)
+        page.wait_for_function("window.benchResult !== undefined", timeout=timeout_s * 1000, polling=250)
+        res = page.evaluate("window.benchResult")
+    except Exception as e:   # a page that hangs or crashes is one failed column, not a failed bench
+        res = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
+               "workloads": {}, "phases": {}}
+    finally:
+        ctx.close()
+    res["wall_s"] = time.monotonic() - t
+    res["console"] = console[-30:]
+    what = ", ".join(f"{k} {w['median_ms']:.2f} ms" for k, w in res.get("workloads", {}).items())
+    log(f"{eid:<13} {model:<7} {res['status']:<5} {res['wall_s']:5.1f} s  "
+        + (what if res["status"] == "ok" else res.get("reason") or ""))
+    if res["status"] == "error":
+        for line in console[-8:]:
+            log(f"    {line[:300]}")
+    return res
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+def max_abs_diff(a, b):
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+def fmt_ms(v):
+    if v is None:
+        return "—"
+    return f"{v:.3g}" if v < 100 else f"{v:,.0f}"
+
+
+def fmt_sci(v):
+    return "—" if v is None else ("0" if v == 0 else f"{v:.1e}")
+
+
+def collect(results: dict, natives: dict) -> list:
+    """One row per (workload, engine): dicts the table and the chart are made from."""
+    rows = []
+    for name, (model, label) in WORKLOADS.items():
+        base = results.get((BASELINE, model), {}).get("workloads", {}).get(name)
+        for eid, _, _, _, elabel in ENGINES:
+            r = results.get((eid, model))
+            if r is None:
+                continue
+            w = r.get("workloads", {}).get(name)
+            row = {"workload": name, "wlabel": label, "engine": eid, "elabel": elabel, "status": r["status"],
+                   "reason": r.get("reason"), "median_ms": None, "ratio": None, "runs": 0, "first_ms": None,
+                   "cold_ms": None, "diff_ref": None, "diff_native": None}
+            if r["status"] == "ok" and w is None:
+                row.update(status="skipped", reason="not run: see the notes")
+            elif r["status"] == "ok":
+                first = next(iter(r["workloads"])) == name
+                row.update(median_ms=w["median_ms"], runs=len(w["runs_ms"]), first_ms=w["first_ms"],
+                           cold_ms=r.get("cold_ms") if first else None,
+                           diff_ref=max_abs_diff(w["output"], base["output"]) if base else None,
+                           diff_native=max_abs_diff(w["output"], natives.get(name)))
+                if base and base["median_ms"]:
+                    row["ratio"] = w["median_ms"] / base["median_ms"]
+            rows.append(row)
+    return rows
+
+
+def table(rows: list, meta: dict) -> str:
+    out = [f"# ember in the page vs onnxruntime-web ({meta['date']})", "",
+           f"`{meta['command']}` — headless Chromium {meta['chromium']} (`--enable-unsafe-webgpu`: "
+           f"SwiftShader, a CPU WebGPU adapter), {meta['machine']}; ember {meta['ember']} in Pyodide "
+           f"{meta['pyodide']}; onnxruntime-web {ORT_VERSION}. Bench wall time {meta['wall_s']:.0f} s.", "",
+           "| workload | engine | median ms | × ort wasm 1t | runs | first run ms | cold start ms "
+           "| max abs diff vs ort wasm 1t | vs ember numpy (native) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r["status"] != "ok":
+            out.append(f"| {r['wlabel']} | {r['elabel']} | n/a | | | | | | {r['status']}: "
+                       f"{(r['reason'] or '').replace('|', '/')} |")
+            continue
+        ratio = f"{r['ratio']:.2f}×" if r["ratio"] is not None else "—"
+        out.append(f"| {r['wlabel']} | {r['elabel']} | {fmt_ms(r['median_ms'])} | {ratio} | {r['runs']} | "
+                   f"{fmt_ms(r['first_ms'])} | {fmt_ms(r['cold_ms'])} | {fmt_sci(r['diff_ref'])} | "
+                   f"{fmt_sci(r['diff_native'])} |")
+    out += ["", "Notes:",
+            "- median ms: median of the timed runs after the warm-up (runs = how many; 0 means the "
+            "first run is the figure). One run = input tensors in, output read back into JS.",
+            "- × ort wasm 1t: this median over onnxruntime-web wasm 1-thread's median (> 1 is slower).",
+            "- cold start: from navigation start to the first result of the page's first workload, in a fresh "
+            "browser context (empty HTTP cache): page load, engine boot (ember: Pyodide boot, wheel install, "
+            "backend init), model download and load (onnxruntime-web: session creation), first inference. "
+            "MiniLM 8×64 runs in the 1×8 page after it, so it has no cold start of its own.",
+            "- max abs diff: over the whole output (MNIST: 10 logits; MiniLM: 384-float unit embeddings); "
+            "'vs ember numpy' is ember's numpy backend natively on the same inputs and weights.",
+            f"- the pure-Python backend: {meta['python_note']}",
+            "- onnxruntime-web webgpu uses its `ort.webgpu.min.mjs` bundle with 1 wasm thread; "
+            "the wasm columns `ort.wasm.min.mjs`; threads need the page's COOP/COEP isolation.",
+            "- inputs: MNIST test digit 0 (a 7); MiniLM token ids from the demo's tokenizer "
+            f"({SENTENCE_1X8!r}; eight texts cut to 64 tokens), attention mask all ones.",
+            ""]
+    return "\n".join(out)
+
+
+def chart_svg(rows: list, meta: dict) -> str:
+    """Horizontal bars, log scale: warm medians per workload, then cold starts."""
+    colors = {"ort-wasm-1t": "#2563eb", "ort-wasm-2t": "#60a5fa", "ort-webgpu": "#1e3a8a",
+              "ember-webgpu": "#c2410c", "ember-wasm": "#f97316", "ember-python": "#fdba74"}
+    panels = [(f"{WORKLOADS[n][1]}: median ms per run", [(r, r["median_ms"]) for r in rows if r["workload"] == n])
+              for n in WORKLOADS]
+    panels.append(("cold start ms (page open → first result)",
+                   [(dict(r, elabel=f"{r['elabel']} · {r['wlabel'].split(',')[0]}"), r["cold_ms"])
+                    for r in rows if r["cold_ms"] is not None or (r["status"] != "ok" and r["workload"] != "minilm8")]))
+    vals = [v for _, bars in panels for _, v in bars if v]
+    lo = 10 ** math.floor(math.log10(min(vals))) if vals else 0.1
+    hi = 10 ** math.ceil(math.log10(max(vals))) if vals else 1000
+    W, left, right, bar_h, gap = 980, 330, 120, 18, 4
+    span = W - left - right
+
+    def x(v):
+        return left + span * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    parts, y = [], 44
+    parts.append(f'<text x="10" y="22" font-size="16" font-weight="600">ember in the page vs onnxruntime-web</text>')
+    parts.append(f'<text x="10" y="40" font-size="12" fill="#444">headless Chromium {meta["chromium"]} '
+                 f'(WebGPU: SwiftShader), {meta["machine"]}, {meta["date"]}; log scale, shorter is faster; '
+                 f'(×) = ratio to onnxruntime-web wasm 1 thread</text>')
+    for title, bars in panels:
+        if not bars:
+            continue
+        y += 22
+        parts.append(f'<text x="10" y="{y}" font-size="14" font-weight="600">{title}</text>')
+        y += 8
+        top, bottom = y, y + len(bars) * (bar_h + gap)
+        k = lo
+        while k <= hi * 1.0001:   # grid first, bars over it
+            parts.append(f'<line x1="{x(k):.1f}" y1="{top - 2}" x2="{x(k):.1f}" y2="{bottom}" stroke="#ddd"/>')
+            parts.append(f'<text x="{x(k):.1f}" y="{bottom + 12}" font-size="10" text-anchor="middle" '
+                         f'fill="#666">{fmt_ms(k)}</text>')
+            k *= 10
+        for r, v in bars:
+            parts.append(f'<text x="{left - 8}" y="{y + 13}" font-size="12" text-anchor="end">{r["elabel"]}</text>')
+            if v:
+                parts.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
+                             f'fill="{colors.get(r["engine"], "#888")}"/>')
+                ratio = f'  ({r["ratio"]:.2f}×)' if r.get("ratio") is not None and "median" in title else ""
+                parts.append(f'<text x="{x(v) + 5:.1f}" y="{y + 13}" font-size="12">{fmt_ms(v)}{ratio}</text>')
+            else:
+                parts.append(f'<text x="{left + 5}" y="{y + 13}" font-size="12" fill="#888">n/a '
+                             f'({html.escape((r.get("reason") or r["status"])[:80])})</text>')
+            y += bar_h + gap
+        y = bottom + 14
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{y + 10}" '
+            f'font-family="DejaVu Sans, sans-serif"><rect width="100%" height="100%" fill="white"/>'
+            + "".join(parts) + "</svg>")
+
+
+def render_png(browser, svg: str, path: Path) -> None:
+    ctx = browser.new_context(device_scale_factor=1)
+    page = ctx.new_page()
+    page.set_content(f"<!doctype html><html><body style='margin:0'>{svg}</body></html>")
+    page.locator("svg").screenshot(path=str(path))
+    ctx.close()
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: MNIST only, 1 timed run, ort wasm 1t vs ember wasm and python")
+    ap.add_argument("--engines", help=f"comma list of {', '.join(e[0] for e in ENGINES)}")
+    ap.add_argument("--workloads", help=f"comma list of {', '.join(WORKLOADS)}")
+    ap.add_argument("--reps", type=int, help="at most this many timed runs per workload")
+    ap.add_argument("--python-minilm8", action="store_true",
+                    help="also run MiniLM 8x64 on the pure-Python backend (once, ~5 min)")
+    ap.add_argument("--site", help="a built ember site to serve (default: build.py site now)")
+    ap.add_argument("--out", type=Path, help="folder for results.md/.png (default tests/bench/web, "
+                                               "cache/quick with --quick)")
+    ap.add_argument("--json", type=Path, help="also write the raw results here")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per page")
+    a = ap.parse_args(argv)
+    t_start = time.monotonic()
+
+    eids = (a.engines.split(",") if a.engines else QUICK_ENGINES if a.quick else [e[0] for e in ENGINES])
+    wls = a.workloads.split(",") if a.workloads else (["mnist"] if a.quick else list(WORKLOADS))
+    bad = [e for e in eids if e not in {x[0] for x in ENGINES}] + [w for w in wls if w not in WORKLOADS]
+    if bad:
+        raise SystemExit(f"bench web: unknown engine/workload {bad}")
+    engines = [e for e in ENGINES if e[0] in eids]
+    models = [m for m in ("mnist", "minilm") if any(WORKLOADS[w][0] == m for w in wls)]
+    out_dir = a.out or (CACHE / "quick" if a.quick else WEB)
+
+    ensure_ort()
+    site = site_dir(a)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    inputs = make_inputs()
+    (CACHE / "inputs.json").write_text(json.dumps(inputs))
+    natives, checks = {}, {}
+    for m in models:
+        names = [w for w in wls if WORKLOADS[w][0] == m]
+        _, checks[m] = make_onnx.ensure(m, [feeds(inputs, w) for w in names], log=log)
+        for w in names:
+            natives[w] = [float(v) for v in make_onnx.ember_reference(m, feeds(inputs, w)).ravel()]
+    if "minilm" in models:
+        ensure_minilm_f32()
+
+    srv, base = serve({"/": site.resolve(), "/bench/": WEB.resolve(), "/cache/": CACHE.resolve(),
+                       "/ort/": (ORT_DIR / "dist").resolve()})
+    from playwright.sync_api import sync_playwright
+
+    results = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
+                                     headless=True, args=chromium_args())
+        try:
+            for m in models:
+                for eng in engines:
+                    plan = plan_for(eng[0], [w for w in wls if WORKLOADS[w][0] == m], a)
+                    results[(eng[0], m)] = run_page(browser, base, eng, m, plan, a.timeout)
+            manifest = json.loads((site / "manifest.json").read_text())
+            meta = {"date": time.strftime("%Y-%m-%d"), "chromium": browser.version,
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                    "ember": manifest.get("ember_version"), "pyodide": manifest.get("pyodide_version"),
+                    "command": "python3 build.py bench web" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
+                                                               ).rstrip(),
+                    "python_note": "as the others (--quick)." if a.quick else ("MNIST 10 runs; MiniLM 1×8: the cold run then 2 timed runs; MiniLM 8×64 "
+                                    + ("once, no warm-up." if a.python_minilm8 else
+                                       "not run (about 270 s a run here; `--python-minilm8` runs it once).")),
+                    "wall_s": 0.0}
+            rows = collect(results, natives)
+            meta["wall_s"] = time.monotonic() - t_start
+            md = table(rows, meta)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "results.md").write_text(md, encoding="utf-8")
+            render_png(browser, chart_svg(rows, meta), out_dir / "results.png")
+        finally:
+            browser.close()
+            srv.shutdown()
+    raw = {"meta": meta, "onnx_checks": checks,
+           "results": {f"{e}/{m}": {k: v for k, v in r.items()} for (e, m), r in results.items()}}
+    (CACHE / ("quick-results.json" if a.quick else "results.json")).write_text(json.dumps(raw, indent=1))
+    if a.json:
+        a.json.write_text(json.dumps(raw, indent=1))
+    print()
+    print(md)
+    log(f"wrote {out_dir / 'results.md'} and {out_dir / 'results.png'} in {time.monotonic() - t_start:.0f} s")
+    failed = [f"{e}/{m}" for (e, m), r in results.items() if r["status"] == "error"]
+    if failed:
+        log(f"errors in: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

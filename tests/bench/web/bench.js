@@ -1,0 +1,163 @@
+// One engine on one model, timed in the page; driven by tests/bench/bench_web.py.
+//
+// Query string: engine=ember|ort, backend=(ember) webgpu|wasm|python, (ort) wasm|webgpu,
+// threads=N (ort), model=mnist|minilm, plan=JSON list of {name, warmup, reps, budget_s}
+// (workloads: mnist, minilm1, minilm8; the first one's first result is the cold start).
+//
+// window.benchResult = {status: "ok" | "n/a" | "error", reason, phases: {...ms since page
+// open}, cold_ms, workloads: {name: {first_ms, runs_ms, median_ms, output, shape}}}.
+// Every time is performance.now(): ms since navigation start (5 µs resolution here, the page
+// is cross-origin isolated).
+
+const params = new URLSearchParams(location.search);
+const cfg = {
+  engine: params.get("engine"),
+  backend: params.get("backend"),
+  threads: Number(params.get("threads") || 1),
+  model: params.get("model"),
+  plan: JSON.parse(params.get("plan") || "[]"),
+};
+const logEl = document.getElementById("log");
+const log = (msg) => {
+  logEl.textContent += `\n${performance.now().toFixed(0)} ms  ${msg}`;
+};
+
+/** A workload's input arrays, from inputs.json (written by bench_web.py for both engines). */
+function inputsOf(all, name) {
+  const w = all[name];
+  if (!w) throw new Error(`inputs.json has no workload ${name}`);
+  return w;
+}
+
+// ---- engines: each has init(inputs) -> phases, run(name) -> Float32Array ------------------------
+
+class Unavailable extends Error {}
+
+async function emberEngine(inputs) {
+  const phases = {};
+  const { loadEmber } = await import("/wasm/ember.js");
+  const py = await loadEmber({ webgpu: cfg.backend === "webgpu" });
+  Object.assign(phases, { pyodide_ready: py.ember.timings.pyodideReady,
+                          ember_imported: py.ember.timings.emberImported });
+  if (py.ember.timings.webgpuReady !== undefined) phases.webgpu_ready = py.ember.timings.webgpuReady;
+  const src = await (await fetch("ember_bench.py", { cache: "no-cache" })).text();
+  py.FS.mkdirTree("/bench");
+  py.FS.writeFile("/bench/ember_bench.py", src);
+  py.runPython("import sys\nif '/bench' not in sys.path: sys.path.insert(0, '/bench')\nimport ember_bench");
+  py.globals.set("bench_cfg", py.toPy({ model: cfg.model, device: cfg.backend }));
+  try {
+    const info = await py.runPythonAsync("await ember_bench.setup(**bench_cfg)");
+    Object.assign(phases, info.toJs({ dict_converter: Object.fromEntries }));
+    info.destroy();
+  } catch (e) {
+    const msg = String(e && e.message ? e.message : e);
+    const m = msg.match(/BenchUnavailable: (.*)/);
+    if (m) throw new Unavailable(m[1].trim());
+    throw e;
+  }
+  phases.model_loaded = performance.now();
+  return {
+    phases,
+    async run(name) {
+      const out = await py.runPythonAsync(`await ember_bench.run(${JSON.stringify(name)})`);
+      const flat = Float32Array.from(out.toJs());
+      out.destroy();
+      return flat;
+    },
+  };
+}
+
+async function ortEngine(inputs) {
+  const phases = {};
+  const bundle = cfg.backend === "webgpu" ? "ort.webgpu.min.mjs" : "ort.wasm.min.mjs";
+  const ort = await import(`/ort/${bundle}`);
+  ort.env.wasm.wasmPaths = "/ort/";
+  ort.env.wasm.numThreads = cfg.threads;
+  if (cfg.threads > 1 && !self.crossOriginIsolated) {
+    throw new Unavailable("threads need a cross-origin isolated page (COOP/COEP), and this one is not");
+  }
+  if (cfg.backend === "webgpu" && !navigator.gpu) throw new Unavailable("navigator.gpu is missing");
+  phases.ort_imported = performance.now();
+  const session = await ort.InferenceSession.create(`/cache/${cfg.model}.onnx`, {
+    executionProviders: [cfg.backend],
+    graphOptimizationLevel: "all",
+  });
+  phases.model_loaded = performance.now();
+  const feeds = {};
+  for (const step of cfg.plan) {
+    const w = inputsOf(inputs, step.name);
+    if (cfg.model === "mnist") {
+      feeds[step.name] = () => ({ pixels: new ort.Tensor("float32", Float32Array.from(w.pixels), w.shape) });
+    } else {
+      const [b, l] = [w.input_ids.length, w.input_ids[0].length];
+      const ids = BigInt64Array.from(w.input_ids.flat(), BigInt);
+      const mask = BigInt64Array.from(w.attention_mask.flat(), BigInt);
+      feeds[step.name] = () => ({ input_ids: new ort.Tensor("int64", ids, [b, l]),
+                                  attention_mask: new ort.Tensor("int64", mask, [b, l]) });
+    }
+  }
+  return {
+    phases,
+    async run(name) {
+      const res = await session.run(feeds[name]());
+      const t = res[session.outputNames[0]];
+      const data = await t.getData();   // on the CPU already for the default output location
+      return Float32Array.from(data);
+    },
+  };
+}
+
+// ---- timing ------------------------------------------------------------------------------
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  return n ? (n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2) : null;
+}
+
+async function timeWorkload(engine, step, result, first) {
+  const t0 = performance.now();
+  let out = await engine.run(step.name);
+  const t1 = performance.now();
+  if (first) result.cold_ms = t1;
+  const w = { first_ms: t1 - t0, runs_ms: [] };
+  result.workloads[step.name] = w;
+  log(`${step.name}: first run ${(t1 - t0).toFixed(1)} ms`);
+  for (let i = 0; i < (step.warmup || 0); i++) out = await engine.run(step.name);
+  const start = performance.now();
+  const minReps = Math.min(step.reps, 3);
+  while (w.runs_ms.length < step.reps &&
+         (w.runs_ms.length < minReps || performance.now() - start < 1000 * (step.budget_s || 1e9))) {
+    const a = performance.now();
+    out = await engine.run(step.name);
+    w.runs_ms.push(performance.now() - a);
+  }
+  // No timed run asked for (a workload too slow to repeat): the first run is the figure.
+  w.median_ms = w.runs_ms.length ? median(w.runs_ms) : w.first_ms;
+  w.output = Array.from(out);
+  log(`${step.name}: median ${w.median_ms.toFixed(2)} ms over ${w.runs_ms.length} runs`);
+}
+
+async function main() {
+  const result = { ...cfg, status: "ok", reason: null, phases: {}, cold_ms: null, workloads: {},
+                   isolated: self.crossOriginIsolated, userAgent: navigator.userAgent };
+  try {
+    const inputs = await (await fetch("/cache/inputs.json", { cache: "no-cache" })).json();
+    result.phases.inputs_fetched = performance.now();
+    const engine = cfg.engine === "ember" ? await emberEngine(inputs) : await ortEngine(inputs);
+    Object.assign(result.phases, engine.phases);
+    log(`${cfg.engine} ${cfg.backend} ready`);
+    let first = true;
+    for (const step of cfg.plan) {
+      await timeWorkload(engine, step, result, first);
+      first = false;
+    }
+  } catch (e) {
+    result.status = e instanceof Unavailable ? "n/a" : "error";
+    result.reason = String(e && e.message ? e.message : e).split("\n").slice(-3).join(" ").slice(0, 400);
+    log(`${result.status}: ${result.reason}`);
+  }
+  window.benchResult = result;
+}
+
+main();

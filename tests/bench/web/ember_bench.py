@@ -1,0 +1,99 @@
+"""The Python half of bench.js for ember: runs inside Pyodide in the bench page.
+
+``await setup(model, device)`` loads the model's code (the demo's own ``model.py``, fetched from
+the site) and its weights onto ``device``; ``await run(name)`` runs one workload of
+``/cache/inputs.json`` (the inputs onnxruntime-web gets too) and returns the output as a flat
+list of floats. The backend "wasm" is set up with ``await ember.wasm.init()``; where this wheel
+has no such backend, ``setup`` raises ``BenchUnavailable`` with the reason and the page reports
+the column as n/a.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import sys
+import time
+from array import array
+
+import ember
+import ember.wasm
+
+_state: dict = {}
+
+
+class BenchUnavailable(RuntimeError):
+    """This backend does not exist (or does not start) in this wheel / browser."""
+
+
+def _ms() -> float:
+    return time.perf_counter() * 1000
+
+
+async def _init_device(device: str) -> None:
+    if device == "wasm":
+        init = getattr(ember.wasm, "init", None)
+        if init is None:
+            raise BenchUnavailable("this wheel's ember.wasm has no init(): the WebAssembly SIMD "
+                                   "backend has not landed yet")
+        try:
+            r = init()
+            if inspect.isawaitable(r):
+                await r
+        except Exception as e:
+            raise BenchUnavailable(f"ember.wasm.init() failed: {type(e).__name__}: {e}") from e
+    if device not in ember.devices():
+        raise BenchUnavailable(f"ember.devices() = {ember.devices()} has no {device!r}")
+
+
+async def _module(model: str):
+    src = (await ember.wasm.fetch_bytes(f"/demos/{model}/model.py")).decode()
+    name = f"bench_{model}_model"
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=f"/demos/{model}/model.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    exec(compile(src, f"demos/{model}/model.py", "exec"), mod.__dict__)
+    return mod
+
+
+async def setup(model: str, device: str) -> dict:
+    """Load ``model`` ("mnist" | "minilm") onto ``device``; returns how long each step took (ms)."""
+    t0 = _ms()
+    await _init_device(device)
+    t1 = _ms()
+    mod = await _module(model)
+    inputs = json.loads(await ember.wasm.fetch_bytes("/cache/inputs.json"))
+    url = "/demos/mnist/mnist.safetensors" if model == "mnist" else "/cache/minilm.f32.safetensors"
+    weights = await ember.wasm.fetch_bytes(url)
+    t2 = _ms()
+    net = mod.load_model(weights, device=device)
+    t3 = _ms()
+    feeds = {}
+    for name, w in inputs.items():
+        if model == "mnist" and name == "mnist":
+            feeds[name] = [(array("f", w["pixels"]).tobytes(), tuple(w["shape"]), "float32")]
+        elif model == "minilm" and name.startswith("minilm"):
+            b, n = len(w["input_ids"]), len(w["input_ids"][0])
+            feeds[name] = [(array("q", [v for row in w[k] for v in row]).tobytes(), (b, n), "int64")
+                           for k in ("input_ids", "attention_mask")]
+    _state.update(model=model, device=device, net=net, feeds=feeds)
+    return {"device_init_ms": t1 - t0, "weights_fetch_ms": t2 - t1, "model_build_ms": t3 - t2,
+            "weights_bytes": len(weights), "devices": ",".join(ember.devices())}
+
+
+def _flat(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, list):
+            out.extend(_flat(v))
+        else:
+            out.append(v)
+    return out
+
+
+async def run(name: str) -> list:
+    """One inference of workload ``name``; the output read back (awaited, never blocking)."""
+    device, net = _state["device"], _state["net"]
+    args = [ember.from_bytes(raw, shape, dtype, device=device) for raw, shape, dtype in _state["feeds"][name]]
+    out = net(*args) if _state["model"] == "mnist" else net.sentence_embedding(*args)
+    return _flat(await out.data_async())
