@@ -1,0 +1,147 @@
+/* 2-D convolution in float32 (NCHW input, OIHW weight), two ways:
+ *  - conv2d_gemm: per (batch, group), the output channels of the group are one GEMM,
+ *    weight rows (og x cg*kh*kw) times image patches; the patches of a chunk of output positions
+ *    are written straight into packed panels (im2col) in Python's scratch buffer, so the chunk
+ *    stays in cache between being written and being used. A 1x1, stride-1, unpadded convolution
+ *    needs no im2col: its chunk is a plain copy (gemm_pack). Bias is fused into the GEMM.
+ *  - conv2d_depthwise: one input channel per group (groups == in channels): each output row
+ *    accumulates kh*kw shifted, scaled input rows; stride 1 runs four columns at a time.
+ * Shapes and attributes arrive as one int32 table (CONV_* indices in linalg.h); Python checked
+ * every buffer against them. */
+#include "ember.h"
+#include "linalg.h"
+
+/* im2col of positions p0 .. p0 + np - 1 (row-major over oh x ow) of one group's input x (cg planes
+ * of h x w) into panels of NR positions: P[q * K * NR + k * NR + lane], k = (ci, ky, kx) as in
+ * the weight rows; taps in the padding and lanes past np are zero. */
+static void im2col_panels(const f32 *x, f32 *P, i32 cg, i32 h, i32 w, i32 kh, i32 kw, i32 sh, i32 sw,
+                          i32 pt, i32 pl, i32 dh, i32 dw, i32 ow, i32 p0, i32 np) {
+  const i32 K = cg * kh * kw;
+  for (i32 q = 0; q * GEMM_NR < np; q++) {
+    f32 *panel = P + q * K * GEMM_NR;
+    const i32 first = p0 + q * GEMM_NR, lanes = np - q * GEMM_NR < GEMM_NR ? np - q * GEMM_NR : GEMM_NR;
+    const i32 oy = first / ow, ox = first % ow;
+    /* Fast case: the panel's 8 positions sit in one output row at stride 1; a tap row then
+     * reads 8 consecutive inputs whenever they are all inside the image. */
+    if (lanes == GEMM_NR && sw == 1 && ox + GEMM_NR <= ow) {
+      for (i32 ci = 0; ci < cg; ci++) {
+        const f32 *plane = x + ci * h * w;
+        for (i32 ky = 0; ky < kh; ky++) {
+          const i32 iy = oy * sh - pt + ky * dh;
+          f32 *dst = panel + ((ci * kh + ky) * kw) * GEMM_NR;
+          if (iy < 0 || iy >= h) {
+            for (i32 kx = 0; kx < kw; kx++, dst += GEMM_NR) {
+              wasm_v128_store(dst, wasm_f32x4_splat(0.f));
+              wasm_v128_store(dst + 4, wasm_f32x4_splat(0.f));
+            }
+            continue;
+          }
+          const f32 *row = plane + iy * w;
+          for (i32 kx = 0; kx < kw; kx++, dst += GEMM_NR) {
+            const i32 ix = ox - pl + kx * dw;
+            if (ix >= 0 && ix + GEMM_NR <= w) {
+              wasm_v128_store(dst, wasm_v128_load(row + ix));
+              wasm_v128_store(dst + 4, wasm_v128_load(row + ix + 4));
+            } else {
+              for (i32 l = 0; l < GEMM_NR; l++) {
+                const i32 xx = ix + l;
+                dst[l] = xx >= 0 && xx < w ? row[xx] : 0.f;
+              }
+            }
+          }
+        }
+      }
+      continue;
+    }
+    for (i32 l = 0; l < GEMM_NR; l++) {
+      f32 *dst = panel + l;
+      if (l >= lanes) {
+        for (i32 k = 0; k < K; k++) dst[k * GEMM_NR] = 0.f;
+        continue;
+      }
+      const i32 p = first + l, y0 = (p / ow) * sh - pt, x0 = (p % ow) * sw - pl;
+      for (i32 ci = 0; ci < cg; ci++) {
+        const f32 *plane = x + ci * h * w;
+        for (i32 ky = 0; ky < kh; ky++) {
+          const i32 iy = y0 + ky * dh;
+          const i32 rowok = iy >= 0 && iy < h;
+          for (i32 kx = 0; kx < kw; kx++) {
+            const i32 ix = x0 + kx * dw;
+            *dst = rowok && ix >= 0 && ix < w ? plane[iy * w + ix] : 0.f;
+            dst += GEMM_NR;
+          }
+        }
+      }
+    }
+  }
+}
+
+EXPORT(conv2d_gemm) void conv2d_gemm(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 *scratch,
+                                     const i32 *prm) {
+  const i32 n = prm[CONV_N], c = prm[CONV_C], h = prm[CONV_H], w = prm[CONV_W], o = prm[CONV_O];
+  const i32 groups = prm[CONV_GROUPS], kh = prm[CONV_KH], kw = prm[CONV_KW];
+  const i32 sh = prm[CONV_SH], sw = prm[CONV_SW], pt = prm[CONV_PT], pl = prm[CONV_PL];
+  const i32 dh = prm[CONV_DH], dw = prm[CONV_DW], oh = prm[CONV_OH], ow = prm[CONV_OW];
+  const i32 chunk = prm[CONV_CHUNK], flags = prm[CONV_FLAGS];
+  const i32 cg = c / groups, og = o / groups, K = cg * kh * kw, npos = oh * ow;
+  const i32 plain = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0;
+  for (i32 b = 0; b < n; b++)
+    for (i32 g = 0; g < groups; g++) {
+      const f32 *xg = x + (b * c + g * cg) * h * w;
+      const f32 *wg = wt + g * og * K;
+      const f32 *bg = bias ? bias + g * og : 0;
+      f32 *yg = y + (b * o + g * og) * npos;
+      for (i32 p0 = 0; p0 < npos; p0 += chunk) {
+        const i32 np = npos - p0 < chunk ? npos - p0 : chunk;
+        if (plain)
+          gemm_pack_rows(xg + p0, npos, scratch, K, np);
+        else
+          im2col_panels(xg, scratch, cg, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ow, p0, np);
+        gemm_packed_one(wg, K, scratch, yg + p0, npos, og, np, K, bg, flags);
+      }
+    }
+}
+
+/* y[b, oc] for oc = ci * mult + m from input channel ci alone (groups == c, weight (o, 1, kh, kw)). */
+EXPORT(conv2d_depthwise) void conv2d_depthwise(const f32 *x, const f32 *wt, const f32 *bias, f32 *y,
+                                               const i32 *prm) {
+  const i32 n = prm[CONV_N], c = prm[CONV_C], h = prm[CONV_H], w = prm[CONV_W], o = prm[CONV_O];
+  const i32 kh = prm[CONV_KH], kw = prm[CONV_KW];
+  const i32 sh = prm[CONV_SH], sw = prm[CONV_SW], pt = prm[CONV_PT], pl = prm[CONV_PL];
+  const i32 dh = prm[CONV_DH], dw = prm[CONV_DW], oh = prm[CONV_OH], ow = prm[CONV_OW];
+  const i32 relu = (prm[CONV_FLAGS] & GEMM_RELU) != 0;
+  const i32 mult = o / c;
+  for (i32 b = 0; b < n; b++)
+    for (i32 oc = 0; oc < o; oc++) {
+      const f32 *plane = x + (b * c + oc / mult) * h * w;
+      const f32 *k = wt + oc * kh * kw;
+      const f32 b0 = bias ? bias[oc] : 0.f;
+      f32 *out = y + (b * o + oc) * oh * ow;
+      for (i32 oy = 0; oy < oh; oy++, out += ow) {
+        for (i32 ox = 0; ox < ow; ox++) out[ox] = b0;
+        for (i32 ky = 0; ky < kh; ky++) {
+          const i32 iy = oy * sh - pt + ky * dh;
+          if (iy < 0 || iy >= h) continue;
+          const f32 *row = plane + iy * w;
+          for (i32 kx = 0; kx < kw; kx++) {
+            const f32 wv = k[ky * kw + kx];
+            const i32 off = kx * dw - pl;   /* ix = ox * sw + off */
+            /* output columns whose input column is inside the row: 0 <= ox * sw + off < w */
+            i32 lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+            i32 hi = w - off <= 0 ? 0 : (w - off + sw - 1) / sw;
+            if (hi > ow) hi = ow;
+            i32 ox = lo;
+            if (sw == 1) {
+              const f32x4 vw = wasm_f32x4_splat(wv);
+              for (; ox + 4 <= hi; ox += 4)
+                wasm_v128_store(out + ox, wasm_f32x4_add(wasm_v128_load(out + ox),
+                                                         wasm_f32x4_mul(vw, wasm_v128_load(row + ox + off))));
+            }
+            for (; ox < hi; ox++) out[ox] += wv * row[ox * sw + off];
+          }
+        }
+        if (relu)
+          for (i32 ox = 0; ox < ow; ox++) out[ox] = out[ox] < 0.f ? 0.f : out[ox];
+      }
+    }
+}

@@ -1,0 +1,28 @@
+/* Shared by gemm.c, conv.c and pool.c (the linalg family; see ember/wasm/ops_linalg.py, which
+ * mirrors every number defined here). */
+#ifndef EMBER_LINALG_H
+#define EMBER_LINALG_H
+#include "ember.h"
+
+/* flags of gemm / gemm_nt / conv2d_* */
+#define GEMM_BIAS_MASK 3
+#define GEMM_BIAS_COL 1      /* bias[j] added to column j (linear) */
+#define GEMM_BIAS_ROW 2      /* bias[i] added to row i (conv2d: one output channel per row) */
+#define GEMM_RELU 4          /* max(x, 0) before the store (NaN passes) */
+#define GEMM_ACCUMULATE 8    /* C += A · B instead of C = A · B (+ bias) */
+
+#define GEMM_NR 8            /* columns per packed panel of B */
+
+/* B (K, N), row stride ldb -> packed panels of GEMM_NR columns (zero padded). */
+void gemm_pack_rows(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N);
+/* C (M, N; ldc) = A (M, K; lda) · packed P (+ bias, relu per flags). */
+void gemm_packed_one(const f32 *A, i32 lda, const f32 *P, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
+                     const f32 *bias, i32 flags);
+
+/* the int32 parameter table of conv2d_gemm / conv2d_depthwise */
+enum {
+  CONV_N, CONV_C, CONV_H, CONV_W, CONV_O, CONV_GROUPS, CONV_KH, CONV_KW, CONV_SH, CONV_SW,
+  CONV_PT, CONV_PL, CONV_DH, CONV_DW, CONV_OH, CONV_OW, CONV_CHUNK, CONV_FLAGS, CONV_NPARAMS
+};
+
+#endif

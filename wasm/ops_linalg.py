@@ -1,0 +1,207 @@
+"""Linear-algebra kernels of the wasm backend: matmul, linear, conv2d, max/avg pooling on the
+SIMD module (``kernels/gemm.c``, ``conv.c``, ``pool.c``).
+
+Float32 runs in the module. Float16 tensors (stored as float32 rounded to half in this backend)
+run the same float32 code and are rounded to half once at the end where the op can produce new
+values (max pooling picks an existing value and needs no rounding). Everything else (integers,
+bools, empty tensors) runs the python backend's kernel on the same buffers.
+
+Which GEMM: the module's 4x8 microkernel reads B in packed panels of 8 columns. Packing costs a
+pass over B, which a product with few rows cannot win back, so with at most ``SMALL_M`` rows
+matmul reads B in place (only its last partial panel is packed) and linear takes dot products of
+the input rows with the weight rows (``gemm_nt``); with more rows B is packed first into a
+scratch buffer. Scratch memory (packed panels, im2col chunks) is one grow-only float32 buffer
+per runtime, allocated here in Python: the module owns no memory.
+"""
+from __future__ import annotations
+
+from array import array
+from math import prod
+
+from .. import dtypes as _dt
+from ..backends import python as _py
+from ..backends.python import KERNELS as PY
+from .runtime import R, W
+
+# gemm flags (kernels/linalg.h)
+BIAS_COL, BIAS_ROW, RELU, ACCUMULATE = 1, 2, 4, 8
+NR = 8                 # columns per packed panel
+SMALL_M = 16           # at most this many rows: no packing (see the module docstring)
+CHUNK_FLOATS = 1 << 18  # im2col chunk: about 1 MB of patches, written and used while in cache
+
+_F32, _F16 = _dt.float32, _dt.float16
+_ZERO = array("f", [0.0])
+
+
+def _zeros(n: int) -> array:
+    return _ZERO * n
+
+
+def _panels(k: int, n: int) -> int:
+    """Floats in the packed panels of a (k, n) B."""
+    return -(-n // NR) * NR * k
+
+
+def _offsets(values) -> array:
+    return array("i", values)
+
+
+def _finish(buf: array, dtype) -> array:
+    """The float32 result as the output dtype's buffer (float16: rounded to half)."""
+    if dtype is _F16:
+        return array("f", _dt.round_half(buf.tolist()))
+    return buf
+
+
+def _floats(*ts) -> bool:
+    return all(t.dtype is _F32 or t.dtype is _F16 for t in ts)
+
+
+class _Scratch:
+    """One grow-only float32 buffer that kernels use for packed panels and im2col chunks."""
+
+    def __init__(self):
+        self.buf = _zeros(0)
+
+    def get(self, n: int) -> array:
+        if len(self.buf) < n:
+            self.buf = _zeros(max(n, len(self.buf) * 3 // 2))
+        return self.buf
+
+
+def kernels(rt) -> dict:
+    scratch = _Scratch()
+    call = rt.call
+
+    def gemm_kn(A, a_offs, m, k, B, b_offs, nbB, n, bias=None, flags=0):
+        """For each batch i: C_i = A[a_offs[i]:] (m, k) @ B[b_offs...] (k, n) (+ bias); b_offs
+        index the nbB distinct B matrices, which sit k*n apart in B. Returns C (len(a_offs)*m*n)."""
+        nb = len(a_offs)
+        C = _zeros(nb * m * n)
+        full = n // NR * NR
+        if m <= SMALL_M:
+            # B in place; only its last partial panel (n % NR columns) is packed, per distinct B
+            tail = n - full
+            T = scratch.get(max(1, nbB * k * NR))
+            if tail:
+                call("gemm_pack_kn", R(B, nbB * k * n), n, W(T, nbB * k * NR), k, tail, nbB,
+                     R(_offsets([j * k * n + full for j in range(nbB)]), nbB))
+            poffs = _offsets([j * k * n for j in b_offs])
+            toffs = _offsets([j * k * NR for j in b_offs])
+            call("gemm", R(A, len(A)), k, R(B, nbB * k * n), 0, n, R(T, max(1, nbB * k * NR)), W(C, len(C)),
+                 n, m, n, k, bias_arg(bias), flags, nb, R(a_offs, nb), R(poffs, nb), R(toffs, nb), m * n)
+            return C
+        size = _panels(k, n)
+        P = scratch.get(nbB * size)
+        call("gemm_pack_kn", R(B, nbB * k * n), n, W(P, nbB * size), k, n, nbB,
+             R(_offsets([j * k * n for j in range(nbB)]), nbB))
+        poffs = _offsets([j * size for j in b_offs])
+        toffs = _offsets([j * size + full * k for j in b_offs])
+        call("gemm", R(A, len(A)), k, R(P, nbB * size), 1, 0, R(P, nbB * size), W(C, len(C)),
+             n, m, n, k, bias_arg(bias), flags, nb, R(a_offs, nb), R(poffs, nb), R(toffs, nb), m * n)
+        return C
+
+    def bias_arg(bias):
+        return 0 if bias is None else R(bias, len(bias))
+
+    def matmul(out, a, b):
+        if not _floats(a, b) or 0 in out.shape or a.shape[-1] == 0:
+            return PY["matmul"](out, a, b)
+        M, K = a.shape[-2:]
+        N = b.shape[-1]
+        batch = out.shape[:-2]
+        nbA, nbB = prod(a.shape[:-2]), prod(b.shape[:-2])
+        ia = _py.broadcast_index(a.shape[:-2], batch)
+        ib = _py.broadcast_index(b.shape[:-2], batch)
+        if nbB == 1 and isinstance(ia, range):
+            # one B for every batch and A's batches back to back: one product with nbA * M rows
+            C = gemm_kn(a._buf, _offsets([0]), nbA * M, K, b._buf, [0], 1, N)
+        else:
+            C = gemm_kn(a._buf, _offsets([i * M * K for i in ia]), M, K, b._buf, list(ib), nbB, N)
+        return _finish(C, out.dtype)
+
+    def linear(out, x, weight, bias=None):
+        # the dtype rule admits float16 and float32 only: both are float32 buffers here
+        N, K = weight.shape
+        M = prod(x.shape[:-1])
+        if M * N == 0 or K == 0:
+            return _linear_small(out, M, N, bias)
+        C = _zeros(M * N)
+        flags = 0 if bias is None else BIAS_COL
+        one = _offsets([0])
+        xb, wb = x._buf, weight._buf
+        if M <= SMALL_M:
+            call("gemm_nt", R(xb, M * K), K, R(wb, N * K), K, W(C, M * N), N, M, N, K,
+                 bias_arg(None if bias is None else bias._buf), flags, 1, R(one, 1), R(one, 1), 0)
+        else:
+            size = _panels(K, N)
+            P = scratch.get(size)
+            call("gemm_pack_nk", R(wb, N * K), K, W(P, size), K, N, 1, R(one, 1))
+            call("gemm", R(xb, M * K), K, R(P, size), 1, 0, R(P, size), W(C, M * N), N, M, N, K,
+                 bias_arg(None if bias is None else bias._buf), flags, 1, R(one, 1), R(one, 1),
+                 R(_offsets([N // NR * NR * K]), 1), 0)
+        return _finish(C, out.dtype)
+
+    def _linear_small(out, M, N, bias):
+        # no products to take: M * N == 0, or K == 0 (then every output is its bias, or 0)
+        if M * N == 0:
+            return _zeros(0)
+        return _finish(bias._buf * M if bias is not None else _zeros(M * N), out.dtype)
+
+    # ---- conv2d ------------------------------------------------------------------------------
+
+    def conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
+        ts = (x, weight) if bias is None else (x, weight, bias)
+        if not _floats(*ts) or 0 in out.shape or 0 in weight.shape[1:]:
+            return PY["conv2d"](out, x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                                groups=groups)
+        n, c, h, w = x.shape
+        o, cg, kh, kw = weight.shape
+        oh, ow = out.shape[2:]
+        (pt, _), (pl, _) = padding
+        K = cg * kh * kw
+        chunk = max(NR, CHUNK_FLOATS // max(K, 1) // NR * NR)
+        chunk = min(chunk, -(-oh * ow // NR) * NR)
+        depthwise = groups == c and cg == 1 and kh * kw > 1
+        prm = array("i", [n, c, h, w, o, groups, kh, kw, stride[0], stride[1], pt, pl, dilation[0],
+                          dilation[1], oh, ow, chunk, BIAS_ROW if bias is not None else 0])
+        y = _zeros(n * o * oh * ow)
+        b = bias_arg(None if bias is None else bias._buf)
+        if depthwise:
+            call("conv2d_depthwise", R(x._buf, n * c * h * w), R(weight._buf, o * kh * kw), b,
+                 W(y, len(y)), R(prm, len(prm)))
+        else:
+            size = _panels(K, chunk)
+            S = scratch.get(size)
+            call("conv2d_gemm", R(x._buf, n * c * h * w), R(weight._buf, o * K), b, W(y, len(y)),
+                 W(S, size), R(prm, len(prm)))
+        return _finish(y, out.dtype)
+
+    # ---- pooling -----------------------------------------------------------------------------
+
+    def _pool_prm(x, out, kernel_size, stride, padding, dilation, include):
+        n, c, h, w = x.shape
+        (pt, pb), (pl, pr) = padding
+        return array("i", [n * c, h, w, kernel_size[0], kernel_size[1], stride[0], stride[1], pt, pl, pb, pr,
+                           dilation[0], dilation[1], out.shape[2], out.shape[3], 1 if include else 0])
+
+    def max_pool2d(out, x, *, kernel_size, stride, padding, dilation, ceil_mode):
+        if not _floats(x) or 0 in out.shape or 0 in x.shape:
+            return PY["max_pool2d"](out, x, kernel_size=kernel_size, stride=stride, padding=padding,
+                                    dilation=dilation, ceil_mode=ceil_mode)
+        prm = _pool_prm(x, out, kernel_size, stride, padding, dilation, False)
+        y = _zeros(prod(out.shape))
+        call("max_pool2d_f32", R(x._buf, len(x._buf)), W(y, len(y)), R(prm, len(prm)))
+        return y   # float16 stays float16: the max is one of the inputs
+
+    def avg_pool2d(out, x, *, kernel_size, stride, padding, ceil_mode, count_include_pad):
+        if not _floats(x) or 0 in out.shape or 0 in x.shape:
+            return PY["avg_pool2d"](out, x, kernel_size=kernel_size, stride=stride, padding=padding,
+                                    ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+        prm = _pool_prm(x, out, kernel_size, stride, padding, (1, 1), count_include_pad)
+        y = _zeros(prod(out.shape))
+        call("avg_pool2d_f32", R(x._buf, len(x._buf)), W(y, len(y)), R(prm, len(prm)))
+        return _finish(y, out.dtype)
+
+    return {"matmul": matmul, "linear": linear, "conv2d": conv2d, "max_pool2d": max_pool2d,
+            "avg_pool2d": avg_pool2d}
