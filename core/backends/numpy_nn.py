@@ -1,15 +1,16 @@
 """numpy kernels for the neural-network ops (conv, pooling, norms, sort...).
 
-Convolution and pooling read the (padded) input through a strided window view, without copying,
-then reduce it (pooling) or reshape the windows into one matrix per group and multiply (conv).
-float16 inputs are computed in float32 and rounded back once.
+Convolution and pooling read the (padded) input through one strided view per kernel tap: pooling
+combines the taps pairwise (``np.maximum`` / ``+=``), depthwise convolution multiplies and adds
+them, other convolutions copy them once into an im2col matrix laid out so that one GEMM per
+group writes the NCHW result directly (a 1x1 convolution uses the input itself). float16 inputs
+are computed in float32 and rounded back once.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .numpy_backend import np_dtype
 
@@ -22,25 +23,6 @@ def _f(t):
 
 def _out(a, out):
     return np.ascontiguousarray(a, dtype=np_dtype(out.dtype))
-
-
-def _windows(a, oh, ow, kh, kw, stride, dilation):
-    """View (N, C, oh, ow, kh, kw) of the windows of the 4-D array ``a`` (already padded)."""
-    s0, s1, s2, s3 = a.strides
-    (sh, sw), (dh, dw) = stride, dilation
-    return as_strided(a, shape=a.shape[:2] + (oh, ow, kh, kw),
-                      strides=(s0, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw), writeable=False)
-
-
-def _pad4(a, pads, value, oh=None, ow=None, kh=1, kw=1, stride=(1, 1), dilation=(1, 1)):
-    """Pad H and W; also extend the end so ceil-mode windows (oh, ow) stay inside the array."""
-    (pt, pb), (pl, pr) = pads
-    if oh is not None:
-        pb = max(pb, (oh - 1) * stride[0] + dilation[0] * (kh - 1) + 1 - a.shape[2] - pt)
-        pr = max(pr, (ow - 1) * stride[1] + dilation[1] * (kw - 1) + 1 - a.shape[3] - pl)
-    if pt or pb or pl or pr:
-        a = np.pad(a, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=value)
-    return a
 
 
 # ---- activations, softmax, norms ----------------------------------------------------------------
@@ -69,17 +51,88 @@ def _silu(out, x):
     return _out(a * _sigmoid_of(a), out)
 
 
-def _erf(a):
-    # numpy has no erf; math.erf elementwise (exact to double precision) keeps the reference honest
-    return np.asarray(np.frompyfunc(math.erf, 1, 1)(a.astype(np.float64)), dtype=np.float64)
+# erf without scipy, vectorised: erf(x) = x * P(x^2) / Q(x^2) on x clipped to [-3.92, 3.92]
+# (beyond, erf rounds to +-1 in float32), a (5, 5) rational whose coefficients were fitted for
+# this file by least squares (relative error, against math.erf). Evaluated in float64, in
+# cache-sized chunks, and rounded once: within one float32 ulp of erf (tests/test_numpy_kernels.py
+# checks it against math.erf on a dense grid).
+_ERF_P = (1.1283791487637447, 0.189963140042527, 0.052690236696227355, 0.003746880885666328,
+          0.00028451177162329075, 2.0540086991260864e-06)
+_ERF_Q = (1.0, 0.5016832520119313, 0.11392606816769195, 0.014931346101563036,
+          0.0011581049482978648, 3.811326051676722e-05)
+_ERF_CLIP = 3.92
+_CHUNK = 32768      # elements per step: the float64 temporaries stay in the L2 cache
+
+
+def _erf_chunk(x):
+    """erf of a float array chunk, as float64 (a new array)."""
+    xc = np.clip(x, -_ERF_CLIP, _ERF_CLIP, dtype=np.float64)
+    t = xc * xc
+    num = t * _ERF_P[5]
+    num += _ERF_P[4]
+    den = t * _ERF_Q[5]
+    den += _ERF_Q[4]
+    for i in (3, 2, 1, 0):
+        num *= t
+        num += _ERF_P[i]
+        den *= t
+        den += _ERF_Q[i]
+    num *= xc
+    num /= den
+    return num
+
+
+def _chunked(fn, a):
+    """``fn`` (float array chunk -> float64 array) over ``a``, into a new float32 array."""
+    x = np.ascontiguousarray(a).reshape(-1)
+    out = np.empty(x.shape, np.float32)
+    for i in range(0, x.size, _CHUNK):
+        out[i:i + _CHUNK] = fn(x[i:i + _CHUNK])
+    return out.reshape(np.shape(a))
+
+
+def erf_f32(a):
+    """erf of a float array as float32 (same shape), within one float32 ulp.
+
+    >>> import numpy as np
+    >>> [round(float(v), 6) for v in erf_f32(np.array([-2.0, 0.0, 0.5, 3.0]))]
+    [-0.995322, 0.0, 0.5205, 0.999978]
+    """
+    return _chunked(_erf_chunk, a)
+
+
+def _gelu_chunk(x):
+    y = _erf_chunk(x * (1.0 / math.sqrt(2.0)))
+    y += 1.0
+    y *= x
+    y *= 0.5
+    # below -3.92 sqrt 2, 1 + erf is clipped at ~2e-8 while x Phi(x) < 5e-8: -0 there (x * 0:
+    # NaN for -inf, as x * Phi(x) gives)
+    np.copyto(y, x * 0.0, where=x < -_ERF_CLIP * math.sqrt(2.0))
+    return y
+
+
+def _gelu_erf(a):
+    """x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), in float64 per chunk, rounded once."""
+    return _chunked(_gelu_chunk, a)
 
 
 def _gelu(out, x, *, approximate):
     a = _f(x).astype(np.float32, copy=False)
     if approximate == "tanh":
-        y = 0.5 * a * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (a + np.float32(0.044715) * a * a * a)))
+        shape, a = a.shape, a.reshape(-1)     # 1-D, so 0-d inputs stay arrays for out=
+        y = a * a
+        y *= np.float32(0.044715)
+        y += np.float32(1.0)
+        y *= a
+        y *= np.float32(math.sqrt(2.0 / math.pi))
+        np.tanh(y, out=y)
+        y += np.float32(1.0)
+        y *= a
+        y *= np.float32(0.5)
+        y = y.reshape(shape)
     else:
-        y = 0.5 * a * (1.0 + _erf(a * (1.0 / math.sqrt(2.0))))
+        y = _gelu_erf(a)
     return _out(y, out)
 
 
@@ -87,8 +140,10 @@ def _softmax(out, x, *, axis):
     a = _f(x).astype(np.float32, copy=False)
     if a.size == 0 or a.ndim == 0:
         return _out(np.exp(a - a), out)   # empty stays empty, one element gives 1
-    e = np.exp(a - a.max(axis=axis, keepdims=True))
-    return _out(e / e.sum(axis=axis, keepdims=True), out)
+    e = a - a.max(axis=axis, keepdims=True)          # the one new array; the rest in place
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return _out(e, out)
 
 
 def _log_softmax(out, x, *, axis):
@@ -96,7 +151,10 @@ def _log_softmax(out, x, *, axis):
     if a.size == 0 or a.ndim == 0:
         return _out(a - a, out)
     z = a - a.max(axis=axis, keepdims=True)
-    return _out(z - np.log(np.exp(z).sum(axis=axis, keepdims=True)), out)
+    s = np.exp(z).sum(axis=axis, keepdims=True)
+    np.log(s, out=s)
+    z -= s
+    return _out(z, out)
 
 
 def _batch_norm(out, x, mean, var, weight, bias, *, eps):
@@ -109,28 +167,131 @@ def _batch_norm(out, x, mean, var, weight, bias, *, eps):
 def _layer_norm(out, x, weight, bias, *, normalized_shape, eps):
     a = _f(x)
     axes = tuple(range(a.ndim - len(normalized_shape), a.ndim))
-    d = a - a.mean(axis=axes, keepdims=True)
-    var = (d * d).mean(axis=axes, keepdims=True)
-    return _out(d / np.sqrt(var + np.float32(eps)) * _f(weight) + _f(bias), out)
+    d = a - a.mean(axis=axes, keepdims=True)         # the one new array; the rest in place
+    if len(axes) == 1 and d.ndim:
+        var = np.einsum("...i,...i->...", d, d)[..., None]
+        var /= np.float32(d.shape[-1])
+    else:
+        var = np.square(d).mean(axis=axes, keepdims=True)
+    var += np.float32(eps)
+    np.sqrt(var, out=var)
+    d /= var
+    d *= _f(weight)
+    d += _f(bias)
+    return _out(d, out)
+
+
+def _sdpa(out, q, k, v, mask=None, *, is_causal, scale):
+    """softmax(q k^T * scale + mask) v as two stacked matmuls over every (batch, head) at once,
+    the softmax in place between them; rows whose keys are all masked give zeros."""
+    Q, K, V = _f(q), _f(k), _f(v)
+    if 0 in out.shape or K.shape[-2] == 0:
+        return np.zeros(out.shape, np_dtype(out.dtype))
+    s = np.matmul(Q, np.swapaxes(K, -1, -2))                                     # (..., L, S)
+    s *= np.float32(scale)
+    if is_causal:
+        L, S = s.shape[-2:]
+        mask_arr = np.tri(L, S, dtype=bool)
+    else:
+        mask_arr = None if mask is None else mask._buf
+    if mask_arr is not None:
+        if mask_arr.dtype == np.bool_:
+            s = np.where(mask_arr, s, np.float32(-np.inf))
+        else:
+            s = s + mask_arr.astype(np.float32, copy=False)
+    m = s.max(axis=-1, keepdims=True)
+    dead = m == -np.inf
+    if dead.any():
+        m[dead] = 0
+    s -= m
+    np.exp(s, out=s)
+    den = s.sum(axis=-1, keepdims=True)
+    if dead.any():
+        den[dead] = 1
+    s /= den
+    return _out(np.matmul(s, V), out)
 
 
 # ---- convolution ------------------------------------------------------------------------------
 
+def _padded(a, pads, value=0, extra_h=0, extra_w=0):
+    """``a`` (N, C, H, W) with H and W padded by ((top, bottom), (left, right)) plus ``extra_*``
+    more at the end: one allocation and one copy (np.pad does the same work with more Python)."""
+    (pt, pb), (pl, pr) = pads
+    pb, pr = pb + extra_h, pr + extra_w
+    if not (pt or pb or pl or pr):
+        return a
+    n, c, h, w = a.shape
+    buf = np.full((n, c, h + pt + pb, w + pl + pr), value, dtype=a.dtype)
+    buf[:, :, pt:pt + h, pl:pl + w] = a
+    return buf
+
+
+def _taps(a, oh, ow, kh, kw, stride, dilation):
+    """For each kernel tap (i, j): the (N, C, oh, ow) strided view of ``a`` it reads."""
+    (sh, sw), (dh, dw) = stride, dilation
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            yield i, j, a[:, :, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw]
+
+
 def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
     n, o, oh, ow = out.shape
     _, cg, kh, kw = weight.shape
+    c = x.shape[1]
     if n * o * oh * ow == 0:
         return np.zeros(out.shape, np_dtype(out.dtype))
-    a = _pad4(_f(x), padding, 0)
-    win = _windows(a, oh, ow, kh, kw, stride, dilation)                         # (n, c, oh, ow, kh, kw)
-    g, og, k = groups, o // groups, cg * kh * kw
-    cols = win.reshape(n, g, cg, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6).reshape(n, g, oh * ow, k)
-    w = _f(weight).reshape(g, og, k).transpose(0, 2, 1)                          # (g, k, og)
-    y = np.matmul(cols, w)                                                       # (n, g, oh*ow, og)
-    y = y.transpose(0, 1, 3, 2).reshape(n, o, oh, ow)
+    a = _f(x)
+    w = _f(weight)
+    g = groups
+    if g == c and cg == 1 and c > 1:
+        y = _conv_depthwise(a, w, o // g, oh, ow, kh, kw, stride, padding, dilation)
+    else:
+        og = o // g
+        if kh == kw == 1 and padding == ((0, 0), (0, 0)):
+            # 1x1: the input itself (strided: its subsampled view) is the column matrix
+            if stride != (1, 1):
+                a = a[:, :, ::stride[0], ::stride[1]][:, :, :oh, :ow]
+            cols = a.reshape(n, g, cg, oh * ow)                                  # copies only if strided
+        else:
+            # im2col straight into (n, g, cg*kh*kw, oh*ow): the GEMM below then writes NCHW order,
+            # so neither the columns nor the result need a transpose
+            a = _padded(a, padding)
+            cols = np.empty((n, c, kh, kw, oh, ow), dtype=a.dtype)
+            for i, j, v in _taps(a, oh, ow, kh, kw, stride, dilation):
+                cols[:, :, i, j] = v
+            cols = cols.reshape(n, g, cg * kh * kw, oh * ow)
+        wm = w.reshape(g, og, cg * kh * kw)
+        if n == 1 and g == 1:
+            y = wm[0] @ cols[0, 0]                                                # one GEMM
+        else:
+            y = np.matmul(wm, cols)                                               # (n, g, og, oh*ow)
+        y = y.reshape(n, o, oh, ow)
     if bias is not None:
-        y = y + _f(bias).reshape(1, o, 1, 1)
+        y += _f(bias).reshape(1, o, 1, 1)
     return _out(y, out)
+
+
+def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
+    """groups == channels: one multiply-add per kernel tap over the whole (N, C, oh, ow) output
+    (no matmul per group). ``mult`` outputs per input channel (channel c feeds c*mult...)."""
+    if mult != 1:
+        a = np.repeat(a, mult, axis=1)
+    a = _padded(a, padding)
+    o = w.shape[0]
+    wt = w.reshape(o, kh, kw)
+    y = None
+    tmp = None
+    for i, j, v in _taps(a, oh, ow, kh, kw, stride, dilation):
+        k = wt[:, i, j].reshape(1, o, 1, 1)
+        if y is None:
+            y = v * k
+            tmp = np.empty_like(y)
+        else:
+            np.multiply(v, k, out=tmp)
+            y += tmp
+    return y
 
 
 def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
@@ -158,13 +319,29 @@ def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padd
 
 # ---- pooling ------------------------------------------------------------------------------------
 
+def _ceil_extra(size, pads, oh, k, s, d):
+    """Extra end padding so that ceil-mode windows (``oh`` of them) stay inside the array."""
+    return max(0, (oh - 1) * s + d * (k - 1) + 1 - size - pads[0] - pads[1])
+
+
 def _max_pool2d(out, x, *, kernel_size, stride, padding, dilation, ceil_mode):
     oh, ow = out.shape[2:]
     a = x._buf
+    if a.dtype == np.float16:
+        a = a.astype(np.float32)
+    kh, kw = kernel_size
     low = -np.inf if a.dtype.kind == "f" else np.iinfo(a.dtype).min
-    a = _pad4(a, padding, low, oh, ow, *kernel_size, stride, dilation)
-    win = _windows(a, oh, ow, *kernel_size, stride, dilation)
-    return _out(win.max(axis=(4, 5)), out)   # max propagates NaN
+    a = _padded(a, padding, low, _ceil_extra(a.shape[2], padding[0], oh, kh, stride[0], dilation[0]),
+                _ceil_extra(a.shape[3], padding[1], ow, kw, stride[1], dilation[1]))
+    # pairwise maxima over the kernel taps: kh*kw - 1 ufunc calls on strided views, far cheaper
+    # than one reduction over two tiny window axes (np.maximum propagates NaN, like max)
+    y = None
+    for _i, _j, v in _taps(a, oh, ow, kh, kw, stride, dilation):
+        if y is None:
+            y = v.copy()
+        else:
+            np.maximum(y, v, out=y)
+    return _out(y, out)
 
 
 def _avg_divisors(size, k, s, p0, p1, n_out, include_pad):
@@ -175,11 +352,20 @@ def _avg_divisors(size, k, s, p0, p1, n_out, include_pad):
 
 def _avg_pool2d(out, x, *, kernel_size, stride, padding, ceil_mode, count_include_pad):
     oh, ow = out.shape[2:]
-    a = _pad4(_f(x), padding, 0, oh, ow, *kernel_size, stride)
-    s = _windows(a, oh, ow, *kernel_size, stride, (1, 1)).sum(axis=(4, 5))
-    dy = _avg_divisors(x.shape[2], kernel_size[0], stride[0], *padding[0], oh, count_include_pad)
-    dx = _avg_divisors(x.shape[3], kernel_size[1], stride[1], *padding[1], ow, count_include_pad)
-    return _out(s / np.outer(dy, dx).astype(s.dtype), out)
+    kh, kw = kernel_size
+    a = _f(x)
+    a = _padded(a, padding, 0, _ceil_extra(a.shape[2], padding[0], oh, kh, stride[0], 1),
+                _ceil_extra(a.shape[3], padding[1], ow, kw, stride[1], 1))
+    y = None
+    for _i, _j, v in _taps(a, oh, ow, kh, kw, stride, (1, 1)):
+        if y is None:
+            y = v.astype(np.float32, copy=True)
+        else:
+            y += v
+    dy = _avg_divisors(x.shape[2], kh, stride[0], *padding[0], oh, count_include_pad)
+    dx = _avg_divisors(x.shape[3], kw, stride[1], *padding[1], ow, count_include_pad)
+    y /= np.outer(dy, dx).astype(y.dtype)
+    return _out(y, out)
 
 
 # ---- cumsum, sort, pad ------------------------------------------------------------------------
@@ -249,6 +435,7 @@ KERNELS = {
     "log_softmax": _log_softmax,
     "batch_norm": _batch_norm,
     "layer_norm": _layer_norm,
+    "scaled_dot_product_attention": _sdpa,
     "conv2d": _conv2d,
     "conv_transpose2d": _conv_transpose2d,
     "max_pool2d": _max_pool2d,

@@ -1,0 +1,133 @@
+"""The numpy backend's fast paths against the pure-Python backend (the living specification) and,
+for erf, against ``math.erf``: every branch of conv2d (1x1 as one GEMM, strided 1x1, grouped,
+depthwise with and without a channel multiplier, im2col), pooling by kernel taps, the in-place
+softmax / log_softmax / layer_norm (inputs are never written) and attention as two stacked
+matmuls (masked rows, causal, float and bool masks)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ember
+
+rng = np.random.default_rng(7)
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def both(fn, *arrays):
+    """fn on the numpy backend and on the python backend, as numpy arrays."""
+    out = {}
+    for dev in ("numpy", "python"):
+        out[dev] = fn(*[ember.from_numpy(a, device=dev) for a in arrays]).numpy()
+    return out["numpy"], out["python"]
+
+
+CONVS = [
+    # (x shape, w shape, kwargs)
+    ((1, 8, 5, 5), (6, 8, 1, 1), {}),                                       # 1x1: one GEMM
+    ((3, 8, 5, 5), (6, 8, 1, 1), {}),                                       # 1x1, batched
+    ((2, 8, 7, 6), (6, 8, 1, 1), {"stride": 2}),                            # 1x1 strided
+    ((2, 8, 5, 5), (6, 4, 1, 1), {"groups": 2}),                            # 1x1 grouped
+    ((1, 8, 5, 5), (6, 8, 1, 1), {"padding": 1}),                           # 1x1 padded: im2col
+    ((2, 6, 9, 8), (6, 1, 3, 3), {"groups": 6, "padding": 1}),              # depthwise
+    ((1, 6, 9, 8), (6, 1, 3, 3), {"groups": 6, "padding": 1, "stride": 2}),
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"groups": 4, "padding": 2, "dilation": 2}),   # multiplier 2
+    ((1, 4, 6, 6), (4, 1, 5, 3), {"groups": 4, "padding": ((2, 1), (0, 2))}),
+    ((2, 6, 8, 8), (4, 3, 3, 3), {"groups": 2, "stride": (2, 1), "padding": 1}),  # grouped
+    ((2, 3, 8, 7), (5, 3, 3, 2), {"padding": ((1, 0), (2, 1)), "dilation": (1, 2)}),
+    ((1, 1, 28, 28), (16, 1, 3, 3), {"padding": 1}),
+]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("xs,ws,kw", CONVS, ids=[f"{x}-{w}-{k}" for x, w, k in CONVS])
+def test_conv2d_paths(xs, ws, kw, bias):
+    arrays = [f32(*xs), f32(*ws)] + ([f32(ws[0])] if bias else [])
+    got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+POOLS = [
+    ("max", (2, 3, 8, 8), dict(kernel_size=2)),
+    ("max", (1, 2, 9, 7), dict(kernel_size=3, stride=2, padding=1)),
+    ("max", (1, 2, 9, 7), dict(kernel_size=3, stride=2, ceil_mode=True)),
+    ("max", (1, 2, 9, 9), dict(kernel_size=(2, 3), stride=1, dilation=2)),
+    ("avg", (2, 3, 8, 8), dict(kernel_size=2)),
+    ("avg", (1, 2, 9, 7), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+    ("avg", (1, 2, 9, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("kind,xs,kw", POOLS, ids=[f"{k}-{x}-{w}" for k, x, w in POOLS])
+def test_pool_paths(kind, xs, kw):
+    fn = ember.max_pool2d if kind == "max" else ember.avg_pool2d
+    got, want = both(lambda t: fn(t, **kw), f32(*xs))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool_int_and_nan():
+    x = rng.integers(-50, 50, (1, 2, 6, 6)).astype(np.int64)
+    got, want = both(lambda t: ember.max_pool2d(t, 3, stride=2, padding=1), x)
+    np.testing.assert_array_equal(got, want)
+    y = f32(1, 1, 4, 4)
+    y[0, 0, 1, 2] = np.nan
+    got, _ = both(lambda t: ember.max_pool2d(t, 2), y)
+    assert np.isnan(got[0, 0, 0, 1]) and not np.isnan(got[0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("fn", [lambda t: ember.softmax(t, axis=1), lambda t: ember.log_softmax(t, axis=-1),
+                                lambda t: ember.layer_norm(t, (5,)), lambda t: ember.layer_norm(t, (4, 5)),
+                                lambda t: ember.gelu(t), lambda t: ember.gelu(t, approximate="tanh")],
+                         ids=["softmax", "log_softmax", "layer_norm", "layer_norm2", "gelu", "gelu_tanh"])
+def test_in_place_kernels_leave_inputs_alone(fn):
+    a = f32(3, 4, 5)
+    x = ember.from_numpy(a.copy(), device="numpy")
+    got = fn(x).numpy()
+    np.testing.assert_array_equal(x.numpy(), a)
+    want = fn(ember.from_numpy(a, device="python")).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_erf_within_one_ulp():
+    xs = np.concatenate([np.linspace(-6, 6, 400001), [0.0, -0.0, 1e-30, -1e-38, 3.9, 3.95, 1e30]]).astype(np.float32)
+    got = ember.erf(ember.from_numpy(xs, device="numpy")).numpy()
+    ref = np.array([math.erf(float(v)) for v in xs])
+    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    assert (np.abs(got - ref) / ulp).max() <= 1.0
+    special = ember.erf(ember.from_numpy(np.array([np.inf, -np.inf, np.nan], np.float32), device="numpy")).numpy()
+    assert special[0] == 1 and special[1] == -1 and np.isnan(special[2])
+
+
+def test_gelu_accuracy():
+    xs = np.linspace(-8, 8, 100001).astype(np.float32)
+    got = ember.gelu(ember.from_numpy(xs, device="numpy")).numpy().astype(np.float64)
+    x64 = xs.astype(np.float64)
+    ref = x64 * 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x64]))
+    assert np.abs(got - ref).max() < 5e-7
+
+
+@pytest.mark.parametrize("case", ["plain", "bool_mask", "float_mask", "causal", "dead_rows", "broadcast"])
+def test_attention(case):
+    q, k, v = f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5)
+    arrays, kw = [q, k, v], {}
+    if case == "bool_mask":
+        arrays.append(rng.random((2, 1, 1, 6)) < 0.7)
+    elif case == "float_mask":
+        arrays.append(f32(1, 3, 4, 6))
+    elif case == "causal":
+        kw["is_causal"] = True
+    elif case == "dead_rows":
+        m = rng.random((2, 3, 4, 6)) < 0.5
+        m[0, 1, 2] = False          # a query that sees no key: zeros, not NaN
+        arrays.append(m)
+    elif case == "broadcast":
+        arrays = [q, f32(1, 3, 6, 8), f32(1, 3, 6, 5)]
+    got, want = both(lambda *t: ember.scaled_dot_product_attention(*t, **kw), *arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if case == "dead_rows":
+        assert not np.isnan(got).any() and (got[0, 1, 2] == 0).all()
