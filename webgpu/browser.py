@@ -129,6 +129,7 @@ class BrowserDriver(BatchingDriver):
     def free(self, buf) -> None:
         if id(buf) in self._pending:
             self.flush()
+        self._forget(buf)
         buf.destroy()
 
     def write(self, buf, data, offset: int = 0) -> None:

@@ -30,6 +30,7 @@ Conventions every driver follows:
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Protocol, Sequence
 
 LIMIT_NAMES = (
@@ -45,6 +46,8 @@ LIMIT_NAMES = (
 # How many dispatches a driver records before it submits on its own: large enough that a model's
 # forward pass goes out in a few submits, small enough that the GPU starts early.
 BATCH_DISPATCHES = 256
+# Bind groups kept for reuse (least recently used dropped): a few models' worth of dispatches.
+BIND_GROUP_CACHE = 4096
 # Uniform data of the dispatches of one batch lives in one arena buffer, one aligned slot each.
 UNIFORM_ARENA_BYTES = 1 << 20
 
@@ -124,6 +127,8 @@ class BatchingDriver:
         self._open = None        # (encoder, pass) while dispatches are being recorded
         self._count = 0
         self._pending = set()    # ids of buffers that recorded, unsubmitted work uses
+        self._bg_cache = OrderedDict()   # (pipeline, entries) -> (bind group, pipeline, buffers)
+        self._bg_by_buf = {}             # id(buffer) -> keys of the cached groups that use it
 
     def dispatch(self, pipe, buffers, uniforms: bytes, grid: tuple) -> None:
         if uniforms and not self._arena.fits(len(uniforms)):
@@ -136,13 +141,42 @@ class BatchingDriver:
         if uniforms:
             off, size = self._arena.add(uniforms)
             entries.append((len(buffers), self._arena_buf, off, size))
-        bg = self._bind_group(pipe, entries)
+        bg = self._cached_bind_group(pipe, entries)
         if self._open is None:
             self._open = self._begin_pass()
         self._record(self._open[1], pipe, bg, grid)
         self._count += 1
         if self._count >= BATCH_DISPATCHES:
             self.flush()
+
+    def _cached_bind_group(self, pipe, entries):
+        """Bind groups are reused: a model run again (a replayed plan above all) dispatches the
+        same pipelines on the same pooled buffers at the same arena offsets, and creating bind
+        groups was the largest Python cost of a replay. Entries hold the buffers (so their ids
+        stay unique while cached) and are dropped when a buffer is freed (``_forget``)."""
+        key = (id(pipe), tuple((id(b), off, size) for _, b, off, size in entries))
+        hit = self._bg_cache.get(key)
+        if hit is not None:
+            self._bg_cache.move_to_end(key)
+            return hit[0]
+        bg = self._bind_group(pipe, entries)
+        self._bg_cache[key] = (bg, pipe, [b for _, b, _, _ in entries])
+        for _, b, _, _ in entries:
+            self._bg_by_buf.setdefault(id(b), set()).add(key)
+        if len(self._bg_cache) > BIND_GROUP_CACHE:
+            old, (_, _, bufs) = self._bg_cache.popitem(last=False)
+            for b in bufs:
+                keys = self._bg_by_buf.get(id(b))
+                if keys is not None:
+                    keys.discard(old)
+                    if not keys:
+                        del self._bg_by_buf[id(b)]
+        return bg
+
+    def _forget(self, buf) -> None:
+        """``buf`` is about to be destroyed: drop the bind groups that use it."""
+        for key in self._bg_by_buf.pop(id(buf), ()):
+            self._bg_cache.pop(key, None)
 
     def flush(self) -> None:
         if self._open is None:

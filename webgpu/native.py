@@ -80,6 +80,7 @@ class NativeDriver(BatchingDriver):
     def free(self, buf) -> None:
         if id(buf) in self._pending:
             self.flush()
+        self._forget(buf)
         buf.destroy()
 
     def write(self, buf, data, offset: int = 0) -> None:
