@@ -10,7 +10,9 @@ back to an OpenGL software rasteriser when Vulkan is missing, which then fails i
 """
 from __future__ import annotations
 
+import logging
 import os
+import tempfile
 
 from ..errors import DeviceError
 from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver
@@ -18,12 +20,37 @@ from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver
 _FEATURE_NAMES = {"subgroup": "subgroups"}  # wgpu-py spelling -> WebGPU spec spelling
 
 
+class _QuietForcing(logging.Filter):
+    """wgpu-py warns "Forcing backend: Vulkan" whenever WGPU_BACKEND_TYPE is set; when ember set
+    it (not the user) that is no news to anyone."""
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith("Forcing backend:")
+
+
+def _private_runtime_dir() -> None:
+    """Mesa prints 'XDG_RUNTIME_DIR is invalid or not set' on every start when that folder is
+    missing (containers, CI, sudo): give this process a private 0700 one instead."""
+    d = os.environ.get("XDG_RUNTIME_DIR")
+    try:
+        ok = bool(d) and os.path.isdir(d) and (os.stat(d).st_mode & 0o077) == 0 and os.access(d, os.W_OK)
+    except OSError:
+        ok = False
+    if not ok:
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="ember-xdg-")   # mkdtemp: 0700
+
+
 def _adapter():
-    os.environ.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
+    forced = "WGPU_BACKEND_TYPE" not in os.environ
+    if forced:
+        os.environ["WGPU_BACKEND_TYPE"] = "Vulkan"
+    _private_runtime_dir()
     try:
         import wgpu
     except ImportError as e:
         raise DeviceError(f"webgpu: wgpu-py is not installed ({e}); pip install 'wgpu>=0.32'") from e
+    if forced:   # after the import: wgpu installs its own logger class first
+        logging.getLogger("wgpu").addFilter(_QuietForcing())
     try:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
     except Exception as e:  # wgpu raises RuntimeError with no driver at all
