@@ -3,7 +3,7 @@
 
     python build.py demo [--host 127.0.0.1] [--port 8000]   install what is missing, build, serve the demos
     python build.py test [pytest args...]                   install what is missing, run the whole suite
-    python build.py bench core|webgpu                       benchmarks, side by side with the peers
+    python build.py bench core|webgpu|web|wasm              benchmarks, side by side with the peers
     python build.py onnx-report                             ONNX conformance table (onnx.backend.test)
     python build.py wheel                                   build dist/ember-*.whl
     python build.py site                                    build the wheel and assemble site/
@@ -161,12 +161,52 @@ def cmd_test(args) -> int:
     return rc
 
 
+def _demo_args(args):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python build.py demo", description=HELP["demo"].split("\n", 1)[1])
+    ap.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1: "
+                    "this machine only; 0.0.0.0 exposes the demos to the network)")
+    ap.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    return ap.parse_args(args)
+
+
+def _port_problem(host: str, port: int):
+    """Why ``host:port`` cannot be listened on now (with a free port to use), or None."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return None
+        except OSError as e:
+            why = e.strerror or str(e)
+    for alt in range(port + 1, min(port + 50, 65536)):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, alt))
+            except OSError:
+                continue
+        return f"cannot listen on {host}:{port} ({why}); --port {alt} is free"
+    return f"cannot listen on {host}:{port} ({why}); --port 0 picks a free one"
+
+
 def cmd_demo(args) -> int:
+    a = _demo_args(args)
+    problem = _port_problem(a.host, a.port) if a.port else None
+    if problem:   # say so now, not after minutes of set-up
+        raise SystemExit(f"build.py demo: {problem}")
     ensure_system(APT_BUILD)
     ensure_venv(REQ_DEMO)
     ensure_pyodide()
     build_site()
-    return subprocess.run([PY, "-m", "ember.web", "--site", SITE, *args], cwd=ROOT).returncode
+    # exec, not a child: the PID the user started is the server's, so stopping it stops serving.
+    sys.stdout.flush()
+    os.chdir(ROOT)
+    os.execv(PY, [PY, "-m", "ember.web", "--site", SITE, "--host", a.host, "--port", str(a.port)])
+    return 0  # not reached
 
 
 def cmd_bench(args) -> int:
@@ -199,14 +239,40 @@ def cmd_site(args) -> int:
     return 0
 
 
+HELP = {
+    "demo": "python build.py demo [--host 127.0.0.1] [--port 8000]\n"
+            "Install what is missing (clang + lld, the venv, npm Pyodide, the MiniLM weights), build the\n"
+            "wheel and the site, then serve the demos (Ctrl+C or kill stops the server).",
+    "test": "python build.py test [pytest args...]\n"
+            "Install what is missing (also Chromium and lavapipe through apt), build the site, run the\n"
+            "whole suite (unit, Pyodide under Node, browser e2e). Extra arguments go to pytest.",
+    "bench": "python build.py bench core|webgpu|web|wasm [args...]\n"
+             "Benchmarks next to the peers, in one run (tests/bench/bench_NAME.py; see its docstring).",
+    "onnx-report": "python build.py onnx-report\nThe ONNX conformance table (onnx.backend.test) per backend.",
+    "wheel": "python build.py wheel\nBuild dist/ember-*.whl (with the WebAssembly kernels; needs clang + lld).",
+    "site": "python build.py site\nBuild the wheel and assemble site/ (what 'demo' serves).",
+    "setup": "python build.py setup [--no-system]\nOnly install what is missing (--no-system: skip apt).",
+}
+
 COMMANDS = {"setup": cmd_setup, "test": cmd_test, "demo": cmd_demo, "bench": cmd_bench,
             "onnx-report": cmd_onnx_report, "wheel": cmd_wheel, "site": cmd_site}
 
 
 def main(argv) -> int:
-    if not argv or argv[0] not in COMMANDS:
+    if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__)
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"build.py: unknown command {argv[0]!r}\n{__doc__}")
         return 2
+    # --help is instant and installs nothing (bench passes it on to its script, after set-up
+    # only if the script needs the venv: print ours too).
+    if argv[0] != "test" and ("-h" in argv[1:] or "--help" in argv[1:]):
+        print(HELP[argv[0]])
+        return 0
+    if argv[0] == "test" and argv[1:] in (["-h"], ["--help"]):
+        print(HELP["test"])
+        return 0
     return COMMANDS[argv[0]](argv[1:]) or 0
 
 

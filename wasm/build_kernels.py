@@ -58,7 +58,9 @@ def embedded_hash(data: bytes):
 def _wasmbin():
     try:
         from . import wasmbin
-    except ImportError:  # run as a script: wasmbin.py sits next to this file
+    except ImportError:  # loaded as a plain module (a script, build.py): wasmbin.py is next to it
+        if HERE not in sys.path:
+            sys.path.insert(0, HERE)
         import wasmbin
     return wasmbin
 

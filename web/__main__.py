@@ -7,6 +7,19 @@ import socket
 import sys
 
 
+def free_port(host: str, start: int, tries: int = 50):
+    """The first port from ``start`` that can be bound on ``host`` right now, or None."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for port in range(start, min(start + tries, 65536)):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return None
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket, or SystemExit with a message that says what to do."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -17,8 +30,10 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
+            free = free_port(host, port + 1)
+            hint = f"--port {free} is free" if free else "--port 0 picks a free one"
             raise SystemExit(f"ember.web: port {port} on {host} is already in use (another server?); "
-                             f"stop it or pick another port: --port {port + 1}") from None
+                             f"stop it or pick another port: {hint}") from None
         if e.errno in (errno.EADDRNOTAVAIL, socket.EAI_NONAME) or isinstance(e, socket.gaierror):
             raise SystemExit(f"ember.web: cannot listen on {host!r}: {e.strerror or e}") from None
         raise SystemExit(f"ember.web: cannot listen on {host}:{port}: {e.strerror or e}") from None
