@@ -21,16 +21,19 @@ from math import prod
 from .. import dtypes as _dt
 from ..backends import python as _py
 from ..backends.python import KERNELS as PY
+from ..errors import BoundsError
 from .runtime import R, W
 
-# gemm flags (kernels/linalg.h)
+# gemm flags and modes of reading B (kernels/linalg.h)
 BIAS_COL, BIAS_ROW, RELU, ACCUMULATE = 1, 2, 4, 8
+B_KN_DIRECT, B_KN_PACKED, B_NK_PACKED, B_NK_DOT = 0, 1, 2, 3
 NR = 8                 # columns per packed panel
 SMALL_M = 16           # at most this many rows: no packing (see the module docstring)
 CHUNK_FLOATS = 1 << 18  # im2col chunk: about 1 MB of patches, written and used while in cache
 
 _F32, _F16 = _dt.float32, _dt.float16
 _ZERO = array("f", [0.0])
+_ONE = [0]   # the offset table of a single product
 
 
 def _zeros(n: int) -> array:
@@ -40,10 +43,6 @@ def _zeros(n: int) -> array:
 def _panels(k: int, n: int) -> int:
     """Floats in the packed panels of a (k, n) B."""
     return -(-n // NR) * NR * k
-
-
-def _offsets(values) -> array:
-    return array("i", values)
 
 
 def _finish(buf: array, dtype) -> array:
@@ -69,55 +68,62 @@ class _Scratch:
         return self.buf
 
 
+def _need(ok: bool, what: str) -> None:
+    # The kernels trust their size tables; this is the check that they stay inside the buffers.
+    if not ok:
+        raise BoundsError(f"wasm linalg kernel: {what} would reach outside its buffer")
+
+
 def kernels(rt) -> dict:
     scratch = _Scratch()
     call = rt.call
 
-    def gemm_kn(A, a_offs, m, k, B, b_offs, nbB, n, bias=None, flags=0):
-        """For each batch i: C_i = A[a_offs[i]:] (m, k) @ B[b_offs...] (k, n) (+ bias); b_offs
-        index the nbB distinct B matrices, which sit k*n apart in B. Returns C (len(a_offs)*m*n)."""
-        nb = len(a_offs)
-        C = _zeros(nb * m * n)
-        full = n // NR * NR
-        if m <= SMALL_M:
-            # B in place; only its last partial panel (n % NR columns) is packed, per distinct B
-            tail = n - full
-            T = scratch.get(max(1, nbB * k * NR))
-            if tail:
-                call("gemm_pack_kn", R(B, nbB * k * n), n, W(T, nbB * k * NR), k, tail, nbB,
-                     R(_offsets([j * k * n + full for j in range(nbB)]), nbB))
-            poffs = _offsets([j * k * n for j in b_offs])
-            toffs = _offsets([j * k * NR for j in b_offs])
-            call("gemm", R(A, len(A)), k, R(B, nbB * k * n), 0, n, R(T, max(1, nbB * k * NR)), W(C, len(C)),
-                 n, m, n, k, bias_arg(bias), flags, nb, R(a_offs, nb), R(poffs, nb), R(toffs, nb), m * n)
-            return C
-        size = _panels(k, n)
-        P = scratch.get(nbB * size)
-        call("gemm_pack_kn", R(B, nbB * k * n), n, W(P, nbB * size), k, n, nbB,
-             R(_offsets([j * k * n for j in range(nbB)]), nbB))
-        poffs = _offsets([j * size for j in b_offs])
-        toffs = _offsets([j * size + full * k for j in b_offs])
-        call("gemm", R(A, len(A)), k, R(P, nbB * size), 1, 0, R(P, nbB * size), W(C, len(C)),
-             n, m, n, k, bias_arg(bias), flags, nb, R(a_offs, nb), R(poffs, nb), R(toffs, nb), m * n)
-        return C
-
     def bias_arg(bias):
         return 0 if bias is None else R(bias, len(bias))
+
+    def gemm(A, B, m, n, k, mode, aoffs, bidx, boffs, bias=None, flags=0, lda=None, ldb=None):
+        """``len(aoffs)`` products C_i = A[aoffs[i]:] (m, k) @ B_{bidx[i]} (+ bias), one call; the
+        distinct B matrices start at ``boffs``, as (k, n) for the KN modes or as (n, k) rows for the
+        NK modes. Returns C (len(aoffs) * m * n floats, row-major)."""
+        nb, nbb = len(aoffs), len(boffs)
+        lda = k if lda is None else lda
+        ldb = (n if mode <= B_KN_PACKED else k) if ldb is None else ldb
+        kn = mode <= B_KN_PACKED
+        _need(max(aoffs) + (m - 1) * lda + k <= len(A), "A")
+        _need(max(boffs) + ((k - 1) * ldb + n if kn else (n - 1) * ldb + k) <= len(B), "B")
+        _need(bias is None or len(bias) >= (n if flags & BIAS_COL else m), "bias")
+        C = _zeros(nb * m * n)
+        if mode == B_KN_DIRECT:
+            size = nbb * k * NR if n % NR else 0
+        elif mode == B_NK_DOT:
+            size = 0
+        else:
+            size = nbb * _panels(k, n)
+        S = scratch.get(size)
+        prm = array("i", [m, n, k, lda, ldb, n, flags, mode, nb, nbb, m * n, *aoffs, *bidx, *boffs])
+        call("gemm", R(A, len(A)), R(B, len(B)), W(S, size), W(C, len(C)), bias_arg(bias), R(prm, len(prm)))
+        return C
 
     def matmul(out, a, b):
         if not _floats(a, b) or 0 in out.shape or a.shape[-1] == 0:
             return PY["matmul"](out, a, b)
         M, K = a.shape[-2:]
         N = b.shape[-1]
+        mode = B_KN_DIRECT if M <= SMALL_M else B_KN_PACKED
+        if len(a.shape) == 2 and len(b.shape) == 2:
+            C = gemm(a._buf, b._buf, M, N, K, mode, _ONE, _ONE, _ONE)
+            return _finish(C, out.dtype)
         batch = out.shape[:-2]
         nbA, nbB = prod(a.shape[:-2]), prod(b.shape[:-2])
         ia = _py.broadcast_index(a.shape[:-2], batch)
-        ib = _py.broadcast_index(b.shape[:-2], batch)
         if nbB == 1 and isinstance(ia, range):
-            # one B for every batch and A's batches back to back: one product with nbA * M rows
-            C = gemm_kn(a._buf, _offsets([0]), nbA * M, K, b._buf, [0], 1, N)
+            # one B for every batch and A's batches back to back: one product of nbA * M rows
+            M2 = nbA * M
+            C = gemm(a._buf, b._buf, M2, N, K, B_KN_DIRECT if M2 <= SMALL_M else B_KN_PACKED, _ONE, _ONE, _ONE)
         else:
-            C = gemm_kn(a._buf, _offsets([i * M * K for i in ia]), M, K, b._buf, list(ib), nbB, N)
+            ib = _py.broadcast_index(b.shape[:-2], batch)
+            C = gemm(a._buf, b._buf, M, N, K, mode, [i * M * K for i in ia], list(ib),
+                     [j * K * N for j in range(nbB)])
         return _finish(C, out.dtype)
 
     def linear(out, x, weight, bias=None):
@@ -126,20 +132,8 @@ def kernels(rt) -> dict:
         M = prod(x.shape[:-1])
         if M * N == 0 or K == 0:
             return _linear_small(out, M, N, bias)
-        C = _zeros(M * N)
-        flags = 0 if bias is None else BIAS_COL
-        one = _offsets([0])
-        xb, wb = x._buf, weight._buf
-        if M <= SMALL_M:
-            call("gemm_nt", R(xb, M * K), K, R(wb, N * K), K, W(C, M * N), N, M, N, K,
-                 bias_arg(None if bias is None else bias._buf), flags, 1, R(one, 1), R(one, 1), 0)
-        else:
-            size = _panels(K, N)
-            P = scratch.get(size)
-            call("gemm_pack_nk", R(wb, N * K), K, W(P, size), K, N, 1, R(one, 1))
-            call("gemm", R(xb, M * K), K, R(P, size), 1, 0, R(P, size), W(C, M * N), N, M, N, K,
-                 bias_arg(None if bias is None else bias._buf), flags, 1, R(one, 1), R(one, 1),
-                 R(_offsets([N // NR * NR * K]), 1), 0)
+        C = gemm(x._buf, weight._buf, M, N, K, B_NK_DOT if M <= SMALL_M else B_NK_PACKED, _ONE, _ONE, _ONE,
+                 None if bias is None else bias._buf, 0 if bias is None else BIAS_COL)
         return _finish(C, out.dtype)
 
     def _linear_small(out, M, N, bias):
@@ -166,7 +160,8 @@ def kernels(rt) -> dict:
         prm = array("i", [n, c, h, w, o, groups, kh, kw, stride[0], stride[1], pt, pl, dilation[0],
                           dilation[1], oh, ow, chunk, BIAS_ROW if bias is not None else 0])
         y = _zeros(n * o * oh * ow)
-        b = bias_arg(None if bias is None else bias._buf)
+        # the spans below are exactly what the kernels touch for these sizes
+        b = 0 if bias is None else R(bias._buf, o)
         if depthwise:
             call("conv2d_depthwise", R(x._buf, n * c * h * w), R(weight._buf, o * kh * kw), b,
                  W(y, len(y)), R(prm, len(prm)))
@@ -191,7 +186,7 @@ def kernels(rt) -> dict:
                                     dilation=dilation, ceil_mode=ceil_mode)
         prm = _pool_prm(x, out, kernel_size, stride, padding, dilation, False)
         y = _zeros(prod(out.shape))
-        call("max_pool2d_f32", R(x._buf, len(x._buf)), W(y, len(y)), R(prm, len(prm)))
+        call("max_pool2d_f32", R(x._buf, prod(x.shape)), W(y, len(y)), R(prm, len(prm)))
         return y   # float16 stays float16: the max is one of the inputs
 
     def avg_pool2d(out, x, *, kernel_size, stride, padding, ceil_mode, count_include_pad):
@@ -200,7 +195,7 @@ def kernels(rt) -> dict:
                                     ceil_mode=ceil_mode, count_include_pad=count_include_pad)
         prm = _pool_prm(x, out, kernel_size, stride, padding, (1, 1), count_include_pad)
         y = _zeros(prod(out.shape))
-        call("avg_pool2d_f32", R(x._buf, len(x._buf)), W(y, len(y)), R(prm, len(prm)))
+        call("avg_pool2d_f32", R(x._buf, prod(x.shape)), W(y, len(y)), R(prm, len(prm)))
         return _finish(y, out.dtype)
 
     return {"matmul": matmul, "linear": linear, "conv2d": conv2d, "max_pool2d": max_pool2d,

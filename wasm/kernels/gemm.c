@@ -1,14 +1,12 @@
 /* Matrix products in float32: C = A · B (+ bias) (relu), the core of matmul, linear and conv2d.
  *
- * Two paths (ember/wasm/ops_linalg.py picks one per call):
- *  - packed: B is first copied into panels of NR = 8 columns, k-major (gemm_pack_kn from a
- *    row-major (K, N) B, gemm_pack_nk from a (N, K) B such as a linear weight, or im2col in
- *    conv.c writing panels directly); a 4x8 register-blocked microkernel then walks A's rows in
- *    place. K is cut into blocks of KC so a panel's slice stays in L1 while MC rows of A reuse it.
- *  - nt: C[i, j] = dot(A row i, W row j) for a (N, K) W, straight from the rows (no packing):
- *    for few rows (batch-1 linear), where packing W would cost more than the product.
- * Both take a batch of products in one call (offset tables from Python), so a batched matmul
- * crosses from Python into the module once.
+ * The 4x8 register-blocked microkernel reads B in panels of NR = 8 columns: packed (k-major,
+ * zero padded: from a row-major (K, N) B or from a (N, K) one such as a linear weight, or
+ * written directly by im2col in conv.c), or read in place from a row-major B for products with
+ * few rows, where packing would cost more than it saves. K is cut into blocks of KC so a panel's
+ * slice stays in L1 while MC rows of A reuse it. A's rows are read in place.
+ * For a (N, K) B and few rows there is a second kernel: dot products of A's rows with B's rows.
+ * Python makes one call per op (``gemm``, with a batch of products and offset tables).
  *
  * Semantics: float32 multiply and add (no FMA), summed in k order within a block; NaN and inf
  * propagate as in any float32 dot product. Padding lanes of the last panel are computed but never
@@ -87,18 +85,7 @@ static void pack_nk(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N) {
   }
 }
 
-/* nb matrices at element offsets offs[b] of B, each packed to P + b * panels(N) * K * NR. */
 void gemm_pack_rows(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N) { pack_kn(B, ldb, P, K, N); }
-
-EXPORT(gemm_pack_kn) void gemm_pack_kn(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N, i32 nb, const i32 *offs) {
-  const i32 size = ((N + NR - 1) / NR) * K * NR;
-  for (i32 b = 0; b < nb; b++) pack_kn(B + offs[b], ldb, P + b * size, K, N);
-}
-
-EXPORT(gemm_pack_nk) void gemm_pack_nk(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N, i32 nb, const i32 *offs) {
-  const i32 size = ((N + NR - 1) / NR) * K * NR;
-  for (i32 b = 0; b < nb; b++) pack_nk(W + offs[b], ldw, P + b * size, K, N);
-}
 
 /* ---- the 4x8 microkernel ------------------------------------------------------------------ */
 
@@ -231,16 +218,6 @@ void gemm_packed_one(const f32 *A, i32 lda, const f32 *P, f32 *C, i32 ldc, i32 M
   gemm_one(A, lda, P, K * NR, NR, P + (N / NR) * K * NR, C, ldc, M, N, K, bias, flags);
 }
 
-/* nb products: A + aoff[b] times B at P + poff[b] (tail panel T + toff[b]) into C + b * cstride.
- * packed: P holds panels (gemm_pack_*); otherwise P is a row-major B with row stride ldb. */
-EXPORT(gemm) void gemm(const f32 *A, i32 lda, const f32 *P, i32 packed, i32 ldb, const f32 *T, f32 *C,
-                       i32 ldc, i32 M, i32 N, i32 K, const f32 *bias, i32 flags, i32 nb, const i32 *aoff,
-                       const i32 *poff, const i32 *toff, i32 cstride) {
-  const i32 pj = packed ? K * NR : NR, pk = packed ? NR : ldb;
-  for (i32 b = 0; b < nb; b++)
-    gemm_one(A + aoff[b], lda, P + poff[b], pj, pk, T + toff[b], C + b * cstride, ldc, M, N, K, bias, flags);
-}
-
 /* ---- nt: rows of A against rows of W, no packing ------------------------------------------ */
 
 INLINE f32 hsum(f32x4 v) {
@@ -304,9 +281,43 @@ static void gemm_nt_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i3
   }
 }
 
-EXPORT(gemm_nt) void gemm_nt(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc, i32 M, i32 N,
-                             i32 K, const f32 *bias, i32 flags, i32 nb, const i32 *aoff, const i32 *woff,
-                             i32 cstride) {
-  for (i32 b = 0; b < nb; b++)
-    gemm_nt_one(A + aoff[b], lda, W + woff[b], ldw, C + b * cstride, ldc, M, N, K, bias, flags);
+/* ---- the entry point ---------------------------------------------------------------------- */
+
+/* nb products C_b = A_b · B_b (+ bias) (relu), one call from Python. prm (GP_* in linalg.h) holds
+ * the sizes, then three tables: aoff[nb] (element offset of A_b in A), bidx[nb] (which of the
+ * nbb distinct B matrices B_b is) and boff[nbb] (their element offsets in B). C_b sits at
+ * C + b * cstride with rows ldc apart. How B is read (GP_BMODE):
+ *  GEMM_B_KN_DIRECT  B (K, N), rows ldb apart, read in place; each distinct B's last partial
+ *                    panel is packed into S (nbb * K * NR floats);
+ *  GEMM_B_KN_PACKED  B (K, N) packed into S first (nbb * panels(K, N) floats);
+ *  GEMM_B_NK_PACKED  B given transposed, as W (N, K) with rows ldb apart (a linear weight),
+ *                    packed into S first;
+ *  GEMM_B_NK_DOT     W (N, K) as above, dot products of A's rows with W's rows (S unused). */
+EXPORT(gemm) void gemm(const f32 *A, const f32 *B, f32 *S, f32 *C, const f32 *bias, const i32 *prm) {
+  const i32 M = prm[GP_M], N = prm[GP_N], K = prm[GP_K], lda = prm[GP_LDA], ldb = prm[GP_LDB];
+  const i32 ldc = prm[GP_LDC], flags = prm[GP_FLAGS], mode = prm[GP_BMODE], nb = prm[GP_NB];
+  const i32 nbb = prm[GP_NBB], cstride = prm[GP_CSTRIDE];
+  const i32 *aoff = prm + GP_NPARAMS, *bidx = aoff + nb, *boff = bidx + nb;
+  const i32 full = N / NR * NR, size = ((N + NR - 1) / NR) * K * NR;
+  if (mode == GEMM_B_NK_DOT) {
+    for (i32 b = 0; b < nb; b++)
+      gemm_nt_one(A + aoff[b], lda, B + boff[bidx[b]], ldb, C + b * cstride, ldc, M, N, K, bias, flags);
+    return;
+  }
+  if (mode == GEMM_B_KN_DIRECT) {
+    if (full < N)
+      for (i32 j = 0; j < nbb; j++) pack_kn(B + boff[j] + full, ldb, S + j * K * NR, K, N - full);
+    for (i32 b = 0; b < nb; b++)
+      gemm_one(A + aoff[b], lda, B + boff[bidx[b]], NR, ldb, S + bidx[b] * K * NR, C + b * cstride, ldc,
+               M, N, K, bias, flags);
+    return;
+  }
+  for (i32 j = 0; j < nbb; j++) {
+    if (mode == GEMM_B_NK_PACKED) pack_nk(B + boff[j], ldb, S + j * size, K, N);
+    else pack_kn(B + boff[j], ldb, S + j * size, K, N);
+  }
+  for (i32 b = 0; b < nb; b++) {
+    const f32 *P = S + bidx[b] * size;
+    gemm_one(A + aoff[b], lda, P, K * NR, NR, P + full * K, C + b * cstride, ldc, M, N, K, bias, flags);
+  }
 }

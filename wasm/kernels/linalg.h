@@ -13,6 +13,15 @@
 
 #define GEMM_NR 8            /* columns per packed panel of B */
 
+/* how gemm reads B (see gemm.c) */
+#define GEMM_B_KN_DIRECT 0
+#define GEMM_B_KN_PACKED 1
+#define GEMM_B_NK_PACKED 2
+#define GEMM_B_NK_DOT 3
+
+/* gemm's int32 parameter table; the offset tables follow it */
+enum { GP_M, GP_N, GP_K, GP_LDA, GP_LDB, GP_LDC, GP_FLAGS, GP_BMODE, GP_NB, GP_NBB, GP_CSTRIDE, GP_NPARAMS };
+
 /* B (K, N), row stride ldb -> packed panels of GEMM_NR columns (zero padded). */
 void gemm_pack_rows(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N);
 /* C (M, N; ldc) = A (M, K; lda) · packed P (+ bias, relu per flags). */
