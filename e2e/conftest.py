@@ -4,17 +4,22 @@
   otherwise the site is built now with build.py's own functions (wheel + site/).
 - ``server`` (session): the real ember.web app under uvicorn, in a thread, on a free
   127.0.0.1 port; the value is the base URL (``http://127.0.0.1:PORT/``).
+- ``request_log`` (session): every request the server received, as ``"/path?query"`` strings,
+  in order (pages, workers, fetches alike); tests clear it and look at what a load asked for.
 - ``browser`` (session): Debian's /usr/bin/chromium, headless, WebGPU on (SwiftShader).
 - ``page`` (per test): a fresh context + page whose console errors and uncaught page errors
   fail the test at teardown (mark a test ``@pytest.mark.allow_console_errors`` to opt out);
-  a failing test leaves a screenshot in e2e/artifacts/. ``page_without_webgpu``: the same in
-  a browser where ``navigator.gpu`` is undefined.
+  a failing test leaves a screenshot in e2e/artifacts/. Every page records the main thread's
+  long tasks from navigation on (PerformanceObserver 'longtask', installed by an init script):
+  ``long_tasks(page)`` returns them. ``page_without_webgpu``: the same in a Chromium started
+  without WebGPU (``navigator.gpu`` is undefined on the page and in its workers).
 
 Helpers, handed out as fixtures (test files cannot import conftest by name: tests/ has one too):
 
 - ``screenshot(page, name)``: save e2e/artifacts/<name>.png (gitignored).
 - ``assert_cpu_fallback(page)``: a demo page shows its no-WebGPU notice, runs on the CPU and
   has the WebGPU radio button disabled.
+- ``long_tasks(page)``: ``[{start, duration}]`` (ms) of every main-thread task over 50 ms so far.
 - ``load_ember(page, path="/", webgpu=False)``: open ``path`` and boot ember there through
   /wasm/ember.js; returns ``pyodide.ember`` info (version, webgpu, timings). The page then
   has ``window.pyodide``; run Python with ``run_python(page, code)``.
@@ -98,15 +103,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class _RequestLog:
+    """ASGI wrapper that notes every HTTP request's path and query before serving it."""
+
+    def __init__(self, app):
+        self.app = app
+        self.entries: list = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            q = scope.get("query_string", b"").decode("latin-1")
+            self.entries.append(scope["path"] + (f"?{q}" if q else ""))
+        await self.app(scope, receive, send)
+
+
 @pytest.fixture(scope="session")
-def server(site_dir) -> str:
+def _logged_app(site_dir):
+    from ember.web.app import create_app
+
+    return _RequestLog(create_app(site_dir))
+
+
+@pytest.fixture(scope="session")
+def request_log(_logged_app) -> list:
+    """The requests the server received (``"/path?query"``), in order; clear it with ``.clear()``."""
+    return _logged_app.entries
+
+
+@pytest.fixture(scope="session")
+def server(_logged_app) -> str:
     """Base URL of the ember.web app serving ``site_dir``, e.g. ``http://127.0.0.1:41234/``."""
     import uvicorn
 
-    from ember.web.app import create_app
-
     port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(site_dir), host="127.0.0.1", port=port,
+    srv = uvicorn.Server(uvicorn.Config(_logged_app, host="127.0.0.1", port=port,
                                         log_level="warning", access_log=False))
     thread = threading.Thread(target=srv.run, name="ember-e2e-server", daemon=True)
     thread.start()
@@ -121,8 +151,7 @@ def server(site_dir) -> str:
 
 
 @pytest.fixture(scope="session")
-def browser():
-    """One headless Chromium for the whole session."""
+def _playwright():
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set EMBER_CHROMIUM)")
     try:
@@ -130,9 +159,37 @@ def browser():
     except ImportError:
         pytest.skip("Playwright for Python is not installed (pip install playwright)")
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        yield pw
+
+
+@pytest.fixture(scope="session")
+def browser(_playwright):
+    """One headless Chromium for the whole session."""
+    b = _playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="session")
+def browser_without_webgpu(_playwright):
+    """A headless Chromium without --enable-unsafe-webgpu: no navigator.gpu anywhere, workers
+    included (an init script can only hide it from the page itself)."""
+    b = _playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=[a for a in CHROMIUM_ARGS if a != "--enable-unsafe-webgpu"])
+    yield b
+    b.close()
+
+
+# Installed in every page before its own scripts: the main thread's long tasks (> 50 ms, the
+# browser's threshold) from navigation on, for "the page never freezes" tests.
+LONG_TASKS_SCRIPT = """
+window.__longTasks = [];
+try {
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) window.__longTasks.push({ start: e.startTime, duration: e.duration, name: e.name });
+  }).observe({ type: "longtask", buffered: true });
+} catch (e) { window.__longTasks = null; }
+"""
 
 
 def _screenshot(page, name: str) -> Path:
@@ -146,6 +203,7 @@ def _screenshot(page, name: str) -> Path:
 
 def _page(browser, server, request, init_script=None, timeout_ms=BOOT_TIMEOUT_MS):
     context = browser.new_context(base_url=server)
+    context.add_init_script(LONG_TASKS_SCRIPT)
     if init_script:
         context.add_init_script(init_script)
     p = context.new_page()
@@ -186,12 +244,10 @@ def page(browser, server, request):
 
 
 @pytest.fixture
-def page_without_webgpu(browser, server, request):
-    """Like ``page``, in a browser without WebGPU (``navigator.gpu`` is undefined); pages that
-    fall back to pure Python take longer, hence the longer timeout."""
-    yield from _page(browser, server, request,
-                     init_script="Object.defineProperty(Navigator.prototype, 'gpu', {get: () => undefined});",
-                     timeout_ms=180_000)
+def page_without_webgpu(browser_without_webgpu, server, request):
+    """Like ``page``, in a browser without WebGPU (``navigator.gpu`` is undefined in the page
+    and in its workers); pages on the CPU can take longer, hence the longer timeout."""
+    yield from _page(browser_without_webgpu, server, request, timeout_ms=180_000)
 
 
 def _load_ember(page, path: str = "/", webgpu=False) -> dict:
@@ -233,12 +289,33 @@ def _run_python(page, code: str):
         }""", code)
 
 
+CPU_LABELS = {"wasm": "CPU (WebAssembly SIMD)", "python": "CPU (pure Python)"}
+
+
 def _assert_cpu_fallback(page) -> None:
-    """A demo page without WebGPU says so, runs on the CPU and greys the WebGPU choice out."""
+    """A demo page without WebGPU says so, runs on the CPU and greys the WebGPU choice out.
+    (Waits for the page's WebGPU start-up to end first: it happens after the page is ready.)"""
+    done = page.evaluate("() => window.emberDemo.webgpuReady")
+    assert done["ok"] is False, done
     notice = page.locator("#notice")
-    assert notice.is_visible() and "CPU" in notice.inner_text()
-    assert page.locator("#backend-name").inner_text() == "CPU (pure Python)"
+    assert notice.is_visible() and notice.get_attribute("data-kind") == "no-webgpu"
+    assert "WebGPU is not available" in notice.inner_text() and "CPU" in notice.inner_text()
+    cpu = page.evaluate("() => window.emberDemo.info.devices.cpu")
+    assert page.locator("#backend-name").inner_text() == CPU_LABELS[cpu]
     assert page.locator("#backend-webgpu").is_disabled()
+
+
+def _long_tasks(page) -> list:
+    tasks = page.evaluate("() => window.__longTasks")
+    assert tasks is not None, "this Chromium has no PerformanceObserver for 'longtask'"
+    return tasks
+
+
+@pytest.fixture
+def long_tasks():
+    """``long_tasks(page) -> [{start, duration, name}]``: the page's main-thread tasks over 50 ms
+    since navigation (ms, start relative to navigation)."""
+    return _long_tasks
 
 
 @pytest.fixture

@@ -1,10 +1,21 @@
 // demo-kit.js: page code the demos share (demos/*/demo.js): the loading bar, the error and
-// "no WebGPU" notices, the backend radio buttons, and loading a demo's Python files.
+// WebGPU notices, the backend radio buttons, starting the demo's Python in the ember Worker and
+// switching to WebGPU once it is warm.
 //
 // Served at /wasm/demo-kit.js next to the loader; a demo imports it as "../../wasm/demo-kit.js"
 // and links /wasm/demo.css for the look the pages share. The page provides these ids:
 // progress-bar, progress-label, loading, app, notice, error, backend-webgpu, backend-cpu,
-// backend-name; the radio buttons are named "backend" with values "webgpu" and "cpu".
+// backend-python (its label: python-choice), cpu-label, webgpu-state, backend-name; the radio
+// buttons are named "backend" with values "webgpu", "cpu" and "python".
+//
+// Backends: a page offers "webgpu", "cpu" and "python". Each demo's app.py maps them to ember
+// devices: "cpu" is "wasm" (WebAssembly SIMD kernels) where ember has that backend, else
+// "python"; "python" is always the pure-Python backend (for comparison).
+//
+// Exports:
+//   $(id), progressBar(bootShare, weightsShare), showError(e), clearError(), inputError(msg),
+//   loadFailed(e), BACKENDS, DEVICE_LABELS, Backends (the page's backend state, below),
+//   startApp(worker, dir, urls), pageReady(), serially(fn)
 
 export const $ = (id) => document.getElementById(id);
 
@@ -23,11 +34,47 @@ export function progressBar(bootShare, weightsShare) {
   return bar;
 }
 
+// ---- errors -------------------------------------------------------------------------------------
+
+/** An error about what the user (or the caller of the page's API) gave: shown as it is. */
+export function inputError(message) {
+  return Object.assign(new Error(message), { name: "InputError" });
+}
+
+/** True for errors that describe bad input rather than a failure of the page. */
+function isInputError(e) {
+  return !!e && (e.name === "InputError" || e.pythonType === "ValueError" || e.pythonType === "TypeError");
+}
+
+/** Show `e` on the page: input errors as their message; anything else as a failure, with the
+ *  Python traceback folded away underneath when there is one. */
 export function showError(e) {
   const el = $("error");
   el.hidden = false;
-  el.textContent = `Something went wrong: ${e && e.message ? e.message : e}`;
+  el.replaceChildren();
+  const msg = e && e.pythonMessage != null ? e.pythonMessage : String(e && e.message ? e.message : e);
+  if (isInputError(e)) {
+    el.classList.add("input");
+    el.textContent = msg;
+    return;
+  }
+  el.classList.remove("input");
+  const what = e && e.pythonType ? `${e.pythonType}: ${msg}` : msg;
+  el.append(`Something went wrong: ${what}`);
+  if (e && e.traceback) {
+    const d = document.createElement("details");
+    const s = document.createElement("summary");
+    s.textContent = "Python traceback";
+    const pre = document.createElement("pre");
+    pre.textContent = e.traceback;
+    d.append(s, pre);
+    el.append(d);
+  }
   console.error(e);
+}
+
+export function clearError() {
+  $("error").hidden = true;
 }
 
 /** The `.catch` of a page's start-up: say so on the page, and keep the promise rejected. */
@@ -39,42 +86,112 @@ export function loadFailed(e) {
 
 // ---- backends -------------------------------------------------------------------------------
 
-/** Why `which` cannot run the model (a message), or null when it can. */
-export function checkBackend(which, webgpuOk) {
-  if (which !== "webgpu" && which !== "cpu") return `unknown backend ${which}: use "webgpu" or "cpu"`;
-  if (which === "webgpu" && !webgpuOk) return 'WebGPU is not available in this browser; use backend "cpu"';
-  return null;
-}
+export const BACKENDS = ["webgpu", "cpu", "python"];
+export const DEVICE_LABELS = { webgpu: "WebGPU", wasm: "CPU (WebAssembly SIMD)", python: "CPU (pure Python)" };
 
-/** Check the backend's radio button and name it after "Running on". */
-export function showBackend(name) {
-  $(`backend-${name}`).checked = true;
-  $("backend-name").textContent = name === "webgpu" ? "WebGPU" : "CPU (pure Python)";
-}
+/** The page's backends: which ones run now, which one is selected, the WebGPU start-up.
+ *
+ *  `devices` maps page backends to ember devices (app.py's DEVICES). WebGPU is off until
+ *  `startWebGPU` has warmed it up; then the page switches to it unless the user picked a
+ *  backend by hand meanwhile. `onChange(name)` runs when the selection changes. */
+export class Backends {
+  constructor({ devices, info, onChange, demo }) {
+    this.devices = devices;
+    this.info = info;
+    this.onChange = onChange;
+    this.demo = demo;
+    this.webgpu = "starting";    // "starting" | "ready" | "failed"
+    this.current = "cpu";
+    this.picked = false;         // the user chose a backend with the radio buttons
+    const cpuOnlyPython = devices.cpu === "python";
+    $("cpu-label").textContent = DEVICE_LABELS[devices.cpu] || devices.cpu;
+    // Without the wasm backend "cpu" is pure Python already: no need for a second button.
+    $("python-choice").hidden = cpuOnlyPython;
+    $("backend-webgpu").disabled = true;
+    $("webgpu-state").textContent = "(starting…)";
+    for (const r of document.querySelectorAll('input[name="backend"]')) {
+      r.addEventListener("change", () => {
+        if (!r.checked) return;
+        this.picked = true;
+        this.select(r.value);
+      });
+    }
+    this.select("cpu");
+  }
 
-/** Record in `info` (the page's copy of pyodide.ember) that the model cannot use WebGPU. */
-export function webgpuFailed(info, what, e, demo) {
-  info.webgpu = false;
-  info.webgpuError = `${what}: ${String(e && e.message ? e.message : e).trim().split("\n").pop()}`;
-  console.warn(`${demo} demo: WebGPU failed, using the CPU:`, e);
-}
+  /** The device label of a page backend ("CPU (WebAssembly SIMD)"...). */
+  label(name) {
+    return DEVICE_LABELS[this.devices[name]] || name;
+  }
 
-/** Once loaded: without WebGPU say why (`fallback` says what the page does instead) and grey its
- *  radio button out; wire the radio buttons to `setBackend` and select the best backend. */
-export function offerBackends(info, webgpuOk, fallback, setBackend) {
-  if (!webgpuOk) {
-    const why = info.webgpuError || "navigator.gpu is missing";
+  /** Why `which` cannot run the model now (a message), or null when it can. */
+  check(which) {
+    if (!BACKENDS.includes(which)) return `unknown backend ${JSON.stringify(which)}: use "webgpu", "cpu" or "python"`;
+    if (which === "webgpu" && this.webgpu === "starting") {
+      return 'WebGPU is still starting (compiling its kernels); use backend "cpu" or await emberDemo.webgpuReady';
+    }
+    if (which === "webgpu" && this.webgpu === "failed") return 'WebGPU is not available in this browser; use backend "cpu"';
+    return null;
+  }
+
+  select(name) {
+    const bad = this.check(name);
+    if (bad) throw inputError(bad);
+    this.current = name;
+    $(`backend-${name}`).checked = true;
+    $("backend-name").textContent = this.label(name);
+    if (this.onChange) this.onChange(name);
+  }
+
+  /** Start WebGPU in the worker, then `warm()` (the demo puts its model on the GPU and runs it
+   *  once); on success switch to it and say so. Resolves to {ok, error, ms}. */
+  async startWebGPU(worker, warm, t0) {
+    const started = performance.now();
+    let error = null;
+    const r = await worker.initWebGPU();
+    if (!r.ok) error = r.error || "navigator.gpu is missing";
+    let warmInfo = null;
+    if (!error) {
+      $("webgpu-state").textContent = "(compiling kernels…)";
+      try {
+        warmInfo = await warm();
+      } catch (e) {
+        error = `the model failed on WebGPU: ${e.pythonMessage || e.message || e}`;
+        console.warn(`${this.demo} demo: WebGPU failed, staying on the CPU:`, e);
+      }
+    }
     const n = $("notice");
     n.hidden = false;
-    n.textContent = `WebGPU is not available here: ${why.replace(/\.$/, "")}. ${fallback}`;
-    $("backend-webgpu").disabled = true;
-    $("backend-webgpu").parentElement.classList.add("unavailable");
+    const ms = performance.now() - started;
+    if (error) {
+      this.webgpu = "failed";
+      this.info.webgpu = false;
+      this.info.webgpuError = String(error).trim().split("\n").pop();
+      n.dataset.kind = "no-webgpu";
+      n.textContent = `WebGPU is not available here: ${this.info.webgpuError.replace(/\.$/, "")}. ` +
+                      `The model keeps running on the ${this.label("cpu")}: same answers.`;
+      $("backend-webgpu").parentElement.classList.add("unavailable");
+      $("webgpu-state").textContent = "(not available)";
+      return { ok: false, error: this.info.webgpuError, ms };
+    }
+    this.webgpu = "ready";
+    this.info.webgpu = true;
+    this.info.webgpuError = null;
+    this.info.webgpuReadyMs = performance.now() - t0;
+    this.info.webgpuWarm = warmInfo;
+    $("backend-webgpu").disabled = false;
+    $("webgpu-state").textContent = "";
+    n.dataset.kind = "webgpu-ready";
+    const switched = !this.picked;
+    n.textContent = `WebGPU is ready (its kernels compiled in ${(ms / 1000).toFixed(1)} s while the page ` +
+                    `answered on the ${this.label("cpu")})` +
+                    (switched ? ": now running on WebGPU." : "; pick it under Backend.");
+    if (switched) this.select("webgpu");
+    return { ok: true, error: null, ms };
   }
-  for (const r of document.querySelectorAll('input[name="backend"]')) {
-    r.addEventListener("change", () => { if (r.checked) setBackend(r.value); });
-  }
-  setBackend(webgpuOk ? "webgpu" : "cpu");
 }
+
+// ---- the page ---------------------------------------------------------------------------------
 
 /** Hide the loading bar and enable the page. */
 export function pageReady() {
@@ -82,35 +199,16 @@ export function pageReady() {
   $("app").classList.remove("disabled");
 }
 
-// ---- Python ---------------------------------------------------------------------------------
-
-/** Fetch the page's Python files (next to the page) into `dir` and import its app.py:
- *  returns the `app` module (a PyProxy: destroy it when done). */
-export async function loadApp(pyodide, dir, files) {
-  pyodide.FS.mkdirTree(dir);
-  await Promise.all(files.map(async (name) => {
-    const resp = await fetch(name);
-    if (!resp.ok) throw new Error(`cannot fetch ${name}: HTTP ${resp.status}`);
-    pyodide.FS.writeFile(`${dir}/${name}`, await resp.text());
-  }));
-  return pyodide.runPython(`
-import sys
-if ${JSON.stringify(dir)} not in sys.path:
-    sys.path.insert(0, ${JSON.stringify(dir)})
-import app
-app`);
-}
-
-/** A Python dict result as a JS object (the proxy is destroyed). */
-export function pyObject(res) {
-  const obj = res.toJs({ dict_converter: Object.fromEntries });
-  res.destroy();
-  return obj;
+/** Fetch the page's Python files (URLs next to the page) into `dir` in the worker and import
+ *  its app.py; returns app.DEVICES ({cpu, webgpu, python} -> ember device). */
+export async function startApp(worker, dir, urls) {
+  await worker.loadFiles(dir, urls);
+  return await worker.runPython("import app\ndict(app.DEVICES)");
 }
 
 let queue = Promise.resolve();
 
-/** Run `fn` (async) after the calls queued before it: the page has one Python interpreter. */
+/** Run `fn` (async) after the calls queued before it: the page's model runs one call at a time. */
 export function serially(fn) {
   const p = queue.then(fn, fn);
   queue = p.catch(() => {});

@@ -1,27 +1,40 @@
-"""The Python half of the MiniLM page: runs inside Pyodide, called from demo.js.
+"""The Python half of the MiniLM page: runs inside Pyodide in the page's ember Worker.
 
-demo.js writes this file, ``model.py`` and ``tokenizer.py`` into Pyodide's file system, calls
-``load(vocab_text, weights, backends)`` once with the vocabulary and the float32 safetensors
-bytes (the page downloads float16 weights and widens them in JS), then
-``await embed(sentences, backend)`` for every comparison. Plain ember: the test suite runs it in
-CPython too.
+demo.js has the worker fetch this file, ``model.py``, ``tokenizer.py`` and the vocabulary into
+Pyodide's file system and widen the float16 weights to a float32 safetensors file there (in JS,
+weights.js), then calls ``load(vocab, weights_path, ["cpu"])`` once, ``await embed(sentences,
+backend)`` for every comparison and, in the background, ``await start_webgpu()``. Plain ember:
+the test suite runs it in CPython too.
+
+Backends are the page's names: "cpu" runs on ember's WebAssembly SIMD backend ("wasm") where it
+exists, else on the pure-Python one; "python" is always pure Python (for comparison); "webgpu"
+the GPU. Inside the worker, a long ``embed`` reports progress per batch and stops between
+batches and between layers when the page cancels it (``ember_worker``, see /wasm/ember.js).
 """
 from __future__ import annotations
 
+import os
 import time
 
+import ember
 import model as minilm
 from tokenizer import Tokenizer
 
-# The page's names for the two backends -> ember device names.
-DEVICES = {"cpu": "python", "webgpu": "webgpu"}
+try:  # the bridge to the page, inside ember's Worker only
+    import ember_worker
+except ImportError:
+    ember_worker = None
+
+# The page's names for the backends -> ember device names.
+DEVICES = {"cpu": "wasm" if "wasm" in ember.devices() else "python", "webgpu": "webgpu", "python": "python"}
 # Padding wastes work: on the CPU every sentence runs alone; on the GPU sentences of similar
 # length share a batch (one dispatch per op for the batch).
-BATCH = {"cpu": 1, "webgpu": 16}
+BATCH = {"cpu": 1, "webgpu": 16, "python": 1}
 MAX_SENTENCES = 64
 
 _tok: Tokenizer | None = None
 _nets: dict = {}
+_source = None   # the weights (a file path in the page, bytes in CPython), for later backends
 
 
 def _as_bytes(data) -> bytes:
@@ -33,39 +46,93 @@ def _as_list(values) -> list:
     return values.to_py() if hasattr(values, "to_py") else list(values)
 
 
+def _check_cancelled() -> None:
+    if ember_worker is not None:
+        ember_worker.check_cancelled()
+
+
+def _cancel_points(net):
+    """Let a cancel stop the model between encoder layers (pure Python spends ~1 s per layer on
+    one sentence in the page): each layer checks the page's cancel flag before it runs."""
+    if ember_worker is None:
+        return net
+    for layer in net.encoder.layer:
+        run = layer.forward
+
+        def forward(*args, _run=run, **kwargs):
+            ember_worker.check_cancelled()
+            return _run(*args, **kwargs)
+        layer.forward = forward
+    return net
+
+
+def _build(backend: str):
+    t0 = time.perf_counter()
+    src = _source if isinstance(_source, str) else _as_bytes(_source)
+    _nets[backend] = _cancel_points(minilm.load_model(src, DEVICES[backend]))
+    return (time.perf_counter() - t0) * 1000
+
+
 def load(vocab_text: str, weights, backends=("cpu",)) -> dict:
-    """Build the tokenizer and the model on each of ``backends`` ("cpu", "webgpu")."""
-    global _tok
+    """Build the tokenizer and the model on each of ``backends`` ("cpu", "webgpu", "python").
+
+    ``vocab_text`` is the vocabulary (one token per line) or the path of that file; ``weights``
+    float32 safetensors bytes or the path of the file."""
+    global _tok, _source
     backends = _as_list(backends)
     for b in backends:
         if b not in DEVICES:
-            raise ValueError(f"load: unknown backend {b!r}; use 'cpu' or 'webgpu'")
+            raise ValueError(f"load: unknown backend {b!r}; use 'cpu', 'webgpu' or 'python'")
     if "webgpu" in backends:
-        # Autotune benchmarks every matmul variant the first time a shape class is seen, and
-        # sentence lengths make new shapes all the time: measured in headless Chromium
-        # (SwiftShader), that made a 7-sentence comparison 5-20 s instead of 4 s with the
-        # default variants.
-        from ember.webgpu import autotune
-
-        autotune.set_enabled(False)
+        _no_autotune()
+    if "\n" not in vocab_text and os.path.isfile(vocab_text):
+        with open(vocab_text, encoding="utf-8") as f:
+            vocab_text = f.read()
     _tok = Tokenizer.from_text(vocab_text)
-    raw = _as_bytes(weights)
+    _source = weights if isinstance(weights, str) else _as_bytes(weights)
+    size = os.path.getsize(_source) if isinstance(_source, str) else len(_source)
     _nets.clear()
-    ms = {}
-    for b in backends:
-        t0 = time.perf_counter()
-        _nets[b] = minilm.load_model(raw, DEVICES[b])
-        ms[b] = (time.perf_counter() - t0) * 1000
-    return {"backends": list(_nets), "bytes": len(raw), "vocab": len(_tok.vocab), "load_ms": ms}
+    ms = {b: _build(b) for b in backends}
+    return {"backends": list(_nets), "bytes": size, "vocab": len(_tok.vocab), "load_ms": ms,
+            "devices": dict(DEVICES)}
+
+
+def _no_autotune() -> None:
+    # Autotune benchmarks every matmul variant the first time a shape class is seen, and
+    # sentence lengths make new shapes all the time: measured in headless Chromium
+    # (SwiftShader), that made a 7-sentence comparison 5-20 s instead of 4 s with the
+    # default variants.
+    from ember.webgpu import autotune
+
+    autotune.set_enabled(False)
+
+
+async def start_webgpu() -> dict:
+    """Put the model on WebGPU (after ``await ember.webgpu.init()``) and embed one sentence, so
+    that exactly the pipelines this model uses are compiled before the page switches to it.
+    ``{"load_ms", "warm_ms", "pipelines"}``."""
+    import ember.webgpu
+
+    if _tok is None:
+        raise RuntimeError("start_webgpu: call load() first")
+    _no_autotune()
+    load_ms = _build("webgpu")
+    t0 = time.perf_counter()
+    await embed(["Warming up the kernels."], "webgpu")
+    return {"load_ms": load_ms, "warm_ms": (time.perf_counter() - t0) * 1000,
+            "pipelines": ember.webgpu.stats()["pipelines_compiled"]}
 
 
 async def embed(sentences, backend: str = "cpu") -> dict:
-    """``{"embeddings", "tokens", "tokenize_ms", "embed_ms", "backend"}`` for a list of strings;
-    each embedding is 384 floats of unit length."""
+    """``{"embeddings", "tokens", "tokenize_ms", "embed_ms", "backend", "device"}`` for a list of
+    strings; each embedding is 384 floats of unit length."""
     if backend not in DEVICES:
-        raise ValueError(f"embed: unknown backend {backend!r}; use 'cpu' or 'webgpu'")
+        raise ValueError(f"embed: unknown backend {backend!r}; use 'cpu', 'webgpu' or 'python'")
     if backend not in _nets:
-        raise RuntimeError(f"embed: the model is not loaded on {backend!r}; call load() first")
+        if backend == "python" and _tok is not None:
+            _build("python")     # for comparison only: built the first time it is asked for
+        else:
+            raise RuntimeError(f"embed: the model is not loaded on {backend!r}; call load() first")
     sentences = _as_list(sentences)
     if not sentences or len(sentences) > MAX_SENTENCES:
         raise ValueError(f"embed: give 1 to {MAX_SENTENCES} sentences, got {len(sentences)}")
@@ -75,7 +142,17 @@ async def embed(sentences, backend: str = "cpu") -> dict:
     t0 = time.perf_counter()
     tokens = [len(_tok.encode(s)) for s in sentences]
     t1 = time.perf_counter()
-    vecs = await minilm.embed_async(_nets[backend], _tok, sentences, DEVICES[backend], BATCH[backend])
+    out = [None] * len(sentences)
+    done = 0
+    # model.py's own batching (by length), one batch at a time so that a cancel stops between.
+    for idx, e in minilm._embedding_tensor(_nets[backend], _tok, sentences, DEVICES[backend], BATCH[backend]):
+        for i, row in zip(idx, await e.data_async()):
+            out[i] = row
+        done += len(idx)
+        if ember_worker is not None:
+            ember_worker.progress(done / len(sentences), f"{done} / {len(sentences)} sentences", done=done,
+                                  total=len(sentences))
+        _check_cancelled()
     t2 = time.perf_counter()
-    return {"embeddings": vecs, "tokens": tokens, "tokenize_ms": (t1 - t0) * 1000,
-            "embed_ms": (t2 - t1) * 1000, "backend": backend}
+    return {"embeddings": out, "tokens": tokens, "tokenize_ms": (t1 - t0) * 1000,
+            "embed_ms": (t2 - t1) * 1000, "backend": backend, "device": DEVICES[backend]}

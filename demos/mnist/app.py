@@ -1,9 +1,13 @@
-"""The Python half of the MNIST page: runs inside Pyodide, called from demo.js.
+"""The Python half of the MNIST page: runs inside Pyodide in the page's ember Worker.
 
-demo.js writes this file and ``model.py`` into Pyodide's file system, imports this module, hands
-it the downloaded weights with ``load(bytes)`` and then calls ``await predict(pixels, backend)``
-for every drawing. Everything here is plain ember: the same calls work in CPython (the test
-suite imports this module to check it).
+demo.js has the worker fetch this file, ``model.py`` and the weights into Pyodide's file system,
+calls ``load(path)``, then ``await predict(pixels, backend)`` for every drawing; in the
+background ``await start_webgpu()`` puts the network on the GPU and runs it once. Everything
+here is plain ember: the same calls work in CPython (the test suite imports this module).
+
+Backends are the page's names: "cpu" runs on ember's WebAssembly SIMD backend ("wasm") where
+it exists (in Pyodide, once ``ember.wasm.init()`` ran; the loader does that), else on the
+pure-Python one; "python" is always pure Python (for comparison); "webgpu" the GPU.
 
 >>> import os
 >>> here = os.path.dirname(os.path.abspath(__file__))
@@ -13,36 +17,53 @@ suite imports this module to check it).
 """
 from __future__ import annotations
 
+import json
+import struct
+import time
 from array import array
 
+import ember
 import model as mnist
 
-# The page's names for the two backends -> ember device names.
-DEVICES = {"cpu": "python", "webgpu": "webgpu"}
+# The page's names for the backends -> ember device names.
+DEVICES = {"cpu": "wasm" if "wasm" in ember.devices() else "python", "webgpu": "webgpu", "python": "python"}
 
 _weights: bytes | None = None
 _nets: dict = {}
 
 
 def _as_bytes(data) -> bytes:
-    # A JS Uint8Array arrives as a JsProxy (copy it across once with to_bytes); CPython callers
-    # pass bytes.
+    # A path (the worker wrote the file), a JS Uint8Array (a JsProxy: one copy with to_bytes),
+    # or bytes / a memoryview.
+    if isinstance(data, str):
+        with open(data, "rb") as f:
+            return f.read()
     return data.to_bytes() if hasattr(data, "to_bytes") else bytes(data)
 
 
 def load(weights) -> dict:
-    """Parse the safetensors weights and build the CPU model (the WebGPU one on first use)."""
+    """Parse the safetensors weights (bytes or a file path) and build the CPU model (the others
+    on first use)."""
     global _weights
     _weights = _as_bytes(weights)
     _nets.clear()
     net("cpu")
-    return {"backends": list(_nets), "bytes": len(_weights)}
+    return {"backends": list(_nets), "bytes": len(_weights), "devices": dict(DEVICES),
+            "metadata": _metadata(_weights)}
+
+
+def _metadata(raw: bytes) -> dict:
+    """The safetensors header's ``__metadata__`` (training accuracy, date...), for the page."""
+    (n,) = struct.unpack_from("<Q", raw, 0)
+    if not 0 < n <= len(raw) - 8:
+        return {}
+    return json.loads(raw[8:8 + n]).get("__metadata__", {})
 
 
 def net(backend: str) -> mnist.MnistNet:
-    """The model on ``backend`` ("cpu" or "webgpu"), created from the loaded weights once."""
+    """The model on ``backend`` ("cpu", "webgpu" or "python"), created from the loaded weights once."""
     if backend not in DEVICES:
-        raise ValueError(f"unknown backend {backend!r}: use 'cpu' or 'webgpu'")
+        raise ValueError(f"unknown backend {backend!r}: use 'cpu', 'webgpu' or 'python'")
     if _weights is None:
         raise RuntimeError("the MNIST weights are not loaded yet: call load(weights) first")
     if backend not in _nets:
@@ -51,8 +72,11 @@ def net(backend: str) -> mnist.MnistNet:
 
 
 def _pixels(pixels) -> array:
-    # From the page: a Float32Array (one bridge copy); from Python: any sequence of 784 floats.
-    if hasattr(pixels, "to_bytes"):
+    # From the worker: a Float32Array arrives as a memoryview of format "f"; a JsProxy of one
+    # (pyodide on the page's thread) has to_bytes; from Python: any sequence of 784 floats.
+    if isinstance(pixels, memoryview) and pixels.format == "f":
+        px = array("f", pixels.cast("B").tobytes())
+    elif hasattr(pixels, "to_bytes"):
         px = array("f", pixels.to_bytes())
     else:
         px = array("f", [float(v) for v in pixels])
@@ -62,6 +86,28 @@ def _pixels(pixels) -> array:
 
 
 async def predict(pixels, backend: str = "cpu") -> dict:
-    """``{"digit", "probs", "backend"}`` for one 28x28 image of [0, 1] pixels."""
-    probs = await mnist.predict_async(net(backend), _pixels(pixels), DEVICES[backend])
-    return {"digit": mnist.argmax(probs), "probs": probs, "backend": backend}
+    """``{"digit", "probs", "backend", "device", "inference_ms"}`` for one 28x28 image of [0, 1]
+    pixels."""
+    px = _pixels(pixels)
+    model = net(backend)
+    t0 = time.perf_counter()
+    probs = await mnist.predict_async(model, px, DEVICES[backend])
+    return {"digit": mnist.argmax(probs), "probs": probs, "backend": backend, "device": DEVICES[backend],
+            "inference_ms": (time.perf_counter() - t0) * 1000}
+
+
+async def start_webgpu() -> dict:
+    """Put the network on WebGPU (after ``await ember.webgpu.init()``) and run it once, so that
+    its pipelines are compiled before the page switches to it: exactly the kernels this model
+    uses, nothing else. ``{"ms", "pipelines"}``."""
+    import ember.webgpu
+    from ember.webgpu import autotune
+
+    # Autotune would benchmark every matmul variant first: measured in this headless Chromium
+    # (SwiftShader), the first WebGPU prediction took 15.6 s with it (15 pipelines, 2
+    # benchmarks) and 0.59 s without (9 pipelines); the default variants serve batch 1 well.
+    autotune.set_enabled(False)
+    t0 = time.perf_counter()
+    net("webgpu")
+    await predict(array("f", bytes(4 * mnist.PIXELS)), "webgpu")
+    return {"ms": (time.perf_counter() - t0) * 1000, "pipelines": ember.webgpu.stats()["pipelines_compiled"]}

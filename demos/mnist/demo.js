@@ -1,20 +1,29 @@
-// The MNIST page: drawing, MNIST-style preprocessing, loading, and the bridge to app.py.
+// The MNIST page: drawing, MNIST-style preprocessing, loading, and the bridge to app.py, which
+// runs in ember's Worker (Pyodide never runs on this thread, so drawing never stutters).
 //
 // JS API (for tests and for pages that embed the demo):
-//   window.emberDemo.ready                     Promise, resolves when the model is loaded
+//   window.emberDemo.ready                     Promise, resolves (to .info) when the model answers
+//                                              on the CPU; WebGPU starts after that
+//   window.emberDemo.webgpuReady               Promise, resolves to {ok, error, ms} once WebGPU is
+//                                              warm (the page then switches to it) or has failed
 //   await window.emberDemo.predict(pixels, backend)
 //        pixels: 784 numbers in [0, 1] (28x28 row major, white digit on black)
-//        backend: "webgpu" | "cpu" (default: the one selected on the page)
-//        -> {digit, probs (10 numbers), ms, backend}
+//        backend: "webgpu" | "cpu" | "python" (default: the one selected on the page); "cpu" is
+//        ember's WebAssembly SIMD backend where it exists, "python" the pure-Python one
+//        -> {digit, probs (10 numbers), ms (round trip from this thread), inferenceMs (in the
+//            worker), backend, device (the ember device: "wasm" | "python" | "webgpu")}
 //   window.emberDemo.preprocess(canvas)        -> Float32Array(784) | null (empty drawing)
 //   window.emberDemo.setBackend(name)          same as clicking the radio button
 //   await window.emberDemo.idle()              resolves when no page prediction is pending
 //   window.emberDemo.lastResult                the result shown on the page
-//   window.emberDemo.info                      {webgpu, webgpuError, timings, ...}
+//   window.emberDemo.info                      {webgpu, webgpuError, webgpuReadyMs, devices,
+//                                              timings, steps, readyMs, ...}: webgpu is true once
+//                                              the page runs the model there
+//   window.emberDemo.worker                    the EmberWorker (see /wasm/ember.js)
 
-import { loadEmber, fetchBytes } from "../../wasm/ember.js";
-import { $, progressBar, showError, loadFailed, checkBackend, showBackend, webgpuFailed, offerBackends,
-         pageReady, loadApp, pyObject, serially } from "../../wasm/demo-kit.js";
+import { loadEmber } from "../../wasm/ember.js";
+import { $, progressBar, showError, clearError, inputError, loadFailed, Backends, pageReady, startApp,
+         serially } from "../../wasm/demo-kit.js";
 
 const SIDE = 28;
 const BOX = 20;            // MNIST: the ink's bounding box is scaled to fit 20x20...
@@ -26,10 +35,8 @@ const pad = $("pad");
 const padCtx = pad.getContext("2d", { willReadFrequently: true });
 const inputCtx = $("input28").getContext("2d");
 
-let pyodide = null;
-let pyPredict = null;      // app.predict (a PyProxy)
-let webgpuOk = false;
-let backend = "cpu";
+let worker = null;         // the EmberWorker running app.py
+let backends = null;       // the page's backend state (demo-kit's Backends)
 let pending = null;              // the page's own latest prediction, if any
 let dirty = false;
 
@@ -233,38 +240,33 @@ function showResult(r) {
 }
 
 function setBackend(name) {
-  const bad = checkBackend(name, webgpuOk);
-  if (bad) throw new Error(bad);
-  backend = name;
-  showBackend(name);
-  requestPredict();
+  if (!backends) throw inputError("the model is not loaded yet: await emberDemo.ready");
+  backends.select(name);   // calls back requestPredict
 }
 
 // ---- prediction -------------------------------------------------------------------------
 
-/** Run one prediction through app.py; calls are queued (Pyodide runs one at a time). */
-function predict(pixels, which = backend) {
-  if (!pyPredict) return Promise.reject(new Error("the model is not loaded yet: await emberDemo.ready"));
-  const bad = checkBackend(which, webgpuOk);
-  if (bad) return Promise.reject(new Error(bad));
+/** Run one prediction through app.py in the worker; calls are queued (one at a time). */
+function predict(pixels, which = backends ? backends.current : "cpu") {
+  if (!backends) return Promise.reject(inputError("the model is not loaded yet: await emberDemo.ready"));
+  const bad = backends.check(which);
+  if (bad) return Promise.reject(inputError(bad));
   if (!pixels || pixels.length !== SIDE * SIDE) {
-    return Promise.reject(new Error(`predict: need 784 pixels (28x28), got ${pixels ? pixels.length : pixels}`));
+    return Promise.reject(inputError(`predict: need 784 pixels (28x28), got ${pixels ? pixels.length : pixels}`));
   }
   const px = Float32Array.from(pixels);
-  if (!px.every(Number.isFinite)) return Promise.reject(new Error("predict: pixels must be finite numbers"));
-  const run = async () => {
+  if (!px.every(Number.isFinite)) return Promise.reject(inputError("predict: pixels must be finite numbers"));
+  return serially(async () => {
     const t0 = performance.now();
-    const res = await pyPredict(px, which);
-    const ms = performance.now() - t0;
-    const obj = pyObject(res);
-    return { digit: obj.digit, probs: Array.from(obj.probs), ms, backend: obj.backend };
-  };
-  return serially(run);
+    const r = await worker.call("app", "predict", [px, which], { transfer: [px.buffer] });
+    return { digit: r.digit, probs: Array.from(r.probs), ms: performance.now() - t0,
+             inferenceMs: r.inference_ms, backend: r.backend, device: r.device };
+  });
 }
 
 /** Predict what is on the pad; the latest drawing wins if several requests pile up. */
 function requestPredict() {
-  if (!pyPredict) return;
+  if (!backends) return;
   dirty = true;
   if (pending) return;
   pending = (async () => {
@@ -274,7 +276,8 @@ function requestPredict() {
       showInput(pixels);
       if (!pixels) { showResult(null); continue; }
       try {
-        showResult(await predict(pixels, backend));
+        showResult(await predict(pixels, backends.current));
+        clearError();
       } catch (e) {
         showError(e);
       }
@@ -284,73 +287,56 @@ function requestPredict() {
 
 // ---- loading ----------------------------------------------------------------------------
 
-/** The safetensors header's __metadata__ (training accuracy, date...), read in JS. */
-function safetensorsMetadata(bytes) {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const n = Number(view.getBigUint64(0, true));
-  if (n <= 0 || n > bytes.length - 8) return {};
-  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n)));
-  return header.__metadata__ || {};
-}
-
 async function main() {
   const t0 = performance.now();
-  const bar = progressBar(0.75, 0.15);
+  const bar = progressBar(0.85, 0.1);
   setupBars();
   setupDrawing();
   const samples = setupSamples();
+  const weightsUrl = new URL("mnist.safetensors", location.href).href;
 
-  // The weights download in parallel with Pyodide's start-up.
-  const weights = fetchBytes("mnist.safetensors", {
-    onProgress: (p) => bar.weights(p.fraction,
-      p.fraction >= 1 ? `weights ${(p.loaded / 1024).toFixed(0)} KB`
-                      : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`),
+  // The worker downloads the weights (from the browser's cache after the first visit) while
+  // Pyodide starts; nothing heavy ever runs on this thread.
+  worker = await loadEmber({
+    worker: true, onProgress: bar.boot, prefetch: [weightsUrl],
+    onDownload: (p) => bar.weights(p.fraction, p.cached ? "weights (cached)"
+      : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`),
   });
-  pyodide = await loadEmber({ webgpu: "auto", onProgress: bar.boot });
-  // The page's own copy: webgpu/webgpuError below say whether the *model* runs on WebGPU.
-  const info = { ...pyodide.ember };
-  webgpuOk = !!info.webgpu;
+  const info = { ...worker.info, webgpu: false, webgpuError: null };
   window.emberDemo.info = info;
-
-  const bytes = await weights;
-  const meta = safetensorsMetadata(bytes);
+  window.emberDemo.worker = worker;
   const steps = { emberReady: performance.now() - t0 };
-  bar(0, "Loading the model");
-  const app = await loadApp(pyodide, PY_DIR, ["model.py", "app.py"]);
-  app.load(bytes).destroy();
-  app.destroy();
-  pyPredict = pyodide.runPython("app.predict");   // its own proxy, kept for the page's life
+
+  bar(0.02, "Loading the model");
+  const [devices, weights] = await Promise.all([
+    startApp(worker, PY_DIR, ["model.py", "app.py"]),
+    worker.fetchFile(weightsUrl, `${PY_DIR}/mnist.safetensors`),
+  ]);
+  const loaded = await worker.call("app", "load", [`${PY_DIR}/mnist.safetensors`]);
+  const meta = loaded.metadata || {};
+  info.devices = loaded.devices;
+  info.weightsCached = weights.cached;
   steps.modelLoaded = performance.now() - t0;
 
-  if (webgpuOk) {
-    // First WebGPU call compiles the kernels: do it now, not on the user's first drawing.
-    // If the adapter started but the model cannot run on it, fall back like a missing WebGPU.
-    bar(0.05, "Compiling WebGPU kernels (first visit only takes this long)");
-    try {
-      await predict(new Float32Array(SIDE * SIDE), "webgpu");
-    } catch (e) {
-      webgpuOk = false;
-      webgpuFailed(info, "the model failed on WebGPU", e, "MNIST");
-    }
-    steps.webgpuWarm = performance.now() - t0;
-  }
-  offerBackends(info, webgpuOk, "The network runs on the CPU instead, in pure Python: slower, same answers.",
-                setBackend);
+  backends = new Backends({ devices, info, demo: "MNIST", onChange: () => requestPredict() });
   await samples;
-
-  bar(0.1, "Ready");
+  bar(0.05, "Ready");
   pageReady();
-  if (meta.test_accuracy) {
-    $("model-info").textContent =
-      `Weights: ${(bytes.length / 1024).toFixed(0)} KB, trained with ${meta.trainer || "PyTorch"} ` +
-      `(${meta.epochs || "?"} epochs, ${meta.date || ""}); MNIST test accuracy ` +
-      `${(100 * Number(meta.test_accuracy)).toFixed(2)}%. Ready in ${((performance.now() - t0) / 1000).toFixed(1)} s.`;
-  }
   info.readyMs = performance.now() - t0;
-  info.steps = steps;   // ms since this script started: ember booted, model parsed, WebGPU warm
+  info.steps = steps;   // ms since this script started: ember booted, model loaded
+  const kb = (weights.bytes / 1024).toFixed(0);
+  $("model-info").textContent = meta.test_accuracy
+    ? `Weights: ${kb} KB, trained with ${meta.trainer || "PyTorch"} (${meta.epochs || "?"} epochs, ` +
+      `${meta.date || ""}); MNIST test accuracy ${(100 * Number(meta.test_accuracy)).toFixed(2)}%. ` +
+      `Ready in ${(info.readyMs / 1000).toFixed(1)} s.`
+    : `Weights: ${kb} KB. Ready in ${(info.readyMs / 1000).toFixed(1)} s.`;
+
+  // Now WebGPU, in the background: the page already answers on the CPU meanwhile.
+  backends.startWebGPU(worker, () => worker.call("app", "start_webgpu"), t0).then(webgpuDone);
   return info;
 }
 
+let webgpuDone;
 window.emberDemo = {
   predict,
   preprocess,
@@ -358,5 +344,10 @@ window.emberDemo = {
   idle: async () => { while (pending) await pending; },
   lastResult: null,
   info: null,
+  worker: null,
+  webgpuReady: new Promise((resolve) => { webgpuDone = resolve; }),
 };
-window.emberDemo.ready = main().catch(loadFailed);
+window.emberDemo.ready = main().catch((e) => {
+  webgpuDone({ ok: false, error: `the page did not load: ${e.message || e}`, ms: 0 });
+  return loadFailed(e);
+});
