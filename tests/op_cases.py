@@ -1035,6 +1035,106 @@ add(OpCase("getitem/err/float", lambda e, x: x[1.5], None, [S((3,))], raises="In
 add(OpCase("getitem/err/step0", lambda e, x: x[::0], None, [S((3,))], raises="IndexingError", match=("step",)))
 add(OpCase("getitem/err/list_range", lambda e, x: x[[0, 5]], None, [S((3,))], raises="IndexingError", match=("5", "size 3")))
 
+# ---- wasm elementwise/reduction kernel edges ----------------------------------------------------
+# Sizes around the SIMD widths (4 lanes, 16 bools per store), tails, broadcast patterns that the
+# kernels special-case (bias along the last axis, channel on an inner axis, scalars, outer
+# products, non-mergeable rank 6 and rank 7), special values at the math functions' branch points,
+# and reductions over inner/outer/non-adjacent axes. They hold on every backend.
+
+for _n in (1, 3, 4, 7, 17, 33):
+    for _name, (_npn, (_lo, _hi)) in _FLOAT_UNARY.items():
+        add(OpCase(f"{_name}/f32/n{_n}", lambda e, x, n=_name: getattr(e, n)(x),
+                   lambda np, x, n=_name: _np_unary(np, n, x), [S((_n,), F, _lo, _hi)]))
+_EDGE_VALUES = {
+    "exp": [-104.0, -103.9, -88.8, -87.5, -20.0, 88.7, 88.72, 88.73, 1e-8, -1e-8, 0.34657359, -0.34657359, 0.0,
+            -0.0, 1e-38, 50.0],
+    "log": [1.1754944e-38, 3.4e38, 0.70710677, 0.7071068, 1.4142135, 1.4142137, 1.0000001, 0.99999994, 2.0, 0.5,
+            1e-10, 1e10, 1.0],
+    "tanh": [0.625, 0.62499994, -0.625, -0.62500006, 9.0, 9.1, 20.0, -20.0, 1e-20, -1e-3, 0.3, -0.0, 4.0, -5.5,
+             100.0, 1e-40],
+    "erf": [-4.0, -3.9, -0.875, 0.875, 0.87499994, -0.87500006, 5.0, 10.0, -10.0, 1e-30, -1e-30, 2.0, -1.5,
+            0.5, 3.0, -0.0],
+    "sin": [1e5, -1e5, 1048575.0, 1048576.0, 3e6, -1e7, 1e-30, 0.78539819, -0.78539819, 1.5707964, 3.1415927,
+            6.2831855, 355.0, 103993.0],
+    "cos": [1e5, -1e5, 1048575.0, 1048576.0, 3e6, -1e7, 1e-30, 0.78539819, -0.78539819, 1.5707964, 3.1415927,
+            6.2831855, 355.0, 103993.0],
+}
+_GPU_MATH = {"webgpu": "WGSL's log may flush subnormal inputs and its sin/cos lose huge arguments"}
+add(OpCase("log/f32/subnormal", lambda e, x: e.log(x), lambda np, x: np.log(x),
+           [S((5,), F, values=[1e-45, 1e-40, 1.1754942e-38, 5e-39, -1e-45])], skip=_GPU_MATH))
+for _name in ("sin", "cos"):
+    add(OpCase(f"{_name}/f32/huge", lambda e, x, n=_name: getattr(e, n)(x), lambda np, x, n=_name: getattr(np, n)(x),
+               [S((6,), F, values=[1e30, -3.4e38, 3.4e38, 1.5e10, -7e20, 123456789.0])], skip=_GPU_MATH))
+for _name, _vals in _EDGE_VALUES.items():
+    add(OpCase(f"{_name}/f32/edges", lambda e, x, n=_name: getattr(e, n)(x),
+               lambda np, x, n=_name: _np_unary(np, n, x), [S((len(_vals),), F, values=_vals)]))
+add(OpCase("sqrt/f32/n19", lambda e, x: e.sqrt(x), lambda np, x: np.sqrt(x), [S((19,), F, -1, 9, special=True)]))
+for _name in ("negative", "abs", "sign", "floor", "ceil", "round"):
+    add(OpCase(f"{_name}/f32/n37", lambda e, x, n=_name: getattr(e, n)(x),
+               lambda np, x, n=_name: getattr(np, n)(x), [S((37,), F, -5, 5, special=True)]))
+    add(OpCase(f"{_name}/f16/n9", lambda e, x, n=_name: getattr(e, n)(x),
+               lambda np, x, n=_name: getattr(np, n)(x), [S((9,), H, -5, 5, special=True)]))
+add(OpCase("isnan/f32/n37", lambda e, x: e.isnan(x), lambda np, x: np.isnan(x), [S((37,), F, special=True)]))
+
+_BCAST_EDGE = [((8, 5), (5,)), ((5,), (8, 5)), ((2, 3, 4, 5), (3, 1, 1)), ((4, 1), (1, 6)), ((2, 3, 4), (2, 1, 4)),
+               ((7, 9), (7, 1)), ((37,), ()), ((), (37,)), ((3, 1, 5), (1, 1)), ((2, 1, 2, 1, 2, 3), (1, 2, 1, 2, 1, 3)),
+               ((2, 1, 2, 1, 2, 1, 2), (1, 2, 1, 2, 1, 2, 1)), ((1, 19), (6, 1)), ((33,), (33,))]
+for _name in ("add", "subtract", "multiply", "maximum", "minimum", "less", "less_equal", "equal", "not_equal"):
+    _e, _n = (_ARITH.get(_name) or _COMPARE[_name])
+    for _a, _b in _BCAST_EDGE:
+        add(OpCase(f"{_name}/f32/edge/{_shape_id(_a)}+{_shape_id(_b)}", _e, _n, [S(_a, F), S(_b, F)]))
+    add(OpCase(f"{_name}/f32/n37/special", _e, _n, [S((37,), F, special=True), S((37,), F, special=True)]))
+for _a, _b in _BCAST_EDGE[:6]:
+    add(OpCase(f"divide/f32/edge/{_shape_id(_a)}+{_shape_id(_b)}", lambda e, a, b: a / b, lambda np, a, b: a / b,
+               [S(_a, F), S(_b, F, nonzero=True)]))
+for _name in ("equal", "less_equal"):   # ties: equal values compare equal in every path
+    add(OpCase(f"{_name}/f32/ties/n21", _COMPARE[_name][0], _COMPARE[_name][1],
+               [S((21,), F, values=[float(i % 3) for i in range(21)]), S((), F, values=[1.0])]))
+add(OpCase("pow/f32/grid", lambda e, a, b: a ** b, lambda np, a, b: a ** b,
+           [S((9, 1), F, values=[0.0, 1e-3, 0.1, 0.5, 0.999, 1.0, 2.0, 10.0, 1e4]),
+            S((13,), F, values=[-40.0, -7.5, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 7.25, 40.0])], 1e-5))
+add(OpCase("pow/f32/negative_base/n17", lambda e, a, b: a ** b, lambda np, a, b: a ** b,
+           [S((17,), F, -4, -0.25), S((17,), F, values=[float(i - 8) for i in range(17)])]))
+for _p in (2.0, 3.0, 0.5, -1.0, 2.5):
+    # np.power with a full array: `a ** scalar` takes numpy's sqrt/square fast paths (sqrt(-inf) = nan, C's pow: inf)
+    add(OpCase(f"pow/f32/scalar_exp_{_p}", lambda e, a, p=_p: a ** p,
+               lambda np, a, p=_p: np.power(a, np.full(a.shape, p, np.float32)),
+               [S((3, 7), F, -3, 3)]))
+add(OpCase("pow/f32/neg_inf_base", lambda e, a, b: a ** b, lambda np, a, b: np.power(a, b),
+           [S((4,), F, values=[-float("inf")] * 4), S((4,), F, values=[0.5, 2.5, -0.5, 3.0])],
+           skip={"webgpu": "WGSL's pow is undefined for a negative base",
+                 "numpy": "the numpy backend's ** takes numpy's sqrt fast path for 0.5 (sqrt(-inf) = nan)"}))
+add(OpCase("pow/f32/inf_nan_one", lambda e, a, b: a ** b, lambda np, a, b: a ** b,
+           [S((8,), F, values=[1.0, 1.0, -1.0, -1.0, 0.5, 2.0, float("nan"), -float("inf")]),
+            S((8,), F, values=[float("nan"), float("inf"), float("inf"), -float("inf"), -float("inf"), float("inf"), 0.0, 3.0])]))
+for _c, _a, _b in [((37,), (37,), ()), ((4, 1, 9), (3, 9), (1,)), ((9,), (), (9,)), ((2, 17), (2, 17), (2, 17))]:
+    add(OpCase(f"where/f32/edge/{_shape_id(_c)}|{_shape_id(_a)}|{_shape_id(_b)}", lambda e, c, a, b: e.where(c, a, b),
+               lambda np, c, a, b: np.where(c, a, b), [S(_c, B), S(_a, F), S(_b, F)]))
+add(OpCase("where/i32/edge/bcast", lambda e, c, a, b: e.where(c, a, b), lambda np, c, a, b: np.where(c, a, b),
+           [S((3, 11), B), S((11,), I32), S((3, 1), I32)]))
+
+for _sh, _ax in [((3, 1000), 0), ((3, 1000), 1), ((1000, 3), 0), ((5, 7, 9), (0, 2)), ((5, 7, 9), 1),
+                 ((4, 1, 6, 1, 3), (1, 2, 3)), ((2, 3, 4, 5), (1, 3)), ((2, 3, 4, 5), (0, 1, 2)), ((20000,), None),
+                 ((6, 33), -1), ((3, 5, 7), (0, 1, 2))]:
+    for _name in ("sum", "max", "min", "mean"):
+        add(OpCase(f"{_name}/f32/edge/{_shape_id(_sh)}/ax{_ax}", lambda e, x, a=_ax, n=_name: getattr(e, n)(x, axis=a),
+                   lambda np, x, a=_ax, n=_name: getattr(np, n)(x.astype(np.float64), axis=a), [S(_sh, F, -1, 2)],
+                   1e-5, 1e-5))
+    add(OpCase(f"prod/f32/edge/{_shape_id(_sh)}/ax{_ax}", lambda e, x, a=_ax: e.prod(x, axis=a),
+               lambda np, x, a=_ax: np.prod(x.astype(np.float64), axis=a), [S(_sh, F, 0.999, 1.001)], 1e-5, 1e-5))
+for _sh, _ax in [((3, 9, 5), 1), ((1000,), 0), ((4, 37), 1), ((37, 4), 0), ((2, 3, 4), 0)]:
+    for _name in ("argmax", "argmin"):
+        add(OpCase(f"{_name}/f32/edge/{_shape_id(_sh)}/ax{_ax}", lambda e, x, a=_ax, n=_name: getattr(e, n)(x, axis=a),
+                   lambda np, x, a=_ax, n=_name: getattr(np, n)(x, axis=a), [S(_sh, F, -3, 3)]))
+        add(OpCase(f"{_name}/f32/edge/{_shape_id(_sh)}/ax{_ax}/ties", lambda e, x, a=_ax, n=_name: getattr(e, n)(x, axis=a),
+                   lambda np, x, a=_ax, n=_name: getattr(np, n)(x, axis=a), [S(_sh, I32, -2, 2)]))
+for _name in ("argmax", "argmin", "max", "min"):
+    add(OpCase(f"{_name}/f32/edge/nan_late", lambda e, x, n=_name: getattr(e, n)(x, axis=-1),
+               lambda np, x, n=_name: getattr(np, n)(x, axis=-1),
+               [S((2, 9), F, values=[0.0] * 7 + [float("nan"), 5.0] + [1.0, float("inf")] + [0.0] * 6 + [float("nan")])]))
+    add(OpCase(f"{_name}/f16/edge/ax0", lambda e, x, n=_name: getattr(e, n)(x, axis=0),
+               lambda np, x, n=_name: getattr(np, n)(x, axis=0), [S((5, 3), H)]))
+
 # CASES-END
 
 

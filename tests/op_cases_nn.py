@@ -298,6 +298,50 @@ add(OpCase("layer_norm/f16/3d", lambda e, x, w, b: e.layer_norm(x, 4, w, b),
            lambda np, x, w, b: _np_layer_norm(np, x.astype(np.float32), w, b).astype(np.float16),
            [S((2, 3, 4), H), S((4,), H), S((4,), H)], dtype="float16"))
 
+# ---- wasm kernel edges: tails, inner axes, long rows, far tails of the activations ---------------
+def _np_batch_norm(np, x, m, v, w, b, eps=1e-5):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    x = x.astype(np.float64)
+    return (x - m.reshape(shape)) / np.sqrt(v.reshape(shape) + eps) * w.reshape(shape) + b.reshape(shape)
+
+
+for _name, (_efn, _nfn) in ACTIVATIONS.items():
+    for _sh in ((1,), (3,), (7,), (37,), (5, 9)):
+        add(OpCase(f"{_name}/edge/{_sid(_sh)}", _efn, _nfn, [S(_sh, F, -8.0, 8.0)]))
+_ACT_EDGES = [-100.0, -20.0, -13.0, -9.0, -5.5, -3.0, -1.2374369, -1.2374368, -0.875, 0.0, -0.0, 1e-30, -1e-30,
+              0.875, 1.2374369, 3.0, 9.0, 20.0, 100.0]
+for _name in ("sigmoid", "silu", "gelu", "gelu_tanh"):
+    add(OpCase(f"{_name}/edge/values", ACTIVATIONS[_name][0], ACTIVATIONS[_name][1],
+               [S((len(_ACT_EDGES),), F, values=_ACT_EDGES)]))
+add(OpCase("leaky_relu/edge/n37", lambda e, x: e.leaky_relu(x, 0.2),
+           lambda np, x: np.where(x < 0, x.astype(np.float64) * 0.2, x).astype(x.dtype), [S((37,), F, special=True)]))
+for _name in ("softmax", "log_softmax"):
+    _lg = _name == "log_softmax"
+    for _sh, _ax in [((3, 37, 5), 1), ((2, 1000), -1), ((1000, 3), 0), ((4, 3, 9), 0), ((2, 7), 1), ((6, 1), 1),
+                     ((5,), 0), ((2, 3, 4, 6), 2)]:
+        add(OpCase(f"{_name}/edge/{_sid(_sh)}/axis{_ax}", lambda e, x, a=_ax, n=_name: getattr(e, n)(x, axis=a),
+                   lambda np, x, a=_ax, lg=_lg: _np_softmax(np, x, a, log=lg), [S(_sh, F, -10.0, 10.0)]))
+    add(OpCase(f"{_name}/edge/masked", lambda e, x, n=_name: getattr(e, n)(x),
+               lambda np, x, lg=_lg: _np_softmax(np, x, -1, log=lg),
+               [S((2, 6), F, values=[0.0, -math.inf, 1.0, -math.inf, 2.0, 3.0, -math.inf, 5.0, -math.inf, -math.inf, -math.inf,
+                                     -math.inf])]))
+for _sh, _ns in [((5, 37), (37,)), ((3, 384), (384,)), ((2, 4, 6), (4, 6)), ((7, 3), (3,)), ((2, 1000), (1000,)),
+                 ((4, 1), (1,))]:
+    add(OpCase(f"layer_norm/edge/{_sid(_sh)}", lambda e, x, w, b, ns=_ns: e.layer_norm(x, ns, w, b, eps=1e-5),
+               lambda np, x, w, b, ns=_ns: ((x - x.mean(tuple(range(-len(ns), 0)), keepdims=True, dtype=np.float64))
+                                           / np.sqrt(x.var(tuple(range(-len(ns), 0)), keepdims=True, dtype=np.float64) + 1e-5)
+                                           * w + b), [S(_sh, F, -3.0, 5.0), S(_ns, F), S(_ns, F)], 1e-5, 1e-5))
+for _sh in [(4, 3), (2, 3, 5, 7), (1, 5, 9), (2, 4, 1, 1)]:
+    _c = _sh[1]
+    add(OpCase(f"batch_norm/edge/{_sid(_sh)}", lambda e, x, m, v, w, b: e.batch_norm(x, m, v, w, b),
+               lambda np, x, m, v, w, b: _np_batch_norm(np, x, m, v, w, b),
+               [S(_sh, F), S((_c,), F), S((_c,), F, 0.1, 2.0), S((_c,), F), S((_c,), F)], 1e-5, 1e-5))
+for _sh, _ax in [((2, 300), 1), ((300, 3), 0), ((3, 17, 5), 1)]:
+    for _ex, _rv in ((False, False), (True, True)):
+        add(OpCase(f"cumsum/edge/{_sid(_sh)}/axis{_ax}/ex{int(_ex)}rv{int(_rv)}",
+                   lambda e, x, a=_ax, ex=_ex, rv=_rv: e.cumsum(x, a, exclusive=ex, reverse=rv),
+                   lambda np, x, a=_ax, ex=_ex, rv=_rv: _np_cumsum(np, x, a, ex, rv), [S(_sh, F)], 1e-5, 1e-5))
+
 
 # ---- error cases --------------------------------------------------------------------------------
 
