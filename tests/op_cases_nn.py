@@ -432,3 +432,192 @@ _err("pad/err/width_count", lambda e, x: e.pad(x, [(1, 1), (1, 1), (1, 1)]), [S(
      "(2, 3)")
 _err("pad/err/mode", lambda e, x: e.pad(x, 1, mode="symmetric"), [S((2, 3))], "UnsupportedOp", "pad", "'symmetric'")
 _err("pad/err/value", lambda e, x: e.pad(x, 1, value="zero"), [S((2, 3))], "DTypeError", "pad", "str")
+
+
+# ---- linear, and GEMM / conv / pool edge shapes (the wasm SIMD kernels' tile edges and paths) ----
+# linear is x @ weight.T + bias with weight (out, in). The shapes reach every path of the wasm
+# kernels: at most 16 rows (dot products / B read in place) and more (packed panels), ragged 4x8
+# tiles, K past one 256-deep block, one and many batches, broadcasting, NaN/inf, float16.
+
+def _np_linear(np, x, w, b=None):
+    y = x.astype(np.float64) @ w.astype(np.float64).T
+    return (y if b is None else y + b).astype(np.result_type(x, w) if b is None else np.result_type(x, w, b))
+
+
+_LIN = [((5,), 3), ((3, 7), 4), ((2, 3, 7), 5), ((1, 1), 1), ((16, 9), 13), ((17, 9), 13), ((20, 33), 8),
+        ((4, 600), 7), ((40, 300), 19), ((2, 2, 17, 12), 9), ((1, 1568), 64)]
+for _xs, _n in _LIN:
+    _tol = (1e-4, 1e-4) if _xs[-1] > 100 else (1e-5, 1e-5)
+    _id = f"linear/{_sid(_xs)}_out{_n}"
+    add(OpCase(_id, lambda e, x, w, b: e.linear(x, w, b), _np_linear, [S(_xs), S((_n, _xs[-1])), S((_n,))], *_tol))
+    add(OpCase(_id + "/nobias", lambda e, x, w: e.linear(x, w), _np_linear, [S(_xs), S((_n, _xs[-1]))], *_tol))
+add(OpCase("linear/empty_rows", lambda e, x, w, b: e.linear(x, w, b), _np_linear, [S((0, 4)), S((3, 4)), S((3,))]))
+add(OpCase("linear/k0", lambda e, x, w, b: e.linear(x, w, b), lambda np, x, w, b: np.zeros((3, 2), np.float32) + b,
+           [S((3, 0)), S((2, 0)), S((2,))]))
+add(OpCase("linear/k0/nobias", lambda e, x, w: e.linear(x, w), lambda np, x, w: np.zeros((3, 2), np.float32),
+           [S((3, 0)), S((2, 0))]))
+for _m in (3, 20):
+    add(OpCase(f"linear/special/{_m}rows", lambda e, x, w, b: e.linear(x, w, b), _np_linear,
+               [S((_m, 6), special=True), S((5, 6)), S((5,))]))
+    add(OpCase(f"linear/f16/{_m}rows", lambda e, x, w, b: e.linear(x, w, b),
+               lambda np, x, w, b: _np_linear(np, x.astype(np.float32), w.astype(np.float32), b).astype(np.float16),
+               [S((_m, 10), H), S((6, 10), H), S((6,), H)], dtype=H))
+add(OpCase("linear/f16_x/f32_w", lambda e, x, w: e.linear(x, w), lambda np, x, w: _np_linear(np, x.astype(np.float32), w),
+           [S((4, 5), H), S((3, 5))]))
+_err("linear/err/features", lambda e, x, w: e.linear(x, w), [S((2, 3)), S((4, 5))], "ShapeError", "linear", "(2, 3)", "(4, 5)")
+_err("linear/err/bias", lambda e, x, w, b: e.linear(x, w, b), [S((2, 3)), S((4, 3)), S((3,))], "ShapeError", "linear",
+     "bias", "(3,)")
+_err("linear/err/int", lambda e, x, w: e.linear(x, w), [S((2, 3), "int32"), S((4, 3), "int32")], "DTypeError", "linear")
+
+_MM_EDGE = [((1, 1), (1, 9)), ((9, 1), (1, 1)), ((1, 300), (300, 1)), ((5, 9), (9, 11)), ((17, 3), (3, 9)),
+            ((33, 257), (257, 15)), ((4, 513), (513, 7)), ((100, 8), (8, 8)), ((2, 1, 20, 5), (3, 5, 9)),
+            ((3, 20, 5), (5, 9)), ((20, 5), (3, 5, 9)), ((2, 3, 4, 5), (2, 3, 5, 17))]
+for _a, _b in _MM_EDGE:
+    _tol = (1e-4, 1e-4) if _a[-1] > 100 else (1e-5, 1e-5)
+    add(OpCase(f"matmul/edge/{_sid(_a)}@{_sid(_b)}", lambda e, a, b: a @ b,
+               lambda np, a, b: a.astype(np.float64) @ b.astype(np.float64), [S(_a), S(_b)], *_tol))
+add(OpCase("matmul/edge/special_packed", lambda e, a, b: a @ b, lambda np, a, b: a @ b,
+           [S((20, 4), special=True), S((4, 9), special=True)]))
+add(OpCase("matmul/edge/f16_packed", lambda e, a, b: a @ b,
+           lambda np, a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16), [S((20, 6), H), S((6, 10), H)],
+           dtype=H))
+
+
+def _np_conv2d(np, x, w, b=None, stride=(1, 1), pads=((0, 0), (0, 0)), dil=(1, 1), groups=1):
+    """Direct convolution in float64: one tap (ky, kx) at a time, summed over each group's channels."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), pads[0], pads[1]))
+    oh = (xp.shape[2] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (xp.shape[3] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    og = o // groups
+    out = np.zeros((n, o, oh, ow))
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = w[g * og:(g + 1) * og].astype(np.float64)
+        for ky in range(kh):
+            for kx in range(kw):
+                y0, x0 = ky * dil[0], kx * dil[1]
+                patch = xs[:, :, y0:y0 + stride[0] * (oh - 1) + 1:stride[0], x0:x0 + stride[1] * (ow - 1) + 1:stride[1]]
+                out[:, g * og:(g + 1) * og] += np.einsum("ncij,oc->noij", patch, ws[:, :, ky, kx])
+    if b is not None:
+        out += b.astype(np.float64).reshape(1, o, 1, 1)
+    return out.astype(np.result_type(x, w))
+
+
+def _conv_pads(p):
+    return ((p, p), (p, p)) if isinstance(p, int) else p
+
+
+_CONV = [  # id, x shape, weight shape, stride, padding, dilation, groups
+    ("depthwise3x3", (2, 6, 9, 11), (6, 1, 3, 3), 1, 1, 1, 6),
+    ("depthwise_mult2", (1, 3, 8, 7), (6, 1, 3, 3), 1, 1, 1, 3),
+    ("depthwise_s2_d2", (1, 4, 13, 12), (4, 1, 3, 3), 2, 2, 2, 4),
+    ("depthwise_5x5_wide", (1, 2, 6, 23), (2, 1, 5, 5), 1, 2, 1, 2),
+    ("depthwise_s3_asym", (1, 3, 10, 11), (3, 1, 2, 4), (3, 2), ((1, 0), (2, 1)), 1, 3),
+    ("pointwise", (2, 20, 5, 7), (24, 20, 1, 1), 1, 0, 1, 1),
+    ("pointwise_groups", (1, 8, 6, 6), (6, 4, 1, 1), 1, 0, 1, 2),
+    ("pointwise_s2", (1, 5, 7, 9), (3, 5, 1, 1), 2, 0, 1, 1),
+    ("pointwise_pad", (1, 3, 4, 5), (4, 3, 1, 1), 1, 1, 1, 1),
+    ("groups2_s21", (2, 4, 7, 9), (6, 2, 3, 3), (2, 1), 1, 1, 2),
+    ("dilation12", (1, 3, 9, 10), (5, 3, 3, 2), 1, (1, 2), (1, 2), 1),
+    ("asym_pads", (1, 2, 6, 7), (3, 2, 3, 3), 1, ((1, 0), (2, 1)), 1, 1),
+    ("deep_k288", (1, 32, 6, 6), (20, 32, 3, 3), 1, 1, 1, 1),
+    ("wide_rows_17", (1, 3, 5, 30), (17, 3, 3, 3), 1, 1, 1, 1),
+    ("big_kernel_s3", (1, 3, 20, 19), (5, 3, 7, 7), 3, 3, 1, 1),
+    ("many_positions", (1, 1, 180, 170), (2, 1, 3, 3), 1, 1, 1, 1),
+    ("one_pixel", (3, 4, 1, 1), (5, 4, 1, 1), 1, 0, 1, 1),
+    ("k_equals_input", (1, 2, 3, 3), (4, 2, 3, 3), 1, 0, 1, 1),
+]
+for _cid, _xs, _ws, _s, _p, _d, _g in _CONV:
+    _st = (_s, _s) if isinstance(_s, int) else _s
+    _di = (_d, _d) if isinstance(_d, int) else _d
+    _pp = _conv_pads(_p) if not (isinstance(_p, tuple) and isinstance(_p[0], int)) else ((_p[0], _p[0]), (_p[1], _p[1]))
+    _tol = (1e-4, 1e-4) if _ws[1] * _ws[2] * _ws[3] > 100 else (1e-5, 1e-5)
+    add(OpCase(f"conv2d/edge/{_cid}", lambda e, x, w, b, s=_s, p=_p, d=_d, g=_g: e.conv2d(x, w, b, s, p, d, g),
+               lambda np, x, w, b, s=_st, p=_pp, d=_di, g=_g: _np_conv2d(np, x, w, b, s, p, d, g),
+               [S(_xs), S(_ws), S(_ws[:1])], *_tol))
+add(OpCase("conv2d/edge/nobias", lambda e, x, w: e.conv2d(x, w, padding=1),
+           lambda np, x, w: _np_conv2d(np, x, w, None, (1, 1), ((1, 1), (1, 1))), [S((1, 3, 6, 6)), S((4, 3, 3, 3))]))
+add(OpCase("conv2d/edge/depthwise_nobias", lambda e, x, w: e.conv2d(x, w, padding=1, groups=3),
+           lambda np, x, w: _np_conv2d(np, x, w, None, (1, 1), ((1, 1), (1, 1)), groups=3), [S((1, 3, 6, 6)), S((3, 1, 3, 3))]))
+add(OpCase("conv2d/edge/special", lambda e, x, w, b: e.conv2d(x, w, b, padding=1),
+           lambda np, x, w, b: _np_conv2d(np, x, w, b, (1, 1), ((1, 1), (1, 1))),
+           [S((1, 2, 5, 5), special=True), S((3, 2, 3, 3)), S((3,))]))
+add(OpCase("conv2d/edge/depthwise_special", lambda e, x, w: e.conv2d(x, w, padding=1, groups=2),
+           lambda np, x, w: _np_conv2d(np, x, w, None, (1, 1), ((1, 1), (1, 1)), groups=2),
+           [S((1, 2, 5, 5), special=True), S((2, 1, 3, 3))]))
+add(OpCase("conv2d/edge/f16_pointwise", lambda e, x, w, b: e.conv2d(x, w, b),
+           lambda np, x, w, b: _np_conv2d(np, x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)).astype(np.float16),
+           [S((1, 6, 4, 4), H), S((5, 6, 1, 1), H), S((5,), H)], 1e-2, 1e-2, dtype=H))
+
+
+def _np_pool(np, x, k, s, pads, dil, ceil_mode, kind, include_pad=True):
+    """Max / average pooling in float64 by windows, with PyTorch's output size and divisors."""
+    n, c, h, w = x.shape
+    sizes = []
+    for size, kk, ss, (p0, p1), dd in zip((h, w), k, s, pads, dil):
+        eff = dd * (kk - 1) + 1
+        span = size + p0 + p1 - eff
+        o = (span + (ss - 1 if ceil_mode else 0)) // ss + 1
+        if ceil_mode and (o - 1) * ss >= size + p0:
+            o -= 1
+        sizes.append(o)
+    oh, ow = sizes
+    xf = x.astype(np.float64)
+    out = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            y0, x0 = i * s[0] - pads[0][0], j * s[1] - pads[1][0]
+            ys = [y for y in range(y0, y0 + dil[0] * k[0], dil[0]) if 0 <= y < h]
+            xs = [v for v in range(x0, x0 + dil[1] * k[1], dil[1]) if 0 <= v < w]
+            win = xf[:, :, ys][:, :, :, xs].reshape(n, c, -1)
+            if kind == "max":
+                out[:, :, i, j] = win.max(axis=-1) if win.shape[-1] else -np.inf
+            else:
+                if include_pad:
+                    cnt = (min(y0 + k[0], h + pads[0][1]) - y0) * (min(x0 + k[1], w + pads[1][1]) - x0)
+                else:
+                    cnt = len(ys) * len(xs)
+                out[:, :, i, j] = win.sum(axis=-1) / cnt
+    return out.astype(x.dtype)
+
+
+_POOL = [  # id, x shape, kernel, stride, padding, dilation, ceil_mode
+    ("2x2_odd", (2, 3, 9, 11), 2, 2, 0, 1, False),
+    ("2x2_odd_ceil", (1, 2, 9, 11), 2, 2, 0, 1, True),
+    ("2x2_wide", (1, 2, 4, 37), 2, 2, 0, 1, False),
+    ("3x3_s1_p1", (1, 2, 7, 8), 3, 1, 1, 1, False),
+    ("3x3_s2_p1_ceil", (1, 3, 10, 9), 3, 2, 1, 1, True),
+    ("2x3_s12", (1, 2, 6, 9), (2, 3), (1, 2), (1, 1), 1, False),
+    ("3x3_dilated", (1, 2, 10, 10), 3, 1, 1, 2, False),
+    ("4x4_s3_p2_ceil", (1, 1, 11, 13), 4, 3, 2, 1, True),
+]
+for _pid, _xs, _k, _s, _p, _d, _cm in _POOL:
+    _kk = (_k, _k) if isinstance(_k, int) else _k
+    _ss = (_s, _s) if isinstance(_s, int) else _s
+    _pp = ((_p, _p), (_p, _p)) if isinstance(_p, int) else ((_p[0], _p[0]), (_p[1], _p[1]))
+    _dd = (_d, _d) if isinstance(_d, int) else _d
+    add(OpCase(f"max_pool2d/edge/{_pid}", lambda e, x, k=_k, s=_s, p=_p, d=_d, cm=_cm: e.max_pool2d(x, k, s, p, d, cm),
+               lambda np, x, k=_kk, s=_ss, p=_pp, d=_dd, cm=_cm: _np_pool(np, x, k, s, p, d, cm, "max"), [S(_xs)]))
+    if _d == 1:
+        for _cip in (True, False):
+            add(OpCase(f"avg_pool2d/edge/{_pid}/pad{int(_cip)}",
+                       lambda e, x, k=_k, s=_s, p=_p, cm=_cm, ci=_cip: e.avg_pool2d(x, k, s, p, cm, ci),
+                       lambda np, x, k=_kk, s=_ss, p=_pp, cm=_cm, ci=_cip: _np_pool(np, x, k, s, p, (1, 1), cm, "avg", ci),
+                       [S(_xs)]))
+for _k, _p in ((2, 0), (3, 1)):
+    add(OpCase(f"max_pool2d/edge/special_k{_k}", lambda e, x, k=_k, p=_p: e.max_pool2d(x, k, 2, p),
+               lambda np, x, k=_k, p=_p: _np_pool(np, x, (k, k), (2, 2), ((p, p), (p, p)), (1, 1), False, "max"),
+               [S((1, 2, 8, 10), special=True)]))
+    add(OpCase(f"avg_pool2d/edge/special_k{_k}", lambda e, x, k=_k, p=_p: e.avg_pool2d(x, k, 2, p),
+               lambda np, x, k=_k, p=_p: _np_pool(np, x, (k, k), (2, 2), ((p, p), (p, p)), (1, 1), False, "avg"),
+               [S((1, 2, 8, 10), special=True)]))
+add(OpCase("max_pool2d/edge/f16", lambda e, x: e.max_pool2d(x, 2),
+           lambda np, x: _np_pool(np, x, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False, "max"), [S((1, 2, 6, 6), H)],
+           dtype=H))
+add(OpCase("avg_pool2d/edge/f16", lambda e, x: e.avg_pool2d(x, 3, 2, 1),
+           lambda np, x: _np_pool(np, x.astype(np.float32), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), False, "avg")
+           .astype(np.float16), [S((1, 2, 7, 7), H)], dtype=H))
+add(OpCase("max_pool2d/edge/int32", lambda e, x: e.max_pool2d(x, 2),
+           lambda np, x: _np_pool(np, x, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False, "max"), [S((1, 1, 4, 6), "int32")]))

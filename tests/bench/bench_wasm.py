@@ -1,0 +1,223 @@
+"""wasm benchmark: ember's WebAssembly SIMD kernels (device "wasm") next to the pure-Python
+backend, inside Pyodide under Node (V8, the engine Chromium uses), single-threaded.
+
+    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all]
+
+Run with CPython, this script builds the kernel module and the wheel (into a temporary folder)
+and runs itself inside Pyodide through wasm/run_pyodide.mjs, with demos/mnist mounted. Inside
+Pyodide it prints one table:
+
+- GEMM: square matmul at 64, 256, 512 and the two MiniLM feed-forward products as ``linear``
+  (512x384 @ (1536x384)^T and 512x1536 @ (384x1536)^T) in GFLOP/s;
+- conv2d: the two convolutions of the MNIST demo CNN at batch 1;
+- the MNIST demo model (demos/mnist/model.py with its weights) forward at batch 1, in ms of wall
+  time and in ms spent inside op kernels (the Python between ops - shape rules, tensor
+  wrappers, module calls - is the difference), and where the kernel time goes.
+
+Each case runs once to warm up, then until ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have
+passed; the table shows the median (and the best run for the GEMMs). The pure-Python backend
+runs the big GEMMs only with ``--python-all`` (each takes seconds). Every wasm result is checked
+against the pure-Python one before timing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# (inside Pyodide the runner executes the source text: there is no __file__)
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else None
+
+
+def host_main(argv) -> int:
+    """CPython: build the wheel, run this file inside Pyodide under Node."""
+    import glob
+    import shutil
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(HERE))
+    node = shutil.which("node")
+    if node is None:
+        print("bench wasm: needs Node.js 20+ (python build.py setup)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, os.path.join(root, "wasm"))
+    import build_kernels
+    sys.path.pop(0)
+    build_kernels.ensure()
+    with tempfile.TemporaryDirectory(prefix="ember-bench-wasm-") as tmp:
+        py = os.path.join(root, ".venv", "bin", "python")
+        py = py if os.path.exists(py) else sys.executable
+        subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, root],
+                       check=True, cwd=tmp)
+        shutil.rmtree(os.path.join(root, "build"), ignore_errors=True)
+        (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
+        cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl,
+               "--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist", os.path.abspath(__file__), *argv]
+        return subprocess.run(cmd).returncode
+
+
+# ---- inside Pyodide ----------------------------------------------------------------------------
+
+MIN_TIME = 1.0
+MIN_RUNS = 5
+MAX_RUNS = 500
+
+
+def timeit(fn, min_time=None):
+    """(median, best) seconds per call of ``fn`` after one warm-up call."""
+    import statistics
+    import time
+
+    min_time = MIN_TIME if min_time is None else min_time
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < MAX_RUNS:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - start
+        if len(times) >= MIN_RUNS and elapsed >= min_time:
+            break
+        if len(times) >= 2 and elapsed >= 4 * min_time:   # the slow pure-Python runs
+            break
+    return statistics.median(times), min(times)
+
+
+def guest_main(argv) -> int:
+    global MIN_TIME, MIN_RUNS
+    import random
+    import time
+    from array import array
+
+    import ember
+    from ember.backends import get_backend
+
+    if "--quick" in argv:
+        MIN_TIME, MIN_RUNS = 0.3, 3
+    python_all = "--python-all" in argv
+    info = get_backend("wasm").available()
+    print(f"ember wasm benchmark: Pyodide {sys.version.split()[0]}, {info[1]}")
+    rng = random.Random(0)
+
+    def rand(shape, scale=1.0):
+        n = 1
+        for s in shape:
+            n *= s
+        a = array("f", [rng.uniform(-scale, scale) for _ in range(n)])
+        return ember.from_bytes(a.tobytes(), shape, "float32", device="wasm")
+
+    def maxdiff(a, b):
+        fa, fb = array("f", a.to("python")._buf), array("f", b.to("python")._buf)
+        scale = max(1.0, max(abs(v) for v in fb))
+        return max(abs(x - y) for x, y in zip(fa, fb)) / scale
+
+    rows = []   # (group, case, wasm, python, unit)
+
+    # GEMM
+    gemms = [(f"matmul {n}x{n} @ {n}x{n}", (n, n, n), "matmul") for n in (64, 256, 512)]
+    gemms += [("linear 512x384 @ (1536x384)^T", (512, 384, 1536), "linear"),
+              ("linear 512x1536 @ (384x1536)^T", (512, 1536, 384), "linear")]
+    for name, (m, k, n), kind in gemms:
+        a = rand((m, k))
+        b = rand((k, n) if kind == "matmul" else (n, k), 0.1)
+        aw, bw = a, b
+        ap, bp = a.to("python"), b.to("python")
+        run_w = (lambda: aw @ bw) if kind == "matmul" else (lambda: ember.linear(aw, bw))
+        run_p = (lambda: ap @ bp) if kind == "matmul" else (lambda: ember.linear(ap, bp))
+        flop = 2.0 * m * n * k
+        med, best = timeit(run_w)
+        py = None
+        if python_all or m * n * k <= 256 ** 3:
+            err = maxdiff(run_w(), run_p())
+            if err > 1e-4:
+                print(f"WRONG: {name}: wasm and python differ by {err:.2e}")
+                return 1
+            py = timeit(run_p, 0.5)[0]
+        rows.append(("GEMM", name, f"{flop / med / 1e9:.1f} ({flop / best / 1e9:.1f} best)",
+                     f"{flop / py / 1e9:.3f}" if py else "-", "GFLOP/s", py / med if py else None))
+
+    # conv2d of the MNIST CNN
+    for name, xs, ws in [("conv2d 1x1x28x28, 1->16 3x3 pad 1", (1, 1, 28, 28), (16, 1, 3, 3)),
+                         ("conv2d 1x16x14x14, 16->32 3x3 pad 1", (1, 16, 14, 14), (32, 16, 3, 3))]:
+        x, w, b = rand(xs), rand(ws, 0.3), rand(ws[:1], 0.1)
+        xp, wp, bp = x.to("python"), w.to("python"), b.to("python")
+        err = maxdiff(ember.conv2d(x, w, b, padding=1), ember.conv2d(xp, wp, bp, padding=1))
+        if err > 1e-4:
+            print(f"WRONG: {name}: wasm and python differ by {err:.2e}")
+            return 1
+        med, _ = timeit(lambda: ember.conv2d(x, w, b, padding=1))
+        py, _ = timeit(lambda: ember.conv2d(xp, wp, bp, padding=1), 0.5)
+        rows.append(("conv2d", name, f"{med * 1e3:.3f}", f"{py * 1e3:.2f}", "ms", py / med))
+
+    # the MNIST demo model
+    sys.path.insert(0, "/mnist")
+    try:
+        import model as mnist
+    except Exception as e:   # the demo changed: say so, keep the other rows
+        print(f"(MNIST model rows skipped: {type(e).__name__}: {e})")
+        mnist = None
+    if mnist is not None:
+        nets = {d: mnist.load_model("/mnist/mnist.safetensors", device=d) for d in ("wasm", "python")}
+        pixels = [rng.random() for _ in range(mnist.PIXELS)]
+        imgs = {d: mnist.images_tensor([pixels], d) for d in nets}
+        err = maxdiff(nets["wasm"](imgs["wasm"]), nets["python"](imgs["python"]))
+        if err > 1e-4:
+            print(f"WRONG: MNIST model: wasm and python logits differ by {err:.2e}")
+            return 1
+        res = {}
+        for d in nets:
+            res[d] = timeit(lambda d=d: nets[d](imgs[d]).to("python"), 0.5 if d == "python" else None)[0]
+        rows.append(("MNIST", "demo CNN forward, batch 1 (wall)", f"{res['wasm'] * 1e3:.3f}",
+                     f"{res['python'] * 1e3:.2f}", "ms", res["python"] / res["wasm"]))
+        # kernel time: every kernel of the wasm backend wrapped with a timer for a few runs
+        kernels = get_backend("wasm").kernels
+        spent = {}
+        saved = dict(kernels)
+
+        def timed(name, fn):
+            def k(*args, **kw):
+                t = time.perf_counter()
+                try:
+                    return fn(*args, **kw)
+                finally:
+                    spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+            return k
+
+        for name, fn in saved.items():
+            kernels[name] = timed(name, fn)
+        per_run = []
+        try:
+            runs = 200
+            nets["wasm"](imgs["wasm"])
+            spent.clear()
+            for _ in range(runs):
+                before = sum(spent.values())
+                nets["wasm"](imgs["wasm"])
+                per_run.append(sum(spent.values()) - before)
+        finally:
+            kernels.update(saved)
+        total = sorted(per_run)[runs // 2]
+        rows.append(("MNIST", "demo CNN forward, batch 1 (in kernels)", f"{total * 1e3:.3f}", "-", "ms", None))
+        top = sorted(spent.items(), key=lambda kv: -kv[1])
+        breakdown = ", ".join(f"{n} {v / runs * 1e3:.3f}" for n, v in top)   # means
+
+    width = max(len(r[1]) for r in rows)
+    print()
+    print(f"| {'case':<{width}} | {'wasm':>22} | {'python':>10} | unit    | python/wasm |")
+    print(f"|{'-' * (width + 2)}|{'-' * 24}|{'-' * 12}|---------|-------------|")
+    for _, name, w, p, unit, ratio in rows:
+        r = f"{ratio:.0f}x" if ratio else "-"
+        print(f"| {name:<{width}} | {w:>22} | {p:>10} | {unit:<7} | {r:>11} |")
+    if mnist is not None:
+        print(f"\nMNIST kernel time by op (ms per forward): {breakdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.platform == "emscripten":
+        _rc = guest_main(sys.argv[1:])
+        if _rc:   # (a SystemExit(0) would end the Pyodide runner with a traceback)
+            raise SystemExit(_rc)
+    else:
+        raise SystemExit(host_main(sys.argv[1:]))
