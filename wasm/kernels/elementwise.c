@@ -132,7 +132,7 @@ NOINLINE f32 pow1(f32 a, f32 b) {
   i32 integral = __builtin_floorf(b) == b;                       /* +-inf counts as even */
   i32 odd = integral && ab < 16777216.f && ((i32)(i64)ab & 1);  /* >= 2^24: every float is even */
   i32 neg = __builtin_signbit(a) && odd;
-  if (a < 0.f && !integral) return __builtin_nanf("");
+  if (a < 0.f && a > -__builtin_inff() && !integral) return __builtin_nanf("");
   f32 aa = __builtin_fabsf(a);
   f32 r;
   if (aa == 1.f) r = 1.f;                                        /* (-1)^+-inf = 1 */

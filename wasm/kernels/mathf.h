@@ -90,13 +90,16 @@ INLINE f32 hmin(f32x4 v) {
  * (degree 6, fit error 3.1e-9), times 2^k applied in two halves so that results down to the
  * subnormals (k = -150) and up to overflow (k = 128) come out of one rounding. `lo` is a small
  * correction added to the argument after the reduction (exp(x + lo) with lo << ulp(x)), which lets
- * erfc take exp(-z^2) with z^2 given as an unrounded pair. */
+ * erfc take exp(-z^2) with z^2 given as an unrounded pair. exp_scaled(x, lo, m) is exp(x + lo) 2^m
+ * (m = 0 or 24), for results that are scaled back after a product that would otherwise be rounded
+ * in the subnormal range twice. */
 #define EXP_LOG2E 1.442695022e+00f
 #define EXP_LN2_HI 6.931457520e-01f
 #define EXP_LN2_LO 1.428606765e-06f
 
-INLINE f32x4 exp_lo(f32x4 x, f32x4 lo) {
-  x = wasm_f32x4_min(wasm_f32x4_max(x, F4(-104.f)), F4(89.f));   /* NaN stays NaN */
+INLINE f32x4 exp_scaled(f32x4 x, f32x4 lo, i32 m) {
+  /* below -104 - m ln2 the result is 0 (NaN stays NaN through min/max) */
+  x = wasm_f32x4_min(wasm_f32x4_max(x, F4(m ? -121.f : -104.f)), F4(89.f));
   f32x4 k = wasm_f32x4_nearest(wasm_f32x4_mul(x, F4(EXP_LOG2E)));
   f32x4 r = wasm_f32x4_sub(x, wasm_f32x4_mul(k, F4(EXP_LN2_HI)));
   r = wasm_f32x4_sub(r, wasm_f32x4_mul(k, F4(EXP_LN2_LO)));
@@ -107,7 +110,7 @@ INLINE f32x4 exp_lo(f32x4 x, f32x4 lo) {
   p = madd(p, r, F4(4.999999404e-01f));
   p = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_mul(r, r), p), r);
   p = wasm_f32x4_add(p, F4(1.f));
-  i32x4 ki = wasm_i32x4_trunc_sat_f32x4(k);                    /* NaN -> 0 */
+  i32x4 ki = wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(k), I4(m));   /* NaN -> 0 */
   i32x4 k1 = wasm_i32x4_shr(ki, 1);
   i32x4 k2 = wasm_i32x4_sub(ki, k1);
   f32x4 s1 = wasm_i32x4_shl(wasm_i32x4_add(k1, I4(127)), 23);
@@ -115,6 +118,7 @@ INLINE f32x4 exp_lo(f32x4 x, f32x4 lo) {
   return wasm_f32x4_mul(wasm_f32x4_mul(p, s1), s2);
 }
 
+INLINE f32x4 exp_lo(f32x4 x, f32x4 lo) { return exp_scaled(x, lo, 0); }
 INLINE f32x4 exp4(f32x4 x) { return exp_lo(x, F4(0.f)); }
 
 /* ---- log --------------------------------------------------------------------------------------
@@ -183,8 +187,8 @@ INLINE f32x4 erf_small(f32x4 x, f32x4 z) {   /* z = x*x */
   return wasm_f32x4_mul(p, x);
 }
 
-/* erfc(a) for a >= ERF_T given a and a^2 = hi + lo (lo may be 0). */
-INLINE f32x4 erfc_tail(f32x4 a, f32x4 hi, f32x4 lo) {
+/* erfc(a) 2^m for a >= ERF_T given a and a^2 = hi + lo (lo may be 0). */
+INLINE f32x4 erfc_tail(f32x4 a, f32x4 hi, f32x4 lo, i32 m) {
   f32x4 t = wasm_f32x4_div(F4(2.f), wasm_f32x4_add(a, F4(2.f)));
   f32x4 q = madd(t, F4(8.724778146e-02f), F4(-2.085739672e-01f));
   q = madd(q, t, F4(6.163225323e-02f));
@@ -194,14 +198,14 @@ INLINE f32x4 erfc_tail(f32x4 a, f32x4 hi, f32x4 lo) {
   q = madd(q, t, F4(2.819238305e-01f));
   q = madd(q, t, F4(2.821038067e-01f));
   q = wasm_f32x4_mul(q, t);
-  return wasm_f32x4_mul(exp_lo(wasm_f32x4_neg(hi), wasm_f32x4_neg(lo)), q);
+  return wasm_f32x4_mul(exp_scaled(wasm_f32x4_neg(hi), wasm_f32x4_neg(lo), m), q);
 }
 
 INLINE f32x4 erf4(f32x4 x) {
   f32x4 ax = vabs(x);
   f32x4 z = wasm_f32x4_mul(x, x);
   f32x4 small = erf_small(x, z);
-  f32x4 big = with_sign(wasm_f32x4_sub(F4(1.f), erfc_tail(ax, z, F4(0.f))), x);
+  f32x4 big = with_sign(wasm_f32x4_sub(F4(1.f), erfc_tail(ax, z, F4(0.f), 0)), x);
   return sel(wasm_f32x4_lt(ax, F4(ERF_T)), small, big);
 }
 
@@ -215,32 +219,59 @@ INLINE f32x4 square_lo(f32x4 x, f32x4 hi) {
   return wasm_f32x4_add(l, wasm_f32x4_mul(xl, xl));
 }
 
-/* The standard normal CDF at z = x / sqrt(2), i.e. (1 + erf(z)) / 2, without the cancellation of
- * 1 + erf for z << 0: erfc(|z|) / 2 there. z^2 is taken as x^2 / 2 from an exact square of x,
- * so that exp(-z^2) keeps its relative accuracy in the far tail. */
-INLINE f32x4 phi_of_x(f32x4 x) {
+/* gelu(x) = x Phi(x / sqrt 2), Phi the standard normal CDF: (1 + erf(z)) / 2 for |z| < ERF_T, and
+ * without the cancellation of 1 + erf for z << 0, erfc(|z|) / 2 beyond. There z^2 is taken as
+ * x^2 / 2 from an exact square of x, so that exp(-z^2) keeps its relative accuracy in the far
+ * tail, and erfc is scaled by 2^24 until after the product with x (one rounding into the
+ * subnormals). gelu(-inf) = -inf * 0 = NaN, as x Phi(x) gives in float64. */
+INLINE f32x4 gelu4(f32x4 x) {
   f32x4 z = wasm_f32x4_mul(x, F4(7.071067691e-01f));
   f32x4 az = vabs(z);
-  f32x4 small = madd(erf_small(z, wasm_f32x4_mul(z, z)), F4(0.5f), F4(0.5f));
+  f32x4 small = wasm_f32x4_mul(x, madd(erf_small(z, wasm_f32x4_mul(z, z)), F4(0.5f), F4(0.5f)));
   f32x4 ax = wasm_f32x4_min(vabs(x), F4(32.f));   /* beyond, erfc is 0 anyway; keeps the split finite */
   f32x4 hi = wasm_f32x4_mul(ax, ax);
   f32x4 lo = square_lo(ax, hi);
-  f32x4 h = wasm_f32x4_mul(erfc_tail(az, wasm_f32x4_mul(hi, F4(0.5f)), wasm_f32x4_mul(lo, F4(0.5f))), F4(0.5f));
-  f32x4 big = sel(wasm_f32x4_lt(x, F4(0.f)), h, wasm_f32x4_sub(F4(1.f), h));
-  return sel(wasm_f32x4_lt(az, F4(ERF_T)), small, big);
+  f32x4 hs = wasm_f32x4_mul(erfc_tail(az, wasm_f32x4_mul(hi, F4(0.5f)), wasm_f32x4_mul(lo, F4(0.5f)), 24),
+                            F4(0.5f));   /* erfc(|z|) / 2 * 2^24 */
+  f32x4 neg = wasm_f32x4_mul(wasm_f32x4_mul(x, hs), F4(5.9604645e-08f));
+  f32x4 pos = wasm_f32x4_mul(x, wasm_f32x4_sub(F4(1.f), wasm_f32x4_mul(hs, F4(5.9604645e-08f))));
+  f32x4 big = sel(wasm_f32x4_lt(x, F4(0.f)), neg, pos);
+  f32x4 y = sel(wasm_f32x4_lt(az, F4(ERF_T)), small, big);
+  return sel(wasm_f32x4_eq(x, F4(-__builtin_inff())), F4(__builtin_nanf("")), y);
 }
 
-/* gelu(x) = x Phi(x / sqrt 2); the tanh form is x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
- * (= 0.5 x (1 + tanh u) without the cancellation at x << 0). */
-INLINE f32x4 gelu4(f32x4 x) { return wasm_f32x4_mul(x, phi_of_x(x)); }
-
+/* The tanh form is x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (= 0.5 x (1 + tanh u)
+ * without the cancellation at x << 0). 2u is formed in float64 and handed to exp as a float32
+ * pair: rounded to float32 alone, its error (|2u| ulps) would grow into exp(-|2u|). */
 INLINE f32x4 gelu_tanh4(f32x4 x) {
-  f32x4 z = wasm_f32x4_mul(x, x);
-  f32x4 u2 = wasm_f32x4_mul(x, madd(z, F4(7.135481387e-02f), F4(1.595769167e+00f)));
-  return wasm_f32x4_mul(x, sigmoid4(u2));
+  const v128_t a = wasm_f64x2_splat(1.5957691216057308), b = wasm_f64x2_splat(0.07135481627260025),
+               lim = wasm_f64x2_splat(200.0);
+  v128_t x0 = wasm_f64x2_promote_low_f32x4(x), x1 = wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(x, x, 2, 3, 2, 3));
+  v128_t u0 = wasm_f64x2_mul(x0, wasm_f64x2_add(a, wasm_f64x2_mul(b, wasm_f64x2_mul(x0, x0))));
+  v128_t u1 = wasm_f64x2_mul(x1, wasm_f64x2_add(a, wasm_f64x2_mul(b, wasm_f64x2_mul(x1, x1))));
+  u0 = wasm_f64x2_min(wasm_f64x2_max(u0, wasm_f64x2_neg(lim)), lim);   /* sigmoid is 0 or 1 there */
+  u1 = wasm_f64x2_min(wasm_f64x2_max(u1, wasm_f64x2_neg(lim)), lim);
+  f32x4 h0 = wasm_f32x4_demote_f64x2_zero(u0), h1 = wasm_f32x4_demote_f64x2_zero(u1);
+  f32x4 l0 = wasm_f32x4_demote_f64x2_zero(wasm_f64x2_sub(u0, wasm_f64x2_promote_low_f32x4(h0)));
+  f32x4 l1 = wasm_f32x4_demote_f64x2_zero(wasm_f64x2_sub(u1, wasm_f64x2_promote_low_f32x4(h1)));
+  f32x4 hi = wasm_i32x4_shuffle(h0, h1, 0, 1, 4, 5), lo = wasm_i32x4_shuffle(l0, l1, 0, 1, 4, 5);
+  /* sigmoid(hi + lo) from e = exp(-|hi + lo|) 2^24 (kept normal until the product with x) */
+  i32x4 neg = wasm_f32x4_lt(hi, F4(0.f));
+  f32x4 es = exp_scaled(sel(neg, hi, wasm_f32x4_neg(hi)), sel(neg, lo, wasm_f32x4_neg(lo)), 24);
+  f32x4 s = wasm_f32x4_div(sel(neg, es, F4(16777216.f)), madd(es, F4(5.9604645e-08f), F4(1.f)));
+  return sel(neg, wasm_f32x4_mul(wasm_f32x4_mul(x, s), F4(5.9604645e-08f)),
+             wasm_f32x4_mul(x, wasm_f32x4_mul(s, F4(5.9604645e-08f))));
 }
 
-INLINE f32x4 silu4(f32x4 x) { return wasm_f32x4_mul(x, sigmoid4(x)); }
+/* silu(x) = x sigmoid(x): x / (1 + e) for x >= 0, (x e) / (1 + e) below, e = exp(-|x|) taken
+ * scaled by 2^24 so that the product stays normal until the last step. silu(-inf) = NaN. */
+INLINE f32x4 silu4(f32x4 x) {
+  f32x4 es = exp_scaled(wasm_f32x4_neg(vabs(x)), F4(0.f), 24);
+  f32x4 d = madd(es, F4(5.9604645e-08f), F4(1.f));
+  f32x4 neg = wasm_f32x4_mul(wasm_f32x4_div(wasm_f32x4_mul(x, es), d), F4(5.9604645e-08f));
+  f32x4 y = sel(wasm_f32x4_ge(x, F4(0.f)), wasm_f32x4_div(x, d), neg);   /* NaN: neg (NaN) */
+  return sel(wasm_f32x4_eq(x, F4(-__builtin_inff())), F4(__builtin_nanf("")), y);
+}
 
 /* ---- sin, cos ---------------------------------------------------------------------------------
  * |x| = k pi/2 + r, |r| <= pi/4, reduced in float64 (pi/2 as a 33-bit head, exact times k < 2^20,
