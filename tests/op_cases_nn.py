@@ -621,3 +621,56 @@ add(OpCase("avg_pool2d/edge/f16", lambda e, x: e.avg_pool2d(x, 3, 2, 1),
            .astype(np.float16), [S((1, 2, 7, 7), H)], dtype=H))
 add(OpCase("max_pool2d/edge/int32", lambda e, x: e.max_pool2d(x, 2),
            lambda np, x: _np_pool(np, x, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), False, "max"), [S((1, 1, 4, 6), "int32")]))
+
+
+# ---- scaled_dot_product_attention shapes (the wasm fused kernel: few / many query rows, masks
+# broadcast as a BERT padding mask, rows with every key masked, batch broadcasting) -------------
+
+def _np_sdpa(np, q, k, v, mask=None, causal=False, scale=None):
+    q64, k64, v64 = (t.astype(np.float64) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = q64 @ np.swapaxes(k64, -1, -2) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
+    m = s.max(axis=-1, keepdims=True)
+    dead = m == -np.inf
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - np.where(dead, 0.0, m))
+        p = e / np.where(dead, 1.0, e.sum(axis=-1, keepdims=True))
+    return (p @ v64).astype(np.result_type(q, k, v))
+
+
+_SDPA = [  # id, q, k, v, mask (shape, dtype) or None, causal
+    ("many_rows", (2, 3, 20, 8), (2, 3, 19, 8), (2, 3, 19, 12), None, False),
+    ("many_rows_causal", (1, 2, 24, 5), (1, 2, 24, 5), (1, 2, 24, 7), None, True),
+    ("bert_mask", (2, 4, 9, 6), (2, 4, 9, 6), (2, 4, 9, 6), ((2, 1, 1, 9), "bool"), False),
+    ("bert_mask_many", (2, 2, 18, 4), (2, 2, 18, 4), (2, 2, 18, 4), ((2, 1, 1, 18), "bool"), False),
+    ("float_mask_rows", (1, 2, 5, 3), (1, 2, 7, 3), (1, 2, 7, 2), ((5, 1), "float32"), False),
+    ("kv_broadcast", (3, 2, 4, 6), (1, 2, 10, 6), (2, 10, 9), None, False),
+    ("one_query", (2, 1, 16), (2, 33, 16), (2, 33, 17), None, False),
+    ("one_key", (4, 3), (1, 3), (1, 5), None, False),
+]
+for _sid_, _q, _k, _v, _m, _c in _SDPA:
+    _specs = [S(_q), S(_k), S(_v)]
+    if _m is not None:
+        _specs.append(S(_m[0], _m[1]) if _m[1] == "bool" else S(_m[0], _m[1], -2.0, 2.0))
+        add(OpCase(f"sdpa/shape/{_sid_}", lambda e, q, k, v, m: e.scaled_dot_product_attention(q, k, v, m),
+                   lambda np, q, k, v, m: _np_sdpa(np, q, k, v, m), _specs, 1e-5, 1e-5))
+    else:
+        add(OpCase(f"sdpa/shape/{_sid_}", lambda e, q, k, v, c=_c: e.scaled_dot_product_attention(q, k, v, is_causal=c),
+                   lambda np, q, k, v, c=_c: _np_sdpa(np, q, k, v, causal=c), _specs, 1e-5, 1e-5))
+# a query row whose keys are all masked gives zeros; NaN in the scores gives a NaN row
+add(OpCase("sdpa/shape/dead_rows", lambda e, q, k, v, m: e.scaled_dot_product_attention(q, k, v, m),
+           lambda np, q, k, v, m: _np_sdpa(np, q, k, v, m),
+           [S((1, 3, 4)), S((1, 5, 4)), S((1, 5, 2)), S((3, 5), "bool", values=[0] * 5 + [1, 0, 1, 0, 0] + [0] * 4 + [1])]))
+add(OpCase("sdpa/shape/dead_rows_many", lambda e, q, k, v, m: e.scaled_dot_product_attention(q, k, v, m),
+           lambda np, q, k, v, m: _np_sdpa(np, q, k, v, m),
+           [S((1, 20, 4)), S((1, 6, 4)), S((1, 6, 3)), S((20, 1), "bool", values=[1, 0] * 10)]))
+add(OpCase("sdpa/shape/special", lambda e, q, k, v: e.scaled_dot_product_attention(q, k, v),
+           lambda np, q, k, v: _np_sdpa(np, q, k, v), [S((1, 4, 3), special=True), S((1, 5, 3)), S((1, 5, 2))]))
+add(OpCase("sdpa/shape/scale_f16", lambda e, q, k, v: e.scaled_dot_product_attention(q, k, v, scale=0.3),
+           lambda np, q, k, v: _np_sdpa(np, q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                                        scale=0.3).astype(np.float16),
+           [S((2, 18, 4), H), S((2, 7, 4), H), S((2, 7, 5), H)], 1e-2, 1e-2, dtype=H))   # decompositions round each step

@@ -198,5 +198,41 @@ def kernels(rt) -> dict:
         call("avg_pool2d_f32", R(x._buf, prod(x.shape)), W(y, len(y)), R(prm, len(prm)))
         return _finish(y, out.dtype)
 
+    # ---- attention ---------------------------------------------------------------------------
+
+    def sdpa(out, q, k, v, mask=None, *, is_causal, scale):
+        ins = (q, k, v) if mask is None else (q, k, v, mask)
+        L, E = q.shape[-2:]
+        S, Ev = v.shape[-2:]
+        if not _floats(q, k, v) or 0 in out.shape or S == 0 or E == 0:
+            # empty shapes and the like: the op's decomposition, on this backend's kernels
+            from ..registry import OPS
+            return OPS["scaled_dot_product_attention"].decompose(*ins, is_causal=is_causal, scale=scale)._buf
+        batch = out.shape[:-2]
+        nb = prod(batch)
+        offs = []   # per batch: q, k, v and mask offsets (broadcast batch dims repeat an offset)
+        for t, span in ((q, L * E), (k, S * E), (v, S * Ev)):
+            offs += [i * span for i in _py.broadcast_index(t.shape[:-2], batch)]
+        mkind = msl = mss = 0
+        marg = 0
+        if mask is not None:
+            ms = (1,) * (len(batch) + 2 - len(mask.shape)) + tuple(mask.shape)
+            lm, sm = ms[-2:]
+            offs += [i * lm * sm for i in _py.broadcast_index(ms[:-2], batch)]
+            mkind = 1 if mask.dtype is _dt.bool_ else 2   # bool bytes, or float32 buffers
+            msl, mss = (sm if lm != 1 else 0), (1 if sm != 1 else 0)
+            marg = R(mask._buf, prod(ms))
+        else:
+            offs += [0] * nb
+        _need(max(offs[:nb]) + L * E <= len(q._buf) and max(offs[nb:2 * nb]) + S * E <= len(k._buf)
+              and max(offs[2 * nb:3 * nb]) + S * Ev <= len(v._buf), "q, k or v")
+        prm = array("i", [L, S, E, Ev, nb, mkind, msl, mss, 1 if is_causal else 0, *offs])
+        size = L * S + max(_panels(E, S), _panels(S, Ev))
+        sc = scratch.get(size)
+        y = _zeros(nb * L * Ev)
+        call("sdpa_f32", R(q._buf, len(q._buf)), R(k._buf, len(k._buf)), R(v._buf, len(v._buf)), marg,
+             W(y, len(y)), W(sc, size), R(prm, len(prm)), float(scale))
+        return _finish(y, out.dtype)
+
     return {"matmul": matmul, "linear": linear, "conv2d": conv2d, "max_pool2d": max_pool2d,
-            "avg_pool2d": avg_pool2d}
+            "avg_pool2d": avg_pool2d, "scaled_dot_product_attention": sdpa}

@@ -86,6 +86,7 @@ static void pack_nk(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N) {
 }
 
 void gemm_pack_rows(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N) { pack_kn(B, ldb, P, K, N); }
+void gemm_pack_cols(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N) { pack_nk(W, ldw, P, K, N); }
 
 /* ---- the 4x8 microkernel ------------------------------------------------------------------ */
 
@@ -279,6 +280,16 @@ static void gemm_nt_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i3
     f32 *c0 = C + i * ldc;
     for (i32 j = 0; j < N; j += 4) nt_block(1, a0, a0, W, ldw, c0, c0, i, j, N, K, bias, bmode, acc, relu);
   }
+}
+
+void gemm_direct_one(const f32 *A, i32 lda, const f32 *B, i32 ldb, const f32 *T, f32 *C, i32 ldc, i32 M,
+                     i32 N, i32 K, const f32 *bias, i32 flags) {
+  gemm_one(A, lda, B, NR, ldb, T, C, ldc, M, N, K, bias, flags);
+}
+
+void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
+                  const f32 *bias, i32 flags) {
+  gemm_nt_one(A, lda, W, ldw, C, ldc, M, N, K, bias, flags);
 }
 
 /* ---- the entry point ---------------------------------------------------------------------- */

@@ -24,9 +24,17 @@ enum { GP_M, GP_N, GP_K, GP_LDA, GP_LDB, GP_LDC, GP_FLAGS, GP_BMODE, GP_NB, GP_N
 
 /* B (K, N), row stride ldb -> packed panels of GEMM_NR columns (zero padded). */
 void gemm_pack_rows(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N);
+/* W (N, K), row stride ldw (B = W^T) -> the same panels. */
+void gemm_pack_cols(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N);
 /* C (M, N; ldc) = A (M, K; lda) · packed P (+ bias, relu per flags). */
 void gemm_packed_one(const f32 *A, i32 lda, const f32 *P, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
                      const f32 *bias, i32 flags);
+/* the same with a row-major B (rows ldb apart) read in place; T: its last N % 8 columns packed. */
+void gemm_direct_one(const f32 *A, i32 lda, const f32 *B, i32 ldb, const f32 *T, f32 *C, i32 ldc, i32 M,
+                     i32 N, i32 K, const f32 *bias, i32 flags);
+/* C = A · W^T for a (N, K) W (rows ldw apart) by dot products, no packing (few rows of A). */
+void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
+                  const f32 *bias, i32 flags);
 
 /* the int32 parameter table of conv2d_gemm / conv2d_depthwise */
 enum {

@@ -1,0 +1,88 @@
+/* scaled_dot_product_attention in float32, fused: per batch, scores = q · k^T (a GEMM into
+ * Python's scratch), then scale, mask and softmax row by row in place, then out = p · v (a GEMM).
+ * The decomposition it replaces (nnops._dec_sdpa) makes a dozen passes over the scores through
+ * Python; here they stay in cache between the two products.
+ *
+ * Semantics follow the decomposition: s = (q k^T) * scale; a bool mask sets s = -inf where it is
+ * false, a float mask is added; is_causal hides keys j > i; a row whose keys are all -inf gives
+ * zeros; NaN or +inf in a row gives a NaN row (as softmax does). */
+#include "ember.h"
+#include "linalg.h"
+#include "mathf.h"
+
+/* prm: sizes, then the per-batch offset tables (elements) */
+enum { AT_L, AT_S, AT_E, AT_EV, AT_NB, AT_MASK, AT_MSL, AT_MSS, AT_CAUSAL, AT_NPARAMS };
+enum { MASK_NONE = 0, MASK_BOOL = 1, MASK_FLOAT = 2 };
+
+/* One row of scores in place: scale, mask, softmax. bm / fm: the row's mask (stride ms), or 0;
+ * keys past `last` are hidden (causal). */
+static void softmax_row_masked(f32 *x, i32 n, f32 scale, const unsigned char *bm, const f32 *fm, i32 ms,
+                               i32 last) {
+  const f32 ninf = -__builtin_inff();
+  f32 m = ninf;
+  for (i32 j = 0; j < n; j++) {
+    f32 v = x[j] * scale;
+    if (fm) v += fm[j * ms];
+    if ((bm && !bm[j * ms]) || j > last) v = ninf;
+    x[j] = v;
+    m = (v > m || v != v) ? v : m;   /* NaN wins */
+  }
+  if (m == ninf) {   /* every key hidden: zeros, as PyTorch gives */
+    for (i32 j = 0; j < n; j++) x[j] = 0.f;
+    return;
+  }
+  const f32x4 vm = F4(m);
+  f32x4 acc = F4(0.f);
+  i32 j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const f32x4 e = exp4(wasm_f32x4_sub(wasm_v128_load(x + j), vm));
+    wasm_v128_store(x + j, e);
+    acc = wasm_f32x4_add(acc, e);
+  }
+  f32 sum = hsum(acc);
+  if (j < n) {
+    const f32x4 e = exp4(wasm_f32x4_sub(load_part(x + j, n - j), vm));
+    store_part(x + j, e, n - j);
+    for (i32 q = j; q < n; q++) sum += x[q];
+  }
+  const f32x4 vs = F4(sum);
+  for (j = 0; j + 4 <= n; j += 4) wasm_v128_store(x + j, wasm_f32x4_div(wasm_v128_load(x + j), vs));
+  for (; j < n; j++) x[j] = x[j] / sum;
+}
+
+/* q (.., L, E), k (.., S, E), v (.., S, Ev) -> out (nb, L, Ev). scratch: L*S scores, then room for
+ * k or v in packed panels (max of panels(E, S) and panels(S, Ev) floats). mask: bytes or floats. */
+EXPORT(sdpa_f32) void sdpa_f32(const f32 *q, const f32 *k, const f32 *v, const void *mask, f32 *out,
+                               f32 *scratch, const i32 *prm, f32 scale) {
+  const i32 L = prm[AT_L], S = prm[AT_S], E = prm[AT_E], Ev = prm[AT_EV], nb = prm[AT_NB];
+  const i32 mkind = prm[AT_MASK], msl = prm[AT_MSL], mss = prm[AT_MSS], causal = prm[AT_CAUSAL];
+  const i32 *qoff = prm + AT_NPARAMS, *koff = qoff + nb, *voff = koff + nb, *moff = voff + nb;
+  f32 *sc = scratch, *pk = scratch + L * S;
+  /* few query rows: dot products with k's rows and v read in place; many: pack k and v */
+  const i32 pack = L > 16;
+  for (i32 b = 0; b < nb; b++) {
+    const f32 *qb = q + qoff[b], *kb = k + koff[b], *vb = v + voff[b];
+    if (pack) {
+      gemm_pack_cols(kb, E, pk, E, S);
+      gemm_packed_one(qb, E, pk, sc, S, L, S, E, 0, 0);
+    } else {
+      gemm_dot_one(qb, E, kb, E, sc, S, L, S, E, 0, 0);
+    }
+    for (i32 i = 0; i < L; i++) {
+      const unsigned char *bm = 0;
+      const f32 *fm = 0;
+      if (mkind == MASK_BOOL) bm = (const unsigned char *)mask + moff[b] + i * msl;
+      if (mkind == MASK_FLOAT) fm = (const f32 *)mask + moff[b] + i * msl;
+      softmax_row_masked(sc + i * S, S, scale, bm, fm, mss, causal ? i : S);
+    }
+    f32 *ob = out + b * L * Ev;
+    if (pack) {
+      gemm_pack_rows(vb, Ev, pk, S, Ev);
+      gemm_packed_one(sc, S, pk, ob, Ev, L, Ev, S, 0, 0);
+    } else {
+      const i32 full = Ev / GEMM_NR * GEMM_NR;
+      if (full < Ev) gemm_pack_rows(vb + full, Ev, pk, S, Ev - full);
+      gemm_direct_one(sc, S, vb, Ev, pk, ob, Ev, L, Ev, S, 0, 0);
+    }
+  }
+}
