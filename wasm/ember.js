@@ -706,7 +706,8 @@ function installWorker() {
       if (typeof mod[msg.fn] !== "function") throw new Error(`${msg.module} exports no function ${msg.fn}`);
       const ctx = {
         pyodide: py,
-        fetch: (url, opts = {}) => getBytes(new URL(url, msg.module).href, opts),
+        // Relative URLs: next to the module (or the site root for a blob: module).
+        fetch: (url, opts = {}) => getBytes(new URL(url, /^https?:/.test(msg.module) ? msg.module : base).href, opts),
         progress: (fraction, label, extra = {}) => post({ type: "progress", id: msg.id, fraction, label, ...extra }),
         writeFile: (path, bytes) => writeFile(py, path, bytes),
       };

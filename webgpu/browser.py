@@ -184,12 +184,20 @@ class BrowserDriver(BatchingDriver):
     def pipeline(self, wgsl: str, entry: str = "main"):
         ffi, js = self._ffi, self._js
         mod = self._dev.createShaderModule(_obj(ffi, js, {"code": wgsl}))
+        desc = _obj(ffi, js, {"layout": "auto", "compute": {"module": mod, "entryPoint": entry}})
         if self._can_block():
             self._compile_errors(ffi.run_sync(mod.getCompilationInfo()), entry)
+            # createComputePipelineAsync where JSPI can wait for it: the browser compiles off its
+            # GPU thread while only this Python stack is suspended (in ember's Worker the page's
+            # other calls, e.g. CPU predictions, run meanwhile), and a pipeline that cannot be
+            # created fails here, naming it, not as an uncaptured error at a later read.
+            try:
+                pipe = ffi.run_sync(self._dev.createComputePipelineAsync(desc))
+            except Exception as e:  # the promise rejects with a GPUPipelineError
+                raise DeviceError(f"webgpu: WGSL pipeline {entry!r} could not be created: {e}") from e
         else:
             self._unchecked.append((mod, entry))
-        pipe = self._dev.createComputePipeline(_obj(ffi, js, {"layout": "auto",
-                                                             "compute": {"module": mod, "entryPoint": entry}}))
+            pipe = self._dev.createComputePipeline(desc)
         self._layouts[id(pipe)] = pipe.getBindGroupLayout(0)
         return pipe
 
