@@ -190,10 +190,10 @@ def _cast(out, x, *, dtype, **_):
         r = np.nan_to_num(a.astype(np.float64), nan=0.0)
         hi_mask = r >= float(hi)
         lo_mask = r <= float(lo)
-        res = np.trunc(np.where(hi_mask | lo_mask, 0.0, r)).astype(np_dtype(out.dtype))
-        res[hi_mask] = hi
+        res = np.asarray(np.trunc(np.where(hi_mask | lo_mask, 0.0, r)).astype(np_dtype(out.dtype)))
+        res[hi_mask] = hi        # (0-d arrays too: np.asarray keeps them arrays)
         res[lo_mask] = lo
-        return res
+        return res.reshape(out.shape)
     with np.errstate(all="ignore"):
         return _out(a.astype(np_dtype(out.dtype)), out)
 
@@ -225,8 +225,20 @@ def _matmul(out, a, b):
     ct = np_dtype(out.dtype)
     if ct is np.float16:
         ct = np.float32
+    if out.dtype.kind in "iu" and A.size and B.size and _exact_in_f64(A, B):
+        # numpy's integer matmul is a plain loop, no BLAS: float64 BLAS is exact here (every
+        # partial sum stays below 2**53) and many times faster (int8 models' MatMulInteger)
+        return _out(np.matmul(A.astype(np.float64), B.astype(np.float64)), out)
     with np.errstate(all="ignore"):
         return _out(np.matmul(A.astype(ct, copy=False), B.astype(ct, copy=False)), out)
+
+
+def _exact_in_f64(A, B) -> bool:
+    k = A.shape[-1]
+    if A.dtype.itemsize <= 2 and B.dtype.itemsize <= 2:
+        return k < 2 ** 21
+    bound = float(np.abs(A).max()) * float(np.abs(B).max()) * k
+    return bound < 2.0 ** 53
 
 
 # ---- movement --------------------------------------------------------------------------------

@@ -1529,3 +1529,11 @@ def affine_grid(theta: Tensor, size, align_corners: bool = False) -> Tensor:
     base = E.tensor(rows, dtype=theta.dtype, device=theta.device)                  # (P, nd+1)
     grid = E.matmul(base, E.permute_dims(theta, (0, 2, 1)))                        # (N, P, nd)
     return E.reshape(grid, (n,) + tuple(sp) + (nd,))
+
+
+# ---- quantization and onnxruntime's fused ops (own modules; here so generated code finds them) --
+
+from .contrib import (bias_gelu, embed_layer_norm, fast_gelu, fused_matmul, ms_attention,  # noqa: E402,F401
+                      quick_gelu, skip_layer_norm, skip_simplified_layer_norm)
+from .quant import (conv_integer, dequantize_linear, dynamic_quantize_linear, matmul_integer,  # noqa: E402,F401
+                    qgemm, qlinear_binary, qlinear_conv, qlinear_matmul, quantize_linear, wrap_int)

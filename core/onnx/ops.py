@@ -33,12 +33,17 @@ from .runtime import DEVICE
 TABLE: dict = {}
 
 
-def onnx_op(*names, since: int = 1):
+MS = "com.microsoft"        # onnxruntime's contrib operators: keys "com.microsoft:Name"
+
+
+def onnx_op(*names, since: int = 1, domain: str = "ai.onnx"):
     """Register a handler for ONNX ops ``names`` from opset ``since`` on (until the next
-    registration of the same name)."""
+    registration of the same name); ``domain`` other than the default one prefixes the key
+    (``"com.microsoft:Attention"``)."""
     def deco(fn):
         for n in names:
-            entries = TABLE.setdefault(n, [])
+            key = n if domain == "ai.onnx" else f"{domain}:{n}"
+            entries = TABLE.setdefault(key, [])
             entries.append((since, fn))
             entries.sort(key=lambda e: e[0])
         return fn
@@ -46,23 +51,33 @@ def onnx_op(*names, since: int = 1):
 
 
 def supported_ops() -> list:
-    """The ONNX operator names ember can load."""
+    """The ONNX operator names ember can load (contrib ones as ``"com.microsoft:Name"``)."""
     return sorted(TABLE)
+
+
+DOMAINS = ("ai.onnx", MS)
 
 
 def resolve(node, opsets):
     """The handler for ``node`` under the model's opsets, and the opset: UnsupportedOp naming
-    the op, the opset and the node when there is none."""
+    the op, the opset and the node when there is none. A contrib node runs under the model's
+    default-domain opset (its handler reads its own domain's version where that matters)."""
     domain = node.domain or "ai.onnx"
-    if domain not in ("ai.onnx",):
+    if domain == "onnx":
+        domain = "ai.onnx"
+    if domain not in DOMAINS:
         raise UnsupportedOp(f"ONNX node {node.label} ({node.op_type}): operators of domain {domain!r} "
                             f"(opset {opsets.get(domain, '?')}) are not supported by ember; only the "
-                            f"default ONNX domain is")
+                            f"default ONNX domain and com.microsoft are")
     opset = opsets.get("ai.onnx", 1)
-    entries = TABLE.get(node.op_type)
+    key = node.op_type if domain == "ai.onnx" else f"{domain}:{node.op_type}"
+    entries = TABLE.get(key)
     if not entries:
-        raise UnsupportedOp(f"ONNX node {node.label}: operator {node.op_type} (opset {opset}) is not "
-                            f"supported by ember (ember.onnx.supported_ops() lists what is)")
+        what = node.op_type if domain == "ai.onnx" else f"{node.op_type} of domain {domain!r}"
+        raise UnsupportedOp(f"ONNX node {node.label}: operator {what} (opset {opsets.get(domain, opset)}) is "
+                            f"not supported by ember (ember.onnx.supported_ops() lists what is)")
+    if domain != "ai.onnx":
+        return entries[-1][1], opset
     handler = None
     for since, fn in entries:
         if since <= opset:
@@ -317,10 +332,15 @@ def where(c, cond, a, b):
 
 @onnx_op("Cast", since=6)
 def cast(c, x):
-    dt = _dtype(c, c.i("to"))
+    code = c.i("to")
+    dt = _dtype(c, code)
     c.i("saturate", 1)
     if "round_mode" in c.node.attrs:
         c.s("round_mode")
+    if code in proto.WIDENED:       # to int8/int16/uint16, held as int32: wrap into the narrow range
+        from .quant import tag_narrow
+        lo, hi = _QTYPES[code]
+        return tag_narrow(c.call(F.wrap_int, x, lo, hi), code)
     return x if x.dtype is dt else c.call(E.astype, x, dt)
 
 
@@ -662,12 +682,13 @@ def einsum(c, *xs):
     return c.call(F.einsum, c.s("equation"), *xs)
 
 
-@onnx_op("Conv")
-def conv(c, x, w, b=None):
+def _conv_kw(c, x, w):
+    """Conv attributes as ember.conv2d keywords (only the non-default ones); for a 1-D input the
+    single-axis values, as F.conv1d takes them."""
     k, s, d, p = _spatial(c, x, kernel=w.shape[2:])
     groups = c.i("group", 1)
     if x.ndim == 3:
-        return c.call(F.conv1d, x, w, b, s[0], p[0], d[0], groups)
+        return {"stride": s[0], "padding": p[0], "dilation": d[0], "groups": groups}
     kw = {}
     if s != [1, 1]:
         kw["stride"] = _one(s)
@@ -677,6 +698,14 @@ def conv(c, x, w, b=None):
         kw["dilation"] = _one(d)
     if groups != 1:
         kw["groups"] = groups
+    return kw
+
+
+@onnx_op("Conv")
+def conv(c, x, w, b=None):
+    kw = _conv_kw(c, x, w)
+    if x.ndim == 3:
+        return c.call(F.conv1d, x, w, b, kw["stride"], kw["padding"], kw["dilation"], kw["groups"])
     return c.call(E.conv2d, x, w, b, **kw)
 
 
@@ -809,7 +838,8 @@ def group_norm(c, x, scale, bias):
     return c.call(F.group_norm, x, scale, bias, g, eps)
 
 
-@onnx_op("LayerNormalization", since=17)
+# LayerNormalization is ONNX from opset 17; onnxruntime's fusions write it into older graphs too
+@onnx_op("LayerNormalization", since=1)
 def layer_norm(c, x, scale, bias=None):
     axis = c.i("axis", -1)
     eps = c.f("epsilon", 1e-5)
@@ -1305,3 +1335,250 @@ def cumprod(c, x, axis):
 @onnx_op("AffineGrid", since=20)
 def affine_grid(c, theta, size):
     return c.call(F.affine_grid, theta, c.ints(size, "size"), bool(c.i("align_corners", 0)))
+
+
+# ---- quantization (ember.onnx.quant: int8/int16/uint16 held as int32, ranges from zero points) ----
+
+_QTYPES = {proto.UINT8: (0, 255), proto.INT8: (-128, 127), proto.UINT16: (0, 65535), proto.INT16: (-32768, 32767)}
+
+
+def _zp_check(c, zp, what):
+    if zp is not None and zp.dtype not in (_dt.uint8, _dt.int32):
+        c.unsupported(f"{what} of dtype {zp.dtype.name} (ember quantizes to uint8, int8, uint16 and int16)")
+
+
+def _blocks(c):
+    """The block_size attribute (opset 21 on), as keywords for F.quantize/dequantize_linear."""
+    b = c.i("block_size", 0) if c.opset >= 21 else 0
+    if b < 0:
+        c.check(False, f"block_size must be >= 0, got {b}")
+    return {"block_size": b} if b else {}
+
+
+@onnx_op("QuantizeLinear", since=10)
+def quantize_linear(c, x, scale, zp=None):
+    axis = c.i("axis", 1) if c.opset >= 13 else 1
+    if c.opset >= 19:
+        c.i("saturate", 1)              # matters for float8 targets only
+    blk = _blocks(c)
+    _zp_check(c, zp, "y_zero_point")
+    if zp is None:
+        code = c.i("output_dtype", 0) if c.opset >= 21 else 0
+        if code and code not in _QTYPES:
+            c.unsupported(f"output_dtype {proto.DTYPE_NAMES.get(code, code)}")
+        lo, hi = _QTYPES.get(code, _QTYPES[proto.UINT8])
+    else:
+        if c.opset >= 21:
+            c.i("output_dtype", 0)
+        from .quant import narrow_range
+        lo, hi = narrow_range(zp)
+    return c.call(F.quantize_linear, x, scale, zp, axis, lo, hi, **blk)
+
+
+@onnx_op("DequantizeLinear", since=10)
+def dequantize_linear(c, x, scale, zp=None):
+    axis = c.i("axis", 1) if c.opset >= 13 else 1
+    blk = _blocks(c)
+    if c.opset >= 23:
+        c.i("output_dtype", 0)
+    _zp_check(c, zp, "x_zero_point")
+    y = c.call(F.dequantize_linear, x, scale, zp, axis, **blk)
+    return c.call(E.astype, y, scale.dtype) if scale.dtype is _dt.float16 else y
+
+
+@onnx_op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(c, x):
+    return c.call(F.dynamic_quantize_linear, x)
+
+
+@onnx_op("MatMulInteger", since=10)
+def matmul_integer(c, a, b, a_zp=None, b_zp=None):
+    return c.call(F.matmul_integer, a, b, a_zp, b_zp)
+
+
+@onnx_op("ConvInteger", since=10)
+def conv_integer(c, x, w, x_zp=None, w_zp=None):
+    return c.call(F.conv_integer, x, w, x_zp, w_zp, **_conv_kw(c, x, w))
+
+
+@onnx_op("QLinearMatMul", since=10)
+def qlinear_matmul(c, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+    for zp, what in ((a_zp, "a_zero_point"), (b_zp, "b_zero_point"), (y_zp, "y_zero_point")):
+        _zp_check(c, zp, what)
+    return c.call(F.qlinear_matmul, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)
+
+
+@onnx_op("QLinearConv", since=10)
+def qlinear_conv(c, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias=None):
+    for zp, what in ((x_zp, "x_zero_point"), (w_zp, "w_zero_point"), (y_zp, "y_zero_point")):
+        _zp_check(c, zp, what)
+    return c.call(F.qlinear_conv, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, **_conv_kw(c, x, w))
+
+
+# onnxruntime's QOperator-format contrib ops (quantize_static(..., quant_format=QOperator))
+
+@onnx_op("QuantizeLinear", domain=MS)
+def ms_quantize_linear(c, x, scale, zp=None):
+    from .quant import narrow_range
+    _zp_check(c, zp, "y_zero_point")
+    lo, hi = narrow_range(zp)
+    return c.call(F.quantize_linear, x, scale, zp, c.i("axis", 1), lo, hi)
+
+
+@onnx_op("DequantizeLinear", domain=MS)
+def ms_dequantize_linear(c, x, scale, zp=None):
+    return c.call(F.dequantize_linear, x, scale, zp, c.i("axis", 1))
+
+
+@onnx_op("QGemm", domain=MS)
+def qgemm(c, a, a_scale, a_zp, b, b_scale, b_zp, bias=None, y_scale=None, y_zp=None):
+    alpha = c.f("alpha", 1.0)
+    ta, tb = bool(c.i("transA", 0)), bool(c.i("transB", 0))
+    c.check(a.ndim == 2 and b.ndim == 2, f"A and B must be 2-D, got {a.shape} and {b.shape}")
+    return c.call(F.qgemm, a, a_scale, a_zp, b, b_scale, b_zp, bias, y_scale, y_zp, alpha, ta, tb)
+
+
+def _qlinear_binary(name, kind):
+    @onnx_op(name, domain=MS)
+    def h(c, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp=None):
+        return c.call(F.qlinear_binary, kind, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)
+    return h
+
+
+_qlinear_binary("QLinearAdd", "add")
+_qlinear_binary("QLinearMul", "mul")
+
+
+def _qlinear_unary(name, fn):
+    """Dequantize, ``fn``, quantize (onnxruntime computes these through a lookup table of the
+    same float function)."""
+    @onnx_op(name, domain=MS)
+    def h(c, x, x_scale, x_zp, y_scale, y_zp=None):
+        y = fn(c, c.call(F.dequantize_linear, x, x_scale, x_zp))
+        return c.call(F.quantize_linear, y, y_scale, y_zp)
+    return h
+
+
+_qlinear_unary("QLinearSigmoid", lambda c, x: c.call(E.sigmoid, x))
+_qlinear_unary("QLinearLeakyRelu", lambda c, x: c.call(E.leaky_relu, x, c.f("alpha", 0.01)))
+
+
+@onnx_op("QLinearGlobalAveragePool", domain=MS)
+def qlinear_global_avg_pool(c, x, x_scale, x_zp, y_scale, y_zp=None):
+    if c.i("channels_last", 0):
+        c.unsupported("channels_last=1")
+    y = c.call(E.mean, c.call(F.dequantize_linear, x, x_scale, x_zp), axis=tuple(range(2, x.ndim)), keepdims=True)
+    return c.call(F.quantize_linear, y, y_scale, y_zp)
+
+
+@onnx_op("QLinearConcat", domain=MS)
+def qlinear_concat(c, y_scale, y_zp, *xs):
+    c.check(len(xs) % 3 == 0 and xs, "inputs must be (Y_scale, Y_zero_point) then (X, X_scale, X_zero_point) triples")
+    parts = [c.call(F.dequantize_linear, xs[i], xs[i + 1], xs[i + 2]) for i in range(0, len(xs), 3)]
+    return c.call(F.quantize_linear, c.call(E.concat, parts, axis=c.i("axis")), y_scale, y_zp)
+
+
+# ---- onnxruntime's fused transformer ops (ember.onnx.contrib) ----------------------------------
+
+@onnx_op("SkipLayerNormalization", domain=MS)
+def skip_layer_norm(c, x, skip, gamma, beta=None, bias=None):
+    if c.wants(1) or c.wants(2):
+        c.unsupported("the mean / inv_std_var outputs of SkipLayerNormalization")
+    want_sum = c.wants(3)
+    out = c.call(F.skip_layer_norm, x, skip, gamma, beta, bias, c.f("epsilon", 1e-12), want_sum)
+    return (out[0], None, None, out[1]) if want_sum else out[0]
+
+
+@onnx_op("SkipSimplifiedLayerNormalization", domain=MS)
+def skip_simplified_layer_norm(c, x, skip, gamma, bias=None):
+    if c.wants(1) or c.wants(2):
+        c.unsupported("the mean / inv_std_var outputs of SkipSimplifiedLayerNormalization")
+    want_sum = c.wants(3)
+    out = c.call(F.skip_simplified_layer_norm, x, skip, gamma, bias, c.f("epsilon", 1e-12), want_sum)
+    return (out[0], None, None, out[1]) if want_sum else out[0]
+
+
+@onnx_op("SimplifiedLayerNormalization", since=1)
+def simplified_layer_norm(c, x, scale):
+    axis = c.i("axis", -1)
+    eps = c.f("epsilon", 1e-5)
+    c.i("stash_type", 1)
+    if c.wants(1):
+        c.unsupported("the inv_std_var output of SimplifiedLayerNormalization")
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    ms = c.call(E.mean, c.call(E.multiply, x, x), axis=axes, keepdims=True)
+    return c.call(E.multiply, c.call(E.divide, x, c.call(E.sqrt, c.call(E.add, ms, eps))), scale)
+
+
+@onnx_op("EmbedLayerNormalization", domain=MS)
+def embed_layer_norm(c, ids, segment_ids, word, pos, seg, gamma, beta, mask=None, position_ids=None):
+    eps = c.f("epsilon", 1e-12)
+    if c.i("mask_index_type", 1) not in (0, 1):
+        c.unsupported(f"mask_index_type={c.i('mask_index_type')}")
+    want_sum = c.wants(2)
+    out = c.call(F.embed_layer_norm, ids, segment_ids, word, pos, seg, gamma, beta, mask, position_ids, eps,
+                 want_sum)
+    return out
+
+
+@onnx_op("Attention", domain=MS)
+def ms_attention(c, x, weights, bias=None, mask_index=None, past=None, attention_bias=None, past_len=None):
+    heads = c.i("num_heads")
+    sizes = c.ints_attr("qkv_hidden_sizes", None)
+    uni = bool(c.i("unidirectional", 0))
+    scale = c.f("scale", 0.0)
+    mfv = c.f("mask_filter_value", -10000.0)
+    if c.i("do_rotary", 0):
+        c.unsupported("do_rotary=1")
+    c.i("rotary_embedding_dim", 0)
+    c.i("past_present_share_buffer", 0)
+    if past is not None or c.wants(1):
+        c.unsupported("a past / present key-value cache")
+    c.check(x.ndim == 3, f"input must be (batch, sequence, hidden), got {x.shape}")
+    kw = {"num_heads": heads}
+    if sizes:
+        kw["qkv_hidden_sizes"] = tuple(sizes)
+    if uni:
+        kw["unidirectional"] = True
+    if scale:
+        kw["scale"] = scale
+    if mfv != -10000.0:
+        kw["mask_filter_value"] = mfv
+    return c.call(F.ms_attention, x, weights, bias, mask_index, attention_bias, **kw)
+
+
+@onnx_op("FastGelu", domain=MS)
+def fast_gelu(c, x, bias=None):
+    return c.call(F.fast_gelu, x, bias)
+
+
+@onnx_op("BiasGelu", domain=MS)
+def bias_gelu(c, x, bias):
+    return c.call(F.bias_gelu, x, bias)
+
+
+@onnx_op("Gelu", domain=MS)
+def ms_gelu(c, x):
+    return c.call(E.gelu, x)
+
+
+@onnx_op("QuickGelu", domain=MS)
+def quick_gelu(c, x):
+    return c.call(F.quick_gelu, x, c.f("alpha", 1.702))
+
+
+@onnx_op("FusedMatMul", domain=MS)
+def fused_matmul(c, a, b):
+    if c.i("transBatchA", 0) or c.i("transBatchB", 0):
+        c.unsupported("transBatchA / transBatchB")
+    return c.call(F.fused_matmul, a, b, c.f("alpha", 1.0), bool(c.i("transA", 0)), bool(c.i("transB", 0)))
+
+
+@onnx_op("QLinearSoftmax", domain=MS)
+def qlinear_softmax(c, x, x_scale, x_zp, y_scale, y_zp=None):
+    # the node's own "opset" attribute says which Softmax semantics it follows (2-D coercion before 13)
+    axis = c.i("axis", -1)
+    legacy = c.i("opset", 13) < 13
+    v = c.call(F.dequantize_linear, x, x_scale, x_zp)
+    y = c.call(F.softmax_2d, E.softmax, v, axis) if legacy else c.call(E.softmax, v, axis)
+    return c.call(F.quantize_linear, y, y_scale, y_zp)

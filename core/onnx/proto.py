@@ -35,9 +35,14 @@ DTYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5
                18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4",
                23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2"}
 # ONNX element type -> ember dtype. DOUBLE and BFLOAT16 have no ember dtype of their own and are
-# read as float32 (DOUBLE loses precision: ``Model.notes`` says so).
+# read as float32 (DOUBLE loses precision: ``Model.notes`` says so). INT8, INT16 and UINT16 are
+# widened to int32 (every value fits): the quantization operators know the narrow range from
+# the zero point's declared type (``ember.onnx.quant``); a graph output of such a type comes
+# back as int32.
 EMBER_DTYPES = {FLOAT: _dt.float32, FLOAT16: _dt.float16, INT32: _dt.int32, INT64: _dt.int64,
-                UINT8: _dt.uint8, BOOL: _dt.bool_, DOUBLE: _dt.float32, BFLOAT16: _dt.float32}
+                UINT8: _dt.uint8, BOOL: _dt.bool_, DOUBLE: _dt.float32, BFLOAT16: _dt.float32,
+                INT8: _dt.int32, INT16: _dt.int32, UINT16: _dt.int32}
+WIDENED = {INT8: "b", INT16: "h", UINT16: "H"}     # narrow int type -> its array typecode
 ONNX_DTYPES = {_dt.float32: FLOAT, _dt.float16: FLOAT16, _dt.int32: INT32, _dt.int64: INT64,
                _dt.uint8: UINT8, _dt.bool_: BOOL}
 _ITEMSIZE = {FLOAT: 4, UINT8: 1, INT8: 1, UINT16: 2, INT16: 2, INT32: 4, INT64: 8, BOOL: 1,
@@ -52,7 +57,8 @@ def ember_dtype(code: int, what: str):
     d = EMBER_DTYPES.get(code)
     if d is None:
         raise UnsupportedOp(f"{what}: ONNX element type {DTYPE_NAMES.get(code, code)} is not supported "
-                            f"(ember reads FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT32, INT64, UINT8, BOOL)")
+                            f"(ember reads FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT32, INT64, UINT8, INT8, INT16, UINT16, "
+                            f"BOOL)")
     return d
 
 
@@ -666,6 +672,10 @@ def tensor_bytes(t: TensorProto, base_dir=None, external_data=None, what=None):
             return _bf16_to_f32(h), shape, dt
         if code == BOOL:
             return bytes(1 if b else 0 for b in raw), shape, dt
+        if code in WIDENED:
+            a = array(WIDENED[code])
+            a.frombytes(bytes(raw))
+            return array("i", a).tobytes(), shape, dt
         return bytes(raw), shape, dt
     # typed fields
     if code == FLOAT:
@@ -674,7 +684,7 @@ def tensor_bytes(t: TensorProto, base_dir=None, external_data=None, what=None):
         vals = t.double_data
     elif code == INT64:
         vals = t.int64_data
-    elif code in (INT32, UINT8, BOOL, FLOAT16, BFLOAT16):
+    elif code in (INT32, UINT8, BOOL, FLOAT16, BFLOAT16) or code in WIDENED:
         vals = t.int32_data
     else:
         vals = None
@@ -687,7 +697,8 @@ def tensor_bytes(t: TensorProto, base_dir=None, external_data=None, what=None):
             return array("f", vals).tobytes(), shape, dt
         if code == INT64:
             return array("q", vals).tobytes(), shape, dt
-        if code == INT32:
+        if code == INT32 or code in WIDENED:
+            array(WIDENED.get(code, "i"), vals)          # range check: OverflowError below
             return array("i", vals).tobytes(), shape, dt
         if code == UINT8:
             return bytes(vals), shape, dt

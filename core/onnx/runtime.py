@@ -377,7 +377,11 @@ def run_handler(handler, ctx, inputs):
 
 def tensor_from_proto(tp, device, base_dir=None, external_data=None, what=None) -> Tensor:
     data, shape, dt = proto.tensor_bytes(tp, base_dir, external_data, what)
-    return Tensor._wrap(get_backend(device).from_bytes(data, shape, dt), shape, dt, device)
+    t = Tensor._wrap(get_backend(device).from_bytes(data, shape, dt), shape, dt, device)
+    if tp.data_type in proto.WIDENED:        # int8/int16/uint16 read as int32: remember the range
+        from .quant import tag_narrow
+        tag_narrow(t, tp.data_type)
+    return t
 
 
 def const_device(t_shape, dtype, device) -> str:
@@ -441,7 +445,11 @@ def _input_meta(vi, sizes, input_shapes, what):
     if vi.elem_type == 0:
         return UNKNOWN
     dt = proto.ember_dtype(vi.elem_type, f"{what} {vi.name!r}")
-    return Tensor._wrap(None, shape, dt, "meta")
+    t = Tensor._wrap(None, shape, dt, "meta")
+    if vi.elem_type in proto.WIDENED:
+        from .quant import tag_narrow
+        tag_narrow(t, vi.elem_type)
+    return t
 
 
 def _node_error(node, opset, e):
@@ -644,6 +652,8 @@ class Model:
         for vi in list(g.inputs) + list(g.outputs):
             if vi.elem_type in (proto.DOUBLE, proto.BFLOAT16):
                 self._note(f"{vi.name!r}: {proto.DTYPE_NAMES[vi.elem_type]} computed as float32")
+            elif vi.elem_type in proto.WIDENED:
+                self._note(f"{vi.name!r}: {proto.DTYPE_NAMES[vi.elem_type]} held as int32")
             elif vi.elem_type and vi.kind == "tensor":
                 proto.ember_dtype(vi.elem_type, f"graph value {vi.name!r}")
         self.inputs = [vi for vi in g.inputs if vi.name not in consts]
@@ -703,6 +713,9 @@ class Model:
             if not ok:
                 shown = tuple(d if isinstance(d, int) else (d or "?") for d in shape)
                 raise ShapeError(f"ONNX model input {name!r}: expected shape {shown}, got {t.shape}")
+        if vi.elem_type in proto.WIDENED:            # an int8/int16/uint16 input, held as int32
+            from .quant import tag_narrow
+            tag_narrow(t, vi.elem_type)
         return t
 
     def run(self, feeds: dict) -> dict:
