@@ -386,3 +386,16 @@ def test_qoperator_node(case, device):
             # multipliers: one step of the output scale at most
             assert g.dtype == (np.int32 if w.dtype in NARROW else w.dtype)
             assert np.abs(g.astype(np.int64) - w.astype(np.int64)).max() <= 1, f"{op} on {device}"
+
+
+@pytest.mark.parametrize("key", [("mnist_cnn", "qoperator_per_channel"), ("mnist_cnn", "dynamic"),
+                                 ("encoder_block", "qdq")])
+def test_quantized_model_through_generated_code(quantized, key):
+    """``ember import`` of a quantized model: the generated module gives onnxruntime's result."""
+    from onnx_helpers import run_generated
+    path, inp, shape = quantized[key]
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    want = _session(path, optimize=key[0] != "encoder_block").run(None, {inp: x})[0]
+    with open(path, "rb") as f:
+        got = run_generated(f.read(), {inp: x}, "numpy")[0].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-6)
