@@ -233,3 +233,17 @@ ok = drv.pipeline(src, "main") is not None
     assert y == [[14.0, 20.0], [30.0, 44.0]]
     assert err and "'missing'" in err and "could not be created" in err, err
     assert ok and compiled
+
+
+def test_terminate_rejects_pending_calls_and_a_new_worker_starts(worker_page):
+    got = worker_page.evaluate("""async () => {
+        const { loadEmber } = await import("/wasm/ember.js");
+        const same = (await loadEmber({ worker: true })) === ew;      // one worker per page...
+        const pending = ew.call("mod", "busy", [5000]);
+        await new Promise((r) => setTimeout(r, 100));
+        ew.terminate();
+        const err = await pending.then(() => null, (e) => e.name);
+        const fresh = await loadEmber({ worker: true });               // ...until it is terminated
+        return { same, err, fresh: fresh !== ew, works: await fresh.runPython("6 * 7") };
+    }""")
+    assert got == {"same": True, "err": "AbortError", "fresh": True, "works": 42}

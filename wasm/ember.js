@@ -78,7 +78,8 @@
 //        in the worker, next to Pyodide: ctx = {pyodide, fetch(url, {onProgress}) -> {bytes,
 //        cached}, progress(fraction, label, extra), writeFile(path, bytes)}; for work that must
 //        not run on the page's thread and is faster in JS than in Python.
-//   worker.terminate()                            stops the worker (pending calls reject)
+//   worker.terminate()                            stops the worker (pending calls reject); a later
+//                                                 loadEmber({worker: true}) starts a new one
 //
 //   Inside the worker, Python code can `import ember_worker`: cancelled() -> bool,
 //   check_cancelled() (raises ember_worker.Cancelled), progress(fraction=None, label=None, **extra).
@@ -345,6 +346,10 @@ export async function loadEmber({ baseUrl = null, onProgress = null, webgpu = fa
       return bootingWorker;
     }
     const w = await bootingWorker;
+    if (w.terminated) {   // terminate() ended it: start a new one
+      bootingWorker = null;
+      return loadEmber({ baseUrl, onProgress, webgpu, wasm, worker, prefetch, onDownload });
+    }
     if (webgpu && !w.info.webgpu) {
       const r = await w.initWebGPU();
       if (!r.ok && webgpu !== "auto") throw new Error(`ember: WebGPU did not start: ${r.error}`);
@@ -402,6 +407,7 @@ export class EmberWorker {
   constructor({ baseUrl = null } = {}) {
     this.baseUrl = siteBase(baseUrl);
     this.info = null;
+    this.terminated = false;
     this.worker = new Worker(new URL(import.meta.url), { type: "module", name: WORKER_NAME });
     this._next = 1;
     this._pending = new Map();   // id -> {resolve, reject, onProgress, slot}
@@ -518,6 +524,7 @@ export class EmberWorker {
   }
 
   terminate() {
+    this.terminated = true;
     this.worker.terminate();
     this._failAll(new EmberError({ name: "AbortError", message: "the ember worker was terminated" }));
   }
