@@ -995,10 +995,18 @@ def nonzero(c, x):
 
 # ---- resize ---------------------------------------------------------------------------------
 
+@onnx_op("Upsample", since=7)
+def upsample_v7(c, x):
+    return _upsample(c, x, c.floats_attr("scales"))
+
+
 @onnx_op("Upsample", since=9)
 def upsample(c, x, scales):
+    return _upsample(c, x, c.floats(scales, "scales"))
+
+
+def _upsample(c, x, sc):
     mode = c.s("mode", "nearest")
-    sc = c.floats(scales, "scales")
     c.check(len(sc) == x.ndim, f"scales {sc} must have one entry per axis of {x.shape}")
     out = [int(math.floor(n * s)) for n, s in zip(x.shape, sc)]
     if mode not in ("nearest", "linear", "bilinear"):
