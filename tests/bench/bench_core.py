@@ -13,6 +13,17 @@ numpy's BLAS and PyTorch run on one thread unless ``--threads N`` says otherwise
 pure-Python backend is single-threaded, so this compares per core, and on a shared machine
 single-threaded timings stay steady where multi-threaded ones swing widely.
 
+Then the ONNX section (tests/bench/bench_models.py builds the graphs with onnx.helper, so no
+exporter is needed): ember next to onnxruntime (CPU, same thread count) and PyTorch (the same
+computation in eager torch, where torch is installed) on the MNIST demo CNN at batch 1 and 64,
+all-MiniLM-L6-v2 at 8 x 64 and 1 x 8 tokens (demos/minilm weights; ``python3 build.py site``
+fetches them), a MobileNetV2-style CNN and a 2-layer "tiny" BERT (random weights), each eager
+(``ember.onnx.load(..., compile=False)``) and compiled (replayed execution plans, the default,
+when this ember has them), with ratios to onnxruntime and the per-node overhead of every
+backend measured on a chain of 200 tiny nodes.
+
+    .venv/bin/python tests/bench/bench_core.py --only onnx      # just that section (--only micro: the first)
+
 Every case runs once to warm up (caches, first-call costs), then repeatedly until at least
 ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have passed (fewer for the slowest), and reports the
 median. Ratios > 1 mean the left one is slower. The python/numpy/torch outputs are checked
@@ -138,6 +149,153 @@ def demo_model_case():
     return nets, img
 
 
+# ---- ONNX models: ember eager / compiled next to onnxruntime and PyTorch -----------------------
+
+def _onnx_cases():
+    """(name, model bytes, feeds, torch fn or None, devices) for the ONNX section."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_models as M
+    rng = np.random.default_rng(0)
+    out = []
+    w = M.mnist_weights()
+    raw = M.mnist_onnx(w)
+    for n in (1, 64):
+        x = rng.random((n, 1, 28, 28), dtype=np.float32)
+        out.append((f"MNIST demo CNN, batch {n}", raw, {"x": x}, M.mnist_torch(w) if torch else None,
+                    ("numpy", "python") if n == 1 else ("numpy",)))
+    try:
+        w = M.minilm_weights()
+    except Exception as exc:   # the weights come with the site step
+        print(f"(MiniLM rows skipped: {type(exc).__name__}: {exc}; `python3 build.py site` fetches the weights)")
+    else:
+        raw = M.bert_onnx(M.MINILM, w)
+        for b, n in ((8, 64), (1, 8)):
+            ids, mask = M.bert_inputs(M.MINILM, b, n)
+            out.append((f"all-MiniLM-L6-v2, {b} x {n} tokens", raw, {"input_ids": ids, "attention_mask": mask},
+                        M.bert_torch(M.MINILM, w) if torch else None, ("numpy",)))
+    w = M.mobilenet_weights()
+    out.append(("MobileNetV2-style CNN, 1x3x96x96", M.mobilenet_onnx(w),
+                {"x": rng.random((1, 3, 96, 96), dtype=np.float32)}, M.mobilenet_torch(w) if torch else None,
+                ("numpy",)))
+    w = M.random_bert_weights(M.TINY_BERT)
+    ids, mask = M.bert_inputs(M.TINY_BERT, 1, 16)
+    out.append(("tiny BERT (2 layers, 128), 1 x 16 tokens", M.bert_onnx(M.TINY_BERT, w),
+                {"input_ids": ids, "attention_mask": mask}, M.bert_torch(M.TINY_BERT, w) if torch else None,
+                ("numpy", "python")))
+    return out
+
+
+def _has_plans() -> bool:
+    import inspect
+    import ember.onnx
+    return hasattr(ember, "compile") and "compile" in inspect.signature(ember.onnx.load).parameters
+
+
+def _ember_modes():
+    return (("eager", False), ("compiled", True)) if _has_plans() else (("eager", None),)
+
+
+def _load(raw, dev, compile_flag):
+    import warnings
+    import ember.onnx
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if compile_flag is None:
+            return ember.onnx.load(raw, device=dev)
+        return ember.onnx.load(raw, device=dev, compile=compile_flag)
+
+
+def _ort_session(raw):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(raw, so, providers=["CPUExecutionProvider"])
+
+
+def _nodes(raw) -> int:
+    import onnx
+    return len(onnx.load_from_string(raw).graph.node)
+
+
+def onnx_section() -> None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("\n(ONNX section skipped: onnxruntime is not installed; `python3 build.py setup` installs it)")
+        return
+    modes = _ember_modes()
+    print(f"\nONNX models: ember (numpy backend unless named) vs onnxruntime {ort.__version__} "
+          + (f"and PyTorch {torch.__version__} " if torch else "")
+          + f"on {THREADS} thread(s); median ms per call; ratio = ember / onnxruntime")
+    if not _has_plans():
+        print("(this ember has no execution plans yet: only the eager column)")
+    if torch is None:
+        print("(PyTorch column empty: torch is not installed. `.venv/bin/pip install torch` (a CPU build) adds it)")
+    rows = []
+    for name, raw, feeds, tfn, devices in _onnx_cases():
+        sess = _ort_session(raw)
+        ref = sess.run(None, feeds)[0]
+        t_ort = median_time(lambda: sess.run(None, feeds))[0]
+        t_torch = None
+        if tfn is not None:
+            tf = [torch.from_numpy(v) for v in feeds.values()]
+            r = tfn(*tf).numpy()
+            if not np.allclose(r, ref, rtol=1e-3, atol=1e-3):
+                raise SystemExit(f"{name}: the PyTorch peer differs from onnxruntime (max err {np.abs(r - ref).max():.3g})")
+            t_torch = median_time(lambda: tfn(*tf))[0]
+        for dev in devices:
+            ts = [ember.from_numpy(v, device=dev) for v in feeds.values()]
+            res = {}
+            for mode, flag in modes:
+                m = _load(raw, dev, flag)
+                y = m(*ts)
+                err = float(np.abs(y.numpy() - ref).max())
+                if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
+                    raise SystemExit(f"{name} on {dev} ({mode}): differs from onnxruntime by {err:.3g}")
+                res[mode] = median_time(lambda: m(*ts))[0]
+            label = name if dev == "numpy" else f"{name} [{dev}]"
+            rows.append((label, res, t_ort, t_torch if dev == "numpy" else None, _nodes(raw), err))
+    head = (f"{'model':<48} {'nodes':>5} {'onnxrt':>8} {'torch':>8} "
+            + " ".join(f"{'ember ' + m:>14}" for m, _ in modes) + " "
+            + " ".join(f"{m + '/ort':>12}" for m, _ in modes) + f" {'torch/ort':>9} {'max err':>8}")
+    print(head)
+    print("-" * len(head))
+    for label, res, t_ort, t_torch, nodes, err in rows:
+        cells = " ".join(f"{res[m] * 1e3:>14.3f}" for m, _ in modes)
+        ratios = " ".join(f"{res[m] / t_ort:>11.1f}x" for m, _ in modes)
+        tt = f"{t_torch * 1e3:>8.3f}" if t_torch else f"{'-':>8}"
+        tr = f"{t_torch / t_ort:>8.1f}x" if t_torch else f"{'-':>9}"
+        print(f"{label:<48} {nodes:>5} {t_ort * 1e3:>8.3f} {tt} {cells} {ratios} {tr} {err:>8.1e}")
+    overhead_table(modes)
+
+
+def overhead_table(modes, n=200) -> None:
+    """Wall time per node of a chain of ``n`` Add/Mul/Relu nodes on 8 floats: what each runtime
+    spends per node when the arithmetic costs nothing."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_models as M
+    raw = M.chain_onnx(n)
+    x = np.ones((1, 8), np.float32)
+    sess = _ort_session(raw)
+    ref = sess.run(None, {"x": x})[0]
+    cols = [("onnxruntime", median_time(lambda: sess.run(None, {"x": x}))[0])]
+    if torch is not None:
+        tfn, tx = M.chain_torch(n), torch.from_numpy(x)
+        cols.append(("torch eager", median_time(lambda: tfn(tx))[0]))
+    for dev in [d for d in ember.devices() if d != "webgpu"]:
+        tx = ember.from_numpy(x, device=dev)
+        for mode, flag in modes:
+            m = _load(raw, dev, flag)
+            if not np.allclose(m(tx).numpy(), ref, rtol=1e-5, atol=1e-6):
+                raise SystemExit(f"overhead chain on {dev} ({mode}) differs from onnxruntime")
+            cols.append((f"ember {dev} {mode}", median_time(lambda: m(tx))[0]))
+    print(f"\nper-node overhead: a chain of {n} tiny nodes (Add/Mul/Relu on 8 floats), microseconds per node")
+    for label, t in cols:
+        print(f"  {label:<28} {t / n * 1e6:>8.2f} us/node   ({t * 1e3:.3f} ms per call)")
+
+
 def main() -> int:
     print(f"ember bench core: CPython {platform.python_version()} on {platform.machine()}, "
           f"{os.cpu_count()} CPUs, peers on {THREADS} thread(s); numpy {np.__version__}; "
@@ -145,6 +303,10 @@ def main() -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"median wall time per call (ms); ratio = left / right; load average {load:.1f} "
           f"(other processes on a loaded machine inflate wall times, multi-threaded peers most)\n")
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only == "onnx":
+        onnx_section()
+        return 0
     rows = []
     for name, arrays, efn, tfn in cases():
         times = {}
@@ -186,6 +348,8 @@ def main() -> int:
         print(f"{name:<46} {py * 1e3:>10.2f} {t['python_cpu'] * 1e3:>8.2f} {nu * 1e3:>9.3f} {tor_ms:>9} "
               f"{py / nu:>12.0f}x {ratio:>12}")
     print("\n(cpu) = CPU time of the pure-Python run: what its wall time is on an idle core")
+    if only != "micro":
+        onnx_section()
     return 0
 
 
