@@ -14,7 +14,9 @@ Each engine runs in a fresh browser context (empty HTTP cache and storage) per m
 opens, boots its engine (for ember: Pyodide, the wheel install, the backend's init), downloads
 the model, runs the first workload once (that moment, since navigation start, is the cold
 start), warms up and then times repeated runs (the median is reported; the repetition count
-stops early at a per-workload time budget, after at least 3 runs). The pure-Python backend runs
+stops early at a per-workload time budget, after at least 3 runs; on webgpu, which is SwiftShader
+here, MiniLM 8x64 gets one timed run after the first: about a minute each). ember's webgpu runs
+with matmul autotune off as both demo pages do (``--autotune`` keeps it on). The pure-Python backend runs
 MiniLM 1x8 twice after the cold run and MiniLM 8x64 not at all (about 270 s a run here;
 ``--python-minilm8`` runs it once). Outputs are compared with onnxruntime-web wasm 1-thread
 (the ratio baseline) and with ember's numpy backend natively.
@@ -89,10 +91,13 @@ WORKLOADS = {   # name: (model, label)
     "minilm1": ("minilm", "MiniLM-L6, 1 x 8 tokens"),
     "minilm8": ("minilm", "MiniLM-L6, 8 x 64 tokens"),
 }
-# name: (warm-up runs, timed runs at most, time budget in s for the timed runs)
-PLAN_FULL = {"mnist": (5, 50, 10), "minilm1": (2, 20, 15), "minilm8": (1, 5, 30)}
-PLAN_PYTHON = {"mnist": (1, 10, 5), "minilm1": (0, 2, 60), "minilm8": (0, 0, 0)}
-PLAN_QUICK = {"mnist": (1, 1, 5), "minilm1": (0, 1, 5), "minilm8": (0, 1, 5)}
+# name: (warm-up runs, timed runs at most, at least, time budget in s for the timed runs: no new
+# run starts past it once the least number is done)
+PLAN_FULL = {"mnist": (5, 50, 3, 10), "minilm1": (2, 20, 3, 15), "minilm8": (1, 5, 3, 30)}
+# WebGPU is SwiftShader here (a CPU adapter): MiniLM 8x64 takes ~50-60 s a run on either engine.
+PLAN_WEBGPU = dict(PLAN_FULL, minilm1=(1, 20, 3, 10), minilm8=(0, 3, 1, 40))
+PLAN_PYTHON = {"mnist": (1, 10, 3, 5), "minilm1": (0, 2, 2, 60), "minilm8": (0, 0, 0, 0)}
+PLAN_QUICK = {"mnist": (1, 1, 1, 5), "minilm1": (0, 1, 1, 5), "minilm8": (0, 1, 1, 5)}
 QUICK_ENGINES = ["ort-wasm-1t", "ember-wasm", "ember-python"]
 
 
@@ -100,16 +105,18 @@ def plan_for(engine_id: str, workloads, a) -> list:
     steps = []
     for name in workloads:
         if a.quick:
-            warm, reps, budget = PLAN_QUICK[name]
+            warm, reps, least, budget = PLAN_QUICK[name]
         elif engine_id == "ember-python":
             if name == "minilm8" and not a.python_minilm8:
                 continue
-            warm, reps, budget = PLAN_PYTHON[name]
+            warm, reps, least, budget = PLAN_PYTHON[name]
+        elif engine_id.endswith("webgpu"):
+            warm, reps, least, budget = PLAN_WEBGPU[name]
         else:
-            warm, reps, budget = PLAN_FULL[name]
+            warm, reps, least, budget = PLAN_FULL[name]
         if a.reps is not None:
             reps = min(reps, a.reps)
-        steps.append({"name": name, "warmup": warm, "reps": reps, "budget_s": budget})
+        steps.append({"name": name, "warmup": warm, "reps": reps, "min_reps": min(least, reps), "budget_s": budget})
     return steps
 
 
@@ -304,10 +311,11 @@ def chromium_args() -> list:
     return list(_load(REPO / "e2e" / "conftest.py", "bench_e2e_conftest").CHROMIUM_ARGS)
 
 
-def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: float) -> dict:
+def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: float,
+             autotune: bool = False) -> dict:
     eid, engine, backend, threads, _ = eng
     q = urllib.parse.urlencode({"engine": engine, "backend": backend, "threads": threads or 1,
-                                "model": model, "plan": json.dumps(plan)})
+                                "model": model, "autotune": int(autotune), "plan": json.dumps(plan)})
     ctx = browser.new_context()
     page = ctx.new_page()
     console = []
@@ -407,6 +415,9 @@ def table(rows: list, meta: dict) -> str:
             "- max abs diff: over the whole output (MNIST: 10 logits; MiniLM: 384-float unit embeddings); "
             "'vs ember numpy' is ember's numpy backend natively on the same inputs and weights.",
             f"- the pure-Python backend: {meta['python_note']}",
+            f"- webgpu is SwiftShader here (a CPU adapter): MiniLM 8×64 takes about a minute a run there, so "
+            f"those rows have one timed run after the first; ember webgpu runs with matmul autotune "
+            f"{meta['autotune']}.",
             "- onnxruntime-web webgpu uses its `ort.webgpu.min.mjs` bundle with 1 wasm thread; "
             "the wasm columns `ort.wasm.min.mjs`; threads need the page's COOP/COEP isolation.",
             "- inputs: MNIST test digit 0 (a 7); MiniLM token ids from the demo's tokenizer "
@@ -487,6 +498,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, help="at most this many timed runs per workload")
     ap.add_argument("--python-minilm8", action="store_true",
                     help="also run MiniLM 8x64 on the pure-Python backend (once, ~5 min)")
+    ap.add_argument("--autotune", action="store_true",
+                    help="ember webgpu: keep matmul autotuning on (the demo pages turn it off)")
     ap.add_argument("--site", help="a built ember site to serve (default: build.py site now)")
     ap.add_argument("--out", type=Path, help="folder for results.md/.png (default tests/bench/web, "
                                                "cache/quick with --quick)")
@@ -530,7 +543,7 @@ def main(argv=None) -> int:
             for m in models:
                 for eng in engines:
                     plan = plan_for(eng[0], [w for w in wls if WORKLOADS[w][0] == m], a)
-                    results[(eng[0], m)] = run_page(browser, base, eng, m, plan, a.timeout)
+                    results[(eng[0], m)] = run_page(browser, base, eng, m, plan, a.timeout, a.autotune)
             manifest = json.loads((site / "manifest.json").read_text())
             meta = {"date": time.strftime("%Y-%m-%d"), "chromium": browser.version,
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -540,6 +553,8 @@ def main(argv=None) -> int:
                     "python_note": "as the others (--quick)." if a.quick else ("MNIST 10 runs; MiniLM 1×8: the cold run then 2 timed runs; MiniLM 8×64 "
                                     + ("once, no warm-up." if a.python_minilm8 else
                                        "not run (about 270 s a run here; `--python-minilm8` runs it once).")),
+                    "autotune": "on (--autotune)" if a.autotune else
+                                "off, as the demo pages run it (`--autotune` keeps it on)",
                     "wall_s": 0.0}
             rows = collect(results, natives)
             meta["wall_s"] = time.monotonic() - t_start

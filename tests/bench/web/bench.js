@@ -1,7 +1,8 @@
 // One engine on one model, timed in the page; driven by tests/bench/bench_web.py.
 //
 // Query string: engine=ember|ort, backend=(ember) webgpu|wasm|python, (ort) wasm|webgpu,
-// threads=N (ort), model=mnist|minilm, plan=JSON list of {name, warmup, reps, budget_s}
+// threads=N (ort), model=mnist|minilm, autotune=1 (ember webgpu: keep matmul autotuning on),
+// plan=JSON list of {name, warmup, reps, min_reps, budget_s}
 // (workloads: mnist, minilm1, minilm8; the first one's first result is the cold start).
 //
 // window.benchResult = {status: "ok" | "n/a" | "error", reason, phases: {...ms since page
@@ -15,6 +16,7 @@ const cfg = {
   backend: params.get("backend"),
   threads: Number(params.get("threads") || 1),
   model: params.get("model"),
+  autotune: params.get("autotune") === "1",
   plan: JSON.parse(params.get("plan") || "[]"),
 };
 const logEl = document.getElementById("log");
@@ -44,7 +46,7 @@ async function emberEngine(inputs) {
   py.FS.mkdirTree("/bench");
   py.FS.writeFile("/bench/ember_bench.py", src);
   py.runPython("import sys\nif '/bench' not in sys.path: sys.path.insert(0, '/bench')\nimport ember_bench");
-  py.globals.set("bench_cfg", py.toPy({ model: cfg.model, device: cfg.backend }));
+  py.globals.set("bench_cfg", py.toPy({ model: cfg.model, device: cfg.backend, autotune: cfg.autotune }));
   try {
     const info = await py.runPythonAsync("await ember_bench.setup(**bench_cfg)");
     Object.assign(phases, info.toJs({ dict_converter: Object.fromEntries }));
@@ -125,7 +127,7 @@ async function timeWorkload(engine, step, result, first) {
   log(`${step.name}: first run ${(t1 - t0).toFixed(1)} ms`);
   for (let i = 0; i < (step.warmup || 0); i++) out = await engine.run(step.name);
   const start = performance.now();
-  const minReps = Math.min(step.reps, 3);
+  const minReps = Math.min(step.reps, step.min_reps ?? 3);
   while (w.runs_ms.length < step.reps &&
          (w.runs_ms.length < minReps || performance.now() - start < 1000 * (step.budget_s || 1e9))) {
     const a = performance.now();

@@ -56,10 +56,18 @@ async def _module(model: str):
     return mod
 
 
-async def setup(model: str, device: str) -> dict:
-    """Load ``model`` ("mnist" | "minilm") onto ``device``; returns how long each step took (ms)."""
+async def setup(model: str, device: str, autotune: bool = False) -> dict:
+    """Load ``model`` ("mnist" | "minilm") onto ``device``; returns how long each step took (ms).
+
+    On WebGPU, matmul autotuning is off unless ``autotune``: both demo pages turn it off (on
+    SwiftShader it benchmarks every variant for each new shape class, tens of seconds), and the
+    bench measures what the pages run."""
     t0 = _ms()
     await _init_device(device)
+    if device == "webgpu":
+        from ember.webgpu import autotune as _autotune
+
+        _autotune.set_enabled(bool(autotune))
     t1 = _ms()
     mod = await _module(model)
     inputs = json.loads(await ember.wasm.fetch_bytes("/cache/inputs.json"))
