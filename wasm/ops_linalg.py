@@ -78,30 +78,31 @@ def kernels(rt) -> dict:
     scratch = _Scratch()
     call = rt.call
 
-    def bias_arg(bias):
-        return 0 if bias is None else R(bias, len(bias))
-
-    def gemm(A, B, m, n, k, mode, aoffs, bidx, boffs, bias=None, flags=0, lda=None, ldb=None):
+    def gemm(A, B, m, n, k, mode, aoffs=_ONE, bidx=_ONE, boffs=_ONE, bias=None, flags=0):
         """``len(aoffs)`` products C_i = A[aoffs[i]:] (m, k) @ B_{bidx[i]} (+ bias), one call; the
         distinct B matrices start at ``boffs``, as (k, n) for the KN modes or as (n, k) rows for the
-        NK modes. Returns C (len(aoffs) * m * n floats, row-major)."""
+        NK modes. Returns C (len(aoffs) * m * n floats, row-major). (Lean on purpose: it runs
+        once per matmul/linear, where Python time is a real part of a small product's cost.)"""
         nb, nbb = len(aoffs), len(boffs)
-        lda = k if lda is None else lda
-        ldb = (n if mode <= B_KN_PACKED else k) if ldb is None else ldb
         kn = mode <= B_KN_PACKED
-        _need(max(aoffs) + (m - 1) * lda + k <= len(A), "A")
-        _need(max(boffs) + ((k - 1) * ldb + n if kn else (n - 1) * ldb + k) <= len(B), "B")
-        _need(bias is None or len(bias) >= (n if flags & BIAS_COL else m), "bias")
-        C = _zeros(nb * m * n)
+        ldb = n if kn else k
+        na, nbuf = len(A), len(B)
+        if aoffs is _ONE:
+            reach_a, reach_b = m * k, k * n
+        else:
+            reach_a, reach_b = max(aoffs) + m * k, max(boffs) + k * n
+        if reach_a > na or reach_b > nbuf or (bias is not None and len(bias) < (n if flags & BIAS_COL else m)):
+            _need(False, "A, B or bias")
+        C = _ZERO * (nb * m * n)
         if mode == B_KN_DIRECT:
             size = nbb * k * NR if n % NR else 0
         elif mode == B_NK_DOT:
             size = 0
         else:
-            size = nbb * _panels(k, n)
-        S = scratch.get(size)
-        prm = array("i", [m, n, k, lda, ldb, n, flags, mode, nb, nbb, m * n, *aoffs, *bidx, *boffs])
-        call("gemm", R(A, len(A)), R(B, len(B)), W(S, size), W(C, len(C)), bias_arg(bias), R(prm, len(prm)))
+            size = nbb * (-(-n // NR) * NR * k)
+        prm = array("i", [m, n, k, k, ldb, n, flags, mode, nb, nbb, m * n, *aoffs, *bidx, *boffs])
+        call("gemm", R(A, na), R(B, nbuf), W(scratch.get(size), size) if size else 0, W(C, len(C)),
+             0 if bias is None else R(bias, len(bias)), R(prm, len(prm)))
         return C
 
     def matmul(out, a, b):
@@ -111,7 +112,7 @@ def kernels(rt) -> dict:
         N = b.shape[-1]
         mode = B_KN_DIRECT if M <= SMALL_M else B_KN_PACKED
         if len(a.shape) == 2 and len(b.shape) == 2:
-            C = gemm(a._buf, b._buf, M, N, K, mode, _ONE, _ONE, _ONE)
+            C = gemm(a._buf, b._buf, M, N, K, mode)
             return _finish(C, out.dtype)
         batch = out.shape[:-2]
         nbA, nbB = prod(a.shape[:-2]), prod(b.shape[:-2])
@@ -119,7 +120,7 @@ def kernels(rt) -> dict:
         if nbB == 1 and isinstance(ia, range):
             # one B for every batch and A's batches back to back: one product of nbA * M rows
             M2 = nbA * M
-            C = gemm(a._buf, b._buf, M2, N, K, B_KN_DIRECT if M2 <= SMALL_M else B_KN_PACKED, _ONE, _ONE, _ONE)
+            C = gemm(a._buf, b._buf, M2, N, K, B_KN_DIRECT if M2 <= SMALL_M else B_KN_PACKED)
         else:
             ib = _py.broadcast_index(b.shape[:-2], batch)
             C = gemm(a._buf, b._buf, M, N, K, mode, [i * M * K for i in ia], list(ib),
@@ -132,8 +133,8 @@ def kernels(rt) -> dict:
         M = prod(x.shape[:-1])
         if M * N == 0 or K == 0:
             return _linear_small(out, M, N, bias)
-        C = gemm(x._buf, weight._buf, M, N, K, B_NK_DOT if M <= SMALL_M else B_NK_PACKED, _ONE, _ONE, _ONE,
-                 None if bias is None else bias._buf, 0 if bias is None else BIAS_COL)
+        C = gemm(x._buf, weight._buf, M, N, K, B_NK_DOT if M <= SMALL_M else B_NK_PACKED,
+                 bias=None if bias is None else bias._buf, flags=0 if bias is None else BIAS_COL)
         return _finish(C, out.dtype)
 
     def _linear_small(out, M, N, bias):

@@ -14,27 +14,42 @@
 enum { AT_L, AT_S, AT_E, AT_EV, AT_NB, AT_MASK, AT_MSL, AT_MSS, AT_CAUSAL, AT_NPARAMS };
 enum { MASK_NONE = 0, MASK_BOOL = 1, MASK_FLOAT = 2 };
 
-/* One row of scores in place: scale, mask, softmax. bm / fm: the row's mask (stride ms), or 0;
- * keys past `last` are hidden (causal). */
+/* One row of scores in place: scale, mask, softmax. bm / fm: the row's mask, or 0, with stride
+ * ms (0: one value for the row, 1: one per key); keys past `last` are hidden (causal). */
 static void softmax_row_masked(f32 *x, i32 n, f32 scale, const unsigned char *bm, const f32 *fm, i32 ms,
                                i32 last) {
   const f32 ninf = -__builtin_inff();
-  f32 m = ninf;
-  for (i32 j = 0; j < n; j++) {
+  const f32x4 vscale = F4(scale), vninf = F4(ninf);
+  f32x4 vmax = vninf;
+  i32 j = 0;
+  for (; j + 4 <= n; j += 4) {
+    f32x4 v = wasm_f32x4_mul(wasm_v128_load(x + j), vscale);
+    if (fm) v = wasm_f32x4_add(v, ms ? wasm_v128_load(fm + j) : F4(fm[0]));
+    if (bm) {
+      /* four bool bytes -> four lanes */
+      const v128_t b8 = ms ? wasm_v128_load32_zero(bm + j) : wasm_i8x16_splat(bm[0]);
+      const v128_t keep = wasm_u32x4_extend_low_u16x8(wasm_u16x8_extend_low_u8x16(b8));
+      v = sel(wasm_i32x4_ne(keep, I4(0)), v, vninf);
+    }
+    if (j + 3 > last) v = sel(wasm_i32x4_gt(wasm_i32x4_add(I4(j), wasm_i32x4_make(0, 1, 2, 3)), I4(last)), vninf, v);
+    wasm_v128_store(x + j, v);
+    vmax = wasm_f32x4_max(vmax, v);   /* NaN wins */
+  }
+  f32 m = hmax(vmax);
+  for (; j < n; j++) {
     f32 v = x[j] * scale;
     if (fm) v += fm[j * ms];
     if ((bm && !bm[j * ms]) || j > last) v = ninf;
     x[j] = v;
-    m = (v > m || v != v) ? v : m;   /* NaN wins */
+    m = (v > m || v != v) ? v : m;
   }
   if (m == ninf) {   /* every key hidden: zeros, as PyTorch gives */
-    for (i32 j = 0; j < n; j++) x[j] = 0.f;
+    for (j = 0; j < n; j++) x[j] = 0.f;
     return;
   }
   const f32x4 vm = F4(m);
   f32x4 acc = F4(0.f);
-  i32 j = 0;
-  for (; j + 4 <= n; j += 4) {
+  for (j = 0; j + 4 <= n; j += 4) {
     const f32x4 e = exp4(wasm_f32x4_sub(wasm_v128_load(x + j), vm));
     wasm_v128_store(x + j, e);
     acc = wasm_f32x4_add(acc, e);
