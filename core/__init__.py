@@ -12,6 +12,9 @@ from .backends import default_device, devices, get_backend, set_default_device  
 from .dtypes import bool_, float16, float32, int32, int64, uint8  # noqa: F401
 from .tensor import Tensor, from_bytes, from_numpy, tensor  # noqa: F401
 from .ops import *  # noqa: F401,F403
+from . import autograd  # noqa: F401,E402  (installs the recording hook at registry.apply)
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401,E402
+from .random import manual_seed, rand, randint, randn, randperm  # noqa: F401,E402
 
 bool = bool_  # noqa: A001  (ember.bool, like numpy/torch; Python's bool stays builtins.bool)
 
@@ -19,6 +22,8 @@ bool = bool_  # noqa: A001  (ember.bool, like numpy/torch; Python's bool stays b
 # never imports numpy, wgpu or the ONNX reader unless asked.
 _LAZY = {
     "nn": ("ember.nn", None),
+    "optim": ("ember.optim", None),
+    "train": ("ember.train", None),
     "io": ("ember.io", None),
     "onnx": ("ember.onnx", None),
     "webgpu": ("ember.webgpu", None),

@@ -33,12 +33,16 @@ class OpDef:
     """One registry entry. ``shape(*in_shapes, **attrs)`` and ``dtype(*in_dtypes, **attrs)``
     return the output shape/dtype (tuples of them when ``outputs > 1``) and raise ShapeError /
     DTypeError naming the op. ``decompose(*tensors, **attrs)`` (composites only) builds the
-    result from other ops."""
+    result from other ops. ``grad(g, y, *inputs, need=..., **attrs)`` (see ``ember.autograd``)
+    returns the gradients of the inputs from the output gradient ``g``; without one, a
+    composite is differentiated through its decomposition and a primitive is not
+    differentiable."""
 
-    __slots__ = ("name", "kind", "shape", "dtype", "decompose", "outputs", "doc")
+    __slots__ = ("name", "kind", "shape", "dtype", "decompose", "outputs", "doc", "grad")
 
-    def __init__(self, name, kind, shape, dtype, decompose, outputs, doc):
+    def __init__(self, name, kind, shape, dtype, decompose, outputs, doc, grad=None):
         self.name = name
+        self.grad = grad
         self.kind = kind
         self.shape = shape
         self.dtype = dtype
@@ -56,25 +60,36 @@ OPS: dict[str, OpDef] = {}
 # kernel call to it; the check costs one list index per op when nothing is recorded.
 CAPTURE: list = [None]
 
+# [bool]: True while gradients may be recorded (grad mode on, and some tensor has required
+# grad); then apply() hands any op with an input that requires grad to GRAD_HOOK[0]
+# (ember.autograd.record). Inference pays this one list index per op.
+GRAD: list = [False]
+GRAD_HOOK: list = [None]
+
 # kinds: 'unary' and 'binary' (elementwise, fusable), 'ternary' (where), 'reduce', 'movement',
 # 'create', 'other' (matmul, conv...), 'composite' (has a decomposition)
 KINDS = ("unary", "binary", "ternary", "reduce", "movement", "create", "other", "composite")
 
 
 def op(name: str, *, kind: str, shape: Callable, dtype: Callable, decompose: Callable | None = None,
-       outputs: int = 1, doc: str = "") -> OpDef:
-    """Declare an op. Declaring a name twice is a bug and raises."""
+       outputs: int = 1, doc: str = "", grad: Callable | None = None) -> OpDef:
+    """Declare an op (``grad``: its gradient rule, see ``ember.autograd``). Declaring a name
+    twice is a bug and raises."""
     if name in OPS:
         raise ValueError(f"op {name!r} declared twice")
     if kind not in KINDS:
         raise ValueError(f"op {name!r}: unknown kind {kind!r}")
-    d = OpDef(name, kind, shape, dtype, decompose, outputs, doc)
+    d = OpDef(name, kind, shape, dtype, decompose, outputs, doc, grad)
     OPS[name] = d
     return d
 
 
 def apply(name: str, *inputs, **attrs):
     """Run op ``name`` on Tensors ``inputs`` (all on one device) and return Tensor(s)."""
+    if GRAD[0]:
+        for t in inputs:
+            if t._ag is not None:
+                return GRAD_HOOK[0](OPS[name], inputs, attrs)
     from .tensor import Tensor
 
     d = OPS[name]

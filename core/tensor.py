@@ -19,12 +19,15 @@ from . import dtypes as _dt
 from .backends import default_device, get_backend
 from .errors import DTypeError, ShapeError
 from .registry import CAPTURE as _CAPTURE
+from .registry import GRAD as _GRAD
 
 
 class Tensor:
     """An n-dimensional array on a device. Create with ``ember.tensor``, ``ember.zeros``..."""
 
-    __slots__ = ("_buf", "shape", "dtype", "device", "__weakref__")
+    # _ag: autodiff state, None unless the tensor requires grad (see ember.autograd): a Leaf
+    # (holds .grad) for a tensor the user marked, a Node (its grad_fn) for an op's result.
+    __slots__ = ("_buf", "shape", "dtype", "device", "_ag", "__weakref__")
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
     __array_ufunc__ = None  # ndarray + tensor -> Tensor.__radd__, never an object array
 
@@ -38,6 +41,7 @@ class Tensor:
         t.shape = tuple(shape)
         t.dtype = dtype
         t.device = device
+        t._ag = None
         return t
 
     # ---- basic properties ------------------------------------------------------------------
@@ -67,7 +71,148 @@ class Tensor:
             body = repr(self.tolist())
         else:
             body = f"<{self.size} values>"
-        return f"tensor({body}, shape={self.shape}, dtype={self.dtype.name}, device={self.device!r})"
+        grad = "" if self._ag is None else ", requires_grad=True"
+        return f"tensor({body}, shape={self.shape}, dtype={self.dtype.name}, device={self.device!r}{grad})"
+
+    # ---- autodiff (ember.autograd) ---------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        """Whether ops on this tensor are recorded for ``backward``. Settable on leaves
+        (tensors no recorded op produced); only floating-point tensors can require grad."""
+        return self._ag is not None
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """Set ``requires_grad`` in place on a leaf; returns self.
+
+        >>> import ember
+        >>> ember.ones((2,)).requires_grad_().requires_grad
+        True
+        """
+        from . import autograd
+
+        ag = self._ag
+        if ag is not None and not isinstance(ag, autograd.Leaf):
+            if requires_grad:
+                return self
+            raise autograd.AutogradError("requires_grad: only leaf tensors can change it; use .detach() to get a "
+                                         "tensor that does not require grad")
+        if requires_grad:
+            if self.dtype.kind != "f":
+                raise autograd.AutogradError(f"requires_grad: only floating-point tensors can require grad, not "
+                                             f"{self.dtype.name}")
+            if ag is None:
+                self._ag = autograd.Leaf()
+                autograd._arm()
+        else:
+            self._ag = None
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """True unless a recorded op produced this tensor."""
+        from .autograd import Leaf
+
+        return self._ag is None or isinstance(self._ag, Leaf)
+
+    @property
+    def grad_fn(self):
+        """The graph node that produced this tensor (None for leaves and untracked tensors)."""
+        return None if self.is_leaf else self._ag
+
+    @property
+    def grad(self):
+        """The gradient accumulated by ``backward`` (an ember Tensor on this tensor's device, of
+        its shape and dtype), or None. Only leaves keep one, unless ``retain_grad()`` was
+        called."""
+        ag = self._ag
+        if ag is None:
+            return None
+        if hasattr(ag, "grad"):
+            return ag.grad
+        return ag.retained[0] if ag.retained is not None else None
+
+    @grad.setter
+    def grad(self, value) -> None:
+        from .autograd import AutogradError, Leaf
+
+        ag = self._ag
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"grad: expected a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise ShapeError(f"grad: shape {value.shape} does not match the tensor's {self.shape}")
+            value = value.detach()
+        if ag is None:
+            if value is None:
+                return
+            raise AutogradError("grad: the tensor does not require grad; call requires_grad_() first")
+        if isinstance(ag, Leaf):
+            ag.grad = value
+        else:
+            ag.retained = None if value is None else [value]
+
+    def retain_grad(self) -> None:
+        """Keep the gradient of this non-leaf tensor in ``.grad`` during ``backward``."""
+        from .autograd import AutogradError
+
+        if self._ag is None:
+            raise AutogradError("retain_grad: the tensor does not require grad")
+        if not self.is_leaf and self._ag.retained is None:
+            self._ag.retained = [None]
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+        """Accumulate the gradient of this tensor with respect to every leaf that requires grad
+        into the leaves' ``.grad``. ``gradient`` (the upstream gradient) is needed unless the
+        tensor holds one value. The graph is freed unless ``retain_graph=True``.
+
+        >>> import ember
+        >>> x = ember.tensor([1.0, 2.0], requires_grad=True)
+        >>> (x * 3.0).backward(ember.tensor([1.0, 0.5]))
+        >>> x.grad.tolist()
+        [3.0, 1.5]
+        """
+        from .autograd import backward
+
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    def detach(self) -> "Tensor":
+        """The same values (the same buffer, no copy) as a tensor that does not require grad."""
+        return Tensor._wrap(self._buf, self.shape, self.dtype, self.device)
+
+    def _set_(self, new: "Tensor") -> "Tensor":
+        """Make this tensor object hold ``new``'s values (same shape, dtype and device): the one
+        in-place update, used by optimizers, ``nn.init`` and ``copy_``. The buffer reference is
+        swapped, never written: tensors that shared the old buffer keep their values."""
+        if new.shape != self.shape or new.dtype is not self.dtype or new.device != self.device:
+            raise ShapeError(f"in-place update: {new.dtype.name}{list(new.shape)} on {new.device!r} does not match "
+                             f"{self.dtype.name}{list(self.shape)} on {self.device!r}")
+        self._buf = new._buf
+        return self
+
+    def copy_(self, src) -> "Tensor":
+        """Replace this tensor's values by ``src``'s (broadcast, cast and moved to this tensor's
+        shape, dtype and device); returns self. Not recorded by autodiff (PyTorch users call it
+        under ``no_grad`` on parameters).
+
+        >>> import ember
+        >>> w = ember.zeros((2,))
+        >>> w.copy_(ember.tensor([1.0, 2.0])).tolist()
+        [1.0, 2.0]
+        """
+        from .autograd import no_grad
+
+        with no_grad():
+            if not isinstance(src, Tensor):
+                from .ops import full
+                src = full(self.shape, src, dtype=self.dtype, device=self.device)
+            src = src.to(self.device, self.dtype if src.dtype is not self.dtype else None)
+            if src.shape != self.shape:
+                src = src.broadcast_to(self.shape)
+            return self._set_(src)
 
     # ---- reading data ------------------------------------------------------------------------
     def _bytes(self) -> bytes:
@@ -124,14 +269,20 @@ class Tensor:
             dst = get_backend(device)
             if getattr(dst, "storage", None) == "array" and getattr(t.backend, "storage", None) == "array":
                 # python <-> wasm: the same immutable array.array buffers; share, don't copy
-                return Tensor._wrap(t._buf, t.shape, t.dtype, device) if dtype is None else \
-                    Tensor._wrap(t._buf, t.shape, t.dtype, device).astype(dtype)
+                moved = Tensor._wrap(t._buf, t.shape, t.dtype, device)
+                if _GRAD[0] and t._ag is not None:
+                    from .autograd import record_move
+                    moved = record_move(t, moved)
+                return moved if dtype is None else moved.astype(dtype)
             src = t
             t = Tensor._wrap(_transfer(None, src, device=device), t.shape, t.dtype, device)
             if _CAPTURE[0] is not None:   # a device move is a step of the plan, not a read
                 from .registry import Meta
                 _CAPTURE[0].record("to", _transfer, (src,), Meta(t.shape, t.dtype),
                                    {"device": device}, (t,), False)
+            if _GRAD[0] and src._ag is not None:
+                from .autograd import record_move
+                t = record_move(src, t)
         if dtype is not None:
             t = t.astype(dtype)
         return t
@@ -229,9 +380,10 @@ def _nest(flat, shape):
     return flat
 
 
-def tensor(data, dtype=None, device: str | None = None) -> Tensor:
+def tensor(data, dtype=None, device: str | None = None, requires_grad: bool = False) -> Tensor:
     """Create a tensor from nested lists, a scalar, a numpy array, bytes-like with a dtype,
-    or another Tensor (copied to ``device``/``dtype``).
+    or another Tensor (copied to ``device``/``dtype``). ``requires_grad=True`` makes it a leaf
+    whose gradient ``backward`` accumulates in ``.grad``.
 
     >>> import ember
     >>> ember.tensor([[1, 2], [3, 4]]).dtype
@@ -239,6 +391,11 @@ def tensor(data, dtype=None, device: str | None = None) -> Tensor:
     >>> ember.tensor(3.5).shape
     ()
     """
+    if requires_grad:
+        t = tensor(data, dtype, device)
+        if isinstance(data, Tensor):
+            t = t.detach()   # a new leaf, like torch.tensor(t)
+        return t.requires_grad_(True)
     device = device or default_device()
     if isinstance(data, Tensor):
         return data.to(device, dtype)

@@ -27,7 +27,7 @@ from ..errors import DeviceError
 # name -> "module:factory"; a factory returns the backend instance (called once).
 _FACTORIES = {
     "python": "ember.backends.python:PythonBackend",
-    "numpy": "ember.backends.numpy_backend:NumpyBackend",
+    "numpy": "ember.backends.numpy_grad:create_backend",   # numpy_backend + backward kernels
     "webgpu": "ember.webgpu.backend:create_backend",
     "wasm": "ember.wasm.backend:create_backend",
     "meta": "ember.backends.meta:MetaBackend",

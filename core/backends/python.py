@@ -563,3 +563,7 @@ KERNELS.update({"maximum": _minmax(max, _maximum), "minimum": _minmax(min, _mini
 from .python_nn import KERNELS as _NN_KERNELS  # noqa: E402
 
 KERNELS.update(_NN_KERNELS)
+
+from .python_grad import KERNELS as _GRAD_KERNELS  # noqa: E402  (backward-only kernels)
+
+KERNELS.update(_GRAD_KERNELS)

@@ -27,7 +27,10 @@ Python scalars are weakly typed (``dtypes.scalar_dtype``): ``x_f16 * 2.0`` stays
 """
 from __future__ import annotations
 
+import math
+
 from .. import dtypes as _dt
+from ..autograd import keeps_output, sum_to
 from ..errors import DTypeError
 from ..registry import apply, broadcast_shapes, op, promote, same_shape, to_bool, to_float
 from ..tensor import Tensor
@@ -129,10 +132,10 @@ def _public(name, fn, doc):
     return method(fn)
 
 
-def _unary(name, dtype_rule, doc="", decompose=None):
+def _unary(name, dtype_rule, doc="", decompose=None, grad=None):
     """Declare a unary op (a composite when ``decompose`` is given) and its public function."""
     op(name, kind="composite" if decompose else "unary", shape=same_shape, dtype=dtype_rule(name),
-       decompose=decompose, doc=doc)
+       decompose=decompose, doc=doc, grad=grad)
     float_math = dtype_rule is floating
 
     def fn(x: Tensor) -> Tensor:
@@ -161,11 +164,18 @@ def _common(x1, x2, dtype_rule):
     return _to(x1, ct), _to(x2, ct)
 
 
-def _binary(name, dtype_rule, doc="", decompose=None):
+def _binary(name, dtype_rule, doc="", decompose=None, grad=None):
     """Declare a broadcasting binary op (a composite when ``decompose`` is given) and its
-    public function, which accepts Python scalars on either side."""
+    public function, which accepts Python scalars on either side. ``grad(g, a, b, need)``
+    gives the two gradients at the broadcast shape; they are summed back to each operand's."""
+    rule = None
+    if grad is not None:
+        def rule(g, y, a, b, *, need, **_):
+            ga, gb = grad(g, a, b, need)
+            return (sum_to(ga, a.shape) if need[0] and ga is not None else None,
+                    sum_to(gb, b.shape) if need[1] and gb is not None else None)
     op(name, kind="composite" if decompose else "binary", shape=lambda a, b, **_: broadcast_shapes(a, b, op=name),
-       dtype=dtype_rule(name), decompose=decompose, doc=doc)
+       dtype=dtype_rule(name), decompose=decompose, doc=doc, grad=rule)
 
     def fn(x1, x2) -> Tensor:
         x1, x2 = _args(x1, x2)
@@ -173,34 +183,70 @@ def _binary(name, dtype_rule, doc="", decompose=None):
     return _public(name, fn, doc)
 
 
-negative = _unary("negative", numeric, "-x (ints wrap).")
-abs = _unary("abs", _any, "|x| (abs of the most negative int wraps, like numpy).")  # noqa: A001
-exp = _unary("exp", floating, "e**x.\n\n>>> import ember\n>>> ember.exp(ember.tensor([0.0])).tolist()\n[1.0]")
-log = _unary("log", floating, "Natural log; log(0) = -inf, log(<0) = nan.")
-sqrt = _unary("sqrt", floating, "Square root; sqrt(<0) = nan.")
-sin = _unary("sin", floating, "Sine (radians).")
-cos = _unary("cos", floating, "Cosine (radians).")
-tanh = _unary("tanh", floating, "Hyperbolic tangent.")
-erf = _unary("erf", floating, "Gauss error function.")
-sign = _unary("sign", numeric, "-1, 0 or 1 (nan stays nan).")
-floor = _unary("floor", numeric, "Round toward -inf (ints unchanged).")
-ceil = _unary("ceil", numeric, "Round toward +inf (ints unchanged).")
+def _zero(x):
+    return full(x.shape, 0.0, dtype=x.dtype, device=x.device)
+
+
+def _pow_grad(g, a, b, need):
+    # PyTorch's conventions: d/da is 0 where b == 0; d/db is 0 where a == 0 and b >= 0.
+    ga = gb = None
+    if need[0]:
+        ga = where(equal(b, 0), 0.0, multiply(g, multiply(b, pow(a, subtract(b, 1)))))
+    if need[1]:
+        gb = where(logical_and(equal(a, 0), less_equal(0, b)), 0.0, multiply(g, multiply(pow(a, b), log(a))))
+    return ga, gb
+
+
+def _pick_grad(g, a_wins, tie):
+    # maximum/minimum: the gradient goes to the winner; ties split it evenly (as PyTorch)
+    half = multiply(g, 0.5)
+    return where(a_wins, g, where(tie, half, 0.0)), where(a_wins, 0.0, where(tie, half, g))
+
+
+negative = _unary("negative", numeric, "-x (ints wrap).", grad=lambda g, y, x, **_: negative(g))
+abs = _unary("abs", _any, "|x| (abs of the most negative int wraps, like numpy).",
+             grad=lambda g, y, x, **_: multiply(g, sign(x)))  # noqa: A001
+exp = _unary("exp", floating, "e**x.\n\n>>> import ember\n>>> ember.exp(ember.tensor([0.0])).tolist()\n[1.0]",
+             grad=keeps_output(lambda g, y, x, **_: multiply(g, y)))
+log = _unary("log", floating, "Natural log; log(0) = -inf, log(<0) = nan.", grad=lambda g, y, x, **_: divide(g, x))
+sqrt = _unary("sqrt", floating, "Square root; sqrt(<0) = nan.",
+              grad=keeps_output(lambda g, y, x, **_: divide(g, multiply(y, 2.0))))
+sin = _unary("sin", floating, "Sine (radians).", grad=lambda g, y, x, **_: multiply(g, cos(x)))
+cos = _unary("cos", floating, "Cosine (radians).", grad=lambda g, y, x, **_: negative(multiply(g, sin(x))))
+tanh = _unary("tanh", floating, "Hyperbolic tangent.",
+              grad=keeps_output(lambda g, y, x, **_: multiply(g, subtract(1.0, multiply(y, y)))))
+erf = _unary("erf", floating, "Gauss error function.",
+             grad=lambda g, y, x, **_: multiply(g, multiply(exp(negative(multiply(x, x))), 2.0 / math.sqrt(math.pi))))
+sign = _unary("sign", numeric, "-1, 0 or 1 (nan stays nan).", grad=lambda g, y, x, **_: _zero(x))
+floor = _unary("floor", numeric, "Round toward -inf (ints unchanged).", grad=lambda g, y, x, **_: _zero(x))
+ceil = _unary("ceil", numeric, "Round toward +inf (ints unchanged).", grad=lambda g, y, x, **_: _zero(x))
 round = _unary("round", numeric, "Round half to even, like numpy (ints unchanged).\n\n"  # noqa: A001
-               ">>> import ember\n>>> ember.round(ember.tensor([0.5, 1.5, 2.5])).tolist()\n[0.0, 2.0, 2.0]")
+               ">>> import ember\n>>> ember.round(ember.tensor([0.5, 1.5, 2.5])).tolist()\n[0.0, 2.0, 2.0]",
+               grad=lambda g, y, x, **_: _zero(x))
 isnan = _unary("isnan", _compare, "True where x is NaN.")
 logical_not = _unary("logical_not", boolean, "Logical not of a bool tensor.")
 
 add = _binary("add", numeric, "x1 + x2 with broadcasting.\n\n>>> import ember\n"
-              ">>> ember.add(ember.tensor([[1], [2]]), ember.tensor([10, 20])).tolist()\n[[11, 21], [12, 22]]")
-subtract = _binary("subtract", numeric, "x1 - x2 with broadcasting.")
-multiply = _binary("multiply", numeric, "x1 * x2 with broadcasting.")
+              ">>> ember.add(ember.tensor([[1], [2]]), ember.tensor([10, 20])).tolist()\n[[11, 21], [12, 22]]",
+              grad=lambda g, a, b, need: (g, g))
+subtract = _binary("subtract", numeric, "x1 - x2 with broadcasting.",
+                   grad=lambda g, a, b, need: (g, negative(g) if need[1] else None))
+multiply = _binary("multiply", numeric, "x1 * x2 with broadcasting.",
+                   grad=lambda g, a, b, need: (multiply(g, b) if need[0] else None, multiply(g, a) if need[1] else None))
 divide = _binary("divide", floating, "True division (ints give float32); x/0 = +-inf or nan.\n\n"
-                 ">>> import ember\n>>> ember.divide(ember.tensor([1, 3]), 2).tolist()\n[0.5, 1.5]")
-floor_divide = _binary("floor_divide", numeric, "Floor division (Python/numpy semantics; int // 0 = 0).")
-remainder = _binary("remainder", numeric, "Remainder with the sign of x2 (Python/numpy); int % 0 = 0.")
-pow = _binary("pow", numeric, "x1 ** x2 (ints: wrap on overflow; a negative exponent truncates toward 0).")  # noqa: A001
-maximum = _binary("maximum", _any, "Elementwise max; NaN propagates.")
-minimum = _binary("minimum", _any, "Elementwise min; NaN propagates.")
+                 ">>> import ember\n>>> ember.divide(ember.tensor([1, 3]), 2).tolist()\n[0.5, 1.5]",
+                 grad=lambda g, a, b, need: (divide(g, b) if need[0] else None,
+                                             negative(divide(multiply(g, a), multiply(b, b))) if need[1] else None))
+floor_divide = _binary("floor_divide", numeric, "Floor division (Python/numpy semantics; int // 0 = 0).",
+                       grad=lambda g, a, b, need: (_zero(g), _zero(g)))
+remainder = _binary("remainder", numeric, "Remainder with the sign of x2 (Python/numpy); int % 0 = 0.",
+                    grad=lambda g, a, b, need: (g, negative(multiply(g, floor_divide(a, b))) if need[1] else None))
+pow = _binary("pow", numeric, "x1 ** x2 (ints: wrap on overflow; a negative exponent truncates toward 0).",
+              grad=lambda g, a, b, need: _pow_grad(g, a, b, need))  # noqa: A001
+maximum = _binary("maximum", _any, "Elementwise max; NaN propagates.",
+                  grad=lambda g, a, b, need: _pick_grad(g, less(b, a), equal(a, b)))
+minimum = _binary("minimum", _any, "Elementwise min; NaN propagates.",
+                  grad=lambda g, a, b, need: _pick_grad(g, less(a, b), equal(a, b)))
 equal = _binary("equal", _compare, "x1 == x2.")
 not_equal = _binary("not_equal", _compare, "x1 != x2 (True where either is NaN).")
 less = _binary("less", _compare, "x1 < x2.")
@@ -216,9 +262,12 @@ isinf = _unary("isinf", _compare, "True where x is +-inf.",
                else full(x.shape, False, dtype=_dt.bool_, device=x.device))
 isfinite = _unary("isfinite", _compare, "True where x is neither NaN nor +-inf.",
                   lambda x: logical_not(logical_or(isnan(x), isinf(x))))
-reciprocal = _unary("reciprocal", floating, "1 / x.", lambda x: divide(1.0, x))
-rsqrt = _unary("rsqrt", floating, "1 / sqrt(x).", lambda x: divide(1.0, sqrt(x)))
-square = _unary("square", numeric, "x * x.", lambda x: multiply(x, x))
+reciprocal = _unary("reciprocal", floating, "1 / x.", lambda x: divide(1.0, x),
+                    grad=keeps_output(lambda g, y, x, **_: negative(multiply(g, multiply(y, y)))))
+rsqrt = _unary("rsqrt", floating, "1 / sqrt(x).", lambda x: divide(1.0, sqrt(x)),
+               grad=keeps_output(lambda g, y, x, **_: multiply(g, multiply(multiply(y, multiply(y, y)), -0.5))))
+square = _unary("square", numeric, "x * x.", lambda x: multiply(x, x),
+                grad=lambda g, y, x, **_: multiply(g, multiply(x, 2.0)))
 
 
 @method
@@ -235,8 +284,14 @@ def _where_dtype(c, a, b, **_):
     return promote(a, b)
 
 
+def _where_grad(g, y, c, a, b, *, need, **_):
+    return (None,
+            sum_to(where(c, g, 0.0), a.shape) if need[1] else None,
+            sum_to(where(c, 0.0, g), b.shape) if need[2] else None)
+
+
 op("where", kind="ternary", shape=lambda c, a, b, **_: broadcast_shapes(c, a, b, op="where"),
-   dtype=_where_dtype, doc="x1 where condition else x2.")
+   dtype=_where_dtype, doc="x1 where condition else x2.", grad=_where_grad)
 
 
 def where(condition: Tensor, x1, x2) -> Tensor:
@@ -256,7 +311,7 @@ def where(condition: Tensor, x1, x2) -> Tensor:
 
 
 op("cast", kind="unary", shape=same_shape, dtype=lambda x, *, dtype, **_: dtype,
-   doc="Convert to another dtype (see astype).")
+   doc="Convert to another dtype (see astype).", grad=lambda g, y, x, **_: g)  # cast back by autograd
 
 
 @method
@@ -290,8 +345,19 @@ def _clip_decompose(x, *, min=None, max=None):  # noqa: A002
     return y if y.dtype is x.dtype else astype(y, x.dtype)
 
 
+def _clip_grad(g, y, x, *, min=None, max=None, **_):  # noqa: A002
+    # the gradient passes where min <= x <= max (bounds included, as PyTorch's clamp)
+    keep = None
+    if min is not None:
+        keep = less_equal(min, x)
+    if max is not None:
+        k = less_equal(x, max)
+        keep = k if keep is None else logical_and(keep, k)
+    return g if keep is None else where(keep, g, 0.0)
+
+
 op("clip", kind="composite", shape=lambda x, **_: x, dtype=_clip_dtype, decompose=_clip_decompose,
-   doc="Clamp to [min, max] (Python scalar bounds).")
+   doc="Clamp to [min, max] (Python scalar bounds).", grad=_clip_grad)
 
 
 @method

@@ -10,6 +10,7 @@ broadcast batch dimensions.
 """
 from __future__ import annotations
 
+from ..autograd import sum_to
 from ..errors import DTypeError, ShapeError
 from ..registry import apply, broadcast_shapes, op, promote
 from ..tensor import Tensor
@@ -31,7 +32,16 @@ def _mm_shape(a, b, **_):
     return batch + (a[-2], b[-1])
 
 
-op("matmul", kind="other", shape=_mm_shape, dtype=promote,
+def _mT(x):
+    return apply("permute_dims", x, axes=tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
+
+
+def _matmul_grad(g, y, a, b, *, need, **_):
+    return (sum_to(apply("matmul", g, _mT(b)), a.shape) if need[0] else None,
+            sum_to(apply("matmul", _mT(a), g), b.shape) if need[1] else None)
+
+
+op("matmul", kind="other", shape=_mm_shape, dtype=promote, grad=_matmul_grad,
    doc="(..., M, K) @ (..., K, N) -> (..., M, N); batch dims broadcast; both operands rank >= 2.")
 
 

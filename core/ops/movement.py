@@ -19,6 +19,7 @@ import builtins
 from math import prod
 
 from .. import dtypes as _dt
+from ..autograd import sum_to
 from ..errors import DTypeError, ShapeError
 from ..registry import apply, broadcast_shapes, normalize_axes, normalize_axis, op, promote, same_dtype
 from ..tensor import Tensor
@@ -26,7 +27,7 @@ from . import method
 
 __all__ = ["reshape", "permute_dims", "broadcast_to", "concat", "stack", "split", "expand_dims",
            "squeeze", "flatten", "transpose", "matrix_transpose", "moveaxis", "flip", "tile", "take",
-           "take_along_axis", "strided_slice"]
+           "take_along_axis", "scatter_add", "strided_slice"]
 
 
 # ---- primitives -------------------------------------------------------------------------------
@@ -36,7 +37,8 @@ def _reshape_shape(x, *, shape, **_):
 
 
 op("reshape", kind="movement", shape=_reshape_shape, dtype=same_dtype,
-   doc="Same values in row-major order, new shape (fully resolved, no -1).")
+   doc="Same values in row-major order, new shape (fully resolved, no -1).",
+   grad=lambda g, y, x, **_: apply("reshape", g, shape=x.shape))
 
 
 def _resolve_shape(old, shape, name="reshape") -> tuple:
@@ -92,8 +94,15 @@ def _perm_shape(x, *, axes, **_):
     return tuple(x[a] for a in axes)
 
 
+def _permute_grad(g, y, x, *, axes, **_):
+    inverse = [0] * len(axes)
+    for i, a in enumerate(axes):
+        inverse[a] = i
+    return apply("permute_dims", g, axes=tuple(inverse))
+
+
 op("permute_dims", kind="movement", shape=_perm_shape, dtype=same_dtype,
-   doc="Reorder axes: output axis i is input axis axes[i].")
+   doc="Reorder axes: output axis i is input axis axes[i].", grad=_permute_grad)
 
 
 def _check_perm(axes, ndim, name):
@@ -140,7 +149,8 @@ def _bcast_to_shape(x, *, shape, **_):
 
 
 op("broadcast_to", kind="movement", shape=_bcast_to_shape, dtype=same_dtype,
-   doc="Repeat size-1 axes (and add leading axes) to reach ``shape``.")
+   doc="Repeat size-1 axes (and add leading axes) to reach ``shape``.",
+   grad=lambda g, y, x, **_: sum_to(g, x.shape))
 
 
 @method
@@ -163,7 +173,39 @@ def _slice_shape(x, *, slices, **_):
     return tuple(len(range(*s)) for s in slices)
 
 
+def _unslice(g, shape, slices):
+    """The gradient of ``slice``: ``g`` placed at the sliced positions of zeros of ``shape``
+    (flip the negative steps, interleave zeros for steps > 1, then one zero pad / crop)."""
+    from .creation import zeros
+
+    if 0 in g.shape:
+        return zeros(shape, dtype=g.dtype, device=g.device)
+    flips, starts, steps = [], [], []
+    for ax, (start, stop, step) in enumerate(slices):
+        m = g.shape[ax]
+        if step < 0:
+            flips.append(ax)
+            start, step = start + (m - 1) * step, -step
+        starts.append(start)
+        steps.append(step)
+    if flips:
+        g = apply("slice", g, slices=tuple((m - 1, -1, -1) if ax in flips else (0, m, 1)
+                                           for ax, m in enumerate(g.shape)))
+    for ax, step in enumerate(steps):
+        if step > 1:
+            m, post = g.shape[ax], g.shape[ax + 1:]
+            g = apply("reshape", g, shape=g.shape[:ax + 1] + (1,) + post)
+            g = apply("pad", g, pad_width=((0, 0),) * (ax + 1) + ((0, step - 1),) + ((0, 0),) * len(post),
+                      mode="constant", value=0.0)
+            g = apply("reshape", g, shape=g.shape[:ax] + (m * step,) + post)
+    widths = tuple((s0, n - s0 - m) for s0, n, m in zip(starts, shape, g.shape))
+    if any(w != (0, 0) for w in widths):
+        g = apply("pad", g, pad_width=widths, mode="constant", value=0.0)
+    return g
+
+
 op("slice", kind="movement", shape=_slice_shape, dtype=same_dtype,
+   grad=lambda g, y, x, *, slices, **_: _unslice(g, x.shape, slices),
    doc="Strided window: ``slices`` holds one normalized (start, stop, step) per axis, as given by "
        "Python's slice.indices(size); the output size of an axis is len(range(start, stop, step)).")
 
@@ -199,8 +241,18 @@ def _concat_shape(*shapes, axis, **_):
     return tuple(builtins.sum(s[axis] for s in shapes) if i == axis else n for i, n in enumerate(first))
 
 
+def _concat_grad(g, y, *xs, axis, need, **_):
+    out, start = [], 0
+    for x, nd in zip(xs, need):
+        n = x.shape[axis]
+        out.append(apply("slice", g, slices=tuple((start, start + n, 1) if a == axis else (0, m, 1)
+                                                  for a, m in enumerate(g.shape))) if nd else None)
+        start += n
+    return tuple(out)
+
+
 op("concat", kind="movement", shape=_concat_shape, dtype=promote,
-   doc="Join tensors along an existing axis (dtypes promote).")
+   doc="Join tensors along an existing axis (dtypes promote).", grad=_concat_grad)
 
 
 def concat(tensors, axis: int | None = 0) -> Tensor:
@@ -245,7 +297,15 @@ def _index_dtype(name):
     return rule
 
 
-op("take", kind="movement", shape=_take_shape, dtype=_index_dtype("take"),
+def _take_grad(g, y, x, idx, *, axis, **_):
+    # g: x.shape[:axis] + idx.shape + x.shape[axis+1:]; flatten the index axes into one
+    k = idx.size
+    g = apply("reshape", g, shape=x.shape[:axis] + (k,) + x.shape[axis + 1:])
+    flat = apply("reshape", idx, shape=(1,) * axis + (k,) + (1,) * (x.ndim - axis - 1))
+    return apply("scatter_add", g, flat, axis=axis, size=x.shape[axis]), None
+
+
+op("take", kind="movement", shape=_take_shape, dtype=_index_dtype("take"), grad=_take_grad,
    doc="Gather whole slices along ``axis``: out[..., j, ...] = x[..., indices[j], ...] "
        "(indices of any shape; negative ones count from the end; out of range -> IndexingError).")
 
@@ -294,7 +354,11 @@ def _tal_shape(x, i, *, axis, **_):
     return tuple(out)
 
 
-op("take_along_axis", kind="movement", shape=_tal_shape, dtype=_index_dtype("take_along_axis"),
+def _tal_grad(g, y, x, idx, *, axis, **_):
+    return sum_to(apply("scatter_add", g, idx, axis=axis, size=x.shape[axis]), x.shape), None
+
+
+op("take_along_axis", kind="movement", shape=_tal_shape, dtype=_index_dtype("take_along_axis"), grad=_tal_grad,
    doc="out[..., j, ...] = x[..., indices[..., j, ...], ...] along ``axis`` (numpy "
        "take_along_axis; ONNX GatherElements); other axes broadcast.")
 
@@ -313,6 +377,63 @@ def take_along_axis(x: Tensor, indices, axis: int = -1) -> Tensor:
     if x.ndim == 0:
         raise ShapeError("take_along_axis: cannot index a 0-d tensor along an axis")
     return apply("take_along_axis", x, indices, axis=normalize_axis(axis, x.ndim, "take_along_axis"))
+
+
+def _scatter_shape(u, i, *, axis, size, **_):
+    if len(u) != len(i):
+        raise ShapeError(f"scatter_add: updates {tuple(u)} and indices {tuple(i)} must have the same rank")
+    for k, (a, b) in enumerate(zip(u, i)):
+        if b != a and b != 1:
+            raise ShapeError(f"scatter_add: indices {tuple(i)} do not broadcast to updates {tuple(u)} (axis {k})")
+    return tuple(size if k == axis else n for k, n in enumerate(u))
+
+
+def _dec_scatter_add(u, idx, *, axis, size):
+    """Zeros of the output shape plus ``u`` at ``idx`` along ``axis``, from matmul and compare
+    ops (for backends without a kernel): a one-hot (size, k) matrix times ``u`` when the indices
+    vary along ``axis`` only (the gradient of take / embedding), else a one-hot axis summed."""
+    from .creation import arange
+    from .elementwise import equal, multiply
+    from .reduction import sum as _sum
+
+    if u.dtype.kind != "f":
+        raise ShapeError("scatter_add: the decomposition handles floating-point updates only")
+    n = size
+    k = u.shape[axis]
+    idx = apply("remainder", idx, apply("full", shape=(), value=n, dtype=idx.dtype, device=idx.device)) \
+        if n else idx   # negative indices count from the end, as in take
+    if all(m == 1 for a, m in enumerate(idx.shape) if a != axis):
+        onehot = equal(apply("reshape", arange(n, device=u.device), shape=(n, 1)),
+                       apply("reshape", idx, shape=(1, k))).astype(u.dtype)          # (n, k)
+        outer, inner = prod(u.shape[:axis]), prod(u.shape[axis + 1:])
+        u3 = apply("reshape", u, shape=(outer, k, inner))
+        out = apply("matmul", onehot, u3)                                             # (outer, n, inner)
+        return apply("reshape", out, shape=u.shape[:axis] + (n,) + u.shape[axis + 1:])
+    ib = broadcast_to(idx, u.shape)
+    pos = apply("reshape", arange(n, device=u.device), shape=(1,) * (axis + 1) + (n,) + (1,) * (u.ndim - axis - 1))
+    hit = equal(expand_dims(ib, axis + 1), pos).astype(u.dtype)                      # u.shape with n after axis
+    return _sum(multiply(hit, expand_dims(u, axis + 1)), axis=axis)
+
+
+op("scatter_add", kind="composite", shape=_scatter_shape, dtype=_index_dtype("scatter_add"),
+   decompose=_dec_scatter_add,
+   grad=lambda g, y, u, idx, *, axis, **_: (apply("take_along_axis", g, broadcast_to(idx, u.shape), axis=axis), None),
+   doc="Zeros of ``updates``' shape with axis ``axis`` of size ``size``, plus out[..., indices[..., j, ...], "
+       "...] += updates[..., j, ...] (indices broadcast to updates; the gradient of take and "
+       "take_along_axis, PyTorch's scatter_add / index_add).")
+
+
+def scatter_add(updates: Tensor, indices, axis: int, size: int) -> Tensor:
+    """Sum ``updates`` into zeros along ``axis`` (of length ``size``) at ``indices`` (an int tensor
+    of updates' rank whose other axes are 1 or match): the adjoint of ``take_along_axis``.
+
+    >>> import ember
+    >>> ember.scatter_add(ember.tensor([1.0, 2.0, 3.0]), ember.tensor([0, 2, 0]), 0, 3).tolist()
+    [4.0, 0.0, 2.0]
+    """
+    indices = _as_index(indices, updates, "scatter_add")
+    axis = normalize_axis(axis, updates.ndim, "scatter_add")
+    return apply("scatter_add", updates, indices, axis=axis, size=int(size))
 
 
 # ---- composites ------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import math
 import operator
 
 from .. import dtypes as _dt
+from ..autograd import keeps_output, sum_to
 from ..errors import DTypeError, IndexingError, ShapeError, UnsupportedOp
 from ..registry import apply, broadcast_shapes, normalize_axis, op, promote, same_dtype, same_shape, to_float
 from ..tensor import Tensor
@@ -136,16 +137,39 @@ def _dec_silu(x):
     return _ops().multiply(x, sigmoid(x))
 
 
+def _gelu_grad(g, y, x, *, approximate, **_):
+    o = _ops()
+    if approximate == "tanh":
+        k0, k1 = math.sqrt(2.0 / math.pi), 0.044715
+        x2 = o.multiply(x, x)
+        t = o.tanh(o.multiply(o.multiply(x, o.add(o.multiply(x2, k1), 1.0)), k0))
+        inner_d = o.multiply(o.add(o.multiply(x2, 3.0 * k1), 1.0), k0)
+        d = o.add(o.multiply(o.add(t, 1.0), 0.5),
+                  o.multiply(o.multiply(o.multiply(x, 0.5), o.subtract(1.0, o.multiply(t, t))), inner_d))
+        return o.multiply(g, d)
+    cdf = o.multiply(o.add(o.erf(o.multiply(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
+    pdf = o.multiply(o.exp(o.multiply(o.multiply(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    return o.multiply(g, o.add(cdf, o.multiply(x, pdf)))
+
+
+def _silu_grad(g, y, x, **_):
+    o = _ops()
+    sg = sigmoid(x)
+    return o.multiply(g, o.multiply(sg, o.add(o.multiply(x, o.subtract(1.0, sg)), 1.0)))
+
+
 op("relu", kind="composite", shape=same_shape, dtype=same_dtype, decompose=_dec_relu,
-   doc="max(x, 0)")
+   doc="max(x, 0)", grad=lambda g, y, x, **_: _ops().where(_ops().less(0, x), g, 0.0))
 op("leaky_relu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_leaky_relu,
-   doc="x where x >= 0, else negative_slope * x")
+   doc="x where x >= 0, else negative_slope * x",
+   grad=lambda g, y, x, *, negative_slope, **_: _ops().where(_ops().less(0, x), g, _ops().multiply(g, negative_slope)))
 op("sigmoid", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_sigmoid,
-   doc="1 / (1 + exp(-x))")
+   doc="1 / (1 + exp(-x))",
+   grad=keeps_output(lambda g, y, x, **_: _ops().multiply(g, _ops().multiply(y, _ops().subtract(1.0, y)))))
 op("gelu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_gelu,
-   doc="x * Phi(x); approximate='tanh' uses the tanh formula")
+   doc="x * Phi(x); approximate='tanh' uses the tanh formula", grad=_gelu_grad)
 op("silu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_silu,
-   doc="x * sigmoid(x)")
+   doc="x * sigmoid(x)", grad=_silu_grad)
 
 
 @method
@@ -238,10 +262,24 @@ def _dec_log_softmax(x, *, axis):
     return o.subtract(z, o.log(o.sum(o.exp(z), axis=axis, keepdims=True)))
 
 
+@keeps_output
+def _softmax_grad(g, y, x, *, axis, **_):
+    o = _ops()
+    axis = axis if x.ndim else None
+    return o.multiply(y, o.subtract(g, o.sum(o.multiply(g, y), axis=axis, keepdims=True)))
+
+
+@keeps_output
+def _log_softmax_grad(g, y, x, *, axis, **_):
+    o = _ops()
+    axis = axis if x.ndim else None
+    return o.subtract(g, o.multiply(o.exp(y), o.sum(g, axis=axis, keepdims=True)))
+
+
 op("softmax", kind="composite", shape=_axis_shape("softmax"), dtype=to_float, decompose=_dec_softmax,
-   doc="exp(x - max) / sum(exp(x - max)) along axis")
+   doc="exp(x - max) / sum(exp(x - max)) along axis", grad=_softmax_grad)
 op("log_softmax", kind="composite", shape=_axis_shape("log_softmax"), dtype=to_float,
-   decompose=_dec_log_softmax, doc="x - max - log(sum(exp(x - max))) along axis")
+   decompose=_dec_log_softmax, doc="x - max - log(sum(exp(x - max))) along axis", grad=_log_softmax_grad)
 
 
 @method
@@ -345,8 +383,22 @@ def _linear_decompose(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
+def _linear_grad(g, y, x, weight, bias=None, *, need, **_):
+    o = _ops()
+    gx = o.matmul(g, weight) if need[0] else None
+    gw = gb = None
+    if need[1] or (len(need) > 2 and need[2]):
+        g2 = o.reshape(g, (-1, weight.shape[0]))                                    # (batch, out)
+        if need[1]:
+            gw = o.matmul(o.permute_dims(g2, (1, 0)), o.reshape(x, (-1, weight.shape[1])))   # (out, in)
+        if len(need) > 2 and need[2]:
+            gb = o.sum(g2, axis=0)
+    return (gx, gw) if bias is None else (gx, gw, gb)
+
+
 op("linear", kind="composite", shape=_linear_shape, dtype=_float_rule("linear"), decompose=_linear_decompose,
-   doc="x @ weight.T + bias (PyTorch's F.linear); a backend may run it without transposing the weight")
+   doc="x @ weight.T + bias (PyTorch's F.linear); a backend may run it without transposing the weight",
+   grad=_linear_grad)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -361,10 +413,78 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return apply("linear", *((x, weight) if bias is None else (x, weight, bias)))
 
 
+# ---- convolution gradients: composites over conv2d / conv_transpose2d (a backend may override) --
+
+def _dec_conv_grad_input(g, weight, *, stride, padding, dilation, groups, input_size):
+    # conv_transpose2d is the adjoint of conv2d; output_padding restores the rows/columns that
+    # the forward's floor division dropped.
+    (pt, pb), (pl, pr) = padding
+    kh, kw = weight.shape[2:]
+    oh, ow = g.shape[2:]
+    op_h = input_size[0] - ((oh - 1) * stride[0] - pt - pb + dilation[0] * (kh - 1) + 1)
+    op_w = input_size[1] - ((ow - 1) * stride[1] - pl - pr + dilation[1] * (kw - 1) + 1)
+    if op_h < max(stride[0], dilation[0]) and op_w < max(stride[1], dilation[1]):
+        return apply("conv_transpose2d", g, weight, stride=stride, padding=padding, output_padding=(op_h, op_w),
+                     dilation=dilation, groups=groups)
+    y = apply("conv_transpose2d", g, weight, stride=stride, padding=padding, output_padding=(0, 0),
+              dilation=dilation, groups=groups)
+    return _ops().pad(y, ((0, 0), (0, 0), (0, op_h), (0, op_w)))
+
+
+def _dec_conv_grad_weight(x, g, *, stride, padding, dilation, groups, kernel_size):
+    # gw[o, c, i, j] = sum over n, oy, ox of g[n, o, oy, ox] * xpad[n, c, oy*s + i*d, ox*s + j*d]:
+    # a conv2d of x (batch and channels swapped) with g as the kernel, stride and dilation
+    # exchanged; groups keep their channel blocks.
+    o = _ops()
+    n, c, h, w = x.shape
+    out_c, oh, ow = g.shape[1:]
+    gr, cg, og = groups, c // groups, out_c // groups
+    xt = o.reshape(o.permute_dims(o.reshape(x, (n, gr, cg, h, w)), (2, 1, 0, 3, 4)), (cg, gr * n, h, w))
+    gt = o.reshape(o.permute_dims(o.reshape(g, (n, gr, og, oh, ow)), (1, 2, 0, 3, 4)), (gr * og, n, oh, ow))
+    r = apply("conv2d", xt, gt, stride=dilation, padding=padding, dilation=stride, groups=gr)  # (cg, out_c, KH, KW)
+    kh, kw = kernel_size
+    if r.shape[2:] != (kh, kw):
+        r = r[:, :, :kh, :kw]
+    return o.permute_dims(r, (1, 0, 2, 3))
+
+
+op("conv2d_grad_input", kind="composite", shape=lambda gs, ws, *, groups, input_size, **_:
+   (gs[0], ws[1] * groups) + tuple(input_size), dtype=_float_rule("conv2d_grad_input"),
+   decompose=_dec_conv_grad_input, doc="the gradient of conv2d with respect to its input")
+op("conv2d_grad_weight", kind="composite", shape=lambda xs, gs, *, groups, kernel_size, **_:
+   (gs[1], xs[1] // groups) + tuple(kernel_size), dtype=_float_rule("conv2d_grad_weight"),
+   decompose=_dec_conv_grad_weight, doc="the gradient of conv2d with respect to its weight")
+
+
+def _conv2d_grad(g, y, x, weight, bias=None, *, need, stride, padding, dilation, groups):
+    conv = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    gx = apply("conv2d_grad_input", g, weight, input_size=x.shape[2:], **conv) if need[0] else None
+    gw = apply("conv2d_grad_weight", x, g, kernel_size=weight.shape[2:], **conv) if need[1] else None
+    if bias is None:
+        return gx, gw
+    return gx, gw, (_ops().sum(g, axis=(0, 2, 3)) if need[2] else None)
+
+
+def _conv_transpose2d_grad(g, y, x, weight, bias=None, *, need, stride, padding, output_padding, dilation,
+                           groups):
+    conv = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    gx = gw = None
+    if need[0]:   # conv2d is the adjoint of conv_transpose2d
+        gx = apply("conv2d", g, weight, **conv)
+        if gx.shape[2:] != x.shape[2:]:
+            gx = gx[:, :, :x.shape[2], :x.shape[3]]
+    if need[1]:   # the weight gradient of the conv2d that maps y's shape onto x's
+        gw = apply("conv2d_grad_weight", g, x, kernel_size=weight.shape[2:], **conv)
+    if bias is None:
+        return gx, gw
+    return gx, gw, (_ops().sum(g, axis=(0, 2, 3)) if need[2] else None)
+
+
 op("conv2d", kind="other", shape=_conv2d_shape, dtype=_float_rule("conv2d"),
-   doc="2-D cross-correlation, NCHW input, OIHW weight, optional bias")
+   doc="2-D cross-correlation, NCHW input, OIHW weight, optional bias", grad=_conv2d_grad)
 op("conv_transpose2d", kind="other", shape=_conv_transpose2d_shape, dtype=_float_rule("conv_transpose2d"),
-   doc="2-D transposed convolution, NCHW input, (in, out/groups, kh, kw) weight, optional bias")
+   doc="2-D transposed convolution, NCHW input, (in, out/groups, kh, kw) weight, optional bias",
+   grad=_conv_transpose2d_grad)
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
@@ -452,10 +572,76 @@ def _max_pool_dtype(dt, **_):
     return dt
 
 
+# ---- pooling gradients ---------------------------------------------------------------------------
+
+def _dec_max_pool_grad(g, x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    """Through the window taps: each tap is a strided slice of the padded input; the first tap
+    that equals the window's maximum takes the gradient (PyTorch's first-max rule)."""
+    o = _ops()
+    n, c, h, w = x.shape
+    oh, ow = g.shape[2:]
+    (pt, _), (pl, _) = padding
+    kh, kw = kernel_size
+    eb = (oh - 1) * stride[0] + dilation[0] * (kh - 1) + 1 - h - pt   # rows the last window needs below
+    er = (ow - 1) * stride[1] + dilation[1] * (kw - 1) + 1 - w - pl
+    xp = o.pad(x, ((0, 0), (0, 0), (pt, eb), (pl, er)), value=float("-inf"))
+    y = apply("max_pool2d", x, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+              ceil_mode=ceil_mode)
+    taken = None
+    gp = None
+    for i in range(kh):
+        for j in range(kw):
+            sl = ((0, n, 1), (0, c, 1), (i * dilation[0], i * dilation[0] + (oh - 1) * stride[0] + 1, stride[0]),
+                  (j * dilation[1], j * dilation[1] + (ow - 1) * stride[1] + 1, stride[1]))
+            tap = apply("slice", xp, slices=sl)
+            hit = o.logical_or(o.equal(tap, y), o.isnan(tap))
+            if taken is not None:
+                hit = o.logical_and(hit, o.logical_not(taken))
+            taken = hit if taken is None else o.logical_or(taken, hit)
+            part = _unslice_into(o.where(hit, g, 0.0), xp.shape, sl)
+            gp = part if gp is None else o.add(gp, part)
+    return o.pad(gp, ((0, 0), (0, 0), (-pt, -eb), (-pl, -er)))
+
+
+def _unslice_into(g, shape, slices):
+    from .movement import _unslice
+    return _unslice(g, shape, slices)
+
+
+def _dec_avg_pool_grad(g, x, *, kernel_size, stride, padding, ceil_mode, count_include_pad):
+    """Divide by each window's divisor, then spread over the window: a conv_transpose2d with a
+    kernel of ones over (N*C, 1) planes."""
+    from ..backends.python_nn import _avg_divisors
+    from ..tensor import tensor
+    o = _ops()
+    n, c, h, w = x.shape
+    oh, ow = g.shape[2:]
+    (pt, pb), (pl, pr) = padding
+    kh, kw = kernel_size
+    dy = _avg_divisors(h, kh, stride[0], pt, pb, oh, count_include_pad)
+    dx = _avg_divisors(w, kw, stride[1], pl, pr, ow, count_include_pad)
+    inv = tensor([[1.0 / (a * b) for b in dx] for a in dy], dtype=g.dtype, device=g.device)
+    gs = o.reshape(o.multiply(g, inv), (n * c, 1, oh, ow))
+    ones = apply("full", shape=(1, 1, kh, kw), value=1.0, dtype=g.dtype, device=g.device)
+    up = apply("conv_transpose2d", gs, ones, stride=stride, padding=((pt, 0), (pl, 0)), output_padding=(0, 0),
+               dilation=(1, 1), groups=1)                                   # rows from -pt on
+    up = o.pad(up, ((0, 0), (0, 0), (0, h - up.shape[2]), (0, w - up.shape[3])))
+    return o.reshape(up, x.shape)
+
+
+op("max_pool2d_backward", kind="composite", shape=lambda gs, xs, **_: tuple(xs), dtype=lambda gt, xt, **_: xt,
+   decompose=_dec_max_pool_grad, doc="the gradient of max_pool2d (inputs: output gradient, input)")
+op("avg_pool2d_backward", kind="composite", shape=lambda gs, xs, **_: tuple(xs), dtype=lambda gt, xt, **_: xt,
+   decompose=_dec_avg_pool_grad, doc="the gradient of avg_pool2d (inputs: output gradient, input)")
+
 op("max_pool2d", kind="other", shape=_pool_shape("max_pool2d"), dtype=_max_pool_dtype,
-   doc="2-D max pooling over NCHW windows (padding never wins)")
+   doc="2-D max pooling over NCHW windows (padding never wins)",
+   grad=lambda g, y, x, **attrs: apply("max_pool2d_backward", g, x,
+                                       **{k: v for k, v in attrs.items() if k != "need"}))
 op("avg_pool2d", kind="other", shape=_pool_shape("avg_pool2d"), dtype=_float_rule("avg_pool2d"),
-   doc="2-D average pooling over NCHW windows")
+   doc="2-D average pooling over NCHW windows",
+   grad=lambda g, y, x, **attrs: apply("avg_pool2d_backward", g, x,
+                                       **{k: v for k, v in attrs.items() if k != "need"}))
 
 
 def _pool_args(opname, kernel_size, stride, padding, ceil_mode):
@@ -585,10 +771,50 @@ def _dec_layer_norm(x, weight, bias, *, normalized_shape, eps):
     return o.add(o.multiply(o.divide(d, o.sqrt(o.add(var, eps))), weight), bias)
 
 
+def _bn_grad(g, y, x, mean, var, weight, bias, *, need, eps):
+    o = _ops()
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    axes = (0,) + tuple(range(2, x.ndim))
+    rstd = o.rsqrt(o.add(var, eps))                                   # (C,)
+    gx = o.multiply(g, o.reshape(o.multiply(weight, rstd), shape)) if need[0] else None
+    gsum = o.sum(g, axis=axes) if (need[1] or need[4]) else None
+    gm = gv = gw = None
+    if need[2] or need[3]:
+        gd = o.sum(o.multiply(g, o.subtract(x, o.reshape(mean, shape))), axis=axes)   # sum g * (x - mean)
+        if need[2]:
+            gv = o.multiply(o.multiply(gd, weight), o.multiply(o.multiply(rstd, o.multiply(rstd, rstd)), -0.5))
+        if need[3]:
+            gw = o.multiply(gd, rstd)
+    if need[1]:
+        gm = o.negative(o.multiply(gsum, o.multiply(weight, rstd)))
+    return gx, gm, gv, gw, (gsum if need[4] else None)
+
+
+def _ln_grad(g, y, x, weight, bias, *, need, normalized_shape, eps):
+    o = _ops()
+    k = len(normalized_shape)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    outer = tuple(range(x.ndim - k))
+    d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
+    rstd = o.rsqrt(o.add(o.mean(o.multiply(d, d), axis=axes, keepdims=True), eps))
+    xhat = o.multiply(d, rstd)
+    gx = gw = gb = None
+    if need[0]:
+        gh = o.multiply(g, weight)
+        gx = o.multiply(rstd, o.subtract(o.subtract(gh, o.mean(gh, axis=axes, keepdims=True)),
+                                         o.multiply(xhat, o.mean(o.multiply(gh, xhat), axis=axes, keepdims=True))))
+    if need[1]:
+        gw = o.multiply(g, xhat)
+        gw = o.sum(gw, axis=outer) if outer else gw
+    if need[2]:
+        gb = o.sum(g, axis=outer) if outer else g
+    return gx, gw, gb
+
+
 op("batch_norm", kind="composite", shape=_bn_shape, dtype=_float_rule("batch_norm"), decompose=_dec_batch_norm,
-   doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias over axis 1")
+   doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias over axis 1", grad=_bn_grad)
 op("layer_norm", kind="composite", shape=_ln_shape, dtype=_float_rule("layer_norm"), decompose=_dec_layer_norm,
-   doc="layer norm over the trailing normalized_shape dimensions")
+   doc="layer norm over the trailing normalized_shape dimensions", grad=_ln_grad)
 
 
 def _param(t, n_shape, like: Tensor, fill: float):
@@ -645,8 +871,15 @@ def _dec_embedding(indices, weight):
     return o.reshape(rows, tuple(indices.shape) + (weight.shape[1],))
 
 
+def _embedding_grad(g, y, indices, weight, **_):
+    o = _ops()
+    k = indices.size
+    rows = o.reshape(g, (k, weight.shape[1]))
+    return None, apply("scatter_add", rows, o.reshape(indices, (k, 1)), axis=0, size=weight.shape[0])
+
+
 op("embedding", kind="composite", shape=_emb_shape, dtype=_emb_dtype, decompose=_dec_embedding,
-   doc="rows of weight picked by integer indices")
+   doc="rows of weight picked by integer indices", grad=_embedding_grad)
 
 
 def embedding(indices: Tensor, weight: Tensor) -> Tensor:
@@ -693,7 +926,7 @@ def _sdpa_dtype(qt, kt, vt, mt=None, **_):
     return r
 
 
-def _dec_sdpa(q, k, v, mask=None, *, is_causal, scale):
+def _sdpa_probs(q, k, mask, is_causal, scale):
     from ..tensor import tensor
     o = _ops()
     nd = k.ndim
@@ -712,12 +945,34 @@ def _dec_sdpa(q, k, v, mask=None, *, is_causal, scale):
     m = o.max(s, axis=-1, keepdims=True)
     dead = o.equal(m, float("-inf"))
     e = o.exp(o.subtract(s, o.where(dead, 0.0, m)))
-    p = o.divide(e, o.where(dead, 1.0, o.sum(e, axis=-1, keepdims=True)))
-    return o.matmul(p, v)
+    return o.divide(e, o.where(dead, 1.0, o.sum(e, axis=-1, keepdims=True)))
+
+
+def _dec_sdpa(q, k, v, mask=None, *, is_causal, scale):
+    return _ops().matmul(_sdpa_probs(q, k, mask, is_causal, scale), v)
+
+
+def _sdpa_grad(g, y, q, k, v, mask=None, *, need, is_causal, scale):
+    # softmax recomputed from q and k (one matmul) instead of keeping the (L, S) probabilities
+    o = _ops()
+    p = _sdpa_probs(q, k, mask, is_causal, scale)                           # (..., L, S)
+    gq = gk = gv = gm = None
+    if need[2]:
+        gv = sum_to(o.matmul(o.matrix_transpose(p), g), v.shape)
+    if need[0] or need[1] or (mask is not None and need[3]):
+        gp = o.matmul(g, o.matrix_transpose(v))
+        gs = o.multiply(p, o.subtract(gp, o.sum(o.multiply(gp, p), axis=-1, keepdims=True)))
+        if need[0]:
+            gq = sum_to(o.multiply(o.matmul(gs, k), scale), q.shape)
+        if need[1]:
+            gk = sum_to(o.multiply(o.matmul(o.matrix_transpose(gs), q), scale), k.shape)
+        if mask is not None and need[3] and mask.dtype.kind == "f":
+            gm = sum_to(gs, mask.shape)
+    return (gq, gk, gv) if mask is None else (gq, gk, gv, gm)
 
 
 op("scaled_dot_product_attention", kind="composite", shape=_sdpa_shape, dtype=_sdpa_dtype, decompose=_dec_sdpa,
-   doc="softmax(q k^T * scale + mask) v")
+   doc="softmax(q k^T * scale + mask) v", grad=_sdpa_grad)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
@@ -747,7 +1002,9 @@ def _cumsum_dtype(dt, **_):
 
 
 op("cumsum", kind="other", shape=_axis_shape("cumsum"), dtype=_cumsum_dtype,
-   doc="cumulative sum along axis (exclusive: start at 0; reverse: from the end)")
+   doc="cumulative sum along axis (exclusive: start at 0; reverse: from the end)",
+   grad=lambda g, y, x, *, axis, exclusive, reverse, **_: apply("cumsum", g, axis=axis, exclusive=exclusive,
+                                                                reverse=not reverse))
 
 
 @method
@@ -775,8 +1032,14 @@ def _sort_shape(xs, *, axis, descending, stable):
     return (tuple(xs), tuple(xs))
 
 
+@keeps_output
+def _sort_grad(g, y, x, *, axis, **_):
+    gv = g[0]
+    return None if gv is None else apply("scatter_add", gv, y[1], axis=axis, size=x.shape[axis])
+
+
 op("sort", kind="other", shape=_sort_shape, dtype=lambda dt, **_: (dt, _dt.int64), outputs=2,
-   doc="sorted values and their int64 source indices along axis (NaN sorts as the largest)")
+   doc="sorted values and their int64 source indices along axis (NaN sorts as the largest)", grad=_sort_grad)
 
 
 def _sort(x, axis, descending, stable=True):
@@ -872,8 +1135,24 @@ def _pad_shape(xs, *, pad_width, mode, value):
     return tuple(out)
 
 
+def _pad_grad(g, y, x, *, pad_width, mode, value, **_):
+    if mode == "constant":   # crop what was padded, pad back what was cropped
+        return apply("pad", g, pad_width=tuple((-b, -a) for b, a in pad_width), mode="constant", value=0)
+    # reflect / edge / wrap: each axis gathers source positions; the gradient adds them back
+    from ..backends.python_nn import _pad_source
+    from ..tensor import tensor
+    for ax, (n, (b, a)) in enumerate(zip(x.shape, pad_width)):
+        if b == 0 and a == 0:
+            continue
+        src = _pad_source(n, b, a, mode)
+        idx = tensor(src, dtype=_dt.int64, device=g.device)
+        idx = apply("reshape", idx, shape=(1,) * ax + (len(src),) + (1,) * (g.ndim - ax - 1))
+        g = apply("scatter_add", g, idx, axis=ax, size=n)
+    return g
+
+
 op("pad", kind="other", shape=_pad_shape, dtype=same_dtype,
-   doc="pad (or, with negative widths, crop) each axis; modes constant, reflect, edge, wrap")
+   doc="pad (or, with negative widths, crop) each axis; modes constant, reflect, edge, wrap", grad=_pad_grad)
 
 
 def pad(x: Tensor, pad_width, mode: str = "constant", value=0) -> Tensor:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 
 from .. import dtypes as _dt
+from ..autograd import keeps_output
 from ..errors import DTypeError, ShapeError
 from ..registry import apply, normalize_axes, normalize_axis, op
 from ..tensor import Tensor
@@ -67,10 +68,38 @@ def _float_only(name):
     return rule
 
 
-op("sum", kind="reduce", shape=_reduce_shape("sum"), dtype=_acc_dtype, doc="Sum over axes.")
-op("prod", kind="reduce", shape=_reduce_shape("prod"), dtype=_acc_dtype, doc="Product over axes.")
-op("max", kind="reduce", shape=_reduce_shape("max", True), dtype=_same, doc="Maximum over axes.")
-op("min", kind="reduce", shape=_reduce_shape("min", True), dtype=_same, doc="Minimum over axes.")
+def _spread(g, x_shape, axes, keepdims):
+    """A reduction's output gradient broadcast back over the reduced axes."""
+    if not keepdims:
+        g = apply("reshape", g, shape=_reduced_shape(x_shape, axes, True))
+    return g if g.shape == tuple(x_shape) else apply("broadcast_to", g, shape=tuple(x_shape))
+
+
+def _sum_grad(g, y, x, *, axes, keepdims=False, **_):
+    return _spread(g, x.shape, axes, keepdims)
+
+
+@keeps_output
+def _prod_grad(g, y, x, *, axes, keepdims=False, **_):
+    # y / x: exact where x has no zeros (a zero's gradient needs the product of the others)
+    return _spread(g, x.shape, axes, keepdims) * _spread(y, x.shape, axes, keepdims) / x
+
+
+@keeps_output
+def _extreme_grad(g, y, x, *, axes, keepdims=False, **_):
+    # max/min over axes: the gradient is shared evenly between tied extremes (like torch.amax)
+    hit = (x == _spread(y, x.shape, axes, keepdims)).astype(x.dtype)
+    count = apply("sum", hit, axes=axes, keepdims=True)
+    return _spread(g, x.shape, axes, keepdims) * hit / count
+
+
+op("sum", kind="reduce", shape=_reduce_shape("sum"), dtype=_acc_dtype, doc="Sum over axes.", grad=_sum_grad)
+op("prod", kind="reduce", shape=_reduce_shape("prod"), dtype=_acc_dtype, doc="Product over axes.",
+   grad=_prod_grad)
+op("max", kind="reduce", shape=_reduce_shape("max", True), dtype=_same, doc="Maximum over axes.",
+   grad=_extreme_grad)
+op("min", kind="reduce", shape=_reduce_shape("min", True), dtype=_same, doc="Minimum over axes.",
+   grad=_extreme_grad)
 
 
 def _arg_shape(name):
@@ -127,7 +156,8 @@ def _all(x, *, axes, keepdims=False):
 
 
 op("mean", kind="composite", shape=_reduce_shape("mean"), dtype=_float_only("mean"), decompose=_mean,
-   doc="Arithmetic mean over axes.")
+   doc="Arithmetic mean over axes.",
+   grad=lambda g, y, x, *, axes, keepdims=False, **_: _spread(g, x.shape, axes, keepdims) / _count(x.shape, axes))
 op("var", kind="composite", shape=_reduce_shape("var"), dtype=_float_only("var"), decompose=_var,
    doc="Variance over axes (divides by N - correction).")
 op("std", kind="composite", shape=_reduce_shape("std"), dtype=_float_only("std"), decompose=_std,
