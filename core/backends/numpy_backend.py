@@ -45,9 +45,15 @@ class NumpyBackend:
         return self.to_bytes(buf, shape, dtype)
 
 
+_NPD = {name: np.dtype(t) for name, t in NP_DTYPES.items()}
+
+
 def _out(a, out):
     """``a`` as a C-contiguous array of the output dtype and shape."""
-    return np.ascontiguousarray(np.asarray(a).astype(np_dtype(out.dtype), copy=False)).reshape(out.shape)
+    want = _NPD[out.dtype.name]
+    if type(a) is np.ndarray and a.dtype == want and a.flags.c_contiguous:   # the usual case: as is
+        return a if a.shape == out.shape else a.reshape(out.shape)
+    return np.ascontiguousarray(np.asarray(a).astype(want, copy=False)).reshape(out.shape)
 
 
 def _f32(x):
@@ -70,15 +76,23 @@ def _arange(out, *, start, step, **_):
 
 # ---- elementwise -----------------------------------------------------------------------------
 
-def _unary(fn, int_fn=None):
+def _unary(fn, int_fn=None, quiet=True):
+    """``quiet``: the function can raise floating-point warnings (exp overflow, log(-1)...),
+    which numpy's errstate silences (IEEE results stand); the others skip its cost."""
+    def run(out, x):
+        if int_fn is not None and x.dtype.kind != "f":
+            return _out(int_fn(x._buf), out)
+        a = _f32(x)
+        if out.dtype.kind == "f" and a.dtype.kind != "f":
+            a = a.astype(np.float32)  # exp/sqrt/... of ints compute in float32
+        return _out(fn(a), out)
+
+    if not quiet:
+        return run
+
     def kernel(out, x):
         with np.errstate(all="ignore"):
-            if int_fn is not None and x.dtype.kind != "f":
-                return _out(int_fn(x._buf), out)
-            a = _f32(x)
-            if out.dtype.kind == "f" and a.dtype.kind != "f":
-                a = a.astype(np.float32)  # exp/sqrt/... of ints compute in float32
-            return _out(fn(a), out)
+            return run(out, x)
     return kernel
 
 
@@ -90,21 +104,21 @@ def _round(a):
     return np.rint(a)  # half to even
 
 
-_UNARY = {
-    "negative": (np.negative, None),
-    "abs": (np.abs, None),
-    "exp": (np.exp, None),
-    "log": (np.log, None),
-    "sqrt": (np.sqrt, None),
-    "sin": (np.sin, None),
-    "cos": (np.cos, None),
-    "tanh": (np.tanh, None),
-    "sign": (np.sign, None),
-    "floor": (np.floor, _same),
-    "ceil": (np.ceil, _same),
-    "round": (_round, _same),
-    "isnan": (np.isnan, lambda a: np.zeros(a.shape, dtype=bool)),
-    "logical_not": (np.logical_not, None),
+_UNARY = {   # name: (float function, integer function or None, can raise FP warnings)
+    "negative": (np.negative, None, False),
+    "abs": (np.abs, None, False),
+    "exp": (np.exp, None, True),
+    "log": (np.log, None, True),
+    "sqrt": (np.sqrt, None, True),
+    "sin": (np.sin, None, True),
+    "cos": (np.cos, None, True),
+    "tanh": (np.tanh, None, False),
+    "sign": (np.sign, None, False),
+    "floor": (np.floor, _same, False),
+    "ceil": (np.ceil, _same, False),
+    "round": (_round, _same, False),
+    "isnan": (np.isnan, lambda a: np.zeros(a.shape, dtype=bool), False),
+    "logical_not": (np.logical_not, None, False),
 }
 
 
@@ -116,8 +130,10 @@ def _erf(out, x):
 
 def _common(a, b, out):
     """Both inputs in the dtype the op computes in (float16 via float32)."""
-    ct = np_dtype(out.dtype) if out.dtype is not _dt.bool_ else None
     A, B = a._buf, b._buf
+    if a.dtype is b.dtype and (a.dtype is out.dtype or out.dtype is _dt.bool_) and a.dtype is not _dt.float16:
+        return A, B                                      # the usual case: nothing to convert
+    ct = np_dtype(out.dtype) if out.dtype is not _dt.bool_ else None
     if ct is None:  # comparisons / logical ops: compare in the promoted dtype
         ct = np_dtype(_dt.result_type(a.dtype, b.dtype))
     if ct is np.float16:
@@ -125,11 +141,15 @@ def _common(a, b, out):
     return A.astype(ct, copy=False), B.astype(ct, copy=False)
 
 
-def _binary(fn):
+def _binary(fn, quiet=True):
+    """``quiet``: float inputs can raise FP warnings (inf - inf, overflow, x / 0), which
+    numpy's errstate silences; integer inputs and the ops that never warn skip its cost."""
     def kernel(out, a, b):
         A, B = _common(a, b, out)
-        with np.errstate(all="ignore"):
-            return _out(fn(A, B), out)
+        if quiet and (A.dtype.kind == "f" or B.dtype.kind == "f"):
+            with np.errstate(all="ignore"):
+                return _out(fn(A, B), out)
+        return _out(fn(A, B), out)
     return kernel
 
 
@@ -299,8 +319,10 @@ KERNELS = {
     "take": _take,
     "take_along_axis": _take_along_axis,
 }
-KERNELS.update({name: _unary(f, g) for name, (f, g) in _UNARY.items()})
-KERNELS.update({name: _binary(f) for name, f in _BINARY.items()})
+KERNELS.update({name: _unary(f, g, q) for name, (f, g, q) in _UNARY.items()})
+# comparisons, logical ops and maximum/minimum never raise floating-point warnings (NaN is quiet)
+_NEVER_WARN = {"equal", "not_equal", "less", "less_equal", "logical_and", "logical_or", "maximum", "minimum"}
+KERNELS.update({name: _binary(f, quiet=name not in _NEVER_WARN) for name, f in _BINARY.items()})
 
 from .numpy_nn import KERNELS as _NN_KERNELS  # noqa: E402
 
