@@ -171,13 +171,14 @@ async function main() {
   $("cancel").addEventListener("click", cancel);
   $("query").addEventListener("keydown", (e) => { if (e.key === "Enter") $("compare").click(); });
   const weightsUrl = new URL(WEIGHTS, location.href).href;
+  const pyFiles = ["tokenizer.py", "model.py", "app.py"];
 
-  // The weights (~23 MB float16) download in the worker while Pyodide starts (from the
-  // browser's cache after the first visit).
+  // The weights (~45 MB float16), the vocabulary and the Python files download in the worker
+  // while Pyodide starts (from the browser's cache after the first visit).
   worker = await loadEmber({
-    worker: true, onProgress: bar.boot, prefetch: [weightsUrl],
-    onDownload: (p) => bar.weights(p.fraction, p.cached ? "weights (cached)"
-      : `weights ${(p.loaded / MB).toFixed(1)} / ${p.total ? (p.total / MB).toFixed(1) : "?"} MB`),
+    worker: true, onProgress: bar.boot, prefetch: [weightsUrl, "vocab.txt", ...pyFiles],
+    onDownload: (p) => { if (p.url === weightsUrl) bar.weights(p.fraction, p.cached ? "weights (cached)"
+      : `weights ${(p.loaded / MB).toFixed(1)} / ${p.total ? (p.total / MB).toFixed(1) : "?"} MB`); },
   });
   const info = { ...worker.info, webgpu: false, webgpuError: null };
   window.emberDemo.info = info;
@@ -186,7 +187,7 @@ async function main() {
 
   bar(0.02, "Widening the float16 weights to float32");
   const [devices, widened] = await Promise.all([
-    startApp(worker, PY_DIR, ["tokenizer.py", "model.py", "app.py"]),
+    startApp(worker, PY_DIR, pyFiles),
     worker.callJs("weights.js", "widen", [weightsUrl, `${PY_DIR}/weights.f32.safetensors`]),
     worker.fetchFile("vocab.txt", `${PY_DIR}/vocab.txt`),
   ]);

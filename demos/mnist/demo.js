@@ -294,13 +294,14 @@ async function main() {
   setupDrawing();
   const samples = setupSamples();
   const weightsUrl = new URL("mnist.safetensors", location.href).href;
+  const pyFiles = ["model.py", "app.py"];
 
-  // The worker downloads the weights (from the browser's cache after the first visit) while
-  // Pyodide starts; nothing heavy ever runs on this thread.
+  // The worker downloads the weights and the Python files (from the browser's cache after the
+  // first visit) while Pyodide starts; nothing heavy ever runs on this thread.
   worker = await loadEmber({
-    worker: true, onProgress: bar.boot, prefetch: [weightsUrl],
-    onDownload: (p) => bar.weights(p.fraction, p.cached ? "weights (cached)"
-      : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`),
+    worker: true, onProgress: bar.boot, prefetch: [weightsUrl, ...pyFiles],
+    onDownload: (p) => { if (p.url === weightsUrl) bar.weights(p.fraction, p.cached ? "weights (cached)"
+      : `weights ${(p.loaded / 1024).toFixed(0)} / ${(p.total / 1024).toFixed(0)} KB`); },
   });
   const info = { ...worker.info, webgpu: false, webgpuError: null };
   window.emberDemo.info = info;
@@ -309,7 +310,7 @@ async function main() {
 
   bar(0.02, "Loading the model");
   const [devices, weights] = await Promise.all([
-    startApp(worker, PY_DIR, ["model.py", "app.py"]),
+    startApp(worker, PY_DIR, pyFiles),
     worker.fetchFile(weightsUrl, `${PY_DIR}/mnist.safetensors`),
   ]);
   const loaded = await worker.call("app", "load", [`${PY_DIR}/mnist.safetensors`]);
