@@ -1,0 +1,63 @@
+"""Load-time Conv + BatchNormalization folding (ember.onnx.fuse): folded where the graph allows,
+left alone where it does not, same results as onnxruntime either way."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import ember
+import ember.onnx
+
+rng = np.random.default_rng(4)
+
+
+def f32(*shape, s=1.0):
+    return (rng.standard_normal(shape) * s).astype(np.float32)
+
+
+def _graph(conv_bias=True, extra_reader=False, stats_as_input=False, out_conv=False):
+    inits = [numpy_helper.from_array(f32(4, 3, 3, 3, s=0.3), "w"),
+             numpy_helper.from_array(f32(4) + 1, "g"), numpy_helper.from_array(f32(4, s=0.1), "beta"),
+             numpy_helper.from_array(f32(4, s=0.2), "mean")]
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 6, 6])]
+    var = np.abs(f32(4)) + 0.5
+    if stats_as_input:
+        inputs.append(helper.make_tensor_value_info("var", T.FLOAT, [4]))
+    else:
+        inits.append(numpy_helper.from_array(var, "var"))
+    conv_in = ["x", "w"]
+    if conv_bias:
+        inits.append(numpy_helper.from_array(f32(4, s=0.1), "b"))
+        conv_in.append("b")
+    nodes = [helper.make_node("Conv", conv_in, ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["y"], epsilon=1e-3)]
+    outputs = [helper.make_tensor_value_info("y", T.FLOAT, None)]
+    if extra_reader:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+        outputs.append(helper.make_tensor_value_info("r", T.FLOAT, None))
+    if out_conv:
+        outputs.append(helper.make_tensor_value_info("c", T.FLOAT, None))
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    feeds = {"x": f32(1, 3, 6, 6)}
+    if stats_as_input:
+        feeds["var"] = var
+    return m.SerializeToString(), feeds
+
+
+@pytest.mark.parametrize("kind,folds", [("plain", True), ("no_conv_bias", True), ("conv_read_twice", False),
+                                        ("stats_are_inputs", False), ("conv_is_an_output", False)])
+def test_fold(kind, folds, device):
+    raw, feeds = _graph(conv_bias=kind != "no_conv_bias", extra_reader=kind == "conv_read_twice",
+                        stats_as_input=kind == "stats_are_inputs", out_conv=kind == "conv_is_an_output")
+    want = ort.InferenceSession(raw, providers=["CPUExecutionProvider"]).run(None, feeds)
+    m = ember.onnx.load(raw, device=device)
+    ops = [n.op_type for n in m.graph.nodes]
+    assert ("BatchNormalization" not in ops) == folds
+    got = m.run({k: ember.from_numpy(v, device=device) for k, v in feeds.items()})
+    for name, w in zip(m.output_names, want):
+        np.testing.assert_allclose(got[name].numpy(), w, rtol=1e-5, atol=1e-5)
