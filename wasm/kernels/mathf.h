@@ -97,20 +97,24 @@ INLINE f32 hmin(f32x4 v) {
 #define EXP_LN2_HI 6.931457520e-01f
 #define EXP_LN2_LO 1.428606765e-06f
 
-INLINE f32x4 exp_scaled(f32x4 x, f32x4 lo, i32 m) {
-  /* below -104 - m ln2 the result is 0 (NaN stays NaN through min/max) */
-  x = wasm_f32x4_min(wasm_f32x4_max(x, F4(m ? -121.f : -104.f)), F4(89.f));
-  f32x4 k = wasm_f32x4_nearest(wasm_f32x4_mul(x, F4(EXP_LOG2E)));
+INLINE f32x4 exp_core(f32x4 x, i32 has_lo, f32x4 lo, i32 m) {
+  /* below -104 - m ln2 the result is 0; pmax(x, lo) = x < lo ? lo : x lets NaN through, and is
+   * one instruction where the NaN-propagating max is several */
+  x = wasm_f32x4_pmin(wasm_f32x4_pmax(x, F4(m ? -121.f : -104.f)), F4(89.f));
+  /* k = round(x log2 e) by the 1.5 * 2^23 trick: the sum's low mantissa bits are k, the sum
+   * minus the constant is k as a float (ties to even, like nearest) */
+  f32x4 kb = wasm_f32x4_add(wasm_f32x4_mul(x, F4(EXP_LOG2E)), F4(12582912.f));
+  f32x4 k = wasm_f32x4_sub(kb, F4(12582912.f));
   f32x4 r = wasm_f32x4_sub(x, wasm_f32x4_mul(k, F4(EXP_LN2_HI)));
   r = wasm_f32x4_sub(r, wasm_f32x4_mul(k, F4(EXP_LN2_LO)));
-  r = wasm_f32x4_add(r, lo);
+  if (has_lo) r = wasm_f32x4_add(r, lo);   /* (r + 0 is not a no-op for the compiler: -0) */
   f32x4 p = madd(r, F4(1.381461276e-03f), F4(8.368710056e-03f));
   p = madd(p, r, F4(4.166838899e-02f));
   p = madd(p, r, F4(1.666652113e-01f));
   p = madd(p, r, F4(4.999999404e-01f));
   p = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_mul(r, r), p), r);
   p = wasm_f32x4_add(p, F4(1.f));
-  i32x4 ki = wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(k), I4(m));   /* NaN -> 0 */
+  i32x4 ki = wasm_i32x4_sub(kb, I4(0x4b400000 - m));   /* NaN: some scale, times p = NaN */
   i32x4 k1 = wasm_i32x4_shr(ki, 1);
   i32x4 k2 = wasm_i32x4_sub(ki, k1);
   f32x4 s1 = wasm_i32x4_shl(wasm_i32x4_add(k1, I4(127)), 23);
@@ -118,8 +122,9 @@ INLINE f32x4 exp_scaled(f32x4 x, f32x4 lo, i32 m) {
   return wasm_f32x4_mul(wasm_f32x4_mul(p, s1), s2);
 }
 
-INLINE f32x4 exp_lo(f32x4 x, f32x4 lo) { return exp_scaled(x, lo, 0); }
-INLINE f32x4 exp4(f32x4 x) { return exp_lo(x, F4(0.f)); }
+INLINE f32x4 exp_scaled(f32x4 x, f32x4 lo, i32 m) { return exp_core(x, 1, lo, m); }
+INLINE f32x4 exp_lo(f32x4 x, f32x4 lo) { return exp_core(x, 1, lo, 0); }
+INLINE f32x4 exp4(f32x4 x) { return exp_core(x, 0, x, 0); }
 
 /* ---- log --------------------------------------------------------------------------------------
  * x = m 2^e with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first), f = m - 1 (exact),
@@ -158,9 +163,11 @@ INLINE f32x4 tanh4(f32x4 x) {
   p = madd(p, z, F4(1.333144158e-01f));
   p = madd(p, z, F4(-3.333328068e-01f));
   p = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_mul(p, z), x), x);
+  i32x4 small = wasm_f32x4_lt(ax, F4(0.625f));
+  if (wasm_i32x4_all_true(small)) return p;
   f32x4 e = exp4(wasm_f32x4_add(ax, ax));
   f32x4 t = wasm_f32x4_sub(F4(1.f), wasm_f32x4_div(F4(2.f), wasm_f32x4_add(e, F4(1.f))));
-  return sel(wasm_f32x4_lt(ax, F4(0.625f)), p, with_sign(t, x));
+  return sel(small, p, with_sign(t, x));
 }
 
 /* ---- sigmoid ----------------------------------------------------------------------------------
@@ -187,8 +194,8 @@ INLINE f32x4 erf_small(f32x4 x, f32x4 z) {   /* z = x*x */
   return wasm_f32x4_mul(p, x);
 }
 
-/* erfc(a) 2^m for a >= ERF_T given a and a^2 = hi + lo (lo may be 0). */
-INLINE f32x4 erfc_tail(f32x4 a, f32x4 hi, f32x4 lo, i32 m) {
+/* erfc(a) 2^m for a >= ERF_T given a and a^2 = hi (+ lo when has_lo). */
+INLINE f32x4 erfc_tail(f32x4 a, f32x4 hi, i32 has_lo, f32x4 lo, i32 m) {
   f32x4 t = wasm_f32x4_div(F4(2.f), wasm_f32x4_add(a, F4(2.f)));
   f32x4 q = madd(t, F4(8.724778146e-02f), F4(-2.085739672e-01f));
   q = madd(q, t, F4(6.163225323e-02f));
@@ -198,15 +205,17 @@ INLINE f32x4 erfc_tail(f32x4 a, f32x4 hi, f32x4 lo, i32 m) {
   q = madd(q, t, F4(2.819238305e-01f));
   q = madd(q, t, F4(2.821038067e-01f));
   q = wasm_f32x4_mul(q, t);
-  return wasm_f32x4_mul(exp_scaled(wasm_f32x4_neg(hi), wasm_f32x4_neg(lo), m), q);
+  return wasm_f32x4_mul(exp_core(wasm_f32x4_neg(hi), has_lo, wasm_f32x4_neg(lo), m), q);
 }
 
 INLINE f32x4 erf4(f32x4 x) {
   f32x4 ax = vabs(x);
   f32x4 z = wasm_f32x4_mul(x, x);
-  f32x4 small = erf_small(x, z);
-  f32x4 big = with_sign(wasm_f32x4_sub(F4(1.f), erfc_tail(ax, z, F4(0.f), 0)), x);
-  return sel(wasm_f32x4_lt(ax, F4(ERF_T)), small, big);
+  f32x4 y = erf_small(x, z);
+  i32x4 small = wasm_f32x4_lt(ax, F4(ERF_T));
+  if (!wasm_i32x4_all_true(small))   /* the tail only where a lane needs it */
+    y = sel(small, y, with_sign(wasm_f32x4_sub(F4(1.f), erfc_tail(ax, z, 0, z, 0)), x));
+  return y;
 }
 
 /* x*x as hi + lo exactly (Dekker's product through Veltkamp's split; |x| <= 2^60). */
@@ -227,16 +236,17 @@ INLINE f32x4 square_lo(f32x4 x, f32x4 hi) {
 INLINE f32x4 gelu4(f32x4 x) {
   f32x4 z = wasm_f32x4_mul(x, F4(7.071067691e-01f));
   f32x4 az = vabs(z);
-  f32x4 small = wasm_f32x4_mul(x, madd(erf_small(z, wasm_f32x4_mul(z, z)), F4(0.5f), F4(0.5f)));
-  f32x4 ax = wasm_f32x4_min(vabs(x), F4(32.f));   /* beyond, erfc is 0 anyway; keeps the split finite */
+  f32x4 y = wasm_f32x4_mul(x, madd(erf_small(z, wasm_f32x4_mul(z, z)), F4(0.5f), F4(0.5f)));
+  i32x4 small = wasm_f32x4_lt(az, F4(ERF_T));
+  if (wasm_i32x4_all_true(small)) return y;   /* the tail only where a lane needs it */
+  f32x4 ax = wasm_f32x4_pmin(vabs(x), F4(32.f));   /* beyond, erfc is 0 anyway; keeps the split finite */
   f32x4 hi = wasm_f32x4_mul(ax, ax);
   f32x4 lo = square_lo(ax, hi);
-  f32x4 hs = wasm_f32x4_mul(erfc_tail(az, wasm_f32x4_mul(hi, F4(0.5f)), wasm_f32x4_mul(lo, F4(0.5f)), 24),
+  f32x4 hs = wasm_f32x4_mul(erfc_tail(az, wasm_f32x4_mul(hi, F4(0.5f)), 1, wasm_f32x4_mul(lo, F4(0.5f)), 24),
                             F4(0.5f));   /* erfc(|z|) / 2 * 2^24 */
   f32x4 neg = wasm_f32x4_mul(wasm_f32x4_mul(x, hs), F4(5.9604645e-08f));
   f32x4 pos = wasm_f32x4_mul(x, wasm_f32x4_sub(F4(1.f), wasm_f32x4_mul(hs, F4(5.9604645e-08f))));
-  f32x4 big = sel(wasm_f32x4_lt(x, F4(0.f)), neg, pos);
-  f32x4 y = sel(wasm_f32x4_lt(az, F4(ERF_T)), small, big);
+  y = sel(small, y, sel(wasm_f32x4_lt(x, F4(0.f)), neg, pos));
   return sel(wasm_f32x4_eq(x, F4(-__builtin_inff())), F4(__builtin_nanf("")), y);
 }
 
@@ -249,8 +259,8 @@ INLINE f32x4 gelu_tanh4(f32x4 x) {
   v128_t x0 = wasm_f64x2_promote_low_f32x4(x), x1 = wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(x, x, 2, 3, 2, 3));
   v128_t u0 = wasm_f64x2_mul(x0, wasm_f64x2_add(a, wasm_f64x2_mul(b, wasm_f64x2_mul(x0, x0))));
   v128_t u1 = wasm_f64x2_mul(x1, wasm_f64x2_add(a, wasm_f64x2_mul(b, wasm_f64x2_mul(x1, x1))));
-  u0 = wasm_f64x2_min(wasm_f64x2_max(u0, wasm_f64x2_neg(lim)), lim);   /* sigmoid is 0 or 1 there */
-  u1 = wasm_f64x2_min(wasm_f64x2_max(u1, wasm_f64x2_neg(lim)), lim);
+  u0 = wasm_f64x2_pmin(wasm_f64x2_pmax(u0, wasm_f64x2_neg(lim)), lim);   /* sigmoid is 0 or 1 there */
+  u1 = wasm_f64x2_pmin(wasm_f64x2_pmax(u1, wasm_f64x2_neg(lim)), lim);
   f32x4 h0 = wasm_f32x4_demote_f64x2_zero(u0), h1 = wasm_f32x4_demote_f64x2_zero(u1);
   f32x4 l0 = wasm_f32x4_demote_f64x2_zero(wasm_f64x2_sub(u0, wasm_f64x2_promote_low_f32x4(h0)));
   f32x4 l1 = wasm_f32x4_demote_f64x2_zero(wasm_f64x2_sub(u1, wasm_f64x2_promote_low_f32x4(h1)));
@@ -266,7 +276,7 @@ INLINE f32x4 gelu_tanh4(f32x4 x) {
 /* silu(x) = x sigmoid(x): x / (1 + e) for x >= 0, (x e) / (1 + e) below, e = exp(-|x|) taken
  * scaled by 2^24 so that the product stays normal until the last step. silu(-inf) = NaN. */
 INLINE f32x4 silu4(f32x4 x) {
-  f32x4 es = exp_scaled(wasm_f32x4_neg(vabs(x)), F4(0.f), 24);
+  f32x4 es = exp_core(wasm_f32x4_neg(vabs(x)), 0, x, 24);
   f32x4 d = madd(es, F4(5.9604645e-08f), F4(1.f));
   f32x4 neg = wasm_f32x4_mul(wasm_f32x4_div(wasm_f32x4_mul(x, es), d), F4(5.9604645e-08f));
   f32x4 y = sel(wasm_f32x4_ge(x, F4(0.f)), wasm_f32x4_div(x, d), neg);   /* NaN: neg (NaN) */
