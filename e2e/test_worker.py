@@ -247,3 +247,20 @@ def test_terminate_rejects_pending_calls_and_a_new_worker_starts(worker_page):
         return { same, err, fresh: fresh !== ew, works: await fresh.runPython("6 * 7") };
     }""")
     assert got == {"same": True, "err": "AbortError", "fresh": True, "works": 42}
+
+
+def test_the_cache_keeps_one_version_per_file(page, request_log):
+    # fetchBytes({cache: true}) answers from the Cache API and drops older versions of a path.
+    page.goto("/")
+    request_log.clear()
+    got = page.evaluate("""async () => {
+        const { fetchBytes } = await import("/wasm/ember.js");
+        const seen = [];
+        const a = await fetchBytes("/manifest.json?v=one", { cache: true });
+        const b = await fetchBytes("/manifest.json?v=one", { cache: true, onProgress: (p) => seen.push(p.cached) });
+        await fetchBytes("/manifest.json?v=two", { cache: true });
+        const keys = (await (await caches.open("ember-assets")).keys()).map((r) => new URL(r.url).search);
+        return { same: a.length === b.length && a.length > 0, seen, keys };
+    }""")
+    assert got == {"same": True, "seen": [True], "keys": ["?v=two"]}
+    assert [r for r in request_log if r.startswith("/manifest.json?")] == ["/manifest.json?v=one", "/manifest.json?v=two"]

@@ -177,7 +177,7 @@ async function cacheStore(cache, url, bytes, headers) {
     await cache.put(url, new Response(bytes, { headers: {
       "Content-Type": headers.get("Content-Type") || "application/octet-stream",
       "Content-Length": String(bytes.length) } }));
-    const u = new URL(url);
+    const u = new URL(url, globalThis.location?.href);
     for (const req of await cache.keys()) {
       const k = new URL(req.url);
       if (k.origin === u.origin && k.pathname === u.pathname && k.search !== u.search) await cache.delete(req);
