@@ -148,7 +148,7 @@ export class Backends {
   async startWebGPU(worker, warm, t0) {
     const started = performance.now();
     let error = null;
-    const r = await worker.initWebGPU();
+    const r = await worker.initWebGPU().catch((e) => ({ ok: false, error: e.message || String(e) }));
     if (!r.ok) error = r.error || "navigator.gpu is missing";
     let warmInfo = null;
     if (!error) {
