@@ -61,3 +61,41 @@ def test_fold(kind, folds, device):
     got = m.run({k: ember.from_numpy(v, device=device) for k, v in feeds.items()})
     for name, w in zip(m.output_names, want):
         np.testing.assert_allclose(got[name].numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+def _gelu_graph(form):
+    x = "x"
+    nodes, inits = [], [numpy_helper.from_array(np.array(v, np.float32), n)
+                        for n, v in (("r2", 2 ** 0.5), ("ir2", 2 ** -0.5), ("one", 1.0), ("half", 0.5))]
+    if form == "div_half_last":
+        nodes = [helper.make_node("Div", [x, "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", [x, "a"], ["m"]),
+                 helper.make_node("Mul", ["m", "half"], ["y"])]
+    elif form == "mul_half_first":
+        nodes = [helper.make_node("Mul", ["ir2", x], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["one", "e"], ["a"]), helper.make_node("Mul", [x, "half"], ["h"]),
+                 helper.make_node("Mul", ["h", "a"], ["y"])]
+    elif form == "wrong_constant":
+        nodes = [helper.make_node("Div", [x, "one"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", [x, "a"], ["m"]),
+                 helper.make_node("Mul", ["m", "half"], ["y"])]
+    elif form == "erf_read_twice":
+        nodes = [helper.make_node("Div", [x, "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", [x, "a"], ["m"]),
+                 helper.make_node("Mul", ["m", "half"], ["y0"]), helper.make_node("Add", ["y0", "e"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 50])],
+                                            [helper.make_tensor_value_info("y", T.FLOAT, None)], inits),
+                          opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("form,fused", [("div_half_last", True), ("mul_half_first", True),
+                                        ("wrong_constant", False), ("erf_read_twice", False)])
+def test_gelu_fusion(form, fused, device):
+    raw = _gelu_graph(form)
+    x = f32(3, 50, s=3.0)
+    want = ort.InferenceSession(raw, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    m = ember.onnx.load(raw, device=device)
+    assert ("Erf" not in [n.op_type for n in m.graph.nodes]) == fused
+    np.testing.assert_allclose(m(ember.from_numpy(x, device=device)).numpy(), want, rtol=1e-5, atol=1e-6)

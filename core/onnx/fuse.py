@@ -77,3 +77,88 @@ def fold_batch_norms(graph, consts: dict, protected=()) -> int:
         for i, n in enumerate(graph.nodes):
             n.index = i
     return folded
+
+
+def _scalar(consts, name):
+    """The value of a one-element float constant, else None."""
+    t = consts.get(name)
+    if t is None or t.size != 1 or t.dtype.kind != "f":
+        return None
+    from .functional import flat_values
+    return float(flat_values(t)[0])
+
+
+def _near(v, target):
+    return v is not None and abs(v - target) <= 1e-6 * abs(target)
+
+
+def fuse_gelu(graph, consts: dict, protected=()) -> int:
+    """Rewrite the exact-GELU subgraph exporters write, ``x * 0.5 * (1 + erf(x / sqrt 2))`` in
+    its usual arrangements (Div by sqrt 2 or Mul by 1/sqrt 2; the 0.5 first or last), into one
+    ``com.microsoft`` Gelu node: one kernel instead of five passes over the activations."""
+    from .proto import Node
+    producer, readers = {}, {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            producer[o] = n
+        for i in n.inputs:
+            if i:
+                readers.setdefault(i, []).append(n)
+    protected = set(protected)
+
+    def only_reader(name):
+        r = readers.get(name, [])
+        return r[0] if len(r) == 1 and name not in protected else None
+
+    def other(node, name):
+        a, b = node.inputs
+        return b if a == name else a if b == name else None
+
+    def is_op(n, op):
+        return n is not None and n.op_type == op and (n.domain or "ai.onnx") in ("ai.onnx", "onnx") and len(n.inputs) == 2
+
+    drop, new = set(), {}
+    for erf in graph.nodes:
+        if erf.op_type != "Erf" or (erf.domain or "ai.onnx") not in ("ai.onnx", "onnx"):
+            continue
+        scale = producer.get(erf.inputs[0])
+        if only_reader(erf.inputs[0]) is not erf or not (is_op(scale, "Div") or is_op(scale, "Mul")):
+            continue
+        x, c = scale.inputs
+        if scale.op_type == "Mul" and x in consts and c not in consts:
+            x, c = c, x
+        cv = _scalar(consts, c)
+        if not (_near(cv, 2 ** 0.5) if scale.op_type == "Div" else _near(cv, 2 ** -0.5)):
+            continue
+        add = only_reader(erf.outputs[0])
+        if not is_op(add, "Add") or not _near(_scalar(consts, other(add, erf.outputs[0])), 1.0):
+            continue
+        m1 = only_reader(add.outputs[0])
+        if not is_op(m1, "Mul"):
+            continue
+        o = other(m1, add.outputs[0])
+        if o == x:                                   # x * (1 + erf) then * 0.5
+            m2 = only_reader(m1.outputs[0])
+            if not is_op(m2, "Mul") or not _near(_scalar(consts, other(m2, m1.outputs[0])), 0.5):
+                continue
+            chain = (scale, erf, add, m1, m2)
+        else:                                        # (x * 0.5) * (1 + erf)
+            half = producer.get(o)
+            if not is_op(half, "Mul") or only_reader(o) is not m1 or x not in half.inputs or \
+                    not _near(_scalar(consts, other(half, x)), 0.5):
+                continue
+            m2 = m1
+            chain = (scale, erf, add, half, m1)
+        if any(id(n) in drop for n in chain):
+            continue
+        g = Node()
+        g.op_type, g.domain, g.name = "Gelu", "com.microsoft", (m2.name or "gelu") + "::fused"
+        g.inputs, g.outputs = [x], [m2.outputs[0]]
+        drop.update(id(n) for n in chain)
+        new[id(m2)] = g
+    if not new:
+        return 0
+    graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop or id(n) in new]
+    for i, n in enumerate(graph.nodes):
+        n.index = i
+    return len(new)
