@@ -674,3 +674,45 @@ add(OpCase("sdpa/shape/scale_f16", lambda e, q, k, v: e.scaled_dot_product_atten
            lambda np, q, k, v: _np_sdpa(np, q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
                                         scale=0.3).astype(np.float16),
            [S((2, 18, 4), H), S((2, 7, 4), H), S((2, 7, 5), H)], 1e-2, 1e-2, dtype=H))   # decompositions round each step
+
+
+# ---- conv_transpose2d shapes (the wasm GEMM + col2im kernel: groups, strides, dilation,
+# output_padding, asymmetric padding, input positions in several chunks) --------------------------
+
+def _np_conv_transpose2d(np, x, w, b=None, stride=(1, 1), pads=((0, 0), (0, 0)), outpad=(0, 0), dil=(1, 1), groups=1):
+    """Scatter every input pixel times its kernel into the full output, then crop the padding."""
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    fh = (h - 1) * stride[0] + dil[0] * (kh - 1) + 1 + outpad[0]
+    fw = (wd - 1) * stride[1] + dil[1] * (kw - 1) + 1 + outpad[1]
+    full = np.zeros((n, og * groups, fh + pads[0][1], fw + pads[1][1]))
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    for g in range(groups):
+        for ky in range(kh):
+            for kx in range(kw):
+                contrib = np.einsum("ncij,co->noij", x64[:, g * cg:(g + 1) * cg], w64[g * cg:(g + 1) * cg, :, ky, kx])
+                y0, x0 = ky * dil[0], kx * dil[1]
+                full[:, g * og:(g + 1) * og, y0:y0 + stride[0] * (h - 1) + 1:stride[0],
+                     x0:x0 + stride[1] * (wd - 1) + 1:stride[1]] += contrib
+    out = full[:, :, pads[0][0]:fh - pads[0][1], pads[1][0]:fw - pads[1][1]]
+    if b is not None:
+        out = out + b.astype(np.float64).reshape(1, -1, 1, 1)
+    return out.astype(np.result_type(x, w))
+
+
+_CONVT = [  # id, x, weight (c, og, kh, kw), stride, padding ((t, b), (l, r)), output_padding, dilation, groups
+    ("s2_op1", (2, 3, 5, 4), (3, 4, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), (1, 1), 1),
+    ("groups2_s21", (1, 4, 4, 6), (4, 3, 2, 3), (2, 1), ((0, 0), (1, 1)), (0, 0), (1, 1), 2),
+    ("dilated", (1, 2, 5, 5), (2, 3, 3, 3), (1, 1), ((2, 2), (1, 1)), (0, 0), (2, 2), 1),
+    ("asym_pads", (1, 2, 4, 5), (2, 2, 3, 3), (2, 2), ((1, 0), (0, 2)), (1, 0), (1, 1), 1),
+    ("deep_c40", (1, 40, 3, 3), (40, 5, 2, 2), (2, 2), ((0, 0), (0, 0)), (0, 0), (1, 1), 1),
+    ("chunks", (1, 1, 90, 91), (1, 4, 3, 3), (1, 1), ((1, 1), (1, 1)), (0, 0), (1, 1), 1),
+]
+for _tid, _xs, _ws, _s, _p, _op, _d, _g in _CONVT:
+    add(OpCase(f"conv_transpose2d/edge/{_tid}",
+               lambda e, x, w, b, s=_s, p=_p, op=_op, d=_d, g=_g: e.conv_transpose2d(x, w, b, s, p, op, g, d),
+               lambda np, x, w, b, s=_s, p=_p, op=_op, d=_d, g=_g: _np_conv_transpose2d(np, x, w, b, s, p, op, d, g),
+               [S(_xs), S(_ws), S((_ws[1] * _g,))], 1e-4, 1e-4))
+add(OpCase("conv_transpose2d/edge/nobias_special", lambda e, x, w: e.conv_transpose2d(x, w, stride=2),
+           lambda np, x, w: _np_conv_transpose2d(np, x, w, None, (2, 2)), [S((1, 2, 3, 3), special=True), S((2, 2, 2, 2))]))

@@ -173,6 +173,26 @@ def kernels(rt) -> dict:
                  W(S, size), R(prm, len(prm)))
         return _finish(y, out.dtype)
 
+    def conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
+        ts = (x, weight) if bias is None else (x, weight, bias)
+        if not _floats(*ts) or 0 in out.shape or 0 in x.shape or 0 in weight.shape:
+            return PY["conv_transpose2d"](out, x, weight, bias, stride=stride, padding=padding,
+                                          output_padding=output_padding, dilation=dilation, groups=groups)
+        n, c, h, w = x.shape
+        _, og, kh, kw = weight.shape
+        o, oh, ow = out.shape[1:]
+        (pt, _), (pl, _) = padding
+        cg, M = c // groups, og * kh * kw
+        chunk = max(NR, CHUNK_FLOATS // M // NR * NR)
+        chunk = min(chunk, -(-h * w // NR) * NR)
+        prm = array("i", [n, c, h, w, o, groups, kh, kw, stride[0], stride[1], pt, pl, dilation[0],
+                          dilation[1], oh, ow, chunk, 0])
+        size = groups * M * cg + _panels(cg, chunk) + M * chunk
+        y = _zeros(n * o * oh * ow)
+        call("conv_transpose2d_gemm", R(x._buf, n * c * h * w), R(weight._buf, c * M),
+             0 if bias is None else R(bias._buf, o), W(y, len(y)), W(scratch.get(size), size), R(prm, len(prm)))
+        return _finish(y, out.dtype)
+
     # ---- pooling -----------------------------------------------------------------------------
 
     def _pool_prm(x, out, kernel_size, stride, padding, dilation, include):
@@ -235,5 +255,6 @@ def kernels(rt) -> dict:
              W(y, len(y)), W(sc, size), R(prm, len(prm)), float(scale))
         return _finish(y, out.dtype)
 
-    return {"matmul": matmul, "linear": linear, "conv2d": conv2d, "max_pool2d": max_pool2d,
+    return {"matmul": matmul, "linear": linear, "conv2d": conv2d, "conv_transpose2d": conv_transpose2d,
+            "max_pool2d": max_pool2d,
             "avg_pool2d": avg_pool2d, "scaled_dot_product_attention": sdpa}

@@ -145,3 +145,49 @@ EXPORT(conv2d_depthwise) void conv2d_depthwise(const f32 *x, const f32 *wt, cons
       }
     }
 }
+
+/* Transposed convolution, weight (c, og, kh, kw): per (batch, group), cols = W_g^T · X_g (a GEMM:
+ * one row per (output channel, ky, kx), one column per input position), then every column
+ * element is added to the output pixel it lands on (col2im). Input positions go in chunks so
+ * cols stays small. scratch: W_g^T for all groups (o * kh * kw * cg floats), then X's chunk in
+ * packed panels (panels(cg, chunk)), then cols (og * kh * kw * chunk). */
+EXPORT(conv_transpose2d_gemm) void conv_transpose2d_gemm(const f32 *x, const f32 *wt, const f32 *bias, f32 *y,
+                                                         f32 *scratch, const i32 *prm) {
+  const i32 n = prm[CONV_N], c = prm[CONV_C], h = prm[CONV_H], w = prm[CONV_W], o = prm[CONV_O];
+  const i32 groups = prm[CONV_GROUPS], kh = prm[CONV_KH], kw = prm[CONV_KW];
+  const i32 sh = prm[CONV_SH], sw = prm[CONV_SW], pt = prm[CONV_PT], pl = prm[CONV_PL];
+  const i32 dh = prm[CONV_DH], dw = prm[CONV_DW], oh = prm[CONV_OH], ow = prm[CONV_OW];
+  const i32 chunk = prm[CONV_CHUNK];
+  const i32 cg = c / groups, og = o / groups, taps = kh * kw, M = og * taps, npos = h * w;
+  f32 *wT = scratch, *P = wT + groups * M * cg, *cols = P + ((chunk + GEMM_NR - 1) / GEMM_NR) * GEMM_NR * cg;
+  /* W_g (cg, M) -> W_g^T (M, cg) for every group */
+  for (i32 g = 0; g < groups; g++)
+    for (i32 ci = 0; ci < cg; ci++)
+      for (i32 r = 0; r < M; r++) wT[(g * M + r) * cg + ci] = wt[(g * cg + ci) * M + r];
+  for (i32 b = 0; b < n; b++) {
+    for (i32 oc = 0; oc < o; oc++) {
+      const f32 v = bias ? bias[oc] : 0.f;
+      f32 *plane = y + (b * o + oc) * oh * ow;
+      for (i32 i = 0; i < oh * ow; i++) plane[i] = v;
+    }
+    for (i32 g = 0; g < groups; g++) {
+      const f32 *xg = x + (b * c + g * cg) * npos;
+      for (i32 p0 = 0; p0 < npos; p0 += chunk) {
+        const i32 np = npos - p0 < chunk ? npos - p0 : chunk;
+        gemm_pack_rows(xg + p0, npos, P, cg, np);
+        gemm_packed_one(wT + g * M * cg, cg, P, cols, np, M, np, cg, 0, 0);
+        for (i32 r = 0; r < M; r++) {
+          const i32 oc = g * og + r / taps, ky = (r / kw) % kh, kx = r % kw;
+          f32 *plane = y + (b * o + oc) * oh * ow;
+          const f32 *src = cols + r * np;
+          i32 iy = p0 / w, ix = p0 % w;
+          for (i32 q = 0; q < np; q++) {
+            const i32 oy = iy * sh - pt + ky * dh, ox = ix * sw - pl + kx * dw;
+            if (oy >= 0 && oy < oh && ox >= 0 && ox < ow) plane[oy * ow + ox] += src[q];
+            if (++ix == w) { ix = 0; iy++; }
+          }
+        }
+      }
+    }
+  }
+}
