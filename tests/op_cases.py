@@ -1110,6 +1110,10 @@ add(OpCase("pow/f32/inf_nan_one", lambda e, a, b: a ** b, lambda np, a, b: a ** 
 for _c, _a, _b in [((37,), (37,), ()), ((4, 1, 9), (3, 9), (1,)), ((9,), (), (9,)), ((2, 17), (2, 17), (2, 17))]:
     add(OpCase(f"where/f32/edge/{_shape_id(_c)}|{_shape_id(_a)}|{_shape_id(_b)}", lambda e, c, a, b: e.where(c, a, b),
                lambda np, c, a, b: np.where(c, a, b), [S(_c, B), S(_a, F), S(_b, F)]))
+add(OpCase("clip/f32/edge/n37", lambda e, x: e.clip(x, 0, 6), lambda np, x: np.minimum(np.maximum(x, 0), 6).astype(x.dtype),
+           [S((37,), F, -3, 9, special=True)]))
+add(OpCase("clip/f32/edge/one_sided", lambda e, x: [x.clip(max=0.25), x.clip(min=-0.1)],
+           lambda np, x: [np.minimum(x, np.float32(0.25)), np.maximum(x, np.float32(-0.1))], [S((2, 9), F, special=True)]))
 add(OpCase("where/i32/edge/bcast", lambda e, c, a, b: e.where(c, a, b), lambda np, c, a, b: np.where(c, a, b),
            [S((3, 11), B), S((11,), I32), S((3, 1), I32)]))
 

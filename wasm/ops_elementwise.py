@@ -21,6 +21,7 @@ from array import array
 from math import prod
 
 from .. import dtypes as _dt
+from ..registry import OPS
 from ..backends import python as _py
 from .runtime import R, W
 
@@ -166,6 +167,23 @@ def kernels(rt) -> dict:
             call("gelu_tanh_f32" if approximate == "tanh" else "gelu_f32", R(buf, n), W(y, n), n)
         return y
     table["gelu"] = gelu
+
+    clip_decompose = OPS["clip"].decompose
+
+    def clip(out, x, *, min=None, max=None):  # noqa: A002
+        # float32 with number bounds (rounded to float32 as the decomposition's maximum/minimum
+        # would); other dtypes, and float16 (bounds round to half there), decompose
+        if (x.dtype is not F32 or (min is not None and not isinstance(min, (int, float)))
+                or (max is not None and not isinstance(max, (int, float)))):
+            return clip_decompose(x, min=min, max=max)._buf
+        buf = x._buf
+        n = len(buf)
+        y = _ZF * n
+        if n:
+            call("clip_f32", R(buf, n), W(y, n), n, -math.inf if min is None else float(min),
+                 math.inf if max is None else float(max))
+        return y
+    table["clip"] = clip
 
     def binary(name, prefix, half, to_bool):
         py = PY[name]

@@ -63,6 +63,14 @@ EXPORT(leaky_relu_f32) void leaky_relu_f32(const f32 *x, f32 *y, i32 n, f32 slop
   }
 }
 
+/* clip: min(max(x, lo), hi) with NaN kept, like maximum then minimum (lo > hi gives hi). */
+EXPORT(clip_f32) void clip_f32(const f32 *x, f32 *y, i32 n, f32 lo, f32 hi) {
+  const f32x4 l = F4(lo), h = F4(hi);
+  i32 i = 0;
+  for (; i + 4 <= n; i += 4) wasm_v128_store(y + i, wasm_f32x4_min(wasm_f32x4_max(wasm_v128_load(x + i), l), h));
+  if (i < n) store_part(y + i, wasm_f32x4_min(wasm_f32x4_max(load_part(x + i, n - i), l), h), n - i);
+}
+
 /* sin/cos: return how many elements have |x| >= 2^20 (finite); those are left for the caller
  * (Python redoes them with a full-precision argument reduction). */
 #define TRIG(NAME, COSINE)                                                                  \
