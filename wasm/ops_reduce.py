@@ -58,11 +58,12 @@ def kernels(rt) -> dict:
         buf = gather(x._buf, [shape[a] for a in perm], [st[a] for a in perm])
         return buf, prod(shape[a] for a in keep), prod(shape[a] for a in axes), 1
 
-    def reduction(name, fn, empty):
+    def reduction(name, fn, empty, half):
         py = PY[name]
 
         def kernel(out, x, *, axes, keepdims=False, **kw):
-            if x.dtype is not F32 or out.dtype is not F32:
+            dt = x.dtype
+            if (dt is not F32 and not (half and dt is F16)) or out.dtype is not dt:
                 return py(out, x, axes=axes, keepdims=keepdims, **kw)
             buf, outer, r, inner = layout(x, axes)
             m = outer * inner
@@ -74,9 +75,10 @@ def kernels(rt) -> dict:
         kernel.__name__ = name
         return kernel
 
-    for name, fn, empty in (("sum", "sum_f32", 0.0), ("prod", "prod_f32", 1.0), ("max", "max_f32", 0.0),
-                            ("min", "min_f32", 0.0)):
-        table[name] = reduction(name, fn, empty)
+    # max/min of float16 values (stored as float32) are float16 values: exact, so they run too
+    for name, fn, empty, half in (("sum", "sum_f32", 0.0, False), ("prod", "prod_f32", 1.0, False),
+                                  ("max", "max_f32", 0.0, True), ("min", "min_f32", 0.0, True)):
+        table[name] = reduction(name, fn, empty, half)
 
     def argreduction(name, fn):
         py = PY[name]
