@@ -99,3 +99,43 @@ def test_gelu_fusion(form, fused, device):
     m = ember.onnx.load(raw, device=device)
     assert ("Erf" not in [n.op_type for n in m.graph.nodes]) == fused
     np.testing.assert_allclose(m(ember.from_numpy(x, device=device)).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+FUSED_OPS = {"ai.ember:Linear"}     # written only by ember.onnx.fuse (tests/test_onnx_ops.py's coverage check)
+
+
+@pytest.mark.parametrize("form,fused", [("3d", True), ("bias_first", True), ("weight_is_input", False),
+                                        ("bias_wrong_shape", False), ("matmul_read_twice", False)])
+def test_linear_fusion(form, fused, device):
+    x = f32(2, 3, 6)
+    w, b = f32(6, 5), f32(5)
+    inits = [numpy_helper.from_array(b if form != "bias_wrong_shape" else f32(3, 5), "b")]
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, list(x.shape))]
+    feeds = {"x": x}
+    if form == "weight_is_input":
+        inputs.append(helper.make_tensor_value_info("w", T.FLOAT, [6, 5]))
+        feeds["w"] = w
+    else:
+        inits.append(numpy_helper.from_array(w, "w"))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["b", "m"] if form == "bias_first" else ["m", "b"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", T.FLOAT, None)]
+    if form == "matmul_read_twice":
+        nodes.append(helper.make_node("Relu", ["m"], ["r"]))
+        outputs.append(helper.make_tensor_value_info("r", T.FLOAT, None))
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    raw = m.SerializeToString()
+    want = ort.InferenceSession(raw, providers=["CPUExecutionProvider"]).run(None, feeds)
+    model = ember.onnx.load(raw, device=device)
+    assert ("MatMul" not in [n.op_type for n in model.graph.nodes]) == fused
+    got = model.run({k: ember.from_numpy(v, device=device) for k, v in feeds.items()})
+    for name, r in zip(model.output_names, want):
+        np.testing.assert_allclose(got[name].numpy(), r, rtol=1e-5, atol=1e-5)
+
+
+def test_fusion_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("EMBER_ONNX_FUSE", "off")
+    m = ember.onnx.load(_gelu_graph("div_half_last"), device="numpy")
+    assert "Erf" in [n.op_type for n in m.graph.nodes]

@@ -308,8 +308,9 @@ def test_every_op_of_the_table_is_tested():
     Constant: in every exported model of tests/test_onnx_models.py)."""
     from ember.onnx.ops import TABLE
     from test_onnx_contrib import CONTRIB_OPS
+    from test_onnx_fuse import FUSED_OPS
     from test_onnx_quant import CASES as QUANT_CASES
     from test_onnx_quant import QOPERATOR_OPS
     assert {c.op for c in CASES} <= set(TABLE)
-    elsewhere = {"If", "Loop", "Scan", "Constant"} | {c[1] for c in QUANT_CASES} | QOPERATOR_OPS | CONTRIB_OPS
+    elsewhere = {"If", "Loop", "Scan", "Constant"} | {c[1] for c in QUANT_CASES} | QOPERATOR_OPS | CONTRIB_OPS | FUSED_OPS
     assert set(TABLE) - {c.op for c in CASES} == elsewhere - {c.op for c in CASES}

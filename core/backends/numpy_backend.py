@@ -249,8 +249,12 @@ def _matmul(out, a, b):
         # numpy's integer matmul is a plain loop, no BLAS: float64 BLAS is exact here (every
         # partial sum stays below 2**53) and many times faster (int8 models' MatMulInteger)
         return _out(np.matmul(A.astype(np.float64), B.astype(np.float64)), out)
+    A, B = A.astype(ct, copy=False), B.astype(ct, copy=False)
     with np.errstate(all="ignore"):
-        return _out(np.matmul(A.astype(ct, copy=False), B.astype(ct, copy=False)), out)
+        if A.ndim > 2 and B.ndim == 2 and A.flags.c_contiguous:
+            # (..., M, K) @ (K, N): one GEMM over all the rows, not one per leading index
+            return _out(np.matmul(A.reshape(-1, A.shape[-1]), B), out)
+        return _out(np.matmul(A, B), out)
 
 
 def _exact_in_f64(A, B) -> bool:

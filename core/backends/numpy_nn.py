@@ -182,6 +182,18 @@ def _layer_norm(out, x, weight, bias, *, normalized_shape, eps):
     return _out(d, out)
 
 
+def _linear(out, x, weight, bias=None):
+    """x @ weight.T + bias: BLAS reads the (out, in) weight transposed in place, all leading
+    axes go through one GEMM, the bias is added in place."""
+    a, w = _f(x), _f(weight)
+    if a.ndim > 2 and a.flags.c_contiguous:
+        a = a.reshape(-1, a.shape[-1])
+    y = np.matmul(a, w.T)
+    if bias is not None:
+        y += _f(bias)
+    return _out(y.reshape(out.shape), out)
+
+
 def _sdpa(out, q, k, v, mask=None, *, is_causal, scale):
     """softmax(q k^T * scale + mask) v as two stacked matmuls over every (batch, head) at once,
     the softmax in place between them; rows whose keys are all masked give zeros."""
@@ -437,6 +449,7 @@ KERNELS = {
     "batch_norm": _batch_norm,
     "layer_norm": _layer_norm,
     "scaled_dot_product_attention": _sdpa,
+    "linear": _linear,
     "conv2d": _conv2d,
     "conv_transpose2d": _conv_transpose2d,
     "max_pool2d": _max_pool2d,

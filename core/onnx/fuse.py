@@ -162,3 +162,55 @@ def fuse_gelu(graph, consts: dict, protected=()) -> int:
     for i, n in enumerate(graph.nodes):
         n.index = i
     return len(new)
+
+
+def fuse_linear(graph, consts: dict, protected=()) -> int:
+    """``Add(MatMul(x, W), b)`` with ``W`` a constant 2-D float matrix and ``b`` a constant
+    vector of its width becomes one ``ai.ember`` Linear node (``linear(x, W.T, b)``: one GEMM
+    with the bias added in place, one node instead of two)."""
+    from .proto import Node
+    producer, readers = {}, {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            producer[o] = n
+        for i in n.inputs:
+            if i:
+                readers.setdefault(i, []).append(n)
+    protected = set(protected)
+    drop, new = set(), {}
+    for add in graph.nodes:
+        if add.op_type != "Add" or (add.domain or "ai.onnx") not in ("ai.onnx", "onnx") or len(add.inputs) != 2:
+            continue
+        for mm_out, b in (add.inputs, add.inputs[::-1]):
+            mm = producer.get(mm_out)
+            if mm is None or mm.op_type != "MatMul" or (mm.domain or "ai.onnx") not in ("ai.onnx", "onnx"):
+                continue
+            if len(readers.get(mm_out, [])) != 1 or mm_out in protected or id(mm) in drop:
+                continue
+            x, w = mm.inputs
+            wt, bt = consts.get(w), consts.get(b)
+            if wt is None or bt is None or x in consts or wt.ndim != 2 or wt.dtype.kind != "f" \
+                    or bt.dtype is not wt.dtype or tuple(bt.shape) != (wt.shape[1],):
+                continue
+            node = Node()
+            node.op_type, node.domain, node.name = "Linear", "ai.ember", (add.name or "linear") + "::fused"
+            node.inputs, node.outputs = [x, w, b], [add.outputs[0]]
+            drop.add(id(mm))
+            new[id(add)] = node
+            break
+    if not new:
+        return 0
+    graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop]
+    for i, n in enumerate(graph.nodes):
+        n.index = i
+    return len(new)
+
+
+def fuse_graph(graph, consts: dict, protected=()) -> dict:
+    """Every rewrite of this module, in order; returns how many of each were made."""
+    import os
+    if os.environ.get("EMBER_ONNX_FUSE", "on") == "off":
+        return {}
+    return {"batch_norm": fold_batch_norms(graph, consts, protected),
+            "gelu": fuse_gelu(graph, consts, protected),
+            "linear": fuse_linear(graph, consts, protected)}

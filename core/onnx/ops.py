@@ -34,6 +34,7 @@ TABLE: dict = {}
 
 
 MS = "com.microsoft"        # onnxruntime's contrib operators: keys "com.microsoft:Name"
+EMBER = "ai.ember"          # nodes ember's own load-time rewrites write (ember.onnx.fuse)
 
 
 def onnx_op(*names, since: int = 1, domain: str = "ai.onnx"):
@@ -55,7 +56,7 @@ def supported_ops() -> list:
     return sorted(TABLE)
 
 
-DOMAINS = ("ai.onnx", MS)
+DOMAINS = ("ai.onnx", MS, EMBER)
 
 
 def resolve(node, opsets):
@@ -665,6 +666,13 @@ def gemm(c, a, b, bias=None):
     ta, tb = c.i("transA", 0), c.i("transB", 0)
     c.i("broadcast", 0)
     c.check(a.ndim == 2 and b.ndim == 2, f"A and B must be 2-D, got {a.shape} and {b.shape}")
+    n = b.shape[0 if tb else 1]
+    plain_bias = bias is None or beta == 0.0 or (beta == 1.0 and tuple(bias.shape) == (n,))
+    if not ta and alpha == 1.0 and plain_bias and a.dtype.kind == "f" and b.dtype is a.dtype:
+        # x @ w.T + bias as one linear op: B as stored when transB=1, else transposed once (a
+        # constant B is folded)
+        w = b if tb else c.call(E.permute_dims, b, (1, 0))
+        return c.call(E.linear, a, w, bias) if bias is not None and beta != 0.0 else c.call(E.linear, a, w)
     if ta:
         a = c.call(E.permute_dims, a, (1, 0))
     if tb:
@@ -1590,3 +1598,11 @@ def qlinear_softmax(c, x, x_scale, x_zp, y_scale, y_zp=None):
     v = c.call(F.dequantize_linear, x, x_scale, x_zp)
     y = c.call(F.softmax_2d, E.softmax, v, axis) if legacy else c.call(E.softmax, v, axis)
     return c.call(F.quantize_linear, y, y_scale, y_zp)
+
+
+# ---- nodes written by ember's load-time rewrites (ember.onnx.fuse) ------------------------------
+
+@onnx_op("Linear", domain=EMBER)
+def ember_linear(c, x, w, b=None):
+    """MatMul(x, W) + b with W (in, out) constant: ``linear(x, W.T, b)``, W.T folded once."""
+    return c.call(E.linear, x, c.call(E.permute_dims, w, (1, 0)), b)

@@ -656,10 +656,8 @@ class Model:
                 self._note(f"{vi.name!r}: {proto.DTYPE_NAMES[vi.elem_type]} held as int32")
             elif vi.elem_type and vi.kind == "tensor":
                 proto.ember_dtype(vi.elem_type, f"graph value {vi.name!r}")
-        from .fuse import fold_batch_norms, fuse_gelu     # rewrites onnxruntime makes too
-        keep = {vi.name for vi in g.outputs} | _subgraph_reads(g)
-        fold_batch_norms(g, consts, protected=keep)
-        fuse_gelu(g, consts, protected=keep)
+        from .fuse import fuse_graph                # rewrites onnxruntime makes too
+        fuse_graph(g, consts, protected={vi.name for vi in g.outputs} | _subgraph_reads(g))
         self.inputs = [vi for vi in g.inputs if vi.name not in consts]
         self.input_names = [vi.name for vi in self.inputs]
         self.output_names = [vi.name for vi in g.outputs]
