@@ -1,5 +1,6 @@
-"""The MiniLM page in headless Chromium: load, embed on WebGPU and on the CPU against PyTorch's
-embeddings, the Compare UI, the CPU fallback. Prints timings (not asserted)."""
+"""The MiniLM page in headless Chromium: ember in a Worker, embeddings on the CPU first, then on
+WebGPU, against PyTorch's; the Compare UI, Cancel, input errors, no main-thread task over
+100 ms, the CPU fallback. Prints timings (not asserted)."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ DEMO = Path(__file__).resolve().parent.parent / "demos" / "minilm"
 URL = "/demos/minilm/"
 GOLDEN = json.loads((DEMO / "golden_embeddings.json").read_text(encoding="utf-8"))
 HI = GOLDEN["texts"].index("Hi")
+CPU_LABELS = {"wasm": "CPU (WebAssembly SIMD)", "python": "CPU (pure Python)"}
 BREAD = {"A simple recipe for homemade sourdough loaves.", "Tips for kneading dough and letting it rise."}
 
 
@@ -41,85 +43,141 @@ def _open(page) -> dict:
     t0 = time.perf_counter()
     page.goto(URL)
     info = page.evaluate("""async () => {
-        const i = await window.emberMiniLM.ready;
+        const i = await window.emberDemo.ready;
         return {webgpu: i.webgpu, webgpuError: i.webgpuError, timings: i.timings, readyMs: i.readyMs,
-                steps: i.steps, loadMs: i.loadMs};
+                steps: i.steps, loadMs: i.loadMs, devices: i.devices, worker: i.worker};
     }""")
     info["open_to_ready_ms"] = (time.perf_counter() - t0) * 1000
     return info
 
 
 def _embed(page, sentences, backend):
-    return page.evaluate("([s, b]) => window.emberMiniLM.embed(s, b)", [sentences, backend])
+    return page.evaluate("([s, b]) => window.emberDemo.embed(s, b)", [sentences, backend])
 
 
-def test_minilm_page_embeds_on_webgpu_and_cpu(page, screenshot):
+def test_minilm_page_embeds_on_the_cpu_first_then_webgpu(page, long_tasks, screenshot):
     info = _open(page)
-    assert info["webgpu"], f"WebGPU did not start in headless Chromium: {info['webgpuError']}"
-    assert page.locator("#notice").is_hidden()
+    assert info["worker"] is True
+    assert page.evaluate("() => window.emberMiniLM === window.emberDemo")   # the old name still works
+    cpu_dev = info["devices"]["cpu"]
+    assert cpu_dev in CPU_LABELS
+
+    # The CPU answers as soon as the model is loaded (WebGPU warms up in the background).
+    idx = [4, 5, HI]   # Latin with accents, Japanese, a 3-token one
+    c = _embed(page, [GOLDEN["texts"][i] for i in idx], "cpu")
+    first_cpu_ms = page.evaluate("() => performance.now()")
+    assert c["backend"] == "cpu" and c["device"] == cpu_dev
+    assert c["tokens"] == [len(GOLDEN["input_ids"][i]) for i in idx]
+    cpu_cos, cpu_diff = _check(c["embeddings"], idx)
+    assert cpu_cos > 0.9999 and cpu_diff < 1e-4, (cpu_cos, cpu_diff)
+
+    gpu = page.evaluate("() => window.emberDemo.webgpuReady")
+    assert gpu["ok"], f"WebGPU did not start in headless Chromium: {gpu['error']}"
+    notice = page.locator("#notice")
+    assert notice.get_attribute("data-kind") == "webgpu-ready" and "now running on WebGPU" in notice.inner_text()
     assert page.locator("#backend-name").inner_text() == "WebGPU"
 
-    # WebGPU: golden sentences in one call (one padded batch) vs PyTorch. SwiftShader is a CPU
-    # adapter and slow, so three of the eight (Latin with accents, Japanese, a 3-token one).
-    idx = [4, 5, HI]
+    # WebGPU: the same sentences in one call (one padded batch) vs PyTorch.
     r = _embed(page, [GOLDEN["texts"][i] for i in idx], "webgpu")
-    assert r["backend"] == "webgpu" and r["tokens"] == [len(GOLDEN["input_ids"][i]) for i in idx]
+    assert r["backend"] == "webgpu" and r["device"] == "webgpu"
     gpu_cos, gpu_diff = _check(r["embeddings"], idx)
     assert gpu_cos > 0.9999 and gpu_diff < 1e-4, (gpu_cos, gpu_diff)
-    # CPU (pure Python in the page, slow): one short sentence.
-    c = _embed(page, [GOLDEN["texts"][HI]], "cpu")
-    cpu_cos, cpu_diff = _check(c["embeddings"], [HI])
-    assert c["backend"] == "cpu" and cpu_cos > 0.9999 and cpu_diff < 1e-4, (cpu_cos, cpu_diff)
+    # Pure Python (for comparison, slow): one short sentence.
+    p = _embed(page, [GOLDEN["texts"][HI]], "python")
+    py_cos, py_diff = _check(p["embeddings"], [HI])
+    assert p["device"] == "python" and py_cos > 0.9999 and py_diff < 1e-4, (py_cos, py_diff)
+
+    tasks = long_tasks(page)
+    over = [t for t in tasks if t["duration"] > 100]
+    assert not over, f"the page's main thread ran tasks over 100 ms: {over}"
 
     # Bad input is a rejected promise with a message.
-    err = page.evaluate("""() => window.emberMiniLM.embed([], "webgpu").then(() => "resolved", (e) => e.message)""")
+    err = page.evaluate("""() => window.emberDemo.embed([], "webgpu").then(() => "resolved", (e) => e.message)""")
     assert "1 to 64" in err
-    err = page.evaluate("""() => window.emberMiniLM.embed(["x", 3], "cpu").then(() => "resolved", (e) => e.message)""")
+    err = page.evaluate("""() => window.emberDemo.embed(["x", 3], "cpu").then(() => "resolved", (e) => e.message)""")
     assert "must be a string" in err
 
-    # Timings (printed, not asserted): one 8-token sentence on WebGPU (median of 3).
-    gpu_ms = statistics.median(_embed(page, [GOLDEN["texts"][0]], "webgpu")["ms"] for _ in range(3))
+    # Timings (printed, not asserted): one 8-token sentence (median of 3).
+    one = [GOLDEN["texts"][0]]
+    gpu_ms = statistics.median(_embed(page, one, "webgpu")["ms"] for _ in range(3))
+    cpu_ms = statistics.median(_embed(page, one, "cpu")["ms"] for _ in range(3))
 
     # The Compare UI: the prefilled examples (a bread question) and then typed-in sentences.
     page.click("#compare")
-    page.wait_for_function("() => window.emberMiniLM.lastResult !== null", timeout=120_000)
-    first = page.evaluate("() => window.emberMiniLM.lastResult")
+    page.wait_for_function("() => window.emberDemo.lastResult !== null", timeout=120_000)
+    first = page.evaluate("() => window.emberDemo.lastResult")
     assert first["backend"] == "webgpu" and first["ranking"][0]["text"] in BREAD, first["ranking"]
     page.fill("#query", "Where can I adopt a puppy?")
     page.fill("#candidates", "The train leaves at seven.\nAnimal shelters have dogs needing homes.\n\n"
                              "Interest rates rose again.")
+    page.click("#backend-cpu")
+    assert page.locator("#backend-name").inner_text() == CPU_LABELS[cpu_dev]
     page.click("#compare")
-    page.wait_for_function("() => window.emberMiniLM.lastResult.query === 'Where can I adopt a puppy?'",
+    page.wait_for_function("() => window.emberDemo.lastResult.query === 'Where can I adopt a puppy?'",
                            timeout=120_000)
-    res = page.evaluate("() => window.emberMiniLM.lastResult")
-    assert res["ranking"][0]["text"] == "Animal shelters have dogs needing homes.", res["ranking"]
+    res = page.evaluate("() => window.emberDemo.lastResult")
+    assert res["backend"] == "cpu" and res["ranking"][0]["text"] == "Animal shelters have dogs needing homes.", res
     assert len(res["ranking"]) == 3                      # the blank line is not a candidate
     assert page.locator("#ranking li").count() == 3
     assert page.locator("#ranking li.top .text").inner_text() == res["ranking"][0]["text"]
     assert page.locator("#per-sentence-ms").inner_text().endswith("ms")
     screenshot(page, "minilm-page")
-    print(f"\nMiniLM page (headless Chromium, SwiftShader WebGPU): open -> ready {info['open_to_ready_ms']:.0f} ms "
-          f"(ember {info['steps']['emberReady']:.0f}, weights downloaded {info['steps']['weightsDownloaded']:.0f}, "
-          f"widened {info['steps']['weightsWidened']:.0f}, model loaded {info['steps']['modelLoaded']:.0f} "
-          f"[{', '.join(f'{k} {v:.0f}' for k, v in info['loadMs'].items())} ms], WebGPU warm "
-          f"{info['steps']['webgpuWarm']:.0f}); per sentence: WebGPU {gpu_ms:.0f} ms (8 tokens), CPU "
-          f"{c['ms']:.0f} ms (3 tokens); compare of 7 sentences {first['ms']:.0f} ms, of 4 {res['ms']:.0f} ms; "
-          f"vs PyTorch: WebGPU min cos {gpu_cos:.7f} max|d| {gpu_diff:.1e}, CPU cos {cpu_cos:.7f} "
-          f"max|d| {cpu_diff:.1e}")
+    print(f"\nMiniLM page (headless Chromium, SwiftShader WebGPU, ember in a Worker): open -> ready on the CPU "
+          f"{info['readyMs']:.0f} ms (ember {info['steps']['emberReady']:.0f}, weights widened "
+          f"{info['steps']['weightsWidened']:.0f}, model loaded {info['steps']['modelLoaded']:.0f} "
+          f"[{', '.join(f'{k} {v:.0f}' for k, v in info['loadMs'].items())} ms]); open -> first CPU ({cpu_dev}) "
+          f"embeddings {first_cpu_ms:.0f} ms; WebGPU ready {page.evaluate('() => window.emberDemo.info.webgpuReadyMs'):.0f} ms "
+          f"after open (start-up {gpu['ms']:.0f} ms); one 8-token sentence: WebGPU {gpu_ms:.0f} ms, CPU ({cpu_dev}) "
+          f"{cpu_ms:.0f} ms, pure Python {p['ms']:.0f} ms (3 tokens); compare of 7 sentences on WebGPU "
+          f"{first['ms']:.0f} ms, of 4 on the CPU {res['ms']:.0f} ms; vs PyTorch: CPU min cos {cpu_cos:.7f} "
+          f"max|d| {cpu_diff:.1e}, WebGPU {gpu_cos:.7f} / {gpu_diff:.1e}, Python {py_cos:.7f} / {py_diff:.1e}; "
+          f"main-thread long tasks {len(tasks)} (longest {max([t['duration'] for t in tasks], default=0):.0f} ms)")
 
-    # Switching the backend in the UI (no CPU compare here: pure Python takes seconds per sentence).
-    page.click("#backend-cpu")
-    assert page.locator("#backend-name").inner_text() == "CPU (pure Python)"
+
+def test_minilm_cancel_stops_a_long_run_and_input_errors_read_as_such(page):
+    info = _open(page)
+    # An input error is said plainly (no "Something went wrong", no traceback).
+    page.fill("#query", "")
+    page.click("#compare")
+    err = page.locator("#error")
+    assert err.is_visible() and err.inner_text() == "type a sentence to compare against"
+    # A long run on pure Python (about a second per layer per sentence here): Cancel stops it
+    # in the worker (the rejection comes from Python raising Cancelled between layers).
+    slow = "backend-python" if info["devices"]["cpu"] != "python" else "backend-cpu"
+    page.click(f"#{slow}")
     assert page.locator("#cpu-hint").is_visible()
-    page.click("#backend-webgpu")
-    assert page.locator("#backend-name").inner_text() == "WebGPU"
+    page.fill("#query", "How do I bake bread at home?")
+    page.fill("#candidates", "\n".join(f"Candidate sentence number {i} about bread and baking." for i in range(12)))
+    page.evaluate("""() => { window.__progress = []; const el = document.getElementById("busy");
+        new MutationObserver(() => window.__progress.push(el.textContent)).observe(el, {childList: true, characterData: true, subtree: true}); }""")
+    page.click("#compare")
+    assert page.locator("#cancel").is_visible()
+    page.wait_for_function("() => window.__progress.some((t) => t.includes('sentences'))", timeout=120_000)
+    page.click("#cancel")
+    page.wait_for_function("() => document.getElementById('status').textContent === 'Cancelled.'", timeout=60_000)
+    assert page.locator("#cancel").is_hidden() and page.locator("#compare").is_enabled()
+    assert page.evaluate("() => window.emberDemo.lastResult") is None
+    done = page.evaluate("() => window.__progress.filter((t) => t.includes('sentences')).pop()")
+    assert done and not done.endswith("13 / 13 sentences"), done
+    assert err.is_hidden()                              # a cancel is not an error
+    # The API: an AbortSignal, with the error named AbortError; the worker is free afterwards.
+    got = page.evaluate("""async () => {
+        const ac = new AbortController();
+        const seen = [];
+        const p = window.emberDemo.embed(["one more sentence", "and another one", "and a third"], "python",
+                                          {signal: ac.signal, onProgress: (x) => { seen.push(x.done); ac.abort(); }});
+        const err = await p.then(() => null, (e) => [e.name, e.pythonType]);
+        const after = await window.emberDemo.embed(["Hi"], "cpu");
+        return {err, seen, after: after.embeddings[0].length};
+    }""")
+    assert got["err"] == ["AbortError", "Cancelled"] and got["seen"] == [1] and got["after"] == 384, got
+    print(f"\nMiniLM cancel: stopped at '{done}'")
 
 
 def test_minilm_page_without_webgpu_falls_back_to_cpu(page_without_webgpu, assert_cpu_fallback):
     # Console errors fail the test, as with every page fixture.
     page = page_without_webgpu
-    info = _open(page)
-    assert not info["webgpu"]
+    _open(page)
     assert_cpu_fallback(page)
-    err = page.evaluate("""() => window.emberMiniLM.embed(["x"], "webgpu").then(() => "resolved", (e) => e.message)""")
+    err = page.evaluate("""() => window.emberDemo.embed(["x"], "webgpu").then(() => "resolved", (e) => e.message)""")
     assert "WebGPU is not available" in err

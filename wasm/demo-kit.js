@@ -185,7 +185,11 @@ export class Backends {
     const switched = !this.picked;
     n.textContent = `WebGPU is ready (its kernels compiled in ${(ms / 1000).toFixed(1)} s while the page ` +
                     `answered on the ${this.label("cpu")})` +
-                    (switched ? ": now running on WebGPU." : "; pick it under Backend.");
+                    (switched ? ": now running on WebGPU." : "; pick it under Backend.") +
+                    // SwiftShader and the like emulate a GPU on the CPU: say so, the user may want the CPU.
+                    (warmInfo && warmInfo.fallback_adapter
+                      ? ` This browser's WebGPU is a software fallback adapter: the ${this.label("cpu")} ` +
+                        "backend may well be faster here." : "");
     if (switched) this.select("webgpu");
     return { ok: true, error: null, ms };
   }

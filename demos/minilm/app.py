@@ -110,7 +110,8 @@ def _no_autotune() -> None:
 async def start_webgpu() -> dict:
     """Put the model on WebGPU (after ``await ember.webgpu.init()``) and embed one sentence, so
     that exactly the pipelines this model uses are compiled before the page switches to it.
-    ``{"load_ms", "warm_ms", "pipelines"}``."""
+    ``{"load_ms", "warm_ms", "pipelines", "fallback_adapter"}`` (fallback: a software adapter,
+    e.g. SwiftShader, often slower than the CPU backend)."""
     import ember.webgpu
 
     if _tok is None:
@@ -120,7 +121,8 @@ async def start_webgpu() -> dict:
     t0 = time.perf_counter()
     await embed(["Warming up the kernels."], "webgpu")
     return {"load_ms": load_ms, "warm_ms": (time.perf_counter() - t0) * 1000,
-            "pipelines": ember.webgpu.stats()["pipelines_compiled"]}
+            "pipelines": ember.webgpu.stats()["pipelines_compiled"],
+            "fallback_adapter": ember.webgpu.info().get("adapter_type") == "fallback"}
 
 
 async def embed(sentences, backend: str = "cpu") -> dict:

@@ -99,7 +99,8 @@ async def predict(pixels, backend: str = "cpu") -> dict:
 async def start_webgpu() -> dict:
     """Put the network on WebGPU (after ``await ember.webgpu.init()``) and run it once, so that
     its pipelines are compiled before the page switches to it: exactly the kernels this model
-    uses, nothing else. ``{"ms", "pipelines"}``."""
+    uses, nothing else. ``{"ms", "pipelines", "fallback_adapter"}`` (fallback: a software
+    adapter, e.g. SwiftShader, often slower than the CPU backend)."""
     import ember.webgpu
     from ember.webgpu import autotune
 
@@ -110,4 +111,5 @@ async def start_webgpu() -> dict:
     t0 = time.perf_counter()
     net("webgpu")
     await predict(array("f", bytes(4 * mnist.PIXELS)), "webgpu")
-    return {"ms": (time.perf_counter() - t0) * 1000, "pipelines": ember.webgpu.stats()["pipelines_compiled"]}
+    return {"ms": (time.perf_counter() - t0) * 1000, "pipelines": ember.webgpu.stats()["pipelines_compiled"],
+            "fallback_adapter": ember.webgpu.info().get("adapter_type") == "fallback"}
