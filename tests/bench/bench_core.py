@@ -231,6 +231,7 @@ def onnx_section() -> None:
           + f"on {THREADS} thread(s); median ms per call; ratio = ember / onnxruntime")
     if not _has_plans():
         print("(this ember has no execution plans yet: only the eager column)")
+    print("(nodes: in the file / run after ember's load-time folding and fusion)")
     if torch is None:
         print("(PyTorch column empty: torch is not installed. `.venv/bin/pip install torch` (a CPU build) adds it)")
     rows = []
@@ -248,16 +249,18 @@ def onnx_section() -> None:
         for dev in devices:
             ts = [ember.from_numpy(v, device=dev) for v in feeds.values()]
             res = {}
+            ran = None
             for mode, flag in modes:
                 m = _load(raw, dev, flag)
+                ran = len(getattr(m, "_plan", m.graph.nodes))     # after load-time folding and fusion
                 y = m(*ts)
                 err = float(np.abs(y.numpy() - ref).max())
                 if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
                     raise SystemExit(f"{name} on {dev} ({mode}): differs from onnxruntime by {err:.3g}")
                 res[mode] = median_time(lambda: m(*ts))[0]
             label = name if dev == "numpy" else f"{name} [{dev}]"
-            rows.append((label, res, t_ort, t_torch if dev == "numpy" else None, _nodes(raw), err))
-    head = (f"{'model':<48} {'nodes':>5} {'onnxrt':>8} {'torch':>8} "
+            rows.append((label, res, t_ort, t_torch if dev == "numpy" else None, f"{_nodes(raw)}/{ran}", err))
+    head = (f"{'model':<48} {'nodes':>7} {'onnxrt':>8} {'torch':>8} "
             + " ".join(f"{'ember ' + m:>14}" for m, _ in modes) + " "
             + " ".join(f"{m + '/ort':>12}" for m, _ in modes) + f" {'torch/ort':>9} {'max err':>8}")
     print(head)
@@ -267,7 +270,7 @@ def onnx_section() -> None:
         ratios = " ".join(f"{res[m] / t_ort:>11.1f}x" for m, _ in modes)
         tt = f"{t_torch * 1e3:>8.3f}" if t_torch else f"{'-':>8}"
         tr = f"{t_torch / t_ort:>8.1f}x" if t_torch else f"{'-':>9}"
-        print(f"{label:<48} {nodes:>5} {t_ort * 1e3:>8.3f} {tt} {cells} {ratios} {tr} {err:>8.1e}")
+        print(f"{label:<48} {nodes:>7} {t_ort * 1e3:>8.3f} {tt} {cells} {ratios} {tr} {err:>8.1e}")
     overhead_table(modes)
 
 
