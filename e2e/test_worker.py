@@ -224,12 +224,17 @@ try:
 except DeviceError as e:
     err = str(e)
 ok = drv.pipeline(src, "main") is not None
-[y, err, ok, ember.webgpu.stats()["pipelines_compiled"] > 0]
+import js
+adapter = await js.navigator.gpu.requestAdapter()
+fallback = bool(getattr(adapter.info, "isFallbackAdapter", False) or getattr(adapter, "isFallbackAdapter", False))
+[y, err, ok, ember.webgpu.stats()["pipelines_compiled"] > 0, [ember.webgpu.info()["adapter_type"], fallback]]
 `) };
     }""")
     assert got["webgpu"]["ok"], got["webgpu"]
     assert got["info"] is True
-    y, err, ok, compiled = got["out"]
+    y, err, ok, compiled, (adapter_type, fallback) = got["out"]
+    # A software adapter (SwiftShader here) is reported as such: the demos say so to the user.
+    assert adapter_type == ("fallback" if fallback else ""), (adapter_type, fallback)
     assert y == [[14.0, 20.0], [30.0, 44.0]]
     assert err and "'missing'" in err and "could not be created" in err, err
     assert ok and compiled

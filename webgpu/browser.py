@@ -78,9 +78,13 @@ class BrowserDriver(BatchingDriver):
 
         def attr(name):
             return str(getattr(info, name, "") or "") if info is not None else ""
+        # isFallbackAdapter moved from GPUAdapter to GPUAdapterInfo (Chromium 156 has it only there).
+        fallback = getattr(adapter, "isFallbackAdapter", None)
+        if fallback is None and info is not None:
+            fallback = getattr(info, "isFallbackAdapter", False)
         self.info = {"vendor": attr("vendor"), "architecture": attr("architecture"),
                      "device": attr("device"), "description": attr("description"),
-                     "backend": "browser", "adapter_type": "fallback" if getattr(adapter, "isFallbackAdapter", False) else "",
+                     "backend": "browser", "adapter_type": "fallback" if fallback else "",
                      "subgroup_min_size": getattr(info, "subgroupMinSize", None) if info is not None else None,
                      "subgroup_max_size": getattr(info, "subgroupMaxSize", None) if info is not None else None,
                      "driver": "browser (navigator.gpu via Pyodide)"}
