@@ -1,9 +1,9 @@
 """numpy kernels for the neural-network ops (conv, pooling, norms, sort...).
 
 Convolution and pooling read the (padded) input through one strided view per kernel tap: pooling
-combines the taps pairwise (``np.maximum`` / ``+=``), depthwise convolution multiplies and adds
-them, other convolutions copy them once into an im2col matrix laid out so that one GEMM per
-group writes the NCHW result directly (a 1x1 convolution uses the input itself). float16 inputs
+combines the taps pairwise (``np.maximum`` / ``+=``); convolutions copy them once into an im2col
+matrix laid out so that one GEMM per group (depthwise: one small product per channel, batched)
+writes the NCHW result directly (a 1x1 convolution uses the input itself). float16 inputs
 are computed in float32 and rounded back once.
 """
 from __future__ import annotations
@@ -12,7 +12,14 @@ import math
 
 import numpy as np
 
-from .numpy_backend import np_dtype
+# numpy_backend imports this module for its KERNELS, so the dtype map is not imported from there
+# (importing this module first would otherwise be circular)
+_NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8,
+       "bool": np.bool_}
+
+
+def np_dtype(dtype):
+    return _NP[dtype.name]
 
 
 def _f(t):
@@ -287,24 +294,18 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
 
 
 def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
-    """groups == channels: one multiply-add per kernel tap over the whole (N, C, oh, ow) output
-    (no matmul per group). ``mult`` outputs per input channel (channel c feeds c*mult...)."""
-    if mult != 1:
-        a = np.repeat(a, mult, axis=1)
+    """groups == channels: the kernel taps of each channel copied once into (kh*kw, oh*ow)
+    columns, then one small matrix product per channel, all in one batched matmul (no
+    per-group Python loop; ~3x faster than multiply-adding the taps over the whole output).
+    ``mult`` outputs per input channel (output c*mult + m reads input channel c)."""
     a = _padded(a, padding)
-    o = w.shape[0]
-    wt = w.reshape(o, kh, kw)
-    y = None
-    tmp = None
+    n, c = a.shape[:2]
+    cols = np.empty((n, c, kh * kw, oh, ow), dtype=a.dtype)
     for i, j, v in _taps(a, oh, ow, kh, kw, stride, dilation):
-        k = wt[:, i, j].reshape(1, o, 1, 1)
-        if y is None:
-            y = v * k
-            tmp = np.empty_like(y)
-        else:
-            np.multiply(v, k, out=tmp)
-            y += tmp
-    return y
+        cols[:, :, i * kw + j] = v
+    wm = w.reshape(c, mult, kh * kw)                                               # (c, mult, k)
+    y = np.matmul(wm, cols.reshape(n, c, kh * kw, oh * ow))                         # (n, c, mult, oh*ow)
+    return y.reshape(n, c * mult, oh, ow)
 
 
 def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
