@@ -187,7 +187,7 @@ export class Backends {
                     `answered on the ${this.label("cpu")})` +
                     (switched ? ": now running on WebGPU." : "; pick it under Backend.") +
                     // SwiftShader and the like emulate a GPU on the CPU: say so, the user may want the CPU.
-                    (warmInfo && warmInfo.fallback_adapter
+                    (warmInfo && warmInfo.fallback_adapter && this.devices.cpu === "wasm"
                       ? ` This browser's WebGPU is a software fallback adapter: the ${this.label("cpu")} ` +
                         "backend may well be faster here." : "");
     if (switched) this.select("webgpu");
