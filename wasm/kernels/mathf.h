@@ -85,6 +85,39 @@ INLINE f32 hmin(f32x4 v) {
   return wasm_f32x4_extract_lane(s, 0);
 }
 
+/* Lanes 0..r-1 from p, the others `fill`. */
+INLINE f32x4 load_part_fill(const f32 *p, i32 r, f32x4 fill) {
+  f32x4 v = wasm_f32x4_replace_lane(fill, 0, p[0]);
+  if (r > 1) v = wasm_f32x4_replace_lane(v, 1, p[1]);
+  if (r > 2) v = wasm_f32x4_replace_lane(v, 2, p[2]);
+  return v;
+}
+
+/* max / min of x[0..n-1] (n >= 1); NaN when any element is NaN (numpy). The running extreme
+ * uses pmax/pmin (one instruction; they drop a NaN operand) next to a NaN flag, which costs less
+ * than the NaN-propagating max (several instructions on x86). */
+#define ROW_EXTREME(NAME, POP, HREDUCE)                                                         \
+  INLINE f32 NAME(const f32 *x, i32 n) {                                                        \
+    f32x4 a0 = F4(x[0]), a1 = a0;                                                               \
+    i32x4 nan = I4(0);                                                                          \
+    i32 i = 0;                                                                                  \
+    for (; i + 8 <= n; i += 8) {                                                                \
+      f32x4 v0 = wasm_v128_load(x + i), v1 = wasm_v128_load(x + i + 4);                         \
+      a0 = POP(a0, v0);                                                                         \
+      a1 = POP(a1, v1);                                                                         \
+      nan = wasm_v128_or(nan, wasm_v128_or(wasm_f32x4_ne(v0, v0), wasm_f32x4_ne(v1, v1)));      \
+    }                                                                                           \
+    for (; i < n; i += 4) {                                                                     \
+      f32x4 v = n - i >= 4 ? wasm_v128_load(x + i) : load_part_fill(x + i, n - i, F4(x[0]));    \
+      a0 = POP(a0, v);                                                                          \
+      nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));                                             \
+    }                                                                                           \
+    return wasm_v128_any_true(nan) ? __builtin_nanf("") : HREDUCE(POP(a0, a1));                 \
+  }
+
+ROW_EXTREME(row_max, wasm_f32x4_pmax, hmax)
+ROW_EXTREME(row_min, wasm_f32x4_pmin, hmin)
+
 /* ---- exp --------------------------------------------------------------------------------------
  * x = k ln2 + r, |r| <= ln2/2 (Cody-Waite: k*LN2_HI is exact for |k| < 256), e^r = 1 + r + r^2 P(r)
  * (degree 6, fit error 3.1e-9), times 2^k applied in two halves so that results down to the

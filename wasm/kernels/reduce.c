@@ -9,14 +9,6 @@
 
 typedef double f64;
 
-/* Lanes 0..r-1 from p, the others `fill`. */
-INLINE f32x4 load_part_fill(const f32 *p, i32 r, f32x4 fill) {
-  f32x4 v = wasm_f32x4_replace_lane(fill, 0, p[0]);
-  if (r > 1) v = wasm_f32x4_replace_lane(v, 1, p[1]);
-  if (r > 2) v = wasm_f32x4_replace_lane(v, 2, p[2]);
-  return v;
-}
-
 INLINE v128_t add_f64(v128_t acc, f32x4 v) {   /* acc (2 doubles) += the 4 lanes of v */
   acc = wasm_f64x2_add(acc, wasm_f64x2_promote_low_f32x4(v));
   return wasm_f64x2_add(acc, wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(v, v, 2, 3, 2, 3)));
@@ -65,65 +57,55 @@ EXPORT(sum_f32) void sum_f32(const f32 *x, f32 *y, i32 outer, i32 r, i32 inner) 
   }
 }
 
-/* max, min, prod: the same walk with float32 lanes; OP combines two vectors, FILL pads a
- * partial vector (the row's own first element for max/min, 1 for prod). */
-#define REDUCE(NAME, OP, HREDUCE, FILL)                                                         \
+/* max, min, prod. Rows: max/min through row_max/row_min (mathf.h), prod with float32 lanes.
+ * Columns (inner > 1): OP over k for 4 columns at a time; for max/min OP drops NaN operands and
+ * a lane flag remembers them (NANF). */
+#define REDUCE(NAME, ROW, OP, NANF)                                                             \
   EXPORT(NAME) void NAME(const f32 *x, f32 *y, i32 outer, i32 r, i32 inner) {                   \
     if (inner == 1) {                                                                           \
-      for (i32 o = 0; o < outer; o++) {                                                         \
-        const f32 *p = x + o * r;                                                               \
-        const f32x4 fill = FILL;                                                                \
-        f32x4 a0 = fill, a1 = fill;                                                             \
-        i32 i = 0;                                                                              \
-        for (; i + 8 <= r; i += 8) {                                                            \
-          a0 = OP(a0, wasm_v128_load(p + i));                                                   \
-          a1 = OP(a1, wasm_v128_load(p + i + 4));                                               \
-        }                                                                                       \
-        for (; i + 4 <= r; i += 4) a0 = OP(a0, wasm_v128_load(p + i));                          \
-        if (i < r) a1 = OP(a1, load_part_fill(p + i, r - i, fill));                             \
-        y[o] = HREDUCE(OP(a0, a1));                                                             \
-      }                                                                                         \
+      for (i32 o = 0; o < outer; o++) y[o] = ROW(x + o * r, r);                                 \
       return;                                                                                   \
     }                                                                                           \
     for (i32 o = 0; o < outer; o++, x += r * inner, y += inner) {                               \
-      i32 j = 0;                                                                                \
-      for (; j + 4 <= inner; j += 4) {                                                          \
-        f32x4 a = wasm_v128_load(x + j);                                                        \
-        for (i32 k = 1; k < r; k++) a = OP(a, wasm_v128_load(x + k * inner + j));               \
-        wasm_v128_store(y + j, a);                                                              \
-      }                                                                                         \
-      if (j < inner) {                                                                          \
-        const i32 w = inner - j;                                                                \
-        f32x4 a = load_part(x + j, w);                                                          \
-        for (i32 k = 1; k < r; k++) a = OP(a, load_part(x + k * inner + j, w));                 \
-        store_part(y + j, a, w);                                                                \
+      for (i32 j = 0; j < inner; j += 4) {                                                      \
+        const i32 w = inner - j < 4 ? inner - j : 4;                                            \
+        f32x4 a = w == 4 ? wasm_v128_load(x + j) : load_part(x + j, w);                         \
+        i32x4 nan = wasm_f32x4_ne(a, a);                                                        \
+        for (i32 k = 1; k < r; k++) {                                                           \
+          f32x4 v = w == 4 ? wasm_v128_load(x + k * inner + j) : load_part(x + k * inner + j, w); \
+          a = OP(a, v);                                                                         \
+          if (NANF) nan = wasm_v128_or(nan, wasm_f32x4_ne(v, v));                               \
+        }                                                                                       \
+        if (NANF) a = sel(nan, F4(__builtin_nanf("")), a);                                      \
+        if (w == 4) wasm_v128_store(y + j, a); else store_part(y + j, a, w);                    \
       }                                                                                         \
     }                                                                                           \
   }
 
-INLINE f32x4 vmax(f32x4 a, f32x4 b) { return wasm_f32x4_max(a, b); }
-INLINE f32x4 vmin(f32x4 a, f32x4 b) { return wasm_f32x4_min(a, b); }
-INLINE f32x4 vmul(f32x4 a, f32x4 b) { return wasm_f32x4_mul(a, b); }
-INLINE f32 hprod(f32x4 v) {
+static f32 row_prod(const f32 *x, i32 n) {
+  f32x4 a0 = F4(1.f), a1 = a0;
+  i32 i = 0;
+  for (; i + 8 <= n; i += 8) {
+    a0 = wasm_f32x4_mul(a0, wasm_v128_load(x + i));
+    a1 = wasm_f32x4_mul(a1, wasm_v128_load(x + i + 4));
+  }
+  for (; i < n; i += 4) a0 = wasm_f32x4_mul(a0, n - i >= 4 ? wasm_v128_load(x + i) : load_part_fill(x + i, n - i, F4(1.f)));
+  f32x4 v = wasm_f32x4_mul(a0, a1);
   return (wasm_f32x4_extract_lane(v, 0) * wasm_f32x4_extract_lane(v, 1)) *
          (wasm_f32x4_extract_lane(v, 2) * wasm_f32x4_extract_lane(v, 3));
 }
 
-REDUCE(max_f32, vmax, hmax, F4(p[0]))
-REDUCE(min_f32, vmin, hmin, F4(p[0]))
-REDUCE(prod_f32, vmul, hprod, F4(1.f))
+REDUCE(max_f32, row_max, wasm_f32x4_pmax, 1)
+REDUCE(min_f32, row_min, wasm_f32x4_pmin, 1)
+REDUCE(prod_f32, row_prod, wasm_f32x4_mul, 0)
 
 /* argmax / argmin: the index of the first extreme along r; a NaN wins at its first position
  * (numpy). Rows (inner == 1) take the extreme with SIMD first, then look for its first index. */
-#define ARGREDUCE(NAME, OP, HREDUCE, BETTER)                                                    \
+#define ARGREDUCE(NAME, ROW, BETTER)                                                            \
   EXPORT(NAME) void NAME(const f32 *x, i64 *y, i32 outer, i32 r, i32 inner) {                   \
     for (i32 o = 0; o < outer; o++, x += r * inner, y += inner) {                               \
       if (inner == 1) {                                                                         \
-        f32x4 a = F4(x[0]);                                                                     \
-        i32 i = 0;                                                                              \
-        for (; i + 4 <= r; i += 4) a = OP(a, wasm_v128_load(x + i));                            \
-        for (; i < r; i++) a = OP(a, F4(x[i]));                                                 \
-        const f32 m = HREDUCE(a);                                                               \
+        const f32 m = ROW(x, r);                                                                \
         i32 k = 0;                                                                              \
         if (m != m) { while (x[k] == x[k]) k++; }                                               \
         else { while (x[k] != m) k++; }                                                         \
@@ -145,8 +127,8 @@ REDUCE(prod_f32, vmul, hprod, F4(1.f))
     }                                                                                           \
   }
 
-ARGREDUCE(argmax_f32, vmax, hmax, v > best)
-ARGREDUCE(argmin_f32, vmin, hmin, v < best)
+ARGREDUCE(argmax_f32, row_max, v > best)
+ARGREDUCE(argmin_f32, row_min, v < best)
 
 /* cumsum along r: float64 running sums rounded once per output (like the python backend);
  * exclusive leaves out the current element, reverse runs from the end. */
