@@ -253,8 +253,16 @@ def _matmul(out, a, b):
     with np.errstate(all="ignore"):
         if A.ndim > 2 and B.ndim == 2 and A.flags.c_contiguous:
             # (..., M, K) @ (K, N): one GEMM over all the rows, not one per leading index
-            return _out(np.matmul(A.reshape(-1, A.shape[-1]), B), out)
+            return _out(np.matmul(A.reshape(_rows(A), A.shape[-1]), B), out)
         return _out(np.matmul(A, B), out)
+
+
+def _rows(a) -> int:
+    """The number of rows when every leading axis of ``a`` is flattened (0-size safe)."""
+    r = 1
+    for d in a.shape[:-1]:
+        r *= d
+    return r
 
 
 def _exact_in_f64(A, B) -> bool:

@@ -194,7 +194,7 @@ def _linear(out, x, weight, bias=None):
     axes go through one GEMM, the bias is added in place."""
     a, w = _f(x), _f(weight)
     if a.ndim > 2 and a.flags.c_contiguous:
-        a = a.reshape(-1, a.shape[-1])
+        a = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
     y = np.matmul(a, w.T)
     if bias is not None:
         y += _f(bias)
