@@ -357,7 +357,7 @@ INLINE f32x4 cos_poly(f32x4 z) {
 INLINE f32x4 sincos4(f32x4 x, i32 cosine, i32x4 *big) {
   f32x4 ax = vabs(x);
   *big = wasm_v128_and(wasm_f32x4_ge(ax, F4(TRIG_LIMIT)), wasm_f32x4_lt(ax, F4(__builtin_inff())));
-  reduced_t red = reduce_pio2(wasm_f32x4_min(ax, F4(TRIG_LIMIT)));   /* keeps k in range */
+  reduced_t red = reduce_pio2(wasm_f32x4_pmin(ax, F4(TRIG_LIMIT)));   /* keeps k in range */
   f32x4 z = wasm_f32x4_mul(red.r, red.r);
   f32x4 s = sin_poly(red.r, z), c = cos_poly(z);
   i32x4 q = wasm_i32x4_add(red.q, I4(cosine));
