@@ -116,13 +116,22 @@ class PyodideRuntime:
     def call(self, name, *args):
         f = self._fns.get(name) or self.fn(name)
         conv = []
+        app = conv.append
         for a in args:
-            if isinstance(a, R):
+            cls = a.__class__
+            if cls is R or cls is W:
+                # check_span inlined (the hot path of every kernel call in the page)
+                buf, n, off = a.buf, a.n, a.offset
+                if n < 0 or off < 0 or off + n > len(buf) or (n and not off <= a.at < off + n) \
+                        or buf.__class__ is bytes:
+                    check_span(a)   # raises with the message
+                app(buf.buffer_info()[0] + a.at * buf.itemsize if n else 0)
+            elif isinstance(a, R):
                 check_span(a)
                 buf = a.buf
-                conv.append(buf.buffer_info()[0] + a.at * buf.itemsize if a.n else 0)
+                app(buf.buffer_info()[0] + a.at * buf.itemsize if a.n else 0)
             else:
-                conv.append(a)
+                app(a)
         return f(*conv)
 
 
