@@ -4,7 +4,8 @@ the input gradients; ``tests/test_autograd.py`` runs the ``ember`` lambdas on ev
 compares. Neither side imports the other's library at module level.
 
 An input spec is ``(kind, shape)`` or ``(kind, shape, arg)``: ``"f"`` normal values, ``"pos"``
-values in [0.5, 2), ``"far"`` normal values pushed away from zero (for kinks: abs, relu, max),
+values in [0.5, 2), ``"far"`` normal values pushed away from zero (for kinks: abs, relu, max), ``"cpos"`` like
+``"pos"`` but a constant,
 ``"int"`` integers in [0, arg) and ``"bool"``. Floating inputs are differentiated; the others
 are constants.
 """
@@ -29,6 +30,7 @@ def C(name, inputs, ember, torch, tol=1e-4):
 f = lambda *s: ("f", s)            # noqa: E731
 pos = lambda *s: ("pos", s)        # noqa: E731
 far = lambda *s: ("far", s)        # noqa: E731
+cpos = lambda *s: ("cpos", s)      # noqa: E731  (positive, a constant: not differentiated)
 
 
 def ints(high, *s):
@@ -201,6 +203,40 @@ CASES = [
       lambda T, F, x: F.pad(x, (1, 3, 2, 1), mode="replicate")),
     C("pad_wrap", [f(1, 2, 3, 4)], lambda e, x: e.pad(x, ((0, 0), (0, 0), (2, 1), (1, 3)), mode="wrap"),
       lambda T, F, x: F.pad(x, (1, 3, 2, 1), mode="circular")),
+    # ---- losses (ember.nn.functional against torch.nn.functional) ----
+    C("cross_entropy", [f(5, 4), ints(4, 5)], lambda e, x, t: e.nn.functional.cross_entropy(x, t),
+      lambda T, F, x, t: F.cross_entropy(x, t)),
+    C("cross_entropy_opts", [f(4, 5, 3), ints(5, 4, 3), cpos(5)],
+      lambda e, x, t, w: e.nn.functional.cross_entropy(x, e.where(t == 2, -1, t), w, ignore_index=-1,
+                                                       label_smoothing=0.1),
+      lambda T, F, x, t, w: F.cross_entropy(x, T.where(t == 2, -1, t), w, ignore_index=-1, label_smoothing=0.1)),
+    C("cross_entropy_none", [f(6, 3), ints(3, 6)],
+      lambda e, x, t: e.nn.functional.cross_entropy(x, t, reduction="none", label_smoothing=0.3),
+      lambda T, F, x, t: F.cross_entropy(x, t, reduction="none", label_smoothing=0.3)),
+    C("cross_entropy_probs", [f(4, 5), cpos(4, 5)],
+      lambda e, x, p: e.nn.functional.cross_entropy(x, p / p.sum(axis=1, keepdims=True), reduction="sum"),
+      lambda T, F, x, p: F.cross_entropy(x, (p / p.sum(1, keepdim=True)).detach(), reduction="sum")),
+    C("nll_loss", [f(5, 4), ints(4, 5), cpos(4)],
+      lambda e, x, t, w: e.nn.functional.nll_loss(e.log_softmax(x, axis=1), t, w),
+      lambda T, F, x, t, w: F.nll_loss(T.log_softmax(x, 1), t, w)),
+    C("mse_loss", [f(3, 4), f(3, 4)], lambda e, a, b: e.nn.functional.mse_loss(a, b),
+      lambda T, F, a, b: F.mse_loss(a, b)),
+    C("l1_loss_sum", [far(3, 4), f(3, 4)], lambda e, a, b: e.nn.functional.l1_loss(a, b * 0.1, reduction="sum"),
+      lambda T, F, a, b: F.l1_loss(a, b * 0.1, reduction="sum")),
+    C("smooth_l1_loss", [f(3, 4), f(3, 4)], lambda e, a, b: e.nn.functional.smooth_l1_loss(a, b, beta=0.5),
+      lambda T, F, a, b: F.smooth_l1_loss(a, b, beta=0.5)),
+    C("huber_loss", [f(3, 4), f(3, 4)], lambda e, a, b: e.nn.functional.huber_loss(a, b, reduction="none", delta=0.7),
+      lambda T, F, a, b: F.huber_loss(a, b, reduction="none", delta=0.7)),
+    C("binary_cross_entropy", [f(3, 4), cpos(3, 4), cpos(4)],
+      lambda e, x, t, w: e.nn.functional.binary_cross_entropy(e.sigmoid(x), t / 2.0, w),
+      lambda T, F, x, t, w: F.binary_cross_entropy(T.sigmoid(x), t / 2.0, w)),
+    C("bce_with_logits", [f(3, 4), cpos(3, 4), cpos(4)],
+      lambda e, x, t, pw: e.nn.functional.binary_cross_entropy_with_logits(x * 4.0, t / 2.0, pos_weight=pw),
+      lambda T, F, x, t, pw: F.binary_cross_entropy_with_logits(x * 4.0, t / 2.0, pos_weight=pw)),
+    C("kl_div", [f(3, 4), cpos(3, 4)],
+      lambda e, x, t: e.nn.functional.kl_div(e.log_softmax(x, axis=1), t / t.sum(axis=1, keepdims=True),
+                                             reduction="batchmean"),
+      lambda T, F, x, t: F.kl_div(T.log_softmax(x, 1), t / t.sum(1, keepdim=True), reduction="batchmean")),
     # ---- compositions (the graph engine: shared inputs, diamonds, reuse) ----
     C("diamond", [f(3, 4)], lambda e, x: e.tanh(x) * e.exp(x) + x * x,
       lambda T, F, x: T.tanh(x) * T.exp(x) + x * x),

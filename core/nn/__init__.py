@@ -1,4 +1,5 @@
-"""ember.nn: modules with PyTorch's names, signatures and state_dict keys, for inference.
+"""ember.nn: modules with PyTorch's names, signatures and state_dict keys, for inference and
+training (``functional``, ``init``, ``utils``, losses).
 
 >>> import ember
 >>> from ember import nn
@@ -13,6 +14,9 @@ IncompatibleKeys(missing_keys=[], unexpected_keys=[])
 """
 from .layers import *  # noqa: F401,F403
 from .layers import __all__ as _layers_all
+from .loss import *  # noqa: F401,F403
+from .loss import __all__ as _loss_all
 from .module import IncompatibleKeys, Module, Parameter  # noqa: F401
+from . import functional, init, utils  # noqa: F401,E402
 
-__all__ = ["Module", "Parameter", "IncompatibleKeys", *_layers_all]
+__all__ = ["Module", "Parameter", "IncompatibleKeys", "functional", "init", "utils", *_layers_all, *_loss_all]

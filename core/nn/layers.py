@@ -1,9 +1,9 @@
 """Layers with PyTorch's constructor signatures, parameter names and shapes.
 
-Parameters are initialised deterministically, in PyTorch's default ranges (uniform in
-``+-1/sqrt(fan_in)`` for Linear and convolutions; unit-variance uniform for Embedding; ones and
-zeros for the norms) from one seeded generator (``ember.nn.manual_seed``). The values are meant to
-be replaced by ``load_state_dict``; inference never depends on them.
+Parameters require grad and are initialised as PyTorch does (``reset_parameters`` with
+``ember.nn.init``: ``kaiming_uniform_(a=sqrt(5))`` weights and +-1/sqrt(fan_in) biases for Linear
+and convolutions, N(0, 1) for Embedding, ones and zeros for the norms) from one seeded generator
+(``ember.manual_seed``).
 
 >>> import ember
 >>> from ember import nn
@@ -22,7 +22,6 @@ Sequential(
 from __future__ import annotations
 
 import math
-import random
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from math import prod
@@ -30,44 +29,34 @@ from math import prod
 import ember
 
 from .. import dtypes as _dt
+from .. import random as _random
 from ..backends import default_device
 from ..errors import ShapeError, UnsupportedOp
-from ..tensor import Tensor, from_bytes
-from .module import Module
+from ..tensor import Tensor
+from . import init
+from .module import Module, Parameter
 
 __all__ = ["manual_seed", "Identity", "Linear", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d",
-           "AdaptiveAvgPool2d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU",
+           "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU",
            "Sigmoid", "Tanh", "Softmax", "Flatten", "Sequential", "ModuleList"]
 
-# ---- deterministic initialisation -----------------------------------------------------------
-
-_rng = random.Random(0)
-_SET_BIT7 = bytes(b | 0x80 for b in range(256))
-
+# ---- initialisation -------------------------------------------------------------------------------
 
 def manual_seed(seed: int) -> None:
-    """Reseed the generator that initialises new layers' parameters.
+    """Reseed ember's generator (the one ``ember.manual_seed`` reseeds), which initialises new
+    layers' parameters.
 
     >>> from ember import nn
     >>> nn.manual_seed(3); a = nn.Linear(2, 2).weight.tolist()
     >>> nn.manual_seed(3); a == nn.Linear(2, 2).weight.tolist()
     True
     """
-    _rng.seed(seed)
+    _random.manual_seed(seed)
 
 
-def _uniform(shape: tuple, bound: float, device, dtype) -> Tensor:
-    """Values uniform in [-bound, bound) of ``shape``. Built from random bytes with C-speed byte
-    operations (no Python loop per value, which matters for large layers in Pyodide): each
-    float32 gets exponent 127 and 23 random mantissa bits, i.e. a value in [1, 2)."""
-    n = prod(shape)
-    rnd = _rng.randbytes(4 * n)
-    bits = bytearray(rnd)
-    bits[3::4] = b"\x3f" * n                  # sign 0, exponent bits 7..1 = 0111111
-    bits[2::4] = rnd[2::4].translate(_SET_BIT7)  # exponent bit 0 = 1, 7 random mantissa bits
-    t = from_bytes(bytes(bits), shape, _dt.float32, device=device)
-    t = (t - 1.5) * (2.0 * bound)
-    return t if dtype is _dt.float32 else t.astype(dtype)
+def _param(shape: tuple, device, dtype, fill: float = 0.0) -> Tensor:
+    """A trainable parameter of ``shape`` (filled with ``fill``; reset_parameters draws it)."""
+    return Parameter(ember.full(shape, fill, dtype=dtype, device=device))
 
 
 def _full(shape: tuple, value, device, dtype) -> Tensor:
@@ -91,6 +80,14 @@ def _pair(v, name: str) -> tuple:
 
 
 # ---- layers with parameters ---------------------------------------------------------------------
+
+def _reset_fan_in(weight, bias) -> None:
+    init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in = init._calculate_fan_in_and_fan_out(weight)[0] if weight.ndim >= 2 else 0
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        init.uniform_(bias, -bound, bound)
+
 
 class Identity(Module):
     """Returns its input (a placeholder layer, as in PyTorch)."""
@@ -117,12 +114,16 @@ class Linear(Module):
         super().__init__()
         dt, dev = _float_dtype(dtype), device or default_device()
         self.in_features, self.out_features = in_features, out_features
-        bound = 1 / math.sqrt(in_features) if in_features > 0 else 0.0
-        self.weight = _uniform((out_features, in_features), bound, dev, dt)
+        self.weight = _param((out_features, in_features), dev, dt)
         if bias:
-            self.bias = _uniform((out_features,), bound, dev, dt)
+            self.bias = _param((out_features,), dev, dt)
         else:
             self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's default: kaiming_uniform_(a=sqrt(5)) weight, bias uniform in +-1/sqrt(fan_in)."""
+        _reset_fan_in(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return ember.linear(x, self.weight, self.bias)
@@ -144,12 +145,16 @@ class _ConvNd(Module):
 
     def _init(self, wshape, fan_in, bias, device, dtype):
         dt, dev = _float_dtype(dtype), device or default_device()
-        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-        self.weight = _uniform(wshape, bound, dev, dt)
+        self.weight = _param(wshape, dev, dt)
         if bias:
-            self.bias = _uniform((self.out_channels,), bound, dev, dt)
+            self.bias = _param((self.out_channels,), dev, dt)
         else:
             self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's default: kaiming_uniform_(a=sqrt(5)) weight, bias uniform in +-1/sqrt(fan_in)."""
+        _reset_fan_in(self.weight, self.bias)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}")
@@ -261,11 +266,12 @@ class ConvTranspose2d(_ConvNd):
 
 
 class BatchNorm2d(Module):
-    """Batch normalisation of NCHW input with the running statistics (inference: the
-    ``training`` flag does not switch to batch statistics). Buffers ``running_mean``,
-    ``running_var`` and ``num_batches_tracked`` (int64, 0-d) as in PyTorch; with
-    ``track_running_stats=False`` the batch's own statistics are used. ``bias`` (keyword-only)
-    is PyTorch 2.13's switch for the affine shift.
+    """Batch normalisation of NCHW input. In training mode it normalises with the batch's
+    statistics and updates the buffers ``running_mean`` / ``running_var`` (unbiased) with
+    ``momentum`` (None: a cumulative average) and ``num_batches_tracked`` (int64, 0-d), as
+    PyTorch; in eval mode it uses the running statistics. With ``track_running_stats=False``
+    the batch's own statistics are always used. ``bias`` (keyword-only) is PyTorch 2.13's switch
+    for the affine shift.
 
     >>> import ember
     >>> from ember import nn
@@ -282,9 +288,9 @@ class BatchNorm2d(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
-            self.weight = _full((num_features,), 1.0, dev, dt)
+            self.weight = _param((num_features,), dev, dt, 1.0)
             if bias:
-                self.bias = _full((num_features,), 0.0, dev, dt)
+                self.bias = _param((num_features,), dev, dt, 0.0)
             else:
                 self.register_parameter("bias", None)
         else:
@@ -298,20 +304,42 @@ class BatchNorm2d(Module):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
 
+    _NDIM = (4,)
+
     def forward(self, x: Tensor) -> Tensor:
-        if x.ndim != 4:
-            raise ShapeError(f"BatchNorm2d: expected a 4-D (N, C, H, W) input, got shape {x.shape}")
+        name = type(self).__name__
+        if x.ndim not in self._NDIM:
+            raise ShapeError(f"{name}: expected a {' or '.join(f'{n}-D' for n in self._NDIM)} input "
+                             f"(N, C, ...), got shape {x.shape}")
         if x.shape[1] != self.num_features:
-            raise ShapeError(f"BatchNorm2d({self.num_features}): input has {x.shape[1]} channels (shape {x.shape})")
-        if self.running_mean is not None:
-            mean, var = self.running_mean, self.running_var
+            raise ShapeError(f"{name}({self.num_features}): input has {x.shape[1]} channels (shape {x.shape})")
+        if self.training or self.running_mean is None:
+            # batch statistics (biased variance for normalising, as PyTorch)
+            axes = (0,) + tuple(range(2, x.ndim))
+            mean, var = ember.mean(x, axis=axes), ember.var(x, axis=axes)
+            if self.training and self.running_mean is not None:
+                self._update_running(mean, var, x.size // x.shape[1])
         else:
-            mean, var = ember.mean(x, axis=(0, 2, 3)), ember.var(x, axis=(0, 2, 3))
+            mean, var = self.running_mean, self.running_var
         return ember.batch_norm(x, mean, var, self.weight, self.bias, eps=self.eps)
+
+    def _update_running(self, mean, var, n):
+        with ember.no_grad():
+            self.num_batches_tracked = self.num_batches_tracked + 1
+            m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked.item())
+            unbiased = var * (n / (n - 1)) if n > 1 else var
+            self.running_mean = (self.running_mean * (1.0 - m) + mean.detach() * m).astype(self.running_mean.dtype)
+            self.running_var = (self.running_var * (1.0 - m) + unbiased.detach() * m).astype(self.running_var.dtype)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(BatchNorm2d):
+    """Batch normalisation of (N, C) or (N, C, L) input (see BatchNorm2d)."""
+
+    _NDIM = (2, 3)
 
 
 class LayerNorm(Module):
@@ -331,9 +359,9 @@ class LayerNorm(Module):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
         if elementwise_affine:
-            self.weight = _full(shape, 1.0, dev, dt)
+            self.weight = _param(shape, dev, dt, 1.0)
             if bias:
-                self.bias = _full(shape, 0.0, dev, dt)
+                self.bias = _param(shape, dev, dt, 0.0)
             else:
                 self.register_parameter("bias", None)
         else:
@@ -376,14 +404,19 @@ class Embedding(Module):
             if _weight.shape != (num_embeddings, embedding_dim):
                 raise ShapeError(f"Embedding: _weight has shape {_weight.shape}, expected "
                                  f"{(num_embeddings, embedding_dim)}")
-            self.weight = _weight
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
             return
-        # PyTorch draws N(0, 1); a uniform in +-sqrt(3) has the same (unit) variance.
-        w = _uniform((num_embeddings, embedding_dim), math.sqrt(3.0), dev, dt)
-        if padding_idx is not None:
-            keep = ember.tensor([[i != padding_idx] for i in range(num_embeddings)], device=dev)
-            w = ember.where(keep, w, 0.0)
-        self.weight = w
+        self.weight = _param((num_embeddings, embedding_dim), dev, dt)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyTorch's default: N(0, 1), the padding_idx row zero."""
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with ember.no_grad():
+                keep = ember.tensor([[i != self.padding_idx] for i in range(self.num_embeddings)],
+                                    device=self.weight.device)
+                self.weight._set_(ember.where(keep, self.weight, 0.0).astype(self.weight.dtype))
 
     def forward(self, indices: Tensor) -> Tensor:
         return ember.embedding(indices, self.weight)
@@ -452,7 +485,8 @@ class AdaptiveAvgPool2d(Module):
 
 
 class Dropout(Module):
-    """The identity (ember runs inference only); ``p`` is kept for the repr."""
+    """In training mode, zero each element with probability ``p`` and scale the others by
+    ``1 / (1 - p)`` (masks from ``ember.manual_seed``'s generator); the identity in eval mode."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
@@ -461,7 +495,8 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return x
+        from .functional import dropout
+        return dropout(x, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

@@ -5,8 +5,11 @@ A Module holds parameters (every Tensor assigned as an attribute), buffers
 names them exactly like PyTorch (``features.0.weight``, ``bn.running_mean``...), so a PyTorch
 checkpoint or safetensors file loads with ``load_state_dict`` and no renaming.
 
-ember is an inference toolkit: there is no autograd and ``train()``/``eval()`` only set the
-``training`` flag (Dropout is always the identity, BatchNorm always uses its running statistics).
+Parameters created by ember's layers (and ``nn.Parameter``) require grad, as in PyTorch, so
+``loss.backward()`` fills their ``.grad``; ``train()``/``eval()`` switch Dropout and BatchNorm
+between training and inference behaviour and do not change ``requires_grad`` (run inference
+under ``ember.no_grad()``, or load with ``assign=True``, which keeps the loaded tensors as they
+are, so that nothing is recorded).
 
 >>> import ember
 >>> from ember import nn
@@ -39,18 +42,20 @@ __all__ = ["Module", "Parameter", "IncompatibleKeys"]
 
 
 def Parameter(data: Tensor, requires_grad: bool = True) -> Tensor:
-    """Return ``data`` unchanged. In ember every Tensor attribute of a Module is a parameter, so
-    this exists only so PyTorch-style code (``self.w = nn.Parameter(...)``) reads the same;
-    ``requires_grad`` is ignored (no autograd).
+    """A leaf tensor over ``data``'s buffer (no copy) that requires grad (floating-point data
+    only), as ``torch.nn.Parameter``. In ember every Tensor attribute of a Module is a
+    parameter; this marks it trainable.
 
     >>> import ember
     >>> from ember import nn
-    >>> nn.Parameter(ember.zeros((2,))).shape
-    (2,)
+    >>> p = nn.Parameter(ember.zeros((2,)))
+    >>> p.shape, p.requires_grad
+    ((2,), True)
     """
     if not isinstance(data, Tensor):
         raise TypeError(f"Parameter: expected an ember Tensor, got {type(data).__name__}")
-    return data
+    t = data.detach()
+    return t.requires_grad_() if requires_grad and t.dtype.kind == "f" else t
 
 
 class IncompatibleKeys(NamedTuple):
@@ -273,17 +278,24 @@ class Module:
             if not mismatched:
                 lines.append("  (pass strict=False to load the matching keys only)")
             raise WeightsError("\n".join(lines))
+        from ..autograd import no_grad
+
         new = []
-        for key, m, store, attr in slots:
-            if key in state_dict:
-                t = state_dict[key]
-                if not assign:
-                    old = getattr(m, store)[attr]
-                    t = t.to(old.device if t.device != old.device else None,
-                             old.dtype if t.dtype != old.dtype else None)
-                new.append((m, store, attr, t))
+        with no_grad():
+            for key, m, store, attr in slots:
+                if key in state_dict:
+                    t = state_dict[key]
+                    if not assign:
+                        old = getattr(m, store)[attr]
+                        t = t.to(old.device if t.device != old.device else None,
+                                 old.dtype if t.dtype != old.dtype else None)
+                    new.append((m, store, attr, t))
         for m, store, attr, t in new:  # all read and converted: now commit
-            getattr(m, store)[attr] = t
+            old = getattr(m, store)[attr]
+            if not assign and old.requires_grad and old.is_leaf:
+                old._set_(t)    # a trainable parameter keeps its identity (optimizers hold it), as copy_
+            else:
+                getattr(m, store)[attr] = t
         return IncompatibleKeys(missing, unexpected)
 
     # ---- device, dtype, mode ---------------------------------------------------------------------
@@ -293,18 +305,40 @@ class Module:
         returns self. ``m.to(ember.float16)`` also works."""
         if isinstance(device, _dt.DType):
             device, dtype = None, device
+        from ..autograd import no_grad
+
         dt = _dt.get(dtype) if dtype is not None else None
-        for m in self.modules():
-            for store in (m._parameters, m._buffers):
-                for name, t in store.items():
-                    if t is not None:
-                        cast = dt if dt is not None and t.dtype.kind == "f" and t.dtype is not dt else None
-                        store[name] = t.to(device if device != t.device else None, cast)
+        with no_grad():
+            for m in self.modules():
+                for store in (m._parameters, m._buffers):
+                    for name, t in store.items():
+                        if t is not None:
+                            cast = dt if dt is not None and t.dtype.kind == "f" and t.dtype is not dt else None
+                            moved = t.to(device if device != t.device else None, cast)
+                            if moved is not t and t.requires_grad:
+                                moved = moved.detach().requires_grad_()   # still a trainable leaf
+                            store[name] = moved
         return self
 
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        """Set ``requires_grad`` on every floating-point parameter (freeze with False); returns
+        self."""
+        for p in self.parameters():
+            if p.dtype.kind == "f" and p.is_leaf:
+                p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the parameters' gradients (``set_to_none=False``: zeros instead)."""
+        from ..ops import zeros_like
+        for p in self.parameters():
+            if p.grad is not None:
+                p.grad = None if set_to_none else zeros_like(p.grad)
+
     def train(self, mode: bool = True) -> "Module":
-        """Set the ``training`` flag here and in every submodule (ember only runs inference:
-        the flag changes nothing in ember's own layers). Returns self."""
+        """Set the ``training`` flag here and in every submodule: Dropout drops and BatchNorm
+        uses (and updates) batch statistics while it is set. ``requires_grad`` is unchanged.
+        Returns self."""
         for m in self.modules():
             m.__dict__["training"] = bool(mode)
         return self

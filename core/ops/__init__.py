@@ -22,3 +22,4 @@ from .movement import *  # noqa: E402,F401,F403
 from .indexing import *  # noqa: E402,F401,F403
 from .linalg import *  # noqa: E402,F401,F403
 from .nnops import *  # noqa: E402,F401,F403
+from .losses import *  # noqa: E402,F401,F403

@@ -53,32 +53,33 @@ def _value(value, dt, op):
     return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
 
 
-def full(shape, fill_value, *, dtype=None, device: str | None = None):
+def full(shape, fill_value, *, dtype=None, device: str | None = None, requires_grad: bool = False):
     """A tensor of ``shape`` filled with ``fill_value`` (dtype from the value unless given:
-    bool, int64 or float32).
+    bool, int64 or float32); ``requires_grad=True`` makes it a leaf that collects ``.grad``.
 
     >>> import ember
     >>> ember.full((2,), 7).tolist()
     [7, 7]
     """
     dt = _dt.get(dtype) if dtype is not None else _dt.scalar_dtype(fill_value)
-    return apply("full", shape=_shape(shape), value=_value(fill_value, dt, "full"), dtype=dt,
-                 device=device or default_device())
+    t = apply("full", shape=_shape(shape), value=_value(fill_value, dt, "full"), dtype=dt,
+              device=device or default_device())
+    return t.requires_grad_() if requires_grad else t
 
 
-def zeros(shape, *, dtype=None, device: str | None = None):
+def zeros(shape, *, dtype=None, device: str | None = None, requires_grad: bool = False):
     """A tensor of zeros (float32 unless ``dtype`` says otherwise).
 
     >>> import ember
     >>> ember.zeros((2, 2), dtype="int32").tolist()
     [[0, 0], [0, 0]]
     """
-    return full(shape, 0, dtype=dtype or _dt.default_float, device=device)
+    return full(shape, 0, dtype=dtype or _dt.default_float, device=device, requires_grad=requires_grad)
 
 
-def ones(shape, *, dtype=None, device: str | None = None):
+def ones(shape, *, dtype=None, device: str | None = None, requires_grad: bool = False):
     """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
-    return full(shape, 1, dtype=dtype or _dt.default_float, device=device)
+    return full(shape, 1, dtype=dtype or _dt.default_float, device=device, requires_grad=requires_grad)
 
 
 def full_like(x, fill_value, *, dtype=None, device: str | None = None):

@@ -27,7 +27,7 @@ def make_input(spec, rng):
     kind, shape = spec[0], spec[1]
     if kind == "f":
         return rng.standard_normal(shape).astype(np.float32)
-    if kind == "pos":
+    if kind in ("pos", "cpos"):
         return rng.uniform(0.5, 2.0, shape).astype(np.float32)
     if kind == "far":
         v = rng.standard_normal(shape).astype(np.float32)
@@ -39,6 +39,10 @@ def make_input(spec, rng):
     raise ValueError(kind)
 
 
+def spec_kind(case, k):
+    return case.inputs[k][0]
+
+
 def main():
     rng = np.random.default_rng(20261201)
     torch.set_default_dtype(torch.float64)
@@ -48,7 +52,7 @@ def main():
         ts = []
         for a in arrays:
             t = torch.from_numpy(a.astype(np.float64) if a.dtype == np.float32 else a)
-            if t.is_floating_point():
+            if t.is_floating_point() and spec_kind(case, len(ts)) != "cpos":
                 t.requires_grad_(True)
             ts.append(t)
         y = case.torch(torch, F, *ts)
