@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 # numpy_backend imports this module for its KERNELS, so the dtype map is not imported from there
 # (importing this module first would otherwise be circular)
@@ -256,6 +257,16 @@ def _taps(a, oh, ow, kh, kw, stride, dilation):
             yield i, j, a[:, :, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw]
 
 
+def _cols(a, oh, ow, kh, kw, stride, dilation):
+    """im2col: the (N, C, kh, kw, oh, ow) copy of the windows of the padded ``a``, made by one
+    strided-view copy (one C loop; a copy per tap costs twice as much on small inputs)."""
+    s0, s1, s2, s3 = a.strides
+    (sh, sw), (dh, dw) = stride, dilation
+    v = as_strided(a, shape=a.shape[:2] + (kh, kw, oh, ow),
+                   strides=(s0, s1, s2 * dh, s3 * dw, s2 * sh, s3 * sw), writeable=False)
+    return np.ascontiguousarray(v)
+
+
 def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
     n, o, oh, ow = out.shape
     _, cg, kh, kw = weight.shape
@@ -277,11 +288,7 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
         else:
             # im2col straight into (n, g, cg*kh*kw, oh*ow): the GEMM below then writes NCHW order,
             # so neither the columns nor the result need a transpose
-            a = _padded(a, padding)
-            cols = np.empty((n, c, kh, kw, oh, ow), dtype=a.dtype)
-            for i, j, v in _taps(a, oh, ow, kh, kw, stride, dilation):
-                cols[:, :, i, j] = v
-            cols = cols.reshape(n, g, cg * kh * kw, oh * ow)
+            cols = _cols(_padded(a, padding), oh, ow, kh, kw, stride, dilation).reshape(n, g, cg * kh * kw, oh * ow)
         wm = w.reshape(g, og, cg * kh * kw)
         if n == 1 and g == 1:
             y = wm[0] @ cols[0, 0]                                                # one GEMM
@@ -298,11 +305,8 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     columns, then one small matrix product per channel, all in one batched matmul (no
     per-group Python loop; ~3x faster than multiply-adding the taps over the whole output).
     ``mult`` outputs per input channel (output c*mult + m reads input channel c)."""
-    a = _padded(a, padding)
     n, c = a.shape[:2]
-    cols = np.empty((n, c, kh * kw, oh, ow), dtype=a.dtype)
-    for i, j, v in _taps(a, oh, ow, kh, kw, stride, dilation):
-        cols[:, :, i * kw + j] = v
+    cols = _cols(_padded(a, padding), oh, ow, kh, kw, stride, dilation)
     wm = w.reshape(c, mult, kh * kw)                                               # (c, mult, k)
     y = np.matmul(wm, cols.reshape(n, c, kh * kw, oh * ow))                         # (n, c, mult, oh*ow)
     return y.reshape(n, c * mult, oh, ow)
