@@ -102,7 +102,23 @@ EXPORT(conv2d_gemm) void conv2d_gemm(const f32 *x, const f32 *wt, const f32 *bia
     }
 }
 
-/* y[b, oc] for oc = ci * mult + m from input channel ci alone (groups == c, weight (o, 1, kh, kw)). */
+/* One output of a depthwise row with every tap bounds-checked (the row's edges): kernel rows
+ * ky0 .. ky1 - 1 land on image rows iy0 + (ky - ky0) * dh. */
+INLINE f32 dw_point(const f32 *plane, const f32 *k, i32 ky0, i32 ky1, i32 iy0, i32 dh, i32 w, i32 kw,
+                    i32 ix0, i32 dw, f32 acc) {
+  for (i32 ky = ky0; ky < ky1; ky++) {
+    const f32 *row = plane + (iy0 + (ky - ky0) * dh) * w, *kr = k + ky * kw;
+    for (i32 kx = 0; kx < kw; kx++) {
+      const i32 ix = ix0 + kx * dw;
+      if (ix >= 0 && ix < w) acc += kr[kx] * row[ix];
+    }
+  }
+  return acc;
+}
+
+/* y[b, oc] for oc = ci * mult + m from input channel ci alone (groups == c, weight (o, 1, kh, kw)).
+ * Each output sums its taps in a register; in a row's interior (every tap inside the image) four
+ * outputs at a time for strides 1 and 2. */
 EXPORT(conv2d_depthwise) void conv2d_depthwise(const f32 *x, const f32 *wt, const f32 *bias, f32 *y,
                                                const i32 *prm) {
   const i32 n = prm[CONV_N], c = prm[CONV_C], h = prm[CONV_H], w = prm[CONV_W], o = prm[CONV_O];
@@ -111,6 +127,11 @@ EXPORT(conv2d_depthwise) void conv2d_depthwise(const f32 *x, const f32 *wt, cons
   const i32 dh = prm[CONV_DH], dw = prm[CONV_DW], oh = prm[CONV_OH], ow = prm[CONV_OW];
   const i32 relu = (prm[CONV_FLAGS] & GEMM_RELU) != 0;
   const i32 mult = o / c;
+  /* interior columns: ox * sw - pl >= 0 and ox * sw - pl + (kw - 1) * dw <= w - 1 */
+  const i32 right = w - 1 - (kw - 1) * dw + pl;
+  i32 xa = (pl + sw - 1) / sw, xb = right >= 0 ? right / sw + 1 : 0;
+  if (xb > ow) xb = ow;
+  if (xa > xb) xa = xb;
   for (i32 b = 0; b < n; b++)
     for (i32 oc = 0; oc < o; oc++) {
       const f32 *plane = x + (b * c + oc / mult) * h * w;
@@ -118,30 +139,62 @@ EXPORT(conv2d_depthwise) void conv2d_depthwise(const f32 *x, const f32 *wt, cons
       const f32 b0 = bias ? bias[oc] : 0.f;
       f32 *out = y + (b * o + oc) * oh * ow;
       for (i32 oy = 0; oy < oh; oy++, out += ow) {
-        for (i32 ox = 0; ox < ow; ox++) out[ox] = b0;
-        for (i32 ky = 0; ky < kh; ky++) {
-          const i32 iy = oy * sh - pt + ky * dh;
-          if (iy < 0 || iy >= h) continue;
-          const f32 *row = plane + iy * w;
-          for (i32 kx = 0; kx < kw; kx++) {
-            const f32 wv = k[ky * kw + kx];
-            const i32 off = kx * dw - pl;   /* ix = ox * sw + off */
-            /* output columns whose input column is inside the row: 0 <= ox * sw + off < w */
-            i32 lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
-            i32 hi = w - off <= 0 ? 0 : (w - off + sw - 1) / sw;
-            if (hi > ow) hi = ow;
-            i32 ox = lo;
-            if (sw == 1) {
-              const f32x4 vw = wasm_f32x4_splat(wv);
-              for (; ox + 4 <= hi; ox += 4)
-                wasm_v128_store(out + ox, wasm_f32x4_add(wasm_v128_load(out + ox),
-                                                         wasm_f32x4_mul(vw, wasm_v128_load(row + ox + off))));
+        /* the kernel rows inside the image: 0 <= oy * sh - pt + ky * dh < h, a range of ky */
+        const i32 top = oy * sh - pt;
+        i32 ky0 = top >= 0 ? 0 : (-top + dh - 1) / dh;
+        i32 ky1 = h - top <= 0 ? 0 : (h - top + dh - 1) / dh;
+        if (ky1 > kh) ky1 = kh;
+        if (ky0 > ky1) ky0 = ky1;
+        const i32 iy0 = top + ky0 * dh;
+        i32 ox = 0;
+        for (; ox < xa; ox++) out[ox] = dw_point(plane, k, ky0, ky1, iy0, dh, w, kw, ox * sw - pl, dw, b0);
+        if (sw == 1) {   /* 16 outputs per step: each weight splat once for four vectors */
+          for (; ox + 16 <= xb; ox += 16) {
+            f32x4 a0 = wasm_f32x4_splat(b0), a1 = a0, a2 = a0, a3 = a0;
+            for (i32 ky = ky0; ky < ky1; ky++) {
+              const f32 *row = plane + (iy0 + (ky - ky0) * dh) * w + ox - pl, *kr = k + ky * kw;
+              for (i32 kx = 0; kx < kw; kx++) {
+                const f32 *src = row + kx * dw;
+                const f32x4 wv = wasm_f32x4_splat(kr[kx]);
+                a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(wv, wasm_v128_load(src)));
+                a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(wv, wasm_v128_load(src + 4)));
+                a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(wv, wasm_v128_load(src + 8)));
+                a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(wv, wasm_v128_load(src + 12)));
+              }
             }
-            for (; ox < hi; ox++) out[ox] += wv * row[ox * sw + off];
+            wasm_v128_store(out + ox, a0);
+            wasm_v128_store(out + ox + 4, a1);
+            wasm_v128_store(out + ox + 8, a2);
+            wasm_v128_store(out + ox + 12, a3);
           }
         }
+        if (sw == 1 || sw == 2) {
+          /* stride 2 reads 8 inputs for 4 outputs: keep the 8th inside the row too */
+          for (; ox + 4 <= xb && (sw == 1 || 2 * (ox + 3) - pl + (kw - 1) * dw + 1 < w); ox += 4) {
+            f32x4 acc = wasm_f32x4_splat(b0);
+            for (i32 ky = ky0; ky < ky1; ky++) {
+              const f32 *row = plane + (iy0 + (ky - ky0) * dh) * w + ox * sw - pl, *kr = k + ky * kw;
+              for (i32 kx = 0; kx < kw; kx++) {
+                const f32 *src = row + kx * dw;
+                f32x4 v = wasm_v128_load(src);
+                if (sw == 2) v = wasm_i32x4_shuffle(v, wasm_v128_load(src + 4), 0, 2, 4, 6);
+                acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_splat(kr[kx]), v));
+              }
+            }
+            wasm_v128_store(out + ox, acc);
+          }
+        }
+        for (; ox < xb; ox++) {   /* interior, one at a time: no bounds checks needed */
+          f32 acc = b0;
+          for (i32 ky = ky0; ky < ky1; ky++) {
+            const f32 *row = plane + (iy0 + (ky - ky0) * dh) * w + ox * sw - pl, *kr = k + ky * kw;
+            for (i32 kx = 0; kx < kw; kx++) acc += kr[kx] * row[kx * dw];
+          }
+          out[ox] = acc;
+        }
+        for (; ox < ow; ox++) out[ox] = dw_point(plane, k, ky0, ky1, iy0, dh, w, kw, ox * sw - pl, dw, b0);
         if (relu)
-          for (i32 ox = 0; ox < ow; ox++) out[ox] = out[ox] < 0.f ? 0.f : out[ox];
+          for (ox = 0; ox < ow; ox++) out[ox] = out[ox] < 0.f ? 0.f : out[ox];
       }
     }
 }
