@@ -46,10 +46,17 @@ def kernels(rt) -> dict:
     gather = make_gather(rt)
     table = {}
 
+    layouts = {}
+
     def layout(x, axes):
         """(buffer, outer, r, inner) with the reduced axes adjacent (a permuted copy if needed)."""
         shape = x.shape
-        lay = reduce_layout(shape, axes)
+        key = (shape, axes)
+        lay = layouts.get(key, False)
+        if lay is False:
+            if len(layouts) >= 512:
+                layouts.clear()
+            lay = layouts[key] = reduce_layout(shape, axes)
         if lay is not None:
             return (x._buf,) + lay
         keep = [a for a in range(len(shape)) if a not in axes]

@@ -79,6 +79,9 @@ def native_main(argv) -> int:
     run("add_f32_vv", lambda: ex["add_f32_vv"](store, x, z, y, n), 12 * n)
     for k in ("relu", "exp", "log", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_tanh", "sin"):
         run(f"{k}_f32", lambda k=k: ex[f"{k}_f32"](store, x, y, n), 8 * n)
+    mem.write(store, struct.pack(f"<{n}f", *[rng.gauss(0, 1) for _ in range(n)]), z)   # activations ~ N(0, 1)
+    for k in ("tanh", "erf", "gelu"):
+        run(f"{k}_f32 on N(0, 1) data", lambda k=k: ex[f"{k}_f32"](store, z, y, n), 8 * n)
     run("softmax_f32 (2048, 512)", lambda: ex["softmax_f32"](store, x, y, 2048, 512, 1, 0), 8 * n)
     run("softmax_f32 (256, 64, 64) axis 1", lambda: ex["softmax_f32"](store, x, y, 256, 64, 64, 0), 8 * n)
     run("layer_norm_f32 (2048, 512)", lambda: ex["layer_norm_f32"](store, x, z, z, y, 2048, 512, 1e-5), 8 * n)
