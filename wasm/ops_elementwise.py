@@ -117,11 +117,14 @@ def kernels(rt) -> dict:
             buf = x._buf
             n = len(buf)
             y = _ZF * n
-            if n and call(fn, R(buf, n), W(y, n), n):
-                # |x| >= 2^20: Python's libm reduces by pi/2 with every bit it needs
+            left = call(fn, R(buf, n), W(y, n), n) if n else 0
+            if left:   # |x| >= 2^20: Python's libm reduces by pi/2 with every bit it needs
                 for i, v in enumerate(buf):
                     if TRIG_LIMIT <= abs(v) < math.inf:
                         y[i] = exact(v)
+                        left -= 1
+                        if not left:
+                            break
             return y
         kernel.__name__ = name
         return kernel
