@@ -151,6 +151,28 @@ def demo_model_case():
 
 # ---- ONNX models: ember eager / compiled next to onnxruntime and PyTorch -----------------------
 
+def interleaved(fns: dict) -> dict:
+    """Median wall time of each function, measured round-robin (one call of each per round), so
+    that load changes on a shared machine hit every contender alike."""
+    for f in fns.values():
+        f()                                   # warm-up
+    times = {k: [] for k in fns}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < MAX_RUNS:
+        for k, f in fns.items():
+            t = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t)
+        rounds += 1
+        elapsed = time.perf_counter() - start
+        if rounds >= MIN_RUNS and elapsed >= MIN_TIME * len(fns):
+            break
+        if rounds >= 3 and elapsed >= 5 * MIN_TIME * len(fns):
+            break
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def _onnx_cases():
     """(name, model bytes, feeds, torch fn or None, devices) for the ONNX section."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -238,28 +260,30 @@ def onnx_section() -> None:
     for name, raw, feeds, tfn, devices in _onnx_cases():
         sess = _ort_session(raw)
         ref = sess.run(None, feeds)[0]
-        t_ort = median_time(lambda: sess.run(None, feeds))[0]
-        t_torch = None
+        fns = {"ort": lambda: sess.run(None, feeds)}
         if tfn is not None:
             tf = [torch.from_numpy(v) for v in feeds.values()]
             r = tfn(*tf).numpy()
             if not np.allclose(r, ref, rtol=1e-3, atol=1e-3):
                 raise SystemExit(f"{name}: the PyTorch peer differs from onnxruntime (max err {np.abs(r - ref).max():.3g})")
-            t_torch = median_time(lambda: tfn(*tf))[0]
+            fns["torch"] = lambda: tfn(*tf)
+        meta = {}
         for dev in devices:
             ts = [ember.from_numpy(v, device=dev) for v in feeds.values()]
-            res = {}
-            ran = None
             for mode, flag in modes:
                 m = _load(raw, dev, flag)
-                ran = len(getattr(m, "_plan", m.graph.nodes))     # after load-time folding and fusion
                 y = m(*ts)
                 err = float(np.abs(y.numpy() - ref).max())
                 if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
                     raise SystemExit(f"{name} on {dev} ({mode}): differs from onnxruntime by {err:.3g}")
-                res[mode] = median_time(lambda: m(*ts))[0]
+                fns[(dev, mode)] = (lambda m=m, ts=ts: m(*ts))
+                meta[dev] = (len(getattr(m, "_plan", m.graph.nodes)), err)   # nodes run after load-time rewrites
+        t = interleaved(fns)
+        for dev in devices:
+            ran, err = meta[dev]
             label = name if dev == "numpy" else f"{name} [{dev}]"
-            rows.append((label, res, t_ort, t_torch if dev == "numpy" else None, f"{_nodes(raw)}/{ran}", err))
+            rows.append((label, {mode: t[(dev, mode)] for mode, _ in modes}, t["ort"],
+                         t.get("torch") if dev == "numpy" else None, f"{_nodes(raw)}/{ran}", err))
     head = (f"{'model':<48} {'nodes':>7} {'onnxrt':>8} {'torch':>8} "
             + " ".join(f"{'ember ' + m:>14}" for m, _ in modes) + " "
             + " ".join(f"{m + '/ort':>12}" for m, _ in modes) + f" {'torch/ort':>9} {'max err':>8}")
@@ -283,17 +307,18 @@ def overhead_table(modes, n=200) -> None:
     x = np.ones((1, 8), np.float32)
     sess = _ort_session(raw)
     ref = sess.run(None, {"x": x})[0]
-    cols = [("onnxruntime", median_time(lambda: sess.run(None, {"x": x}))[0])]
+    fns = {"onnxruntime": lambda: sess.run(None, {"x": x})}
     if torch is not None:
         tfn, tx = M.chain_torch(n), torch.from_numpy(x)
-        cols.append(("torch eager", median_time(lambda: tfn(tx))[0]))
+        fns["torch eager"] = lambda: tfn(tx)
     for dev in [d for d in ember.devices() if d != "webgpu"]:
-        tx = ember.from_numpy(x, device=dev)
+        ex = ember.from_numpy(x, device=dev)
         for mode, flag in modes:
             m = _load(raw, dev, flag)
-            if not np.allclose(m(tx).numpy(), ref, rtol=1e-5, atol=1e-6):
+            if not np.allclose(m(ex).numpy(), ref, rtol=1e-5, atol=1e-6):
                 raise SystemExit(f"overhead chain on {dev} ({mode}) differs from onnxruntime")
-            cols.append((f"ember {dev} {mode}", median_time(lambda: m(tx))[0]))
+            fns[f"ember {dev} {mode}"] = (lambda m=m, ex=ex: m(ex))
+    cols = list(interleaved(fns).items())
     print(f"\nper-node overhead: a chain of {n} tiny nodes (Add/Mul/Relu on 8 floats), microseconds per node")
     for label, t in cols:
         print(f"  {label:<28} {t / n * 1e6:>8.2f} us/node   ({t * 1e3:.3f} ms per call)")
