@@ -448,7 +448,7 @@ def chart_svg(rows: list, meta: dict) -> str:
     vals = [v for _, bars in panels for _, v in bars if v]
     lo = 10 ** math.floor(math.log10(min(vals))) if vals else 0.1
     hi = 10 ** math.ceil(math.log10(max(vals))) if vals else 1000
-    W, left, right, bar_h, gap = 980, 330, 120, 18, 4
+    W, left, right, bar_h, gap = 1000, 330, 150, 18, 4
     span = W - left - right
 
     def x(v):
@@ -518,6 +518,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per page")
     a = ap.parse_args(argv)
     t_start = time.monotonic()
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
     eids = (a.engines.split(",") if a.engines else QUICK_ENGINES if a.quick else [e[0] for e in ENGINES])
     wls = a.workloads.split(",") if a.workloads else (["mnist"] if a.quick else list(WORKLOADS))
@@ -557,7 +558,8 @@ def main(argv=None) -> int:
                     results[(eng[0], m)] = run_page(browser, base, eng, m, plan, a.timeout, a.autotune)
             manifest = json.loads((site / "manifest.json").read_text())
             meta = {"date": time.strftime("%Y-%m-%d"), "chromium": browser.version,
-                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores"
+                               + (f" (load average {load_start:.1f} at the start)" if load_start is not None else ""),
                     "ember": manifest.get("ember_version"), "pyodide": manifest.get("pyodide_version"),
                     "command": "python3 build.py bench web" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
                                                                ).rstrip(),
