@@ -131,3 +131,14 @@ def test_attention(case):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     if case == "dead_rows":
         assert not np.isnan(got).any() and (got[0, 1, 2] == 0).all()
+
+
+@pytest.mark.parametrize("dtype,lo,hi", [("float32", 0.0, 6.0), ("float32", None, 0.5), ("float16", 0.1, 1.0),
+                                         ("int64", -2, 4), ("int64", 0.5, 3.5), ("int32", None, 3)])
+def test_clip_kernel(dtype, lo, hi):
+    a = (rng.standard_normal((4, 5)) * 5).astype(dtype)
+    if dtype == "float32":
+        a[0, 0] = np.nan
+    got, want = both(lambda t: ember.clip(t, lo, hi), a)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -218,6 +218,24 @@ def _cast(out, x, *, dtype, **_):
         return _out(a.astype(np_dtype(out.dtype)), out)
 
 
+def _clip(out, x, *, min=None, max=None):  # noqa: A002
+    """clip with scalar bounds in one kernel (the decomposition is maximum then minimum):
+    computed in the dtype the decomposition promotes to, then cast back to x's dtype."""
+    a = x._buf
+    floats = a.dtype.kind == "f" or any(isinstance(v, float) for v in (min, max))
+    ct = np.float32 if floats and a.dtype != np.float64 else a.dtype
+    y = a.astype(ct, copy=False)
+    if min is not None:
+        y = np.maximum(y, ct(min) if floats else min)
+    if max is not None:
+        y = np.minimum(y, ct(max) if floats else max)
+    if y is a:
+        y = a.copy()
+    if a.dtype.kind in "iu" and y.dtype.kind == "f":
+        return _out(np.trunc(y), out)          # bounds between integers: toward zero, as a cast does
+    return _out(y, out)
+
+
 # ---- reductions ------------------------------------------------------------------------------
 
 def _reduce(fn):
@@ -315,6 +333,7 @@ KERNELS = {
     "arange": _arange,
     "cast": _cast,
     "where": _where,
+    "clip": _clip,
     "erf": _erf,
     "sum": _reduce(np.sum),
     "prod": _reduce(np.prod),
