@@ -152,6 +152,10 @@ CASES = [
     C("batch_norm_train", [f(4, 3, 2, 2), f(3), f(3)],
       lambda e, x, w, b: e.batch_norm(x, e.mean(x, axis=(0, 2, 3)), e.var(x, axis=(0, 2, 3)), w, b, eps=1e-5),
       lambda T, F, x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-5), tol=1e-3),
+    C("batch_norm_train_fused", [f(4, 3, 2, 2), f(3), f(3)],
+      lambda e, x, w, b: e.batch_norm_train(x, w, b)[0] + e.batch_norm_train(x, w, b)[2].reshape(1, 3, 1, 1),
+      lambda T, F, x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-5)
+      + x.var(dim=(0, 2, 3), unbiased=False).reshape(1, 3, 1, 1), tol=1e-3),
     C("conv2d", [f(2, 3, 7, 6), f(4, 3, 3, 3), f(4)],
       lambda e, x, w, b: e.conv2d(x, w, b, stride=2, padding=1),
       lambda T, F, x, w, b: F.conv2d(x, w, b, stride=2, padding=1)),

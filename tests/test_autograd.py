@@ -23,7 +23,7 @@ SUBSET = {"exp", "tanh", "relu", "gelu", "sigmoid", "add", "multiply", "divide",
           "concat", "take", "take_along_axis", "matmul_batched", "linear", "softmax", "log_softmax",
           "layer_norm", "batch_norm_train", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d_pad",
           "embedding", "sdpa_causal", "cumsum", "sort", "pad_constant", "pad_reflect", "mlp", "scatter_add",
-          "clip", "cross_entropy_opts", "mse_loss", "bce_with_logits"}
+          "clip", "batch_norm_train_fused", "cross_entropy_opts", "mse_loss", "bce_with_logits"}
 
 
 def golden():

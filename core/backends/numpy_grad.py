@@ -40,8 +40,122 @@ def _scatter_add(out, u, idx, *, axis, size, **_):
     return acc.astype(np_dtype(out.dtype))
 
 
+# ---- pooling and convolution gradients -----------------------------------------------------------
+
+def _f32(t):
+    a = t._buf
+    return a.astype(np.float32) if a.dtype != np.float32 else a
+
+
+def _pad_to(a, pt, pl, hp, wp, value):
+    """``a`` (N, C, H, W) placed at (pt, pl) in a (N, C, hp, wp) array of ``value``."""
+    n, c, h, w = a.shape
+    if pt == 0 and pl == 0 and hp == h and wp == w:
+        return a
+    buf = np.full((n, c, hp, wp), value, dtype=a.dtype)
+    buf[:, :, pt:pt + h, pl:pl + w] = a[:, :, :min(h, hp - pt), :min(w, wp - pl)]
+    return buf
+
+
+def _span(o, s, k, d):
+    return (o - 1) * s + d * (k - 1) + 1
+
+
+def _tap(a, i, j, oh, ow, stride, dilation):
+    y0, x0 = i * dilation[0], j * dilation[1]
+    return (slice(None), slice(None), slice(y0, y0 + (oh - 1) * stride[0] + 1, stride[0]),
+            slice(x0, x0 + (ow - 1) * stride[1] + 1, stride[1]))
+
+
+def _max_pool2d_backward(out, g, x, *, kernel_size, stride, padding, dilation, ceil_mode):
+    a = _f32(x)
+    n, c, h, w = a.shape
+    oh, ow = g.shape[2:]
+    (pt, pb), (pl, pr) = padding
+    kh, kw = kernel_size
+    hp = max(h + pt + pb, _span(oh, stride[0], kh, dilation[0]))
+    wp = max(w + pl + pr, _span(ow, stride[1], kw, dilation[1]))
+    ap = _pad_to(a, pt, pl, hp, wp, -np.inf) if (pt or pl or hp > h or wp > w) else a
+    nan = bool(np.isnan(a).any())
+    best = arg = None
+    for t in range(kh * kw):      # pairwise over the taps (strided views): which tap holds the max
+        v = ap[_tap(ap, t // kw, t % kw, oh, ow, stride, dilation)]
+        if best is None:
+            best, arg = v.copy(), np.zeros(v.shape, dtype=np.int8 if kh * kw < 128 else np.int32)
+            continue
+        # the first maximum wins (strictly greater replaces), a NaN beats everything, as PyTorch.
+        # Arithmetic blends, not np.where / masked copies: those branch per element and crawl
+        # on the random masks of real data.
+        upd = v > best
+        if nan:
+            upd |= np.isnan(v) & ~np.isnan(best)
+            best = np.where(upd, v, best)
+        else:
+            np.maximum(best, v, out=best)
+        arg += upd.view(np.int8).astype(arg.dtype, copy=False) * (arg.dtype.type(t) - arg)
+    gf = _f32(g)
+    overlap = stride[0] < _span(2, 1, kh, dilation[0]) - 1 or stride[1] < _span(2, 1, kw, dilation[1]) - 1
+    gp = np.zeros(ap.shape, dtype=np.float32) if overlap or ap is not a or gf.size * kh * kw != a.size \
+        else np.empty(ap.shape, dtype=np.float32)   # tiled exactly by the windows: every element written
+    for t in range(kh * kw):
+        sl = _tap(gp, t // kw, t % kw, oh, ow, stride, dilation)
+        if overlap:
+            gp[sl] += gf * (arg == t)
+        else:         # windows do not overlap: each input position gets at most one gradient
+            gp[sl] = gf * (arg == t)
+    res = gp[:, :, pt:pt + h, pl:pl + w] if gp.shape != a.shape else gp
+    return res.astype(np_dtype(out.dtype), copy=False)
+
+
+def _conv2d_grad_weight(out, x, g, *, stride, padding, dilation, groups, kernel_size):
+    a = _f32(x)
+    n, c, h, w = a.shape
+    o, oh, ow = g.shape[1:]
+    kh, kw = kernel_size
+    (pt, pb), (pl, pr) = padding
+    hp = max(h + pt + pb, _span(oh, stride[0], kh, dilation[0]))
+    wp = max(w + pl + pr, _span(ow, stride[1], kw, dilation[1]))
+    ap = _pad_to(a, pt, pl, hp, wp, 0.0)
+    gr, cg, og = groups, c // groups, o // groups
+    # columns laid out (C, kh, kw, N, oh, ow) and the gradient as (O, N, oh, ow): the sum over
+    # the batch and the output positions is then one plain GEMM per group, without transposes
+    at = ap.transpose(1, 0, 2, 3)
+    cols = np.empty((c, kh, kw, n, oh, ow), dtype=np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dilation[0], j * dilation[1]
+            cols[:, i, j] = at[:, :, y0:y0 + (oh - 1) * stride[0] + 1:stride[0], x0:x0 + (ow - 1) * stride[1] + 1:stride[1]]
+    cols = cols.reshape(gr, cg * kh * kw, n * oh * ow)
+    gm = np.ascontiguousarray(_f32(g).transpose(1, 0, 2, 3)).reshape(gr, og, n * oh * ow)
+    res = np.matmul(gm, cols.transpose(0, 2, 1)) if gr > 1 else (gm[0] @ cols[0].T)[None]
+    return res.reshape(o, cg, kh, kw).astype(np_dtype(out.dtype), copy=False)
+
+
+def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, input_size):
+    gf = _f32(g)
+    wf = _f32(weight)
+    n, o, oh, ow = gf.shape
+    _, cg, kh, kw = wf.shape
+    gr, og = groups, o // groups
+    h, w = input_size
+    (pt, pb), (pl, pr) = padding
+    # columns = W^T g, then each kernel tap adds its columns back where the forward read them
+    cols = np.matmul(wf.reshape(gr, og, cg * kh * kw).transpose(0, 2, 1), gf.reshape(n, gr, og, oh * ow))
+    cols = cols.reshape(n, gr * cg, kh, kw, oh, ow)
+    hp = max(h + pt + pb, _span(oh, stride[0], kh, dilation[0]))
+    wp = max(w + pl + pr, _span(ow, stride[1], kw, dilation[1]))
+    buf = np.zeros((n, gr * cg, hp, wp), dtype=np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            buf[_tap(buf, i, j, oh, ow, stride, dilation)] += cols[:, :, i, j]
+    return np.ascontiguousarray(buf[:, :, pt:pt + h, pl:pl + w]).astype(np_dtype(out.dtype), copy=False)
+
+
 KERNELS = {
     "scatter_add": _scatter_add,
+    "max_pool2d_backward": _max_pool2d_backward,
+    "conv2d_grad_weight": _conv2d_grad_weight,
+    "conv2d_grad_input": _conv2d_grad_input,
 }
 
 

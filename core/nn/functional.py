@@ -61,8 +61,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     (running statistics, when given, are not updated here: tensors are immutable; use
     ``nn.BatchNorm2d``)."""
     if training or running_mean is None:
-        axes = (0,) + tuple(range(2, input.ndim))
-        running_mean, running_var = ember.mean(input, axis=axes), ember.var(input, axis=axes)
+        return ember.batch_norm_train(input, weight, bias, eps=eps)[0]
     return ember.batch_norm(input, running_mean, running_var, weight, bias, eps=eps)
 
 

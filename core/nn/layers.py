@@ -314,14 +314,12 @@ class BatchNorm2d(Module):
         if x.shape[1] != self.num_features:
             raise ShapeError(f"{name}({self.num_features}): input has {x.shape[1]} channels (shape {x.shape})")
         if self.training or self.running_mean is None:
-            # batch statistics (biased variance for normalising, as PyTorch)
-            axes = (0,) + tuple(range(2, x.ndim))
-            mean, var = ember.mean(x, axis=axes), ember.var(x, axis=axes)
+            # batch statistics (biased variance for normalising, as PyTorch), one fused gradient
+            y, mean, var = ember.batch_norm_train(x, self.weight, self.bias, eps=self.eps)
             if self.training and self.running_mean is not None:
                 self._update_running(mean, var, x.size // x.shape[1])
-        else:
-            mean, var = self.running_mean, self.running_var
-        return ember.batch_norm(x, mean, var, self.weight, self.bias, eps=self.eps)
+            return y
+        return ember.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, eps=self.eps)
 
     def _update_running(self, mean, var, n):
         with ember.no_grad():

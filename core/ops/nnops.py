@@ -31,7 +31,7 @@ from . import method
 
 __all__ = ["linear", "relu", "leaky_relu", "sigmoid", "gelu", "silu", "softmax", "log_softmax",
            "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-           "batch_norm", "layer_norm", "embedding", "scaled_dot_product_attention",
+           "batch_norm", "batch_norm_train", "layer_norm", "embedding", "scaled_dot_product_attention",
            "cumsum", "sort", "argsort", "topk", "pad"]
 
 
@@ -152,6 +152,11 @@ def _gelu_grad(g, y, x, *, approximate, **_):
     return o.multiply(g, o.add(cdf, o.multiply(x, pdf)))
 
 
+def _positive(x, dtype):
+    # (x > 0) as 0/1 numbers: a multiply by a mask, not a select (CPU selects branch per element)
+    return _ops().less(0, x).astype(dtype)
+
+
 def _silu_grad(g, y, x, **_):
     o = _ops()
     sg = sigmoid(x)
@@ -159,10 +164,11 @@ def _silu_grad(g, y, x, **_):
 
 
 op("relu", kind="composite", shape=same_shape, dtype=same_dtype, decompose=_dec_relu,
-   doc="max(x, 0)", grad=lambda g, y, x, **_: _ops().where(_ops().less(0, x), g, 0.0))
+   doc="max(x, 0)", grad=lambda g, y, x, **_: _ops().multiply(g, _positive(x, g.dtype)))
 op("leaky_relu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_leaky_relu,
    doc="x where x >= 0, else negative_slope * x",
-   grad=lambda g, y, x, *, negative_slope, **_: _ops().where(_ops().less(0, x), g, _ops().multiply(g, negative_slope)))
+   grad=lambda g, y, x, *, negative_slope, **_: _ops().multiply(
+       g, _ops().add(_ops().multiply(_positive(x, g.dtype), 1.0 - negative_slope), negative_slope)))
 op("sigmoid", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_sigmoid,
    doc="1 / (1 + exp(-x))",
    grad=keeps_output(lambda g, y, x, **_: _ops().multiply(g, _ops().multiply(y, _ops().subtract(1.0, y)))))
@@ -815,6 +821,75 @@ op("batch_norm", kind="composite", shape=_bn_shape, dtype=_float_rule("batch_nor
    doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias over axis 1", grad=_bn_grad)
 op("layer_norm", kind="composite", shape=_ln_shape, dtype=_float_rule("layer_norm"), decompose=_dec_layer_norm,
    doc="layer norm over the trailing normalized_shape dimensions", grad=_ln_grad)
+
+
+def _bn_train_shape(xs, ws, bs, *, eps):
+    if len(xs) < 2:
+        raise ShapeError(f"batch_norm_train: input must have a channel axis (N, C, ...), got shape {tuple(xs)}")
+    for what, s in (("weight", ws), ("bias", bs)):
+        if tuple(s) != (xs[1],):
+            raise ShapeError(f"batch_norm_train: {what} must have shape ({xs[1]},) for input {tuple(xs)}, got {tuple(s)}")
+    return (tuple(xs), (xs[1],), (xs[1],))
+
+
+def _dec_bn_train(x, weight, bias, *, eps):
+    o = _ops()
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean, var = o.mean(x, axis=axes), o.var(x, axis=axes)
+    return apply("batch_norm", x, mean, var, weight, bias, eps=eps), mean, var
+
+
+@keeps_output
+def _bn_train_grad(g, y, x, weight, bias, *, need, eps):
+    # the classic fused formula: dx = w * rstd * (dy - mean(dy) - xhat * mean(dy * xhat))
+    o = _ops()
+    gy, gm, gv = g
+    c = x.shape[1]
+    n = x.size // c if c else 1
+    shape = (c,) + (1,) * (x.ndim - 2)
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean, var = y[1], y[2]
+    rstd = o.rsqrt(o.add(var, eps))
+    d = o.subtract(x, o.reshape(mean, shape))
+    gx = gw = gb = None
+    if gy is not None:
+        xhat = o.multiply(d, o.reshape(rstd, shape))
+        gsum = o.sum(gy, axis=axes)
+        gxh = o.sum(o.multiply(gy, xhat), axis=axes)
+        if need[0]:
+            inner = o.subtract(o.subtract(gy, o.reshape(o.divide(gsum, n), shape)),
+                               o.multiply(xhat, o.reshape(o.divide(gxh, n), shape)))
+            gx = o.multiply(inner, o.reshape(o.multiply(weight, rstd), shape))
+        gw, gb = gxh, gsum
+    if need[0] and (gm is not None or gv is not None):   # gradients through the batch statistics outputs
+        extra = None
+        if gm is not None:
+            extra = o.broadcast_to(o.reshape(o.divide(gm, n), shape), x.shape)
+        if gv is not None:
+            ev = o.multiply(d, o.reshape(o.divide(o.multiply(gv, 2.0), n), shape))
+            extra = ev if extra is None else o.add(extra, ev)
+        gx = extra if gx is None else o.add(gx, extra)
+    return gx, (gw if need[1] else None), (gb if need[2] else None)
+
+
+op("batch_norm_train", kind="composite", shape=_bn_train_shape,
+   dtype=lambda xt, wt, bt, **_: (_float_rule("batch_norm_train")(xt, wt, bt),) * 3, outputs=3,
+   decompose=_dec_bn_train, grad=_bn_train_grad,
+   doc="training batch norm over axis 1 with the batch's statistics: (y, batch mean, biased batch var)")
+
+
+def batch_norm_train(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5):
+    """Batch normalization with the batch's own statistics (training mode): returns ``(y, mean,
+    var)``, ``var`` biased (what normalises; ``nn.BatchNorm2d`` keeps the unbiased one in its
+    running average). The gradient is one fused rule, not the chain through mean and var.
+
+    >>> import ember
+    >>> y, m, v = ember.batch_norm_train(ember.tensor([[1.0], [3.0]]), eps=0.0)
+    >>> y.tolist(), m.tolist(), v.tolist()
+    ([[-1.0], [1.0]], [2.0], [1.0])
+    """
+    c = x.shape[1] if x.ndim > 1 else 0
+    return apply("batch_norm_train", x, _param(weight, (c,), x, 1.0), _param(bias, (c,), x, 0.0), eps=float(eps))
 
 
 def _param(t, n_shape, like: Tensor, fill: float):

@@ -1,0 +1,161 @@
+"""One training step (forward + backward + Adam) of the MNIST demo CNN at batch 64 and of a
+MiniLM-sized encoder layer (384 wide, 12 heads, 1536 inner, batch 8 x 128 tokens), ember against
+PyTorch CPU in the same run, as ratios.
+
+    .venv/bin/python tests/bench/bench_train.py [--quick] [--devices numpy,webgpu] [--threads N]
+
+The ember and PyTorch steps alternate (so a busy machine slows both alike) and the best and
+median of each are reported; ratio > 1 means ember is slower. BLAS and PyTorch use one thread
+unless ``--threads`` says otherwise. Losses of both are printed so that a broken step shows.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+
+import numpy as np  # noqa: E402
+
+import ember  # noqa: E402
+import ember.nn.functional as F  # noqa: E402
+from ember import nn  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+DEVICES = sys.argv[sys.argv.index("--devices") + 1].split(",") if "--devices" in sys.argv else ["numpy"]
+ROUNDS = 4 if QUICK else 12
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ---- the models, once in ember and once in torch ---------------------------------------------------
+
+def ember_cnn(device):
+    sys.path.insert(0, os.path.join(ROOT, "demos", "mnist"))
+    from model import MnistNet
+    return MnistNet().to(device).train()
+
+
+class EncoderLayer(nn.Module):
+    """A BERT layer as in demos/minilm: attention + residual + LayerNorm, GELU MLP + residual + LayerNorm."""
+
+    def __init__(self, d=384, heads=12, inner=1536):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.ln1 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, inner)
+        self.fc2 = nn.Linear(inner, d)
+        self.ln2 = nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = ember.split(self.qkv(x), 3, axis=-1)                        # (b, s, d) each
+        q, k, v = (t.reshape(b, s, self.heads, d // self.heads).permute(0, 2, 1, 3) for t in (q, k, v))
+        a = ember.scaled_dot_product_attention(q, k, v)                       # (b, h, s, d/h)
+        x = self.ln1(x + self.out(a.permute(0, 2, 1, 3).reshape(b, s, d)))
+        return self.ln2(x + self.fc2(ember.gelu(self.fc1(x))))
+
+
+def torch_models():
+    import torch
+
+    class TNet(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.conv1, s.bn1 = torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+            s.conv2, s.bn2 = torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32)
+            s.fc1, s.fc2 = torch.nn.Linear(1568, 64), torch.nn.Linear(64, 10)
+
+        def forward(s, x):
+            x = (x - 0.1307) / 0.3081
+            x = torch.nn.functional.max_pool2d(torch.relu(s.bn1(s.conv1(x))), 2)
+            x = torch.nn.functional.max_pool2d(torch.relu(s.bn2(s.conv2(x))), 2)
+            return s.fc2(torch.relu(s.fc1(x.flatten(1))))
+
+    class TLayer(torch.nn.Module):
+        def __init__(s, d=384, heads=12, inner=1536):
+            super().__init__()
+            s.heads = heads
+            s.qkv, s.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            s.ln1, s.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            s.fc1, s.fc2 = torch.nn.Linear(d, inner), torch.nn.Linear(inner, d)
+
+        def forward(s, x):
+            b, n, d = x.shape
+            q, k, v = (t.reshape(b, n, s.heads, d // s.heads).permute(0, 2, 1, 3) for t in s.qkv(x).chunk(3, -1))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            x = s.ln1(x + s.out(a.permute(0, 2, 1, 3).reshape(b, n, d)))
+            return s.ln2(x + s.fc2(torch.nn.functional.gelu(s.fc1(x))))
+
+    return TNet, TLayer
+
+
+def cases(device):
+    rng = np.random.default_rng(0)
+    img = rng.random((64, 1, 28, 28), dtype=np.float32)
+    lab = rng.integers(0, 10, 64)
+    tok = rng.standard_normal((8, 128, 384)).astype(np.float32)
+    tgt = rng.standard_normal((8, 128, 384)).astype(np.float32)
+    out = []
+    net = ember_cnn(device)
+    X, Y = ember.tensor(img, device=device), ember.tensor(lab, device=device)
+    out.append(("mnist cnn b64", net, lambda m: F.cross_entropy(m(X), Y), (img, lab, "ce")))
+    layer = EncoderLayer().to(device)
+    Xe, Te = ember.tensor(tok, device=device), ember.tensor(tgt, device=device)
+    out.append(("encoder layer 8x128", layer, lambda m: F.mse_loss(m(Xe), Te), (tok, tgt, "mse")))
+    return out
+
+
+def main():
+    import torch
+    torch.set_num_threads(THREADS)
+    TNet, TLayer = torch_models()
+    rows = []
+    for device in DEVICES:
+        for name, model, loss_fn, (a, b, kind) in cases(device):
+            opt = ember.optim.Adam(model.parameters(), lr=1e-3)
+            tm = TNet() if kind == "ce" else TLayer()
+            topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+            ta, tb = torch.tensor(a), torch.tensor(b)
+            tloss_fn = (lambda m: torch.nn.functional.cross_entropy(m(ta), tb)) if kind == "ce" else \
+                (lambda m: torch.nn.functional.mse_loss(m(ta), tb))
+
+            def e_step():
+                opt.zero_grad()
+                loss = loss_fn(model)
+                loss.backward()
+                opt.step()
+                return loss.item()
+
+            def t_step():
+                topt.zero_grad()
+                loss = tloss_fn(tm)
+                loss.backward()
+                topt.step()
+                return loss.item()
+
+            el, tl = e_step(), t_step()              # warm up (pipelines, caches, autotune)
+            et, tt = [], []
+            for _ in range(ROUNDS):
+                t0 = time.perf_counter()
+                e_step()
+                et.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                t_step()
+                tt.append(time.perf_counter() - t0)
+            rows.append((name, device, min(et), statistics.median(et), min(tt), statistics.median(tt), el, tl))
+    print(f"{'case':22} {'device':7} {'ember best':>11} {'median':>9} {'torch best':>11} {'median':>9} "
+          f"{'ratio best':>10} {'median':>7}   first losses (ember, torch)")
+    for name, dev, eb, em, tb, tmed, el, tl in rows:
+        print(f"{name:22} {dev:7} {eb * 1e3:9.1f}ms {em * 1e3:7.1f}ms {tb * 1e3:9.1f}ms {tmed * 1e3:7.1f}ms "
+              f"{eb / tb:10.2f} {em / tmed:7.2f}   ({el:.4f}, {tl:.4f})")
+    print(f"(threads={THREADS}, torch {torch.__version__}, rounds={ROUNDS})")
+
+
+if __name__ == "__main__":
+    main()
