@@ -52,8 +52,7 @@ def _finish(buf: array, dtype) -> array:
     return buf
 
 
-def _floats(*ts) -> bool:
-    return all(t.dtype is _F32 or t.dtype is _F16 for t in ts)
+_FLOAT_TYPES = (_F32, _F16)   # (conv, pooling, linear and attention admit no others: their dtype rules)
 
 
 class _Scratch:
@@ -106,7 +105,7 @@ def kernels(rt) -> dict:
         return C
 
     def matmul(out, a, b):
-        if not _floats(a, b) or 0 in out.shape or a.shape[-1] == 0:
+        if a.dtype not in _FLOAT_TYPES or 0 in out.shape or a.shape[-1] == 0:
             return PY["matmul"](out, a, b)
         M, K = a.shape[-2:]
         N = b.shape[-1]
@@ -146,8 +145,7 @@ def kernels(rt) -> dict:
     # ---- conv2d ------------------------------------------------------------------------------
 
     def conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
-        ts = (x, weight) if bias is None else (x, weight, bias)
-        if not _floats(*ts) or 0 in out.shape or 0 in weight.shape[1:]:
+        if 0 in out.shape or 0 in weight.shape[1:]:
             return PY["conv2d"](out, x, weight, bias, stride=stride, padding=padding, dilation=dilation,
                                 groups=groups)
         n, c, h, w = x.shape
@@ -174,8 +172,7 @@ def kernels(rt) -> dict:
         return _finish(y, out.dtype)
 
     def conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
-        ts = (x, weight) if bias is None else (x, weight, bias)
-        if not _floats(*ts) or 0 in out.shape or 0 in x.shape or 0 in weight.shape:
+        if 0 in out.shape or 0 in x.shape or 0 in weight.shape:
             return PY["conv_transpose2d"](out, x, weight, bias, stride=stride, padding=padding,
                                           output_padding=output_padding, dilation=dilation, groups=groups)
         n, c, h, w = x.shape
@@ -202,7 +199,7 @@ def kernels(rt) -> dict:
                            dilation[0], dilation[1], out.shape[2], out.shape[3], 1 if include else 0])
 
     def max_pool2d(out, x, *, kernel_size, stride, padding, dilation, ceil_mode):
-        if not _floats(x) or 0 in out.shape or 0 in x.shape:
+        if x.dtype not in _FLOAT_TYPES or 0 in out.shape or 0 in x.shape:
             return PY["max_pool2d"](out, x, kernel_size=kernel_size, stride=stride, padding=padding,
                                     dilation=dilation, ceil_mode=ceil_mode)
         prm = _pool_prm(x, out, kernel_size, stride, padding, dilation, False)
@@ -211,7 +208,7 @@ def kernels(rt) -> dict:
         return y   # float16 stays float16: the max is one of the inputs
 
     def avg_pool2d(out, x, *, kernel_size, stride, padding, ceil_mode, count_include_pad):
-        if not _floats(x) or 0 in out.shape or 0 in x.shape:
+        if 0 in out.shape or 0 in x.shape:
             return PY["avg_pool2d"](out, x, kernel_size=kernel_size, stride=stride, padding=padding,
                                     ceil_mode=ceil_mode, count_include_pad=count_include_pad)
         prm = _pool_prm(x, out, kernel_size, stride, padding, (1, 1), count_include_pad)
@@ -225,7 +222,7 @@ def kernels(rt) -> dict:
         ins = (q, k, v) if mask is None else (q, k, v, mask)
         L, E = q.shape[-2:]
         S, Ev = v.shape[-2:]
-        if not _floats(q, k, v) or 0 in out.shape or S == 0 or E == 0:
+        if 0 in out.shape or S == 0 or E == 0:
             # empty shapes and the like: the op's decomposition, on this backend's kernels
             from ..registry import OPS
             return OPS["scaled_dot_product_attention"].decompose(*ins, is_causal=is_causal, scale=scale)._buf
