@@ -155,7 +155,8 @@ def kernels(rt) -> dict:
         K = cg * kh * kw
         chunk = max(NR, CHUNK_FLOATS // max(K, 1) // NR * NR)
         chunk = min(chunk, -(-oh * ow // NR) * NR)
-        depthwise = groups == c and cg == 1 and kh * kw > 1
+        # one input channel per group; a single-channel image (c == 1) is faster as one GEMM
+        depthwise = groups == c and c > 1 and cg == 1 and kh * kw > 1
         prm = array("i", [n, c, h, w, o, groups, kh, kw, stride[0], stride[1], pt, pl, dilation[0],
                           dilation[1], oh, ow, chunk, BIAS_ROW if bias is not None else 0])
         y = _zeros(n * o * oh * ow)
