@@ -56,14 +56,21 @@ _FLOAT_TYPES = (_F32, _F16)   # (conv, pooling, linear and attention admit no ot
 
 
 class _Scratch:
-    """One grow-only float32 buffer that kernels use for packed panels and im2col chunks."""
+    """One grow-only float32 buffer that kernels use for packed panels and im2col chunks. Requests
+    over ``KEEP_MAX`` floats get a buffer of their own that is dropped after the call, so one huge
+    product does not leave its panels allocated in Pyodide's heap for good."""
+
+    KEEP_MAX = 1 << 22   # 16 MB
 
     def __init__(self):
         self.buf = _zeros(0)
 
     def get(self, n: int) -> array:
-        if len(self.buf) < n:
-            self.buf = _zeros(max(n, len(self.buf) * 3 // 2))
+        if len(self.buf) >= n:
+            return self.buf
+        if n > self.KEEP_MAX:
+            return _zeros(n)
+        self.buf = _zeros(min(max(n, len(self.buf) * 3 // 2), self.KEEP_MAX))
         return self.buf
 
 
