@@ -35,12 +35,12 @@ PYODIDE_DIR = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
 # it only produced committed golden files and the demo weights (see demos/*/train.py).
 REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel"]
 REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "onnxruntime",
-                       "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1"]
+                       "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1", "rapidocr-onnxruntime==1.4.4"]
 # Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
 APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
 APT = {**APT_BUILD, "/usr/bin/chromium": "chromium",
-       "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers"}
+       "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc": "fonts-wqy-zenhei"}
 
 
 def log(msg: str) -> None:
@@ -130,6 +130,7 @@ def prepare_demo_data() -> None:
     rc = subprocess.run([PY, os.path.join(ROOT, "demos", "minilm", "prepare.py")]).returncode
     if rc:
         log("WARNING: demos/minilm/prepare.py failed: the MiniLM page will have no weights")
+    if subprocess.run([PY, os.path.join(ROOT, "demos", "ocr", "prepare.py")]).returncode: log("WARNING: demos/ocr/prepare.py failed: the OCR page will have no models")
 
 
 def build_site() -> str:
