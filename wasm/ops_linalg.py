@@ -1,5 +1,6 @@
-"""Linear-algebra kernels of the wasm backend: matmul, linear, conv2d, max/avg pooling on the
-SIMD module (``kernels/gemm.c``, ``conv.c``, ``pool.c``).
+"""Linear-algebra kernels of the wasm backend on the SIMD module: matmul, linear, conv2d,
+conv_transpose2d, max/avg pooling and a fused scaled_dot_product_attention (``kernels/gemm.c``,
+``conv.c``, ``pool.c``, ``attention.c``). One call into the module per op.
 
 Float32 runs in the module. Float16 tensors (stored as float32 rounded to half in this backend)
 run the same float32 code and are rounded to half once at the end where the op can produce new
@@ -9,9 +10,17 @@ bools, empty tensors) runs the python backend's kernel on the same buffers.
 Which GEMM: the module's 4x8 microkernel reads B in packed panels of 8 columns. Packing costs a
 pass over B, which a product with few rows cannot win back, so with at most ``SMALL_M`` rows
 matmul reads B in place (only its last partial panel is packed) and linear takes dot products of
-the input rows with the weight rows (``gemm_nt``); with more rows B is packed first into a
-scratch buffer. Scratch memory (packed panels, im2col chunks) is one grow-only float32 buffer
-per runtime, allocated here in Python: the module owns no memory.
+the input rows with the weight rows (never transposing the weight); with more rows B is packed
+first. conv2d writes image patches straight into packed panels (im2col, a chunk of output
+positions at a time), runs a 1x1 convolution as one GEMM on the input, and a depthwise one
+directly; bias is added in the GEMM's store. Scratch memory (packed panels, im2col chunks,
+attention scores) is one float32 buffer per runtime, allocated here in Python: the module owns
+no memory, and every size table it gets is checked against the buffers here first.
+
+>>> import ember
+>>> x = ember.ones((2, 3), device="wasm")             # doctest: +SKIP  (needs the module)
+>>> ember.linear(x, ember.ones((4, 3), device="wasm")).tolist()   # doctest: +SKIP
+[[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]
 """
 from __future__ import annotations
 
