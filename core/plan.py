@@ -92,6 +92,10 @@ class Capture:
         return s
 
     def record(self, name, kernel, inputs, meta, attrs, outputs, multi) -> None:
+        if self.reason is None and _grad_mode() and any(t._ag is not None for t in inputs):
+            self.reason = (f"{name}: a tensor that requires grad is used with grad mode on, and a plan "
+                           f"replays inference only (no gradients); run under ember.no_grad() to "
+                           f"compile it")
         ins = tuple(self._slot_of(t) for t in inputs)
         taint = any(s in self.tainted for s in ins)
         if not taint and name not in NOT_FOLDED:
@@ -278,8 +282,10 @@ class Compiled:
         if _active[0] is not None:   # inside someone else's capture: just record into it
             return self.fn(*args, **kwargs)
         leaves: list = []
-        # The default device is part of the signature: creation ops inside fn land on it.
-        key = (flatten(args, leaves), flatten(kwargs, leaves), _default_device())
+        # The default device and grad mode are part of the signature: creation ops inside fn
+        # land on that device; with grad mode on and parameters that require grad, fn records
+        # gradients, which a plan does not (that signature runs eagerly).
+        key = (flatten(args, leaves), flatten(kwargs, leaves), _default_device(), _grad_mode())
         try:
             plan = self.plans.get(key)
         except TypeError:   # an unhashable argument: cannot key a plan on it
@@ -329,12 +335,18 @@ class Compiled:
     def plan_for(self, *args, **kwargs):
         """The Plan recorded for these arguments' signature (None if none)."""
         leaves: list = []
-        p = self.plans.get((flatten(args, leaves), flatten(kwargs, leaves), _default_device()))
+        p = self.plans.get((flatten(args, leaves), flatten(kwargs, leaves), _default_device(), _grad_mode()))
         return p if isinstance(p, Plan) else None
 
     def clear(self) -> None:
         """Forget every plan (e.g. after loading new weights into the module)."""
         self.plans.clear()
+
+
+def _grad_mode() -> bool:
+    from .autograd import is_grad_enabled
+
+    return is_grad_enabled()
 
 
 def _default_device() -> str:

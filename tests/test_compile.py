@@ -142,8 +142,9 @@ def test_a_module_compiles(device):
     f = ember.compile(net)
     x = ember.tensor([[0.5, -1.0, 2.0]], device=device)
     want = net(x).tolist()
-    f(x)
-    np.testing.assert_allclose(f(x).tolist(), want, rtol=1e-6)
+    with ember.no_grad():   # nn.Linear's parameters require grad: inference runs under no_grad
+        f(x)
+        np.testing.assert_allclose(f(x).tolist(), want, rtol=1e-6)
     assert f.stats()["replays"] == 1
 
 
@@ -153,3 +154,20 @@ def test_errors_inside_the_captured_function_propagate_and_record_nothing():
         f(ember.ones((2, 3)))
     assert f.stats()["plans"] == 0
     assert ember.plan.active() is None
+
+
+def test_gradients_are_never_silently_dropped():
+    from ember import nn
+
+    lin = nn.Linear(3, 2)   # default parameters require grad
+    f = ember.compile(lin)
+    x = ember.ones((1, 3))
+    for _ in range(2):      # grad mode on: eager every time, outputs carry the graph
+        y = f(x)
+        assert y.requires_grad
+    st = f.stats()
+    assert st["plans"] == 0 and "requires grad" in next(iter(st["eager"].values()))
+    with ember.no_grad():   # inference: a plan, replayed
+        want = f(x).tolist()
+        assert f(x).tolist() == want
+    assert f.stats()["replays"] == 1
