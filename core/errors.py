@@ -42,6 +42,16 @@ class OnnxError(EmberError, ValueError):
     """A malformed ONNX file or graph."""
 
 
+class ResourceError(EmberError, MemoryError):
+    """An op, creation function or loader would allocate a tensor over the per-tensor ceiling
+    (``ember.set_max_tensor_bytes``); raised before anything is allocated. ``op``, ``shape``,
+    ``nbytes`` and ``limit`` say which, how big, and the ceiling it exceeds."""
+
+    def __init__(self, message="", *, op=None, shape=None, nbytes=None, limit=None):
+        super().__init__(message)
+        self.op, self.shape, self.nbytes, self.limit = op, shape, nbytes, limit
+
+
 class BoundsError(EmberError, IndexError):
     """A native kernel was about to touch memory outside the buffer it was given (a bug in the
     kernel's Python wrapper; the call is refused before it runs)."""

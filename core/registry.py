@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple
 
 from . import dtypes as _dt
 from .errors import DeviceError, ShapeError, UnsupportedOp
+from .limits import check_output as _limit
 
 
 class Meta(NamedTuple):
@@ -100,6 +101,7 @@ def apply(name: str, *inputs, **attrs):
                               f"move them with .to(device) first")
     out_shape = d.shape(*[t.shape for t in inputs], **attrs)
     out_dtype = d.dtype(*[t.dtype for t in inputs], **attrs)
+    _limit(name, out_shape, out_dtype, dev)
     from .backends import get_backend
 
     backend = get_backend(dev)

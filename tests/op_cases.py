@@ -741,11 +741,15 @@ for _args, _kw in [((3,), {}), ((2, 4), {}), ((4, 3), {"k": 1}), ((3, 3), {"k": 
     add(OpCase(f"eye/{_args}{_kw}", lambda e, a=_args, k=_kw: e.eye(*a, **k),
                lambda np, a=_args, k=_kw: np.eye(*a, k=k.get("k", 0), dtype=k.get("dtype", np.float32)), []))
 for _shape, _val, _dt in [((2, 3), 1.5, None), ((), 7, None), ((0, 2), 1.0, None), ((3,), True, None),
-                          ((2, 2), 3, "float16"), ((4,), 2.9, "int32"), ((2,), -1, "uint8"), ((3,), 0.0, "bool")]:
+                          ((2, 2), 3, "float16"), ((4,), 2.9, "int32"), ((2,), 255, "uint8"), ((3,), 0.0, "bool")]:
     add(OpCase(f"full/{_shape_id(_shape)}/{_val}/{_dt}", lambda e, s=_shape, v=_val, d=_dt: e.full(s, v, dtype=d),
                lambda np, s=_shape, v=_val, d=_dt: np.full(s, v, dtype=d or type(v)).astype(
-                   d or {bool: "bool", int: "int64", float: "float32"}[type(v)]) if d != "uint8" else np.full(s, 255, np.uint8),
+                   d or {bool: "bool", int: "int64", float: "float32"}[type(v)]),
                []))
+# an int outside the dtype's range is refused (like numpy >= 2), not wrapped
+for _val, _dt in [(-1, "uint8"), (256, "uint8"), (2 ** 31, "int32"), (2 ** 63, "int64")]:
+    add(OpCase(f"full/err/{_val}/{_dt}", lambda e, v=_val, d=_dt: e.full((2,), v, dtype=d), None, [],
+               raises="DTypeError", match=("full", str(_val), _dt)))
 add(OpCase("zeros/2x3", lambda e: e.zeros((2, 3)), lambda np: np.zeros((2, 3), np.float32), []))
 add(OpCase("ones/i64", lambda e: e.ones(4, dtype="int64"), lambda np: np.ones(4, np.int64), []))
 add(OpCase("zeros_like/i32", lambda e, x: e.zeros_like(x), lambda np, x: np.zeros_like(x), [S((2, 2), I32)]))

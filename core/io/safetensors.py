@@ -30,7 +30,8 @@ from collections.abc import Iterator, Mapping
 from math import prod
 
 from .. import dtypes as _dt
-from ..errors import WeightsError
+from .. import limits as _limits
+from ..errors import ResourceError, WeightsError
 from ..tensor import Tensor, from_bytes
 
 __all__ = ["load_safetensors", "save_safetensors", "SafeTensors"]
@@ -102,6 +103,13 @@ class _Source:
         return data
 
 
+_MAX_DIM = (1 << 63) - 1   # sizes are int64 in every framework that writes safetensors
+
+
+def _short(shape) -> str:
+    return repr(shape) if len(shape) <= 8 else f"[{', '.join(map(str, shape[:8]))}, ... {len(shape)} dims]"
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -153,6 +161,12 @@ class SafeTensors(Mapping):
             raise WeightsError(f"{where}: header (bytes 8..{start}) has a {e}") from None
         except RecursionError:
             raise WeightsError(f"{where}: header (bytes 8..{start}) is nested too deeply") from None
+        except ValueError as e:  # e.g. an integer longer than Python's int parser accepts
+            raise WeightsError(f"{where}: header (bytes 8..{start}) is not a valid safetensors header: "
+                               f"{str(e)[:200]}") from None
+        except MemoryError:
+            raise ResourceError(f"{where}: the {n}-byte header does not fit in memory", op="load_safetensors",
+                                nbytes=n) from None
         if not isinstance(header, dict):
             raise WeightsError(f"{where}: header (bytes 8..{start}) must be a JSON object, "
                                f"not {type(header).__name__}")
@@ -173,8 +187,14 @@ class SafeTensors(Mapping):
             if not isinstance(dt, str) or dt not in _DTYPES:
                 raise WeightsError(f"{what}: dtype {dt!r} is not supported (ember reads "
                                    f"{', '.join(_DTYPES)}); convert the tensor before saving")
-            if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-                raise WeightsError(f"{what}: shape must be a list of non-negative integers, got {shape!r:.200}")
+            if not isinstance(shape, list) or not all(_is_int(s) and 0 <= s <= _MAX_DIM for s in shape):
+                raise WeightsError(f"{what}: shape must be a list of non-negative integers below 2**63, "
+                                   f"got {shape!r:.200}")
+            if len(shape) > _limits.MAX_NDIM:
+                raise WeightsError(f"{what}: shape has {len(shape)} dimensions; ember tensors have at most "
+                                   f"{_limits.MAX_NDIM}")
+            if prod(d for d in shape if d) > _MAX_DIM:
+                raise WeightsError(f"{what}: shape {_short(shape)} has more than 2**63 - 1 elements")
             if (not isinstance(offs, list) or len(offs) != 2 or not all(_is_int(o) for o in offs)
                     or not 0 <= offs[0] <= offs[1]):
                 raise WeightsError(f"{what}: data_offsets must be [begin, end] with 0 <= begin <= end, "
@@ -210,6 +230,7 @@ class SafeTensors(Mapping):
             dt, shape, begin, end = self._entries[name]
         except (KeyError, TypeError):
             raise KeyError(name) from None
+        _limits.check_alloc("load_safetensors", shape, _DTYPES[dt][0], what=f"tensor {name!r}")
         raw = self._src.read(self._data_start + begin, self._data_start + end)
         if dt == "BF16":
             raw = bf16_to_f32_bytes(raw)

@@ -33,7 +33,8 @@ import zipfile
 from math import prod
 
 from .. import dtypes as _dt
-from ..errors import EmberError, WeightsError
+from .. import limits as _limits
+from ..errors import EmberError, ResourceError, WeightsError
 from ..tensor import Tensor, from_bytes
 from .safetensors import _BOOL_BYTES, bf16_to_f32_bytes
 
@@ -201,30 +202,68 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return s
 
 
-def _strided_bytes(raw: bytes, itemsize: int, offset: int, size: tuple, stride: tuple) -> bytes:
-    """The elements of a strided view of ``raw``, gathered in row-major order."""
-    n = prod(size)
-    contiguous, expect = True, 1
-    for sz, st in zip(reversed(size), reversed(stride)):
-        if sz != 1 and st != expect:
-            contiguous = False
-            break
-        expect *= sz
-    if contiguous:
-        return raw[offset * itemsize:(offset + n) * itemsize]
-    items = memoryview(raw).cast(_ITEM_CODES[itemsize])
-    idx = [offset]
-    for sz, st in zip(size, stride):  # outer axes first: idx stays in row-major order
-        idx = [i + k * st for i in idx for k in range(sz)]
-    from array import array
+def _merged_dims(size: tuple, stride: tuple) -> list:
+    """(size, stride) axes of a view with size-1 axes dropped and neighbours merged where one
+    stride steps over the whole inner axis (contiguous runs, and runs of zero strides)."""
+    dims = [(m, st) for m, st in zip(size, stride) if m != 1]
+    merged: list = []
+    for m, st in reversed(dims):
+        if merged and st == merged[-1][1] * merged[-1][0]:
+            im, ist = merged[-1]
+            merged[-1] = (m * im, ist)
+        else:
+            merged.append((m, st))
+    merged.reverse()
+    return merged
 
-    return array(_ITEM_CODES[itemsize], [items[i] for i in idx]).tobytes()
+
+def _strided_bytes(raw: bytes, itemsize: int, offset: int, size: tuple, stride: tuple) -> bytes:
+    """The elements of a strided view of ``raw``, gathered in row-major order.
+
+    Works in blocks, never per element: the innermost axis is one strided slice (or one item
+    repeated, for a zero stride), each outer axis joins or repeats the blocks below it, and a
+    block is built once per distinct start offset. A zero-stride (``expand``ed) axis therefore
+    costs one bytes repetition, and the Python-level work is bounded by the number of distinct
+    block starts (at most the storage's element count per axis), not by the element count."""
+    dims = _merged_dims(size, stride)
+    if not dims:
+        return raw[offset * itemsize:(offset + 1) * itemsize]
+    if len(dims) == 1 and dims[0][1] == 1:
+        return raw[offset * itemsize:(offset + dims[0][0]) * itemsize]
+    items = memoryview(raw).cast(_ITEM_CODES[itemsize])
+    # Start offsets needed at each level, outermost first.
+    levels = [{offset}]
+    for m, st in dims[:-1]:
+        prev = levels[-1]
+        levels.append(prev if st == 0 else {b + k * st for b in prev for k in range(m)})
+    m, st = dims[-1]
+    if st == 0:
+        blocks = {b: items[b:b + 1].tobytes() * m for b in levels[-1]}
+    else:
+        blocks = {b: items[b:b + (m - 1) * st + 1:st].tobytes() for b in levels[-1]}
+    for (m, st), starts in zip(reversed(dims[:-1]), reversed(levels[:-1])):
+        if st == 0:
+            blocks = {b: blocks[b] * m for b in starts}
+        else:
+            blocks = {b: b"".join([blocks[b + k * st] for k in range(m)]) for b in starts}
+    return blocks[offset]
+
+
+# A checkpoint may hold views that repeat elements (zero or overlapping strides, what torch.save
+# writes for an expand()ed tensor): ember materialises every view, so the bytes all views of one
+# file may come to are bounded: twice the storage bytes in the archive plus this much.
+VIEW_SLACK_BYTES = 64 << 20
+_PLAIN_KEYS = (str, int, float, bool, bytes, type(None))
 
 
 class _Loader:
     def __init__(self, zf: zipfile.ZipFile, where: str, prefix: str, device):
         self.zf, self.where, self.prefix, self.device = zf, where, prefix, device
         self.big_endian = False
+        storage_bytes = sum(i.file_size for i in zf.infolist() if i.filename.startswith(prefix + "data/"))
+        self.view_budget = 2 * storage_bytes + VIEW_SLACK_BYTES
+        self.view_bytes = 0
+        self.views: dict = {}   # identical views (same storage, offset, size, stride) load once
 
     def storage_bytes(self, s: _Storage, itemsize: int) -> bytes:
         if s._raw is None:
@@ -256,22 +295,51 @@ class _Loader:
             return isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
         if not (ints(size) and ints(stride) and len(size) == len(stride) and ints((offset,))):
             raise WeightsError(f"{what}: bad size {size!r:.100} / stride {stride!r:.100} / offset {offset!r:.50}")
-        if prod(size) == 0:
+        if len(size) > _limits.MAX_NDIM:
+            raise WeightsError(f"{what}: {len(size)} dimensions (ember tensors have at most "
+                               f"{_limits.MAX_NDIM}); the checkpoint is corrupt or hostile")
+        key = (ref.storage.key, offset, size, stride)
+        hit = self.views.get(key)
+        if hit is not None:
+            return hit
+        numel = prod(size)
+        nbytes = numel * dtype.itemsize
+        if numel == 0:
             raw = b""
         else:
             last = offset + sum((n - 1) * st for n, st in zip(size, stride))
             if last >= ref.storage.numel:
                 raise WeightsError(f"{what}: view (offset {offset}, size {size}, stride {stride}) reaches element "
                                    f"{last} of storage {ref.storage.key!r}, which has {ref.storage.numel}")
+            # Before anything is read or allocated: a view of a few storage elements may claim
+            # billions of them (zero strides).
+            limit = _limits.max_tensor_bytes()
+            if numel > ref.storage.numel and (limit is not None and nbytes > limit
+                                              or self.view_bytes + nbytes > self.view_budget):
+                raise WeightsError(
+                    f"{what}: view with shape {size} and strides {stride} repeats the {ref.storage.numel} "
+                    f"elements of storage {ref.storage.key!r} to {numel} elements ({nbytes} bytes of {dtype.name}),"
+                    f" over " + (f"the {limit}-byte ceiling for one tensor" if limit is not None and nbytes > limit
+                                 else f"what this checkpoint's views may materialise ({self.view_budget} bytes: "
+                                      f"twice its storage bytes plus {VIEW_SLACK_BYTES})")
+                    + "; refusing it before allocating anything (save it with .contiguous() or .clone() if it is real)")
+            _limits.check_alloc("load_torch", size, dtype, what=f"tensor {path!r}")
+            self.view_bytes += nbytes
+            if self.view_bytes > self.view_budget:
+                raise WeightsError(f"{what}: the checkpoint's views come to {self.view_bytes} bytes, more than "
+                                   f"twice its {(self.view_budget - VIEW_SLACK_BYTES) // 2} storage bytes plus "
+                                   f"{VIEW_SLACK_BYTES}; refusing to materialise them")
             raw = _strided_bytes(self.storage_bytes(ref.storage, itemsize), itemsize, offset, size, stride)
         if label == "bfloat16":
             raw = bf16_to_f32_bytes(raw)
         elif dtype is _dt.bool_:
             raw = raw.translate(_BOOL_BYTES)
         try:
-            return from_bytes(raw, size, dtype, device=self.device)
+            t = from_bytes(raw, size, dtype, device=self.device)
         except EmberError as e:  # e.g. int64 values the GPU cannot hold: say which tensor
             raise type(e)(f"{what}: {e}") from None
+        self.views[key] = t
+        return t
 
     def convert(self, obj, path: str, memo: dict):
         """Replace tensor references by Tensors throughout what was unpickled."""
@@ -285,6 +353,9 @@ class _Loader:
         elif isinstance(obj, dict):
             out = memo[key] = {}
             for k, v in obj.items():
+                if not _plain_key(k):
+                    raise WeightsError(f"{self.where}: {'dict ' + repr(path) if path else 'the checkpoint dict'} has "
+                                       f"a key that is a {_kind(k)}, not a string or number; not a state_dict")
                 out[k] = self.convert(v, f"{path}.{k}" if path else str(k), memo)
         elif isinstance(obj, list):
             out = memo[key] = []
@@ -296,6 +367,18 @@ class _Loader:
             raise WeightsError(f"{self.where}: {path or 'the checkpoint'} is a {obj!r:.80} object, "
                                f"not a tensor, container or plain value")
         return out
+
+
+def _plain_key(k) -> bool:
+    if isinstance(k, tuple):
+        return all(_plain_key(x) for x in k)
+    return isinstance(k, _PLAIN_KEYS)
+
+
+def _kind(obj) -> str:
+    if isinstance(obj, _TensorRef):
+        return "tensor"
+    return repr(obj)[:60] if isinstance(obj, _Guarded) else type(obj).__name__
 
 
 def _open_zip(source, where: str):
@@ -341,6 +424,11 @@ def load_torch(source, device: str | None = None) -> dict:
         return _load(zf, where, device)
     except EmberError:
         raise
+    except RecursionError:
+        raise WeightsError(f"{where}: data.pkl is nested too deeply") from None
+    except MemoryError:
+        raise ResourceError(f"{where}: ran out of memory while loading (the process's memory limit was "
+                            f"reached below ember's per-tensor ceiling)", op="load_torch") from None
     except Exception as e:  # a corrupt archive or pickle can fail in many ways; report them all alike
         raise WeightsError(f"{where}: corrupt checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
     finally:

@@ -14,10 +14,13 @@ import math
 
 from .. import dtypes as _dt
 from ..backends import default_device
+from .. import limits as _limits
 from ..errors import DTypeError, ShapeError
+from ..limits import max_tensor_bytes, set_max_tensor_bytes
 from ..registry import apply, op
 
-__all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "eye", "linspace"]
+__all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "eye", "linspace",
+           "set_max_tensor_bytes", "max_tensor_bytes"]
 
 
 def _shape_rule(*, shape, **_):
@@ -31,26 +34,38 @@ op("arange", kind="create", shape=lambda *, num, **_: (num,), dtype=lambda *, dt
 
 
 def _shape(shape, op: str = "full") -> tuple:
-    try:
-        out = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise ShapeError(f"{op}: shape must be an int or a sequence of ints, got {shape!r}") from None
-    if any(s < 0 for s in out):
-        raise ShapeError(f"{op}: negative dimension in shape {out}")
-    return out
+    """A shape as a tuple of Python ints: integers only (numpy ints too; not 2.5, "3" or True),
+    none negative, at most ``limits.MAX_NDIM`` axes; ShapeError otherwise."""
+    return _limits.check_shape(op, shape)
 
 
 def _value(value, dt, op):
-    """The fill value as ``dt``'s Python type (so every backend stores the same thing)."""
+    """The fill value as ``dt``'s Python type (so every backend stores the same thing). An int
+    outside an integer dtype's range, or a float that no int of it holds, is a DTypeError."""
+    if not isinstance(value, (int, float)):  # numpy scalars, 0-d tensors
+        value = value.item() if hasattr(value, "item") else value
+        if not isinstance(value, (int, float)):
+            raise DTypeError(f"{op}: the fill value must be a number, not {type(value).__name__}")
     if dt is _dt.bool_:
         return bool(value)
     if dt.kind == "f":
-        return float(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise DTypeError(f"{op}: cannot fill an {dt.name} tensor with {value}")
-    bits = dt.itemsize * 8  # wrap into range like an int cast, so every backend stores the same
-    v = int(value) % (1 << bits)
-    return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
+        try:
+            return float(value)
+        except OverflowError:
+            raise DTypeError(f"{op}: the int {value} is too large for {dt.name}") from None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DTypeError(f"{op}: cannot fill an {dt.name} tensor with {value}")
+        value = int(value)  # truncates toward zero, like a cast
+    lo, hi = _range(dt)
+    if not lo <= value <= hi:
+        raise DTypeError(f"{op}: {value} does not fit {dt.name} (range {lo}..{hi})")
+    return int(value)
+
+
+def _range(dt) -> tuple:
+    bits = dt.itemsize * 8
+    return (0, (1 << bits) - 1) if dt.kind == "u" else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 def full(shape, fill_value, *, dtype=None, device: str | None = None, requires_grad: bool = False):
@@ -133,8 +148,14 @@ def arange(start, stop=None, step=1, *, dtype=None, device: str | None = None):
         if not math.isfinite(span):
             raise ShapeError(f"arange: start={start}, stop={stop}, step={step} give no finite length")
         num = max(0, math.ceil(span))
+    _limits.check_alloc("arange", (num,), dt)
     if dt.kind != "f":
         start, step = int(start), int(step)
+        if num and dt is not _dt.bool_:
+            lo, hi = _range(dt)
+            last = start + (num - 1) * step
+            if not (lo <= start <= hi and lo <= last <= hi):
+                raise DTypeError(f"arange: values {start}..{last} do not fit {dt.name} (range {lo}..{hi})")
     return apply("arange", start=start, step=step, num=num, dtype=dt, device=device or default_device())
 
 
@@ -149,10 +170,9 @@ def linspace(start, stop, num: int, *, dtype=None, device: str | None = None, en
     from .movement import concat
 
     start, stop = float(_number(start, "linspace")), float(_number(stop, "linspace"))
-    num = int(num)
-    if num < 0:
-        raise ShapeError(f"linspace: num must be >= 0, got {num}")
+    (num,) = _shape((num,), "linspace")
     dt = _dt.get(dtype) if dtype is not None else _dt.default_float
+    _limits.check_alloc("linspace", (num,), dt)
     device = device or default_device()
     fdt = dt if dt.kind == "f" else _dt.default_float
     div = (num - 1) if endpoint else num
@@ -173,9 +193,12 @@ def eye(n_rows: int, n_cols: int | None = None, *, k: int = 0, dtype=None, devic
     [[1.0, 0.0], [0.0, 1.0]]
     """
     n_cols = n_rows if n_cols is None else n_cols
-    if n_rows < 0 or n_cols < 0:
-        raise ShapeError(f"eye: negative size ({n_rows}, {n_cols})")
+    n_rows, n_cols = _shape((n_rows, n_cols), "eye")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ShapeError(f"eye: k must be an int, not {type(k).__name__}")
+    dt = _dt.get(dtype) if dtype is not None else _dt.default_float
+    _limits.check_alloc("eye", (n_rows, n_cols), dt)
     device = device or default_device()
     rows = arange(k, n_rows + k, device=device).reshape((n_rows, 1))
     cols = arange(n_cols, device=device).reshape((1, n_cols))
-    return (rows == cols).astype(dtype or _dt.default_float)
+    return (rows == cols).astype(dt)
