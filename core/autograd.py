@@ -48,18 +48,16 @@ class AutogradError(EmberError, RuntimeError):
 
 
 _MODE = [True]      # grad mode (no_grad / enable_grad / set_grad_enabled)
-_ARMED = [False]    # some tensor has required grad (sticky: arming is cheap, checking is not)
+_LIVE = [0]         # Leaf objects alive: tensors that require grad (and graphs hold theirs)
 _SUSPEND = [0]      # > 0 while record() runs an op or backward() runs rules
 
 
 def _refresh() -> None:
-    GRAD[0] = _MODE[0] and _ARMED[0] and not _SUSPEND[0]
+    GRAD[0] = _MODE[0] and _LIVE[0] > 0 and not _SUSPEND[0]
 
 
 def _arm() -> None:
-    if not _ARMED[0]:
-        _ARMED[0] = True
-        _refresh()
+    _refresh()
 
 
 def is_grad_enabled() -> bool:
@@ -137,12 +135,26 @@ class set_grad_enabled(_GradMode):
 # ---- the graph ----------------------------------------------------------------------------------
 
 class Leaf:
-    """``_ag`` of a tensor created by the user with requires_grad: holds its ``.grad``."""
+    """``_ag`` of a tensor created by the user with requires_grad: holds its ``.grad``.
+    Leaves are counted: once the last tensor that requires grad is gone (an inference model
+    whose initial parameters were replaced by loaded weights), ``apply`` is back to one flag
+    check per op."""
 
     __slots__ = ("grad",)
 
     def __init__(self):
         self.grad = None
+        _LIVE[0] += 1
+        if _LIVE[0] == 1:
+            _refresh()
+
+    def __del__(self):
+        try:
+            _LIVE[0] -= 1
+            if _LIVE[0] == 0:
+                _refresh()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
 
 
 class Node:
