@@ -1,0 +1,66 @@
+"""The OCR page in headless Chromium: ember in a Worker, the three PP-OCRv4 models loaded on the
+CPU (WebAssembly SIMD), a sample read through ``emberDemo.read`` gives the same lines as the CLI
+(``demos/ocr/ocr.py --json`` natively), the page draws one box per line and highlights a line's
+box on click, bad input gives a clear message. Prints the page's per-stage timings."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parent.parent / "demos" / "ocr"
+URL = "/demos/ocr/"
+SAMPLE = DEMO / "samples" / "receipt.png"
+
+pytestmark = pytest.mark.skipif(not (DEMO / "ch_PP-OCRv4_rec_infer.onnx").is_file(),
+                                reason="OCR models missing: run python demos/ocr/prepare.py")
+
+
+def _cli(path: Path) -> list:
+    out = subprocess.run([sys.executable, str(DEMO / "ocr.py"), str(path), "--json", "--device", "numpy"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    return json.loads(out)
+
+
+def _read(page, data: bytes, backend: str):
+    return page.evaluate("""async ([bytes, backend]) => {
+        const r = await window.emberDemo.read(new Uint8Array(bytes), backend);
+        return {lines: JSON.parse(JSON.stringify(r)), timings: r.timings, device: r.device};
+    }""", [list(data), backend])
+
+
+def test_ocr_page_reads_a_sample_like_the_cli(page):
+    page.set_default_timeout(300_000)
+    page.goto(URL)
+    info = page.evaluate("async () => { const i = await window.emberDemo.ready; return {devices: i.devices, readyMs: i.readyMs}; }")
+    assert info["devices"]["cpu"] == "wasm"
+    got = _read(page, SAMPLE.read_bytes(), "cpu")
+    print(f"\nOCR page, {SAMPLE.name} on {got['device']}: ready in {info['readyMs']:.0f} ms; timings (ms): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in got["timings"].items()))
+    want = _cli(SAMPLE)
+    assert [ln["text"] for ln in got["lines"]] == [ln["text"] for ln in want]
+    for a, b in zip(got["lines"], want):
+        assert abs(a["score"] - b["score"]) < 0.02
+        assert all(abs(p - q) <= 3 for pa, pb in zip(a["box"], b["box"]) for p, q in zip(pa, pb)), (a, b)
+
+    # the page itself: one box and one line per result, a click highlights its box
+    page.click('#samples button[data-sample="receipt.png"]')
+    page.wait_for_function("() => window.emberDemo.lastResult !== null", timeout=300_000)
+    n = page.evaluate("() => window.emberDemo.lastResult.lines.length")
+    assert n == len(want)
+    assert page.locator("#overlay polygon").count() == n
+    assert page.locator("#lines li").count() == n
+    page.locator("#lines li").nth(2).click()
+    assert page.evaluate("() => document.querySelectorAll('#overlay polygon')[2].classList.contains('on')")
+    assert page.locator("#timings tbody tr").count() >= 7
+
+    # bad input: a clear message, nothing hangs
+    for bad, words in ((b"", "empty"), (b"not an image at all", "not an image"),
+                       (SAMPLE.read_bytes()[:200], "not an image")):
+        err = page.evaluate("""async (bytes) => {
+            try { await window.emberDemo.read(new Uint8Array(bytes), "cpu"); return null; }
+            catch (e) { return {name: e.name, message: e.message}; } }""", list(bad))
+        assert err is not None and err["name"] == "InputError" and words in err["message"], err
