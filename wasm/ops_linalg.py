@@ -65,22 +65,27 @@ _FLOAT_TYPES = (_F32, _F16)   # (conv, pooling, linear and attention admit no ot
 
 
 class _Scratch:
-    """One grow-only float32 buffer that kernels use for packed panels and im2col chunks. Requests
-    over ``KEEP_MAX`` floats get a buffer of their own that is dropped after the call, so one huge
-    product does not leave its panels allocated in Pyodide's heap for good."""
+    """One grow-only float32 buffer that kernels use for packed panels, im2col chunks and scores.
+    ``span(n)`` is a W span of n floats starting on a 64-byte boundary (a cache line: the packed
+    panels are the GEMM's most-read operand). Requests over ``KEEP_MAX`` floats get a buffer of
+    their own that is dropped after the call, so one huge product does not leave its panels in
+    Pyodide's heap for good."""
 
     KEEP_MAX = 1 << 22   # 16 MB
+    PAD = 16             # floats of slack for the alignment
 
     def __init__(self):
         self.buf = _zeros(0)
 
-    def get(self, n: int) -> array:
-        if len(self.buf) >= n:
-            return self.buf
-        if n > self.KEEP_MAX:
-            return _zeros(n)
-        self.buf = _zeros(min(max(n, len(self.buf) * 3 // 2), self.KEEP_MAX))
-        return self.buf
+    def span(self, n: int) -> W:
+        buf = self.buf
+        if len(buf) < n + self.PAD:
+            if n > self.KEEP_MAX:
+                buf = _zeros(n + self.PAD)
+            else:
+                buf = self.buf = _zeros(min(max(n, len(buf) * 3 // 2), self.KEEP_MAX) + self.PAD)
+        off = (-buf.buffer_info()[0] // 4) % self.PAD
+        return W(buf, n, off)
 
 
 def _need(ok: bool, what: str) -> None:
@@ -116,7 +121,7 @@ def kernels(rt) -> dict:
         else:
             size = nbb * (-(-n // NR) * NR * k)
         prm = array("i", [m, n, k, k, ldb, n, flags, mode, nb, nbb, m * n, *aoffs, *bidx, *boffs])
-        call("gemm", R(A, na), R(B, nbuf), W(scratch.get(size), size) if size else 0, W(C, len(C)),
+        call("gemm", R(A, na), R(B, nbuf), scratch.span(size) if size else 0, W(C, len(C)),
              0 if bias is None else R(bias, len(bias)), R(prm, len(prm)))
         return C
 
@@ -183,9 +188,8 @@ def kernels(rt) -> dict:
                  W(y, len(y)), R(prm, len(prm)))
         else:
             size = _panels(K, chunk)
-            S = scratch.get(size)
             call("conv2d_gemm", R(x._buf, n * c * h * w), R(weight._buf, o * K), b, W(y, len(y)),
-                 W(S, size), R(prm, len(prm)))
+                 scratch.span(size), R(prm, len(prm)))
         return _finish(y, out.dtype)
 
     def conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
@@ -204,7 +208,7 @@ def kernels(rt) -> dict:
         size = groups * M * cg + _panels(cg, chunk) + M * chunk
         y = _zeros(n * o * oh * ow)
         call("conv_transpose2d_gemm", R(x._buf, n * c * h * w), R(weight._buf, c * M),
-             0 if bias is None else R(bias._buf, o), W(y, len(y)), W(scratch.get(size), size), R(prm, len(prm)))
+             0 if bias is None else R(bias._buf, o), W(y, len(y)), scratch.span(size), R(prm, len(prm)))
         return _finish(y, out.dtype)
 
     # ---- pooling -----------------------------------------------------------------------------
@@ -263,10 +267,9 @@ def kernels(rt) -> dict:
               and max(offs[2 * nb:3 * nb]) + S * Ev <= len(v._buf), "q, k or v")
         prm = array("i", [L, S, E, Ev, nb, mkind, msl, mss, 1 if is_causal else 0, *offs])
         size = L * S + max(_panels(E, S), _panels(S, Ev))
-        sc = scratch.get(size)
         y = _zeros(nb * L * Ev)
         call("sdpa_f32", R(q._buf, len(q._buf)), R(k._buf, len(k._buf)), R(v._buf, len(v._buf)), marg,
-             W(y, len(y)), W(sc, size), R(prm, len(prm)), float(scale))
+             W(y, len(y)), scratch.span(size), R(prm, len(prm)), float(scale))
         return _finish(y, out.dtype)
 
     return {"matmul": matmul, "linear": linear, "conv2d": conv2d, "conv_transpose2d": conv_transpose2d,
