@@ -3,8 +3,8 @@
 An optimizer holds the parameter tensors it was given; ``step()`` computes each new value from
 ``p.grad`` with ordinary (unrecorded) ops and swaps it into the parameter (``Tensor._set_``), so
 the model, the optimizer and any compiled plan keep pointing at the same parameter objects. On
-WebGPU the elementwise chain of one parameter's update is fused into one kernel by the lazy
-fusion of the backend.
+WebGPU the elementwise chain of an update is fused by the backend's lazy fusion: one kernel
+for each state tensor (momentum; Adam's two moments) and one for the parameter, per step.
 
 >>> import ember
 >>> w = ember.tensor([1.0, 2.0], requires_grad=True)
@@ -84,12 +84,22 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        lazy = []
         with no_grad():
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
                         st = self.state.setdefault(p, {})
                         p._set_(self._update(p, p.grad, st, group))
+                        if p.device == "webgpu":
+                            lazy.extend(v for v in st.values() if isinstance(v, Tensor))
+                            lazy.append(p)
+        if lazy:
+            # WebGPU records elementwise ops lazily: run each parameter's update now (the state
+            # first, then the parameter reading it: one fused kernel each) instead of letting
+            # the next step's expressions grow over this one's
+            import ember.webgpu
+            ember.webgpu.evaluate(*lazy)
         return loss
 
     def _update(self, p, g, state, group):  # pragma: no cover - subclasses
