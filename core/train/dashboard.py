@@ -113,10 +113,16 @@ class LiveDashboard(LogLines):
         return self._stop
 
     def _draw(self, lines):
+        import shutil
         out = self.stream
+        width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)
         if self._lines:
             out.write(f"\x1b[{self._lines}F")
         for ln in lines:
+            # never wrap: a wrapped line would break the cursor-up redraw
+            vis = ln.replace("\x1b[1m", "").replace("\x1b[0m", "")
+            if len(vis) > width:
+                ln = vis[:width]
             out.write("\x1b[2K" + ln + "\n")
         out.flush()
         self._lines = len(lines)
@@ -128,16 +134,16 @@ class LiveDashboard(LogLines):
         rate = done / max(now - self.t0, 1e-9)
         eta = (total - done) / rate if rate else 0.0
         h = learner.history
-        lines = [f"\x1b[1member training\x1b[0m  {type(learner.model).__name__}  on {learner.device or 'default'}"
-                 f"   (q or Ctrl+C: save a checkpoint and stop)",
+        dev = learner.device or next((p.device for p in learner.model.parameters()), "?")
+        lines = [f"\x1b[1member training\x1b[0m  {type(learner.model).__name__} on {dev}   q / Ctrl+C: checkpoint and stop",
                  f"epoch {epoch + 1:>3}/{epochs}  |{_bar((epoch + (i + 1) / batches) / epochs)}|  ETA {_fmt_time(eta)}",
                  f"batch {i + 1:>5}/{batches}  |{_bar((i + 1) / batches)}|  elapsed {_fmt_time(now - self.t0)}",
                  "  " + _metrics_text(metrics)]
         if self.batch_losses:
-            lines.append(f"  batch loss    {sparkline(self.batch_losses, 60)}")
+            lines.append(f"  batch loss     {sparkline(self.batch_losses, 60)}")
         for key in ("loss", "valid_loss", "accuracy", "valid_accuracy"):
             if h.get(key):
-                lines.append(f"  {key:13} {sparkline(h[key], 60)}  last {h[key][-1]:.4g}")
+                lines.append(f"  {key:14} {sparkline(h[key], 60)}  last {h[key][-1]:.4g}")
         return lines
 
     def batch(self, learner, epoch, epochs, i, batches, metrics):
