@@ -130,7 +130,10 @@ def decode_png(data: bytes) -> Image:
             raise ImageError("truncated PNG file")
         pos += 12 + n
         if tag == b"IHDR":
+            if n != 13:
+                raise ImageError("corrupt PNG header")
             hdr = struct.unpack(">IIBBBBB", body)
+            _check_size(hdr[0], hdr[1])          # before reading any pixel data
         elif tag == b"PLTE":
             palette = body
         elif tag == b"tRNS":
