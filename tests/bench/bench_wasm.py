@@ -49,11 +49,19 @@ def host_main(argv) -> int:
     sys.path.pop(0)
     build_kernels.ensure()
     with tempfile.TemporaryDirectory(prefix="ember-bench-wasm-") as tmp:
+        # build from a copy of the tree: building in place leaves build/ and egg-info behind and
+        # races other builds in the same checkout
+        src = os.path.join(tmp, "src")
+        skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
+        for name in ("core", "webgpu", "wasm", "web"):
+            shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
+        for name in ("pyproject.toml", "README.md"):
+            if os.path.exists(os.path.join(root, name)):
+                shutil.copy2(os.path.join(root, name), os.path.join(src, name))
         py = os.path.join(root, ".venv", "bin", "python")
         py = py if os.path.exists(py) else sys.executable
-        subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, root],
-                       check=True, cwd=tmp)
-        shutil.rmtree(os.path.join(root, "build"), ignore_errors=True)
+        subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, src],
+                       check=True, cwd=src)
         (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
         cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl,
                "--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist", os.path.abspath(__file__), *argv]
