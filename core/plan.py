@@ -26,6 +26,7 @@ input while capturing (``.item()``, ``.tolist()``, ``bool(t)``, ``float(t)``) ma
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -61,14 +62,22 @@ class Step:
 
 
 class Capture:
-    """Records the kernel calls made between ``start()`` and ``finish()``."""
+    """Records the kernel calls made between ``start()`` and ``stop()``.
+
+    Tensors are tracked by id through weak references: an intermediate dies as soon as eager
+    code drops it (capturing costs no more memory than running), and its id, if reused, gets a
+    fresh slot. Tensors made outside the capture (weights) and constant-folded results that a
+    recorded step or an output uses are held strongly: the plan needs them."""
 
     def __init__(self, inputs):
         self.steps: list = []
-        self.slot: dict = {}          # id(tensor) -> slot
-        self.keep: list = []          # every tensor seen: keeps ids unique while capturing
+        self.slot: dict = {}          # id(tensor) -> slot, for tensors alive now
+        self.refs: dict = {}          # id(tensor) -> weakref whose callback forgets the id
         self.tainted: set = set()     # slots whose values derive from the inputs
-        self.consts: list = []        # (slot, tensor) for tensors made outside the capture
+        self.consts: list = []        # (slot, tensor) the plan holds: weights, folded values
+        self.const_slots: set = set()
+        self.folded: set = set()      # slots of constant-folded results (held only if used)
+        self.inputs = list(inputs)
         self.n = 0
         self.reason = None            # why the capture cannot become a plan
         for t in inputs:
@@ -78,17 +87,30 @@ class Capture:
     def _new(self, t, tainted=False) -> int:
         s = self.n
         self.n += 1
-        self.slot[id(t)] = s
-        self.keep.append(t)
+        i = id(t)
+        self.slot[i] = s
+
+        def forget(ref, i=i, s=s):
+            if self.slot.get(i) == s:
+                del self.slot[i]
+            if self.refs.get(i) is ref:
+                del self.refs[i]
+        self.refs[i] = weakref.ref(t, forget)
         if tainted:
             self.tainted.add(s)
         return s
 
-    def _slot_of(self, t) -> int:
+    def _slot_of(self, t, use: bool = True) -> int:
+        """The slot of ``t``; ``use``: a recorded step (or the result) reads it, so a constant
+        must be held by the plan."""
         s = self.slot.get(id(t))
         if s is None:   # made outside the capture (a weight, a constant): held by reference
             s = self._new(t)
             self.consts.append((s, t))
+            self.const_slots.add(s)
+        elif use and s in self.folded and s not in self.const_slots:
+            self.consts.append((s, t))
+            self.const_slots.add(s)
         return s
 
     def record(self, name, kernel, inputs, meta, attrs, outputs, multi) -> None:
@@ -96,16 +118,23 @@ class Capture:
             self.reason = (f"{name}: a tensor that requires grad is used with grad mode on, and a plan "
                            f"replays inference only (no gradients); run under ember.no_grad() to "
                            f"compile it")
-        ins = tuple(self._slot_of(t) for t in inputs)
-        taint = any(s in self.tainted for s in ins)
+        taint = False
+        for t in inputs:
+            s = self.slot.get(id(t))
+            if s is not None and s in self.tainted:
+                taint = True
+                break
         if not taint and name not in NOT_FOLDED:
             # Constant folding: inputs are all constants (weights, scalars, creation ops), so
             # the output is the same on every call: keep the value computed now (e.g. a
             # weight's transpose) instead of recomputing it on each replay.
+            for t in inputs:
+                self._slot_of(t, use=False)
             for t in outputs:
-                self._slot_of(t)
+                self.folded.add(self._new(t))
             return
-        outs = tuple(self._new(t, taint) for t in outputs)
+        ins = tuple(self._slot_of(t) for t in inputs)
+        outs = tuple(self._new(t, True) for t in outputs)
         dev = outputs[0].device if outputs else (inputs[0].device if inputs else None)
         self.steps.append(Step(kernel, name, ins, outs, meta, attrs, dev, multi))
 

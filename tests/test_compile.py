@@ -171,3 +171,28 @@ def test_gradients_are_never_silently_dropped():
         want = f(x).tolist()
         assert f(x).tolist() == want
     assert f.stats()["replays"] == 1
+
+
+def test_capturing_holds_no_more_memory_than_running():
+    import tracemalloc
+
+    def chain(x):
+        for _ in range(40):
+            x = x * 1.5 + 1.0   # every intermediate is dropped at once by eager code
+        return x
+
+    x = ember.zeros((250_000,))   # 1 MB per intermediate
+    tracemalloc.start()
+    chain(x)
+    eager_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    f = ember.compile(chain)
+    f(x)
+    capture_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    f(x)
+    replay_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert f.stats()["replays"] == 1
+    assert capture_peak < 2 * eager_peak + (1 << 20), (capture_peak, eager_peak)
+    assert replay_peak < 2 * eager_peak + (1 << 20), (replay_peak, eager_peak)
