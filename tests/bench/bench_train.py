@@ -3,6 +3,10 @@ MiniLM-sized encoder layer (384 wide, 12 heads, 1536 inner, batch 8 x 128 tokens
 PyTorch CPU in the same run, as ratios.
 
     .venv/bin/python tests/bench/bench_train.py [--quick] [--devices numpy,webgpu] [--threads N]
+                                                [--torch-device cuda] [--cases cnn,encoder]
+
+``--torch-device cuda`` puts the PyTorch side on the GPU (fp32, TF32 off), the peer of ember's
+webgpu backend on a GPU machine.
 
 The ember and PyTorch steps alternate (so a busy machine slows both alike) and the best and
 median of each are reported; ratio > 1 means ember is slower. BLAS and PyTorch use one thread
@@ -28,6 +32,8 @@ from ember import nn  # noqa: E402
 QUICK = "--quick" in sys.argv
 DEVICES = sys.argv[sys.argv.index("--devices") + 1].split(",") if "--devices" in sys.argv else ["numpy"]
 ROUNDS = 4 if QUICK else 12
+TORCH_DEVICE = sys.argv[sys.argv.index("--torch-device") + 1] if "--torch-device" in sys.argv else "cpu"
+CASES = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else ["cnn", "encoder"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -102,26 +108,30 @@ def cases(device):
     tok = rng.standard_normal((8, 128, 384)).astype(np.float32)
     tgt = rng.standard_normal((8, 128, 384)).astype(np.float32)
     out = []
-    net = ember_cnn(device)
-    X, Y = ember.tensor(img, device=device), ember.tensor(lab, device=device)
-    out.append(("mnist cnn b64", net, lambda m: F.cross_entropy(m(X), Y), (img, lab, "ce")))
-    layer = EncoderLayer().to(device)
-    Xe, Te = ember.tensor(tok, device=device), ember.tensor(tgt, device=device)
-    out.append(("encoder layer 8x128", layer, lambda m: F.mse_loss(m(Xe), Te), (tok, tgt, "mse")))
+    if "cnn" in CASES:
+        net = ember_cnn(device)
+        X, Y = ember.tensor(img, device=device), ember.tensor(lab, device=device)
+        out.append(("mnist cnn b64", net, lambda m: F.cross_entropy(m(X), Y), (img, lab, "ce")))
+    if "encoder" in CASES:
+        layer = EncoderLayer().to(device)
+        Xe, Te = ember.tensor(tok, device=device), ember.tensor(tgt, device=device)
+        out.append(("encoder layer 8x128", layer, lambda m: F.mse_loss(m(Xe), Te), (tok, tgt, "mse")))
     return out
 
 
 def main():
     import torch
     torch.set_num_threads(THREADS)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     TNet, TLayer = torch_models()
     rows = []
     for device in DEVICES:
         for name, model, loss_fn, (a, b, kind) in cases(device):
             opt = ember.optim.Adam(model.parameters(), lr=1e-3)
-            tm = TNet() if kind == "ce" else TLayer()
+            tm = (TNet() if kind == "ce" else TLayer()).to(TORCH_DEVICE)
             topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
-            ta, tb = torch.tensor(a), torch.tensor(b)
+            ta, tb = torch.tensor(a, device=TORCH_DEVICE), torch.tensor(b, device=TORCH_DEVICE)
             tloss_fn = (lambda m: torch.nn.functional.cross_entropy(m(ta), tb)) if kind == "ce" else \
                 (lambda m: torch.nn.functional.mse_loss(m(ta), tb))
 
@@ -154,7 +164,7 @@ def main():
     for name, dev, eb, em, tb, tmed, el, tl in rows:
         print(f"{name:22} {dev:7} {eb * 1e3:9.1f}ms {em * 1e3:7.1f}ms {tb * 1e3:9.1f}ms {tmed * 1e3:7.1f}ms "
               f"{eb / tb:10.2f} {em / tmed:7.2f}   ({el:.4f}, {tl:.4f})")
-    print(f"(threads={THREADS}, torch {torch.__version__}, rounds={ROUNDS})")
+    print(f"(threads={THREADS}, torch {torch.__version__} on {TORCH_DEVICE}, rounds={ROUNDS})")
 
 
 if __name__ == "__main__":
