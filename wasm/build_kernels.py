@@ -26,8 +26,9 @@ SRC = os.path.join(HERE, "kernels")
 OUT = os.path.join(HERE, "kernels.wasm")
 SECTION = "ember.sources"
 # -ffreestanding/-fno-builtin: never call memset/memcpy (there is no libc to link);
-# -mbulk-memory: a struct copy becomes memory.copy instead of a call.
-CFLAGS = ["--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-nostdlib", "-ffreestanding",
+# -mbulk-memory: a struct copy becomes memory.copy instead of a call; -mnontrapping-fptoint:
+# saturating float -> int conversions (the cast semantics ember pins on every backend).
+CFLAGS = ["--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-mnontrapping-fptoint", "-nostdlib", "-ffreestanding",
           "-fno-builtin", "-std=c11", "-Wall", "-Werror", "-Wno-unused-function"]
 LDFLAGS = ["-Wl,--no-entry", "-Wl,--import-memory", "-Wl,--strip-all", "-Wl,-z,stack-size=0"]
 
