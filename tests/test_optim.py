@@ -212,19 +212,30 @@ def test_mlp_sgd_run_matches_torch(device):
     opt = optim.SGD(mlp.parameters(), lr=0.2, momentum=0.9, nesterov=True)
     sched = lr_scheduler.StepLR(opt, 2, 0.5)
     X, Y = T("mlp/X", device), T("mlp/Y", device)
+    losses = _train(mlp, opt, lambda: nn.functional.cross_entropy(mlp(X), Y, label_smoothing=0.05), 6,
+                    clip=1.0, sched=sched)
+    _check_run(mlp, losses, meta["mlp_losses"], "mlp", 1e-3 if device == "webgpu" else 1e-5)
+
+
+def _train(model, opt, loss_fn, steps, clip=None, sched=None):
     losses = []
-    for _ in range(6):
+    for _ in range(steps):
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(mlp(X), Y, label_smoothing=0.05)
+        loss = loss_fn()
         loss.backward()
-        nn.utils.clip_grad_norm_(mlp.parameters(), 1.0)
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
-        sched.step()
+        if sched is not None:
+            sched.step()
         losses.append(loss.item())
-    tol = 1e-3 if device == "webgpu" else 1e-5
-    np.testing.assert_allclose(losses, meta["mlp_losses"], rtol=tol)
-    for k, v in mlp.state_dict().items():
-        close(v, arr(f"mlp/final/{k}"), tol * 10, k)
+    return losses
+
+
+def _check_run(model, losses, want_losses, prefix, tol):
+    np.testing.assert_allclose(losses, want_losses, rtol=tol)
+    for k, v in model.state_dict().items():
+        close(v, arr(f"{prefix}/final/{k}"), tol * 10, k)
 
 
 def test_cnn_adamw_run_matches_torch(device):
@@ -237,17 +248,8 @@ def test_cnn_adamw_run_matches_torch(device):
     _load(cnn, "cnn/init/", device)
     opt = optim.AdamW(cnn.parameters(), lr=1e-2, weight_decay=0.05)
     X, Y = T("cnn/X", device), T("cnn/Y", device)
-    losses = []
-    for _ in range(5):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(cnn(X), Y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    tol = 1e-3 if device == "webgpu" else 1e-4
-    np.testing.assert_allclose(losses, meta["cnn_losses"], rtol=tol)
-    for k, v in cnn.state_dict().items():
-        close(v, arr(f"cnn/final/{k}"), tol * 10, k)
+    losses = _train(cnn, opt, lambda: nn.functional.cross_entropy(cnn(X), Y), 5)
+    _check_run(cnn, losses, meta["cnn_losses"], "cnn", 1e-3 if device == "webgpu" else 1e-4)
 
 
 # ---- nn for training -----------------------------------------------------------------------------

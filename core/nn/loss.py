@@ -15,9 +15,14 @@ __all__ = ["CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "
 
 
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean") -> None:
+    def __init__(self, reduction: str = "mean", **tensors) -> None:
         super().__init__()
         self.reduction = reduction
+        for name, t in tensors.items():   # class weights etc.: buffers (they move with .to())
+            if t is not None:
+                self.register_buffer(name, t)
+            else:
+                object.__setattr__(self, name, None)
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}" if self.reduction != "mean" else ""
@@ -28,11 +33,7 @@ class CrossEntropyLoss(_Loss):
 
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0) -> None:
-        super().__init__(reduction)
-        if weight is not None:
-            self.register_buffer("weight", weight)
-        else:
-            self.weight = None
+        super().__init__(reduction, weight=weight)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
@@ -41,11 +42,7 @@ class CrossEntropyLoss(_Loss):
 
 class NLLLoss(_Loss):
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean") -> None:
-        super().__init__(reduction)
-        if weight is not None:
-            self.register_buffer("weight", weight)
-        else:
-            self.weight = None
+        super().__init__(reduction, weight=weight)
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
@@ -82,11 +79,7 @@ class HuberLoss(_Loss):
 
 class BCELoss(_Loss):
     def __init__(self, weight=None, reduction: str = "mean") -> None:
-        super().__init__(reduction)
-        if weight is not None:
-            self.register_buffer("weight", weight)
-        else:
-            self.weight = None
+        super().__init__(reduction, weight=weight)
 
     def forward(self, input, target):
         return F.binary_cross_entropy(input, target, self.weight, self.reduction)
@@ -94,12 +87,7 @@ class BCELoss(_Loss):
 
 class BCEWithLogitsLoss(_Loss):
     def __init__(self, weight=None, reduction: str = "mean", pos_weight=None) -> None:
-        super().__init__(reduction)
-        for name, t in (("weight", weight), ("pos_weight", pos_weight)):
-            if t is not None:
-                self.register_buffer(name, t)
-            else:
-                object.__setattr__(self, name, None)
+        super().__init__(reduction, weight=weight, pos_weight=pos_weight)
 
     def forward(self, input, target):
         return F.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
