@@ -184,3 +184,47 @@ def test_docstring_examples_run():
     for name in ("ember.train", "ember.train.data", "ember.train.learner", "ember.train.checkpoint"):
         result = doctest.testmod(importlib.import_module(name))
         assert result.failed == 0 and result.attempted > 0, name
+
+
+PYODIDE_DRIVER = '''
+import json, sys
+sys.path.insert(0, "/repo/tests")
+import ember
+from ember import nn
+from ember.train import DataLoader, Learner, TensorDataset
+out = {"version": sys.version.split()[0], "numpy": "numpy" in sys.modules}
+for dev in [d for d in ("python", "wasm") if d in ember.devices()]:
+    ember.manual_seed(0)
+    x = ember.randn(96, 2, device=dev)
+    y = (x[:, 0] * x[:, 1] > 0).astype("int64")
+    model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 2)).to(dev)
+    opt = ember.optim.Adam(model.parameters(), lr=0.05)
+    h = Learner(model, opt, dashboard=None).fit(DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True), 15)
+    w = ember.tensor([[1.0, -2.0], [0.5, 3.0]], requires_grad=True, device=dev)
+    ember.nn.functional.cross_entropy(w, ember.tensor([1, 0], device=dev)).backward()
+    out[dev] = {"loss0": h["loss"][0], "loss": h["loss"][-1], "accuracy": h["accuracy"][-1], "grad": w.grad.tolist()}
+json.dump(out, open("/io/train.json", "w"))
+'''
+
+
+def test_training_runs_in_pyodide(tmp_path_factory):
+    """Autodiff, optim and the Learner inside Pyodide (no numpy), on python and wasm."""
+    import json
+
+    from test_pyodide import REPO, _wheel, need_node, run_driver
+
+    node = need_node()
+    wheel = _wheel(tmp_path_factory)
+    io_dir = tmp_path_factory.mktemp("pyodide-train")
+    proc = run_driver(node, wheel, io_dir, PYODIDE_DRIVER, {REPO / "tests": "/repo/tests", io_dir: "/io"})
+    assert proc.returncode == 0 and (io_dir / "train.json").exists(), proc.stderr[-4000:]
+    res = json.loads((io_dir / "train.json").read_text())
+    assert res["version"].startswith("3.14") and not res["numpy"]
+    x = np.array([[1.0, -2.0], [0.5, 3.0]])
+    p = np.exp(x) / np.exp(x).sum(1, keepdims=True)
+    want = (p - np.eye(2)[[1, 0]]) / 2
+    for dev in ("python", "wasm"):
+        assert dev in res, f"{dev} did not run in Pyodide"
+        r = res[dev]
+        assert r["loss"] < 0.5 * r["loss0"] and r["accuracy"] > 0.9, (dev, r)
+        np.testing.assert_allclose(r["grad"], want, rtol=1e-5, atol=1e-6)
