@@ -260,3 +260,15 @@ def test_compile_still_captures_with_parameters():
     a = f(ember.tensor([[1.0, -1.0]]))
     b = f(ember.tensor([[2.0, 1.0]]))
     assert a.tolist() == [[0.0, 0.0]] and b.tolist() == [[5.0, 8.0]]
+
+
+def test_gelu_gradient_near_zero_and_in_the_tails(device):
+    # the rule divides the output by x away from 0 and uses the series near 0: both sides and
+    # the switch point must agree with the exact derivative Phi(x) + x phi(x)
+    import math
+
+    v = [0.0, 1e-4, -1e-4, 5e-4, -9e-4, 1.1e-3, -3.0, -30.0, 30.0, 2.5]
+    x = ember.tensor(v, requires_grad=True, device=device)
+    ember.gelu(x).sum().backward()
+    want = [0.5 * (1 + math.erf(a / math.sqrt(2))) + a * math.exp(-a * a / 2) / math.sqrt(2 * math.pi) for a in v]
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -151,8 +151,16 @@ def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, inp
     return np.ascontiguousarray(buf[:, :, pt:pt + h, pl:pl + w]).astype(np_dtype(out.dtype), copy=False)
 
 
+def _linear_grad_weight(out, g, x, **_):
+    # g^T x with BLAS reading g transposed in place (no copy of the transpose)
+    g2 = _f32(g).reshape(-1, g.shape[-1])
+    x2 = _f32(x).reshape(-1, x.shape[-1])
+    return (g2.T @ x2).astype(np_dtype(out.dtype), copy=False)
+
+
 KERNELS = {
     "scatter_add": _scatter_add,
+    "linear_grad_weight": _linear_grad_weight,
     "max_pool2d_backward": _max_pool2d_backward,
     "conv2d_grad_weight": _conv2d_grad_weight,
     "conv2d_grad_input": _conv2d_grad_input,

@@ -137,6 +137,7 @@ def _dec_silu(x):
     return _ops().multiply(x, sigmoid(x))
 
 
+@keeps_output
 def _gelu_grad(g, y, x, *, approximate, **_):
     o = _ops()
     if approximate == "tanh":
@@ -147,8 +148,11 @@ def _gelu_grad(g, y, x, *, approximate, **_):
         d = o.add(o.multiply(o.add(t, 1.0), 0.5),
                   o.multiply(o.multiply(o.multiply(x, 0.5), o.subtract(1.0, o.multiply(t, t))), inner_d))
         return o.multiply(g, d)
-    cdf = o.multiply(o.add(o.erf(o.multiply(x, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
     pdf = o.multiply(o.exp(o.multiply(o.multiply(x, x), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+    # Phi(x) = y / x from the forward's output instead of a second erf (erf is the slow part on
+    # CPUs); near 0, where that division loses digits, Phi(x) = 1/2 + x phi(0) to float precision
+    far = o.less(0.001, o.abs(x))
+    cdf = o.where(far, o.divide(y, o.where(far, x, 1.0)), o.add(o.multiply(x, 1.0 / math.sqrt(2.0 * math.pi)), 0.5))
     return o.multiply(g, o.add(cdf, o.multiply(x, pdf)))
 
 
@@ -392,14 +396,22 @@ def _linear_decompose(x, weight, bias=None):
 def _linear_grad(g, y, x, weight, bias=None, *, need, **_):
     o = _ops()
     gx = o.matmul(g, weight) if need[0] else None
-    gw = gb = None
-    if need[1] or (len(need) > 2 and need[2]):
-        g2 = o.reshape(g, (-1, weight.shape[0]))                                    # (batch, out)
-        if need[1]:
-            gw = o.matmul(o.permute_dims(g2, (1, 0)), o.reshape(x, (-1, weight.shape[1])))   # (out, in)
-        if len(need) > 2 and need[2]:
-            gb = o.sum(g2, axis=0)
+    gw = apply("linear_grad_weight", g, x) if need[1] else None
+    gb = None
+    if len(need) > 2 and need[2]:
+        gb = o.sum(o.reshape(g, (-1, weight.shape[0])), axis=0)
     return (gx, gw) if bias is None else (gx, gw, gb)
+
+
+def _dec_linear_grad_weight(g, x):
+    o = _ops()
+    g2 = o.reshape(g, (-1, g.shape[-1]))                                     # (batch, out)
+    return o.matmul(o.permute_dims(g2, (1, 0)), o.reshape(x, (-1, x.shape[-1])))   # (out, in)
+
+
+op("linear_grad_weight", kind="composite", shape=lambda gs, xs, **_: (gs[-1], xs[-1]),
+   dtype=_float_rule("linear_grad_weight"), decompose=_dec_linear_grad_weight,
+   doc="g^T x over all leading axes: the weight gradient of linear (a backend may skip the transpose)")
 
 
 op("linear", kind="composite", shape=_linear_shape, dtype=_float_rule("linear"), decompose=_linear_decompose,
