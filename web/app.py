@@ -6,12 +6,18 @@ One handler for every path; it does what a static server for Pyodide + WebGPU pa
   compilation, ``.mjs``/``.js`` ``text/javascript`` for module scripts);
 - cross-origin isolation (COOP/COEP, CORP on every resource): SharedArrayBuffer and precise
   timers need it, and ``require-corp`` keeps the page from pulling anything off-site;
-- ``Range`` requests (206 / 416), ``gzip`` for big compressible files when no range is asked,
-  ``ETag``/``Last-Modified`` with 304s, long caching for versioned URLs (/pyodide/, anything
+- ``Range`` requests (206 / 416), ``gzip`` for compressible files when no range is asked --
+  the ``<file>.gz`` the site builder wrote next to a big file (streamed from disk), else, for
+  files up to ``GZIP_DYNAMIC_MAX_BYTES``, compressed once per ETag into a bounded in-memory
+  cache (concurrent requests for one file wait for one compression); bigger files without a
+  ``.gz`` go out as they are -- ``ETag``/``Last-Modified`` with 304s, long caching for versioned URLs (/pyodide/, anything
   asked with a ``?v=<hash>`` query, as ember.js asks for the wheel), ``no-cache`` (revalidate
   every time) for the rest;
 - no way out of the site folder: ``..`` segments (also ``%2e%2e``), backslashes, NUL bytes,
-  dot-files and symlinks that resolve outside the folder all give 404.
+  dot-files and symlinks that resolve outside the folder all give 404; a redirect's Location is
+  always one absolute path (``//x`` never becomes ``//x/``, which a browser reads as a host);
+- bounded memory under load: every body is streamed in ``CHUNK``-sized pieces, so a slow
+  client holds at most one chunk plus the transport's buffer.
 
 >>> from starlette.testclient import TestClient  # doctest: +SKIP
 >>> TestClient(create_app("site")).get("/").status_code  # doctest: +SKIP
@@ -24,6 +30,7 @@ import gzip
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import quote
 
@@ -32,6 +39,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+
+from .site import COMPRESSIBLE  # one list for the builder's .gz copies and this server
 
 MIME = {
     ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8",
@@ -45,12 +54,12 @@ MIME = {
     ".md": "text/markdown; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
     ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".ico": "image/x-icon", ".webp": "image/webp",
 }
-# Worth compressing: text, wasm (~3x smaller) and weights (float data shrinks a little; on a
-# slow link that is still seconds). Zip-like files are compressed already.
-COMPRESSIBLE = {".html", ".htm", ".js", ".mjs", ".css", ".json", ".map", ".wasm", ".safetensors",
-                ".bin", ".onnx", ".py", ".wgsl", ".txt", ".md", ".svg"}
 GZIP_MIN_BYTES = 1024
-GZIP_CACHE_BYTES = 64 << 20   # compressed bodies kept in memory (Pyodide's wasm alone ~3 MB)
+# Files up to this size are compressed on demand (once per ETag, in a worker thread); bigger
+# ones are served compressed only from the .gz the site builder wrote (ember.web.site), so no
+# request ever compresses a big file and no body bigger than this is held in memory.
+GZIP_DYNAMIC_MAX_BYTES = 4 << 20
+GZIP_CACHE_BYTES = 32 << 20   # compressed bodies kept in memory, least recently used first out
 CHUNK = 1 << 18
 # Versioned URLs may be kept by browsers without asking again: /pyodide/ holds one pinned npm
 # release (build.py's PYODIDE_VERSION), and a "?v=<hash>" query (ember.js asks for the wheel
@@ -68,26 +77,84 @@ ISOLATION = {
 
 
 class _GzipCache:
-    """Compressed bodies keyed by (path, size, mtime); evicts oldest past the byte budget."""
+    """Compressed bodies keyed by (path, size, mtime), i.e. once per ETag; least recently used
+    out past the byte budget (a body over the budget is never kept). While one thread compresses
+    a file, other requests for it wait for that result instead of compressing it again."""
 
     def __init__(self, budget: int = GZIP_CACHE_BYTES):
-        self.budget, self.used, self.items, self.lock = budget, 0, {}, threading.Lock()
+        self.budget, self.used = budget, 0
+        self.items: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+        self.pending: dict = {}
+        self.compressions = 0   # how many times a file was compressed (tests, load test)
 
     def get(self, path: Path, st: os.stat_result) -> bytes:
         key = (str(path), st.st_size, st.st_mtime_ns)
         with self.lock:
             hit = self.items.get(key)
-        if hit is not None:
-            return hit
-        # mtime=0: the same file always compresses to the same bytes.
-        body = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
-        with self.lock:
-            self.items[key] = body
-            self.used += len(body)
-            while self.used > self.budget and len(self.items) > 1:
-                old = next(iter(self.items))
-                self.used -= len(self.items.pop(old))
+            if hit is not None:
+                self.items.move_to_end(key)
+                return hit
+            flight = self.pending.get(key)
+            leader = flight is None
+            if leader:
+                flight = self.pending[key] = threading.Lock()
+                flight.acquire()
+        if not leader:
+            with flight:    # the leader releases it once the body is cached
+                pass
+            with self.lock:
+                hit = self.items.get(key)
+            if hit is not None:
+                return hit
+            return self._compress(path)   # not cached (over the budget): rare, small files only
+        try:
+            body = self._compress(path)
+            with self.lock:
+                if len(body) <= self.budget:
+                    self.items[key] = body
+                    self.used += len(body)
+                    while self.used > self.budget:
+                        _, old = self.items.popitem(last=False)
+                        self.used -= len(old)
+        finally:
+            with self.lock:
+                del self.pending[key]
+            flight.release()
         return body
+
+    def _compress(self, path: Path) -> bytes:
+        self.compressions += 1
+        # mtime=0: the same file always compresses to the same bytes.
+        return gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+
+
+def _precompressed(path: Path, st: os.stat_result):
+    """The ``<file>.gz`` the site builder wrote for ``path`` (same mtime: written from this very
+    content) and its stat, or None."""
+    gz = path.with_name(path.name + ".gz")
+    try:
+        gst = gz.stat()
+    except OSError:
+        return None
+    return (gz, gst) if gst.st_mtime_ns == st.st_mtime_ns and gst.st_size > 0 else None
+
+
+class _ChunkedResponse(Response):
+    """A body already in memory (a cached gzip body), sent ``CHUNK`` bytes at a time: the
+    server waits for each piece to drain before the next, so a slow client never makes the
+    transport copy the whole body into its buffer (200 of them would hold 200 copies)."""
+
+    def __init__(self, body: bytes, headers: dict):
+        self.payload = body
+        super().__init__(b"", headers=headers)
+
+    async def __call__(self, scope, receive, send):
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        view = memoryview(self.payload)
+        for i in range(0, len(view), CHUNK):
+            await send({"type": "http.response.body", "body": bytes(view[i:i + CHUNK]), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _resolve(root: Path, url_path: str) -> Path | None:
@@ -166,8 +233,14 @@ def create_app(site_dir: str | os.PathLike) -> Starlette:
         if path is None:
             return not_found()
         if not url_path.endswith("/") and path.name == "index.html" and not url_path.endswith(".html"):
-            # /demos/x -> /demos/x/ so relative links in the page resolve inside its folder.
-            return Response(status_code=308, headers={**ISOLATION, "Location": quote(url_path) + "/"})
+            # /demos/x -> /demos/x/ so relative links in the page resolve inside its folder. The
+            # target is rebuilt from the path's segments: "//demos/x" must not become
+            # "//demos/x/", which a browser reads as the host "demos".
+            location = "/" + "/".join(quote(p) for p in url_path.split("/") if p) + "/"
+            query = request.scope.get("query_string", b"").decode("latin-1")
+            if query:
+                location += "?" + quote(query, safe="=&;%+,/:@!$'()*~")
+            return Response(status_code=308, headers={**ISOLATION, "Location": location})
         st = path.stat()
         ext = path.suffix.lower()
         rel = path.relative_to(root).as_posix()
@@ -177,6 +250,9 @@ def create_app(site_dir: str | os.PathLike) -> Starlette:
             range_header = None     # the client's partial copy is stale: send it all
         use_gzip = (ext in COMPRESSIBLE and st.st_size >= GZIP_MIN_BYTES and not range_header
                     and "gzip" in request.headers.get("accept-encoding", "").lower())
+        pre = _precompressed(path, st) if use_gzip else None
+        if use_gzip and pre is None and st.st_size > GZIP_DYNAMIC_MAX_BYTES:
+            use_gzip = False    # too big to compress per request, and no .gz from the builder
         if use_gzip:
             etag = etag[:-1] + '-gz"'
         headers = {
@@ -222,17 +298,27 @@ def create_app(site_dir: str | os.PathLike) -> Starlette:
                 return StreamingResponse(_file_chunks(path, start, end - start + 1),
                                          status_code=206, headers=headers)
         if use_gzip:
-            # Compressing Pyodide's wasm takes ~1 s the first time: not on the event loop.
-            body = await run_in_threadpool(gz_cache.get, path, st)
             headers["Content-Encoding"] = "gzip"
-            headers["Content-Length"] = str(len(body))
             # Content-Length now counts compressed bytes while fetch() hands out decoded ones:
             # progress bars (ember.js fetchBytes, ember.wasm.fetch_bytes) need the real size.
             headers["X-Uncompressed-Length"] = str(st.st_size)
-            return Response(b"" if head else body, headers=headers)
+            if pre is not None:
+                gz, gst = pre
+                headers["Content-Length"] = str(gst.st_size)
+                if head:
+                    return Response(status_code=200, headers=headers)
+                return StreamingResponse(_file_chunks(gz, 0, gst.st_size), headers=headers)
+            # Compressing takes a while for a few MB: not on the event loop.
+            body = await run_in_threadpool(gz_cache.get, path, st)
+            headers["Content-Length"] = str(len(body))
+            if head:
+                return Response(status_code=200, headers=headers)
+            return _ChunkedResponse(body, headers)
         headers["Content-Length"] = str(st.st_size)
         if head:
             return Response(status_code=200, headers=headers)
         return StreamingResponse(_file_chunks(path, 0, st.st_size), headers=headers)
 
-    return Starlette(routes=[Route("/{path:path}", serve, methods=["GET", "HEAD"])])
+    app = Starlette(routes=[Route("/{path:path}", serve, methods=["GET", "HEAD"])])
+    app.state.gzip_cache = gz_cache
+    return app

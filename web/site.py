@@ -19,6 +19,11 @@ Site layout (every URL is a plain file under the output folder):
     /wasm/demo-kit.js       page code the demos share; /wasm/demo.css their shared look
     /demos/<name>/...       a copy of demos/<name>/ (page, model .py, .safetensors weights, .js)
 
+Every compressible file (``COMPRESSIBLE``) of at least ``PRECOMPRESS_MIN_BYTES`` also gets a
+gzip copy next to it, ``<file>.gz`` with the same modification time, written once at build time
+(and again only when the file changes): the server sends it to clients that accept gzip instead
+of compressing big files per request.
+
 A demo is listed on the index when its folder has an index.html; its `<title>` and
 `<meta name="description">` give the entry. Copying skips __pycache__, node_modules, dot-files
 and *.pyc, plus the glob patterns (one per line, matched against the path inside the demo and
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import gzip
 import hashlib
 import html
 import json
@@ -52,6 +58,40 @@ DEFAULT_DEMOS = REPO / "demos"
 PYODIDE_SKIP = ("README.md", "*.d.ts", "*.html")
 DEMO_SKIP_DIRS = {"__pycache__", "node_modules"}
 DEMO_SKIP_FILES = ("*.pyc", "*.pyo")
+# Worth compressing (ember.web.app serves these gzipped): text, wasm (~3x smaller) and weights
+# (float data shrinks a little; on a slow link that is still seconds). Zip-like files are
+# compressed already.
+COMPRESSIBLE = {".html", ".htm", ".js", ".mjs", ".css", ".json", ".map", ".wasm", ".safetensors",
+                ".bin", ".onnx", ".py", ".wgsl", ".txt", ".md", ".svg"}
+PRECOMPRESS_MIN_BYTES = 256 << 10
+
+
+class _Gzip:
+    """A ``files`` entry of ``_sync``: the gzip of the site file ``rel`` (written after it)."""
+
+    def __init__(self, rel: str):
+        self.rel = rel
+
+
+def _write_gzip(src: Path, dst: Path) -> None:
+    """``dst`` = gzip of ``src`` (deterministic: no name, mtime 0 in the header) with ``src``'s
+    modification time, which is how the server knows it was made from this content. Not
+    written when it would not be smaller."""
+    st = src.stat()
+    if dst.is_file() and not dst.is_symlink() and dst.stat().st_mtime_ns == st.st_mtime_ns:
+        return
+    tmp = dst.with_name(dst.name + ".tmp")
+    with open(src, "rb") as f, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as z:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                z.write(chunk)
+    if tmp.stat().st_size >= st.st_size:
+        tmp.unlink()
+        if dst.exists() or dst.is_symlink():
+            dst.unlink()
+        return
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, dst)
 
 
 def _sha256(path: Path) -> str:
@@ -174,10 +214,12 @@ def _index_html(manifest: dict) -> str:
 
 
 def _sync(out: Path, files: dict) -> None:
-    """Make `out` hold exactly `files` ({relative path: source Path or bytes})."""
+    """Make `out` hold exactly `files` ({relative path: source Path, bytes, or _Gzip})."""
     for rel, src in files.items():
         dst = out / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(src, _Gzip):
+            continue
         if isinstance(src, bytes):
             if not (dst.is_file() and dst.read_bytes() == src):
                 dst.write_bytes(src)
@@ -190,6 +232,9 @@ def _sync(out: Path, files: dict) -> None:
         if dst.is_symlink() or dst.exists():
             dst.unlink()
         shutil.copy2(src, dst)
+    for rel, src in files.items():   # after the copies: a .gz takes its file's mtime
+        if isinstance(src, _Gzip):
+            _write_gzip(out / src.rel, out / rel)
     wanted = {(out / rel) for rel in files}
     for dirpath, dirnames, filenames in os.walk(out, topdown=False):
         for fn in filenames:
@@ -256,6 +301,11 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     files["index.html"] = _index_html(manifest).encode()
     files["favicon.ico"] = favicon()
+
+    for rel, src in list(files.items()):
+        size = len(src) if isinstance(src, bytes) else src.stat().st_size
+        if Path(rel).suffix.lower() in COMPRESSIBLE and size >= PRECOMPRESS_MIN_BYTES:
+            files[rel + ".gz"] = _Gzip(rel)
 
     out.mkdir(parents=True, exist_ok=True)
     _sync(out, files)
