@@ -346,3 +346,30 @@ def test_docstring_examples_run():
                  "ember.nn.utils", "ember.ops.losses"):
         result = doctest.testmod(importlib.import_module(name))
         assert result.failed == 0 and result.attempted > 0, name
+
+
+@pytest.mark.parametrize("name", ["sequential", "warm_restarts", "warm_restarts_mult", "plateau"])
+def test_composed_and_metric_schedulers_match_torch(name):
+    _, meta = gold()
+    w = ember.zeros((1,), requires_grad=True)
+    opt = optim.SGD([w], lr=0.5)
+    S = lr_scheduler
+    if name == "sequential":
+        sched = S.SequentialLR(opt, [S.LinearLR(opt, start_factor=0.1, total_iters=4),
+                                     S.CosineAnnealingLR(opt, T_max=10, eta_min=0.01),
+                                     S.ExponentialLR(opt, gamma=0.8)], milestones=[4, 14])
+    elif name == "warm_restarts":
+        sched = S.CosineAnnealingWarmRestarts(opt, T_0=5, eta_min=0.001)
+    elif name == "warm_restarts_mult":
+        sched = S.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.001)
+    else:
+        sched = S.ReduceLROnPlateau(opt, factor=0.5, patience=2, cooldown=1, threshold=0.01, min_lr=0.05)
+    lrs = []
+    for k in range(meta["sched_steps"]):
+        lrs.append(opt.param_groups[0]["lr"])
+        w.grad = ember.ones((1,))
+        opt.step()
+        sched.step(meta["plateau_metrics"][k]) if name == "plateau" else sched.step()
+    np.testing.assert_allclose(lrs, meta["sched2_lrs"][name], rtol=1e-12, atol=1e-15)
+    state = sched.state_dict()
+    assert "optimizer" not in state

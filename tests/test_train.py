@@ -228,3 +228,16 @@ def test_training_runs_in_pyodide(tmp_path_factory):
         r = res[dev]
         assert r["loss"] < 0.5 * r["loss0"] and r["accuracy"] > 0.9, (dev, r)
         np.testing.assert_allclose(r["grad"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_plateau_scheduler_in_fit_and_checkpoint(tmp_path):
+    model = mlp()
+    opt = ember.optim.SGD(model.parameters(), lr=0.8)
+    sched = ember.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    flat = lambda out, y: (out * 0.0).sum() + 1.0             # noqa: E731  (a loss that never improves)
+    learner = Learner(model, opt, flat, scheduler=sched, dashboard=None, checkpoint_dir=str(tmp_path))
+    h = learner.fit(DataLoader(blobs(), batch_size=96), epochs=4)
+    assert h["lr"] == [0.8, 0.8, 0.4, 0.2] and opt.param_groups[0]["lr"] == 0.1
+    sched2 = ember.optim.lr_scheduler.ReduceLROnPlateau(ember.optim.SGD(mlp().parameters(), lr=1.0))
+    st = load_checkpoint(str(tmp_path), mlp(), None, sched2)
+    assert st["epoch"] == 4 and sched2.best == 1.0 and sched2.last_epoch == 4

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 
+import bisect
+
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR", "LinearLR",
-           "CosineAnnealingLR", "OneCycleLR"]
+           "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
 
 
 class LRScheduler:
@@ -35,6 +37,9 @@ class LRScheduler:
                                    f"optimizer")
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self) -> None:
         self._step_count = 0
         self.step()
 
@@ -108,6 +113,9 @@ class MultiStepLR(LRScheduler):
         k = self.milestones.count(self.last_epoch)
         return [lr * self.gamma ** k for lr in self._lrs()] if k else self._lrs()
 
+    def _closed_form(self) -> list:
+        return [base * self.gamma ** bisect.bisect_right(self.milestones, self.last_epoch) for base in self.base_lrs]
+
 
 class ExponentialLR(LRScheduler):
     """Multiply the learning rate by ``gamma`` every step."""
@@ -120,6 +128,9 @@ class ExponentialLR(LRScheduler):
         if self.last_epoch == 0:
             return self._lrs()
         return [lr * self.gamma for lr in self._lrs()]
+
+    def _closed_form(self) -> list:
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
 
 
 class ConstantLR(LRScheduler):
@@ -137,6 +148,10 @@ class ConstantLR(LRScheduler):
         if self.last_epoch != self.total_iters:
             return self._lrs()
         return [lr * (1.0 / self.factor) for lr in self._lrs()]
+
+    def _closed_form(self) -> list:
+        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
+                for base in self.base_lrs]
 
 
 class LinearLR(LRScheduler):
@@ -160,6 +175,11 @@ class LinearLR(LRScheduler):
         d = self.end_factor - self.start_factor
         return [lr * (1.0 + d / (self.total_iters * self.start_factor + (self.last_epoch - 1) * d))
                 for lr in self._lrs()]
+
+    def _closed_form(self) -> list:
+        f = self.start_factor + (self.end_factor - self.start_factor) * min(self.total_iters, self.last_epoch) \
+            / self.total_iters
+        return [base * f for base in self.base_lrs]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -275,3 +295,149 @@ class OneCycleLR(LRScheduler):
                 else:
                     g["momentum"] = mom
         return lrs
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing restarted every ``T_0`` steps, the period growing by ``T_mult``
+    (SGDR), as PyTorch."""
+
+    def __init__(self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0, last_epoch: int = -1) -> None:
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list:
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+                for base in self.base_lrs]
+
+    def step(self, epoch=None) -> None:
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur -= self.T_i
+                self.T_i *= self.T_mult
+        else:
+            if epoch < 0:
+                raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+            if epoch >= self.T_0:
+                if self.T_mult == 1:
+                    self.T_cur = epoch % self.T_0
+                else:
+                    n = int(math.log(epoch / self.T_0 * (self.T_mult - 1) + 1, self.T_mult))
+                    self.T_cur = epoch - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
+                    self.T_i = self.T_0 * self.T_mult ** n
+            else:
+                self.T_i, self.T_cur = self.T_0, epoch
+        self.last_epoch = math.floor(epoch)
+        self._step_count += 1
+        for g, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            g["lr"] = lr
+        self._last_lr = self._lrs()
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers`` one after another, switching at ``milestones`` (a warmup then a
+    decay, say), as PyTorch: each later scheduler starts from its own epoch 0."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1) -> None:
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got {len(schedulers)} and {len(milestones)}")
+        for s in schedulers:
+            if s.optimizer is not optimizer:
+                raise ValueError("Sequential Schedulers expects all schedulers to belong to the same optimizer")
+        self.optimizer, self._schedulers, self._milestones = optimizer, list(schedulers), list(milestones)
+        self.last_epoch = last_epoch + 1
+        for g in optimizer.param_groups:
+            g["lr"] = g["initial_lr"]
+        for s in self._schedulers:       # undo the step each one took when it was made
+            s.last_epoch -= 1
+        self._schedulers[0]._initial_step()
+        self._last_lr = self._schedulers[0].get_last_lr()
+
+    def step(self, epoch=None) -> None:
+        self.last_epoch += 1
+        idx = bisect.bisect_right(self._milestones, self.last_epoch)
+        s = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            s.step(0)
+        else:
+            s.step()
+        self._last_lr = s.get_last_lr()
+
+    def state_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        d["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return d
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        subs = state_dict.pop("_schedulers")
+        self.__dict__.update(state_dict)
+        for s, sd in zip(self._schedulers, subs):
+            s.load_state_dict(sd)
+
+
+class ReduceLROnPlateau:
+    """Multiply the learning rate by ``factor`` when the metric passed to ``step(metric)`` has
+    not improved (by ``threshold``, relative or absolute) for more than ``patience`` steps, then
+    wait ``cooldown`` steps; never below ``min_lr``. PyTorch's rules and arguments."""
+
+    def __init__(self, optimizer, mode: str = "min", factor: float = 0.1, patience: int = 10,
+                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0, min_lr=0.0,
+                 eps: float = 1e-8) -> None:
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"mode {mode!r} / threshold_mode {threshold_mode!r} unknown")
+        self.optimizer, self.mode, self.factor, self.patience = optimizer, mode, factor, patience
+        self.threshold, self.threshold_mode, self.cooldown, self.eps = threshold, threshold_mode, cooldown, eps
+        n = len(optimizer.param_groups)
+        self.min_lrs = list(min_lr) if isinstance(min_lr, (list, tuple)) else [min_lr] * n
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.cooldown_counter = 0
+        self.last_epoch = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+    def _better(self, a: float) -> bool:
+        t, b = self.threshold, self.best
+        if self.mode == "min":
+            return a < (b * (1.0 - t) if self.threshold_mode == "rel" else b - t)
+        return a > (b * (t + 1.0) if self.threshold_mode == "rel" else b + t)
+
+    def step(self, metrics) -> None:
+        current = float(metrics.item() if hasattr(metrics, "item") else metrics)
+        self.last_epoch += 1
+        if self._better(current):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for g, lo in zip(self.optimizer.param_groups, self.min_lrs):
+                old = float(g["lr"])
+                new = max(old * self.factor, lo)
+                if old - new > self.eps:
+                    g["lr"] = new
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def get_last_lr(self) -> list:
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)

@@ -1,7 +1,8 @@
 """``Learner``: the fit loop (Burn's Learner, in PyTorch's vocabulary).
 
 ``Learner(model, optimizer, loss_fn, scheduler=...).fit(train_loader, epochs, valid_loader)``
-trains with the given optimizer and scheduler (stepped per epoch or per batch), optional
+trains with the given optimizer and scheduler (stepped per epoch or per batch;
+``ReduceLROnPlateau`` on each epoch's validation loss, or training loss without validation), optional
 gradient clipping, records the metrics of every epoch in ``history`` (loss, accuracy,
 valid_loss, valid_accuracy, lr, throughput in samples/s, seconds), saves a checkpoint after
 every epoch when ``checkpoint_dir`` is set (``fit(..., resume=True)`` continues from the
@@ -27,6 +28,7 @@ import time
 
 import ember
 
+from ..optim.lr_scheduler import ReduceLROnPlateau
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .dashboard import make_dashboard
 
@@ -110,7 +112,8 @@ class Learner:
         if self.grad_clip is not None:
             ember.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.optimizer.step()
-        if self.scheduler is not None and self.scheduler_step == "batch":
+        if self.scheduler is not None and self.scheduler_step == "batch" and \
+                not isinstance(self.scheduler, ReduceLROnPlateau):
             self.scheduler.step()
         return loss, out
 
@@ -191,11 +194,13 @@ class Learner:
                 train_time += time.perf_counter() - t0
                 m = {"loss": loss_sum / max(seen, 1), "accuracy": correct / max(seen, 1), "lr": self._lr(),
                      "throughput": seen / max(train_time, 1e-9), "seconds": train_time}
-                if self.scheduler is not None and self.scheduler_step == "epoch":
-                    self.scheduler.step()
                 if valid is not None:
                     v = self.evaluate(valid)
                     m["valid_loss"], m["valid_accuracy"] = v["loss"], v["accuracy"]
+                if isinstance(self.scheduler, ReduceLROnPlateau):   # steps on the epoch's loss
+                    self.scheduler.step(m.get("valid_loss", m["loss"]))
+                elif self.scheduler is not None and self.scheduler_step == "epoch":
+                    self.scheduler.step()
                 for k, val in m.items():
                     self.history.setdefault(k, []).append(val)
                 stop = False

@@ -193,6 +193,33 @@ def main():
     for k, v in cnn.state_dict().items():
         out[f"cnn/final/{k}"] = v.numpy().copy()
 
+    # ---- schedulers that need more than (optimizer, kwargs) ----
+    meta["sched2_lrs"] = {}
+    plateau_metrics = [1.0, 0.9, 0.85, 0.849, 0.85, 0.851, 0.7, 0.7, 0.7, 0.7, 0.69, 0.7, 0.7, 0.7, 0.5, 0.5,
+                       0.5, 0.5, 0.5, 0.5, 0.4, 0.4, 0.4, 0.4]
+    meta["plateau_metrics"] = plateau_metrics
+    for name in ("sequential", "warm_restarts", "warm_restarts_mult", "plateau"):
+        w = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.5)
+        S = torch.optim.lr_scheduler
+        if name == "sequential":
+            sched = S.SequentialLR(opt, [S.LinearLR(opt, start_factor=0.1, total_iters=4),
+                                         S.CosineAnnealingLR(opt, T_max=10, eta_min=0.01),
+                                         S.ExponentialLR(opt, gamma=0.8)], milestones=[4, 14])
+        elif name == "warm_restarts":
+            sched = S.CosineAnnealingWarmRestarts(opt, T_0=5, eta_min=0.001)
+        elif name == "warm_restarts_mult":
+            sched = S.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.001)
+        else:
+            sched = S.ReduceLROnPlateau(opt, factor=0.5, patience=2, cooldown=1, threshold=0.01, min_lr=0.05)
+        lrs = []
+        for k in range(SCHED_STEPS):
+            lrs.append(opt.param_groups[0]["lr"])
+            w.grad = torch.ones(1)
+            opt.step()
+            sched.step(plateau_metrics[k]) if name == "plateau" else sched.step()
+        meta["sched2_lrs"][name] = lrs
+
     ember, tensors = ember_tensors(out)
     ember.save_safetensors(tensors, OUT)
     with open(OUT_JSON, "w") as fh:
