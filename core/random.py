@@ -16,6 +16,7 @@ import random as _random
 from math import prod
 
 from . import dtypes as _dt
+from .registry import CAPTURE
 
 __all__ = ["manual_seed", "seed_state", "rand", "randn", "randint", "randperm", "bernoulli_mask"]
 
@@ -44,9 +45,19 @@ def _size(size) -> tuple:
     return tuple(int(s) for s in size)
 
 
+def _no_plan(shape) -> None:
+    """Random values drawn while a plan is being captured would be replayed as constants (a
+    frozen dropout mask): that capture must run eagerly instead."""
+    cap = CAPTURE[0]
+    if cap is not None and cap.reason is None:
+        cap.reason = (f"random numbers drawn while capturing (shape {tuple(shape)}: dropout in "
+                      f"train mode, rand/randn/randint/randperm); a plan would replay the same values")
+
+
 def uniform_bits(shape) -> bytes:
     """float32 bytes uniform in [1, 2): exponent 127 and 23 random mantissa bits per value."""
     n = prod(shape)
+    _no_plan(shape)
     rnd = _rng.randbytes(4 * n)
     bits = bytearray(rnd)
     bits[3::4] = b"\x3f" * n                       # sign 0, exponent bits 7..1 = 0111111
@@ -89,6 +100,7 @@ def randint(low, high=None, size=(), *, dtype=None, device=None):
     if high is None:
         low, high = 0, low
     shape = tuple(size) if not isinstance(size, int) else (size,)
+    _no_plan(shape)
     vals = [_rng.randrange(low, high) for _ in range(prod(shape))]
     t = tensor(vals, dtype=dtype or _dt.int64, device=device)
     return t.reshape(shape)
@@ -97,6 +109,7 @@ def randint(low, high=None, size=(), *, dtype=None, device=None):
 def randperm(n: int, *, device=None):
     """A random permutation of 0..n-1 (int64)."""
     from .tensor import tensor
+    _no_plan((n,))
     p = list(range(n))
     _rng.shuffle(p)
     return tensor(p, dtype=_dt.int64, device=device)

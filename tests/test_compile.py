@@ -196,3 +196,16 @@ def test_capturing_holds_no_more_memory_than_running():
     assert f.stats()["replays"] == 1
     assert capture_peak < 2 * eager_peak + (1 << 20), (capture_peak, eager_peak)
     assert replay_peak < 2 * eager_peak + (1 << 20), (replay_peak, eager_peak)
+
+
+def test_random_numbers_are_never_frozen_into_a_plan():
+    from ember import nn
+
+    drop = nn.Dropout(0.5).train()
+    f = ember.compile(lambda x: drop(x) + ember.rand(4))
+    x = ember.ones((4,))
+    with ember.no_grad():
+        a, b = f(x).tolist(), f(x).tolist()
+    assert a != b
+    st = f.stats()
+    assert st["plans"] == 0 and "random" in next(iter(st["eager"].values()))
