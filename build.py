@@ -240,6 +240,11 @@ def cmd_site(args) -> int:
     return 0
 
 
+def cmd_fuzz(args) -> int:
+    ensure_venv(REQ_DEMO)   # the fuzzers need ember and the standard library only
+    return subprocess.run([PY, os.path.join(ROOT, "tests", "fuzz", "fuzz.py"), *args], cwd=ROOT).returncode
+
+
 HELP = {
     "demo": "python build.py demo [--host 127.0.0.1] [--port 8000]\n"
             "Install what is missing (clang + lld, the venv, npm Pyodide, the MiniLM weights), build the\n"
@@ -253,10 +258,13 @@ HELP = {
     "wheel": "python build.py wheel\nBuild dist/ember-*.whl (with the WebAssembly kernels; needs clang + lld).",
     "site": "python build.py site\nBuild the wheel and assemble site/ (what 'demo' serves).",
     "setup": "python build.py setup [--no-system]\nOnly install what is missing (--no-system: skip apt).",
+    "fuzz": "python build.py fuzz [--minutes N] [--cases N] [--formats safetensors,onnx,pt] [--jobs J] [--seed S]\n"
+            "Mutation fuzzers for the safetensors, ONNX and .pt readers, each case in a forked child under an\n"
+            "address-space cap and a timeout (tests/fuzz/fuzz.py); prints the figures, saves findings.",
 }
 
 COMMANDS = {"setup": cmd_setup, "test": cmd_test, "demo": cmd_demo, "bench": cmd_bench,
-            "onnx-report": cmd_onnx_report, "wheel": cmd_wheel, "site": cmd_site}
+            "onnx-report": cmd_onnx_report, "wheel": cmd_wheel, "site": cmd_site, "fuzz": cmd_fuzz}
 
 
 def main(argv) -> int:
