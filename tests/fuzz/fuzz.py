@@ -834,6 +834,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds before a case is killed")
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "fuzz", "findings"),
                     help="where inputs of new findings go (ONNX ones: tests/fuzz/onnx_findings/)")
+    ap.add_argument("--onnx-out", default=os.path.join(HERE, "onnx_findings"),
+                    help="where ONNX findings go (shrunk unless --no-minimize)")
     ap.add_argument("--no-minimize", action="store_true")
     ap.add_argument("--json", help="write the report here too")
     a = ap.parse_args(argv)
@@ -846,7 +848,7 @@ def main(argv=None) -> int:
         minutes = 1.0
     report = fuzz(formats, cases=a.cases, minutes=minutes, jobs=a.jobs, seed=a.seed, mem_mib=a.mem_mib,
                   timeout=a.timeout, out_dir=a.out, minimize=not a.no_minimize,
-                  onnx_findings_dir=os.path.join(HERE, "onnx_findings"), progress=True)
+                  onnx_findings_dir=a.onnx_out, progress=True)
     text = json.dumps(report, indent=1)
     print(text)
     if a.json:
