@@ -14,19 +14,8 @@ RANK = 6
 
 
 def merge_dims(shape, strides):
-    """Drop size-1 axes and merge an axis into its inner neighbour when its stride spans it
-    (the same view as fewer, longer axes). Returns (shape, strides) lists."""
-    dims = [(m, s) for m, s in zip(shape, strides) if m != 1]
-    if not dims:
-        return [], []
-    merged = [dims[-1]]
-    for m, s in reversed(dims[:-1]):
-        im, ist = merged[-1]
-        if s == ist * im:
-            merged[-1] = (m * im, ist)
-        else:
-            merged.append((m, s))
-    merged.reverse()
+    """(shape, strides) lists of the merged view (``python.merge_dims``)."""
+    merged = _py.merge_dims(shape, strides)
     return [m for m, _ in merged], [s for _, s in merged]
 
 

@@ -72,15 +72,12 @@ def _starts(dims, offset) -> list:
     return starts
 
 
-def gather(buf, shape, strides, offset: int = 0) -> array:
-    """A row-major copy of the strided view of ``buf`` (element strides, possibly 0 or < 0)."""
-    n = prod(shape)
-    if n == 0:
-        return buf[:0]
-    # Size-1 axes do not move; an axis whose stride spans its inner neighbour merges with it.
+def merge_dims(shape, strides) -> list:
+    """The same strided view as fewer, longer axes: ``[(size, stride), ...]``. Size-1 axes do
+    not move; an axis whose stride spans its inner neighbour merges with it."""
     dims = [(m, s) for m, s in zip(shape, strides) if m != 1]
     if not dims:
-        return buf[offset:offset + 1]
+        return []
     merged = [dims[-1]]
     for m, s in reversed(dims[:-1]):
         im, ist = merged[-1]
@@ -89,6 +86,17 @@ def gather(buf, shape, strides, offset: int = 0) -> array:
         else:
             merged.append((m, s))
     merged.reverse()
+    return merged
+
+
+def gather(buf, shape, strides, offset: int = 0) -> array:
+    """A row-major copy of the strided view of ``buf`` (element strides, possibly 0 or < 0)."""
+    n = prod(shape)
+    if n == 0:
+        return buf[:0]
+    merged = merge_dims(shape, strides)
+    if not merged:
+        return buf[offset:offset + 1]
     m, s = merged[-1]
     starts = _starts(merged[:-1], offset)
     tc = buf.typecode
