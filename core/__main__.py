@@ -2,11 +2,14 @@
 
     ember import model.onnx -o OUTDIR [--name NAME] [--shape input=1,3,224,224] [--quiet]
 
-writes ``OUTDIR/<name>.py`` (a readable ember ``nn.Module``) and ``OUTDIR/<name>.safetensors``.
+writes ``OUTDIR/model.py`` (a readable ember ``nn.Module``, its class named after the model file)
+and ``OUTDIR/model.safetensors``; ``--name NAME`` writes ``OUTDIR/NAME.py`` and
+``OUTDIR/NAME.safetensors`` with a class named after NAME.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -26,7 +29,7 @@ def main(argv=None) -> int:
     imp = sub.add_parser("import", help="turn an ONNX model into an ember nn.Module + safetensors weights")
     imp.add_argument("model", help="path of the .onnx file")
     imp.add_argument("-o", "--out", required=True, help="output folder")
-    imp.add_argument("--name", help="module name (default: the model file's name)")
+    imp.add_argument("--name", help="module and class name (default: files out/model.py and out/model.safetensors, class named after the model file)")
     imp.add_argument("--shape", action="append", type=_shape, default=[],
                      help="fix an input's shape, e.g. --shape image=1,3,224,224 (repeatable)")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -37,8 +40,9 @@ def main(argv=None) -> int:
         from .onnx.codegen import generate
 
         try:
-            r = generate(args.model, args.out, name=args.name, input_shapes=dict(args.shape),
-                         progress=not args.quiet)
+            stem = os.path.splitext(os.path.basename(str(args.model)))[0] or "model"
+            r = generate(args.model, args.out, name=args.name or "model", input_shapes=dict(args.shape),
+                         progress=not args.quiet, class_name=args.name or stem)
         except EmberError as e:
             print(f"ember import: {type(e).__name__}: {e}", file=sys.stderr)
             return 1

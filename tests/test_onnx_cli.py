@@ -43,8 +43,24 @@ def test_cli_shape_option_and_console_script(tmp_path):
     r = subprocess.run(cmd + ["import", os.path.join(FIX, "encoder_block.onnx"), "-o", str(tmp_path),
                               "--shape", "tokens=1,3,32", "--quiet"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    src = (tmp_path / "encoder_block.py").read_text()
+    src = (tmp_path / "model.py").read_text()
     assert "tokens=(1, 3, 32)" in src and "onnxf.shape" not in src
+
+
+def test_cli_default_names_match_readme(tmp_path):
+    """The README promises ``ember import model.onnx -o out/`` writes out/model.py and
+    out/model.safetensors; the class keeps the model's name, with the right article."""
+    r = _run("import", os.path.join(FIX, "encoder_block.onnx"), "-o", str(tmp_path / "out"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["model.py", "model.safetensors"]
+    src = (out / "model.py").read_text()
+    assert "class EncoderBlock(" in src
+    assert '"""An EncoderBlock with its weights (default: model.safetensors' in src
+    assert '"""A EncoderBlock' not in src
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "ember import model.onnx -o out/" in readme and "`out/model.py`" in readme
+    assert "`out/model.safetensors`" in readme
 
 
 def test_cli_errors(tmp_path):

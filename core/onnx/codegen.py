@@ -321,9 +321,10 @@ def _shape_text(t, tb, symbols) -> str:
 
 
 def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | None = None,
-             device: str | None = None, progress: bool = True) -> dict:
+             device: str | None = None, progress: bool = True, class_name: str | None = None) -> dict:
     """Generate ``<out_dir>/<name>.py`` and ``<name>.safetensors`` from an ONNX model (a path or
-    bytes). Returns ``{"module": path, "weights": path, "class": class name, "nodes": n,
+    bytes); ``name`` defaults to the model file's name, the class is named after ``class_name``
+    (default: ``name``). Returns ``{"module": path, "weights": path, "class": class name, "nodes": n,
     "generic": m}``. Raises UnsupportedOp / OnnxError like ``ember.onnx.load``."""
     import ember
 
@@ -431,7 +432,7 @@ def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | No
             lines_out.append((f"{lhs} = {rhs}", shape_c if last else "", node if last else None))
 
     out_refs = [ref(vi.name) for vi in g.outputs]
-    cls = _class_name(name)
+    cls = _class_name(_ident(class_name, "model").lower() if class_name else name)
     # weights
     tensors = {}
     decls = []
@@ -535,7 +536,8 @@ def _module_source(cls, name, source, mp, inputs, var, g, decls, lines, out_refs
     w("")
     w("")
     w(f"def load(weights: str | None = None, device: str | None = None) -> {cls}:")
-    w(f'    """A {cls} with its weights (default: {name}.safetensors next to this file) on ``device``."""')
+    article = "An" if cls[:1] in "AEIOU" else "A"
+    w(f'    """{article} {cls} with its weights (default: {name}.safetensors next to this file) on ``device``."""')
     w(f"    model = {cls}(device)")
     w(f"    path = weights or os.path.join(os.path.dirname(os.path.abspath(__file__)), {name + '.safetensors'!r})")
     w("    model.load_state_dict(ember.load_safetensors(path, device=device), assign=True)  # keep them on device")
