@@ -4,35 +4,11 @@ the freshly built ember wheel, awaits ``ember.webgpu.init()`` and runs ops on ``
 127.0.0.1 (random port) serves a temporary folder with the wheel, the npm Pyodide files and one
 HTML page. Skipped where Chromium, Playwright or the Pyodide files are missing
 (``python build.py setup`` fetches Pyodide)."""
-import functools
-import glob
-import http.server
-import json
-import os
-import shutil
-import subprocess
-import sys
-import threading
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYODIDE = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+from browser_page import SKIPS, run_page
 
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover
-    sync_playwright = None
-
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed"),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
-    pytest.mark.skipif(not os.path.exists(os.path.join(PYODIDE, "pyodide.asm.wasm")),
-                       reason="Pyodide files missing: run `python build.py setup`"),
-]
+pytestmark = SKIPS
 
 # Runs inside the page (Python 3.14 in Pyodide, no numpy): every op on webgpu and on python.
 PAGE_CODE = r'''
@@ -121,67 +97,9 @@ out["stats"] = wg.stats()
 json.dumps(out)
 '''
 
-PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>ember webgpu browser driver test</title></head>
-<body><script type="module">
-import { loadPyodide } from "./pyodide/pyodide.mjs";
-try {
-  const py = await loadPyodide({ indexURL: "./pyodide/" });
-  await py.loadPackage("./WHEEL");
-  const code = await (await fetch("./page_code.py")).text();
-  window.result = await py.runPythonAsync(code);
-} catch (e) {
-  window.result = JSON.stringify({ error: String(e && e.stack || e) });
-}
-</script></body></html>
-"""
-
-
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
-                      ".whl": "application/zip", ".py": "text/plain"}
-
-    def log_message(self, *args):  # keep pytest output clean
-        pass
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ember-webgpu-site")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(d), ROOT], check=True, cwd=str(d))
-    (whl,) = glob.glob(str(d / "ember-*.whl"))
-    os.symlink(PYODIDE, d / "pyodide")
-    (d / "index.html").write_text(PAGE.replace("WHEEL", os.path.basename(whl)))
-    (d / "page_code.py").write_text(PAGE_CODE)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(d)))
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
-    finally:
-        server.shutdown()
-        server.server_close()
-        shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def page_result(site):
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            page = browser.new_page()
-            logs = []
-            page.on("console", lambda m: logs.append(m.text))
-            page.goto(site)
-            page.wait_for_function("window.result !== undefined", timeout=240_000)
-            raw = page.evaluate("window.result")
-        finally:
-            browser.close()
-    res = json.loads(raw)
-    assert "error" not in res, res.get("error", "") + "\n" + "\n".join(logs[-20:])
-    return res
+def page_result(tmp_path_factory):
+    return run_page(tmp_path_factory.mktemp("ember-webgpu-site"), PAGE_CODE, webgpu=True, timeout_ms=240_000)
 
 
 def _flat(x):
