@@ -23,6 +23,9 @@ def test_index_lists_the_demos(page, server, site_dir, screenshot):
     links = page.eval_on_selector_all("#demos a", "els => els.map(e => e.getAttribute('href'))")
     assert links == [d["url"] for d in manifest["demos"]]
     assert "demos/embed/" in links
+    # the demos come first, the how-to example after them
+    assert links[:2] == ["demos/mnist/", "demos/minilm/"] or links[:2] == ["demos/minilm/", "demos/mnist/"], links
+    assert links[-1] == "demos/embed/", links
     screenshot(page, "index")
 
 
@@ -134,3 +137,11 @@ def test_embed_example(page, screenshot):
     x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
     assert f"x @ x + 1 = {(x @ x + 1).tolist()}" in text, text
     assert "device=webgpu" in text, text
+    # the page shows its own source, and links back to the index
+    page.wait_for_function("!document.getElementById('source').textContent.startsWith('loading')")
+    src = page.text_content("#source")
+    assert "loadPyodide" in src and "runPythonAsync" in src and "<!doctype html>" in src.lower(), src[:200]
+    assert page.is_visible("#source")
+    page.click("#back")
+    page.wait_for_url("**/")
+    assert page.title() == "ember demos"

@@ -342,7 +342,7 @@ def test_build_site_layout_and_manifest(tmp_path, sources):
     import hashlib
     assert m["wheel_sha256"] == hashlib.sha256(whl.read_bytes()).hexdigest()
     assert m["demos"] == [{"name": "digits", "title": "Digits & more", "description": "Draw a digit",
-                           "url": "demos/digits/"}]
+                           "kind": "demo", "url": "demos/digits/"}]
     index = (out / "index.html").read_text()
     assert 'href="demos/digits/"' in index and "Digits &amp; more" in index
     assert "Python 3.14.2" in index

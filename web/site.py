@@ -25,7 +25,8 @@ gzip copy next to it, ``<file>.gz`` with the same modification time, written onc
 of compressing big files per request.
 
 A demo is listed on the index when its folder has an index.html; its `<title>` and
-`<meta name="description">` give the entry. Copying skips __pycache__, node_modules, dot-files
+`<meta name="description">` give the entry. A page with `<meta name="ember-kind"
+content="example">` (how-to pages such as demos/embed/) is listed after the demos. Copying skips __pycache__, node_modules, dot-files
 and *.pyc, plus the glob patterns (one per line, matched against the path inside the demo and
 against the file name) listed in an optional `demos/<name>/.siteignore` -- e.g. training data.
 
@@ -134,9 +135,11 @@ def _demo_info(folder: Path) -> dict | None:
     text = page.read_text(encoding="utf-8", errors="replace")
     title = re.search(r"<title>(.*?)</title>", text, re.S | re.I)
     desc = re.search(r'<meta\s+name="description"\s+content="(.*?)"', text, re.S | re.I)
+    kind = re.search(r'<meta\s+name="ember-kind"\s+content="(.*?)"', text, re.S | re.I)
     return {"name": folder.name,
             "title": html.unescape(title.group(1).strip()) if title else folder.name,
             "description": html.unescape(desc.group(1).strip()) if desc else "",
+            "kind": kind.group(1).strip() if kind else "demo",
             "url": f"demos/{folder.name}/"}
 
 
@@ -293,6 +296,7 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
             info = _demo_info(folder)
             if info:
                 demos.append(info)
+    demos.sort(key=lambda d: d["kind"] != "demo")   # the demos first, then examples (stable: by name)
 
     manifest = {"ember_version": wheel.name.split("-")[1], "wheel": f"wheels/{wheel.name}",
                 "wheel_sha256": _sha256(wheel), "pyodide_version": pyodide_version,
