@@ -193,6 +193,7 @@ def test_mnist_drawing_and_backend_switch(page, screenshot):
     for i in drawn:
         r = _draw(page, IMAGES[i])
         assert r is not None and r["backend"] == "webgpu"
+        assert r["unsure"] is None, r       # a real digit, drawn: named, not "not sure"
         got.append(r["digit"])
     # The page shows what it predicted.
     assert page.locator("#digit").inner_text() == str(got[-1])
@@ -243,3 +244,61 @@ def test_mnist_page_without_webgpu_falls_back_to_cpu(page_without_webgpu, assert
     err = page.evaluate("""() => window.emberDemo.predict(new Array(784).fill(0), "webgpu").then(
         () => "resolved", (e) => String(e.message))""")
     assert "WebGPU is not available" in err
+
+
+def _stroke(page, points):
+    box = page.locator("#pad").bounding_box()
+    page.mouse.move(box["x"] + points[0][0], box["y"] + points[0][1])
+    page.mouse.down()
+    for x, y in points[1:]:
+        page.mouse.move(box["x"] + x, box["y"] + y, steps=2)
+    page.mouse.up()
+    page.evaluate("() => window.emberDemo.idle()")
+    return page.evaluate("() => window.emberDemo.lastResult")
+
+
+def test_mnist_says_not_sure_for_a_dot_or_a_scribble(page, screenshot):
+    _open(page)
+    # A real digit from the pad: named, with its confidence.
+    page.click('#samples button[data-label="7"]')
+    page.evaluate("() => window.emberDemo.idle()")
+    r = page.evaluate("() => window.emberDemo.lastResult")
+    assert r["digit"] == 7 and r["unsure"] is None, r
+    assert page.locator("#confidence").inner_text().endswith("% sure")
+    assert "not sure" not in page.locator("#confidence").inner_text()
+    assert not page.locator("#unsure-why").is_visible()
+
+    # A dot: the page does not pretend it is a digit; it names the two likeliest.
+    page.click("#clear")
+    r = _stroke(page, [(140, 140), (142, 141)])
+    assert r["unsure"], r
+    text = page.locator("#confidence").inner_text()
+    (a, pa), (b, pb) = r["top2"]
+    assert text.startswith("not sure:") and f"{a} (" in text and f"or {b} (" in text, text
+    assert pa >= pb and page.locator("#unsure-why").is_visible()
+    assert "unsure" in page.get_attribute("#digit", "class")
+    screenshot(page, "mnist-dot-not-sure")
+
+    # A scribble over the whole pad.
+    page.click("#clear")
+    zigzag = [(20 + 240 * (i % 2), 20 + 12 * i) for i in range(21)]
+    r = _stroke(page, zigzag + [(20 + 12 * i, 260 - 240 * (i % 2)) for i in range(21)])
+    assert r["unsure"], r
+    assert page.locator("#confidence").inner_text().startswith("not sure:")
+
+    # emberDemo.predict says so too (an all-ink input is nothing like a digit).
+    r = _predict(page, [1.0] * 784, "cpu")
+    assert r["unsure"] and len(r["top2"]) == 2
+
+
+def test_mnist_prediction_sits_under_the_pad_on_a_phone(page, screenshot):
+    page.set_viewport_size({"width": 390, "height": 844})
+    _open(page)
+    pad = page.locator("#pad").bounding_box()
+    answer = page.locator("#digit").bounding_box()
+    gap = answer["y"] - (pad["y"] + pad["height"])
+    assert 0 <= gap <= 400, f"the prediction is {gap:.0f} px below the drawing pad at 390 px wide"
+    # nothing runs off the side of the screen
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 390, width
+    screenshot(page, "mnist-phone")

@@ -11,7 +11,9 @@
 //        backend: "webgpu" | "cpu" | "python" (default: the one selected on the page); "cpu" is
 //        ember's WebAssembly SIMD backend where it exists, "python" the pure-Python one
 //        -> {digit, probs (10 numbers), ms (round trip from this thread), inferenceMs (in the
-//            worker), backend, device (the ember device: "wasm" | "python" | "webgpu")}
+//            worker), backend, device (the ember device: "wasm" | "python" | "webgpu"),
+//            unsure (null, or why the answer should not be trusted: a low top probability or
+//            an input unlike a digit), top2 ([[digit, p], [digit, p]], the two likeliest)}
 //   window.emberDemo.preprocess(canvas)        -> Float32Array(784) | null (empty drawing)
 //   window.emberDemo.setBackend(name)          same as clicking the radio button
 //   await window.emberDemo.idle()              resolves when no page prediction is pending
@@ -30,6 +32,13 @@ const BOX = 20;            // MNIST: the ink's bounding box is scaled to fit 20x
 const CENTRE = 14;         // ...then shifted so its centre of mass sits at pixel (14, 14)
 const BRUSH = 20;          // stroke width on the 280 px pad: ~2 px after scaling, like MNIST
 const PY_DIR = "/home/pyodide/mnist";
+// When to say "not sure" instead of naming a digit. The network is trained with label
+// smoothing, so even clear test digits often stay below 95%; on the first 3000 MNIST test
+// digits 3% are under 80% (and most of those are the ones it gets wrong), while a dot or a
+// scribble comes out at 70-85%. The ink tests catch what the probabilities alone miss.
+const SURE_ABOVE = 0.8;    // top probability
+const MAX_DENSITY = 0.36;  // share of the 28x28 input at >= 50% ink: MNIST digits stay under 0.33
+const MIN_INK_SIDE = 2 * BRUSH;  // ink bounding box on the pad (px): smaller is a dot, not a digit
 
 const pad = $("pad");
 const padCtx = pad.getContext("2d", { willReadFrequently: true });
@@ -39,6 +48,7 @@ let worker = null;         // the EmberWorker running app.py
 let backends = null;       // the page's backend state (demo-kit's Backends)
 let pending = null;              // the page's own latest prediction, if any
 let dirty = false;
+let lastInkSide = null;    // the ink's bounding box side on the pad, from the last preprocess()
 
 // ---- preprocessing (what MNIST did to each scanned digit) ---------------------------------
 
@@ -78,6 +88,7 @@ function preprocess(canvas) {
   }
   if (x1 < 0) return null;
   const bw = x1 - x0 + 1, bh = y1 - y0 + 1;
+  lastInkSide = Math.max(bw, bh) * 280 / Math.max(W, H);   // in 280-px pad units
   const scale = BOX / Math.max(bw, bh);
   const tw = Math.max(1, Math.round(bw * scale)), th = Math.max(1, Math.round(bh * scale));
   // Separable area averaging: columns first (bw -> tw), then rows (bh -> th).
@@ -235,8 +246,32 @@ function showResult(r) {
   }
   $("digit").textContent = r ? String(r.digit) : "?";
   $("digit").classList.toggle("empty", !r);
-  $("confidence").textContent = r ? `${(r.probs[r.digit] * 100).toFixed(1)}% sure` : "";
+  $("digit").classList.toggle("unsure", !!(r && r.unsure));
+  const pct = (p) => `${(p * 100).toFixed(0)}%`;
+  if (r && r.unsure) {
+    const [[a, pa], [b, pb]] = r.top2;
+    $("confidence").textContent = `not sure: ${a} (${pct(pa)}) or ${b} (${pct(pb)})`;
+    $("unsure-why").textContent = `${r.unsure[0].toUpperCase()}${r.unsure.slice(1)}: draw one digit, large, filling the pad.`;
+  } else {
+    $("confidence").textContent = r ? `${(r.probs[r.digit] * 100).toFixed(1)}% sure` : "";
+    $("unsure-why").textContent = "";
+  }
+  $("unsure-why").hidden = !(r && r.unsure);
   $("ms").textContent = r ? `${r.ms.toFixed(1)} ms` : "–";
+}
+
+/** Why the prediction should not be trusted (null when it can be), and the two likeliest digits.
+    ``inkSide``: the drawing's size on the pad when known (page drawings). */
+function assess(probs, pixels, inkSide = null) {
+  const order = probs.map((p, d) => [d, p]).sort((a, b) => b[1] - a[1]);
+  const top2 = order.slice(0, 2);
+  let dense = 0;
+  for (const v of pixels) if (v >= 0.5) dense++;
+  let unsure = null;
+  if (inkSide !== null && inkSide < MIN_INK_SIDE) unsure = "the drawing is too small to be a digit";
+  else if (dense / pixels.length > MAX_DENSITY) unsure = "the drawing has far more ink than a digit";
+  else if (top2[0][1] < SURE_ABOVE) unsure = "the network is unsure";
+  return { unsure, top2 };
 }
 
 function setBackend(name) {
@@ -247,7 +282,7 @@ function setBackend(name) {
 // ---- prediction -------------------------------------------------------------------------
 
 /** Run one prediction through app.py in the worker; calls are queued (one at a time). */
-function predict(pixels, which = backends ? backends.current : "cpu") {
+function predict(pixels, which = backends ? backends.current : "cpu", inkSide = null) {
   if (!backends) return Promise.reject(inputError("the model is not loaded yet: await emberDemo.ready"));
   const bad = backends.check(which);
   if (bad) return Promise.reject(inputError(bad));
@@ -258,9 +293,12 @@ function predict(pixels, which = backends ? backends.current : "cpu") {
   if (!px.every(Number.isFinite)) return Promise.reject(inputError("predict: pixels must be finite numbers"));
   return serially(async () => {
     const t0 = performance.now();
+    const copy = Float32Array.from(px);   // px is handed over to the worker
     const r = await worker.call("app", "predict", [px, which], { transfer: [px.buffer] });
-    return { digit: r.digit, probs: Array.from(r.probs), ms: performance.now() - t0,
-             inferenceMs: r.inference_ms, backend: r.backend, device: r.device };
+    const probs = Array.from(r.probs);
+    return { digit: r.digit, probs, ms: performance.now() - t0,
+             inferenceMs: r.inference_ms, backend: r.backend, device: r.device,
+             ...assess(probs, copy, inkSide) };
   });
 }
 
@@ -276,7 +314,7 @@ function requestPredict() {
       showInput(pixels);
       if (!pixels) { showResult(null); continue; }
       try {
-        showResult(await predict(pixels, backends.current));
+        showResult(await predict(pixels, backends.current, lastInkSide));
         clearError();
       } catch (e) {
         showError(e);
