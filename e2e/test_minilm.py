@@ -174,6 +174,53 @@ def test_minilm_cancel_stops_a_long_run_and_input_errors_read_as_such(page):
     print(f"\nMiniLM cancel: stopped at '{done}'")
 
 
+def test_minilm_timings_keep_their_backend_and_the_page_says_what_it_cannot_read(page, screenshot):
+    info = _open(page)
+    cpu_label = CPU_LABELS[info["devices"]["cpu"]]
+    gpu = page.evaluate("() => window.emberDemo.webgpuReady")
+    assert gpu["ok"], gpu["error"]
+    limits = page.locator("#limits")
+    assert limits.is_visible() and "English only" in limits.inner_text() and "256 tokens" in limits.inner_text()
+
+    long = " ".join(["bread"] * 300)
+    page.click("#backend-cpu")
+    page.fill("#query", "How do I bake bread?")
+    page.fill("#candidates", "\n".join(["Knead the dough and let it rise.", "\U0001F600\U0001F389",
+                                          "\U0001F355 \U0001F680", long]))
+    page.click("#compare")
+    page.wait_for_function("() => window.emberDemo.lastResult !== null", timeout=120_000)
+    res = page.evaluate("() => window.emberDemo.lastResult")
+    assert res["backend"] == "cpu"
+    assert page.locator("#timed-on").inner_text() == cpu_label
+    cpu_embed_ms = page.locator("#embed-ms").inner_text()
+
+    # Switching to WebGPU does not relabel the CPU's timings.
+    page.click("#backend-webgpu")
+    assert page.locator("#backend-name").inner_text() == "WebGPU"
+    assert page.locator("#timed-on").inner_text() == cpu_label
+    assert page.locator("#embed-ms").inner_text() == cpu_embed_ms
+
+    # Emoji-only sentences are flagged as all [UNK]; the long one as cut at 256 tokens.
+    by_text = {c["text"]: c for c in res["ranking"]}
+    assert by_text["\U0001F600\U0001F389"]["unknown"] and by_text["\U0001F355 \U0001F680"]["unknown"]
+    assert by_text[long]["cut"] == 300 - 254 and not by_text[long]["unknown"]
+    assert page.locator("#ranking li.unknown").count() == 2
+    notes = page.locator("#notes")
+    assert notes.is_visible()
+    text = notes.inner_text()
+    assert "256 tokens" in text and "46 word pieces were cut off" in text, text
+    assert "[UNK]" in text and "English" in text, text
+    assert "all [UNK]" in page.locator("#ranking li.unknown .text").first.inner_text()
+    screenshot(page, "minilm-notes")
+
+    # A run on WebGPU then names WebGPU; notes go away when nothing needs saying.
+    page.fill("#candidates", "Knead the dough and let it rise.\nThe stock market fell.")
+    page.click("#compare")
+    page.wait_for_function("() => window.emberDemo.lastResult.backend === 'webgpu'", timeout=120_000)
+    assert page.locator("#timed-on").inner_text() == "WebGPU"
+    assert notes.is_hidden()
+
+
 def test_minilm_page_without_webgpu_falls_back_to_cpu(page_without_webgpu, assert_cpu_fallback):
     # Console errors fail the test, as with every page fixture.
     page = page_without_webgpu

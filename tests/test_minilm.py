@@ -176,6 +176,12 @@ def test_app_load_and_embed(weights, monkeypatch):
     assert r["tokens"] == [len(GOLDEN["input_ids"][0]), len(GOLDEN["input_ids"][7])]
     cos, worst = _compare(r["embeddings"], [GOLDEN["fp32"][0], GOLDEN["fp32"][7]])
     assert cos > COS_MIN and worst < MAX_ABS
+    assert r["cut"] == [0, 0] and r["unknown"] == [False, False] and r["max_tokens"] == 256
+    # Past 256 tokens the text is cut (and says by how much); emoji-only text is all [UNK].
+    long = " ".join(["bread"] * 300)
+    r = asyncio.run(app.embed([long, "\U0001F600 \U0001F389", "Hi \U0001F600"], "cpu"))
+    assert r["tokens"] == [256, 4, 4] and r["cut"] == [300 - 254, 0, 0]
+    assert r["unknown"] == [False, True, False]
     with pytest.raises(ValueError, match="unknown backend"):
         asyncio.run(app.embed(["x"], "tpu"))
     with pytest.raises(RuntimeError, match="not loaded on 'webgpu'"):

@@ -126,8 +126,11 @@ async def start_webgpu() -> dict:
 
 
 async def embed(sentences, backend: str = "cpu") -> dict:
-    """``{"embeddings", "tokens", "tokenize_ms", "embed_ms", "backend", "device"}`` for a list of
-    strings; each embedding is 384 floats of unit length."""
+    """``{"embeddings", "tokens", "cut", "unknown", "max_tokens", "tokenize_ms", "embed_ms",
+    "backend", "device"}`` for a list of strings; each embedding is 384 floats of unit length.
+    Per sentence: ``tokens`` the ids the model reads, ``cut`` how many word pieces past
+    ``max_tokens`` (256, with [CLS] and [SEP]) were dropped, ``unknown`` whether every word piece
+    is ``[UNK]`` (emoji, scripts the English vocabulary lacks: such sentences all embed alike)."""
     if backend not in DEVICES:
         raise ValueError(f"embed: unknown backend {backend!r}; use 'cpu', 'webgpu' or 'python'")
     if backend not in _nets:
@@ -142,7 +145,11 @@ async def embed(sentences, backend: str = "cpu") -> dict:
         if not isinstance(s, str):
             raise TypeError(f"embed: sentence {i} is a {type(s).__name__}, not a string")
     t0 = time.perf_counter()
-    tokens = [len(_tok.encode(s)) for s in sentences]
+    room = _tok.max_length - 2                       # [CLS] ... [SEP]
+    pieces = [_tok.tokenize(s) for s in sentences]
+    tokens = [min(len(p), room) + 2 for p in pieces]   # what encode() keeps
+    cut = [max(0, len(p) - room) for p in pieces]
+    unknown = [bool(p) and all(w == "[UNK]" for w in p) for p in pieces]
     t1 = time.perf_counter()
     out = [None] * len(sentences)
     done = 0
@@ -156,5 +163,6 @@ async def embed(sentences, backend: str = "cpu") -> dict:
                                   total=len(sentences))
         _check_cancelled()
     t2 = time.perf_counter()
-    return {"embeddings": out, "tokens": tokens, "tokenize_ms": (t1 - t0) * 1000,
+    return {"embeddings": out, "tokens": tokens, "cut": cut, "unknown": unknown,
+            "max_tokens": _tok.max_length, "tokenize_ms": (t1 - t0) * 1000,
             "embed_ms": (t2 - t1) * 1000, "backend": backend, "device": DEVICES[backend]}

@@ -13,7 +13,8 @@
 //        it fires); onProgress({fraction, label, done, total}) after each batch
 //        -> {embeddings (one list of 384 numbers per sentence, unit length, mean-pooled),
 //            ms, backend, device ("wasm" | "python" | "webgpu"), tokenizeMs, embedMs,
-//            tokens (count per sentence, with [CLS] and [SEP])}
+//            tokens (count per sentence, with [CLS] and [SEP]), cut (word pieces dropped past
+//            maxTokens = 256, per sentence), unknown (per sentence: every word piece is [UNK])}
 //   await window.emberDemo.compare()              same as pressing "Compare"; -> lastResult
 //   window.emberDemo.cancel()                     same as pressing "Cancel" (stops compare())
 //   window.emberDemo.setBackend(name)             same as clicking the radio button
@@ -62,7 +63,8 @@ function embed(sentences, which = backends ? backends.current : "cpu", { signal 
     const t0 = performance.now();
     const r = await worker.call("app", "embed", [sentences, which], { signal, onProgress });
     return { embeddings: r.embeddings, ms: performance.now() - t0, backend: r.backend, device: r.device,
-             tokenizeMs: r.tokenize_ms, embedMs: r.embed_ms, tokens: r.tokens };
+             tokenizeMs: r.tokenize_ms, embedMs: r.embed_ms, tokens: r.tokens, cut: r.cut,
+             unknown: r.unknown, maxTokens: r.max_tokens };
   });
 }
 
@@ -80,9 +82,16 @@ function showRanking(r) {
   r.ranking.forEach((c, i) => {
     const li = document.createElement("li");
     li.classList.toggle("top", i === 0);
+    li.classList.toggle("unknown", !!c.unknown);
     const text = document.createElement("span");
     text.className = "text";
     text.textContent = c.text;
+    if (c.unknown || c.cut) {
+      const flag = document.createElement("span");
+      flag.className = "flag";
+      flag.textContent = c.unknown ? " (all [UNK]: no word the model knows)" : ` (cut: ${c.cut} word pieces past ${r.maxTokens} tokens ignored)`;
+      text.append(flag);
+    }
     const bar = document.createElement("div");
     bar.className = "bar";
     const fill = document.createElement("div");
@@ -96,10 +105,35 @@ function showRanking(r) {
     ol.append(li);
   });
   const n = r.ranking.length + 1;
+  // The timings belong to the backend that measured them, whatever is selected now.
+  $("timed-on").textContent = backends.label(r.backend);
+  showNotes(r);
   $("tokenize-ms").textContent = `${r.tokenizeMs.toFixed(1)} ms`;
   $("embed-ms").textContent = `${r.embedMs.toFixed(0)} ms`;
   $("per-sentence-ms").textContent = `${(r.embedMs / n).toFixed(0)} ms`;
   $("n-tokens").textContent = String(r.tokens.reduce((a, b) => a + b, 0));
+}
+
+/** Say what the model could not read: text past 256 tokens, sentences of [UNK] only. */
+function showNotes(r) {
+  const notes = [];
+  const all = [{ text: r.query, cut: r.queryCut, unknown: r.queryUnknown }, ...r.ranking];
+  const quote = (t) => `“${t.length > 40 ? t.slice(0, 40) + "…" : t}”`;
+  for (const c of all) {
+    if (c.cut) {
+      notes.push(`${quote(c.text)} is longer than the model's ${r.maxTokens} tokens: the last ${c.cut} ` +
+                 `word pieces were cut off and play no part in its score.`);
+    }
+  }
+  const unk = all.filter((c) => c.unknown);
+  if (unk.length) {
+    notes.push(`${unk.map((c) => quote(c.text)).join(", ")} ${unk.length > 1 ? "are" : "is"} all [UNK] ` +
+               `to this English model (emoji, scripts it has no word pieces for): such sentences ` +
+               `all embed alike and score about 1.000 against each other, which means nothing.`);
+  }
+  const ul = $("notes");
+  ul.replaceChildren(...notes.map((t) => { const li = document.createElement("li"); li.textContent = t; return li; }));
+  ul.hidden = !notes.length;
 }
 
 async function compare() {
@@ -121,10 +155,12 @@ async function compare() {
       onProgress: (p) => { $("busy").textContent = `working… ${p.label}`; },
     });
     const q = r.embeddings[0];
-    const ranking = cands.map((text, i) => ({ text, score: dot(q, r.embeddings[i + 1]) }))
+    const ranking = cands.map((text, i) => ({ text, score: dot(q, r.embeddings[i + 1]),
+                                              cut: r.cut[i + 1], unknown: r.unknown[i + 1] }))
       .sort((a, b) => b.score - a.score);
     const result = { query, ranking, backend: r.backend, device: r.device, ms: r.ms, tokenizeMs: r.tokenizeMs,
-                     embedMs: r.embedMs, tokens: r.tokens };
+                     embedMs: r.embedMs, tokens: r.tokens, queryCut: r.cut[0], queryUnknown: r.unknown[0],
+                     maxTokens: r.maxTokens };
     window.emberDemo.lastResult = result;
     showRanking(result);
     $("backend-name").textContent = backends.label(r.backend);
