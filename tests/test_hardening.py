@@ -369,3 +369,9 @@ def test_apply_check_rejects_non_integer_output_shapes():
     limits.check_output("op", ((2,), (3,)), (ember.float32, ember.int64))   # multi-output ops
     with pytest.raises(ResourceError, match="split"):
         limits.check_output("split", ((2,), (10 ** 12,)), (ember.float32, ember.int64))
+
+
+def test_zip_entry_shorter_than_its_directory_claims():
+    # found by the fuzzer: the central directory says 16 bytes, the entry holds none
+    with pytest.raises(WeightsError, match=r"storage 'archive/data/0' gave 0 bytes, not the 16"):
+        ember.load_torch(os.path.join(FIX, "short_storage_entry.pt"))

@@ -274,6 +274,9 @@ class _Loader:
                 raise WeightsError(f"{self.where}: storage {name!r} holds {info.file_size} bytes but data.pkl "
                                    f"says {s.numel} elements of {itemsize} bytes ({need})")
             raw = self.zf.read(name)
+            if len(raw) != need:   # the zip directory's size is only a claim: check what was read
+                raise WeightsError(f"{self.where}: storage {name!r} gave {len(raw)} bytes, not the {need} its zip "
+                                   f"entry and data.pkl claim (corrupt archive)")
             if self.big_endian and itemsize > 1:
                 from array import array
 
