@@ -822,6 +822,30 @@ def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = N
             "formats": stats, "saved": saved}
 
 
+def replay(paths, mem_mib: int = 1024, timeout: float = 10.0) -> int:
+    """Run saved inputs again (e.g. tests/fuzz/onnx_findings/*.onnx) the way the fuzzer does."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    _import_ember()
+    import ember.onnx  # noqa: F401
+
+    ext = {".safetensors": "safetensors", ".onnx": "onnx", ".pt": "pt"}
+    runner, bad = Runner(1, mem_mib << 20, timeout), 0
+    for p in paths:
+        fmt = ext.get(os.path.splitext(p)[1])
+        if fmt is None:
+            continue
+        with open(p, "rb") as f:
+            runner.submit(fmt, f.read(), p)
+        for _, o in runner.collect():
+            sig = signature(fmt, o)
+            bad += sig is not None
+            print(f"{p}: {'FINDING ' + ' | '.join(x for x in sig if x) if sig else 'fine'} "
+                  f"({o['kind']} {o['etype']} {o['elapsed']:.2f} s) {o['msg'][:150]}", flush=True)
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fuzz", description=__doc__.split("\n")[0])
     g = ap.add_mutually_exclusive_group()
@@ -838,7 +862,11 @@ def main(argv=None) -> int:
                     help="where ONNX findings go (shrunk unless --no-minimize)")
     ap.add_argument("--no-minimize", action="store_true")
     ap.add_argument("--json", help="write the report here too")
+    ap.add_argument("--replay", nargs="+", metavar="FILE",
+                    help="run these files (format from the extension) and print what each gives")
     a = ap.parse_args(argv)
+    if a.replay:
+        return replay(a.replay, a.mem_mib, a.timeout)
     formats = tuple(f.strip() for f in a.formats.split(",") if f.strip())
     bad = [f for f in formats if f not in FORMATS]
     if bad:
