@@ -375,3 +375,28 @@ def test_zip_entry_shorter_than_its_directory_claims():
     # found by the fuzzer: the central directory says 16 bytes, the entry holds none
     with pytest.raises(WeightsError, match=r"storage 'archive/data/0' gave 0 bytes, not the 16"):
         ember.load_torch(os.path.join(FIX, "short_storage_entry.pt"))
+
+
+def test_ceiling_inside_pyodide(tmp_path_factory):
+    # the real thing: in Pyodide (wasm32, 4 GB at most) the default ceiling is 1 GiB and the
+    # hostile broadcast fails at once with ResourceError
+    import test_pyodide as tp
+
+    node = tp.need_node()
+    wheel = tp._wheel(tmp_path_factory)
+    io_dir = tmp_path_factory.mktemp("pyodide-limits")
+    driver = textwrap.dedent("""
+        import json, time, ember
+        t = time.perf_counter()
+        try:
+            ember.zeros((10**5, 1)) + ember.zeros((1, 10**5))
+            got = "returned"
+        except ember.errors.ResourceError as e:
+            got = type(e).__name__
+        json.dump({"max": ember.max_tensor_bytes(), "got": got, "s": time.perf_counter() - t},
+                  open("/io/limits.json", "w"))
+    """)
+    proc = tp.run_driver(node, wheel, io_dir, driver, {io_dir: "/io"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((io_dir / "limits.json").read_text())
+    assert res["max"] == 1 << 30 and res["got"] == "ResourceError" and res["s"] < 2, res
