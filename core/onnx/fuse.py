@@ -211,6 +211,16 @@ def fuse_graph(graph, consts: dict, protected=()) -> dict:
     import os
     if os.environ.get("EMBER_ONNX_FUSE", "on") == "off":
         return {}
-    return {"batch_norm": fold_batch_norms(graph, consts, protected),
-            "gelu": fuse_gelu(graph, consts, protected),
-            "linear": fuse_linear(graph, consts, protected)}
+    return {"batch_norm": _guarded(fold_batch_norms, graph, consts, protected),
+            "gelu": _guarded(fuse_gelu, graph, consts, protected),
+            "linear": _guarded(fuse_linear, graph, consts, protected)}
+
+
+def _guarded(rewrite, graph, consts, protected) -> int:
+    """Run one rewrite; a malformed node it trips over (an Erf without inputs, a MatMul with
+    three) means no rewrite: each pass changes the graph only after its scan, and the load-time
+    checks then report the node with an OnnxError naming it."""
+    try:
+        return rewrite(graph, consts, protected)
+    except (IndexError, ValueError, KeyError):
+        return 0

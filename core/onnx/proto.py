@@ -599,6 +599,8 @@ def _read_external(t: TensorProto, base_dir, external_data) -> bytes:
     loc = t.external_data.get("location")
     if not loc:
         raise OnnxError(f"initializer {t.name!r} ({t.where}): external data without a 'location'")
+    if "\0" in loc:
+        raise OnnxError(f"initializer {t.name!r}: external data location {loc!r} contains a NUL byte; refused")
     try:
         offset = int(t.external_data.get("offset", "0") or 0)
         length = t.external_data.get("length")
@@ -659,6 +661,8 @@ def tensor_bytes(t: TensorProto, base_dir=None, external_data=None, what=None):
     else:
         raw = t.raw_data
     if raw is not None:
+        if n > 1 << 62:   # never format such a product: str() of a huge int is refused (and slow)
+            raise OnnxError(f"{what}: shape {shape} has more than 2^62 elements")
         if len(raw) != n * size:
             raise OnnxError(f"{what}: {len(raw)} bytes of data for shape {shape} of "
                             f"{DTYPE_NAMES[code]} ({n * size} bytes expected)")

@@ -360,8 +360,48 @@ class TraceCtx(Ctx):
         return out
 
 
+_ARITY: dict = {}
+
+
+def _arity(handler):
+    """(fewest, most or None) node inputs ``handler(ctx, *inputs)`` accepts; None if unknown."""
+    try:
+        return _ARITY[handler]
+    except (KeyError, TypeError):
+        pass
+    import inspect
+
+    try:
+        params = list(inspect.signature(handler).parameters.values())[1:]   # after ctx
+    except (TypeError, ValueError):
+        res = None
+    else:
+        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        var = any(p.kind is p.VAR_POSITIONAL for p in params)
+        res = (sum(1 for p in pos if p.default is p.empty), None if var else len(pos))
+    try:
+        _ARITY[handler] = res
+    except TypeError:
+        pass
+    return res
+
+
 def run_handler(handler, ctx, inputs):
-    """Call ``handler`` and return a tuple with one value per node output."""
+    """Call ``handler`` and return a tuple with one value per node output. A node with more or
+    fewer inputs than its op takes is an OnnxError naming the node (a malformed graph that the
+    load-time checks did not see), never a bare TypeError from the call."""
+    ar = _arity(handler)
+    if ar is not None:
+        lo, hi = ar
+        n_in = len(inputs)
+        while n_in > lo and inputs[n_in - 1] is None:   # trailing optional inputs left out
+            n_in -= 1
+        if n_in < lo or (hi is not None and len(inputs) > hi and any(v is not None for v in inputs[hi:])):
+            want = f"{lo}" if hi == lo else (f"{lo} to {hi}" if hi is not None else f"at least {lo}")
+            raise OnnxError(f"ONNX node {ctx.node.label}: {ctx.node.op_type} takes {want} inputs, "
+                            f"the graph gives {len(inputs)}")
+        if hi is not None and len(inputs) > hi:
+            inputs = inputs[:hi]
     out = handler(ctx, *inputs)
     if isinstance(out, list):
         out = tuple(out)
