@@ -35,7 +35,9 @@ PYODIDE_DIR = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
 # it only produced committed golden files and the demo weights (see demos/*/train.py).
 REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel"]
 REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "onnxruntime",
-                       "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1", "rapidocr-onnxruntime==1.4.4"]
+                       "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1",
+                       "sympy",  # onnxruntime.transformers (optimizer tests) needs it
+                       "rapidocr-onnxruntime==1.4.4"]
 # Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
 APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
