@@ -3,7 +3,8 @@
 
     python build.py demo [--host 127.0.0.1] [--port 8000]   install what is missing, build, serve the demos
     python build.py test [pytest args...]                   install what is missing, run the whole suite
-    python build.py bench core|webgpu|web|wasm              benchmarks, side by side with the peers
+    python build.py bench core|webgpu|web|wasm|train        benchmarks, side by side with the peers
+    python build.py fuzz [--minutes N]                      mutation fuzzers for safetensors, ONNX, .pt
     python build.py onnx-report                             ONNX conformance table (onnx.backend.test)
     python build.py wheel                                   build dist/ember-*.whl
     python build.py site                                    build the wheel and assemble site/
@@ -254,7 +255,7 @@ HELP = {
     "test": "python build.py test [pytest args...]\n"
             "Install what is missing (also Chromium and lavapipe through apt), build the site, run the\n"
             "whole suite (unit, Pyodide under Node, browser e2e). Extra arguments go to pytest.",
-    "bench": "python build.py bench core|webgpu|web|wasm [args...]\n"
+    "bench": "python build.py bench core|webgpu|web|wasm|train [args...]\n"
              "Benchmarks next to the peers, in one run (tests/bench/bench_NAME.py; see its docstring).",
     "onnx-report": "python build.py onnx-report\nThe ONNX conformance table (onnx.backend.test) per backend.",
     "wheel": "python build.py wheel\nBuild dist/ember-*.whl (with the WebAssembly kernels; needs clang + lld).",
