@@ -239,8 +239,6 @@ def _check_run(model, losses, want_losses, prefix, tol):
 
 
 def test_cnn_adamw_run_matches_torch(device):
-    if device == "python":
-        pytest.skip("slow on the pure-Python backend; numpy, wasm and webgpu run it")
     _, meta = gold()
     # (no bias before BatchNorm: its gradient is zero up to rounding, which Adam would amplify)
     cnn = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
