@@ -120,3 +120,30 @@ def check_case(case: NodeCase, device: str, via: str = "load"):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         compare(g, w, case.rtol, case.atol, f"{case.id} output {i} on {device} via {via}")
+
+
+def node_model(op, inputs, attrs=None, *, opset=21, inits=(), n_out=1, domain="", want=None):
+    """A one-node ONNX model and its feeds: ``inputs`` is name -> array (None: an omitted
+    optional input), names in ``inits`` become initializers; ``want``: indices of the outputs
+    to name (others left empty); a non-default ``domain`` is imported at version 1."""
+    names, vis, tps = [], [], []
+    for n, a in inputs.items():
+        if a is None:
+            names.append("")
+            continue
+        names.append(n)
+        a = np.asarray(a)
+        if n in inits:
+            tps.append(numpy_helper.from_array(a, n))
+        else:
+            vis.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+    while names and names[-1] == "":
+        names.pop()
+    outs = [f"y{i}" if want is None or i in want else "" for i in range(n_out)]
+    node = helper.make_node(op, names, outs, name=f"{op}_node", domain=domain, **(attrs or {}))
+    g = helper.make_graph([node], op, vis, [helper.make_empty_tensor_value_info(o) for o in outs if o], tps)
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = 3 if opset < 8 else 8 if opset < 21 else 10
+    feeds = {n: np.asarray(a) for n, a in inputs.items() if a is not None and n not in inits}
+    return m, feeds

@@ -11,10 +11,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
-from onnx import helper, numpy_helper
 
 import ember
 import ember.onnx
+from onnx_helpers import node_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
 import bench_models  # noqa: E402
@@ -28,25 +28,7 @@ def f32(*shape, s=1.0):
 
 
 def _model(op, inputs, attrs=None, inits=(), n_out=1, domain=MS, want=None):
-    names, vis, tps = [], [], []
-    for n, a in inputs.items():
-        if a is None:
-            names.append("")
-            continue
-        names.append(n)
-        a = np.asarray(a)
-        if n in inits:
-            tps.append(numpy_helper.from_array(a, n))
-        else:
-            vis.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
-    while names and names[-1] == "":
-        names.pop()
-    outs = [f"y{i}" if want is None or i in want else "" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, name=f"{op}_node", domain=domain, **(attrs or {}))
-    g = helper.make_graph([node], op, vis, [helper.make_empty_tensor_value_info(o) for o in outs if o], tps)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
-    m.ir_version = 8
-    feeds = {n: np.asarray(a) for n, a in inputs.items() if a is not None and n not in inits}
+    m, feeds = node_model(op, inputs, attrs, opset=17, inits=inits, n_out=n_out, domain=domain, want=want)
     return m.SerializeToString(), feeds
 
 

@@ -14,10 +14,11 @@ import warnings
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import ember
 import ember.onnx
+from onnx_helpers import node_model
 
 rng = np.random.default_rng(9)
 
@@ -31,26 +32,7 @@ def i64(*v):
 
 
 def _model(op, inputs, attrs, opset, inits, n_out):
-    names, vis, tps = [], [], []
-    for n, a in inputs.items():
-        if a is None:
-            names.append("")
-            continue
-        names.append(n)
-        a = np.asarray(a)
-        if n in inits:
-            tps.append(numpy_helper.from_array(a, n))
-        else:
-            vis.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
-    while names and names[-1] == "":
-        names.pop()
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, name=f"{op}_node", **attrs)
-    g = helper.make_graph([node], op, vis, [helper.make_empty_tensor_value_info(o) for o in outs], tps)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 3 if opset < 8 else 8 if opset < 21 else 10
-    feeds = {n: np.asarray(a) for n, a in inputs.items() if a is not None and n not in inits}
-    return m, feeds
+    return node_model(op, inputs, attrs, opset=opset, inits=inits, n_out=n_out)
 
 
 def _reference(m, feeds):

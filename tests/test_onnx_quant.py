@@ -30,6 +30,7 @@ from onnx import helper, numpy_helper
 import ember
 import ember.onnx
 from ember.errors import OnnxError, UnsupportedOp
+from onnx_helpers import node_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "onnx")
@@ -142,26 +143,7 @@ def test_quantized_ops_present(quantized):
 
 def _model(op, inputs, attrs=None, opset=21, inits=(), n_out=1, domain=""):
     """``inputs``: name -> array (None: omitted); names in ``inits`` become initializers."""
-    names, vis, tps = [], [], []
-    for n, a in inputs.items():
-        if a is None:
-            names.append("")
-            continue
-        names.append(n)
-        a = np.asarray(a)
-        if n in inits:
-            tps.append(numpy_helper.from_array(a, n))
-        else:
-            vis.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
-    while names and names[-1] == "":
-        names.pop()
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, name=f"{op}_node", domain=domain, **(attrs or {}))
-    g = helper.make_graph([node], op, vis, [helper.make_empty_tensor_value_info(o) for o in outs], tps)
-    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    m = helper.make_model(g, opset_imports=opsets)
-    m.ir_version = 10 if opset >= 21 else 8
-    feeds = {n: np.asarray(a) for n, a in inputs.items() if a is not None and n not in inits}
+    m, feeds = node_model(op, inputs, attrs, opset=opset, inits=inits, n_out=n_out, domain=domain)
     return m.SerializeToString(), feeds
 
 
