@@ -6,12 +6,15 @@
 [1.0, 4.0, 9.0]
 """
 __version__ = "0.1.0"
+__array_api_version__ = "2023.12"   # ember is an array API namespace; README: deliberate differences
 
 from . import dtypes, errors  # noqa: F401
 from .backends import default_device, devices, get_backend, set_default_device  # noqa: F401
-from .dtypes import bool_, float16, float32, int32, int64, uint8  # noqa: F401
+from .dtypes import bool_, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64  # noqa: F401
 from .tensor import Tensor, from_bytes, from_numpy, tensor  # noqa: F401
 from .ops import *  # noqa: F401,F403
+from .ops.array_api import __array_namespace_info__  # noqa: F401,E402
+from . import linalg  # noqa: F401,E402  (the array API's linalg extension; ember.ops.linalg is the op family)
 from . import autograd  # noqa: F401,E402  (installs the recording hook at registry.apply)
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401,E402
 from .random import manual_seed, rand, randint, randn, randperm  # noqa: F401,E402

@@ -56,10 +56,40 @@ int32 = DType("int32", 4, "i", "i", "i", "I32")
 int64 = DType("int64", 8, "i", "q", "q", "I64")
 uint8 = DType("uint8", 1, "u", "B", "B", "U8")
 bool_ = DType("bool", 1, "b", "B", "?", "BOOL")
+# the rest of the array API's real dtypes: held by the python and numpy backends only (WGSL has
+# 4-byte elements and no f64; see WIDE / check_device)
+float64 = DType("float64", 8, "f", "d", "d", "F64")
+int8 = DType("int8", 1, "i", "b", "b", "I8")
+int16 = DType("int16", 2, "i", "h", "h", "I16")
+uint16 = DType("uint16", 2, "u", "H", "H", "U16")
+uint32 = DType("uint32", 4, "u", "I", "I", "U32")
+uint64 = DType("uint64", 8, "u", "Q", "Q", "U64")
 
-ALL = (float32, float16, int32, int64, uint8, bool_)
+ALL = (float32, float16, int32, int64, uint8, bool_, float64, int8, int16, uint16, uint32, uint64)
 _BY_NAME = {d.name: d for d in ALL}
-_BY_NAME.update({"bool_": bool_, "float": float32, "int": int64, "half": float16, "long": int64})
+_BY_NAME.update({"bool_": bool_, "float": float32, "int": int64, "half": float16, "long": int64,
+                 "double": float64, "short": int16})
+
+# dtypes only the python and numpy backends hold; other devices refuse them (check_device)
+WIDE = frozenset((float64, int8, int16, uint16, uint32, uint64))
+FULL_DEVICES = frozenset(("python", "numpy", "meta"))
+
+
+def check_device(dtype: "DType", device: str) -> None:
+    """DTypeError when ``device`` cannot hold ``dtype`` (the seam every tensor creation and
+    device move passes: ``tensor``, ``from_bytes``, ``full``/``arange``, ``cast``, ``to``)."""
+    if dtype in WIDE and device not in FULL_DEVICES:
+        raise DTypeError(f"{dtype.name} tensors are not supported on device {device!r} (it holds "
+                         f"{', '.join(d.name for d in ALL if d not in WIDE)}); keep them on device='python' "
+                         f"or 'numpy', or cast with .astype(...) first")
+
+
+def int_range(dtype: "DType") -> tuple:
+    """(min, max) of an integer dtype."""
+    bits = dtype.itemsize * 8
+    if dtype.kind == "u":
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 default_float = float32
 default_int = int64
@@ -86,11 +116,15 @@ def get(dtype) -> DType:
     return d
 
 
-_INT_ORDER = {uint8: 0, int32: 1, int64: 2}
+_SIGNED = (int8, int16, int32, int64)
+_UNSIGNED = (uint8, uint16, uint32, uint64)
+_FLOATS = (float16, float32, float64)
 
 
 def result_type(a: DType, b: DType) -> DType:
-    """Array-API promotion of two dtypes (mixed int/float gives the float type, like PyTorch)."""
+    """Array-API promotion of two dtypes (mixed int/float gives the float type, like PyTorch;
+    bool with a number gives the number's type). uint64 with a signed int has no common
+    integer type: DTypeError, cast one side first."""
     if a is b:
         return a
     if a is bool_:
@@ -98,12 +132,21 @@ def result_type(a: DType, b: DType) -> DType:
     if b is bool_:
         return a
     if a.kind == "f" and b.kind == "f":
-        return float32
+        return a if a.itemsize >= b.itemsize else b
     if a.kind == "f":
         return a
     if b.kind == "f":
         return b
-    return a if _INT_ORDER[a] >= _INT_ORDER[b] else b
+    if a.kind == b.kind:
+        return a if a.itemsize >= b.itemsize else b
+    u, i = (a, b) if a.kind == "u" else (b, a)
+    if i.itemsize > u.itemsize:
+        return i
+    for s in _SIGNED:
+        if s.itemsize > u.itemsize:
+            return s
+    raise DTypeError(f"no integer dtype holds both {a.name} and {b.name} values; cast one of them "
+                     f"(e.g. .astype(ember.float64)) first")
 
 
 def scalar_dtype(value, other: DType | None = None) -> DType:

@@ -266,6 +266,7 @@ class Tensor:
         """Move to another device and/or cast to another dtype."""
         t = self
         if device is not None and device != t.device:
+            _dt.check_device(t.dtype, device)
             dst = get_backend(device)
             if getattr(dst, "storage", None) == "array" and getattr(t.backend, "storage", None) == "array":
                 # python <-> wasm: the same immutable array.array buffers; share, don't copy
@@ -287,6 +288,20 @@ class Tensor:
             t = t.astype(dtype)
         return t
 
+    def to_device(self, device: str, /, *, stream=None) -> "Tensor":
+        """The array API's name for ``to(device)``."""
+        if stream is not None:
+            raise ValueError("to_device: ember has no streams; pass stream=None")
+        return self.to(device)
+
+    def __array_namespace__(self, *, api_version=None):
+        """The array API namespace of this tensor: the ``ember`` module."""
+        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12"):
+            raise ValueError(f"__array_namespace__: ember implements array API 2023.12, not {api_version!r}")
+        import ember
+
+        return ember
+
     def __getattr__(self, name):
         # Tensor methods are the public functions of ember.ops taking the tensor first
         # (x.exp(), x.sum(axis=1), x.reshape(2, 3) ...).
@@ -305,7 +320,8 @@ class Tensor:
 
 # ---- creation ---------------------------------------------------------------------------------
 
-_NP_NAMES = {"float32": "<f4", "float16": "<f2", "int32": "<i4", "int64": "<i8", "uint8": "u1", "bool": "?"}
+_NP_NAMES = {"float32": "<f4", "float16": "<f2", "int32": "<i4", "int64": "<i8", "uint8": "u1", "bool": "?",
+             "float64": "<f8", "int8": "i1", "int16": "<i2", "uint16": "<u2", "uint32": "<u4", "uint64": "<u8"}
 
 
 def _transfer(meta, t, *, device):
@@ -343,22 +359,33 @@ _round_half = _dt.round_half  # kept for callers outside core (webgpu/fusion.py)
 
 
 def _encode(flat, dtype: _dt.DType) -> bytes:
-    """Python values -> little-endian bytes of ``dtype`` (values converted like a cast)."""
+    """Python values -> little-endian bytes of ``dtype``. Floats convert like a cast (rounding,
+    overflow -> inf); an int that the dtype cannot hold raises DTypeError (tensor data is never
+    wrapped silently: ``tensor([300], dtype="uint8")`` is a mistake, ``astype`` wraps)."""
     if dtype.kind == "f":
-        vals = [float(v) for v in flat]
+        try:
+            vals = [float(v) for v in flat]
+        except OverflowError:
+            big = next(v for v in flat if not isinstance(v, float) and abs(v) > 1e308)
+            raise DTypeError(f"tensor: the Python int {big} is too large for {dtype.name}") from None
         if dtype is _dt.float16:
             vals = _dt.round_half(vals)
             return struct.pack(f"<{len(vals)}e", *vals)
-        return array("f", vals).tobytes()
+        return array(dtype.typecode, vals).tobytes()
     if dtype is _dt.bool_:
         return bytes(1 if v else 0 for v in flat)
-    vals = [int(v) for v in flat]
-    if dtype is _dt.uint8:
-        return bytes(v & 0xFF for v in vals)
-    if dtype is _dt.int32:
-        vals = [((v + 2**31) % 2**32) - 2**31 for v in vals]
-    a = array(dtype.typecode, vals)
-    return a.tobytes()
+    lo, hi = _dt.int_range(dtype)
+    vals = []
+    for v in flat:
+        if isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                raise DTypeError(f"tensor: {v} cannot be stored in {dtype.name}")
+            v = int(v)  # truncates toward zero, like a cast
+        if not lo <= v <= hi:
+            raise DTypeError(f"tensor: the value {v} is out of range for {dtype.name} ({lo}..{hi}); "
+                             f"pick a wider dtype, or wrap explicitly with .astype(...)")
+        vals.append(int(v))
+    return array(dtype.typecode, vals).tobytes()
 
 
 def _decode(raw: bytes, dtype: _dt.DType) -> list:
@@ -408,6 +435,7 @@ def tensor(data, dtype=None, device: str | None = None, requires_grad: bool = Fa
     for v in flat:
         if not isinstance(v, (int, float, bool)):
             raise DTypeError(f"tensor: cannot convert element of type {type(v).__name__} to {dt.name}")
+    _dt.check_device(dt, device)
     return Tensor._wrap(get_backend(device).from_bytes(_encode(flat, dt), tuple(shape), dt), shape, dt, device)
 
 
@@ -419,6 +447,7 @@ def from_numpy(a, device: str | None = None, dtype=None) -> Tensor:
     a = np.asarray(a)
     name = {"float64": "float32", "bool": "bool"}.get(a.dtype.name, a.dtype.name)
     dt = _dt.get(dtype if dtype is not None else name)
+    _dt.check_device(dt, device)
     a = np.ascontiguousarray(a, dtype=_NP_NAMES[dt.name]).reshape(a.shape)  # ascontiguousarray makes 0-d 1-d
     return Tensor._wrap(get_backend(device).from_bytes(a.tobytes(), a.shape, dt), a.shape, dt, device)
 
@@ -431,4 +460,5 @@ def from_bytes(data, shape, dtype, device: str | None = None) -> Tensor:
         raise ShapeError(f"from_bytes: {len(data)} bytes do not hold shape {shape} of {dt.name} "
                          f"({prod(shape) * dt.itemsize} bytes)")
     device = device or default_device()
+    _dt.check_device(dt, device)
     return Tensor._wrap(get_backend(device).from_bytes(bytes(data), shape, dt), shape, dt, device)

@@ -13,7 +13,8 @@ from .. import dtypes as _dt
 from ..errors import IndexingError
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64,
-             "uint8": np.uint8, "bool": np.bool_}
+             "uint8": np.uint8, "bool": np.bool_, "float64": np.float64, "int8": np.int8, "int16": np.int16,
+             "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64}
 
 
 def np_dtype(dtype):
@@ -119,6 +120,22 @@ _UNARY = {   # name: (float function, integer function or None, can raise FP war
     "round": (_round, _same, False),
     "isnan": (np.isnan, lambda a: np.zeros(a.shape, dtype=bool), False),
     "logical_not": (np.logical_not, None, False),
+    "acos": (np.arccos, None, True),
+    "acosh": (np.arccosh, None, True),
+    "asin": (np.arcsin, None, True),
+    "asinh": (np.arcsinh, None, True),
+    "atan": (np.arctan, None, True),
+    "atanh": (np.arctanh, None, True),
+    "cosh": (np.cosh, None, True),
+    "sinh": (np.sinh, None, True),
+    "tan": (np.tan, None, True),
+    "expm1": (np.expm1, None, True),
+    "log1p": (np.log1p, None, True),
+    "log2": (np.log2, None, True),
+    "log10": (np.log10, None, True),
+    "trunc": (np.trunc, _same, False),
+    "signbit": (np.signbit, lambda a: a < 0, False),
+    "bitwise_invert": (None, np.invert, False),
 }
 
 
@@ -173,6 +190,17 @@ def _pow(A, B):
     return np.power(A, B)
 
 
+def _shift(fn, A, B):
+    """Shifts pinned to the python backend's (Python's) results: a count of the width or more
+    gives 0 (-1 for a negative value shifted right), a negative count 0."""
+    bits = A.dtype.itemsize * 8
+    if A.dtype == np.bool_:
+        A, B = A.astype(np.int64), B.astype(np.int64)
+    r = fn(A, np.clip(B, 0, bits - 1).astype(A.dtype))
+    over = np.where((A < 0) & (fn is np.right_shift), -1, 0).astype(A.dtype)
+    return np.where(B < 0, np.zeros((), A.dtype), np.where(B >= bits, over, r))
+
+
 _BINARY = {
     "add": np.add,
     "subtract": np.subtract,
@@ -189,6 +217,15 @@ _BINARY = {
     "less_equal": np.less_equal,
     "logical_and": np.logical_and,
     "logical_or": np.logical_or,
+    "atan2": np.arctan2,
+    "copysign": np.copysign,
+    "hypot": np.hypot,
+    "logaddexp": np.logaddexp,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+    "bitwise_left_shift": lambda A, B: _shift(np.left_shift, A, B),
+    "bitwise_right_shift": lambda A, B: _shift(np.right_shift, A, B),
 }
 
 
@@ -197,7 +234,7 @@ def _where(out, c, x, y):
     return _out(np.where(c._buf, x._buf.astype(ct, copy=False), y._buf.astype(ct, copy=False)), out)
 
 
-_INT_LIMITS = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1), "uint8": (0, 255)}
+_INT_LIMITS = {d.name: _dt.int_range(d) for d in _dt.ALL if d.kind in "iu"}
 
 
 def _cast(out, x, *, dtype, **_):

@@ -40,7 +40,7 @@ def _store(values, dtype) -> array:
     if dtype is _dt.float16:
         return array("f", _dt.round_half(values))
     if dtype.kind == "f":
-        return array("f", values)
+        return array(dtype.typecode, values)
     if dtype is _dt.bool_:
         return array("B", [1 if v else 0 for v in values])
     try:
@@ -173,10 +173,63 @@ def _arange(out, *, start, step, **_):
 # ---- elementwise -----------------------------------------------------------------------------
 
 def _finite_or_self(fn):
-    """Rounding functions: integers for finite floats, the value itself for inf/nan."""
+    """Rounding functions: integers for finite floats, the value itself for inf/nan; a zero
+    result keeps x's sign (ceil(-0.5) and round(-0.0) are -0.0, as numpy and IEEE say)."""
     def f(x):
-        return float(fn(x)) if math.isfinite(x) else x
+        if not math.isfinite(x):
+            return x
+        r = float(fn(x))
+        return r if r else math.copysign(0.0, x)
     return f
+
+
+def _ieee(fn, pole=None):
+    """A math-module function with IEEE results where the module raises: a domain error
+    gives nan, an overflow +-inf (the sign of the exact result), a pole (atanh(1), log1p(-1))
+    ``pole(x)``."""
+    def f(x):
+        try:
+            return fn(x)
+        except ValueError:
+            if pole is not None:
+                r = pole(x)
+                if r is not None:
+                    return r
+            return math.nan
+        except OverflowError:
+            return _overflow(fn, x)
+    return f
+
+
+def _overflow(fn, x):
+    # sinh/expm1/cosh: the sign of the result is that of a small step in the same direction
+    try:
+        return math.copysign(math.inf, fn(math.copysign(1.0, x)))
+    except (ValueError, OverflowError):
+        return math.inf
+
+
+def _logaddexp(a, b):
+    if a != a or b != b:
+        return math.nan
+    if a == b == math.inf:
+        return math.inf
+    m = a if a >= b else b
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log1p(math.exp(-abs(a - b)))
+
+
+def _atanh_pole(x):
+    return math.copysign(math.inf, x) if abs(x) == 1 else None
+
+
+def _shift_left(a, b):
+    return a << b if 0 <= b < 64 else 0   # wraps in _store; a negative count is undefined: 0
+
+
+def _shift_right(a, b):
+    return a >> b if b >= 0 else 0
 
 
 def _exp(x):
@@ -224,6 +277,22 @@ _UNARY = {  # name: (float function, integer function or None = same)
     "round": (_finite_or_self(round), int),  # round() is half-to-even, like numpy
     "isnan": (lambda x: x != x, lambda x: False),
     "logical_not": (operator.not_, None),
+    "acos": (_ieee(math.acos), None),
+    "acosh": (_ieee(math.acosh), None),
+    "asin": (_ieee(math.asin), None),
+    "asinh": (_ieee(math.asinh), None),
+    "atan": (_ieee(math.atan), None),
+    "atanh": (_ieee(math.atanh, _atanh_pole), None),
+    "cosh": (_ieee(math.cosh), None),
+    "sinh": (_ieee(math.sinh), None),
+    "tan": (_ieee(math.tan), None),
+    "expm1": (_ieee(math.expm1), None),
+    "log1p": (_ieee(math.log1p, lambda x: -math.inf if x == -1 else None), None),
+    "log2": (_ieee(math.log2, lambda x: -math.inf if x == 0 else None), None),
+    "log10": (_ieee(math.log10, lambda x: -math.inf if x == 0 else None), None),
+    "trunc": (_finite_or_self(math.trunc), int),
+    "signbit": (lambda x: math.copysign(1.0, x) < 0, lambda x: x < 0),
+    "bitwise_invert": (None, lambda x: ~x if not isinstance(x, bool) else not x),
 }
 
 
@@ -319,6 +388,15 @@ _BINARY = {  # name: (function for floats, function for ints/bools or None = sam
     "less_equal": (operator.le, None),
     "logical_and": (lambda a, b: bool(a) and bool(b), None),
     "logical_or": (lambda a, b: bool(a) or bool(b), None),
+    "atan2": (math.atan2, None),
+    "copysign": (math.copysign, None),
+    "hypot": (math.hypot, None),
+    "logaddexp": (_logaddexp, None),
+    "bitwise_and": (None, operator.and_),
+    "bitwise_or": (None, operator.or_),
+    "bitwise_xor": (None, operator.xor),
+    "bitwise_left_shift": (None, _shift_left),
+    "bitwise_right_shift": (None, _shift_right),
 }
 
 
@@ -425,7 +503,7 @@ def _nanmax(fn):
 
 def _argfn(fn):
     def f(c):
-        if c.typecode == "f":
+        if c.typecode in "fd":
             for i, v in enumerate(c):
                 if v != v:
                     return i  # numpy: the first NaN wins

@@ -20,7 +20,7 @@ from ..limits import max_tensor_bytes, set_max_tensor_bytes
 from ..registry import apply, op
 
 __all__ = ["full", "zeros", "ones", "full_like", "zeros_like", "ones_like", "arange", "eye", "linspace",
-           "set_max_tensor_bytes", "max_tensor_bytes"]
+           "empty", "empty_like", "set_max_tensor_bytes", "max_tensor_bytes"]
 
 
 def _shape_rule(*, shape, **_):
@@ -77,8 +77,9 @@ def full(shape, fill_value, *, dtype=None, device: str | None = None, requires_g
     [7, 7]
     """
     dt = _dt.get(dtype) if dtype is not None else _dt.scalar_dtype(fill_value)
-    t = apply("full", shape=_shape(shape), value=_value(fill_value, dt, "full"), dtype=dt,
-              device=device or default_device())
+    device = device or default_device()
+    _dt.check_device(dt, device)
+    t = apply("full", shape=_shape(shape), value=_value(fill_value, dt, "full"), dtype=dt, device=device)
     return t.requires_grad_() if requires_grad else t
 
 
@@ -95,6 +96,16 @@ def zeros(shape, *, dtype=None, device: str | None = None, requires_grad: bool =
 def ones(shape, *, dtype=None, device: str | None = None, requires_grad: bool = False):
     """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
     return full(shape, 1, dtype=dtype or _dt.default_float, device=device, requires_grad=requires_grad)
+
+
+def empty(shape, *, dtype=None, device: str | None = None):
+    """An uninitialised tensor in the array API; ember's tensors are immutable, so zeros."""
+    return zeros(shape, dtype=dtype, device=device)
+
+
+def empty_like(x, *, dtype=None, device: str | None = None):
+    """``empty`` shaped like ``x`` (zeros, same dtype and device unless given)."""
+    return full_like(x, 0, dtype=dtype, device=device)
 
 
 def full_like(x, fill_value, *, dtype=None, device: str | None = None):
@@ -156,7 +167,9 @@ def arange(start, stop=None, step=1, *, dtype=None, device: str | None = None):
             last = start + (num - 1) * step
             if not (lo <= start <= hi and lo <= last <= hi):
                 raise DTypeError(f"arange: values {start}..{last} do not fit {dt.name} (range {lo}..{hi})")
-    return apply("arange", start=start, step=step, num=num, dtype=dt, device=device or default_device())
+    device = device or default_device()
+    _dt.check_device(dt, device)
+    return apply("arange", start=start, step=step, num=num, dtype=dt, device=device)
 
 
 def linspace(start, stop, num: int, *, dtype=None, device: str | None = None, endpoint: bool = True):

@@ -42,10 +42,11 @@ __all__ = ["asarray_like", "add", "subtract", "multiply", "divide", "floor_divid
            "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "negative",
            "positive", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sign",
            "floor", "ceil", "round", "isnan", "isinf", "isfinite", "reciprocal", "square", "where",
-           "clip", "astype"]
+           "clip", "astype", "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "expm1",
+           "log1p", "log2", "log10", "trunc", "signbit", "atan2", "copysign", "hypot", "logaddexp", "bitwise_and",
+           "bitwise_or", "bitwise_xor", "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift", "host_fallback"]
 
-_INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
-              "uint8": (0, 255)}
+_INT_RANGE = {d.name: _dt.int_range(d) for d in _dt.ALL if d.kind in "iu"}
 
 
 def asarray_like(x, like: Tensor) -> Tensor:
@@ -120,6 +121,32 @@ def _compare(name):
     return rule
 
 
+def integral(name, allow_bool=True):
+    """Integers (and bools, for the bitwise and/or/xor/invert) only."""
+    kinds = "iub" if allow_bool else "iu"
+
+    def rule(*dts, **_):
+        bad = [d for d in dts if d.kind not in kinds]
+        if bad:
+            raise DTypeError(f"{name}: needs integer{' or bool' if allow_bool else ''} tensors, got {_names(dts)}")
+        return promote(*dts)
+    return rule
+
+
+def host_fallback(name):
+    """Decomposition for an op that only the CPU backends (python, numpy, wasm's python table)
+    implement: run it on device "python" and move the result back. A GPU backend without a
+    kernel for it (webgpu: no WGSL yet) then still answers, at the price of two transfers."""
+    def decompose(*xs, **attrs):
+        dev = xs[0].device if xs else attrs.pop("device")
+        ins = [x.to("python") for x in xs]
+        out = apply(name, *ins, **attrs) if ins else apply(name, device="python", **attrs)
+        if isinstance(out, tuple):
+            return tuple(o.to(dev) for o in out)
+        return out.to(dev)
+    return decompose
+
+
 # ---- declarations ----------------------------------------------------------------------------
 
 def _to(x: Tensor, dt) -> Tensor:
@@ -132,8 +159,11 @@ def _public(name, fn, doc):
     return method(fn)
 
 
-def _unary(name, dtype_rule, doc="", decompose=None, grad=None):
-    """Declare a unary op (a composite when ``decompose`` is given) and its public function."""
+def _unary(name, dtype_rule, doc="", decompose=None, grad=None, cpu_only=False):
+    """Declare a unary op (a composite when ``decompose`` is given) and its public function.
+    ``cpu_only``: the CPU backends have kernels, other devices run it through ``host_fallback``."""
+    if cpu_only:
+        decompose = host_fallback(name)
     op(name, kind="composite" if decompose else "unary", shape=same_shape, dtype=dtype_rule(name),
        decompose=decompose, doc=doc, grad=grad)
     float_math = dtype_rule is floating
@@ -164,7 +194,7 @@ def _common(x1, x2, dtype_rule):
     return _to(x1, ct), _to(x2, ct)
 
 
-def _binary(name, dtype_rule, doc="", decompose=None, grad=None):
+def _binary(name, dtype_rule, doc="", decompose=None, grad=None, cpu_only=False):
     """Declare a broadcasting binary op (a composite when ``decompose`` is given) and its
     public function, which accepts Python scalars on either side. ``grad(g, a, b, need)``
     gives the two gradients at the broadcast shape; they are summed back to each operand's."""
@@ -174,6 +204,8 @@ def _binary(name, dtype_rule, doc="", decompose=None, grad=None):
             ga, gb = grad(g, a, b, need)
             return (sum_to(ga, a.shape) if need[0] and ga is not None else None,
                     sum_to(gb, b.shape) if need[1] and gb is not None else None)
+    if cpu_only:
+        decompose = host_fallback(name)
     op(name, kind="composite" if decompose else "binary", shape=lambda a, b, **_: broadcast_shapes(a, b, op=name),
        dtype=dtype_rule(name), decompose=decompose, doc=doc, grad=rule)
 
@@ -270,6 +302,61 @@ square = _unary("square", numeric, "x * x.", lambda x: multiply(x, x),
                 grad=lambda g, y, x, **_: multiply(g, multiply(x, 2.0)))
 
 
+# the rest of the array API's elementwise functions: kernels on the CPU backends, the others
+# through host_fallback (no WGSL for them yet)
+def _g(fn):
+    return lambda g, y, x, **_: multiply(g, fn(x))
+
+
+acos = _unary("acos", floating, "Inverse cosine; nan outside [-1, 1].", cpu_only=True,
+              grad=_g(lambda x: negative(rsqrt(subtract(1.0, square(x))))))
+acosh = _unary("acosh", floating, "Inverse hyperbolic cosine; nan below 1.", cpu_only=True,
+               grad=_g(lambda x: rsqrt(subtract(square(x), 1.0))))
+asin = _unary("asin", floating, "Inverse sine; nan outside [-1, 1].", cpu_only=True,
+              grad=_g(lambda x: rsqrt(subtract(1.0, square(x)))))
+asinh = _unary("asinh", floating, "Inverse hyperbolic sine.", cpu_only=True,
+               grad=_g(lambda x: rsqrt(add(square(x), 1.0))))
+atan = _unary("atan", floating, "Inverse tangent.", cpu_only=True,
+              grad=_g(lambda x: reciprocal(add(square(x), 1.0))))
+atanh = _unary("atanh", floating, "Inverse hyperbolic tangent; +-inf at +-1, nan beyond.", cpu_only=True,
+               grad=_g(lambda x: reciprocal(subtract(1.0, square(x)))))
+cosh = _unary("cosh", floating, "Hyperbolic cosine.", cpu_only=True, grad=_g(lambda x: sinh(x)))
+sinh = _unary("sinh", floating, "Hyperbolic sine.", cpu_only=True, grad=_g(lambda x: cosh(x)))
+tan = _unary("tan", floating, "Tangent (radians).", cpu_only=True,
+             grad=_g(lambda x: add(square(tan(x)), 1.0)))
+expm1 = _unary("expm1", floating, "exp(x) - 1, accurate near 0.", cpu_only=True, grad=_g(lambda x: exp(x)))
+log1p = _unary("log1p", floating, "log(1 + x), accurate near 0.", cpu_only=True,
+               grad=_g(lambda x: reciprocal(add(x, 1.0))))
+log2 = _unary("log2", floating, "Base-2 log.", cpu_only=True,
+              grad=_g(lambda x: reciprocal(multiply(x, math.log(2.0)))))
+log10 = _unary("log10", floating, "Base-10 log.", cpu_only=True,
+               grad=_g(lambda x: reciprocal(multiply(x, math.log(10.0)))))
+trunc = _unary("trunc", numeric, "Round toward 0 (ints unchanged; -0.0 stays -0.0).", cpu_only=True,
+               grad=lambda g, y, x, **_: _zero(x))
+signbit = _unary("signbit", _compare, "True where the sign bit is set (-0.0 and -nan included).", cpu_only=True)
+atan2 = _binary("atan2", floating, "The angle of the point (x2, x1), in (-pi, pi].", cpu_only=True)
+copysign = _binary("copysign", floating, "|x1| with the sign of x2.", cpu_only=True)
+hypot = _binary("hypot", floating, "sqrt(x1**2 + x2**2) without overflow.", cpu_only=True)
+logaddexp = _binary("logaddexp", floating, "log(exp(x1) + exp(x2)) without overflow.", cpu_only=True)
+bitwise_and = _binary("bitwise_and", integral, "x1 & x2 on integer (or bool) tensors.", cpu_only=True)
+bitwise_or = _binary("bitwise_or", integral, "x1 | x2 on integer (or bool) tensors.", cpu_only=True)
+bitwise_xor = _binary("bitwise_xor", integral, "x1 ^ x2 on integer (or bool) tensors.", cpu_only=True)
+bitwise_left_shift = _binary("bitwise_left_shift", lambda n: integral(n, False),
+                             "x1 << x2 (wraps; a count >= the bit width gives 0).", cpu_only=True)
+bitwise_right_shift = _binary("bitwise_right_shift", lambda n: integral(n, False),
+                              "x1 >> x2, arithmetic for signed ints.", cpu_only=True)
+op("bitwise_invert", kind="composite", shape=same_shape, dtype=integral("bitwise_invert"),
+   decompose=host_fallback("bitwise_invert"), doc="~x: bitwise not of ints, logical not of bools.")
+
+
+@method
+def bitwise_invert(x: Tensor) -> Tensor:
+    """~x: bitwise not of an integer tensor (wraps), logical not of a bool one."""
+    if x.dtype is _dt.bool_:
+        return logical_not(x)
+    return apply("bitwise_invert", x)
+
+
 @method
 def positive(x: Tensor) -> Tensor:
     """+x (the tensor itself: tensors are immutable)."""
@@ -315,7 +402,7 @@ op("cast", kind="unary", shape=same_shape, dtype=lambda x, *, dtype, **_: dtype,
 
 
 @method
-def astype(x: Tensor, dtype) -> Tensor:
+def astype(x: Tensor, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     """``x`` converted to ``dtype``: float -> int truncates toward zero and saturates at the
     int range, NaN -> 0 (the same on every backend); int -> int wraps; -> bool is ``x != 0``
     (so NaN -> True); -> float16 rounds to nearest even, overflow -> inf.
@@ -323,10 +410,16 @@ def astype(x: Tensor, dtype) -> Tensor:
     >>> import ember
     >>> ember.tensor([-1.7, 2.9, float("nan")]).astype("int32").tolist()
     [-1, 2, 0]
+
+    ``copy`` (array API) changes nothing but identity: tensors are immutable, so ``copy=False``
+    returns ``x`` itself when the dtype already matches. ``device`` moves the result.
     """
+    if device is not None and device != x.device:
+        return astype(x.to(device), dtype, copy=copy)
     dt = _dt.get(dtype)
     if dt is x.dtype:
-        return x
+        return x   # immutable: a copy could not be told apart
+    _dt.check_device(dt, x.device)
     return apply("cast", x, dtype=dt)
 
 
@@ -391,27 +484,25 @@ def _op(fn, reflected=False):
     return dunder
 
 
-def _logical(name, fn):
+def _logical(name, fn, bitwise):
+    """& | ^: logical on two bool tensors, bitwise on integers (array API)."""
     def f(x1, x2):
         x1, x2 = _args(x1, x2)
-        if x1.dtype is not _dt.bool_ or x2.dtype is not _dt.bool_:
-            raise DTypeError(f"{name}: ember's & | ^ ~ are logical ops on bool tensors; bitwise ops on "
-                             f"{_names((x1.dtype, x2.dtype))} are not supported")
-        return fn(x1, x2)
+        if x1.dtype is _dt.bool_ and x2.dtype is _dt.bool_:
+            return fn(x1, x2)
+        return bitwise(x1, x2)
     return f
 
 
 def _invert(x):
-    if x.dtype is not _dt.bool_:
-        raise DTypeError(f"invert: ember's ~ is logical not on bool tensors; bitwise not on {x.dtype.name} "
-                         f"is not supported")
-    return logical_not(x)
+    return bitwise_invert(x)
 
 
 for _name, _fn in [("add", add), ("sub", subtract), ("mul", multiply), ("truediv", divide),
                    ("floordiv", floor_divide), ("mod", remainder), ("pow", pow),
-                   ("and", _logical("and", logical_and)), ("or", _logical("or", logical_or)),
-                   ("xor", _logical("xor", logical_xor))]:
+                   ("and", _logical("and", logical_and, bitwise_and)), ("or", _logical("or", logical_or, bitwise_or)),
+                   ("xor", _logical("xor", logical_xor, bitwise_xor)), ("lshift", bitwise_left_shift),
+                   ("rshift", bitwise_right_shift)]:
     setattr(Tensor, f"__{_name}__", _op(_fn))
     setattr(Tensor, f"__r{_name}__", _op(_fn, reflected=True))
 for _name, _fn in [("eq", equal), ("ne", not_equal), ("lt", less), ("le", less_equal), ("gt", greater),

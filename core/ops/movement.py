@@ -16,6 +16,7 @@ Composites: ``expand_dims``, ``squeeze``, ``flatten``, ``transpose``, ``matrix_t
 from __future__ import annotations
 
 import builtins
+import operator
 from math import prod
 
 from .. import dtypes as _dt
@@ -42,11 +43,14 @@ op("reshape", kind="movement", shape=_reshape_shape, dtype=same_dtype,
 
 
 def _resolve_shape(old, shape, name="reshape") -> tuple:
-    if isinstance(shape, int):
+    if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
+        # ints only (numpy ints too): 2.0, "3" and True are mistakes, not sizes
+        if isinstance(shape, (str, bytes)) or any(isinstance(s, (bool, float, str)) for s in shape):
+            raise TypeError
+        shape = tuple(operator.index(s) for s in shape)
+    except TypeError:
         raise ShapeError(f"{name}: shape must be a sequence of ints, got {shape!r}") from None
     n = prod(old)
     unknown = [i for i, s in enumerate(shape) if s == -1]
@@ -63,8 +67,9 @@ def _resolve_shape(old, shape, name="reshape") -> tuple:
     return shape
 
 
-def reshape(x: Tensor, shape) -> Tensor:
-    """The same values with a new shape (one entry may be -1). No copy on the python backend.
+def reshape(x: Tensor, shape, /, *, copy=None) -> Tensor:
+    """The same values with a new shape (one entry may be -1). No copy on the python backend;
+    ``copy`` (array API) is accepted: tensors are immutable, so sharing is never observable.
 
     >>> import ember
     >>> ember.reshape(ember.arange(6), (3, -1)).shape
@@ -78,10 +83,10 @@ def reshape(x: Tensor, shape) -> Tensor:
 
 def _varargs(fn, name, doc):
     """A Tensor method taking a shape/axes either as one sequence or spread out (torch style)."""
-    def m(x: Tensor, *args) -> Tensor:
+    def m(x: Tensor, *args, **kwargs) -> Tensor:
         if len(args) == 1 and not isinstance(args[0], int):
             args = args[0]
-        return fn(x, args)
+        return fn(x, args, **kwargs)
     m.__name__ = name
     m.__doc__ = doc
     return method(m, name=name)
