@@ -26,6 +26,25 @@ class DeviceError(EmberError, RuntimeError):
     """An unknown or unavailable device, or tensors on different devices mixed in one op."""
 
 
+class DeviceLimitError(DeviceError):
+    """A tensor or binding over one of the GPU's limits (``maxStorageBufferBindingSize``,
+    ``maxBufferSize``) in a kernel that cannot be split into chunks; raised before the op's work
+    is submitted. ``op``, ``shape``, ``nbytes``, ``limit`` and ``limit_name`` say which."""
+
+    def __init__(self, message="", *, op=None, shape=None, nbytes=None, limit=None, limit_name=None):
+        super().__init__(message)
+        self.op, self.shape, self.nbytes, self.limit, self.limit_name = op, shape, nbytes, limit, limit_name
+
+
+class DeviceLostError(DeviceError):
+    """The GPU device was lost (driver reset, ``GPUDevice.destroy()``, the browser reclaiming it):
+    the tensors on it are gone; move the work to another device (``"python"``, ``"wasm"``)."""
+
+
+class DeviceOutOfMemoryError(DeviceError, MemoryError):
+    """The GPU ran out of memory while allocating a buffer or running work."""
+
+
 class IndexingError(EmberError, IndexError):
     """An index out of range or an indexing form ember does not support."""
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 from .fusion import fusion_enabled, set_fusion
 from .runtime import get_runtime, init_runtime
 
-__all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "evaluate", "synchronize"]
+__all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "evaluate", "synchronize",
+           "set_limits"]
 
 
 async def init(power_preference: str = "high-performance") -> dict:
@@ -55,6 +56,17 @@ def stats() -> dict:
 def reset_stats() -> None:
     """Zero the counters (memory counters keep their current values)."""
     get_runtime().reset_stats()
+
+
+def set_limits(max_binding_bytes=None, max_buffer_bytes=None) -> dict:
+    """Lower the GPU limits ember plans with (``maxStorageBufferBindingSize``, ``maxBufferSize``)
+    below the adapter's, as ``EMBER_WEBGPU_MAX_BINDING_BYTES`` / ``EMBER_WEBGPU_MAX_BUFFER_BYTES``
+    do at start-up: to test the chunked kernels, or to emulate a smaller GPU. None restores the
+    adapter's own. Returns the previous ``{"max_binding", "max_buffer"}``.
+
+    Elementwise kernels (fused chains, casts, where) and matmul (by row blocks) run in chunks over
+    tensors larger than one binding; other kernels raise ``ember.errors.DeviceLimitError``."""
+    return get_runtime().set_limits(max_binding_bytes, max_buffer_bytes)
 
 
 def info() -> dict:

@@ -15,8 +15,8 @@ with ``getCompilationInfo()`` (synchronously where JSPI allows, else on the next
 """
 from __future__ import annotations
 
-from ..errors import DeviceError
-from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver
+from ..errors import DeviceError, DeviceOutOfMemoryError
+from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver, device_error
 
 _LIMIT_JS = {n: "".join(w if i == 0 else w.capitalize() for i, w in enumerate(n.split("_")))
              for n in LIMIT_NAMES}  # max_buffer_size -> maxBufferSize
@@ -97,15 +97,33 @@ class BrowserDriver(BatchingDriver):
         self._unchecked: list = []  # shader modules whose compilation info is not checked yet
 
         def on_error(ev):
-            self._errors.append(str(ev.error.message))
+            kind = str(getattr(getattr(ev.error, "constructor", None), "name", "") or "")
+            self._errors.append(("OutOfMemory: " if "OutOfMemory" in kind else "") + str(ev.error.message))
         self._on_error = ffi.create_proxy(on_error)
         dev.addEventListener("uncapturederror", self._on_error)
         self._layouts = {}
+        self.lost = None   # GPUDevice.lost resolved: why; every call then raises DeviceLostError
+
+        def on_lost(info):
+            msg = str(getattr(info, "message", "") or "")
+            self.lost = f"{getattr(info, 'reason', '') or 'unknown reason'}{': ' + msg if msg else ''}"
+        self._on_lost = ffi.create_proxy(on_lost)
+        try:
+            dev.lost.then(self._on_lost)
+        except Exception:  # pragma: no cover - a browser without GPUDevice.lost
+            pass
 
     # ---- errors ------------------------------------------------------------------------------
+    def _alive(self, what: str) -> None:
+        if self.lost is not None:
+            raise device_error(RuntimeError(self.lost), what, self)
+
     def _raise_errors(self, where: str) -> None:
+        self._alive(where)
         if self._errors:
             msgs, self._errors = self._errors, []
+            if any(m.startswith("OutOfMemory: ") for m in msgs):
+                raise DeviceOutOfMemoryError(f"webgpu: the GPU ran out of memory ({where}): " + " | ".join(msgs))
             raise DeviceError(f"webgpu: the browser reported a WebGPU error ({where}): " + " | ".join(msgs))
 
     async def _check_modules_async(self) -> None:
@@ -124,6 +142,7 @@ class BrowserDriver(BatchingDriver):
 
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
+        self._alive(f"allocating {nbytes} bytes")
         size = max(4, (int(nbytes) + 3) // 4 * 4)
         if size > self.limits["max_buffer_size"]:
             raise DeviceError(f"webgpu: a buffer of {size} bytes exceeds this adapter's "
@@ -137,6 +156,7 @@ class BrowserDriver(BatchingDriver):
         buf.destroy()
 
     def write(self, buf, data, offset: int = 0) -> None:
+        self._alive("writing to the GPU")
         if id(buf) in self._pending:
             self.flush()
         mv = memoryview(data).cast("B")
@@ -164,6 +184,7 @@ class BrowserDriver(BatchingDriver):
         return data
 
     def read(self, buf, nbytes: int, offset: int = 0) -> bytes:
+        self._alive("reading back from the GPU")
         if not self._can_block():
             raise DeviceError("webgpu: a synchronous read (tolist/item/numpy) cannot block here: "
                               "this code was not entered through pyodide.runPythonAsync (JSPI). "
@@ -172,15 +193,22 @@ class BrowserDriver(BatchingDriver):
         if self._unchecked:
             run_sync(self._check_modules_async())
         rb = self._staging_copy(buf, nbytes, offset)
-        run_sync(rb.mapAsync(self._js.GPUMapMode.READ))
+        try:
+            run_sync(rb.mapAsync(self._js.GPUMapMode.READ))
+        except Exception as e:   # mapAsync rejects when the device is lost meanwhile
+            raise device_error(e, f"reading {nbytes} bytes back from the GPU", self) from e
         self._raise_errors("read")
         return self._finish_read(rb, nbytes)
 
     async def read_async(self, buf, nbytes: int, offset: int = 0) -> bytes:
         if self._unchecked:
             await self._check_modules_async()
+        self._alive("reading back from the GPU")
         rb = self._staging_copy(buf, nbytes, offset)
-        await rb.mapAsync(self._js.GPUMapMode.READ)
+        try:
+            await rb.mapAsync(self._js.GPUMapMode.READ)
+        except Exception as e:
+            raise device_error(e, f"reading {nbytes} bytes back from the GPU", self) from e
         self._raise_errors("read")
         return self._finish_read(rb, nbytes)
 
@@ -216,6 +244,7 @@ class BrowserDriver(BatchingDriver):
             for i, b, off, size in entries]}))
 
     def _begin_pass(self):
+        self._alive("recording GPU work")
         enc = self._dev.createCommandEncoder()
         return enc, enc.beginComputePass()
 

@@ -17,12 +17,15 @@ Conventions every driver follows:
   bound at the next binding as a uniform buffer (``var<uniform>``). A buffer entry is either a
   handle (whole buffer) or a ``(handle, offset, nbytes)`` tuple.
 - Errors (shader compilation, validation, out of memory, no adapter) raise
-  ``ember.errors.DeviceError`` with the driver's message.
+  ``ember.errors.DeviceError`` with the driver's message (``device_error`` picks the subclass:
+  ``DeviceLostError`` once the device is lost, ``DeviceOutOfMemoryError`` for out of memory).
+  ``lost`` is None, or why the device was lost; every call after that raises DeviceLostError.
 
 ``limits`` keys (snake_case, same meaning as WebGPU's ``GPUSupportedLimits``):
 ``max_storage_buffer_binding_size``, ``max_buffer_size``, ``max_compute_workgroups_per_dimension``,
 ``max_compute_invocations_per_workgroup``, ``max_compute_workgroup_storage_size``,
-``max_storage_buffers_per_shader_stage``, ``min_uniform_buffer_offset_alignment``.
+``max_storage_buffers_per_shader_stage``, ``min_uniform_buffer_offset_alignment``,
+``min_storage_buffer_offset_alignment``.
 ``features``: a frozenset of WebGPU feature names, normalised to the spec spelling
 (``"subgroups"``, ``"shader-f16"``, ``"timestamp-query"``). ``info``: ``vendor``,
 ``architecture``, ``device``, ``description``, ``backend`` (``"Vulkan"``, ``"browser"``...),
@@ -41,6 +44,7 @@ LIMIT_NAMES = (
     "max_compute_workgroup_storage_size",
     "max_storage_buffers_per_shader_stage",
     "min_uniform_buffer_offset_alignment",
+    "min_storage_buffer_offset_alignment",
 )
 
 # How many dispatches a driver records before it submits on its own: large enough that a model's
@@ -82,6 +86,31 @@ class Driver(Protocol):
 
     def flush(self) -> None:
         """Submit the recorded work (does not wait for it)."""
+
+
+def device_error(e: BaseException, what: str, driver=None):
+    """The typed ember error for a WebGPU failure ``e`` while doing ``what``: DeviceLostError
+    when the device is (or has just been found) lost, DeviceOutOfMemoryError for out of memory,
+    else DeviceError; never a raw wgpu/JS exception."""
+    from ..errors import DeviceError, DeviceLostError, DeviceOutOfMemoryError
+
+    if isinstance(e, DeviceError):
+        return e
+    msg = str(e).strip()
+    low = msg.lower()
+    lost = getattr(driver, "lost", None)
+    if lost is None and ("device is lost" in low or "device lost" in low or "device was lost" in low
+                         or "destroyed device" in low):
+        lost = msg.splitlines()[-1].strip() if msg else "lost"
+        if driver is not None:
+            driver.lost = lost
+    if lost is not None:
+        return DeviceLostError(f"webgpu: the GPU device was lost ({lost}) while {what}; its tensors are "
+                               f"gone: move the work to device='python' (or 'wasm'/'numpy') or "
+                               f"reopen the GPU with `await ember.webgpu.init()`")
+    if "outofmemory" in type(e).__name__.lower() or "out of memory" in low or "outofmemory" in low:
+        return DeviceOutOfMemoryError(f"webgpu: the GPU ran out of memory while {what}: {msg}")
+    return DeviceError(f"webgpu: {what} failed: {msg}")
 
 
 class UniformArena:

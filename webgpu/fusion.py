@@ -305,15 +305,18 @@ class Program:
             words.append(_const_bits(value, dt))
         return words
 
-    def code(self, base: int, first_binding: int, strided_out: bool = False):
+    def code(self, base: int, first_binding: int, strided_out: bool = False, chunk_word=None):
         """(binding declarations, statements computing v<k>, name of the result) with the
-        uniform words starting at word ``base`` and the inputs at ``first_binding``."""
+        uniform words starting at word ``base`` and the inputs at ``first_binding``.
+        ``chunk_word``: the word holding the first output element of this chunk (a chunked
+        run: ``i`` counts from the chunk's start, strided inputs index by the global element)."""
         rank = len(self.shape)
         bindings = [f"@group(0) @binding({first_binding + j}) var<storage, read> in{j}: array<{wgsl_type(gb.dtype)}>;"
                     for j, gb in enumerate(self.leaves)]
         lines = []
         if not all(self.leaf_direct) or strided_out:
-            lines.append("  var rem = i;")     # multi-index of output element i, innermost last
+            # multi-index of output element i, innermost last
+            lines.append("  var rem = i;" if chunk_word is None else f"  var rem = i + u({base + chunk_word}u);")
             for d in range(rank - 1, -1, -1):
                 lines.append(f"  let d{d} = i32(rem % u({base + 1 + d}u)); rem = rem / u({base + 1 + d}u);")
         for k, e in enumerate(self.sig):
@@ -371,6 +374,10 @@ def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
         rt.stats["fused_epilogues"] += 1
         rt.stats["fused_ops"] += prog.ops
         return
+    mb = rt.max_binding
+    if (n * 4 if out_view is None else storage.nbytes) > mb or any(gb.storage.nbytes > mb for gb in prog.leaves):
+        _run_chunked(rt, prog, words, shape, dtype, storage, out_view)
+        return
     info_n = max(1, (len(words) + 3) // 4)
     key = ("fused", len(shape), dtype.name, prog.sig, out_view is not None)
     pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, out_view is not None))
@@ -381,6 +388,90 @@ def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
     rt.stats["fused_kernels"] += 1
     rt.stats["fused_ops"] += prog.ops
     rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid_1d((n + WG - 1) // WG, rt.max_groups))
+
+
+def _digits(x: int, shape) -> list:
+    out = []
+    for n in reversed(shape):
+        out.append(x % n)
+        x //= n
+    return out[::-1]
+
+
+def _leaf_range(gb, st, shape, s: int, e: int) -> tuple:
+    """(lowest, highest) element of ``gb``'s storage that output elements [s, e) read through
+    strides ``st``: the axes before the first one whose index changes over the range are fixed,
+    that one spans its two end indices, the ones after it their whole extent."""
+    lo = hi = gb.offset
+    a, b = _digits(s, shape), _digits(e - 1, shape)
+    varying = False
+    for d, n in enumerate(shape):
+        if varying:
+            i0, i1 = 0, n - 1
+        else:
+            i0, i1 = a[d], b[d]
+            varying = i0 != i1
+        x, y = i0 * st[d], i1 * st[d]
+        lo += min(x, y)
+        hi += max(x, y)
+    return lo, hi
+
+
+def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
+    """Run an elementwise kernel whose output or inputs pass ``rt.max_binding`` in chunks of the
+    output: each chunk binds the window of every buffer it touches (offsets aligned to
+    ``minStorageBufferOffsetAlignment``; the rest of the offset goes into the uniforms)."""
+    from .driver import grid_1d
+
+    n = prod(shape)
+    mb = rt.max_binding
+    if out_view is not None:
+        raise rt.limit_error(storage.nbytes, "writing into a region of a larger buffer (concat, pad)")
+    A = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
+    cap = mb // 4                                     # elements one binding may hold
+    strided = [None if prog.leaf_direct[j] else leaf_strides(gb, shape) for j, gb in enumerate(prog.leaves)]
+
+    def windows(s, e):
+        out = []
+        for j, gb in enumerate(prog.leaves):
+            if strided[j] is None:
+                lo, hi = gb.offset + s, gb.offset + e - 1
+            else:
+                lo, hi = _leaf_range(gb, strided[j], shape, s, e)
+            base = lo // A * A
+            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, gb.storage.nbytes - base * 4)
+            out.append((base, size, (gb.offset + s if strided[j] is None else gb.offset) - base))
+        return out
+
+    chunk = max((cap - A) // A * A, A)
+    plan = []
+    s = 0
+    while s < n:
+        e = min(n, s + chunk)
+        win = windows(s, e)
+        if any(w[1] > mb for w in win):
+            if chunk <= A:
+                big = max(w[1] for w in win)
+                raise rt.limit_error(big, "an input read through strides spans more than one binding")
+            chunk = max(chunk // 2 // A * A, A)
+            continue
+        plan.append((s, e, win))
+        s = e
+    chunk_word = len(words)
+    info_n = max(1, (len(words) + 1 + 3) // 4)
+    key = ("fused", len(shape), dtype.name, prog.sig, False, "chunked")
+    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, False, chunk_word))
+    for s, e, win in plan:
+        w = list(words)
+        w[0] = e - s
+        for j, (_, _, off) in enumerate(win):
+            w[prog.leaf_word[j]] = off
+        w.append(s)
+        bufs = [(storage.buf, s * 4, max(4, (e - s) * 4))]
+        bufs += [(gb.storage.buf, base * 4, size) for gb, (base, size, _) in zip(prog.leaves, win)]
+        rt.stats["fused_kernels"] += 1
+        rt.stats["fused_ops"] += prog.ops
+        rt.dispatch(pipe, bufs, pack_info(w, info_n * 4), grid_1d((e - s + WG - 1) // WG, rt.max_groups))
 
 
 def _prepare_matmuls(root, shape, dtype, out_view):
@@ -397,7 +488,10 @@ def _prepare_matmuls(root, shape, dtype, out_view):
     fuse = None
     if (len(pending) == 1 and _FUSION[0] and out_view is None and wgsl_type(dtype) == "f32"
             and pending[0].value.epilogue_ok and tuple(pending[0].value.shape) == tuple(shape)
-            and len(inputs) + 5 <= pending[0].value.rt.max_storage):
+            and len(inputs) + 5 <= pending[0].value.rt.max_storage
+            and not pending[0].value.needs_chunks()
+            and all(nd.buf.storage.nbytes <= pending[0].value.rt.max_binding
+                    for nd in nodes if nd.kind == "leaf")):
         nd = pending[0]
         owner = nd.attrs[0]()
         others = [g for g in (r() for r in nd.attrs[1]) if g is not None and g.expr is not root]
@@ -451,8 +545,8 @@ def _const_bits(value, dt) -> int:
     return v & 0xFFFFFFFF
 
 
-def _source(prog: Program, dtype, info_n: int, strided_out: bool) -> str:
-    bindings, lines, res = prog.code(0, 1, strided_out)
+def _source(prog: Program, dtype, info_n: int, strided_out: bool, chunk_word=None) -> str:
+    bindings, lines, res = prog.code(0, 1, strided_out, chunk_word)
     if strided_out:
         w = 1 + len(prog.shape)
         terms = "".join(f" + d{d} * s({w + 1 + d}u)" for d in range(len(prog.shape)))

@@ -142,15 +142,81 @@ class MatmulPlan:
         return autotune.choose(rt, self.key, cands, default_variant(rt, M, N, K, kind),
                                lambda: _read(rt, storage, self.size), _close)
 
+    def needs_chunks(self) -> bool:
+        """Whether the output or an operand's buffer passes one binding (``rt.max_binding``)."""
+        mb = self.rt.max_binding
+        return self.size * 4 > mb or self.ga.storage.nbytes > mb or self.gb.storage.nbytes > mb
+
     def launch(self, storage, prog, epi_words) -> None:
         """Dispatch into ``storage``; ``prog`` (a ``fusion.Program``) is the epilogue or None."""
+        if self.needs_chunks():
+            if prog is not None:   # fusion never builds one for a chunked matmul
+                raise AssertionError("a chunked matmul takes no epilogue")
+            self._launch_rows(storage)
+            return
         self._dispatch(self.variant(storage), storage, prog, epi_words)
 
-    def _dispatch(self, variant, storage, prog, epi_words) -> None:
+    def _launch_rows(self, storage) -> None:
+        """The matmul by blocks of output rows, each block binding its rows of A and C (and B's
+        window), for outputs or operands larger than one binding. The offsets of the bindings
+        are aligned to ``minStorageBufferOffsetAlignment``, the remainder goes into the A-offset
+        word. No autotune here: the default variant (split-K would need its own large buffer)."""
+        rt, M, N, K = self.rt, self.M, self.N, self.K
+        mb = rt.max_binding
+        shape = self.shape
+        if self.nb != 1:
+            raise rt.limit_error(max(self.size * 4, self.ga.storage.nbytes, self.gb.storage.nbytes),
+                                 "a batched matmul cannot run by row blocks", op="matmul", shape=shape)
+        A_el = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
+        w = self.words
+        a_off, a_rs, a_ks, b_off, b_ks, b_ns = w[4], w[5], w[6], w[8], w[9], w[10]
+
+        def window(g, lo, hi):             # (byte offset, byte size, element remainder)
+            base = lo // A_el * A_el
+            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, g.storage.nbytes - base * 4)
+            return base * 4, size, lo - base
+
+        b_lo = b_off
+        b_hi = b_off + (K - 1) * b_ks + (N - 1) * b_ns
+        bw = window(self.gb, b_lo, b_hi)
+        if bw[1] > mb:
+            raise rt.limit_error(bw[1], "the right operand of a row-blocked matmul must fit one binding",
+                                 op="matmul", shape=shape)
+        # rows per block: C's block start (r0 * N elements) must stay aligned
+        from math import gcd
+
+        step = A_el // gcd(N, A_el)
+        rows = min(M, (mb // 4 - A_el - 4) // max(N, 1), (mb // 4 - A_el - 4 - (K - 1) * a_ks) // max(a_rs, 1) + 1)
+        rows = rows // step * step if rows < M else M
+        if rows < 1:
+            raise rt.limit_error(max(N, K) * 4, "one row of the output or of A is larger than a binding",
+                                 op="matmul", shape=shape)
+        variant = default_variant(rt, rows, N, K, self.kind)
+        variant = "rb128" if variant == "sk" else variant
+        r0 = 0
+        while r0 < M:
+            r1 = min(M, r0 + rows)
+            aw = window(self.ga, a_off + r0 * a_rs, a_off + (r1 - 1) * a_rs + (K - 1) * a_ks)
+            words = list(w)
+            words[0] = r1 - r0
+            words[4] = aw[2]
+            words[8] = bw[2]
+            if words[7] and aw[2] % 4:
+                words[7] = 0
+            if words[11] and bw[2] % 4:
+                words[11] = 0
+            out = (storage.buf, r0 * N * 4, max(4, (r1 - r0) * N * 4))
+            ops = [(self.ga.storage.buf, aw[0], aw[1]), (self.gb.storage.buf, bw[0], bw[1])]
+            self._dispatch(variant, None, None, None, out=out, ops=ops, words=words, M=r1 - r0)
+            r0 = r1
+
+    def _dispatch(self, variant, storage, prog, epi_words, out=None, ops=None, words=None, M=None) -> None:
         rt = self.rt
-        out = (storage.buf, 0, max(4, self.size * 4))
-        ops = [(self.ga.storage.buf, 0, self.ga.storage.nbytes), (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
-        M, N, nb = self.M, self.N, self.nb
+        if out is None:
+            out = (storage.buf, 0, max(4, self.size * 4))
+            ops = [(self.ga.storage.buf, 0, self.ga.storage.nbytes), (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
+        M = self.M if M is None else M
+        N, nb = self.N, self.nb
         split = split_k(M, N, self.K, nb) if variant == "sk" else 1
         if split > 1:
             # pass 1 writes split planes of partial sums, pass 2 adds them and runs the epilogue
@@ -168,11 +234,11 @@ class MatmulPlan:
         else:
             tm, tn = _TILES[variant]
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
-        self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid)
+        self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words)
 
-    def _record(self, variant, bufs, prog, epi_words, split, grid) -> None:
+    def _record(self, variant, bufs, prog, epi_words, split, grid, words=None) -> None:
         rt = self.rt
-        words = list(self.words)
+        words = list(self.words if words is None else words)
         epi, sig = None, None
         if prog is not None:
             base = len(words)

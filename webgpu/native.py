@@ -15,7 +15,7 @@ import os
 import tempfile
 
 from ..errors import DeviceError
-from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver
+from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver, device_error
 
 _FEATURE_NAMES = {"subgroup": "subgroups"}  # wgpu-py spelling -> WebGPU spec spelling
 
@@ -64,6 +64,8 @@ def _adapter():
 class NativeDriver(BatchingDriver):
     """Driver protocol (``ember.webgpu.driver``) over wgpu-py."""
 
+    lost = None   # why the device was lost, once it is (then every call raises DeviceLostError)
+
     def __init__(self):
         wgpu, adapter = _adapter()
         self._wgpu = wgpu
@@ -93,8 +95,21 @@ class NativeDriver(BatchingDriver):
         self._usage = U.STORAGE | U.COPY_SRC | U.COPY_DST
         self._init_batching(self._dev.create_buffer(size=UNIFORM_ARENA_BYTES, usage=U.UNIFORM | U.COPY_DST))
 
+    def _alive(self, what: str) -> None:
+        if self.lost is not None:
+            raise device_error(RuntimeError(self.lost), what, self)
+
+    def lose(self, reason: str = "destroyed") -> None:
+        """Destroy the device (``GPUDevice.destroy()``), as a driver reset would lose it: every
+        later call raises DeviceLostError (tests, and a way to free all GPU memory at once)."""
+        self._open = None
+        self._pending.clear()
+        self._dev.destroy()
+        self.lost = reason
+
     # ---- memory ------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
+        self._alive(f"allocating {nbytes} bytes")
         size = max(4, (int(nbytes) + 3) // 4 * 4)
         if size > self.limits["max_buffer_size"]:
             raise DeviceError(f"webgpu: a buffer of {size} bytes exceeds this adapter's "
@@ -102,15 +117,20 @@ class NativeDriver(BatchingDriver):
         try:
             return self._dev.create_buffer(size=size, usage=self._usage)
         except Exception as e:
-            raise DeviceError(f"webgpu: could not allocate {size} bytes on the GPU: {e}") from e
+            raise device_error(e, f"allocating {size} bytes on the GPU", self) from e
 
     def free(self, buf) -> None:
-        if id(buf) in self._pending:
+        if self.lost is None and id(buf) in self._pending:
             self.flush()
         self._forget(buf)
-        buf.destroy()
+        try:
+            buf.destroy()
+        except Exception:   # a lost device: its buffers are gone already
+            if self.lost is None:
+                raise
 
     def write(self, buf, data, offset: int = 0) -> None:
+        self._alive("writing to the GPU")
         if id(buf) in self._pending:
             self.flush()
         mv = memoryview(data).cast("B")
@@ -118,9 +138,13 @@ class NativeDriver(BatchingDriver):
         if n % 4:  # writeBuffer needs a multiple of 4 bytes
             mv = memoryview(bytes(mv) + bytes(4 - n % 4))
         if len(mv):
-            self._dev.queue.write_buffer(buf, offset, mv)
+            try:
+                self._dev.queue.write_buffer(buf, offset, mv)
+            except Exception as e:
+                raise device_error(e, f"writing {len(mv)} bytes to the GPU", self) from e
 
     def read(self, buf, nbytes: int, offset: int = 0) -> bytes:
+        self._alive("reading back from the GPU")
         self.flush()
         size = max(4, (int(nbytes) + 3) // 4 * 4)
         # read_buffer copies to a staging buffer, submits and maps it: it waits for all work
@@ -128,7 +152,7 @@ class NativeDriver(BatchingDriver):
         try:
             data = self._dev.queue.read_buffer(buf, offset, size)
         except Exception as e:
-            raise DeviceError(f"webgpu: reading {nbytes} bytes back from the GPU failed: {e}") from e
+            raise device_error(e, f"reading {nbytes} bytes back from the GPU", self) from e
         return bytes(memoryview(data).cast("B")[:nbytes])
 
     async def read_async(self, buf, nbytes: int, offset: int = 0) -> bytes:
@@ -139,10 +163,13 @@ class NativeDriver(BatchingDriver):
         # Naga (wgpu 0.32) rejects the standard `enable subgroups;` directive that Chromium's Tint
         # requires; it accepts the subgroup builtins whenever the device has the feature.
         wgsl = wgsl.replace("enable subgroups;", "")
+        self._alive("compiling a pipeline")
         try:
             mod = self._dev.create_shader_module(code=wgsl)
             return self._dev.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": entry})
         except Exception as e:
+            if self.lost is not None or "lost" in str(e).lower():
+                raise device_error(e, f"compiling pipeline {entry!r}", self) from e
             raise DeviceError(f"webgpu: WGSL pipeline {entry!r} failed to compile: {e}") from e
 
     # ---- BatchingDriver hooks ----------------------------------------------------------------
@@ -155,11 +182,15 @@ class NativeDriver(BatchingDriver):
                 {"binding": i, "resource": {"buffer": b, "offset": off, "size": size}}
                 for i, b, off, size in entries])
         except Exception as e:
-            raise DeviceError(f"webgpu: binding {len(entries)} buffers failed: {e}") from e
+            raise device_error(e, f"binding {len(entries)} buffers", self) from e
 
     def _begin_pass(self):
-        enc = self._dev.create_command_encoder()
-        return enc, enc.begin_compute_pass()
+        self._alive("recording GPU work")
+        try:
+            enc = self._dev.create_command_encoder()
+            return enc, enc.begin_compute_pass()
+        except Exception as e:
+            raise device_error(e, "recording GPU work", self) from e
 
     def _record(self, cpass, pipe, bg, grid) -> None:
         cpass.set_pipeline(pipe)
@@ -167,11 +198,12 @@ class NativeDriver(BatchingDriver):
         cpass.dispatch_workgroups(*grid)
 
     def _submit(self, enc, cpass, arena: bytes) -> None:
-        cpass.end()
-        q = self._dev.queue
-        if arena:
-            q.write_buffer(self._arena_buf, 0, arena)
+        self._alive("submitting GPU work")
         try:
+            cpass.end()
+            q = self._dev.queue
+            if arena:
+                q.write_buffer(self._arena_buf, 0, arena)
             q.submit([enc.finish()])
         except Exception as e:
-            raise DeviceError(f"webgpu: submitting GPU work failed: {e}") from e
+            raise device_error(e, "submitting GPU work", self) from e

@@ -386,4 +386,14 @@ def build_kernels(rt) -> dict:
         k[name] = _argreduce(rt, name)
     k.update(nn.build_kernels(rt))
     # only ops the registry knows (a kernel for an op that another helper renamed is dead code)
-    return {n: f for n, f in k.items() if n in OPS}
+    return {n: _named(rt, n, f) for n, f in k.items() if n in OPS}
+
+
+def _named(rt, name, f):
+    """``f`` recording which op runs (``rt.op``), so a limit error names the op and its shape."""
+    def kernel(out, *args, **kw):
+        rt.op = (name, out.shape)
+        return f(out, *args, **kw)
+    kernel.__name__ = getattr(f, "__name__", name)
+    kernel.__wrapped__ = f
+    return kernel

@@ -17,7 +17,6 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 
-from ..errors import DeviceError
 
 
 def size_class(nbytes: int) -> int:
@@ -43,7 +42,7 @@ class Storage:
 class BufferPool:
     """Free lists of driver buffers by size class; counts into ``stats``."""
 
-    def __init__(self, driver, stats: dict, max_pooled: int | None = None):
+    def __init__(self, driver, stats: dict, max_pooled: int | None = None, limits: dict | None = None):
         self.driver = driver
         self.stats = stats
         self.free_lists: dict = {}
@@ -51,16 +50,27 @@ class BufferPool:
         self.pooled_bytes = 0
         lim = driver.limits["max_buffer_size"]
         self.max_pooled = max_pooled if max_pooled is not None else min(lim // 4, 1 << 30)
-        self.max_binding = driver.limits["max_storage_buffer_binding_size"]
+        self.set_limits(driver.limits["max_storage_buffer_binding_size"], lim)
         self.live: dict = {}   # id(weakref) -> (weakref, buffer, size class)
 
+    def set_limits(self, max_binding: int, max_buffer: int) -> None:
+        self.max_binding = int(max_binding)
+        self.max_buffer = int(max_buffer)
+
     def acquire(self, nbytes: int, what: str = "tensor") -> Storage:
-        """A Storage of at least ``nbytes`` bytes (DeviceError past the binding-size limit)."""
-        if nbytes > self.max_binding:
-            raise DeviceError(f"webgpu: {what} needs {nbytes} bytes, more than this adapter's "
-                              f"maxStorageBufferBindingSize ({self.max_binding} bytes); split the work "
-                              f"into smaller tensors or use device='numpy'")
+        """A Storage of at least ``nbytes`` bytes (DeviceLimitError past maxBufferSize). A
+        request that fits one binding never gets a size class that does not (it would no longer
+        bind whole); larger ones are for the kernels that run in chunks."""
+        if nbytes > self.max_buffer:
+            from ..errors import DeviceLimitError
+
+            raise DeviceLimitError(f"webgpu: {what} needs {nbytes} bytes, more than this GPU's "
+                                   f"maxBufferSize ({self.max_buffer} bytes); split the work into smaller "
+                                   f"tensors or use device='numpy'", op=what, nbytes=nbytes,
+                                   limit=self.max_buffer, limit_name="maxBufferSize")
         cls = size_class(nbytes)
+        if cls > self.max_binding >= nbytes or cls > self.max_buffer:
+            cls = (max(int(nbytes), 16) + 15) // 16 * 16
         lst = self.free_lists.get(cls)
         st = self.stats
         if lst:

@@ -10,12 +10,13 @@ structural signature instead.
 """
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from array import array
 from importlib import resources
 
-from ..errors import DeviceError
+from ..errors import DeviceError, DeviceLimitError
 from .pool import BufferPool
 
 STAT_KEYS = ("dispatches", "pipelines_compiled", "pipeline_cache_hits", "fused_kernels", "fused_ops", "fused_epilogues",
@@ -70,19 +71,69 @@ def pack_info(words, size_words: int | None = None) -> bytes:
     return array("I", w).tobytes()
 
 
+def _env_bytes(name: str):
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    try:
+        n = int(float(v))
+    except ValueError:
+        raise DeviceError(f"webgpu: {name}={v!r} is not a number of bytes") from None
+    if n < 256:
+        raise DeviceError(f"webgpu: {name}={n} is too small (at least 256 bytes)")
+    return n
+
+
 class Runtime:
-    """Everything that belongs to one GPU device."""
+    """Everything that belongs to one GPU device.
+
+    ``limits`` are the device's, lowered by ``set_limits`` or the environment variables
+    ``EMBER_WEBGPU_MAX_BINDING_BYTES`` / ``EMBER_WEBGPU_MAX_BUFFER_BYTES`` (to emulate a smaller
+    GPU, or test the chunked paths on a large one): ``max_binding`` (bytes one kernel may bind
+    of a buffer) and ``max_buffer`` (bytes one buffer may hold). Elementwise kernels and matmul
+    run in chunks over tensors larger than ``max_binding``; any other kernel that would bind more
+    raises DeviceLimitError naming the op before its work is submitted."""
 
     def __init__(self, driver):
         self.driver = driver
         self.stats = dict.fromkeys(STAT_KEYS, 0)
-        self.pool = BufferPool(driver, self.stats)
+        self.limits = dict(driver.limits)
+        self.limits.setdefault("min_storage_buffer_offset_alignment", 256)
+        self.pool = BufferPool(driver, self.stats, limits=self.limits)
+        self.op = None     # (name, output shape) of the op whose kernel is running (error messages)
         self.pipelines: dict = {}
-        self.limits = driver.limits
         self.features = driver.features
+        self.set_limits(_env_bytes("EMBER_WEBGPU_MAX_BINDING_BYTES"), _env_bytes("EMBER_WEBGPU_MAX_BUFFER_BYTES"))
         self.max_groups = driver.limits["max_compute_workgroups_per_dimension"]
         # storage buffers one kernel may bind (WebGPU's default limit is 8; cap fusion inputs)
         self.max_storage = min(driver.limits["max_storage_buffers_per_shader_stage"], 10)
+
+    def set_limits(self, max_binding=None, max_buffer=None) -> dict:
+        """Lower the effective ``maxStorageBufferBindingSize`` / ``maxBufferSize`` (None: the
+        device's own); never above the device's. Returns the previous values."""
+        old = {"max_binding": self.max_binding if hasattr(self, "max_binding") else None,
+               "max_buffer": self.max_buffer if hasattr(self, "max_buffer") else None}
+        dl = self.driver.limits
+        align = max(int(self.limits["min_storage_buffer_offset_alignment"]), 16)
+        mb = dl["max_storage_buffer_binding_size"] if max_binding is None else min(int(max_binding), dl["max_storage_buffer_binding_size"])
+        self.max_binding = max(mb // align * align, align)
+        self.max_buffer = dl["max_buffer_size"] if max_buffer is None else min(int(max_buffer), dl["max_buffer_size"])
+        self.limits["max_storage_buffer_binding_size"] = self.max_binding
+        self.limits["max_buffer_size"] = self.max_buffer
+        self.pool.set_limits(self.max_binding, self.max_buffer)
+        return old
+
+    def limit_error(self, nbytes: int, what: str = "", op=None, shape=None) -> DeviceLimitError:
+        op_, shape_ = self.op or (None, None)
+        op = op or op_ or "a kernel"
+        shape = shape if shape is not None else shape_
+        sh = f" on shape {tuple(shape)}" if shape is not None else ""
+        return DeviceLimitError(
+            f"webgpu: {op}{sh} would bind {nbytes} bytes{(' (' + what + ')') if what else ''}, over this "
+            f"GPU's maxStorageBufferBindingSize of {self.max_binding} bytes, and this kernel cannot run in "
+            f"chunks; split the tensor or run this op on device='numpy'/'python'",
+            op=op, shape=tuple(shape) if shape is not None else None, nbytes=nbytes, limit=self.max_binding,
+            limit_name="maxStorageBufferBindingSize")
 
     def reset_stats(self) -> None:
         for k in STAT_KEYS:
@@ -108,6 +159,11 @@ class Runtime:
         return self.pipeline(key, lambda: render(kernel_source(name), params), entry)
 
     def dispatch(self, pipe, buffers, info: bytes, grid) -> None:
+        mb = self.max_binding
+        for b in buffers:
+            size = b[2] if isinstance(b, tuple) else self.driver._buffer_size(b)
+            if size > mb:
+                raise self.limit_error(size)
         self.stats["dispatches"] += 1
         self.driver.dispatch(pipe, buffers, info, grid)
 
@@ -130,7 +186,10 @@ class Runtime:
         return await self.driver.read_async(storage.buf, nbytes, offset)
 
     def info(self) -> dict:
-        return {**self.driver.info, "limits": dict(self.driver.limits), "features": sorted(self.driver.features)}
+        out = {**self.driver.info, "limits": dict(self.limits), "features": sorted(self.driver.features)}
+        if self.limits != self.driver.limits:
+            out["adapter_limits"] = dict(self.driver.limits)   # before set_limits / EMBER_WEBGPU_MAX_*
+        return out
 
 
 _RUNTIME: list = [None]
@@ -143,6 +202,10 @@ def in_browser() -> bool:
 def get_runtime() -> Runtime:
     """The process's runtime, opening the native device on first use (natively)."""
     rt = _RUNTIME[0]
+    if rt is not None and rt.driver.lost is not None:
+        from .driver import device_error
+
+        raise device_error(RuntimeError(rt.driver.lost), "opening the webgpu backend", rt.driver)
     if rt is None:
         if in_browser():
             raise DeviceError("webgpu: in the browser, run `await ember.webgpu.init()` once before "
@@ -156,6 +219,8 @@ def get_runtime() -> Runtime:
 
 async def init_runtime(power_preference: str = "high-performance") -> Runtime:
     rt = _RUNTIME[0]
+    if rt is not None and getattr(rt.driver, "lost", None) is not None:
+        _RUNTIME[0] = rt = None     # the device was lost: open a new one
     if rt is not None:
         return rt
     if in_browser():
