@@ -127,10 +127,11 @@ def test_pool_is_safe_when_tensors_die_in_reference_cycles():
             np.testing.assert_allclose((gpu(np.ones(50, np.float32)) + 1).numpy(), 2.0)
 
 
-def test_binding_size_limit_raises_device_error(monkeypatch):
+def test_buffer_size_limit_raises_device_error(monkeypatch):
+    # (tensors over maxStorageBufferBindingSize run in chunks: tests/test_webgpu_limits.py)
     rt = get_runtime()
-    monkeypatch.setattr(rt.pool, "max_binding", 1024)
-    with pytest.raises(DeviceError, match="maxStorageBufferBindingSize"):
+    monkeypatch.setattr(rt.pool, "max_buffer", 1024)
+    with pytest.raises(DeviceError, match="maxBufferSize"):
         gpu(rand(1000))
 
 

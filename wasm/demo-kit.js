@@ -175,6 +175,7 @@ export class Backends {
       return { ok: false, error: this.info.webgpuError, ms };
     }
     this.webgpu = "ready";
+    if (worker.onWebGPULost) worker.onWebGPULost((reason) => this.lost(reason));
     this.info.webgpu = true;
     this.info.webgpuError = null;
     this.info.webgpuReadyMs = performance.now() - t0;
@@ -192,6 +193,31 @@ export class Backends {
                         "backend may well be faster here." : "");
     if (switched) this.select("webgpu");
     return { ok: true, error: null, ms };
+  }
+
+  /** The GPU device was lost after WebGPU started (GPUDevice.lost, or a call failed with ember's
+   *  DeviceLostError): say so, turn the WebGPU choice off and go on on the CPU. */
+  lost(reason) {
+    if (this.webgpu === "failed") return;
+    this.webgpu = "failed";
+    this.info.webgpu = false;
+    this.info.webgpuError = String(reason || "the GPU device was lost").trim().split("\n").pop();
+    const n = $("notice");
+    n.hidden = false;
+    n.dataset.kind = "webgpu-lost";
+    n.textContent = `WebGPU stopped: ${this.info.webgpuError.replace(/\.$/, "")}. ` +
+                    `The model now runs on the ${this.label("cpu")}: same answers.`;
+    $("backend-webgpu").disabled = true;
+    $("backend-webgpu").parentElement.classList.add("unavailable");
+    $("webgpu-state").textContent = "(lost)";
+    if (this.current === "webgpu") this.select("cpu");
+  }
+
+  /** True (after switching the page to the CPU) when `e` says the GPU device was lost. */
+  recover(e) {
+    const lost = !!e && (e.pythonType === "DeviceLostError" || /device was lost/i.test(String(e.message || "")));
+    if (lost) this.lost(e.pythonMessage || e.message);
+    return lost;
   }
 }
 

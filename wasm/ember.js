@@ -69,6 +69,8 @@
 //        receives what the call reports with `ember_worker.progress(fraction, label, **extra)`.
 //        transfer: ArrayBuffers among args to move instead of copy.
 //   await worker.initWebGPU()                     -> {ok, error}; updates worker.info.webgpu
+//   worker.onWebGPULost(fn)                       -> fn(reason) when the GPU device is lost later;
+//                                                   info.webgpu turns false (pages fall back to the CPU)
 //   await worker.fetchFile(url, path, {cache, onProgress}) -> {bytes, cached}
 //        downloads into Pyodide's file system (cache "auto": the Cache API for URLs the
 //        manifest versions; true/false force it).
@@ -242,13 +244,24 @@ export async function fetchBytes(url, options = {}) {
   return (await fetchBytesInfo(url, options)).bytes;
 }
 
-/** `await ember.webgpu.init()` inside Pyodide; {ok, error} instead of throwing. */
-export async function initWebGPU(pyodide) {
+/** `await ember.webgpu.init()` inside Pyodide; {ok, error} instead of throwing. `onLost(reason)`
+ *  runs if the GPU device is lost later (GPUDevice.lost: a driver reset, the browser reclaiming
+ *  it); ember then raises DeviceLostError for webgpu tensors, and pages move to the CPU. */
+export async function initWebGPU(pyodide, onLost = null) {
   if (!globalThis.navigator || !navigator.gpu) {
     return { ok: false, error: "this browser has no WebGPU (navigator.gpu is missing)" };
   }
   try {
     await pyodide.runPythonAsync("import ember.webgpu\nawait ember.webgpu.init()");
+    if (onLost) {
+      try {
+        const dev = pyodide.runPython("from ember.webgpu.runtime import _RUNTIME\ngetattr(_RUNTIME[0].driver, '_dev', None)");
+        if (dev && dev.lost) {
+          dev.lost.then((info) => onLost(`the GPU device was lost (${info.reason || "unknown reason"}` +
+                                         `${info.message ? ": " + info.message : ""})`));
+        }
+      } catch (e) { /* no device handle to watch: loss still raises DeviceLostError in Python */ }
+    }
     return { ok: true, error: null };
   } catch (e) {
     return { ok: false, error: String(e && e.message ? e.message : e).trim().split("\n").pop() };
@@ -411,6 +424,7 @@ export class EmberWorker {
     this.worker = new Worker(new URL(import.meta.url), { type: "module", name: WORKER_NAME });
     this._next = 1;
     this._pending = new Map();   // id -> {resolve, reject, onProgress, slot}
+    this._onWebGPULost = [];     // callbacks for GPUDevice.lost (onWebGPULost)
     this._onDownload = null;
     // Cancellation flags the worker can read while Python holds its thread.
     this._flags = globalThis.crossOriginIsolated && typeof SharedArrayBuffer === "function"
@@ -428,6 +442,14 @@ export class EmberWorker {
   _receive(msg) {
     if (msg.type === "download") {
       if (this._onDownload) this._onDownload(msg);
+      return;
+    }
+    if (msg.type === "webgpuLost") {    // GPUDevice.lost in the worker: webgpu is gone
+      if (this.info) {
+        this.info.webgpu = false;
+        this.info.webgpuError = msg.reason;
+      }
+      for (const f of this._onWebGPULost) f(msg.reason);
       return;
     }
     const p = this._pending.get(msg.id);
@@ -499,6 +521,11 @@ export class EmberWorker {
 
   call(module, fn, args = [], { kwargs = {}, signal = null, onProgress = null, transfer = [] } = {}) {
     return this._send("call", { module, fn, args, kwargs }, { signal, onProgress, transfer });
+  }
+
+  /** `f(reason)` runs when the worker's GPU device is lost after initWebGPU succeeded. */
+  onWebGPULost(f) {
+    this._onWebGPULost.push(f);
   }
 
   async initWebGPU() {
@@ -691,7 +718,11 @@ function installWorker() {
       return toClonable(r, `${msg.module}.${msg.fn}`);
     },
     async initWebGPU(msg, py) {
-      const r = await initWebGPU(py);
+      const r = await initWebGPU(py, (reason) => {
+        py.ember.webgpu = false;
+        py.ember.webgpuError = reason;
+        post({ type: "webgpuLost", reason });
+      });
       py.ember.webgpu = r.ok;
       py.ember.webgpuError = r.error;
       return r;
