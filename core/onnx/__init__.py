@@ -16,3 +16,4 @@ def import_model(path, out_dir, **kw):
     the ONNX model at ``path``; see ``ember.onnx.codegen.generate``."""
     from .codegen import generate
     return generate(path, out_dir, **kw)
+from .budget import get_limits, limits, set_limits  # noqa: F401,E402

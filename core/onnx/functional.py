@@ -531,13 +531,20 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
 
 # ---- indexing ---------------------------------------------------------------------------------
 
-def _fix_negative(idx: Tensor, n) -> Tensor:
-    """Negative indices count from the end (ONNX Gather/GatherElements/GatherND)."""
-    return E.where(E.less(idx, 0), E.add(idx, n), idx)
+def _fix_negative(idx: Tensor, n, what: str = "Gather") -> Tensor:
+    """Negative indices count from the end (ONNX Gather/GatherElements/GatherND); the valid range
+    is ``[-n, n - 1]``. An index still negative after adding ``n`` is out of range: it becomes
+    ``n``, which ``take`` refuses (IndexingError), instead of wrapping around. No values are read
+    here, so an execution plan can still record it."""
+    neg = E.less(idx, 0)
+    fixed = E.where(neg, E.add(idx, n), idx)
+    return E.where(E.less(fixed, 0), E.add(E.multiply(fixed, 0), n), fixed)
 
 
 def gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
     """ONNX Gather: ``take`` along ``axis`` with any-shaped (possibly negative) indices."""
+    if x.ndim == 0:
+        raise ShapeError("Gather: data must have rank >= 1, got a scalar")
     axis = _norm_axis(axis, x.ndim, "Gather")
     idx = _fix_negative(indices.astype(_dt.int64), x.shape[axis])
     flat = E.take(x, E.reshape(idx, (-1,)), axis=axis)
@@ -545,8 +552,10 @@ def gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
 
 
 def gather_elements(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
+    if x.ndim == 0:
+        raise ShapeError("GatherElements: data must have rank >= 1, got a scalar")
     axis = _norm_axis(axis, x.ndim, "GatherElements")
-    idx = _fix_negative(indices.astype(_dt.int64), x.shape[axis])
+    idx = _fix_negative(indices.astype(_dt.int64), x.shape[axis], "GatherElements")
     return E.take_along_axis(x, idx, axis=axis)
 
 
@@ -565,7 +574,7 @@ def gather_nd(x: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
     stride = 1
     for k in range(q - 1, -1, -1):
         sel = idx[(..., slice(k, k + 1))]
-        sel = _fix_negative(sel, inner[k])
+        sel = _fix_negative(sel, inner[k], "GatherND")
         term = E.multiply(sel, stride)
         flat = term if flat is None else E.add(flat, term)
         stride *= inner[k]
@@ -669,7 +678,12 @@ def range_(start, limit, delta, dtype, device) -> Tensor:
     """ONNX Range: ``max(ceil((limit - start) / delta), 0)`` elements."""
     if delta == 0:
         raise ShapeError("Range: delta is 0")
-    n = max(int(math.ceil((limit - start) / delta)), 0)
+    try:
+        n = max(int(math.ceil((limit - start) / delta)), 0)
+    except (OverflowError, ValueError):
+        raise ShapeError(f"Range: start {start}, limit {limit}, delta {delta} give no finite length") from None
+    from ..limits import check_alloc
+    check_alloc("Range", (n,), dtype)     # before any Python list of n values exists
     if device == "meta":
         return E.zeros((n,), dtype=dtype, device=device)
     if dtype.kind == "f":

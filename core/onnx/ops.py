@@ -402,6 +402,7 @@ def constant_of_shape(c, shape):
 
 @onnx_op("Range", since=11)
 def range_(c, start, limit, delta):
+    c.check(None not in (start, limit, delta), "start, limit and delta are all required")
     vals = [c.scalar(t, n) for t, n in ((start, "start"), (limit, "limit"), (delta, "delta"))]
     return c.call(F.range_, *vals, start.dtype, device=DEVICE)
 
@@ -433,6 +434,7 @@ def reshape_v1(c, x):
 
 @onnx_op("Reshape", since=5)
 def reshape(c, x, shape):
+    c.check(shape is not None, "the shape input is missing (an empty name)")
     dims = c.ints(shape, "shape")
     allowzero = c.i("allowzero", 0)
     if allowzero or 0 not in dims:
@@ -528,6 +530,7 @@ def slice_v1(c, x):
 
 @onnx_op("Slice", since=10)
 def slice_(c, x, starts, ends, axes=None, steps=None):
+    c.check(starts is not None and ends is not None, "the starts and ends inputs are required (an empty name)")
     return _slice(c, x, c.ints(starts, "starts"), c.ints(ends, "ends"), c.ints(axes, "axes"),
                   c.ints(steps, "steps"))
 
@@ -565,6 +568,7 @@ def _slice(c, x, starts, ends, axes, steps):
 
 @onnx_op("Gather")
 def gather(c, x, indices):
+    c.check(x.ndim >= 1, f"data must have rank >= 1, got a scalar")
     return c.call(F.gather, x, indices, c.i("axis", 0))
 
 
@@ -854,10 +858,12 @@ def layer_norm(c, x, scale, bias=None):
     stash = c.i("stash_type", 1)
     if stash != 1:
         c.unsupported(f"stash_type={stash}")
+    c.check(x.ndim >= 1 and -x.ndim <= axis < x.ndim, f"axis {axis} is out of range for rank {x.ndim}")
+    ax = axis % x.ndim
+    ns = tuple(x.shape[ax:])
+    c.check(0 not in ns, f"normalizing over zero elements (the input's shape {x.shape} from axis {axis})")
     if c.wants(1) or c.wants(2):
         return c.call(F.layer_norm, x, scale, bias, axis, eps, True)
-    ax = axis % x.ndim if x.ndim else 0
-    ns = tuple(x.shape[ax:])
     if tuple(scale.shape) == ns and (bias is None or tuple(bias.shape) == ns):
         return c.call(E.layer_norm, x, ns, scale, bias, eps=eps)
     return c.call(F.layer_norm, x, scale, bias, axis, eps)
@@ -1264,7 +1270,7 @@ def if_(c, cond):
     return c.run_graph(then_g if take else else_g, {})
 
 
-_TRACE_LOOP_LIMIT = 1000   # while loading, longer loops are left to run time
+_TRACE_LOOP_LIMIT = 1000   # while loading, longer loops are left to run time (also: ember.onnx.budget)
 
 
 @onnx_op("Loop", since=1)
@@ -1278,12 +1284,14 @@ def loop(c, max_trip=None, cond=None, *carried):
     c.check(n_scan >= 0, "the body has too few outputs")
     m = None if max_trip is None else int(c.scalar(max_trip, "M"))
     keep = True if cond is None else bool(c.scalar(cond, "cond"))
-    if c.tracing and (m is None or m > _TRACE_LOOP_LIMIT):
+    if c.tracing and (m is None or m > _TRACE_LOOP_LIMIT or not c.iterations(max(m, 0))):
         raise NeedsData("loop trip count")
     values = list(carried)
     scans = [[] for _ in range(n_scan)]
     i = 0
     while keep and (m is None or i < m):
+        if not c.tracing:
+            c.iterations(1)       # the call's budget, shared by nested loops: OnnxError past it
         it = c.call(E.tensor, i, dtype=_dt.int64, device="python")
         cnd = c.call(E.tensor, keep, dtype=_dt.bool_, device="python")
         names = [vi.name for vi in body.inputs]
@@ -1315,11 +1323,25 @@ def scan(c, *inputs):
     n_out = len(body.outputs) - n_state
     out_axes = c.ints_attr("scan_output_axes", None) or [0] * n_out
     out_dirs = c.ints_attr("scan_output_directions", None) or [0] * n_out
+    c.check(n_scan >= 1, f"num_scan_inputs must be >= 1, got {n_scan}")
     states = list(inputs[:n_state])
     xs = inputs[n_state:]
+    c.check(all(x is not None for x in inputs), "an input is missing (an empty name)")
+    c.check(len(in_axes) == n_scan and len(in_dirs) == n_scan,
+            f"scan_input_axes/directions give {len(in_axes)}/{len(in_dirs)} values for {n_scan} scan inputs")
+    c.check(len(out_axes) >= n_out and len(out_dirs) >= n_out and n_out >= 0,
+            f"scan_output_axes/directions give {len(out_axes)}/{len(out_dirs)} values for {n_out} scan outputs")
+    c.check(len(body.inputs) == len(inputs), f"the body takes {len(body.inputs)} inputs, the node gives {len(inputs)}")
+    c.check(all(x.ndim >= 1 and -x.ndim <= a < x.ndim for x, a in zip(xs, in_axes)),
+            f"scan_input_axes {in_axes} out of range for inputs of shapes {[x.shape for x in xs]}")
     axes = [a % xs[k].ndim for k, a in enumerate(in_axes)]
     length = xs[0].shape[axes[0]] if xs else 0
     c.check(all(x.shape[a] == length for x, a in zip(xs, axes)), "scan inputs differ in length")
+    # One budget for all loops of a load / a call: a 10**12 axis (even of a zero-size tensor)
+    # is left to run time while loading, and refused when called.
+    if not c.iterations(length, "iterations (a Scan over an axis this long)"):
+        from .runtime import NeedsData
+        raise NeedsData("scan length")
     outs_seq = [[] for _ in range(n_out)]
     names = [vi.name for vi in body.inputs]
     for t in range(length):

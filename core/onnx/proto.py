@@ -329,12 +329,18 @@ def _tensor(buf, span, where) -> TensorProto:
                 t.float_data = array("f")
             t.float_data.extend(_packed_fixed(buf, wt, v, st, where + ".float_data", "f", 4))
         elif f == 5:
-            t.int32_data = (t.int32_data or []) + _packed_varints(buf, wt, v, st, where + ".int32_data")
+            if t.int32_data is None:
+                t.int32_data = []
+            t.int32_data.extend(_packed_varints(buf, wt, v, st, where + ".int32_data"))
         elif f == 6:
             _expect(wt, 2, f, "string_data", st, where)
-            t.string_data = (t.string_data or []) + [bytes(buf[v[0]:v[1]])]
+            if t.string_data is None:
+                t.string_data = []
+            t.string_data.append(bytes(buf[v[0]:v[1]]))
         elif f == 7:
-            t.int64_data = (t.int64_data or []) + _packed_varints(buf, wt, v, st, where + ".int64_data")
+            if t.int64_data is None:
+                t.int64_data = []
+            t.int64_data.extend(_packed_varints(buf, wt, v, st, where + ".int64_data"))
         elif f == 8:
             _expect(wt, 2, f, "name", st, where)
             t.name = _str(buf, v, st, where, "name")
@@ -346,8 +352,9 @@ def _tensor(buf, span, where) -> TensorProto:
                 t.double_data = array("d")
             t.double_data.extend(_packed_fixed(buf, wt, v, st, where + ".double_data", "d", 8))
         elif f == 11:
-            t.uint64_data = (t.uint64_data or []) + _packed_varints(buf, wt, v, st, where + ".uint64_data",
-                                                                    signed=False)
+            if t.uint64_data is None:
+                t.uint64_data = []
+            t.uint64_data.extend(_packed_varints(buf, wt, v, st, where + ".uint64_data", signed=False))
         elif f == 13:
             _expect(wt, 2, f, "external_data", st, where)
             k, val = _string_map(buf, v, st, where + ".external_data")
@@ -631,6 +638,9 @@ def _read_external(t: TensorProto, base_dir, external_data) -> bytes:
             raise OnnxError(f"initializer {t.name!r}: external data file {path!r} does not exist")
         size = os.path.getsize(path)
         blob = None
+    if offset > size:
+        raise OnnxError(f"initializer {t.name!r}: external data offset {offset} is past the end of {loc!r} "
+                        f"({size} bytes)")
     if length is None:
         length = size - offset
     if offset + length > size:

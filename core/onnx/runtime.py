@@ -32,6 +32,7 @@ from ..backends.meta import NeedsData  # noqa: F401  (raised by handlers via thi
 from ..errors import DTypeError, EmberError, OnnxError, ShapeError, UnsupportedOp
 from ..tensor import Tensor
 from . import proto
+from .budget import Budget, estimate_work
 
 FOLD_LIMIT = 1 << 22      # folded constants larger than this (elements) are left to run time
 HOST_LIMIT = 64           # constants this small stay on the "python" device (shape arithmetic)
@@ -93,6 +94,14 @@ class Ctx:
         self.used = set()
         self.scope = {}         # the values visible to subgraphs (If/Loop/Scan bodies)
         self.opsets = {"ai.onnx": opset}
+        self.budget = None      # the load's or the call's work budget (ember.onnx.budget)
+
+    def iterations(self, n: int = 1, what: str = "iterations") -> bool:
+        """Take ``n`` Loop/Scan iterations from the budget: False while tracing when they do not
+        fit (the caller leaves the loop to run time), an OnnxError naming the node at run time."""
+        if self.budget is None:
+            self.budget = Budget()
+        return self.budget.iterations(n, self.tracing, self.where(), what)
 
     # subgraphs -----------------------------------------------------------------------------------
     def _subgraph_constant(self, t):
@@ -117,6 +126,7 @@ class Ctx:
             sub = self.child(node, opset)
             sub.scope = env
             sub.opsets = self.opsets
+            sub.budget = self.budget
             ins = []
             for name in node.inputs:
                 if not name:
@@ -131,9 +141,11 @@ class Ctx:
                 if rec is not None and isinstance(v, Tensor) and id(v) not in rec.known:
                     rec.known[id(v)] = (v, rec._v(name))       # an enclosing graph's value
                 ins.append(v)
-            outs = run_handler(handler, sub, ins)
             if self.tracing:
+                outs = run_handler(handler, sub, ins)
                 sub.check_all_attributes_read()
+            else:
+                outs = run_checked(handler, sub, ins)
             for name, v in zip(node.outputs, outs):
                 if name:
                     env[name] = v
@@ -351,13 +363,24 @@ class TraceCtx(Ctx):
             except NeedsData:
                 probe = None
             outs = probe if isinstance(probe, (tuple, list)) else (probe,)
-            if probe is not None and sum(t.size for t in outs if isinstance(t, Tensor)) > FOLD_LIMIT:
+            outs = [t for t in outs if isinstance(t, Tensor)]
+            if probe is not None and (sum(t.size for t in outs) > FOLD_LIMIT or not self._fold_fits(fn, args, kw, outs)):
                 out = probe
             else:
                 out = fn(*args, **{k: (self.device if v is DEVICE else v) for k, v in kw.items()})
         if rec is not None:
             rec.bind(pending, out)
         return out
+
+    def _fold_fits(self, fn, args, kw, outs) -> bool:
+        """Whether computing ``fn`` now fits the load's folding budget (by estimated work, on the
+        device it would run on); what does not is left to run time."""
+        if self.budget is None:
+            self.budget = Budget()
+        ins = list(_tensors(args)) + list(_tensors(kw.values()))
+        devs = {t.device for t in ins}
+        dev = next(iter(devs)) if len(devs) == 1 else self.device
+        return self.budget.fold(estimate_work(fn, ins, outs), dev)
 
 
 _ARITY: dict = {}
@@ -411,6 +434,36 @@ def run_handler(handler, ctx, inputs):
     if len(out) < n:
         ctx.unsupported(f"output {n - 1} (the op gives {len(out)} outputs)")
     return out[:n]
+
+
+_HANDLER_SLIPS = (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError, RecursionError,
+                  AttributeError, MemoryError)
+
+
+def run_checked(handler, ctx, inputs):
+    """``run_handler`` at run time: an ember error gets the node's name in front, and anything
+    else a handler trips over on a malformed node (a bare TypeError, IndexError, ...) becomes an
+    OnnxError naming the node; a bare MemoryError becomes a ResourceError."""
+    from ..errors import ResourceError
+    node = ctx.node
+    try:
+        return run_handler(handler, ctx, inputs)
+    except NeedsData:
+        raise
+    except EmberError as e:
+        if str(e).startswith("ONNX node "):
+            raise
+        try:
+            err = type(e)(f"ONNX node {node.label} ({node.op_type}): {e}")
+        except TypeError:          # an error class with a different constructor
+            raise e from None
+        raise err from e
+    except MemoryError as e:
+        raise ResourceError(f"ONNX node {node.label} ({node.op_type}, opset {ctx.opset}): out of memory "
+                            f"({e or 'MemoryError'})") from e
+    except _HANDLER_SLIPS as e:
+        raise OnnxError(f"ONNX node {node.label} ({node.op_type}, opset {ctx.opset}): invalid node "
+                        f"({type(e).__name__}: {e})") from e
 
 
 # ---- tensors from the file ------------------------------------------------------------------
@@ -502,7 +555,7 @@ def _node_error(node, opset, e):
     return OnnxError(f"{where}: {type(e).__name__}: {msg}")
 
 
-def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reuse=None):
+def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reuse=None, budget=None):
     """Run every node once on placeholder inputs. Returns ``(env, ran)``: the value of every
     name (Tensor or UNKNOWN) and the indices of nodes whose handler ran to the end. ``reuse``
     (a previous trace's env) skips recomputing nodes whose inputs are the very same objects."""
@@ -543,6 +596,7 @@ def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reu
         ctx = TraceCtx(node, opset, device, recorder)
         ctx.scope = env
         ctx.opsets = opsets
+        ctx.budget = budget
         if recorder is not None:
             recorder.begin(node, ins)
         try:
@@ -582,15 +636,17 @@ def _same(a, b) -> bool:
     return a.shape == b.shape and a.dtype is b.dtype and a._bytes() == b._bytes()
 
 
-def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=None) -> Analysis:
-    """Trace (twice when the inputs have symbolic dims), fold and classify: see the module doc."""
+def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=None, budget=None) -> Analysis:
+    """Trace (twice when the inputs have symbolic dims), fold and classify: see the module doc.
+    ``budget`` (ember.onnx.budget.Budget, one per load) bounds loop iterations and folded work."""
     input_shapes = input_shapes or {}
+    budget = budget if budget is not None else Budget()
     an = Analysis()
     an.input_shapes = dict(input_shapes)
     sizes_a = _symbol_sizes(graph, input_shapes, "a")
     rec_a = recorder_factory() if recorder_factory else None
     try:
-        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget)
     except OnnxError:
         if not sizes_a:
             raise
@@ -601,11 +657,11 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
         sizes_a = _symbol_sizes(graph, input_shapes, "ones")
         rec_a = recorder_factory() if recorder_factory else None
         try:
-            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget)
         except OnnxError:
             sizes_a = {k: None for k in sizes_a}
             rec_a = recorder_factory() if recorder_factory else None
-            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a)
+            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget)
             an.notes.append("the graph does not trace with placeholder sizes for its symbolic input dims; "
                             "the nodes that depend on them are checked at run time only")
     an.symbols = sizes_a
@@ -615,7 +671,8 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
         sizes_b = {k: v + 1 for k, v in sizes_a.items()}
         rec_b = recorder_factory() if recorder_factory else None
         try:
-            env_b, _ = trace(graph, consts, opsets, device, sizes_b, input_shapes, rec_b, reuse=(env_a, ran_a))
+            env_b, _ = trace(graph, consts, opsets, device, sizes_b, input_shapes, rec_b, reuse=(env_a, ran_a),
+                                 budget=budget)
         except (OnnxError, UnsupportedOp):
             env_b = {}
         an.trace_b = env_b
@@ -680,6 +737,7 @@ class Model:
             self.opsets["ai.onnx"] = 1 if mp.ir_version < 3 else 0
         if g.sparse_initializers:
             raise UnsupportedOp("ONNX graph: sparse initializers are not supported by ember")
+        budget = Budget()
         if mp.functions:
             _inline_functions(mp)
         consts = {}
@@ -702,7 +760,7 @@ class Model:
         self.input_names = [vi.name for vi in self.inputs]
         self.output_names = [vi.name for vi in g.outputs]
         self.input_shapes = dict(input_shapes or {})
-        an = analyze(g, consts, self.opsets, device, self.input_shapes)
+        an = analyze(g, consts, self.opsets, device, self.input_shapes, budget=budget)
         for msg in an.notes:
             self._note(msg)
         self.analysis = an
@@ -770,7 +828,14 @@ class Model:
             raise OnnxError(f"ONNX model: unknown input(s) {extra}; the model takes {self.input_names}")
         tensors = tuple(self._feed(vi.name, feeds[vi.name], vi) for vi in self.inputs)
         if self._compiled is not None:   # replay the plan recorded for this input signature
-            return self._compiled(*tensors)
+            try:
+                return self._compiled(*tensors)
+            except EmberError as e:
+                if str(e).startswith("ONNX node "):
+                    raise
+                # A kernel refused these values while replaying the plan (an index out of range):
+                # run node by node to say which node it was.
+                return self._execute(*tensors)
         return self._execute(*tensors)
 
     def stats(self) -> dict:
@@ -783,17 +848,18 @@ class Model:
         env = dict(self._consts)
         for vi, t in zip(self.inputs, tensors):
             env[vi.name] = t
-        from ..errors import EmberError as _E
+        budget = Budget()       # one per call: Loop/Scan iterations, nested loops included
         for step, (node, (handler, opset)) in enumerate(zip(self._plan, self._handlers)):
             ctx = RunCtx(node, opset, self.device, self)
             ctx.scope = env
             ctx.opsets = self.opsets
+            ctx.budget = budget
             try:
-                outs = run_handler(handler, ctx, [env[n] if n else None for n in node.inputs])
-            except _E as e:
-                if str(e).startswith("ONNX node "):
-                    raise
-                raise type(e)(f"ONNX node {node.label} ({node.op_type}): {e}") from e
+                ins = [env[n] if n else None for n in node.inputs]
+            except KeyError as e:
+                raise OnnxError(f"ONNX node {node.label} ({node.op_type}): input {e.args[0]!r} is not "
+                                f"produced by any earlier node, initializer or graph input") from None
+            outs = run_checked(handler, ctx, ins)
             for name, v in zip(node.outputs, outs):
                 if name:
                     env[name] = v
@@ -801,7 +867,9 @@ class Model:
                 env.pop(name, None)
         out = {}
         for name in self.output_names:
-            v = env[name]
+            v = env.get(name)
+            if not isinstance(v, Tensor):
+                raise OnnxError(f"ONNX graph output {name!r} is not produced (got {type(v).__name__})")
             out[name] = v if v.device == self.device else v.to(self.device)
         return out
 
@@ -847,6 +915,9 @@ def _inline_functions(mp):
             key = "ai.onnx" if d == "" else d
             mp.opset_import.setdefault(key, v)
     counter = [0]
+    from .budget import node_limit
+    limit = node_limit(len(mp.graph.nodes) + sum(len(f.nodes) for f in mp.functions))
+    made = [0]
 
     def expand(nodes, depth):
         if depth > 16:
@@ -858,6 +929,12 @@ def _inline_functions(mp):
                 out.append(n)
                 continue
             counter[0] += 1
+            made[0] += len(f.nodes)
+            if made[0] > limit:
+                raise OnnxError(f"ONNX model: inlining model-local function {f.name!r} (domain {f.domain!r}, called "
+                                f"by node {n.label}) would make more than {limit:,} nodes (functions calling "
+                                f"each other several times per level); refused. ember.onnx.set_limits("
+                                f"inlined_nodes=N) raises the limit")
             prefix = f"__{f.name}_{counter[0]}__"
             ren = {}
             for formal, actual in zip(f.inputs, n.inputs):
