@@ -717,34 +717,19 @@ def shrink_onnx(data: bytes, sig, runner_args, budget_s: float = 20.0) -> bytes:
 
 # ---- the campaign ---------------------------------------------------------------------------
 
-def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = None, jobs: int = 2, seed: int = 0,
-         mem_mib: int = 1024, timeout: float = 10.0, out_dir: str | None = None, minimize: bool = True,
-         onnx_findings_dir: str | None = None, progress: bool = False) -> dict:
-    """Run the fuzzers; return the report (per format: cases, outcomes, findings, peak memory)."""
-    import warnings
+def _new_stats(formats) -> dict:
+    return {f: {"cases": 0, "ok": 0, "ember_errors": 0, "non_ember": 0, "over_2s": 0, "timeouts": 0,
+                "crashes": 0, "over_2s_at_run_time": 0, "max_seconds": 0.0, "max_load_seconds": 0.0,
+                "peak_rss_mib": 0.0, "errors": {}, "findings": {}} for f in formats}
 
-    warnings.simplefilter("ignore")   # mutated models warn a lot (e.g. shapes checked at run time)
-    _import_ember()     # imported before forking, so every child starts warm
-    import ember.onnx  # noqa: F401
 
-    seeds = load_seeds()
-    for fmt in formats:
-        if not seeds[fmt]:
-            raise SystemExit(f"fuzz: no seeds for {fmt}")
-        for _, s in seeds[fmt]:   # warm up lazily imported code paths in the parent
-            try:
-                run_case(fmt, s)
-            except Exception:  # noqa: BLE001
-                pass
-    rng = random.Random(seed)
-    runner = Runner(jobs, mem_mib << 20, timeout)
-    stats = {f: {"cases": 0, "ok": 0, "ember_errors": 0, "non_ember": 0, "over_2s": 0, "timeouts": 0,
-                 "crashes": 0, "over_2s_at_run_time": 0, "max_seconds": 0.0, "max_load_seconds": 0.0, "peak_rss_mib": 0.0, "errors": {}, "findings": {}} for f in formats}
+def _campaign(formats, seeds, rng, runner, jobs, cases, t_end, progress, tag=""):
+    """Mutate and run cases (``cases``: {format: count}, or None to run until ``t_end``), the
+    formats in turn; returns (stats, findings)."""
+    stats = _new_stats(formats)
     findings: dict = {}
-    t_end = time.monotonic() + minutes * 60 if minutes else None
     submitted = 0
-    started = time.monotonic()
-    last_print = started
+    started = last_print = time.monotonic()
 
     def handle(payload, o):
         fmt, data = payload
@@ -776,16 +761,22 @@ def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = N
             if key not in findings:
                 findings[key] = {"sig": sig, "data": data, "outcome": o}
 
-    fmt_cycle = list(formats)
+    left = dict(cases) if cases is not None else None
+    turn = 0
     while True:
-        if cases is not None and submitted >= cases * len(formats):
+        if left is not None and not any(left.values()):
             break
         if t_end is not None and time.monotonic() > t_end:
             break
         while len(runner.running) >= jobs:
             for payload, o in runner.collect():
                 handle(payload, o)
-        fmt = fmt_cycle[submitted % len(fmt_cycle)]
+        fmt = formats[turn % len(formats)]
+        turn += 1
+        if left is not None:
+            if not left.get(fmt):
+                continue
+            left[fmt] -= 1
         _, base = rng.choice(seeds[fmt])
         data = mutate(fmt, rng, base, seeds[fmt])
         if rng.random() < 0.15:   # stack mutations now and then
@@ -794,11 +785,102 @@ def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = N
         submitted += 1
         if progress and time.monotonic() - last_print > 10:
             last_print = time.monotonic()
-            print(f"[fuzz] {submitted} cases, {submitted / (last_print - started):.0f}/s, "
+            print(f"[fuzz]{tag} {submitted} cases, {submitted / (last_print - started):.0f}/s, "
                   f"findings {sum(len(s['findings']) for s in stats.values())}", flush=True)
     while runner.running:
         for payload, o in runner.collect():
             handle(payload, o)
+    return stats, findings
+
+
+def _merge(into: dict, stats: dict) -> None:
+    for fmt, s in stats.items():
+        t = into[fmt]
+        for k, v in s.items():
+            if k in ("errors", "findings"):
+                for kk, n in v.items():
+                    t[k][kk] = t[k].get(kk, 0) + n
+            elif k.startswith(("max_", "peak_")):
+                t[k] = max(t[k], v)
+            else:
+                t[k] += v
+
+
+def _sharded(formats, seeds, jobs, seed, mem_bytes, timeout, cases, t_end, progress):
+    """``jobs`` forked worker processes, each mutating and running its share of the cases (one
+    forked child per case, as with one job), so the parent is no bottleneck on many cores."""
+    import pickle
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="ember-fuzz-")
+    pids = {}
+    for k in range(jobs):
+        share = None if cases is None else {f: cases // jobs + (k < cases % jobs) for f in formats}
+        path = os.path.join(tmp, f"shard{k}.pkl")
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                rng = random.Random(f"{seed}:{k}")
+                # the shards start the format cycle at different formats (a time-limited run
+                # stays balanced)
+                order = tuple(formats[k % len(formats):]) + tuple(formats[:k % len(formats)])
+                res = _campaign(order, seeds, rng, Runner(1, mem_bytes, timeout), 1, share, t_end,
+                                progress and k == 0, tag=f" shard 0 of {jobs}:")
+                with open(path, "wb") as fh:
+                    pickle.dump(res, fh)
+                code = 0
+            finally:
+                os._exit(code)
+        pids[pid] = path
+    stats, findings, lost = _new_stats(formats), {}, 0
+    for pid, path in pids.items():
+        os.waitpid(pid, 0)
+        try:
+            with open(path, "rb") as fh:
+                st, fi = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            lost += 1
+            continue
+        _merge(stats, st)
+        for key, f in fi.items():
+            findings.setdefault(key, f)
+        os.unlink(path)
+    os.rmdir(tmp) if not os.listdir(tmp) else None
+    if lost:
+        print(f"[fuzz] {lost} of {jobs} shards died without a report", flush=True)
+    return stats, findings
+
+
+def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = None, jobs: int = 2, seed: int = 0,
+         mem_mib: int = 1024, timeout: float = 10.0, out_dir: str | None = None, minimize: bool = True,
+         onnx_findings_dir: str | None = None, progress: bool = False) -> dict:
+    """Run the fuzzers; return the report (per format: cases, outcomes, findings, peak memory).
+    ``cases`` is per format. With ``jobs`` > 1 the cases are split over that many forked worker
+    processes (each runs its cases one at a time, every case in its own forked child)."""
+    import warnings
+
+    warnings.simplefilter("ignore")   # mutated models warn a lot (e.g. shapes checked at run time)
+    _import_ember()     # imported before forking, so every child starts warm
+    import ember.onnx  # noqa: F401
+
+    seeds = load_seeds()
+    for fmt in formats:
+        if not seeds[fmt]:
+            raise SystemExit(f"fuzz: no seeds for {fmt}")
+        for _, s in seeds[fmt]:   # warm up lazily imported code paths in the parent
+            try:
+                run_case(fmt, s)
+            except Exception:  # noqa: BLE001
+                pass
+    t_end = time.monotonic() + minutes * 60 if minutes else None
+    started = time.monotonic()
+    if jobs > 1:
+        stats, findings = _sharded(tuple(formats), seeds, jobs, seed, mem_mib << 20, timeout, cases, t_end, progress)
+    else:
+        stats, findings = _campaign(formats, seeds, random.Random(seed), Runner(1, mem_mib << 20, timeout), 1,
+                                    None if cases is None else {f: cases for f in formats}, t_end, progress)
+    total_s = time.monotonic() - started
 
     saved = []
     for key, f in findings.items():
@@ -819,7 +901,6 @@ def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = N
         with open(path + ".txt", "w") as fh:
             fh.write(f"{key}\n{f['outcome']['msg']}\n({len(data)} bytes; found with seed {seed})\n")
         saved.append(os.path.relpath(path, REPO))
-    total_s = time.monotonic() - started
     return {"seconds": round(total_s, 1), "jobs": jobs, "mem_mib": mem_mib, "timeout_s": timeout, "seed": seed,
             "cases_per_second": round(sum(s["cases"] for s in stats.values()) / max(total_s, 1e-9), 1),
             "formats": stats, "saved": saved}
