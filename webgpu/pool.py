@@ -32,11 +32,12 @@ def size_class(nbytes: int) -> int:
 class Storage:
     """One GPU buffer owned by tensors; its buffer returns to the pool when it is garbage."""
 
-    __slots__ = ("buf", "nbytes", "__weakref__")
+    __slots__ = ("buf", "nbytes", "owner", "__weakref__")
 
     def __init__(self, buf, nbytes: int):
         self.buf = buf
         self.nbytes = nbytes
+        self.owner = None   # id of the optimizer state that updates it in place (webgpu.optim)
 
 
 class BufferPool:

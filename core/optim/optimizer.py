@@ -3,8 +3,10 @@
 An optimizer holds the parameter tensors it was given; ``step()`` computes each new value from
 ``p.grad`` with ordinary (unrecorded) ops and swaps it into the parameter (``Tensor._set_``), so
 the model, the optimizer and any compiled plan keep pointing at the same parameter objects. On
-WebGPU the elementwise chain of an update is fused by the backend's lazy fusion: one kernel
-for each state tensor (momentum; Adam's two moments) and one for the parameter, per step.
+WebGPU a float32 parameter's whole update is ONE kernel (``ember.webgpu.optim``: the parameter,
+its gradient and the state buffers in one dispatch, the state updated in place); elsewhere, and
+for what that kernel does not cover, the update is the ordinary ops below (``_update``, the
+reference rule), which WebGPU's lazy fusion runs as one kernel per state tensor and parameter.
 
 >>> import ember
 >>> w = ember.tensor([1.0, 2.0], requires_grad=True)
@@ -90,6 +92,10 @@ class Optimizer:
                 for p in group["params"]:
                     if p.grad is not None:
                         st = self.state.setdefault(p, {})
+                        new = self._fused(p, p.grad, st, group) if p.device == "webgpu" else None
+                        if new is not None:
+                            p._set_(new)
+                            continue
                         p._set_(self._update(p, p.grad, st, group))
                         if p.device == "webgpu":
                             lazy.extend(v for v in st.values() if isinstance(v, Tensor))
@@ -104,6 +110,11 @@ class Optimizer:
 
     def _update(self, p, g, state, group):  # pragma: no cover - subclasses
         raise NotImplementedError
+
+    def _fused(self, p, g, state, group):
+        """The new value of webgpu parameter ``p`` from one fused kernel (``ember.webgpu.optim``),
+        or None to take the reference ``_update``."""
+        return None
 
     # ---- state_dict: PyTorch's layout (parameters numbered across groups in order) --------------
     def state_dict(self) -> dict:
@@ -147,6 +158,10 @@ class Optimizer:
         return "\n".join(lines + [")"])
 
 
+# The fused webgpu step (tests switch it off to compare with the reference ops on the same GPU).
+_FUSED = [True]
+
+
 def _check(name, value, low=0.0):
     if value < low:
         raise ValueError(f"Invalid {name}: {value}")
@@ -183,6 +198,12 @@ class SGD(Optimizer):
             state["momentum_buffer"] = buf
             g = g + buf * mom if group["nesterov"] else buf
         return p - g * group["lr"]
+
+    def _fused(self, p, g, state, group):
+        if not _FUSED[0]:
+            return None
+        from ember.webgpu.optim import sgd_step
+        return sgd_step(p, g, state, group)
 
 
 class Adam(Optimizer):
@@ -237,6 +258,12 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = v
         denom = v.sqrt() / bc2_sqrt + eps
         return p - m / denom * step_size
+
+    def _fused(self, p, g, state, group):
+        if not _FUSED[0]:
+            return None
+        from ember.webgpu.optim import adam_step
+        return adam_step(p, g, state, group)
 
 
 class AdamW(Adam):
