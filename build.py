@@ -263,7 +263,8 @@ HELP = {
     "setup": "python build.py setup [--no-system]\nOnly install what is missing (--no-system: skip apt).",
     "fuzz": "python build.py fuzz [--minutes N] [--cases N] [--formats safetensors,onnx,pt] [--jobs J] [--seed S]\n"
             "Mutation fuzzers for the safetensors, ONNX and .pt readers, each case in a forked child under an\n"
-            "address-space cap and a timeout (tests/fuzz/fuzz.py); prints the figures, saves findings.",
+            "address-space cap and a timeout (tests/fuzz/fuzz.py); --jobs J splits the run over J forked worker\n"
+            "shards (one per core; --cases is per format); prints the figures, saves findings.",
 }
 
 COMMANDS = {"setup": cmd_setup, "test": cmd_test, "demo": cmd_demo, "bench": cmd_bench,

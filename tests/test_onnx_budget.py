@@ -328,3 +328,11 @@ def test_findings_replayed_in_process():
         except EmberError:
             pass
         assert time.perf_counter() - t0 < 2.0, (p, time.perf_counter() - t0)
+
+
+def test_a_shape_input_with_millions_of_values_is_not_read():
+    n = 1 << 20
+    data = make_model([node("Reshape", ["x", "s"], ["y"], name="rs")], [_unshaped("x")], [value_info("y", FLOAT, (1,))],
+                      [tensor_proto("s", [n], INT64, raw=bytes(8 * n))])
+    e = fails_fast(lambda: ember.onnx.load(data)(ember.zeros((1,))), OnnxError, match="values")
+    assert "'rs'" in str(e)

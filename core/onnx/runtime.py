@@ -37,6 +37,7 @@ from .budget import Budget, estimate_work
 FOLD_LIMIT = 1 << 22      # folded constants larger than this (elements) are left to run time
 HOST_LIMIT = 64           # constants this small stay on the "python" device (shape arithmetic)
 HOST = "python"
+_MAX_VALUES = 1 << 16     # values a handler reads from a tensor input (shape, axes, pads, ...)
 
 
 # ---- the meta device (ember.backends.meta): shapes and dtypes only ----------------------------
@@ -209,6 +210,9 @@ class Ctx:
 
     # values --------------------------------------------------------------------------------------
     def _values(self, t, what):
+        if t.size > _MAX_VALUES:     # shapes, axes, pads, scales: a few values, never millions
+            raise OnnxError(f"{self.where()}: {what} has {t.size:,} values (shape {t.shape}); at most "
+                            f"{_MAX_VALUES:,} are read for it")
         if t.device == "meta":
             raise NeedsData(what)
         from .functional import flat_values
