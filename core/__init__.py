@@ -14,10 +14,30 @@ from .dtypes import bool_, float16, float32, float64, int8, int16, int32, int64,
 from .tensor import Tensor, from_bytes, from_numpy, tensor  # noqa: F401
 from .ops import *  # noqa: F401,F403
 from .ops.array_api import __array_namespace_info__  # noqa: F401,E402
-from . import linalg  # noqa: F401,E402  (the array API's linalg extension; ember.ops.linalg is the op family)
+# the array API's linalg extension (core/linalg.py); the star import above bound the name to the
+# op family ember.ops.linalg, which is not that extension
+linalg = __import__("importlib").import_module("ember.linalg")
 from . import autograd  # noqa: F401,E402  (installs the recording hook at registry.apply)
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401,E402
 from .random import manual_seed, rand, randint, randn, randperm  # noqa: F401,E402
+
+
+
+def _env_default_device():
+    """``EMBER_DEFAULT_DEVICE=numpy`` (or webgpu, wasm...) picks the default device at import,
+    so outside code (a test suite, a script) runs on any backend unchanged."""
+    import os
+
+    name = os.environ.get("EMBER_DEFAULT_DEVICE", "").strip()
+    if not name:
+        return
+    try:
+        set_default_device(name)
+    except errors.DeviceError as e:
+        raise errors.DeviceError(f"EMBER_DEFAULT_DEVICE={name!r}: {e}") from None
+
+
+_env_default_device()
 
 bool = bool_  # noqa: A001  (ember.bool, like numpy/torch; Python's bool stays builtins.bool)
 

@@ -257,6 +257,20 @@ class Tensor:
     def __bool__(self):
         return bool(self.item())
 
+    def __complex__(self):
+        return complex(self.item())
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export (through a numpy copy: ember's buffers are not DLPack memory). Needs
+        numpy."""
+        kw = {} if max_version is None else {"max_version": max_version}
+        if dl_device is not None and tuple(dl_device) != (1, 0):
+            raise BufferError(f"__dlpack__: ember exports to the CPU (1, 0) only, not {dl_device}")
+        return self.numpy().__dlpack__(stream=stream, **kw)
+
+    def __dlpack_device__(self):
+        return (1, 0)   # kDLCPU: the export above is a host copy on every device
+
     def __index__(self):
         if self.dtype.kind not in "iu":
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype.name}")

@@ -124,7 +124,8 @@ def test_binary_dtype_rules(a, b):
 @pytest.mark.parametrize("name", NAMES)
 def test_reduction_dtype_rules(name):
     x = ember.ones((2, 3), dtype=name)
-    acc = "int64" if name in ("bool", "uint8", "int32", "int64") else name
+    acc = {"bool": "int64", "int8": "int64", "int16": "int64", "int32": "int64"}.get(name, name)
+    acc = "uint64" if name.startswith("uint") else acc   # unsigned sums stay unsigned (array API)
     assert x.sum().dtype.name == acc and x.prod().dtype.name == acc
     assert x.max().dtype.name == name and x.min().dtype.name == name
     assert x.argmax().dtype is ember.int64 and x.argmin(axis=0).dtype is ember.int64
@@ -145,3 +146,50 @@ def test_index_ops_need_integer_indices():
         ember.take_along_axis(x, ember.ones((1,), dtype="bool"), axis=0)
     with raises(DTypeError, "clip", "bool"):
         ember.clip(ember.ones((1,), dtype="bool"), 0, 1)
+
+
+# ---- the array API's other real dtypes (python and numpy backends) -------------------------------
+
+WIDE = ["int8", "int16", "uint16", "uint32", "uint64", "float64"]
+STANDARD = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"]
+
+
+@pytest.mark.parametrize("a", STANDARD)
+def test_array_api_promotion_matches_numpy(a):
+    # numpy agrees with the standard's table wherever the table defines a result; the
+    # int/float and bool/number mixes are ember's (PyTorch-like) choices, tested above
+    for b in STANDARD:
+        da, db = dtypes.get(a), dtypes.get(b)
+        if (da.kind == "f") != (db.kind == "f") or "bool" in (a, b) and a != b:
+            continue
+        if {da.kind, db.kind} == {"u", "i"} and "uint64" in (a, b):
+            with raises(DTypeError, "uint64"):
+                dtypes.result_type(da, db)
+            continue
+        assert dtypes.result_type(da, db).name == np.result_type(a, b).name, (a, b)
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_wide_dtypes_round_trip_on_cpu_backends(name):
+    info = np.iinfo(name) if name != "float64" else None
+    vals = [info.min, 0, info.max] if info else [1e300, -2.5, 5e-324]
+    for dev in ("python", "numpy"):
+        t = ember.tensor(vals, dtype=name, device=dev)
+        assert t.dtype.name == name and t.tolist() == np.array(vals, dtype=name).tolist()
+        assert (t + t).tolist() == (np.array(vals, dtype=name) + np.array(vals, dtype=name)).tolist()
+        assert t.to("numpy" if dev == "python" else "python").tolist() == t.tolist()
+
+
+@pytest.mark.parametrize("dev", ["webgpu", "wasm"])
+def test_wide_dtypes_are_refused_by_name_on_other_devices(dev):
+    if dev not in ember.devices():
+        pytest.skip(f"{dev} is not available here")
+    for name in WIDE:
+        with raises(DTypeError, name, dev):
+            ember.tensor([1], dtype=name, device=dev)
+        with raises(DTypeError, name, dev):
+            ember.zeros((2,), dtype=name, device=dev)
+        with raises(DTypeError, name, dev):
+            ember.tensor([1], dtype=name).to(dev)
+        with raises(DTypeError, name, dev):
+            ember.ones((2,), device=dev).astype(name)

@@ -260,7 +260,7 @@ def _clip(out, x, *, min=None, max=None):  # noqa: A002
     computed in the dtype the decomposition promotes to, then cast back to x's dtype."""
     a = x._buf
     floats = a.dtype.kind == "f" or any(isinstance(v, float) for v in (min, max))
-    ct = np.float32 if floats and a.dtype != np.float64 else a.dtype
+    ct = np.float32 if floats and a.dtype != np.float64 else a.dtype.type
     y = a.astype(ct, copy=False)
     if floats:
         # one np.clip with both bounds: numpy's vectorised clip loop (maximum/minimum with a
@@ -370,7 +370,52 @@ def _concat(out, *xs, axis, **_):
     return np.concatenate([t._buf.astype(ct, copy=False) for t in xs], axis=axis)
 
 
+def _la(fn, n=1):
+    """ember.linalg's factorizations on numpy.linalg (float16 computes in float32)."""
+    def kernel(out, *xs, **kw):
+        args = [_f32(x) for x in xs]
+        with np.errstate(all="ignore"):
+            try:
+                r = fn(*args, **kw)
+            except np.linalg.LinAlgError:   # singular / not positive-definite: nan, like the python kernels
+                shapes = [m.shape for m in out] if n > 1 else [out.shape]
+                r = tuple(np.full(s, np.nan) for s in shapes)
+                r = r if n > 1 else r[0]
+        if n == 1:
+            return _out(r, out)
+        return tuple(_out(a, m) for a, m in zip(r, out))
+    return kernel
+
+
+def _cholesky(a, upper=False):
+    L = np.linalg.cholesky(a)
+    return np.swapaxes(L, -1, -2) if upper else L
+
+
+def _qr(a, mode="reduced"):
+    return tuple(np.linalg.qr(a, mode=mode))
+
+
+def _svd(a, full_matrices=True):
+    return tuple(np.linalg.svd(a, full_matrices=full_matrices))
+
+
+def _eigh(a):
+    return tuple(np.linalg.eigh(a, UPLO="L"))
+
+
+_LINALG = {"linalg_det": _la(np.linalg.det), "linalg_slogdet": _la(lambda a: tuple(np.linalg.slogdet(a)), 2),
+           "linalg_inv": _la(np.linalg.inv), "linalg_solve": _la(np.linalg.solve), "linalg_cholesky": _la(_cholesky),
+           "linalg_qr": _la(_qr, 2), "linalg_eigh": _la(_eigh, 2), "linalg_svd": _la(_svd, 3)}
+
+
+def _searchsorted(out, a, v, *, side, **_):
+    return _out(np.searchsorted(a._buf, v._buf, side=side), out)
+
+
 KERNELS = {
+    **_LINALG,
+    "searchsorted": _searchsorted,
     "full": _full,
     "arange": _arange,
     "cast": _cast,
@@ -397,6 +442,10 @@ KERNELS.update({name: _unary(f, g, q) for name, (f, g, q) in _UNARY.items()})
 _NEVER_WARN = {"equal", "not_equal", "less", "less_equal", "logical_and", "logical_or", "maximum", "minimum"}
 KERNELS.update({name: _binary(f, quiet=name not in _NEVER_WARN) for name, f in _BINARY.items()})
 
+from . import numpy_nn as _numpy_nn  # noqa: E402
 from .numpy_nn import KERNELS as _NN_KERNELS  # noqa: E402
 
 KERNELS.update(_NN_KERNELS)
+# numpy_nn keeps its own dtype map (importing this module from there would be circular): give it
+# the array API's extra dtypes too (sort/argsort/cumsum of int8... write through it)
+_numpy_nn._NP.update(NP_DTYPES)

@@ -622,7 +622,21 @@ def _take_along_axis(out, x, idx, *, axis, **_):
                                 for b, i in zip(starts, ids)])
 
 
+def _nan_last(v):
+    return (v != v, v)   # NaN sorts after everything, like sort
+
+
+def _searchsorted(out, a, v, *, side, **_):
+    import bisect
+
+    floats = a.dtype.kind == "f"
+    keys = [_nan_last(x) for x in a._buf] if floats else list(a._buf)
+    find = bisect.bisect_left if side == "left" else bisect.bisect_right
+    return array("q", [find(keys, _nan_last(x) if floats else x) for x in v._buf])
+
+
 KERNELS = {
+    "searchsorted": _searchsorted,
     "full": _full,
     "arange": _arange,
     "cast": _cast,
@@ -653,3 +667,7 @@ KERNELS.update(_NN_KERNELS)
 from .python_grad import KERNELS as _GRAD_KERNELS  # noqa: E402  (backward-only kernels)
 
 KERNELS.update(_GRAD_KERNELS)
+
+from ..linalg_kernels import KERNELS as _LINALG_KERNELS  # noqa: E402  (ember.linalg's factorizations)
+
+KERNELS.update(_LINALG_KERNELS)

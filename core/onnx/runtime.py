@@ -332,6 +332,11 @@ class RunCtx(Ctx):
             args, kw = self._harmonize(args, kw)
             out = fn(*args, **kw)
             self.model._folded[key] = out
+            # a constant too (kept alive by _folded): a chain of them left to run time by the
+            # load's folding budget runs once, not on every call
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, Tensor):
+                    consts.add(id(t))
             return out
         args, kw = self._harmonize(args, kw)
         return fn(*args, **kw)

@@ -24,3 +24,4 @@ from .linalg import *  # noqa: E402,F401,F403
 from .nnops import *  # noqa: E402,F401,F403
 from .losses import *  # noqa: E402,F401,F403
 from .array_api import *  # noqa: E402,F401,F403
+from .extra import *  # noqa: E402,F401,F403

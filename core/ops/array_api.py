@@ -22,7 +22,7 @@ from ..errors import DTypeError
 from ..tensor import Tensor, tensor
 
 __all__ = ["asarray", "finfo", "iinfo", "isdtype", "can_cast", "result_type", "e", "pi", "inf", "nan",
-           "newaxis"]
+           "newaxis", "from_dlpack", "real", "imag", "conj"]
 
 e = math.e
 pi = math.pi
@@ -59,6 +59,35 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None) -> Tensor:
     if isinstance(obj, (bytes, bytearray, memoryview)):
         raise DTypeError("asarray: buffers need a dtype and shape; use ember.from_bytes(data, shape, dtype)")
     return tensor(obj, dtype=dt, device=device)
+
+
+def from_dlpack(x, /, *, device=None, copy=None) -> Tensor:
+    """A tensor from any DLPack-exporting array (numpy, torch, ember...): a copy (needs numpy)."""
+    import numpy as np
+
+    if copy is False:
+        raise ValueError("from_dlpack: ember always copies (its buffers are its own); copy=False is refused")
+    if isinstance(x, Tensor):
+        return x.to(device) if device is not None else x
+    a = np.from_dlpack(x)
+    return asarray(a, device=device)
+
+
+def real(x: Tensor, /) -> Tensor:
+    """The real part: ember has no complex dtypes, so ``x`` itself."""
+    return x
+
+
+def imag(x: Tensor, /) -> Tensor:
+    """The imaginary part: ember has no complex dtypes, so zeros like ``x``."""
+    from .creation import zeros_like
+
+    return zeros_like(x)
+
+
+def conj(x: Tensor, /) -> Tensor:
+    """The complex conjugate: ember has no complex dtypes, so ``x`` itself."""
+    return x
 
 
 class finfo_object:

@@ -4,8 +4,10 @@ Supported: ints (negative count from the end; out of range -> IndexingError), sl
 step but 0, negative steps included), ``None`` (new axis), ``...``, and one integer index array
 (a list or an int Tensor of any shape) on one axis, gathered with ``take``. With ints elsewhere
 in the key the array's axes go where numpy puts them (in place when the int/array indices are
-adjacent, first otherwise). Boolean masks and several index arrays raise IndexingError: use
-``ember.where`` or ``ember.take`` instead. Tensors are immutable: there is no ``__setitem__``.
+adjacent, first otherwise). A bool tensor as the sole index is a mask (``x[x > 0]``, the
+array API's boolean indexing; it reads the mask, as the result's shape depends on it). Masks
+mixed with other indices and several index arrays raise IndexingError: use ``ember.where`` or
+``ember.take`` instead. Tensors are immutable: there is no ``__setitem__``.
 
 >>> import ember
 >>> x = ember.arange(12).reshape((3, 4))
@@ -53,8 +55,30 @@ def _index_array(k, x: Tensor, axis: int) -> Tensor:
     return t
 
 
+def _mask(x: Tensor, m: Tensor) -> Tensor:
+    """``x[m]`` for a bool tensor ``m`` shaped like x's leading axes (0-d included): the
+    selected elements along one new first axis. Reads the mask (the shape depends on it)."""
+    from math import prod
+
+    from ..tensor import tensor
+
+    if tuple(m.shape) != tuple(x.shape[:m.ndim]):
+        raise IndexingError(f"getitem: a boolean mask of shape {m.shape} does not match the leading axes of "
+                            f"shape {x.shape}")
+    flat = m.tolist() if m.ndim == 0 else reshape(m, (-1,)).tolist()
+    hits = [i for i, v in enumerate(flat if m.ndim else [flat]) if v]
+    xf = reshape(x, (prod(m.shape),) + tuple(x.shape[m.ndim:]))
+    return take(xf, tensor(hits, dtype="int64", device=x.device) if hits else
+                tensor([], dtype="int64", device=x.device), axis=0)
+
+
 def getitem(x: Tensor, key) -> Tensor:
     """``x[key]`` (see the module docstring for what ``key`` may hold)."""
+    if isinstance(key, Tensor) and key.dtype.kind == "b":   # a boolean mask: the array API's sole index
+        return _mask(x, key)
+    if isinstance(key, tuple) and len(key) == 2 and key[1] is Ellipsis and isinstance(key[0], Tensor) \
+            and key[0].dtype.kind == "b":
+        return _mask(x, key[0])
     if not isinstance(key, tuple):
         key = (key,)
     n_ell = sum(1 for k in key if k is Ellipsis)

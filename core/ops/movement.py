@@ -67,7 +67,7 @@ def _resolve_shape(old, shape, name="reshape") -> tuple:
     return shape
 
 
-def reshape(x: Tensor, shape, /, *, copy=None) -> Tensor:
+def reshape(x: Tensor, /, shape, *, copy=None) -> Tensor:
     """The same values with a new shape (one entry may be -1). No copy on the python backend;
     ``copy`` (array API) is accepted: tensors are immutable, so sharing is never observable.
 

@@ -49,7 +49,9 @@ def _reduce_shape(name, nonempty=False):
 def _acc_dtype(x, *, dtype=None, **_):
     if dtype is not None:
         return dtype
-    return _dt.int64 if x.kind in "biu" else x
+    if x.kind == "u":
+        return _dt.uint64   # unsigned sums stay unsigned (array API), bools and signed ints: int64
+    return _dt.int64 if x.kind in "bi" else x
 
 
 def _same(x, **_):
@@ -123,14 +125,19 @@ def _count(shape, axes):
     return n
 
 
+def _wide(x):
+    """float32 and float64 compute as they are; float16 and ints in float32."""
+    return x if x.dtype is _dt.float32 or x.dtype is _dt.float64 else x.astype(_dt.float32)
+
+
 def _mean(x, *, axes, keepdims=False):
-    f = x if x.dtype is _dt.float32 else x.astype(_dt.float32)
+    f = _wide(x)
     y = apply("sum", f, axes=axes, keepdims=keepdims) / _count(x.shape, axes)
     return y if x.dtype is not _dt.float16 else y.astype(_dt.float16)
 
 
 def _var(x, *, axes, keepdims=False, correction=0.0):
-    f = x if x.dtype is _dt.float32 else x.astype(_dt.float32)
+    f = _wide(x)
     d = f - _mean(f, axes=axes, keepdims=True)
     y = apply("sum", d * d, axes=axes, keepdims=keepdims) / (_count(x.shape, axes) - correction)
     return y if x.dtype is not _dt.float16 else y.astype(_dt.float16)
@@ -187,8 +194,11 @@ def sum(x: Tensor, axis=None, *, dtype=None, keepdims: bool = False) -> Tensor: 
     [4, 6]
     """
     axes = _axes(x, axis, "sum")
-    dtype = _dt.get(dtype) if dtype is not None else _acc_dtype(x.dtype)
+    given = dtype is not None
+    dtype = _dt.get(dtype) if given else _acc_dtype(x.dtype)
     x = x.astype(dtype)  # the kernel accumulates in its input dtype
+    if given:   # sum(x_u8, dtype=uint8) stays uint8: the rule must see the choice
+        return apply("sum", x, axes=axes, keepdims=keepdims, dtype=dtype)
     return apply("sum", x, axes=axes, keepdims=keepdims)
 
 
@@ -201,8 +211,11 @@ def prod(x: Tensor, axis=None, *, dtype=None, keepdims: bool = False) -> Tensor:
     12.0
     """
     axes = _axes(x, axis, "prod")
-    dtype = _dt.get(dtype) if dtype is not None else _acc_dtype(x.dtype)
+    given = dtype is not None
+    dtype = _dt.get(dtype) if given else _acc_dtype(x.dtype)
     x = x.astype(dtype)  # the kernel accumulates in its input dtype
+    if given:   # sum(x_u8, dtype=uint8) stays uint8: the rule must see the choice
+        return apply("prod", x, axes=axes, keepdims=keepdims, dtype=dtype)
     return apply("prod", x, axes=axes, keepdims=keepdims)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from ..autograd import enable_grad, no_grad
+from ..registry import CAPTURE as _CAPTURE
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
@@ -92,7 +93,9 @@ class Optimizer:
                 for p in group["params"]:
                     if p.grad is not None:
                         st = self.state.setdefault(p, {})
-                        new = self._fused(p, p.grad, st, group) if p.device == "webgpu" else None
+                        # (while ember.compile captures, the ops path: a plan replays registry kernels)
+                        new = (self._fused(p, p.grad, st, group)
+                               if p.device == "webgpu" and _CAPTURE[0] is None else None)
                         if new is not None:
                             p._set_(new)
                             continue
