@@ -25,7 +25,8 @@ A case::
 - ``skip={"webgpu": "why"}``: a device that cannot run the case, with the reason.
 
 Adding cases: append ``OpCase``s to ``CASES`` here (core ops) or, for the nn family, to
-``CASES`` in ``tests/op_cases_nn.py``; ``all_cases()`` returns both, and
+``CASES`` in ``tests/op_cases_nn.py`` (the array API additions: ``tests/op_cases_array_api.py``,
+run by ``tests/test_ops_array_api.py``); ``all_cases()`` returns them all, and
 ``tests/test_ops_core.py`` / ``tests/test_ops_nn.py`` parametrize over them with the ``device``
 fixture through ``helpers.check(case, device)``. Ids are ``op/what`` and must stay stable (the
 Pyodide runner keys expected values by id).
@@ -251,7 +252,8 @@ def run_case_compiled(ember, case: OpCase, device: str) -> list:
 
 
 _NP_TO_EMBER = {"float64": "float32", "float32": "float32", "float16": "float16", "int32": "int32",
-                "int64": "int64", "uint8": "uint8", "bool": "bool"}
+                "int64": "int64", "uint8": "uint8", "bool": "bool", "uint64": "uint64", "int8": "int8",
+                "int16": "int16", "uint16": "uint16", "uint32": "uint32"}
 
 
 def expected(np, case: OpCase) -> list:
@@ -501,7 +503,7 @@ for _sh in SHAPES:
 add(OpCase("abs/f32/signed_zero", lambda e, x: e.abs(x), lambda np, x: np.abs(x), [S((2,), F, values=[-0.0, -3.0])]))
 add(OpCase("logical_not/err/f32", lambda e, x: e.logical_not(x), None, [S((3,))], raises="DTypeError",
            match=("logical_not", "float32")))
-add(OpCase("invert/err/i32", lambda e, x: ~x, None, [S((3,), I32)], raises="DTypeError", match=("int32",)))
+add(OpCase("invert/err/f32", lambda e, x: ~x, None, [S((3,), F)], raises="DTypeError", match=("bitwise_invert", "float32")))
 for _dt in (F, H, I32, I64, U8, B):
     add(OpCase(f"reciprocal/{_dt}", lambda e, x: e.reciprocal(x),
                lambda np, x, d=_dt: np.reciprocal(x.astype(_fl(d))), [S((5,), _dt, nonzero=True)], 2e-6))
@@ -692,7 +694,8 @@ for _name, (_e, _n) in _LOGICAL.items():
     add(OpCase(f"{_name}/pybool", lambda e, a, f=_e: f(e, a, True), lambda np, a, f=_n: f(np, a, np.bool_(True)),
                [S((4,), B)]))
     add(OpCase(f"{_name}/err/float", _e, None, [S((3,), F), S((3,), B)], raises="DTypeError", match=("float32",)))
-    add(OpCase(f"{_name}/err/int", _e, None, [S((3,), I32), S((3,), I32)], raises="DTypeError", match=("int32",)))
+    if not _name.endswith("_op"):   # & | ^ on ints are the bitwise ops (op_cases_array_api)
+        add(OpCase(f"{_name}/err/int", _e, None, [S((3,), I32), S((3,), I32)], raises="DTypeError", match=("int32",)))
 
 # where / clip
 for _c, _a, _b in [((4,), (4,), (4,)), ((2, 3), (3,), ()), ((3, 1), (1, 4), (3, 4)), ((), (2,), (2,)),
@@ -1155,6 +1158,10 @@ def all_cases() -> list:
         import op_cases_nn
 
         cases += list(op_cases_nn.CASES)
+    if importlib.util.find_spec("op_cases_array_api") is not None:
+        import op_cases_array_api
+
+        cases += list(op_cases_array_api.CASES)
     seen = set()
     for c in cases:
         if c.id in seen:

@@ -196,6 +196,8 @@ def sum(x: Tensor, axis=None, *, dtype=None, keepdims: bool = False) -> Tensor: 
     axes = _axes(x, axis, "sum")
     given = dtype is not None
     dtype = _dt.get(dtype) if given else _acc_dtype(x.dtype)
+    if not given and dtype in _dt.WIDE and x.device not in _dt.FULL_DEVICES:
+        dtype = _dt.int64   # devices without uint64 (webgpu, wasm) accumulate unsigned ints in int64
     x = x.astype(dtype)  # the kernel accumulates in its input dtype
     if given:   # sum(x_u8, dtype=uint8) stays uint8: the rule must see the choice
         return apply("sum", x, axes=axes, keepdims=keepdims, dtype=dtype)
@@ -213,6 +215,8 @@ def prod(x: Tensor, axis=None, *, dtype=None, keepdims: bool = False) -> Tensor:
     axes = _axes(x, axis, "prod")
     given = dtype is not None
     dtype = _dt.get(dtype) if given else _acc_dtype(x.dtype)
+    if not given and dtype in _dt.WIDE and x.device not in _dt.FULL_DEVICES:
+        dtype = _dt.int64   # devices without uint64 (webgpu, wasm) accumulate unsigned ints in int64
     x = x.astype(dtype)  # the kernel accumulates in its input dtype
     if given:   # sum(x_u8, dtype=uint8) stays uint8: the rule must see the choice
         return apply("prod", x, axes=axes, keepdims=keepdims, dtype=dtype)
