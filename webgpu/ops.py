@@ -392,7 +392,7 @@ def build_kernels(rt) -> dict:
 def _named(rt, name, f):
     """``f`` recording which op runs (``rt.op``), so a limit error names the op and its shape."""
     def kernel(out, *args, **kw):
-        rt.op = (name, out.shape)
+        rt.op = (name, getattr(out, "shape", None))   # (multi-output kernels get a tuple)
         return f(out, *args, **kw)
     kernel.__name__ = getattr(f, "__name__", name)
     kernel.__wrapped__ = f
