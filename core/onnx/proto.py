@@ -430,10 +430,10 @@ def _attribute(buf, span, where, depth) -> Attribute:
             vals[A_STRING] = bytes(buf[v[0]:v[1]])
         elif f == 5:
             _expect(wt, 2, f, "t", st, where)
-            vals[A_TENSOR] = _tensor(buf, v, where + ".t")
+            vals[A_TENSOR] = v          # spans: only the last one is parsed, below
         elif f == 6:
             _expect(wt, 2, f, "g", st, where)
-            vals[A_GRAPH] = _graph(buf, v, where + ".g", depth + 1)
+            vals[A_GRAPH] = v
         elif f == 7:
             lists[7].extend(_packed_fixed(buf, wt, v, st, where + ".floats", "f", 4))
         elif f == 8:
@@ -447,6 +447,10 @@ def _attribute(buf, span, where, depth) -> Attribute:
         elif f == 11:
             _expect(wt, 2, f, "graphs", st, where)
             lists[11].append(_graph(buf, v, f"{where}.graphs[{len(lists[11])}]", depth + 1))
+    if A_TENSOR in vals:
+        vals[A_TENSOR] = _tensor(buf, vals[A_TENSOR], where + ".t")
+    if A_GRAPH in vals:
+        vals[A_GRAPH] = _graph(buf, vals[A_GRAPH], where + ".g", depth + 1)
     # Old writers leave `type` unset: infer it from the field present.
     if type_ == 0:
         if vals:
@@ -573,6 +577,7 @@ def parse_model(data) -> Model:
         data = bytes(data)
     m = Model()
     m.size = len(data)
+    graph_span = None
     for f, wt, v, st in _fields(data, 0, len(data), "ModelProto"):
         if f == 1:
             _expect(wt, 0, f, "ir_version", st, "ModelProto")
@@ -586,7 +591,8 @@ def parse_model(data) -> Model:
                 m.producer_version = s
         elif f == 7:
             _expect(wt, 2, f, "graph", st, "ModelProto")
-            m.graph = _graph(data, v, "ModelProto.graph", 0)
+            graph_span = v      # the last one wins: parse only that one (a file repeating the
+            #                     field 500 times must not cost 500 parses)
         elif f == 8:
             _expect(wt, 2, f, "opset_import", st, "ModelProto")
             d, ver = _opset(data, v, "ModelProto.opset_import")
@@ -594,6 +600,8 @@ def parse_model(data) -> Model:
         elif f == 25:
             _expect(wt, 2, f, "functions", st, "ModelProto")
             m.functions.append(_function(data, v, f"ModelProto.functions[{len(m.functions)}]"))
+    if graph_span is not None:
+        m.graph = _graph(data, graph_span, "ModelProto.graph", 0)
     if m.graph is None:
         raise OnnxError("malformed ONNX file: the ModelProto has no graph (field 7); "
                         "the file is truncated or not an ONNX model")
