@@ -55,6 +55,7 @@ class _DeviceMarker:
 
 DEVICE = _DeviceMarker()
 _REQUIRED = object()
+_MISSING = object()
 UNKNOWN = type("Unknown", (), {"__repr__": lambda s: "UNKNOWN"})()
 
 
@@ -118,9 +119,11 @@ class Ctx:
         from collections import ChainMap
         from .ops import resolve
 
-        env = ChainMap(dict(bindings), self.scope)
+        local = dict(bindings)
         for t in g.initializers:
-            env[t.name] = self._subgraph_constant(t)
+            local[t.name] = self._subgraph_constant(t)
+        env = ChainMap(local, self.scope)     # what nested subgraphs see
+        outer = self.scope
         rec = getattr(self, "recorder", None)
         for node in g.nodes:
             handler, opset = resolve(node, self.opsets)
@@ -133,10 +136,12 @@ class Ctx:
                 if not name:
                     ins.append(None)
                     continue
-                if name not in env:
-                    raise OnnxError(f"{self.where()}: subgraph node {node.label} reads {name!r}, which is not "
-                                    f"defined in the subgraph or the enclosing graph")
-                v = env[name]
+                v = local.get(name, _MISSING)       # (a plain dict first: Loop bodies run this a lot)
+                if v is _MISSING:
+                    v = outer.get(name, _MISSING)
+                    if v is _MISSING:
+                        raise OnnxError(f"{self.where()}: subgraph node {node.label} reads {name!r}, which is "
+                                        f"not defined in the subgraph or the enclosing graph")
                 if v is UNKNOWN:
                     raise NeedsData(name)
                 if rec is not None and isinstance(v, Tensor) and id(v) not in rec.known:
@@ -149,7 +154,7 @@ class Ctx:
                 outs = run_checked(handler, sub, ins)
             for name, v in zip(node.outputs, outs):
                 if name:
-                    env[name] = v
+                    local[name] = v
         missing = [o.name for o in g.outputs if o.name not in env]
         if missing:
             raise OnnxError(f"{self.where()}: subgraph outputs {missing} are not produced")
