@@ -295,9 +295,13 @@ def test_range_of_a_huge_length_is_refused_before_any_list_is_built():
 def test_layer_norm_over_a_zero_size_axis():
     data = make_model([node("LayerNormalization", ["x", "s"], ["y"], name="ln", axis=-1)], [_unshaped("x")],
                       [value_info("y", FLOAT, (2, 0))], [tensor_proto("s", [0], FLOAT, [])])
+    assert ember.onnx.load(data)(ember.zeros((2, 0))).shape == (2, 0)      # empty in, empty out
+    data = make_model([node("LayerNormalization", ["x", "s"], ["y", "mean"], name="ln", axis=-1)],
+                      [_unshaped("x")], [value_info("y", FLOAT, (2, 0)), value_info("mean", FLOAT, (2, 1))],
+                      [tensor_proto("s", [0], FLOAT, [])])
     m = ember.onnx.load(data)
     e = fails_fast(lambda: m(ember.zeros((2, 0))), OnnxError)
-    assert "ln" in str(e) and "zero" in str(e)
+    assert "'ln'" in str(e) and "zero" in str(e)
 
 
 def test_external_data_with_a_nul_byte_or_an_offset_past_the_file(tmp_path):

@@ -861,7 +861,10 @@ def layer_norm(c, x, scale, bias=None):
     c.check(x.ndim >= 1 and -x.ndim <= axis < x.ndim, f"axis {axis} is out of range for rank {x.ndim}")
     ax = axis % x.ndim
     ns = tuple(x.shape[ax:])
-    c.check(0 not in ns, f"normalizing over zero elements (the input's shape {x.shape} from axis {axis})")
+    if 0 in ns:     # nothing to normalize: the (empty) output is the input's shape
+        c.check(not (c.wants(1) or c.wants(2)), f"mean / inv_std_dev over zero elements (input shape {x.shape}, "
+                f"axis {axis})")
+        return x
     if c.wants(1) or c.wants(2):
         return c.call(F.layer_norm, x, scale, bias, axis, eps, True)
     if tuple(scale.shape) == ns and (bias is None or tuple(bias.shape) == ns):
