@@ -119,7 +119,7 @@ def test_nested_loops_share_one_budget_at_load_and_at_run_time():
     t0 = time.perf_counter()
     m = ember.onnx.load(data)                      # the loops are left to run time ...
     assert time.perf_counter() - t0 < 2.0
-    with ember.onnx.limits(loop_iterations=3000):  # (the default, 10,000, takes ~1.5 s here)
+    with ember.onnx.limits(loop_iterations=1000):  # (smaller than the default 5,000: a fast test)
         fails_fast(lambda: m(), OnnxError, match="Loop/Scan iterations")     # ... which refuses them
 
 
@@ -134,7 +134,7 @@ def test_loop_iteration_budget_is_configurable():
         m = ember.onnx.load(data)
         e = fails_fast(lambda: m(), OnnxError, match="more than 100 Loop/Scan")
         assert "Loop" in str(e) and "set_limits" in str(e)
-    assert ember.onnx.get_limits()["loop_iterations"] == 10_000
+    assert ember.onnx.get_limits()["loop_iterations"] == 5_000
     assert float(ember.onnx.load(data)().item()) == 300
     with pytest.raises(OnnxError):
         ember.onnx.set_limits(loop_iterations=-1)
@@ -340,3 +340,22 @@ def test_a_shape_input_with_millions_of_values_is_not_read():
                       [tensor_proto("s", [n], INT64, raw=bytes(8 * n))])
     e = fails_fast(lambda: ember.onnx.load(data)(ember.zeros((1,))), OnnxError, match="values")
     assert "'rs'" in str(e)
+
+
+def test_loop_bodies_count_their_nodes_against_the_call():
+    """A body of many nodes costs more per iteration: ``loop_nodes`` bounds the nodes run."""
+    data = _nested_loops(depth=1, trips=300)          # 300 iterations of a 2-node body
+    with ember.onnx.limits(loop_nodes=100, trace_iterations=0):
+        m = ember.onnx.load(data)
+        e = fails_fast(lambda: m(), OnnxError, match="nodes run by Loop/Scan bodies")
+        assert "loop_nodes" in str(e)
+    assert float(ember.onnx.load(data)().item()) == 300
+
+
+def test_default_loop_budget_refuses_a_trillion_trip_loop_fast():
+    body = _counting_loop()
+    data = make_model([node_g("Loop", ["M", "", "x"], ["y"], {"body": body}, name="lp")], [value_info("x", FLOAT, ())],
+                      [value_info("y", FLOAT, ())], [tensor_proto("M", [], INT64, [10 ** 12])])
+    m = ember.onnx.load(data)
+    e = fails_fast(lambda: m(ember.tensor(0.0)), OnnxError, match="Loop/Scan iterations", seconds=3.0)
+    assert "'lp'" in str(e)

@@ -6,19 +6,21 @@ One ``Budget`` per load covers the work loading does on the model's behalf:
 - ``inlined_nodes``: nodes that inlining model-local functions may create (functions calling
   each other several times per level grow exponentially). Over it: OnnxError naming the
   function.
-- ``trace_iterations``: Loop/Scan iterations run while loading (all loops together, nested ones
-  included). Over it: the loop is left to run time.
+- ``trace_iterations``: Loop/Scan iterations run while loading, each counted as many times as its
+  body has nodes (all loops together, nested ones included). Over it: the loop is left to run time.
 - ``fold_work``: estimated element operations of constant folding (a matmul counts
   ``out.size * K``; a tensor with a zero-size axis still costs its longest axis), separately for
   the pure-Python device (``"python"``) and the others. Over it: the value is left to run time.
 
-One ``Budget`` per call covers ``loop_iterations``: Loop/Scan iterations of one model call, all
-loops together (a Loop nested in a Loop shares it). Over it: OnnxError naming the node.
+One ``Budget`` per call covers ``loop_iterations`` and ``loop_nodes``: the Loop/Scan iterations of
+one model call, and the nodes their bodies run, all loops together (a Loop nested in a Loop shares
+them). Over either: OnnxError naming the node. The defaults keep a hostile loop under about two
+seconds on the pure-Python device; ``set_limits`` raises them for a model that needs more.
 
 >>> import ember.onnx
 >>> old = ember.onnx.set_limits(loop_iterations=50_000)    # returns the previous values
 >>> old["loop_iterations"], ember.onnx.get_limits()["loop_iterations"]
-(10000, 50000)
+(5000, 50000)
 >>> _ = ember.onnx.set_limits(**old)
 """
 from __future__ import annotations
@@ -31,10 +33,11 @@ from ..errors import OnnxError
 _DEFAULTS = {
     "inlined_nodes": 100_000,       # nodes created by function inlining, per load
     "inline_factor": 64,            # ... and at most this many times the nodes the file holds
-    "trace_iterations": 2_000,      # Loop/Scan iterations run while loading, per load
+    "trace_iterations": 4_000,      # Loop/Scan iterations x body nodes run while loading, per load
     "fold_work_python": 4_000_000,  # estimated element ops folded at load on the "python" device
     "fold_work": 400_000_000,       # ... on the other devices
-    "loop_iterations": 10_000,      # Loop/Scan iterations per model call (~2 s of a tiny body on "python")
+    "loop_iterations": 5_000,       # Loop/Scan iterations per model call (all loops together)
+    "loop_nodes": 20_000,           # nodes run by Loop/Scan bodies per model call
 }
 _LIMITS = dict(_DEFAULTS)
 
@@ -75,19 +78,27 @@ class Budget:
         self.left = dict(_LIMITS)
 
     # loops -----------------------------------------------------------------------------------
-    def iterations(self, n: int, tracing: bool, where: str, what: str = "iterations") -> bool:
-        """Take ``n`` loop iterations. While tracing, False when they do not fit (leave the loop to
-        run time); at run time an OnnxError naming ``where``."""
-        key = "trace_iterations" if tracing else "loop_iterations"
-        if n <= self.left[key]:
-            self.left[key] -= n
-            return True
+    def iterations(self, n: int, tracing: bool, where: str, what: str = "iterations", body_nodes: int = 0) -> bool:
+        """Take ``n`` loop iterations (of a body of ``body_nodes`` nodes). While tracing, False when
+        they do not fit (leave the loop to run time); at run time an OnnxError naming ``where``."""
         if tracing:
-            self.left[key] = 0
+            work = n * max(1, body_nodes)
+            if work <= self.left["trace_iterations"]:
+                self.left["trace_iterations"] -= work
+                return True
+            self.left["trace_iterations"] = 0
             return False
-        raise OnnxError(f"{where}: the model asks for more than {_LIMITS[key]:,} Loop/Scan {what} in one call "
-                        f"(all loops together); refused. Raise the limit with "
-                        f"ember.onnx.set_limits(loop_iterations=N) if the model really needs them")
+        if n <= self.left["loop_iterations"] and n * body_nodes <= self.left["loop_nodes"]:
+            self.left["loop_iterations"] -= n
+            self.left["loop_nodes"] -= n * body_nodes
+            return True
+        if n > self.left["loop_iterations"]:
+            key, what = "loop_iterations", f"Loop/Scan {what}"
+        else:
+            key, what = "loop_nodes", "nodes run by Loop/Scan bodies"
+        raise OnnxError(f"{where}: the model asks for more than {_LIMITS[key]:,} {what} in one call (all "
+                        f"loops together); refused. Raise the limit with ember.onnx.set_limits({key}=N) if "
+                        f"the model really needs them")
 
     # folding ---------------------------------------------------------------------------------
     def fold(self, work: int, device: str) -> bool:

@@ -1287,14 +1287,14 @@ def loop(c, max_trip=None, cond=None, *carried):
     c.check(n_scan >= 0, "the body has too few outputs")
     m = None if max_trip is None else int(c.scalar(max_trip, "M"))
     keep = True if cond is None else bool(c.scalar(cond, "cond"))
-    if c.tracing and (m is None or m > _TRACE_LOOP_LIMIT or not c.iterations(max(m, 0))):
+    if c.tracing and (m is None or m > _TRACE_LOOP_LIMIT or not c.iterations(max(m, 0), body=body)):
         raise NeedsData("loop trip count")
     values = list(carried)
     scans = [[] for _ in range(n_scan)]
     i = 0
     while keep and (m is None or i < m):
         if not c.tracing:
-            c.iterations(1)       # the call's budget, shared by nested loops: OnnxError past it
+            c.iterations(1, body=body)    # the call's budget, shared by nested loops: OnnxError past it
         it = c.call(E.tensor, i, dtype=_dt.int64, device="python")
         cnd = c.call(E.tensor, keep, dtype=_dt.bool_, device="python")
         names = [vi.name for vi in body.inputs]
@@ -1342,7 +1342,7 @@ def scan(c, *inputs):
     c.check(all(x.shape[a] == length for x, a in zip(xs, axes)), "scan inputs differ in length")
     # One budget for all loops of a load / a call: a 10**12 axis (even of a zero-size tensor)
     # is left to run time while loading, and refused when called.
-    if not c.iterations(length, "iterations (a Scan over an axis this long)"):
+    if not c.iterations(length, "iterations (a Scan over an axis this long)", body=body):
         from .runtime import NeedsData
         raise NeedsData("scan length")
     outs_seq = [[] for _ in range(n_out)]

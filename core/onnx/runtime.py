@@ -98,12 +98,13 @@ class Ctx:
         self.opsets = {"ai.onnx": opset}
         self.budget = None      # the load's or the call's work budget (ember.onnx.budget)
 
-    def iterations(self, n: int = 1, what: str = "iterations") -> bool:
-        """Take ``n`` Loop/Scan iterations from the budget: False while tracing when they do not
-        fit (the caller leaves the loop to run time), an OnnxError naming the node at run time."""
+    def iterations(self, n: int = 1, what: str = "iterations", body=None) -> bool:
+        """Take ``n`` Loop/Scan iterations of subgraph ``body`` from the budget: False while
+        tracing when they do not fit (the caller leaves the loop to run time), an OnnxError naming
+        the node at run time."""
         if self.budget is None:
             self.budget = Budget()
-        return self.budget.iterations(n, self.tracing, self.where(), what)
+        return self.budget.iterations(n, self.tracing, self.where(), what, len(body.nodes) if body is not None else 0)
 
     # subgraphs -----------------------------------------------------------------------------------
     def _subgraph_constant(self, t):
