@@ -359,3 +359,10 @@ def test_default_loop_budget_refuses_a_trillion_trip_loop_fast():
     m = ember.onnx.load(data)
     e = fails_fast(lambda: m(ember.tensor(0.0)), OnnxError, match="Loop/Scan iterations", seconds=3.0)
     assert "'lp'" in str(e)
+
+
+def test_budget_doctests():
+    import doctest
+
+    import ember.onnx.budget as budget
+    assert doctest.testmod(budget).failed == 0

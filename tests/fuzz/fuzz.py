@@ -758,7 +758,7 @@ def _campaign(formats, seeds, rng, runner, jobs, cases, t_end, progress, tag="")
         if sig is not None:
             key = " | ".join(x for x in sig if x)
             s["findings"][key] = s["findings"].get(key, 0) + 1
-            if key not in findings:
+            if key not in findings or (_slowest_wins(sig) and o["elapsed"] > findings[key]["outcome"]["elapsed"]):
                 findings[key] = {"sig": sig, "data": data, "outcome": o}
 
     left = dict(cases) if cases is not None else None
@@ -791,6 +791,11 @@ def _campaign(formats, seeds, rng, runner, jobs, cases, t_end, progress, tag="")
         for payload, o in runner.collect():
             handle(payload, o)
     return stats, findings
+
+
+def _slowest_wins(sig) -> bool:
+    """Slow cases (no exception, no place) share one signature: keep the slowest, not the first."""
+    return sig[1].startswith("slow")
 
 
 def _merge(into: dict, stats: dict) -> None:
@@ -844,7 +849,9 @@ def _sharded(formats, seeds, jobs, seed, mem_bytes, timeout, cases, t_end, progr
             continue
         _merge(stats, st)
         for key, f in fi.items():
-            findings.setdefault(key, f)
+            if key not in findings or (_slowest_wins(f["sig"]) and
+                                       f["outcome"]["elapsed"] > findings[key]["outcome"]["elapsed"]):
+                findings[key] = f
         os.unlink(path)
     os.rmdir(tmp) if not os.listdir(tmp) else None
     if lost:
