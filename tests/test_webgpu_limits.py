@@ -162,3 +162,18 @@ def test_wgpu_errors_are_typed():
     assert isinstance(e, DeviceLostError) and d.lost == "Parent device is lost"
     assert isinstance(device_error(RuntimeError("anything"), "x", d), DeviceLostError)   # lost stays lost
     assert type(device_error(RuntimeError("bad"), "x", D())) is DeviceError
+
+
+def test_chunks_follow_a_larger_offset_alignment(low, monkeypatch):
+    """Chromium and most GPUs align storage bindings to 256 bytes (lavapipe: 32): a larger
+    alignment, a multiple of the device's, is still valid, so it can be emulated here."""
+    monkeypatch.setitem(low.limits, "min_storage_buffer_offset_alignment", 256)
+    ember.webgpu.set_limits(8192)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((37, 101)).astype(np.float32)
+    r = rng.standard_normal((101,)).astype(np.float32)
+    np.testing.assert_allclose(((G(x) * 2 + G(r)).tanh()).numpy(), np.tanh(x * 2 + r), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose((G(x)[1:, 7:] + 1).numpy(), x[1:, 7:] + 1, rtol=1e-6)
+    a = rng.standard_normal((200, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 12)).astype(np.float32)
+    np.testing.assert_allclose((G(a)[3:] @ G(b)).numpy(), a[3:] @ b, rtol=1e-4, atol=1e-4)

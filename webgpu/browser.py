@@ -215,7 +215,15 @@ class BrowserDriver(BatchingDriver):
     # ---- compute ---------------------------------------------------------------------------
     def pipeline(self, wgsl: str, entry: str = "main"):
         ffi, js = self._ffi, self._js
-        mod = self._dev.createShaderModule(_obj(ffi, js, {"code": wgsl}))
+        self._alive("compiling a pipeline")
+        if self._can_block():
+            # the module's validation error is reported here (an error scope), not again as an
+            # uncaptured error at a later, unrelated flush
+            self._dev.pushErrorScope("validation")
+            mod = self._dev.createShaderModule(_obj(ffi, js, {"code": wgsl}))
+            ffi.run_sync(self._dev.popErrorScope())
+        else:
+            mod = self._dev.createShaderModule(_obj(ffi, js, {"code": wgsl}))
         desc = _obj(ffi, js, {"layout": "auto", "compute": {"module": mod, "entryPoint": entry}})
         if self._can_block():
             self._compile_errors(ffi.run_sync(mod.getCompilationInfo()), entry)
