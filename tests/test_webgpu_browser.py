@@ -94,6 +94,50 @@ try:
 except DeviceError as e:
     out["compile_error"] = str(e)
 out["stats"] = wg.stats()
+
+# issue 12: over a (lowered) binding limit, elementwise chains and matmul run in chunks
+old = wg.set_limits(8192)   # (Chromium aligns bindings to 256 bytes: 16 rows of a 12-wide C)
+CH = mat(37, 101, 12)
+out["chunked_elementwise"] = both(lambda x, r: (x * 2 + r).tanh(), CH, vals(101, 13))
+out["chunked_matmul"] = both(lambda a, b: a @ b, mat(200, 64, 14), mat(64, 12, 15))
+try:
+    ember.tensor(CH, device="webgpu").sum(axis=0)
+    out["limit_error"] = None
+except DeviceError as e:
+    out["limit_error"] = [type(e).__name__, str(e)]
+wg.set_limits(None, None)
+
+# issue 10: an Adam step is one dispatch per parameter, same values as on python
+from ember import optim
+res = {}
+for dev in ("python", "webgpu"):
+    ps = [ember.tensor(mat(5, 7, 16), device=dev).requires_grad_(), ember.tensor(vals(7, 17), device=dev).requires_grad_()]
+    opt = optim.AdamW(ps, lr=0.01, amsgrad=True)
+    for k in range(3):
+        for i, p in enumerate(ps):
+            p.grad = ember.tensor(mat(5, 7, 20 + k) if i == 0 else vals(7, 30 + k), device=dev)
+            if dev == "webgpu":
+                wg.evaluate(p.grad)
+        if dev == "webgpu":
+            wg.reset_stats()
+        opt.step()
+        if dev == "webgpu":
+            res["dispatches"] = res.get("dispatches", []) + [wg.stats()["dispatches"]]
+    res[dev] = [p.tolist() for p in ps]
+out["adamw"] = res
+
+# device loss (GPUDevice.destroy()): a typed DeviceLostError, and init() opens a new device
+x = ember.tensor([1.0, 2.0], device="webgpu")
+dev = wg.get_runtime().driver._dev
+dev.destroy()
+await dev.lost
+try:
+    (x * 2).tolist()
+    out["lost"] = None
+except DeviceError as e:
+    out["lost"] = [type(e).__name__, str(e)]
+await wg.init()
+out["after_lost"] = (ember.tensor([1.0, 2.0], device="webgpu") * 3).tolist()
 json.dumps(out)
 '''
 
@@ -153,3 +197,23 @@ def test_fusion_async_reads_and_errors_in_the_page(page_result):
     assert r["data_async"] == [[3.0, 5.0]]
     assert r["compile_error"] and "failed to compile" in r["compile_error"]
     assert r["stats"]["pool_hits"] > 0
+
+
+def test_chunked_kernels_under_a_lowered_limit_in_the_page(page_result):
+    r = page_result
+    _close(r["chunked_elementwise"]["webgpu"], r["chunked_elementwise"]["python"])
+    _close(r["chunked_matmul"]["webgpu"], r["chunked_matmul"]["python"], rtol=1e-4, atol=1e-4)
+    kind, msg = r["limit_error"]
+    assert kind == "DeviceLimitError" and "sum" in msg and "8192" in msg
+
+
+def test_fused_optimizer_step_in_the_page(page_result):
+    r = page_result["adamw"]
+    assert r["dispatches"] == [2, 2, 2]
+    _close(r["webgpu"], r["python"], rtol=1e-5, atol=1e-6)
+
+
+def test_device_loss_is_typed_and_init_reopens_in_the_page(page_result):
+    kind, msg = page_result["lost"]
+    assert kind == "DeviceLostError" and "lost" in msg
+    assert page_result["after_lost"] == [3.0, 6.0]
