@@ -39,10 +39,17 @@ def set_state(state) -> None:
     _rng.setstate(state)
 
 
-def _size(size) -> tuple:
-    if len(size) == 1 and not isinstance(size[0], int):
+def _size(size, op: str = "rand", dtype=_dt.float32) -> tuple:
+    """The shape, checked (ints, not negative) and held to the allocation ceiling
+    (``ember.set_max_tensor_bytes``) before a single value is drawn: ``randn((10**10, 10**10))``
+    is a clear error, not a hang or a MemoryError."""
+    from . import limits
+
+    if len(size) == 1 and isinstance(size[0], (list, tuple)):
         size = tuple(size[0])
-    return tuple(int(s) for s in size)
+    shape = limits.check_shape(op, size)
+    limits.check_alloc(op, shape, dtype)
+    return shape
 
 
 def _no_plan(shape) -> None:
@@ -84,7 +91,7 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False):
 def randn(*size, dtype=None, device=None, requires_grad: bool = False):
     """Standard normal values (Box-Muller on two uniform draws)."""
     from .autograd import no_grad
-    shape = _size(size)
+    shape = _size(size, "randn")
     with no_grad():
         u1 = 2.0 - _one_to_two(shape, device)          # (0, 1]: log stays finite
         u2 = _one_to_two(shape, device) - 1.0
@@ -99,7 +106,7 @@ def randint(low, high=None, size=(), *, dtype=None, device=None):
     from .tensor import tensor
     if high is None:
         low, high = 0, low
-    shape = tuple(size) if not isinstance(size, int) else (size,)
+    shape = _size(size if not isinstance(size, int) else (size,), "randint", _dt.int64) if size != () else ()
     _no_plan(shape)
     vals = [_rng.randrange(low, high) for _ in range(prod(shape))]
     t = tensor(vals, dtype=dtype or _dt.int64, device=device)
@@ -109,6 +116,7 @@ def randint(low, high=None, size=(), *, dtype=None, device=None):
 def randperm(n: int, *, device=None):
     """A random permutation of 0..n-1 (int64)."""
     from .tensor import tensor
+    (n,) = _size((n,), "randperm", _dt.int64)
     _no_plan((n,))
     p = list(range(n))
     _rng.shuffle(p)

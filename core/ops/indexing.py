@@ -45,8 +45,8 @@ def _index_array(k, x: Tensor, axis: int) -> Tensor:
         t = tensor(k if hasattr(k, "__array_interface__") else list(k), device=x.device)
     if t.dtype.kind == "b" or (t.size == 0 and not isinstance(k, Tensor)):
         if t.dtype.kind == "b":
-            raise IndexingError(f"getitem: boolean mask indexing (axis {axis}) is not supported; "
-                                f"use ember.where(mask, x, fill) or integer indices")
+            raise IndexingError(f"getitem: a boolean mask must be the only index (axis {axis}); index "
+                                f"x[mask] first, or use ember.where(mask, x, fill) or integer indices")
         return tensor([], dtype="int64", device=x.device)
     if t.dtype.kind not in "iu":
         raise IndexingError(f"getitem: index arrays must hold integers, got {t.dtype.name} (axis {axis})")
