@@ -1276,6 +1276,15 @@ def if_(c, cond):
 _TRACE_LOOP_LIMIT = 1000   # while loading, longer loops are left to run time (also: ember.onnx.budget)
 
 
+def _graph_reads(g) -> set:
+    """The value names graph ``g`` reads anywhere (its nodes, nested subgraphs, its outputs)."""
+    from .runtime import _subgraph_reads
+    out = {o.name for o in g.outputs}
+    for n in g.nodes:
+        out.update(n.inputs)
+    return out | _subgraph_reads(g)
+
+
 @onnx_op("Loop", since=1)
 def loop(c, max_trip=None, cond=None, *carried):
     from .runtime import NeedsData
@@ -1292,12 +1301,15 @@ def loop(c, max_trip=None, cond=None, *carried):
     values = list(carried)
     scans = [[] for _ in range(n_scan)]
     i = 0
+    names = [vi.name for vi in body.inputs]
+    cnd = c.call(E.tensor, True, dtype=_dt.bool_, device="python")   # the body only runs while it is true
+    reads = _graph_reads(body)
+    it = None
     while keep and (m is None or i < m):
         if not c.tracing:
             c.iterations(1, body=body)    # the call's budget, shared by nested loops: OnnxError past it
-        it = c.call(E.tensor, i, dtype=_dt.int64, device="python")
-        cnd = c.call(E.tensor, keep, dtype=_dt.bool_, device="python")
-        names = [vi.name for vi in body.inputs]
+        if it is None or names[0] in reads:     # (a body that ignores the count gets one tensor)
+            it = c.call(E.tensor, i, dtype=_dt.int64, device="python")
         outs = c.run_graph(body, dict(zip(names, [it, cnd] + values)))
         keep = bool(c.scalar(outs[0], "cond")) if body.outputs[0].name else keep
         values = list(outs[1:1 + n_carried])
