@@ -61,3 +61,12 @@ def test_ember_default_device_environment_variable():
     r = _import_with("nosuchdevice")
     assert r.returncode != 0 and "EMBER_DEFAULT_DEVICE='nosuchdevice'" in r.stderr and "DeviceError" in r.stderr
     assert DeviceError.__name__ in r.stderr
+
+
+@pytest.mark.parametrize("module", ["ember.ops.array_api", "ember.ops.extra", "ember.linalg"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0
