@@ -114,7 +114,8 @@ def test_buffer_over_max_buffer_size_is_a_limit_error(low):
 
 def test_env_var_limit_and_device_loss_in_a_fresh_process():
     """A separate process: EMBER_WEBGPU_MAX_BINDING_BYTES sets the limit at start-up, and after
-    GPUDevice.destroy() every use raises DeviceLostError, never a raw wgpu exception."""
+    GPUDevice.destroy() every use raises DeviceLostError, never a raw wgpu exception, until
+    ``ember.webgpu.init()`` opens a new device."""
     try:
         ember.get_backend("webgpu")
     except DeviceError as e:
@@ -137,6 +138,10 @@ def test_env_var_limit_and_device_loss_in_a_fresh_process():
                 assert "lost" in str(e) and "device='python'" in str(e), e
             else:
                 raise AssertionError("no DeviceLostError")
+        import asyncio
+        import ember.webgpu
+        asyncio.run(ember.webgpu.init())      # a new device: webgpu works again
+        assert (ember.tensor([1.0, 2.0], device="webgpu") * 3).tolist() == [3.0, 6.0]
         print("OK")
     """)
     env = dict(os.environ, EMBER_WEBGPU_MAX_BINDING_BYTES="8192")
