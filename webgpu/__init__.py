@@ -19,6 +19,18 @@ Natively nothing needs to be set up::
 In the browser the GPU is requested asynchronously: run ``await ember.webgpu.init()`` once
 (from ``pyodide.runPythonAsync``) before using ``device="webgpu"``. ``init()`` works natively too.
 
+Limits: tensors larger than the adapter's ``maxStorageBufferBindingSize`` run in chunks where the
+kernel allows it (fused elementwise chains, casts and ``where`` over aligned binding windows;
+matmul by blocks of rows, its right operand within one binding); any other kernel that would bind
+more raises ``ember.errors.DeviceLimitError`` (op, shape, bytes, limit) before its work is
+recorded, and so does a buffer over ``maxBufferSize``. ``set_limits()`` or
+``EMBER_WEBGPU_MAX_BINDING_BYTES`` / ``EMBER_WEBGPU_MAX_BUFFER_BYTES`` lower them (tests, or to
+emulate a smaller GPU). A lost device (``GPUDevice.lost``, a driver reset) raises
+``DeviceLostError`` on every later use until ``init()`` opens a new one; out of memory raises
+``DeviceOutOfMemoryError``: never a raw wgpu or JavaScript exception.
+
+Optimizers: a float32 parameter's ``SGD``/``Adam``/``AdamW`` step is one kernel (``optim.py``).
+
 Introspection: ``stats()`` (counters), ``reset_stats()``, ``info()`` (adapter, limits, features).
 ``evaluate(*tensors)`` runs pending lazy work without reading it back; ``synchronize()`` waits
 for the GPU. ``set_fusion(False)`` or ``EMBER_FUSION=off`` turns fusion off; ``EMBER_AUTOTUNE=off``
