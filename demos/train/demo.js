@@ -11,8 +11,9 @@
 //   window.emberDemo.webgpuReady     Promise, resolves to {ok, error, ms} once WebGPU's
 //                                    training kernels are compiled, or it failed
 //   await window.emberDemo.train({steps = 600, backend = the selected one, batch = 32, seed = 0,
-//                                 evalEvery = 100})
-//        trains a fresh network -> {steps, loss_first (the first step's loss), loss_last (mean
+//                                 lr = 0.003, evalEvery = 100})
+//        trains a fresh network (Adam, one-cycle learning rate peaking at lr over the steps; the
+//        same seed gives the same run on every backend) -> {steps, loss_first (the first step's loss), loss_last (mean
 //        of the last 20 steps), accuracy (on the 1,000 held-back digits), ms_per_step (worker
 //        time per optimizer step, without evaluations and pauses), backend, device, batch,
 //        history: {loss: [...], heldOut: [[step, accuracy], ...]}}
@@ -139,11 +140,13 @@ async function evaluateHeldOut(r) {
 }
 
 /** Train a fresh network; resolves when `steps` steps are done (pauses included). */
-async function train({ steps = 600, backend = null, batch = 32, seed = 0, evalEvery = 100 } = {}) {
+async function train({ steps = 600, backend = null, batch = 32, seed = 0, lr = 0.003, evalEvery = 100 } = {}) {
   if (!backends) throw inputError("the page is not loaded yet: await emberDemo.ready");
   steps = positiveInt(steps, "steps", 100000);
   batch = positiveInt(batch, "batch", 1024);
   evalEvery = positiveInt(evalEvery, "evalEvery", 100000);
+  lr = Number(lr);
+  if (!(lr > 0 && lr < 1)) throw inputError(`lr must be a number between 0 and 1, got ${lr}`);
   backend = backend || backends.current;
   const bad = backends.check(backend);
   if (bad) throw inputError(bad);
@@ -153,7 +156,7 @@ async function train({ steps = 600, backend = null, batch = 32, seed = 0, evalEv
   drawCharts();
   showStats();
   try {
-    const info = await serially(() => worker.call("app", "reset", [backend, batch, seed]));
+    const info = await serially(() => worker.call("app", "reset", [backend, batch, seed, lr, steps]));
     r.device = info.device;
     let chunk = 2;
     let nextEval = evalEvery;
@@ -348,7 +351,10 @@ async function main() {
   info.readyMs = performance.now() - t0;
   showStats();
   $("backend-name").textContent = backends.label(backends.current);
-  backends.startWebGPU(worker, () => worker.call("app", "start_webgpu"), t0).then(webgpuDone);
+  // The warm-up runs a training step on the GPU: queued with the page's other calls, since a
+  // synchronous GPU readback inside it (JSPI) would let another call run in the middle of its
+  // backward pass, while ember's autodiff has recording suspended.
+  backends.startWebGPU(worker, () => serially(() => worker.call("app", "start_webgpu")), t0).then(webgpuDone);
   return info;
 }
 
