@@ -63,6 +63,9 @@ def test_chunked_elementwise_matches_numpy(low):
     np.testing.assert_allclose((X[5:, 3:] * 3).numpy(), x[5:, 3:] * 3, rtol=1e-6)
     np.testing.assert_array_equal(ember.where(X > 0, X, Y).numpy(), np.where(x > 0, x, y))
     np.testing.assert_array_equal((X * 100).astype(ember.int32).numpy(), (x * 100).astype(np.int32))
+    # writing into regions of a larger buffer (concat)
+    np.testing.assert_allclose(ember.concat([X, X * 2], axis=0).numpy(), np.concatenate([x, x * 2], axis=0))
+    np.testing.assert_allclose(ember.concat([X, Z], axis=1).numpy(), np.concatenate([x, z], axis=1))
     n = 3000                                                   # 1-D, not a multiple of a chunk
     v = rng.standard_normal(n).astype(np.float32)
     np.testing.assert_allclose((G(v).exp() + 1).numpy(), np.exp(v) + 1, rtol=1e-5)
@@ -81,6 +84,12 @@ def test_chunked_matmul_matches_numpy(low):
     np.testing.assert_allclose((A[3:150] @ B).numpy(), a[3:150] @ b, rtol=1e-4, atol=1e-4)
     bt = G(np.ascontiguousarray(b.T))                           # x @ w.T, the Linear layer's form
     np.testing.assert_allclose((A @ bt.T).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    # batched: one batch at a time, by row blocks (a broadcast right operand, and batch x batch)
+    a3 = rng.standard_normal((3, 48, 64)).astype(np.float32)
+    np.testing.assert_allclose((G(a3) @ B).numpy(), a3 @ b, rtol=1e-4, atol=1e-4)
+    a4 = rng.standard_normal((2, 3, 40, 16)).astype(np.float32)
+    b4 = rng.standard_normal((2, 1, 16, 8)).astype(np.float32)
+    np.testing.assert_allclose((G(a4) @ G(b4)).numpy(), a4 @ b4, rtol=1e-4, atol=1e-4)
 
 
 def test_unchunkable_kernel_fails_clearly_before_submitting(low):
@@ -98,6 +107,8 @@ def test_unchunkable_kernel_fails_clearly_before_submitting(low):
     # a transposed read of a large tensor spans more than a binding per chunk: refused too
     with pytest.raises(DeviceLimitError, match="maxStorageBufferBindingSize"):
         (X.T * 2).numpy()
+    with pytest.raises(DeviceLimitError, match="pad"):          # pad has its own kernel
+        ember.pad(X, ((1, 2), (3, 0))).numpy()
     # the right operand of a row-blocked matmul must fit one binding
     with pytest.raises(DeviceLimitError, match="matmul"):
         (G(np.ones((64, 64), np.float32)) @ G(np.ones((64, 64), np.float32))).numpy()
@@ -182,3 +193,6 @@ def test_chunks_follow_a_larger_offset_alignment(low, monkeypatch):
     a = rng.standard_normal((200, 64)).astype(np.float32)
     b = rng.standard_normal((64, 12)).astype(np.float32)
     np.testing.assert_allclose((G(a)[3:] @ G(b)).numpy(), a[3:] @ b, rtol=1e-4, atol=1e-4)
+    a3 = rng.standard_normal((3, 48, 64)).astype(np.float32)          # 48 x 12 outputs: 2,304 bytes each
+    np.testing.assert_allclose((G(a3) @ G(b)).numpy(), a3 @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ember.concat([G(x), G(x)], axis=1).numpy(), np.concatenate([x, x], axis=1))

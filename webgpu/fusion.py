@@ -399,10 +399,14 @@ def _digits(x: int, shape) -> list:
 
 
 def _leaf_range(gb, st, shape, s: int, e: int) -> tuple:
-    """(lowest, highest) element of ``gb``'s storage that output elements [s, e) read through
-    strides ``st``: the axes before the first one whose index changes over the range are fixed,
-    that one spans its two end indices, the ones after it their whole extent."""
-    lo = hi = gb.offset
+    return _range(gb.offset, st, shape, s, e)
+
+
+def _range(offset: int, st, shape, s: int, e: int) -> tuple:
+    """(lowest, highest) element that output elements [s, e) touch at ``offset`` + strides
+    ``st``: the axes before the first one whose index changes over the range are fixed, that
+    one spans its two end indices, the ones after it their whole extent."""
+    lo = hi = offset
     a, b = _digits(s, shape), _digits(e - 1, shape)
     varying = False
     for d, n in enumerate(shape):
@@ -425,8 +429,6 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
 
     n = prod(shape)
     mb = rt.max_binding
-    if out_view is not None:
-        raise rt.limit_error(storage.nbytes, "writing into a region of a larger buffer (concat, pad)")
     A = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
     cap = mb // 4                                     # elements one binding may hold
     strided = [None if prog.leaf_direct[j] else leaf_strides(gb, shape) for j, gb in enumerate(prog.leaves)]
@@ -441,6 +443,13 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
             base = lo // A * A
             size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, gb.storage.nbytes - base * 4)
             out.append((base, size, (gb.offset + s if strided[j] is None else gb.offset) - base))
+        if out_view is None:
+            out.append((s, max(4, (e - s) * 4), 0))
+        else:       # a region of a larger buffer (concat, pad): the window the chunk writes
+            lo, hi = _range(out_view[0], out_view[1], shape, s, e)
+            base = lo // A * A
+            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, storage.nbytes - base * 4)
+            out.append((base, size, out_view[0] - base))
         return out
 
     chunk = max((cap - A) // A * A, A)
@@ -452,22 +461,26 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
         if any(w[1] > mb for w in win):
             if chunk <= A:
                 big = max(w[1] for w in win)
-                raise rt.limit_error(big, "an input read through strides spans more than one binding")
+                raise rt.limit_error(big, "a tensor read or written through strides spans more than one binding")
             chunk = max(chunk // 2 // A * A, A)
             continue
         plan.append((s, e, win))
         s = e
     chunk_word = len(words)
     info_n = max(1, (len(words) + 1 + 3) // 4)
-    key = ("fused", len(shape), dtype.name, prog.sig, False, "chunked")
-    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, False, chunk_word))
+    strided_out = out_view is not None
+    key = ("fused", len(shape), dtype.name, prog.sig, strided_out, "chunked")
+    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, strided_out, chunk_word))
     for s, e, win in plan:
         w = list(words)
         w[0] = e - s
-        for j, (_, _, off) in enumerate(win):
+        for j, (_, _, off) in enumerate(win[:-1]):
             w[prog.leaf_word[j]] = off
+        if strided_out:
+            w[1 + len(shape)] = win[-1][2]
         w.append(s)
-        bufs = [(storage.buf, s * 4, max(4, (e - s) * 4))]
+        base, size, _ = win[-1]
+        bufs = [(storage.buf, base * 4, size)]
         bufs += [(gb.storage.buf, base * 4, size) for gb, (base, size, _) in zip(prog.leaves, win)]
         rt.stats["fused_kernels"] += 1
         rt.stats["fused_ops"] += prog.ops

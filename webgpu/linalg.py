@@ -161,27 +161,26 @@ class MatmulPlan:
         window), for outputs or operands larger than one binding. The offsets of the bindings
         are aligned to ``minStorageBufferOffsetAlignment``, the remainder goes into the A-offset
         word. No autotune here: the default variant (split-K would need its own large buffer)."""
-        rt, M, N, K = self.rt, self.M, self.N, self.K
+        rt, M, N, K, nb = self.rt, self.M, self.N, self.K, self.nb
         mb = rt.max_binding
         shape = self.shape
-        if self.nb != 1:
-            raise rt.limit_error(max(self.size * 4, self.ga.storage.nbytes, self.gb.storage.nbytes),
-                                 "a batched matmul cannot run by row blocks", op="matmul", shape=shape)
         A_el = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
-        w = self.words
+        w = list(self.words)
         a_off, a_rs, a_ks, b_off, b_ks, b_ns = w[4], w[5], w[6], w[8], w[9], w[10]
+        rank = self.rank
+        batch, abst, bbst = w[12:12 + rank], w[12 + rank:12 + 2 * rank], w[12 + 2 * rank:12 + 3 * rank]
+        if nb > 1 and (M * N) % A_el:
+            raise rt.limit_error(max(self.size * 4, self.ga.storage.nbytes, self.gb.storage.nbytes),
+                                 f"a batched matmul runs by row blocks only when each {M}x{N} output "
+                                 f"starts at a {A_el * 4}-byte boundary", op="matmul", shape=shape)
+        w[3] = 1
+        w[12:12 + rank] = [1] * rank     # one batch per dispatch: its offsets go into the words
 
         def window(g, lo, hi):             # (byte offset, byte size, element remainder)
             base = lo // A_el * A_el
             size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, g.storage.nbytes - base * 4)
             return base * 4, size, lo - base
 
-        b_lo = b_off
-        b_hi = b_off + (K - 1) * b_ks + (N - 1) * b_ns
-        bw = window(self.gb, b_lo, b_hi)
-        if bw[1] > mb:
-            raise rt.limit_error(bw[1], "the right operand of a row-blocked matmul must fit one binding",
-                                 op="matmul", shape=shape)
         # rows per block: C's block start (r0 * N elements) must stay aligned
         from math import gcd
 
@@ -193,30 +192,43 @@ class MatmulPlan:
                                  op="matmul", shape=shape)
         variant = default_variant(rt, rows, N, K, self.kind)
         variant = "rb128" if variant == "sk" else variant
-        r0 = 0
-        while r0 < M:
-            r1 = min(M, r0 + rows)
-            aw = window(self.ga, a_off + r0 * a_rs, a_off + (r1 - 1) * a_rs + (K - 1) * a_ks)
-            words = list(w)
-            words[0] = r1 - r0
-            words[4] = aw[2]
-            words[8] = bw[2]
-            if words[7] and aw[2] % 4:
-                words[7] = 0
-            if words[11] and bw[2] % 4:
-                words[11] = 0
-            out = (storage.buf, r0 * N * 4, max(4, (r1 - r0) * N * 4))
-            ops = [(self.ga.storage.buf, aw[0], aw[1]), (self.gb.storage.buf, bw[0], bw[1])]
-            self._dispatch(variant, None, None, None, out=out, ops=ops, words=words, M=r1 - r0)
-            r0 = r1
+        for z in range(nb):
+            az, bz, rem = a_off, b_off, z
+            for d in range(rank - 1, -1, -1):
+                idx = rem % batch[d]
+                rem //= batch[d]
+                az += idx * abst[d]
+                bz += idx * bbst[d]
+            bw = window(self.gb, bz, bz + (K - 1) * b_ks + (N - 1) * b_ns)
+            if bw[1] > mb:
+                raise rt.limit_error(bw[1], "the right operand of a row-blocked matmul must fit one binding",
+                                     op="matmul", shape=shape)
+            c0 = z * M * N
+            r0 = 0
+            while r0 < M:
+                r1 = min(M, r0 + rows)
+                aw = window(self.ga, az + r0 * a_rs, az + (r1 - 1) * a_rs + (K - 1) * a_ks)
+                words = list(w)
+                words[0] = r1 - r0
+                words[4] = aw[2]
+                words[8] = bw[2]
+                if words[7] and aw[2] % 4:
+                    words[7] = 0
+                if words[11] and bw[2] % 4:
+                    words[11] = 0
+                out = (storage.buf, (c0 + r0 * N) * 4, max(4, (r1 - r0) * N * 4))
+                ops = [(self.ga.storage.buf, aw[0], aw[1]), (self.gb.storage.buf, bw[0], bw[1])]
+                self._dispatch(variant, None, None, None, out=out, ops=ops, words=words, M=r1 - r0, nb=1)
+                r0 = r1
 
-    def _dispatch(self, variant, storage, prog, epi_words, out=None, ops=None, words=None, M=None) -> None:
+    def _dispatch(self, variant, storage, prog, epi_words, out=None, ops=None, words=None, M=None, nb=None) -> None:
         rt = self.rt
         if out is None:
             out = (storage.buf, 0, max(4, self.size * 4))
             ops = [(self.ga.storage.buf, 0, self.ga.storage.nbytes), (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
         M = self.M if M is None else M
-        N, nb = self.N, self.nb
+        N = self.N
+        nb = self.nb if nb is None else nb
         split = split_k(M, N, self.K, nb) if variant == "sk" else 1
         if split > 1:
             # pass 1 writes split planes of partial sums, pass 2 adds them and runs the epilogue
