@@ -4,6 +4,7 @@ kernels added (kept apart from numpy_backend.py / numpy_nn.py, the forward kerne
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..errors import IndexingError
 from .numpy_backend import NumpyBackend, np_dtype
@@ -131,6 +132,25 @@ def _conv2d_grad_weight(out, x, g, *, stride, padding, dilation, groups, kernel_
     return res.reshape(o, cg, kh, kw).astype(np_dtype(out.dtype), copy=False)
 
 
+def _conv2d_grad_input_stride1(gf, wf, groups, h, w, padding):
+    """Stride 1, no dilation: the input gradient is the full correlation of the (zero padded)
+    output gradient with the flipped, transposed kernel -- one im2col copy of ``g`` and one
+    GEMM per group, instead of a GEMM and a scatter-add per kernel tap (col2im)."""
+    n, o, oh, ow = gf.shape
+    _, cg, kh, kw = wf.shape
+    gr, og = groups, o // groups
+    (pt, pb), (pl, pr) = padding
+    gp = np.zeros((n, o, h + kh - 1, w + kw - 1), dtype=np.float32)
+    gp[:, :, kh - 1 - pt:kh - 1 - pt + oh, kw - 1 - pl:kw - 1 - pl + ow] = gf
+    s0, s1, s2, s3 = gp.strides
+    cols = np.ascontiguousarray(as_strided(gp, (n, gr, og, kh, kw, h, w), (s0, s1 * og, s1, s2, s3, s2, s3),
+                                           writeable=False)).reshape(n, gr, og * kh * kw, h * w)
+    # wf[o, c, i, j] -> (group, c, o, flipped i, flipped j): the GEMM's (cg, og*kh*kw) matrix
+    wt = np.ascontiguousarray(wf.reshape(gr, og, cg, kh, kw)[:, :, :, ::-1, ::-1].transpose(0, 2, 1, 3, 4))
+    res = np.matmul(wt.reshape(gr, cg, og * kh * kw), cols)                # (n, gr, cg, h*w)
+    return res.reshape(n, gr * cg, h, w)
+
+
 def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, input_size):
     gf = _f32(g)
     wf = _f32(weight)
@@ -139,6 +159,9 @@ def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, inp
     gr, og = groups, o // groups
     h, w = input_size
     (pt, pb), (pl, pr) = padding
+    if tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and 0 <= pt < kh and 0 <= pl < kw and \
+            oh == h + pt + pb - kh + 1 and ow == w + pl + pr - kw + 1 and 0 <= pb < kh and 0 <= pr < kw:
+        return _conv2d_grad_input_stride1(gf, wf, gr, h, w, padding).astype(np_dtype(out.dtype), copy=False)
     # columns = W^T g, then each kernel tap adds its columns back where the forward read them
     cols = np.matmul(wf.reshape(gr, og, cg * kh * kw).transpose(0, 2, 1), gf.reshape(n, gr, og, oh * ow))
     cols = cols.reshape(n, gr * cg, kh, kw, oh, ow)
