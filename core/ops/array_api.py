@@ -65,10 +65,10 @@ def from_dlpack(x, /, *, device=None, copy=None) -> Tensor:
     """A tensor from any DLPack-exporting array (numpy, torch, ember...): a copy (needs numpy)."""
     import numpy as np
 
-    if copy is False:
-        raise ValueError("from_dlpack: ember always copies (its buffers are its own); copy=False is refused")
-    if isinstance(x, Tensor):
+    if isinstance(x, Tensor):   # immutable: sharing is a valid copy=False, and copy=True unobservable
         return x.to(device) if device is not None else x
+    if copy is False:
+        raise ValueError("from_dlpack: ember copies foreign arrays into its own buffers; copy=False is refused")
     a = np.from_dlpack(x)
     return asarray(a, device=device)
 
