@@ -315,7 +315,8 @@ def cumulative_sum(x: Tensor, /, *, axis=None, dtype=None, include_initial: bool
         if dt is _dt.bool_ or (dt.kind == "i" and dt.itemsize < 8):
             dt = _dt.int64
         elif dt.kind == "u" and dt.itemsize < 8:
-            dt = _dt.uint64
+            # uint64 where the device holds it; webgpu/wasm accumulate in int64 (like sum)
+            dt = _dt.uint64 if x.device in _dt.FULL_DEVICES else _dt.int64
     else:
         dt = _dt.get(dtype)
     xc = astype(x, dt)

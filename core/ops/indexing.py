@@ -62,9 +62,13 @@ def _mask(x: Tensor, m: Tensor) -> Tensor:
 
     from ..tensor import tensor
 
-    if tuple(m.shape) != tuple(x.shape[:m.ndim]):
+    if m.ndim > x.ndim or any(k not in (n, 0) for k, n in zip(m.shape, x.shape)):
         raise IndexingError(f"getitem: a boolean mask of shape {m.shape} does not match the leading axes of "
                             f"shape {x.shape}")
+    if 0 in m.shape:   # an empty mask (a size-0 axis against a sized one) selects nothing
+        from .creation import zeros
+
+        return zeros((0,) + tuple(x.shape[m.ndim:]), dtype=x.dtype, device=x.device)
     flat = m.tolist() if m.ndim == 0 else reshape(m, (-1,)).tolist()
     hits = [i for i, v in enumerate(flat if m.ndim else [flat]) if v]
     xf = reshape(x, (prod(m.shape),) + tuple(x.shape[m.ndim:]))
