@@ -211,6 +211,7 @@ def eye(n_rows: int, n_cols: int | None = None, *, k: int = 0, dtype=None, devic
         raise ShapeError(f"eye: k must be an int, not {type(k).__name__}")
     dt = _dt.get(dtype) if dtype is not None else _dt.default_float
     _limits.check_alloc("eye", (n_rows, n_cols), dt)
+    k = max(-n_rows, min(k, n_cols))   # a diagonal beyond the matrix: all zeros (any huge k)
     device = device or default_device()
     rows = arange(k, n_rows + k, device=device).reshape((n_rows, 1))
     cols = arange(n_cols, device=device).reshape((1, n_cols))

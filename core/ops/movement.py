@@ -467,6 +467,14 @@ def expand_dims(x: Tensor, axis=0) -> Tensor:
     >>> ember.expand_dims(ember.zeros((2, 3)), axis=-1).shape
     (2, 3, 1)
     """
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    n = x.ndim + len(axes)
+    for a in axes:
+        if not -n <= a < n:   # an IndexError, as the array API (and numpy's AxisError) say
+            from ..errors import IndexingError
+
+            raise IndexingError(f"expand_dims: axis {a} is out of range for a result of rank {n} "
+                                f"(input shape {x.shape})")
     return apply("expand_dims", x, axis=axis)
 
 
