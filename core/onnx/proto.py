@@ -274,11 +274,20 @@ def _packed_varints(buf, wt, val, start, where, signed=True):
         return [_int64(val) if signed else val]
     if wt != 2:
         _fail(f"repeated integer field has wire type {wt}", start, where)
-    out = []
     pos, end = val
+    chunk = buf[pos:end]
+    if not chunk or max(chunk) < 0x80:      # every value one byte (0..127): decoded in C
+        return list(chunk)
+    out = []
+    append = out.append
     while pos < end:
+        b = buf[pos]
+        if b < 0x80:                         # the common one-byte case without a call
+            append(b)
+            pos += 1
+            continue
         v, pos = _varint(buf, pos, end, where)
-        out.append(_int64(v) if signed else v)
+        append(_int64(v) if signed else v)
     return out
 
 
@@ -713,7 +722,8 @@ def tensor_bytes(t: TensorProto, base_dir=None, external_data=None, what=None):
     if vals is None:
         vals = []
     if len(vals) != n:
-        raise OnnxError(f"{what}: {len(vals)} values for shape {shape} ({n} expected)")
+        expected = n if n <= 1 << 62 else "more than 2^62"   # str() of a huge int is refused (and slow)
+        raise OnnxError(f"{what}: {len(vals)} values for shape {shape} ({expected} expected)")
     try:
         if code in (FLOAT, DOUBLE):
             return array("f", vals).tobytes(), shape, dt

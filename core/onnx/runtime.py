@@ -475,7 +475,7 @@ def run_checked(handler, ctx, inputs):
         raise err from e
     except MemoryError as e:
         raise ResourceError(f"ONNX node {node.label} ({node.op_type}, opset {ctx.opset}): out of memory "
-                            f"({e or 'MemoryError'})") from e
+                            f"({str(e) or 'MemoryError'})") from e
     except _HANDLER_SLIPS as e:
         raise OnnxError(f"ONNX node {node.label} ({node.op_type}, opset {ctx.opset}): invalid node "
                         f"({type(e).__name__}: {e})") from e
