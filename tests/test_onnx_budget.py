@@ -366,3 +366,21 @@ def test_budget_doctests():
 
     import ember.onnx.budget as budget
     assert doctest.testmod(budget).failed == 0
+
+
+def test_typed_data_for_a_shape_of_astronomical_size_is_an_onnx_error():
+    t = tensor_proto("idx", [64] + [8] * 30, INT64, [1, -2, 300])     # 2^96 elements, 3 values
+    data = make_model([node("Identity", ["idx"], ["y"])], [], [value_info("y", INT64, (3,))], [t])
+    e = fails_fast(lambda: ember.onnx.load(data), OnnxError, match="2\\^62")
+    assert "'idx'" in str(e)
+
+
+def test_packed_varints_decode_one_and_many_byte_values():
+    vals = [0, 1, 127, 128, 300, -1, -(2 ** 63), 2 ** 63 - 1, 5]
+    data = make_model([node("Identity", ["w"], ["y"])], [], [value_info("y", INT64, (len(vals),))],
+                      [tensor_proto("w", [len(vals)], INT64, vals)])
+    assert ember.onnx.load(data)().tolist() == vals
+    small = list(range(100))
+    data = make_model([node("Identity", ["w"], ["y"])], [], [value_info("y", INT64, (100,))],
+                      [tensor_proto("w", [100], INT64, small)])
+    assert ember.onnx.load(data)().tolist() == small
