@@ -236,7 +236,7 @@ async function main() {
   info.steps = steps;   // ms since this script started: ember booted, model loaded
   const kb = (weights.bytes / 1024).toFixed(0);
   $("model-info").textContent = meta.test_accuracy
-    ? `Weights: ${kb} KB, trained with ${meta.trainer || "PyTorch"} (${meta.epochs || "?"} epochs, ` +
+    ? `Weights: ${kb} KB, trained with ${meta.trainer || "?"} (${meta.epochs || "?"} epochs, ` +
       `${meta.date || ""}); MNIST test accuracy ${(100 * Number(meta.test_accuracy)).toFixed(2)}%. ` +
       `Ready in ${(info.readyMs / 1000).toFixed(1)} s.`
     : `Weights: ${kb} KB. Ready in ${(info.readyMs / 1000).toFixed(1)} s.`;

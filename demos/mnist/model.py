@@ -1,8 +1,9 @@
 """The MNIST demo network in ember: the same code runs in CPython and in the page (Pyodide).
 
 Pure Python (no numpy): the page's "CPU" backend is ember's pure-Python backend. The layer
-names match the PyTorch module in ``train.py``, so the shipped ``mnist.safetensors`` loads with
-``strict=True`` and no renaming.
+names are PyTorch's ``state_dict`` names (``conv1.weight``, ``bn1.running_mean``...): ``train.py``
+trains this very class with ember, and the shipped ``mnist.safetensors`` loads with
+``strict=True`` and no renaming (into an equivalent ``torch.nn`` module too).
 
 Input: pixels in [0, 1], white digit on black, 28x28 row major (what MNIST looks like after
 dividing by 255). The page does the MNIST-style preprocessing of a drawing (crop, scale the
@@ -43,7 +44,7 @@ class MnistNet(nn.Module):
         self.bn2 = nn.BatchNorm2d(32)
         self.fc1 = nn.Linear(32 * 7 * 7, 64)
         self.fc2 = nn.Linear(64, 10)
-        # Parameter-free layers: no state_dict entries, like torch.nn.functional in train.py.
+        # Parameter-free layers: no state_dict entries (torch.nn.functional calls in PyTorch).
         self.relu = nn.ReLU()
         self.pool = nn.MaxPool2d(2)
         self.flatten = nn.Flatten()
