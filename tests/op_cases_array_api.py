@@ -159,3 +159,12 @@ add(OpCase("cumulative_sum/i32/initial", lambda e, x: e.cumulative_sum(x, includ
 _NO_U64 = "holds no uint64: unsigned sums accumulate in int64 there"
 add(OpCase("sum/u8/unsigned", lambda e, x: e.sum(x, axis=0), lambda np, x: np.sum(x, axis=0, dtype=np.uint64),
            [S((3, 2), U8, 0, 255)], skip={"webgpu": _NO_U64, "wasm": _NO_U64}))
+
+# floor_divide with an infinite operand: floor(x1 / x2), the standard's preferred result (numpy and
+# Python give nan for inf // 2 and -1.0 for -2 // inf)
+_INF = float("inf")
+add(OpCase("floor_divide/f32/infinities", lambda e, a, b: a // b,
+           lambda np, a, b: np.where(np.isinf(a) | np.isinf(b), np.floor(a / b), np.floor_divide(a, b)),
+           [S((8,), F, values=[_INF, _INF, -_INF, -_INF, 2.0, -2.0, 2.0, -2.0]),
+            S((8,), F, values=[2.0, -2.0, 2.0, -2.0, _INF, _INF, -_INF, -_INF])],
+           skip={"webgpu": "the WGSL floordiv_f32 gives Python's nan / -1.0 (allowed by the standard's notes)"}))

@@ -201,12 +201,23 @@ def _shift(fn, A, B):
     return np.where(B < 0, np.zeros((), A.dtype), np.where(B >= bits, over, r))
 
 
+def _floor_div_inf(fn, A, B):
+    """floor_divide with an infinite operand: floor(A / B), the array API's preferred result
+    (numpy and Python give nan for inf // 2 and -1.0 for -2 // inf), as the python backend."""
+    r = fn(A, B)
+    if A.dtype.kind == "f":
+        inf = np.isinf(A) | np.isinf(B)
+        if inf.any():
+            r = np.where(inf, np.floor(A / B), r)
+    return r
+
+
 _BINARY = {
     "add": np.add,
     "subtract": np.subtract,
     "multiply": np.multiply,
     "divide": np.true_divide,
-    "floor_divide": _int_div(np.floor_divide),
+    "floor_divide": lambda A, B: _floor_div_inf(_int_div(np.floor_divide), A, B),
     "remainder": _int_div(np.remainder),
     "pow": _pow,
     "maximum": np.maximum,

@@ -313,6 +313,9 @@ def _div(a, b):
 
 
 def _floordiv_f(a, b):
+    if a - a != 0 or b - b != 0:   # an infinity (or NaN): floor(a / b), the standard's preferred
+        q = _div(a, b)              # result (inf // 2 = inf, -2 // inf = -0.0; Python gives nan, -1.0)
+        return q if q != q or q - q != 0 or q == 0 else float(math.floor(q))
     try:
         return a // b
     except ZeroDivisionError:  # numpy: a / 0
