@@ -84,6 +84,10 @@ def test_chunked_matmul_matches_numpy(low):
     np.testing.assert_allclose((A[3:150] @ B).numpy(), a[3:150] @ b, rtol=1e-4, atol=1e-4)
     bt = G(np.ascontiguousarray(b.T))                           # x @ w.T, the Linear layer's form
     np.testing.assert_allclose((A @ bt.T).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    # a right operand over one binding (a Linear layer's 300 x 64 weight, 77 KB): by blocks of
+    # its columns too, each copied into its columns of the output
+    wgt = rng.standard_normal((300, 64)).astype(np.float32)
+    np.testing.assert_allclose((A @ G(wgt).T).numpy(), a @ wgt.T, rtol=1e-4, atol=1e-4)
     # batched: one batch at a time, by row blocks (a broadcast right operand, and batch x batch)
     a3 = rng.standard_normal((3, 48, 64)).astype(np.float32)
     np.testing.assert_allclose((G(a3) @ B).numpy(), a3 @ b, rtol=1e-4, atol=1e-4)
@@ -109,7 +113,7 @@ def test_unchunkable_kernel_fails_clearly_before_submitting(low):
         (X.T * 2).numpy()
     with pytest.raises(DeviceLimitError, match="pad"):          # pad has its own kernel
         ember.pad(X, ((1, 2), (3, 0))).numpy()
-    # the right operand of a row-blocked matmul must fit one binding
+    # a right operand whose every column spans more than a binding (k-major 64 x 64)
     with pytest.raises(DeviceLimitError, match="matmul"):
         (G(np.ones((64, 64), np.float32)) @ G(np.ones((64, 64), np.float32))).numpy()
     # below the limit everything still works as before
@@ -193,6 +197,8 @@ def test_chunks_follow_a_larger_offset_alignment(low, monkeypatch):
     a = rng.standard_normal((200, 64)).astype(np.float32)
     b = rng.standard_normal((64, 12)).astype(np.float32)
     np.testing.assert_allclose((G(a)[3:] @ G(b)).numpy(), a[3:] @ b, rtol=1e-4, atol=1e-4)
+    wgt = rng.standard_normal((300, 64)).astype(np.float32)            # by column blocks too
+    np.testing.assert_allclose((G(a) @ G(wgt).T).numpy(), a @ wgt.T, rtol=1e-4, atol=1e-4)
     a3 = rng.standard_normal((3, 48, 64)).astype(np.float32)          # 48 x 12 outputs: 2,304 bytes each
     np.testing.assert_allclose((G(a3) @ G(b)).numpy(), a3 @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ember.concat([G(x), G(x)], axis=1).numpy(), np.concatenate([x, x], axis=1))

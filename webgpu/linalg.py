@@ -157,16 +157,18 @@ class MatmulPlan:
         self._dispatch(self.variant(storage), storage, prog, epi_words)
 
     def _launch_rows(self, storage) -> None:
-        """The matmul by blocks of output rows, each block binding its rows of A and C (and B's
-        window), for outputs or operands larger than one binding. The offsets of the bindings
-        are aligned to ``minStorageBufferOffsetAlignment``, the remainder goes into the A-offset
-        word. No autotune here: the default variant (split-K would need its own large buffer)."""
+        """The matmul in blocks, for outputs or operands larger than one binding: one batch at a
+        time, by blocks of output rows, each block binding its rows of A and C and B's window;
+        a right operand over one binding by blocks of columns too, each into a temporary that is
+        then copied into its columns of C. Binding offsets are aligned to
+        ``minStorageBufferOffsetAlignment``, the remainders go into the offset words. No
+        autotune here: the default variant (split-K would need its own large buffer)."""
         rt, M, N, K, nb = self.rt, self.M, self.N, self.K, self.nb
         mb = rt.max_binding
         shape = self.shape
         A_el = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
         w = list(self.words)
-        a_off, a_rs, a_ks, b_off, b_ks, b_ns = w[4], w[5], w[6], w[8], w[9], w[10]
+        a_off, b_off, b_ks, b_ns = w[4], w[8], w[9], w[10]
         rank = self.rank
         batch, abst, bbst = w[12:12 + rank], w[12 + rank:12 + 2 * rank], w[12 + 2 * rank:12 + 3 * rank]
         if nb > 1 and (M * N) % A_el:
@@ -175,23 +177,7 @@ class MatmulPlan:
                                  f"starts at a {A_el * 4}-byte boundary", op="matmul", shape=shape)
         w[3] = 1
         w[12:12 + rank] = [1] * rank     # one batch per dispatch: its offsets go into the words
-
-        def window(g, lo, hi):             # (byte offset, byte size, element remainder)
-            base = lo // A_el * A_el
-            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, g.storage.nbytes - base * 4)
-            return base * 4, size, lo - base
-
-        # rows per block: C's block start (r0 * N elements) must stay aligned
-        from math import gcd
-
-        step = A_el // gcd(N, A_el)
-        rows = min(M, (mb // 4 - A_el - 4) // max(N, 1), (mb // 4 - A_el - 4 - (K - 1) * a_ks) // max(a_rs, 1) + 1)
-        rows = rows // step * step if rows < M else M
-        if rows < 1:
-            raise rt.limit_error(max(N, K) * 4, "one row of the output or of A is larger than a binding",
-                                 op="matmul", shape=shape)
-        variant = default_variant(rt, rows, N, K, self.kind)
-        variant = "rb128" if variant == "sk" else variant
+        cap = mb // 4 - A_el - 4         # elements of a window, alignment slack and rounding kept
         for z in range(nb):
             az, bz, rem = a_off, b_off, z
             for d in range(rank - 1, -1, -1):
@@ -199,35 +185,74 @@ class MatmulPlan:
                 rem //= batch[d]
                 az += idx * abst[d]
                 bz += idx * bbst[d]
-            bw = window(self.gb, bz, bz + (K - 1) * b_ks + (N - 1) * b_ns)
-            if bw[1] > mb:
-                raise rt.limit_error(bw[1], "the right operand of a row-blocked matmul must fit one binding",
-                                     op="matmul", shape=shape)
             c0 = z * M * N
-            r0 = 0
-            while r0 < M:
-                r1 = min(M, r0 + rows)
-                aw = window(self.ga, az + r0 * a_rs, az + (r1 - 1) * a_rs + (K - 1) * a_ks)
-                words = list(w)
-                words[0] = r1 - r0
-                words[4] = aw[2]
-                words[8] = bw[2]
-                if words[7] and aw[2] % 4:
-                    words[7] = 0
-                if words[11] and bw[2] % 4:
-                    words[11] = 0
-                out = (storage.buf, (c0 + r0 * N) * 4, max(4, (r1 - r0) * N * 4))
-                ops = [(self.ga.storage.buf, aw[0], aw[1]), (self.gb.storage.buf, bw[0], bw[1])]
-                self._dispatch(variant, None, None, None, out=out, ops=ops, words=words, M=r1 - r0, nb=1)
-                r0 = r1
+            if (K - 1) * b_ks + (N - 1) * b_ns < cap:
+                self._row_blocks(storage, c0, az, bz, N, w, A_el)
+                continue
+            cols = (cap - 1 - (K - 1) * b_ks) // b_ns + 1 if b_ns > 0 else 0
+            if cols < 1:
+                raise rt.limit_error(((K - 1) * b_ks + 1) * 4, "one column of the right operand is larger "
+                                     "than a binding", op="matmul", shape=shape)
+            # a power of two (or a multiple of the alignment) keeps the row blocks of C aligned
+            cols = cols // A_el * A_el if cols >= A_el else 1 << (cols.bit_length() - 1)
+            from .fusion import run_into
 
-    def _dispatch(self, variant, storage, prog, epi_words, out=None, ops=None, words=None, M=None, nb=None) -> None:
+            for n0 in range(0, N, cols):
+                nc = min(N, n0 + cols) - n0
+                tmp = rt.alloc(M * nc * 4, "matmul column block")
+                self._row_blocks(tmp, 0, az, bz + n0 * b_ns, nc, w, A_el)
+                run_into(rt, GBuf(rt, (M, nc), self.raw_dtype, storage=tmp), storage, c0 + n0, (N, 1))
+
+    def _row_blocks(self, storage, c0, az, bz, Nc, w, A_el) -> None:
+        """Rows of one batch's output, ``Nc`` columns wide from C element ``c0`` (aligned), in
+        blocks that fit a binding; B's columns start at element ``bz``."""
+        rt, M, K = self.rt, self.M, self.K
+        a_rs, a_ks, b_ks, b_ns = w[5], w[6], w[9], w[10]
+        cap = rt.max_binding // 4 - A_el - 4
+
+        def window(g, lo, hi):             # (byte offset, byte size, element remainder)
+            base = lo // A_el * A_el
+            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, g.storage.nbytes - base * 4)
+            return base * 4, size, lo - base
+
+        bw = window(self.gb, bz, bz + (K - 1) * b_ks + (Nc - 1) * b_ns)
+        # rows per block: C's block start ((c0 + r0 * Nc) elements) must stay aligned
+        from math import gcd
+
+        step = A_el // gcd(Nc, A_el)
+        rows = min(M, cap // max(Nc, 1), (cap - (K - 1) * a_ks) // max(a_rs, 1) + 1)
+        rows = rows // step * step if rows < M else M
+        if rows < 1:
+            raise rt.limit_error(max(Nc, K) * 4, "one row of the output or of A is larger than a binding",
+                                 op="matmul", shape=self.shape)
+        variant = default_variant(rt, rows, Nc, K, self.kind)
+        variant = "rb128" if variant == "sk" else variant
+        r0 = 0
+        while r0 < M:
+            r1 = min(M, r0 + rows)
+            aw = window(self.ga, az + r0 * a_rs, az + (r1 - 1) * a_rs + (K - 1) * a_ks)
+            words = list(w)
+            words[0] = r1 - r0
+            words[1] = Nc
+            words[4] = aw[2]
+            words[8] = bw[2]
+            if words[7] and aw[2] % 4:
+                words[7] = 0
+            if words[11] and bw[2] % 4:
+                words[11] = 0
+            out = (storage.buf, (c0 + r0 * Nc) * 4, max(4, (r1 - r0) * Nc * 4))
+            ops = [(self.ga.storage.buf, aw[0], aw[1]), (self.gb.storage.buf, bw[0], bw[1])]
+            self._dispatch(variant, None, None, None, out=out, ops=ops, words=words, M=r1 - r0, nb=1, N=Nc)
+            r0 = r1
+
+    def _dispatch(self, variant, storage, prog, epi_words, out=None, ops=None, words=None, M=None, nb=None,
+                  N=None) -> None:
         rt = self.rt
         if out is None:
             out = (storage.buf, 0, max(4, self.size * 4))
             ops = [(self.ga.storage.buf, 0, self.ga.storage.nbytes), (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
         M = self.M if M is None else M
-        N = self.N
+        N = self.N if N is None else N
         nb = self.nb if nb is None else nb
         split = split_k(M, N, self.K, nb) if variant == "sk" else 1
         if split > 1:
