@@ -384,3 +384,9 @@ def test_packed_varints_decode_one_and_many_byte_values():
     data = make_model([node("Identity", ["w"], ["y"])], [], [value_info("y", INT64, (100,))],
                       [tensor_proto("w", [100], INT64, small)])
     assert ember.onnx.load(data)().tolist() == small
+
+
+def test_an_oversized_opset_import_entry_is_refused_before_it_is_walked():
+    m = make_model([node("Relu", ["x"], ["y"])], [value_info("x", FLOAT, (1,))], [value_info("y", FLOAT, (1,))])
+    junk = T._len(8, T._int(2, 17) + b"".join(T._int(2, 17) for _ in range(50_000)))   # 150 KB
+    fails_fast(lambda: ember.onnx.load(m + junk * 20), OnnxError, match="opset_import entry")

@@ -534,7 +534,13 @@ def _graph(buf, span, where, depth) -> Graph:
     return g
 
 
+_MAX_OPSET_BYTES = 4096    # a domain name and a version; 500 copies of a 150 KB one cost seconds
+
+
 def _opset(buf, span, where):
+    if span[1] - span[0] > _MAX_OPSET_BYTES:
+        _fail(f"an opset_import entry of {span[1] - span[0]} bytes (a domain and a version take a few dozen)",
+              span[0], where)
     domain, version = "", 0
     for f, wt, v, st in _fields(buf, span[0], span[1], where):
         if f == 1:
