@@ -63,9 +63,7 @@ def _value(value, dt, op):
     return int(value)
 
 
-def _range(dt) -> tuple:
-    bits = dt.itemsize * 8
-    return (0, (1 << bits) - 1) if dt.kind == "u" else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+_range = _dt.int_range
 
 
 def full(shape, fill_value, *, dtype=None, device: str | None = None, requires_grad: bool = False):
