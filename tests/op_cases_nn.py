@@ -528,6 +528,10 @@ _CONV = [  # id, x shape, weight shape, stride, padding, dilation, groups
     ("many_positions", (1, 1, 180, 170), (2, 1, 3, 3), 1, 1, 1, 1),
     ("one_pixel", (3, 4, 1, 1), (5, 4, 1, 1), 1, 0, 1, 1),
     ("k_equals_input", (1, 2, 3, 3), (4, 2, 3, 3), 1, 0, 1, 1),
+    # >= 32 output channels, groups 1: webgpu runs these as a matmul (over im2col columns)
+    ("mm_3x3", (2, 5, 6, 7), (32, 5, 3, 3), 1, 1, 1, 1),
+    ("mm_1x1", (2, 8, 5, 6), (33, 8, 1, 1), 1, 0, 1, 1),
+    ("mm_asym_dil_s12", (1, 3, 9, 8), (32, 3, 3, 2), (1, 2), ((1, 0), (2, 1)), (2, 1), 1),
 ]
 for _cid, _xs, _ws, _s, _p, _d, _g in _CONV:
     _st = (_s, _s) if isinstance(_s, int) else _s
@@ -708,6 +712,9 @@ _CONVT = [  # id, x, weight (c, og, kh, kw), stride, padding ((t, b), (l, r)), o
     ("asym_pads", (1, 2, 4, 5), (2, 2, 3, 3), (2, 2), ((1, 0), (0, 2)), (1, 0), (1, 1), 1),
     ("deep_c40", (1, 40, 3, 3), (40, 5, 2, 2), (2, 2), ((0, 0), (0, 0)), (0, 0), (1, 1), 1),
     ("chunks", (1, 1, 90, 91), (1, 4, 3, 3), (1, 1), ((1, 1), (1, 1)), (0, 0), (1, 1), 1),
+    # stride 1, >= 32 output channels: webgpu runs it as conv2d (flipped kernel) on the matmul
+    ("mm_s1", (2, 3, 5, 4), (3, 32, 3, 3), (1, 1), ((1, 1), (0, 0)), (0, 0), (1, 1), 1),
+    ("mm_s1_dil_op", (1, 2, 4, 5), (2, 34, 3, 2), (1, 1), ((1, 1), (0, 0)), (1, 0), (2, 1), 1),
 ]
 for _tid, _xs, _ws, _s, _p, _op, _d, _g in _CONVT:
     add(OpCase(f"conv_transpose2d/edge/{_tid}",

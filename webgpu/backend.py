@@ -64,7 +64,8 @@ def to_device_bytes(data, dtype) -> bytes:
         return array("i", a).tobytes()
     if dtype is _dt.bool_:  # any nonzero byte is True; the kernels rely on 0/1
         return array("I", [1 if b else 0 for b in data]).tobytes()
-    return array("I", data).tobytes()
+    # a memoryview, not the bytes: array() would read bytes as raw 4-byte words
+    return array("I", memoryview(data)).tobytes()
 
 
 def _int64_error(value, n):

@@ -81,8 +81,16 @@ def _conv(rt, name):
                 per_group, out_per_group = C // groups, O // groups
             else:
                 per_group, out_per_group = C // groups, gw.shape[1]
-            if name == "conv2d" and groups == 1 and _as_matmul(rt, N, C * KH * KW, OH * OW):
-                return _finish(rt, _conv_matmul(rt, gx, gw, gb, out.shape, stride, padding, dilation), out)
+            if groups == 1 and O >= MATMUL_MIN_CHANNELS and _as_matmul(rt, N, C * KH * KW, OH * OW):
+                if name == "conv2d":
+                    return _finish(rt, _conv_matmul(rt, gx, gw, gb, out.shape, stride, padding, dilation), out)
+                # stride 1: conv_transpose2d is conv2d with the kernel flipped, its two channel
+                # axes swapped and the padding d*(k-1) - p (conv2d's input gradient in training)
+                pads = ((dilation[0] * (KH - 1) - padding[0][0], 0), (dilation[1] * (KW - 1) - padding[1][0], 0))
+                if tuple(stride) == (1, 1) and pads[0][0] >= 0 and pads[1][0] >= 0:
+                    wt = contiguous(GBuf(rt, (O, C, KH, KW), _dt.float32, storage=gw.storage,
+                                         offset=gw.offset + KH * KW - 1, strides=(KH * KW, O * KH * KW, -KW, -1)))
+                    return _finish(rt, _conv_matmul(rt, gx, wt, gb, out.shape, (1, 1), pads, dilation), out)
             words = [n, N, O, OH, OW, C, H, W, KH, KW, stride[0], stride[1], padding[0][0], padding[1][0],
                      dilation[0], dilation[1], per_group, out_per_group, int(gb is not None)]
             info, info_n = _info(words)
@@ -101,6 +109,9 @@ def _conv(rt, name):
 # The columns are a temporary of C*KH*KW*OH*OW floats per image: over this many bytes the direct
 # kernel runs instead.
 IM2COL_MAX_BYTES = 64 << 20
+# Fewer output channels than this leave the matmul's 64-row tiles mostly empty: the direct kernel
+# was faster there (lavapipe: a 16-channel transposed conv 676 ms direct, 866 ms as a matmul).
+MATMUL_MIN_CHANNELS = 32
 
 
 def _as_matmul(rt, N, rows, cols) -> bool:
