@@ -64,3 +64,34 @@ def test_ocr_page_reads_a_sample_like_the_cli(page):
             try { await window.emberDemo.read(new Uint8Array(bytes), "cpu"); return null; }
             catch (e) { return {name: e.name, message: e.message}; } }""", list(bad))
         assert err is not None and err["name"] == "InputError" and words in err["message"], err
+
+
+def test_ocr_page_reads_an_image_on_webgpu_like_the_cli(page, tmp_path):
+    """A one-line image through the page's WebGPU backend gives the CLI's lines (numpy). The
+    adapter here is Chromium's software one (SwiftShader): the same WGSL a GPU runs, but about a
+    thousand times slower, so the image is a small square with one line (the detector still runs
+    at 736 x 736, the size PP-OCR scales every image to) rather than the 11-line receipt."""
+    sys.path.insert(0, str(DEMO))
+    import io
+
+    from make_samples import render
+
+    buf = io.BytesIO()
+    render([{"text": "ember 42", "xy": (14, 60), "px": 30}], size=(160, 160)).save(buf, "PNG")
+    data = buf.getvalue()
+    (tmp_path / "one.png").write_bytes(data)
+    want = _cli(tmp_path / "one.png")
+    assert [ln["text"].replace(" ", "") for ln in want] == ["ember42"], want
+    page.set_default_timeout(900_000)
+    page.goto(URL)
+    page.evaluate("async () => { await window.emberDemo.ready; }")
+    gpu = page.evaluate("() => window.emberDemo.webgpuReady")
+    assert gpu["ok"], f"WebGPU did not start in the page: {gpu}"
+    got = _read(page, data, "webgpu")
+    assert got["device"] == "webgpu"
+    print(f"\nOCR page on WebGPU (one line, 160x160): start-up {gpu['ms']:.0f} ms; timings (ms): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in got["timings"].items()))
+    assert [ln["text"] for ln in got["lines"]] == [ln["text"] for ln in want]
+    for a, b in zip(got["lines"], want):
+        assert abs(a["score"] - b["score"]) < 0.02
+        assert all(abs(p - q) <= 3 for pa, pb in zip(a["box"], b["box"]) for p, q in zip(pa, pb)), (a, b)
