@@ -465,18 +465,60 @@ def _pad_source(n, before, after, mode):
 
 
 def _pad(out, x, *, pad_width, mode, value):
+    # Row by row: a constant/edge row is two repeated blocks around one slice of the input (C-speed
+    # list operations), other modes gather each row through its source indices; whole padded
+    # blocks of the outer axes are one repeated constant.
     shape = x.shape
-    idx = [0]
-    for ax, (n, (b, a)) in enumerate(zip(shape, pad_width)):
-        stride = prod(shape[ax + 1:])
-        src = _pad_source(n, b, a, mode)
-        idx = [i + s * stride if i >= 0 and s >= 0 else -1 for i in idx for s in src]
-    if not idx:
+    oshape = out.shape
+    if not prod(oshape):
         return _store([], out.dtype)
     kind = out.dtype.kind
+    v = float(value) if kind == "f" else bool(value) if kind == "b" else int(value)
     buf = x._buf.tolist()
-    buf.append(float(value) if kind == "f" else bool(value) if kind == "b" else int(value))  # index -1
-    return _store(list(_gather(idx)(buf)), out.dtype)
+    rank = len(shape)
+    if rank == 0:
+        return _store(buf, out.dtype)
+    srcs = [_pad_source(n, b, a, mode) for n, (b, a) in zip(shape, pad_width)]
+    strides = [prod(shape[ax + 1:]) for ax in range(rank)]
+    blocks = [prod(oshape[ax + 1:]) for ax in range(rank)]
+    last = srcs[-1]
+    n_last = shape[-1]
+    (b_last, a_last) = pad_width[-1]
+    lo = max(-b_last, 0)
+    m = n_last - lo - max(-a_last, 0)
+    left, right = max(b_last, 0), max(a_last, 0)
+    res: list = []
+    ext = res.extend
+
+    if mode == "constant" or mode == "edge":
+        def row(base):
+            if m <= 0:
+                ext([v] * len(last))
+                return
+            lv = v if mode == "constant" else buf[base + lo]
+            rv = v if mode == "constant" else buf[base + lo + m - 1]
+            if left:
+                ext([lv] * left)
+            ext(buf[base + lo:base + lo + m])
+            if right:
+                ext([rv] * right)
+    else:
+        def row(base):
+            ext([buf[base + s_] for s_ in last])
+
+    def walk(ax, base):
+        if ax == rank - 1:
+            row(base)
+            return
+        st, blk = strides[ax], blocks[ax]
+        for s_ in srcs[ax]:
+            if s_ < 0:
+                ext([v] * blk)
+            else:
+                walk(ax + 1, base + s_ * st)
+
+    walk(0, 0)
+    return _store(res, out.dtype)
 
 
 KERNELS = {
