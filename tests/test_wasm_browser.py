@@ -51,7 +51,8 @@ def page_result(tmp_path_factory):
     want = {c.id: op_cases.expected(np, c) for c in op_cases.all_cases()}
     (d / "expected.json").write_text(json.dumps(want))
     return run_page(d, PAGE_CODE, links={"tests": os.path.join(ROOT, "tests")},
-                    files=["tests/op_cases.py", "tests/op_cases_nn.py", "tests/golden/nn_ops.safetensors",
+                    files=["tests/op_cases.py", "tests/op_cases_nn.py", "tests/op_cases_array_api.py",
+                           "tests/golden/nn_ops.safetensors",
                            "expected.json"])
 
 
