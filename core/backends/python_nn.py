@@ -441,10 +441,15 @@ def _sort(outs, x, *, axis, descending, stable):
 
 # ---- pad --------------------------------------------------------------------------------------
 
+def _pad_kept(n, before, after):
+    """(first kept index, elements kept) along an axis of ``n`` after negative pads crop it."""
+    lo = max(-before, 0)
+    return lo, n - lo - max(-after, 0)
+
+
 def _pad_source(n, before, after, mode):
     """Source index along one axis for each output position (-1: the constant)."""
-    lo = max(-before, 0)
-    m = n - lo - max(-after, 0)          # elements kept after cropping
+    lo, m = _pad_kept(n, before, after)
     src = []
     for j in range(-max(before, 0), m + max(after, 0)):
         if 0 <= j < m:
@@ -482,10 +487,8 @@ def _pad(out, x, *, pad_width, mode, value):
     strides = [prod(shape[ax + 1:]) for ax in range(rank)]
     blocks = [prod(oshape[ax + 1:]) for ax in range(rank)]
     last = srcs[-1]
-    n_last = shape[-1]
-    (b_last, a_last) = pad_width[-1]
-    lo = max(-b_last, 0)
-    m = n_last - lo - max(-a_last, 0)
+    b_last, a_last = pad_width[-1]
+    lo, m = _pad_kept(shape[-1], b_last, a_last)
     left, right = max(b_last, 0), max(a_last, 0)
     res: list = []
     ext = res.extend
