@@ -41,3 +41,41 @@ def test_replay_reuses_bind_groups_and_free_forgets_them(rt):
     assert not users & set(drv._bg_cache)
     assert id(victim) not in drv._bg_by_buf
     assert f(x, w).tolist() == want
+
+
+def test_repeated_training_steps_reach_a_steady_state_of_bind_groups(rt):
+    """The pool hands out the earliest-made free buffer, so a repeated step binds the same
+    buffers each time: after a few steps a training step creates no bind groups (with a
+    last-freed-first pool, about half of its dispatches built a new group on every step)."""
+    from ember import nn
+    import ember.nn.functional as F
+
+    ember.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4), nn.LayerNorm(4)).to("webgpu")
+    opt = ember.optim.Adam(model.parameters(), lr=1e-2)
+    x = ember.randn((5, 8), device="webgpu")
+    y = ember.randn((5, 4), device="webgpu")
+    drv = rt.driver
+    made = []
+    for _ in range(14):
+        n = len(drv._bg_cache)
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        made.append(len(drv._bg_cache) - n)
+    assert made[-3:] == [0, 0, 0], f"bind groups made per step: {made}"
+
+
+def test_the_pool_reuses_the_earliest_made_free_buffer(rt):
+    pool = rt.pool
+    a, b, c = (pool.acquire(1000) for _ in range(3))
+    bufs = [a.buf, b.buf, c.buf]
+    serial = [pool.serial[id(x)] for x in bufs]
+    del b, c, a          # freed in an order unrelated to their age
+    again = pool.acquire(1000)
+    # the earliest-made free buffer of that size class: ours, or an older one left by earlier tests
+    assert pool.serial[id(again.buf)] <= min(serial)
+    older = [e for e in pool.free_lists.get(again.nbytes, []) if e[0] < pool.serial[id(again.buf)]]
+    assert not older

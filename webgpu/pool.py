@@ -11,9 +11,17 @@ into the garbage and hand back a dead buffer.
 Size classes: sizes round up to 4 steps per power of two (1, 1.25, 1.5, 1.75 x 2^k), so a reused
 buffer wastes at most 25%. The pool keeps at most ``max_pooled`` bytes of free buffers (default
 1/4 of maxBufferSize, at most 1 GiB) and destroys the oldest beyond that.
+
+An allocation takes the free buffer of its class that was *created first* (each class's free
+list is a heap by creation number), not the last one freed: which buffer a tensor gets then
+depends only on which buffers are free, not on the order they came back in. A training step or
+a model run repeated gets the same buffers each time (or cycles through two), so the driver's
+cached bind groups hit instead of being rebuilt for every dispatch (84 of 89 dispatches of an
+encoder training step built a new bind group when the free lists were stacks).
 """
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections import OrderedDict
 
@@ -53,6 +61,8 @@ class BufferPool:
         self.max_pooled = max_pooled if max_pooled is not None else min(lim // 4, 1 << 30)
         self.set_limits(driver.limits["max_storage_buffer_binding_size"], lim)
         self.live: dict = {}   # id(weakref) -> (weakref, buffer, size class)
+        self.serial: dict = {}  # id(buffer) -> creation number (free lists are heaps of (number, id, buffer))
+        self._made = 0
 
     def set_limits(self, max_binding: int, max_buffer: int) -> None:
         self.max_binding = int(max_binding)
@@ -75,12 +85,14 @@ class BufferPool:
         lst = self.free_lists.get(cls)
         st = self.stats
         if lst:
-            buf = lst.pop()
+            buf = heapq.heappop(lst)[2]
             self.order.pop(id(buf), None)
             self.pooled_bytes -= cls
             st["pool_hits"] += 1
         else:
             buf = self.driver.alloc(cls)
+            self._made += 1
+            self.serial[id(buf)] = self._made
             st["pool_misses"] += 1
             st["bytes_allocated"] += cls
             st["peak_bytes_allocated"] = max(st["peak_bytes_allocated"], st["bytes_allocated"])
@@ -100,20 +112,24 @@ class BufferPool:
 
     def release(self, buf, cls: int) -> None:
         self.stats["bytes_in_use"] -= cls
-        self.free_lists.setdefault(cls, []).append(buf)
+        heapq.heappush(self.free_lists.setdefault(cls, []), (self.serial.get(id(buf), 0), id(buf), buf))
         self.order[id(buf)] = (cls, buf)
         self.pooled_bytes += cls
         while self.pooled_bytes > self.max_pooled and self.order:
             _, (c, b) = self.order.popitem(last=False)
-            self.free_lists[c].remove(b)
+            lst = self.free_lists[c]
+            lst[:] = [e for e in lst if e[2] is not b]
+            heapq.heapify(lst)
             self.pooled_bytes -= c
             self.stats["bytes_allocated"] -= c
+            self.serial.pop(id(b), None)
             self.driver.free(b)
 
     def clear(self) -> None:
         """Destroy every pooled (free) buffer."""
         for c, b in list(self.order.values()):
             self.stats["bytes_allocated"] -= c
+            self.serial.pop(id(b), None)
             self.driver.free(b)
         self.free_lists.clear()
         self.order.clear()
