@@ -8,6 +8,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import IndexingError
 from .numpy_backend import NumpyBackend, np_dtype
+from .numpy_nn import _quiet
 
 
 def _scatter_add(out, u, idx, *, axis, size, **_):
@@ -174,6 +175,40 @@ def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, inp
     return np.ascontiguousarray(buf[:, :, pt:pt + h, pl:pl + w]).astype(np_dtype(out.dtype), copy=False)
 
 
+def _relu_backward(out, g, x):
+    """g * (x > 0): one multiply by the boolean mask (numpy reads it as 0 / 1), as the
+    decomposition's multiply by the mask cast to g's dtype."""
+    return np.multiply(g._buf, x._buf > 0, dtype=np_dtype(out.dtype)).reshape(out.shape)
+
+
+def _batch_norm_train_backward(outs, g, x, mean, var, weight, *, eps):
+    """dx, dweight, dbias of training batch norm in one kernel, the decomposition's formula
+    (dx = (dy - sum(dy) / n - xhat * sum(dy * xhat) / n) * (w * rstd)) over (N, C, L) views:
+    two full-size arrays (xhat, then dy * xhat reused for dx) instead of one per op."""
+    from .numpy_nn import _channel_rows, _channel_sum
+
+    ct = np.float64 if any(t._buf.dtype == np.float64 for t in (g, x, mean, var, weight)) else np.float32
+
+    def f(t):
+        return t._buf.astype(ct, copy=False)
+
+    gy, a = _channel_rows(f(g)), _channel_rows(f(x))
+    count = ct(a.shape[0] * a.shape[2] if a.shape[1] else 1)
+    rstd = ct(1.0) / np.sqrt(f(var) + ct(eps))
+    xhat = a - f(mean)[:, None]
+    xhat *= rstd[:, None]
+    gsum = _channel_sum(gy)
+    t = gy * xhat
+    gxh = _channel_sum(t)
+    xhat *= (gxh / count)[:, None]
+    np.subtract(gy, (gsum / count)[:, None], out=t)
+    t -= xhat
+    t *= (f(weight) * rstd)[:, None]
+    gx, gw, gb = outs
+    return (t.reshape(gx.shape).astype(np_dtype(gx.dtype), copy=False),
+            gxh.astype(np_dtype(gw.dtype), copy=False), gsum.astype(np_dtype(gb.dtype), copy=False))
+
+
 def _linear_grad_weight(out, g, x, **_):
     # g^T x with BLAS reading g transposed in place (no copy of the transpose)
     g2 = _f32(g).reshape(-1, g.shape[-1])
@@ -187,6 +222,8 @@ KERNELS = {
     "max_pool2d_backward": _max_pool2d_backward,
     "conv2d_grad_weight": _conv2d_grad_weight,
     "conv2d_grad_input": _conv2d_grad_input,
+    "batch_norm_train_backward": _quiet(_batch_norm_train_backward),
+    "relu_backward": _quiet(_relu_backward),
 }
 
 

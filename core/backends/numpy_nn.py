@@ -177,6 +177,36 @@ def _batch_norm(out, x, mean, var, weight, bias, *, eps):
     return _out(_f(x) * scale.reshape(shape) + shift.reshape(shape), out)
 
 
+def _channel_rows(a):
+    """``a`` (N, C, ...) as (N, C, L): the per-channel reductions of batch norm are then a
+    pairwise sum over the contiguous L axis and a sum over N (numpy reduces (0, 2, 3) at once
+    ~1.5x slower)."""
+    n, c = a.shape[:2]
+    return a.reshape(n, c, math.prod(a.shape[2:]))
+
+
+def _channel_sum(a3):
+    return a3.sum(axis=2).sum(axis=0)
+
+
+def _batch_norm_train(outs, x, weight, bias, *, eps):
+    """Training batch norm in one kernel: the batch mean, the biased variance from the
+    deviations (two passes, as the decomposition), y = (x - mean) * (w * rstd) + b written over
+    the deviations."""
+    a = _channel_rows(_f(x))
+    ct = a.dtype.type
+    count = a.shape[0] * a.shape[2]
+    mean = _channel_sum(a) / ct(count)
+    d = a - mean[:, None]
+    sq = d * d
+    var = _channel_sum(sq) / ct(count)
+    scale = _f(weight) / np.sqrt(var + ct(eps))
+    d *= scale[:, None]
+    d += _f(bias)[:, None]
+    y, m, v = outs
+    return _out(d.reshape(y.shape), y), _out(mean, m), _out(var, v)
+
+
 def _layer_norm(out, x, weight, bias, *, normalized_shape, eps):
     a = _f(x)
     axes = tuple(range(a.ndim - len(normalized_shape), a.ndim))
@@ -456,6 +486,7 @@ KERNELS = {
     "softmax": _softmax,
     "log_softmax": _log_softmax,
     "batch_norm": _batch_norm,
+    "batch_norm_train": _batch_norm_train,
     "layer_norm": _layer_norm,
     "scaled_dot_product_attention": _sdpa,
     "linear": _linear,

@@ -167,8 +167,11 @@ def _silu_grad(g, y, x, **_):
     return o.multiply(g, o.multiply(sg, o.add(o.multiply(x, o.subtract(1.0, sg)), 1.0)))
 
 
+op("relu_backward", kind="composite", shape=lambda gs, xs, **_: broadcast_shapes(gs, xs, op="relu_backward"),
+   dtype=lambda gt, xt, **_: gt, decompose=lambda g, x: _ops().multiply(g, _positive(x, g.dtype)),
+   doc="the gradient of relu: g * (x > 0) (inputs: output gradient, input)")
 op("relu", kind="composite", shape=same_shape, dtype=same_dtype, decompose=_dec_relu,
-   doc="max(x, 0)", grad=lambda g, y, x, **_: _ops().multiply(g, _positive(x, g.dtype)))
+   doc="max(x, 0)", grad=lambda g, y, x, **_: apply("relu_backward", g, x))
 op("leaky_relu", kind="composite", shape=same_shape, dtype=to_float, decompose=_dec_leaky_relu,
    doc="x where x >= 0, else negative_slope * x",
    grad=lambda g, y, x, *, negative_slope, **_: _ops().multiply(
@@ -851,9 +854,38 @@ def _dec_bn_train(x, weight, bias, *, eps):
     return apply("batch_norm", x, mean, var, weight, bias, eps=eps), mean, var
 
 
+def _bn_train_backward_ops(gy, x, mean, var, weight, *, eps):
+    """(dx, dweight, dbias) of training batch norm from the output gradient ``gy``, the batch
+    statistics and the weight, as ops: the classic fused formula
+    dx = w * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)), dweight = sum(dy * xhat),
+    dbias = sum(dy). (The decomposition of ``batch_norm_train_backward``; the numpy backend
+    has one kernel for it.)"""
+    o = _ops()
+    c = x.shape[1]
+    n = x.size // c if c else 1
+    shape = (c,) + (1,) * (x.ndim - 2)
+    axes = (0,) + tuple(range(2, x.ndim))
+    rstd = o.rsqrt(o.add(var, eps))
+    xhat = o.multiply(o.subtract(x, o.reshape(mean, shape)), o.reshape(rstd, shape))
+    gsum = o.sum(gy, axis=axes)
+    gxh = o.sum(o.multiply(gy, xhat), axis=axes)
+    inner = o.subtract(o.subtract(gy, o.reshape(o.divide(gsum, n), shape)),
+                       o.multiply(xhat, o.reshape(o.divide(gxh, n), shape)))
+    return o.multiply(inner, o.reshape(o.multiply(weight, rstd), shape)), gxh, gsum
+
+
+def _bn_train_backward_shape(gs, xs, ms, vs, ws, *, eps):
+    return (tuple(xs), (xs[1],), (xs[1],))
+
+
+op("batch_norm_train_backward", kind="composite", shape=_bn_train_backward_shape,
+   dtype=lambda gt, xt, mt, vt, wt, **_: (_float_rule("batch_norm_train_backward")(gt, xt, mt, vt, wt),) * 3,
+   outputs=3, decompose=_bn_train_backward_ops,
+   doc="the gradient of batch_norm_train's y (inputs: dy, x, batch mean, batch var, weight): (dx, dweight, dbias)")
+
+
 @keeps_output
 def _bn_train_grad(g, y, x, weight, bias, *, need, eps):
-    # the classic fused formula: dx = w * rstd * (dy - mean(dy) - xhat * mean(dy * xhat))
     o = _ops()
     gy, gm, gv = g
     c = x.shape[1]
@@ -861,23 +893,20 @@ def _bn_train_grad(g, y, x, weight, bias, *, need, eps):
     shape = (c,) + (1,) * (x.ndim - 2)
     axes = (0,) + tuple(range(2, x.ndim))
     mean, var = y[1], y[2]
-    rstd = o.rsqrt(o.add(var, eps))
-    d = o.subtract(x, o.reshape(mean, shape))
     gx = gw = gb = None
     if gy is not None:
-        xhat = o.multiply(d, o.reshape(rstd, shape))
-        gsum = o.sum(gy, axis=axes)
-        gxh = o.sum(o.multiply(gy, xhat), axis=axes)
         if need[0]:
-            inner = o.subtract(o.subtract(gy, o.reshape(o.divide(gsum, n), shape)),
-                               o.multiply(xhat, o.reshape(o.divide(gxh, n), shape)))
-            gx = o.multiply(inner, o.reshape(o.multiply(weight, rstd), shape))
-        gw, gb = gxh, gsum
+            gx, gw, gb = apply("batch_norm_train_backward", gy, x, mean, var, weight, eps=eps)
+        else:
+            rstd = o.rsqrt(o.add(var, eps))
+            xhat = o.multiply(o.subtract(x, o.reshape(mean, shape)), o.reshape(rstd, shape))
+            gw, gb = o.sum(o.multiply(gy, xhat), axis=axes), o.sum(gy, axis=axes)
     if need[0] and (gm is not None or gv is not None):   # gradients through the batch statistics outputs
         extra = None
         if gm is not None:
             extra = o.broadcast_to(o.reshape(o.divide(gm, n), shape), x.shape)
         if gv is not None:
+            d = o.subtract(x, o.reshape(mean, shape))
             ev = o.multiply(d, o.reshape(o.divide(o.multiply(gv, 2.0), n), shape))
             extra = ev if extra is None else o.add(extra, ev)
         gx = extra if gx is None else o.add(gx, extra)

@@ -95,7 +95,7 @@ class Optimizer:
                         st = self.state.setdefault(p, {})
                         # (while ember.compile captures, the ops path: a plan replays registry kernels)
                         new = (self._fused(p, p.grad, st, group)
-                               if p.device == "webgpu" and _CAPTURE[0] is None else None)
+                               if p.device in _FUSED_DEVICES and _CAPTURE[0] is None else None)
                         if new is not None:
                             p._set_(new)
                             continue
@@ -115,8 +115,9 @@ class Optimizer:
         raise NotImplementedError
 
     def _fused(self, p, g, state, group):
-        """The new value of webgpu parameter ``p`` from one fused kernel (``ember.webgpu.optim``),
-        or None to take the reference ``_update``."""
+        """The new value of webgpu / numpy parameter ``p`` from one fused kernel
+        (``ember.webgpu.optim``, ``ember.backends.numpy_optim``), or None to take the reference
+        ``_update``."""
         return None
 
     # ---- state_dict: PyTorch's layout (parameters numbered across groups in order) --------------
@@ -163,6 +164,16 @@ class Optimizer:
 
 # The fused webgpu step (tests switch it off to compare with the reference ops on the same GPU).
 _FUSED = [True]
+# devices whose parameters take ``_fused`` first (numpy: the same rule in a few numpy calls)
+_FUSED_DEVICES = ("webgpu", "numpy")
+
+
+def _fused_module(p):
+    if p.device == "numpy":
+        from ..backends import numpy_optim
+        return numpy_optim
+    from ember.webgpu import optim
+    return optim
 
 
 def _check(name, value, low=0.0):
@@ -205,8 +216,7 @@ class SGD(Optimizer):
     def _fused(self, p, g, state, group):
         if not _FUSED[0]:
             return None
-        from ember.webgpu.optim import sgd_step
-        return sgd_step(p, g, state, group)
+        return _fused_module(p).sgd_step(p, g, state, group)
 
 
 class Adam(Optimizer):
@@ -265,8 +275,7 @@ class Adam(Optimizer):
     def _fused(self, p, g, state, group):
         if not _FUSED[0]:
             return None
-        from ember.webgpu.optim import adam_step
-        return adam_step(p, g, state, group)
+        return _fused_module(p).adam_step(p, g, state, group)
 
 
 class AdamW(Adam):

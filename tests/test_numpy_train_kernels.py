@@ -1,0 +1,236 @@
+"""The numpy backend's training kernels against their references: the fused optimizer steps
+(``ember.backends.numpy_optim``) bit for bit against the reference ops (``Optimizer._update``,
+the same rule through the registry), and the backward kernels against the ops they replace
+(the composite's decomposition, on the same device) and against plain numpy math."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import optim
+from ember.optim import optimizer as _opt
+from ember.registry import apply
+
+CONFIGS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.001)),
+    ("SGD", dict(lr=0.1, momentum=0.5, maximize=True, weight_decay=0.02)),
+    ("Adam", dict(lr=0.01)),
+    ("Adam", dict(lr=0.005, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1, amsgrad=True)),
+    ("Adam", dict(lr=0.003, weight_decay=0.05, maximize=True)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, amsgrad=True, maximize=True)),
+]
+SHAPES = [(), (3,), (4, 5), (2, 3, 2, 2)]
+
+
+def _trajectory(cls, kw, fused, dtype="float32", steps=5, seed=0, shapes=SHAPES):
+    rng = np.random.default_rng(seed)
+    params = [ember.tensor(rng.standard_normal(s).astype(dtype), dtype=dtype, device="numpy").requires_grad_() for s in shapes]
+    grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(steps)]
+    opt = getattr(optim, cls)(params, **kw)
+    old = _opt._FUSED[0]
+    _opt._FUSED[0] = fused
+    try:
+        out = []
+        for k in range(steps):
+            for p, g in zip(params, grads[k]):
+                p.grad = ember.tensor(g, dtype=dtype, device="numpy")
+            opt.step()
+            out.append([p.numpy().copy() for p in params])
+    finally:
+        _opt._FUSED[0] = old
+    return out, opt, params
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("cls,kw", CONFIGS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CONFIGS)])
+def test_fused_numpy_step_is_bit_identical_to_the_reference_ops(cls, kw, dtype):
+    fused, opt_f, ps = _trajectory(cls, kw, True, dtype)
+    ref, opt_r, _ = _trajectory(cls, kw, False, dtype)
+    for k, (a, b) in enumerate(zip(fused, ref)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert x.dtype == y.dtype == np.dtype(dtype) and x.shape == y.shape
+            np.testing.assert_array_equal(x, y, err_msg=f"{cls} {kw} step {k} param {i}")
+    for p, q in zip(opt_f.state, opt_r.state):
+        sf, sr = opt_f.state[p], opt_r.state[q]
+        assert sorted(sf) == sorted(sr)
+        for key in sf:
+            if isinstance(sf[key], ember.Tensor):
+                assert sf[key].shape == sr[key].shape and sf[key].device == "numpy"
+                np.testing.assert_array_equal(sf[key].numpy(), sr[key].numpy(), err_msg=key)
+            else:
+                assert sf[key] == sr[key]
+    assert all(p.device == "numpy" and p.requires_grad and p.is_leaf for p in ps)
+
+
+def test_fused_step_is_taken_and_keeps_value_semantics(monkeypatch):
+    """The numpy step goes through numpy_optim (no registry op), writes no array that existed
+    before (a detached alias of the parameter, the gradient and saved state keep their values)."""
+    p = ember.tensor([1.0, 2.0, 3.0], device="numpy").requires_grad_()
+    opt = optim.Adam([p], lr=0.1, amsgrad=True)
+    p.grad = ember.tensor([0.5, -1.0, 2.0], device="numpy")
+    opt.step()
+    before, grad = p.detach(), p.grad
+    saved = {k: (v.numpy().copy(), v) for k, v in opt.state[p].items() if isinstance(v, ember.Tensor)}
+    sd = opt.state_dict()
+    calls = []
+    kernels = ember.get_backend("numpy").kernels
+    for name, k in list(kernels.items()):
+        monkeypatch.setitem(kernels, name, lambda *a, _k=k, _n=name, **kw: calls.append(_n) or _k(*a, **kw))
+    old = p.numpy().copy()
+    opt.step()
+    monkeypatch.undo()
+    assert calls == [], calls
+    assert before.numpy().tolist() == old.tolist() and not np.array_equal(p.numpy(), old)
+    assert grad.tolist() == [0.5, -1.0, 2.0]
+    for k, (vals, t) in saved.items():
+        np.testing.assert_array_equal(t.numpy(), vals, err_msg=k)
+        np.testing.assert_array_equal(sd["state"][0][k].numpy(), vals, err_msg=k)
+    assert not np.array_equal(opt.state[p]["exp_avg"].numpy(), saved["exp_avg"][0])
+
+
+def test_loaded_and_foreign_state_follow_the_reference():
+    """State loaded from another optimizer (or on another device) gives the reference values;
+    float16 parameters take the reference ops."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    gs = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(4)]
+    runs = {}
+    for fused in (True, False):
+        old = _opt._FUSED[0]
+        _opt._FUSED[0] = fused
+        try:
+            a = ember.tensor(w, device="numpy").requires_grad_()
+            oa = optim.AdamW([a], lr=0.01, amsgrad=True)
+            for g in gs[:2]:
+                a.grad = ember.tensor(g, device="numpy")
+                oa.step()
+            b = ember.tensor(a.numpy(), device="python").requires_grad_()
+            ob = optim.AdamW([b], lr=0.01, amsgrad=True)
+            sd = oa.state_dict()
+            sd["state"] = {k: {n: (v.to("python") if isinstance(v, ember.Tensor) else v) for n, v in s.items()}
+                           for k, s in sd["state"].items()}
+            ob.load_state_dict(sd)
+            c = ember.tensor(a.numpy(), device="numpy").requires_grad_()
+            oc = optim.AdamW([c], lr=0.01, amsgrad=True)
+            oc.load_state_dict(oa.state_dict())
+            for g in gs[2:]:
+                c.grad = ember.tensor(g, device="numpy")
+                oc.step()
+                a.grad = ember.tensor(g, device="numpy")
+                oa.step()
+            runs[fused] = (a.numpy(), c.numpy())
+        finally:
+            _opt._FUSED[0] = old
+    for x, y in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(runs[True][0], runs[True][1])
+    h = ember.tensor([1.0, 2.0], dtype="float16", device="numpy").requires_grad_()
+    oh = optim.Adam([h], lr=0.1)
+    h.grad = ember.tensor([1.0, 1.0], dtype="float16", device="numpy")
+    oh.step()
+    assert h.dtype == ember.float16 and h.tolist() == pytest.approx([0.9, 1.9], abs=2e-3)
+
+
+# ---- backward kernels against the decompositions they replace -----------------------------------
+
+def _decomposed(name, *args, **attrs):
+    from ember.registry import OPS
+    with ember.no_grad():
+        return OPS[name].decompose(*args, **attrs)
+
+
+def _np(t):
+    return t.numpy().astype(np.float64)
+
+
+BN_SHAPES = [(8, 3), (4, 5, 7), (6, 4, 5, 3), (2, 1, 3, 4), (3, 2, 2, 3, 2)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("shape", BN_SHAPES, ids=str)
+def test_batch_norm_train_kernels_match_the_decomposition_and_numpy(shape, dtype):
+    rng = np.random.default_rng(len(shape) * 10 + shape[1])
+    c = shape[1]
+    xa = (rng.standard_normal(shape) * 3 + 1.5).astype(dtype)
+    ga = rng.standard_normal(shape).astype(dtype)
+    wa, ba = (rng.standard_normal(c) + 1).astype(dtype), rng.standard_normal(c).astype(dtype)
+    x, g, w, b = (ember.tensor(a, dtype=dtype, device="numpy") for a in (xa, ga, wa, ba))
+    kernels = ember.get_backend("numpy").kernels
+    assert "batch_norm_train" in kernels and "batch_norm_train_backward" in kernels
+    with ember.no_grad():
+        got = ember.batch_norm_train(x, w, b, eps=1e-5)
+    want = _decomposed("batch_norm_train", x, w, b, eps=1e-5)
+    tol = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-12}[dtype]
+    for a, e in zip(got, want):
+        assert a.dtype is e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(_np(a), _np(e), rtol=tol, atol=tol * 10)
+    # plain numpy, in float64
+    axes = (0,) + tuple(range(2, len(shape)))
+    bshape = (1, c) + (1,) * (len(shape) - 2)
+    X = xa.astype(np.float64)
+    mean, var = X.mean(axis=axes), X.var(axis=axes)
+    Y = (X - mean.reshape(bshape)) / np.sqrt(var.reshape(bshape) + 1e-5) * wa.reshape(bshape) + ba.reshape(bshape)
+    for a, e in zip(got, (Y, mean, var)):
+        np.testing.assert_allclose(_np(a), e, rtol=max(tol, 1e-5), atol=max(tol, 1e-5) * 10)
+    y, m, v = got
+    with ember.no_grad():
+        gk = apply("batch_norm_train_backward", g, x, m, v, w, eps=1e-5)
+    gd = _decomposed("batch_norm_train_backward", g, x, m, v, w, eps=1e-5)
+    for a, e in zip(gk, gd):
+        assert a.shape == e.shape
+        np.testing.assert_allclose(_np(a), _np(e), rtol=tol, atol=tol * 10 * max(1.0, float(np.abs(_np(e)).max())))
+    # numpy: the gradient of sum(g * y) by the textbook formula
+    G = ga.astype(np.float64)
+    xhat = (X - mean.reshape(bshape)) / np.sqrt(var.reshape(bshape) + 1e-5)
+    n = X.size // c
+    gw, gb = (G * xhat).sum(axis=axes), G.sum(axis=axes)
+    gx = (wa.reshape(bshape) / np.sqrt(var.reshape(bshape) + 1e-5)) * (G - gb.reshape(bshape) / n
+                                                                        - xhat * gw.reshape(bshape) / n)
+    for a, e in zip(gk, (gx, gw, gb)):
+        np.testing.assert_allclose(_np(a), e, rtol=max(tol, 1e-4), atol=max(tol, 1e-4) * 10 * max(1.0, np.abs(e).max()))
+
+
+def test_batch_norm_training_gradients_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    xa = rng.standard_normal((6, 4, 5, 5)).astype(np.float32) * 2 + 0.5
+    up = rng.standard_normal((6, 4, 5, 5)).astype(np.float32)
+    bn = ember.nn.BatchNorm2d(4, device="numpy")
+    bn.weight.copy_(ember.tensor(rng.standard_normal(4).astype(np.float32), device="numpy"))
+    x = ember.tensor(xa, device="numpy").requires_grad_()
+    y = bn(x)
+    y.backward(ember.tensor(up, device="numpy"))
+    tb = torch.nn.BatchNorm2d(4)
+    with torch.no_grad():
+        tb.weight.copy_(torch.from_numpy(bn.weight.numpy()))
+    tx = torch.from_numpy(xa).requires_grad_()
+    ty = tb(tx)
+    ty.backward(torch.from_numpy(up))
+    for a, e in ((y, ty), (x.grad, tx.grad), (bn.weight.grad, tb.weight.grad), (bn.bias.grad, tb.bias.grad),
+                 (bn.running_mean, tb.running_mean), (bn.running_var, tb.running_var)):
+        np.testing.assert_allclose(a.numpy(), e.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_relu_backward_kernel_matches_the_decomposition(dtype):
+    rng = np.random.default_rng(3)
+    xa = rng.standard_normal((5, 7)).astype(dtype)
+    xa[0, :3] = [0.0, -0.0, np.nan]
+    ga = rng.standard_normal((5, 7)).astype(dtype)
+    ga[1, :2] = [np.inf, -np.inf]
+    x, g = (ember.tensor(a, dtype=dtype, device="numpy") for a in (xa, ga))
+    with ember.no_grad():
+        got = apply("relu_backward", g, x)
+    want = _decomposed("relu_backward", g, x)
+    assert got.dtype is want.dtype is g.dtype
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got.numpy(), ga * (xa > 0))
+    # through autograd: relu's gradient is this op
+    xt = ember.tensor(xa, dtype=dtype, device="numpy").requires_grad_()
+    ember.relu(xt).backward(g)
+    np.testing.assert_array_equal(xt.grad.numpy(), want.numpy())
