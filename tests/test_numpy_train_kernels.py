@@ -234,3 +234,47 @@ def test_relu_backward_kernel_matches_the_decomposition(dtype):
     xt = ember.tensor(xa, dtype=dtype, device="numpy").requires_grad_()
     ember.relu(xt).backward(g)
     np.testing.assert_array_equal(xt.grad.numpy(), want.numpy())
+
+
+# ---- malloc settings of the numpy device --------------------------------------------------------
+
+def _glibc():
+    import ctypes
+    import sys
+    try:
+        return sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
+    except OSError:
+        return False
+
+
+def test_numpy_device_keeps_freed_memory():
+    """On glibc the numpy device keeps freed blocks mapped: a loop that allocates and frees
+    arrays of a few MB (a training step's activations) stops page-faulting them in again;
+    EMBER_NUMPY_MALLOC=default leaves malloc alone."""
+    import os
+    import subprocess
+    import sys
+
+    if not _glibc():
+        pytest.skip("glibc's mallopt only")
+    from ember.backends import numpy_backend as nb
+    ember.ones((1,), device="numpy")
+    assert nb._MALLOC_TUNED[0] and nb.tune_malloc()
+    import resource
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    for _ in range(3):
+        a = [np.ones(1 << 20, np.float32) for _ in range(8)]      # 8 x 4 MB
+        del a
+    f0 = faults()
+    for _ in range(10):
+        a = [np.ones(1 << 20, np.float32) for _ in range(8)]
+        del a
+    assert faults() - f0 < 2000                                  # ~8 x 1024 x 10 pages without
+    code = "import ember; ember.ones((1,), device='numpy'); from ember.backends import numpy_backend as nb; " \
+           "print(nb._MALLOC_TUNED[0])"
+    env = {**os.environ, "EMBER_NUMPY_MALLOC": "default"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr

@@ -1,13 +1,14 @@
 """Backward-only kernels of the numpy backend (autodiff): ``scatter_add`` and the pooling
 gradients. ``create_backend`` is the numpy device's factory: the numpy backend with these
-kernels added (kept apart from numpy_backend.py / numpy_nn.py, the forward kernels)."""
+kernels added (kept apart from numpy_backend.py / numpy_nn.py, the forward kernels), and
+glibc's malloc told to keep freed memory (``numpy_backend.tune_malloc``)."""
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import IndexingError
-from .numpy_backend import NumpyBackend, np_dtype
+from .numpy_backend import NumpyBackend, np_dtype, tune_malloc
 from .numpy_nn import _quiet
 
 
@@ -228,6 +229,7 @@ KERNELS = {
 
 
 def create_backend() -> NumpyBackend:
+    tune_malloc()
     b = NumpyBackend()
     b.kernels.update(KERNELS)
     return b
