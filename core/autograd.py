@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 
 from .errors import EmberError, ShapeError, UnsupportedOp
-from .registry import GRAD, GRAD_HOOK, apply
+from .registry import CAPTURE, GRAD, GRAD_HOOK, apply
 
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "backward", "grad",
            "keeps_output", "sum_to", "AutogradError"]
@@ -204,7 +204,17 @@ def keeps_output(rule):
 
 
 def _alias(t):
-    return type(t)._wrap(t._buf, t.shape, t.dtype, t.device)
+    a = type(t)._wrap(t._buf, t.shape, t.dtype, t.device)
+    if CAPTURE[0] is not None:
+        CAPTURE[0].alias(t, a)
+    return a
+
+
+def has_live_graph(t) -> bool:
+    """Whether ``t`` carries an autograd graph that a ``backward`` could still run through."""
+    ag = getattr(t, "_ag", None)
+    node = ag.node if isinstance(ag, Out) else ag
+    return isinstance(node, Node) and node.saved is not None
 
 
 def record(d, inputs, attrs):
@@ -348,6 +358,9 @@ def _run(roots, grads, retain_graph, capture=None):
                 raise AutogradError(f"backward through {node.name} a second time: its saved tensors were freed "
                                     f"by the first backward; pass retain_graph=True to the first call")
             if node.nout == 1 and node.retained is not None and capture is None:
+                if CAPTURE[0] is not None:
+                    CAPTURE[0].fail("retain_grad() on an intermediate tensor while capturing: a replay makes "
+                                    "new intermediate tensors")
                 node.retained[0] = _add(node.retained[0], g)
             if node.nout > 1:
                 g = tuple(g)
@@ -361,8 +374,12 @@ def _run(roots, grads, retain_graph, capture=None):
                 if need and gi is not None:
                     send(p, _fit(gi, x.shape, x.dtype, node.name))
             nodes.append(node)
+        cap = CAPTURE[0]
         for leaf, g in leaves.values():
-            leaf.grad = g if leaf.grad is None else apply("add", leaf.grad, g)
+            if cap is not None:    # ember.compile: the replay stores the gradient too
+                cap.on_grad(leaf, g)
+            else:
+                leaf.grad = g if leaf.grad is None else apply("add", leaf.grad, g)
     finally:
         _SUSPEND[0] -= 1
         _refresh()

@@ -22,6 +22,39 @@ input while capturing (``.item()``, ``.tolist()``, ``bool(t)``, ``float(t)``) ma
 [2.0, 6.0]
 >>> f.stats()["replays"], f.stats()["plans"]
 (1, 1)
+
+**Training steps.** A whole step, forward, ``loss.backward()`` and ``optimizer.step()``, compiles
+too: the forward and backward kernels are recorded like any others, and what a step does
+*besides* computing tensors is recorded as host steps that the replay carries out in order:
+
+- ``Tensor._set_`` (in-place updates: BatchNorm's running statistics, ``copy_``) swaps the new
+  value into the same tensor object;
+- each leaf's gradient is stored (or added to the ``.grad`` already there) as backward would;
+- ``Optimizer.step``/``zero_grad`` and ``lr_scheduler`` steps are *called* at that point of the
+  replay (``host_step``), so learning rates, Adam's step count and the fused WebGPU optimizer
+  kernels behave exactly as in eager code.
+
+Parameters that require grad are never constant-folded while grad mode is on (they change
+between calls), nor are tensors a step updates in place (found on the first capture, which is
+then repeated once with them treated as variables). Outputs that still carry a live autograd
+graph (a compiled forward whose caller runs ``backward``) make that signature eager: a plan
+returns no graph.
+
+>>> from ember import nn
+>>> ember.manual_seed(0)
+>>> lin = nn.Linear(2, 1)
+>>> opt = ember.optim.SGD(lin.parameters(), lr=0.1)
+>>> x, y = ember.tensor([[1.0, 2.0]]), ember.tensor([[1.0]])
+>>> @ember.compile
+... def step(x, y):
+...     opt.zero_grad()
+...     loss = ((lin(x) - y) ** 2).mean()
+...     loss.backward()
+...     opt.step()
+...     return loss
+>>> losses = [round(step(x, y).item(), 4) for _ in range(4)]
+>>> step.stats()["replays"], losses[-1] < losses[0]
+(3, True)
 """
 from __future__ import annotations
 
@@ -35,8 +68,11 @@ from .registry import CAPTURE as _active
 
 
 # Ops that must run on every replay even when their inputs are constant (none yet: random
-# ops, once they exist, go here).
+# numbers are drawn in Python, and drawing them makes a capture eager, see ember.random).
 NOT_FOLDED: set = set()
+
+# ``Step.multi`` of a host step (``kernel(vals)`` at replay) rather than a kernel call.
+HOST = 2
 
 
 class Step:
@@ -56,6 +92,8 @@ class Step:
         self.multi = multi
 
     def __repr__(self) -> str:
+        if self.multi == HOST:
+            return f"{self.name}{tuple(self.ins)}"
         metas = self.meta if self.multi else (self.meta,)
         shown = ", ".join(f"{m.dtype.name}{list(m.shape)}" for m in metas)
         return f"{self.outs} = {self.name}{tuple(self.ins)} -> {shown} on {self.device}"
@@ -69,7 +107,7 @@ class Capture:
     fresh slot. Tensors made outside the capture (weights) and constant-folded results that a
     recorded step or an output uses are held strongly: the plan needs them."""
 
-    def __init__(self, inputs):
+    def __init__(self, inputs, mutable: dict | None = None):
         self.steps: list = []
         self.slot: dict = {}          # id(tensor) -> slot, for tensors alive now
         self.refs: dict = {}          # id(tensor) -> weakref whose callback forgets the id
@@ -80,6 +118,10 @@ class Capture:
         self.inputs = list(inputs)
         self.n = 0
         self.reason = None            # why the capture cannot become a plan
+        self.grad_on = _grad_mode()   # then tensors that require grad are variables, not constants
+        self.mutable = mutable if mutable is not None else {}   # id -> weakref: updated in place
+        self.fold_reads: set = set()  # slots that constant-folded steps read
+        self.retry: list = []         # tensors updated in place after a fold had read them
         for t in inputs:
             self._new(t, tainted=True)
         self.n_inputs = self.n
@@ -105,7 +147,7 @@ class Capture:
         must be held by the plan."""
         s = self.slot.get(id(t))
         if s is None:   # made outside the capture (a weight, a constant): held by reference
-            s = self._new(t)
+            s = self._new(t, tainted=self._variable(t))
             self.consts.append((s, t))
             self.const_slots.add(s)
         elif use and s in self.folded and s not in self.const_slots:
@@ -113,15 +155,19 @@ class Capture:
             self.const_slots.add(s)
         return s
 
+    def _variable(self, t) -> bool:
+        """Whether ``t``, made outside the capture, may change between calls: a parameter that
+        requires grad (with grad mode on), or a tensor an earlier capture saw updated in place."""
+        if self.grad_on and t._ag is not None:
+            return True
+        ref = self.mutable.get(id(t))
+        return ref is not None and ref() is t
+
     def record(self, name, kernel, inputs, meta, attrs, outputs, multi) -> None:
-        if self.reason is None and _grad_mode() and any(t._ag is not None for t in inputs):
-            self.reason = (f"{name}: a tensor that requires grad is used with grad mode on, and a plan "
-                           f"replays inference only (no gradients); run under ember.no_grad() to "
-                           f"compile it")
         taint = False
         for t in inputs:
             s = self.slot.get(id(t))
-            if s is not None and s in self.tainted:
+            if (s in self.tainted) if s is not None else self._variable(t):
                 taint = True
                 break
         if not taint and name not in NOT_FOLDED:
@@ -129,7 +175,7 @@ class Capture:
             # the output is the same on every call: keep the value computed now (e.g. a
             # weight's transpose) instead of recomputing it on each replay.
             for t in inputs:
-                self._slot_of(t, use=False)
+                self.fold_reads.add(self._slot_of(t, use=False))
             for t in outputs:
                 self.folded.add(self._new(t))
             return
@@ -137,6 +183,73 @@ class Capture:
         outs = tuple(self._new(t, True) for t in outputs)
         dev = outputs[0].device if outputs else (inputs[0].device if inputs else None)
         self.steps.append(Step(kernel, name, ins, outs, meta, attrs, dev, multi))
+
+    # ---- what a step does besides computing tensors (host steps) ------------------------------
+    def _host(self, name, fn, ins=()) -> None:
+        self.steps.append(Step(fn, name, tuple(ins), (), None, {}, None, HOST))
+
+    def alias(self, src, new) -> None:
+        """``new`` is another tensor object over ``src``'s buffer (autograd's saved tensors,
+        ``detach``): it reads the same slot, so a replay sees the parameter's value then, not
+        the one it had while capturing."""
+        s = self._slot_of(src)
+        i = id(new)
+        self.slot[i] = s
+
+        def forget(ref, i=i, s=s):
+            if self.slot.get(i) == s:
+                del self.slot[i]
+            if self.refs.get(i) is ref:
+                del self.refs[i]
+        self.refs[i] = weakref.ref(new, forget)
+
+    def on_set(self, target, new) -> None:
+        """``target._set_(new)`` while capturing: the replay swaps the value in at this point."""
+        ts, s = self._slot_of(target), self._slot_of(new)
+        if ts in self.fold_reads and ts in self.const_slots:
+            self.retry.append(target)     # a fold read the old value: capture again, it is variable
+        self.tainted.add(ts)
+
+        def set_(vals, ts=ts, s=s):
+            vals[ts]._set_(vals[s])
+        self._host("set_", set_, (ts, s))
+
+    def on_grad(self, leaf, g) -> None:
+        """Backward stores ``g`` into ``leaf.grad`` (adding to a gradient already there): done
+        now, and again at this point of every replay."""
+        s = self._slot_of(g)
+        self._host("accumulate_grad", lambda vals, s=s: _accumulate(leaf, vals[s]), (s,))
+        with paused():
+            _accumulate(leaf, g)
+
+    def on_grad_set(self, t, value) -> None:
+        """``t.grad = value`` in the captured code."""
+        if not t.is_leaf:
+            self.fail(f"the .grad of a non-leaf tensor (shape {t.shape}) is set while capturing; a replay "
+                      f"makes new intermediate tensors")
+            return
+        leaf = t._ag
+        if value is None:
+            self._host("grad = None", lambda vals: setattr(leaf, "grad", None))
+            return
+        s = self._slot_of(value)
+        self._host("grad =", lambda vals, s=s: setattr(leaf, "grad", vals[s]), (s,))
+
+    def host_call(self, fn, args, kwargs):
+        """Run ``fn(*args, **kwargs)`` now, not recorded, and call it again at this point of every
+        replay (``host_step``)."""
+        from .tensor import Tensor
+
+        if any(isinstance(a, Tensor) for a in list(args) + list(kwargs.values())):
+            self.fail(f"{getattr(fn, '__qualname__', fn)} is called with a tensor argument while capturing; "
+                      f"a replay would pass it the tensor of the first call")
+        self._host(getattr(fn, "__qualname__", "host call"), lambda vals: fn(*args, **kwargs))
+        with paused():
+            return fn(*args, **kwargs)
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
 
     def on_read(self, t) -> None:
         s = self.slot.get(id(t))
@@ -167,6 +280,39 @@ def active():
     return _active[0]
 
 
+class paused:
+    """``with paused():`` nothing inside is recorded by the running capture (host steps)."""
+
+    def __enter__(self):
+        self.cap = _active[0]
+        _active[0] = None
+        return self
+
+    def __exit__(self, *exc):
+        _active[0] = self.cap
+        return False
+
+
+def host_step(fn):
+    """Decorator for methods whose effects are outside tensors (``Optimizer.step``,
+    ``zero_grad``, learning-rate schedulers): called while ``ember.compile`` captures, the call
+    is recorded as a host step that every replay repeats at the same point, instead of being
+    traced into kernels with its Python numbers frozen."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        cap = _active[0]
+        if cap is None:
+            return fn(*args, **kwargs)
+        return cap.host_call(fn, args, kwargs)
+    return wrapped
+
+
+def _accumulate(leaf, g) -> None:
+    from .registry import apply
+
+    leaf.grad = g if leaf.grad is None else apply("add", leaf.grad, g)
+
+
 class Plan:
     """A replayable list of kernel calls for one input signature.
 
@@ -195,17 +341,21 @@ class Plan:
                           st.attrs, st.device, st.multi, tuple(f)) for st, f in zip(self.steps, self.free)]
 
     def __len__(self) -> int:
-        return len(self.steps)
+        """The number of kernel calls (host steps not counted)."""
+        return sum(1 for st in self.steps if st.multi != HOST)
 
     def __repr__(self) -> str:
-        head = f"Plan({len(self.steps)} kernel calls, {self.n_inputs} inputs, {len(self.consts)} constants)"
+        host = sum(1 for st in self.steps if st.multi == HOST)
+        head = (f"Plan({len(self.steps) - host} kernel calls, {host} host steps, {self.n_inputs} inputs, "
+                f"{len(self.consts)} constants)")
         return "\n".join([head] + [f"  {s!r}" for s in self.steps])
 
     def kernels(self) -> dict:
         """{op name: number of kernel calls}."""
         out: dict = {}
         for st in self.steps:
-            out[st.name] = out.get(st.name, 0) + 1
+            if st.multi != HOST:
+                out[st.name] = out.get(st.name, 0) + 1
         return out
 
     def run(self, inputs):
@@ -217,12 +367,14 @@ class Plan:
         for s, t in self.consts:
             vals[s] = t
         for kernel, ins, out, meta, attrs, dev, multi, free in self._program:
-            if multi:
+            if multi is False:
+                vals[out] = wrap(kernel(meta, *[vals[i] for i in ins], **attrs), meta.shape, meta.dtype, dev)
+            elif multi is True:
                 bufs = kernel(meta, *[vals[i] for i in ins], **attrs)
                 for s, b, m in zip(out, bufs, meta):
                     vals[s] = wrap(b, m.shape, m.dtype, dev)
             else:
-                vals[out] = wrap(kernel(meta, *[vals[i] for i in ins], **attrs), meta.shape, meta.dtype, dev)
+                kernel(vals)     # a host step
             for s in free:
                 vals[s] = None
         return unflatten(self.out_tree, [vals[s] for s in self.out_slots])
@@ -304,6 +456,8 @@ class Compiled:
         self.explain = explain
         self.plans: OrderedDict = OrderedDict()   # signature -> Plan, or a str reason (eager)
         self._stats = {"calls": 0, "replays": 0, "captures": 0, "eager_calls": 0}
+        self._mutable: dict = {}     # id -> weakref of tensors the function updates in place
+        self._retries: dict = {}
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
@@ -330,12 +484,28 @@ class Compiled:
         return self._capture(key, leaves, args, kwargs)
 
     def _capture(self, key, leaves, args, kwargs):
-        cap = Capture(leaves).start()
+        cap = Capture(leaves, self._mutable).start()
         try:
             result = self.fn(*args, **kwargs)
         finally:
             cap.stop()
         self._stats["captures"] += 1
+        if cap.reason is None:
+            from .autograd import has_live_graph
+
+            if any(has_live_graph(t) for t in out_leaves(result, [])):
+                cap.reason = ("an output requires grad and carries its autograd graph (the caller runs "
+                              "backward): a plan returns no graph; compile the whole training step "
+                              "(forward, loss.backward(), optimizer.step()) or run under ember.no_grad()")
+        if cap.reason is None and cap.retry:
+            # a tensor was updated in place after constant folding had read it (BatchNorm's
+            # running statistics): capture once more with it as a variable
+            for t in cap.retry:
+                self._mutable[id(t)] = weakref.ref(t)
+            n = self._retries[key] = self._retries.get(key, 0) + 1
+            if n < 3:
+                return result
+            cap.reason = "tensors updated in place keep changing between captures"
         if cap.reason is None:
             outs = out_leaves(result, [])
             entry: Any = cap.plan(outs, out_structure(result))

@@ -150,6 +150,8 @@ class Tensor:
             if value is None:
                 return
             raise AutogradError("grad: the tensor does not require grad; call requires_grad_() first")
+        if _CAPTURE[0] is not None:
+            _CAPTURE[0].on_grad_set(self, value)
         if isinstance(ag, Leaf):
             ag.grad = value
         else:
@@ -181,7 +183,10 @@ class Tensor:
 
     def detach(self) -> "Tensor":
         """The same values (the same buffer, no copy) as a tensor that does not require grad."""
-        return Tensor._wrap(self._buf, self.shape, self.dtype, self.device)
+        t = Tensor._wrap(self._buf, self.shape, self.dtype, self.device)
+        if _CAPTURE[0] is not None:
+            _CAPTURE[0].alias(self, t)
+        return t
 
     def _set_(self, new: "Tensor") -> "Tensor":
         """Make this tensor object hold ``new``'s values (same shape, dtype and device): the one
@@ -190,6 +195,8 @@ class Tensor:
         if new.shape != self.shape or new.dtype is not self.dtype or new.device != self.device:
             raise ShapeError(f"in-place update: {new.dtype.name}{list(new.shape)} on {new.device!r} does not match "
                              f"{self.dtype.name}{list(self.shape)} on {self.device!r}")
+        if _CAPTURE[0] is not None:
+            _CAPTURE[0].on_set(self, new)
         self._buf = new._buf
         return self
 

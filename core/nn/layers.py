@@ -322,12 +322,14 @@ class BatchNorm2d(Module):
         return ember.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, eps=self.eps)
 
     def _update_running(self, mean, var, n):
+        # in place (``_set_``), as PyTorch: a compiled training step replays the updates, and
+        # whoever holds these buffers (a state_dict) sees the new statistics
         with ember.no_grad():
-            self.num_batches_tracked = self.num_batches_tracked + 1
+            self.num_batches_tracked._set_(self.num_batches_tracked + 1)
             m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked.item())
             unbiased = var * (n / (n - 1)) if n > 1 else var
-            self.running_mean = (self.running_mean * (1.0 - m) + mean.detach() * m).astype(self.running_mean.dtype)
-            self.running_var = (self.running_var * (1.0 - m) + unbiased.detach() * m).astype(self.running_var.dtype)
+            self.running_mean._set_((self.running_mean * (1.0 - m) + mean.detach() * m).astype(self.running_mean.dtype))
+            self.running_var._set_((self.running_var * (1.0 - m) + unbiased.detach() * m).astype(self.running_var.dtype))
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

@@ -292,8 +292,10 @@ class Module:
                     new.append((m, store, attr, t))
         for m, store, attr, t in new:  # all read and converted: now commit
             old = getattr(m, store)[attr]
-            if not assign and old.requires_grad and old.is_leaf:
-                old._set_(t)    # a trainable parameter keeps its identity (optimizers hold it), as copy_
+            if not assign and ((old.requires_grad and old.is_leaf) or store == "_buffers"):
+                # a trainable parameter keeps its identity (optimizers hold it), as copy_; so does
+                # a buffer (BatchNorm updates its statistics in place: never the caller's tensor)
+                old._set_(t)
             else:
                 getattr(m, store)[attr] = t
         return IncompatibleKeys(missing, unexpected)

@@ -13,9 +13,10 @@
 """
 from __future__ import annotations
 
+import bisect
 import math
 
-import bisect
+from ..plan import host_step
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR", "LinearLR",
            "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "SequentialLR", "ReduceLROnPlateau"]
@@ -50,6 +51,7 @@ class LRScheduler:
         """The learning rates the last ``step()`` set (one per param group)."""
         return list(self._last_lr)
 
+    @host_step
     def step(self, epoch=None) -> None:
         self._step_count += 1
         if epoch is None:
@@ -314,6 +316,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
                 for base in self.base_lrs]
 
+    @host_step
     def step(self, epoch=None) -> None:
         if epoch is None and self.last_epoch < 0:
             epoch = 0
@@ -362,6 +365,7 @@ class SequentialLR(LRScheduler):
         self._schedulers[0]._initial_step()
         self._last_lr = self._schedulers[0].get_last_lr()
 
+    @host_step
     def step(self, epoch=None) -> None:
         self.last_epoch += 1
         idx = bisect.bisect_right(self._milestones, self.last_epoch)
@@ -413,6 +417,7 @@ class ReduceLROnPlateau:
             return a < (b * (1.0 - t) if self.threshold_mode == "rel" else b - t)
         return a > (b * (t + 1.0) if self.threshold_mode == "rel" else b + t)
 
+    @host_step
     def step(self, metrics) -> None:
         current = float(metrics.item() if hasattr(metrics, "item") else metrics)
         self.last_epoch += 1

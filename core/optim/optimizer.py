@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from ..autograd import enable_grad, no_grad
+from ..plan import host_step
 from ..registry import CAPTURE as _CAPTURE
 from ..tensor import Tensor
 
@@ -72,6 +73,7 @@ class Optimizer:
             raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(group)
 
+    @host_step
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget every parameter's gradient (``set_to_none=False``: zeros instead)."""
         from ..ops import zeros_like
@@ -82,7 +84,19 @@ class Optimizer:
 
     def step(self, closure=None):
         """One update of every parameter that has a gradient. ``closure`` (re-evaluates the
-        model and returns the loss) is called first, with recording on, when given."""
+        model and returns the loss) is called first, with recording on, when given.
+
+        Inside ``ember.compile`` the step is a host step: every replay calls it again (see
+        ``ember.plan``), after the replayed backward has stored the gradients."""
+        cap = _CAPTURE[0]
+        if cap is not None:
+            if closure is not None:
+                cap.fail("optimizer.step(closure) while capturing: compile the closure's work and call "
+                         "step() without one")
+            return cap.host_call(self._step, (closure,), {})
+        return self._step(closure)
+
+    def _step(self, closure=None):
         loss = None
         if closure is not None:
             with enable_grad():

@@ -4,6 +4,11 @@ PyTorch CPU in the same run, as ratios.
 
     .venv/bin/python tests/bench/bench_train.py [--quick] [--devices numpy,webgpu] [--threads N]
                                                 [--torch-device cuda] [--cases cnn,encoder]
+                                                [--modes eager,compiled]
+
+Each ember step runs in two modes: ``eager`` (the step's Python runs every time) and
+``compiled`` (the same step function under ``ember.compile``: forward, backward and the
+optimizer's host step replayed from a plan). PyTorch runs eagerly.
 
 ``--torch-device cuda`` puts the PyTorch side on the GPU (fp32, TF32 off), the peer of ember's
 webgpu backend on a GPU machine.
@@ -34,6 +39,7 @@ DEVICES = sys.argv[sys.argv.index("--devices") + 1].split(",") if "--devices" in
 ROUNDS = 4 if QUICK else 12
 TORCH_DEVICE = sys.argv[sys.argv.index("--torch-device") + 1] if "--torch-device" in sys.argv else "cpu"
 CASES = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else ["cnn", "encoder"]
+MODES = sys.argv[sys.argv.index("--modes") + 1].split(",") if "--modes" in sys.argv else ["eager", "compiled"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -127,42 +133,53 @@ def main():
     TNet, TLayer = torch_models()
     rows = []
     for device in DEVICES:
-        for name, model, loss_fn, (a, b, kind) in cases(device):
-            opt = ember.optim.Adam(model.parameters(), lr=1e-3)
-            tm = (TNet() if kind == "ce" else TLayer()).to(TORCH_DEVICE)
-            topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
-            ta, tb = torch.tensor(a, device=TORCH_DEVICE), torch.tensor(b, device=TORCH_DEVICE)
-            tloss_fn = (lambda m: torch.nn.functional.cross_entropy(m(ta), tb)) if kind == "ce" else \
-                (lambda m: torch.nn.functional.mse_loss(m(ta), tb))
+        for mode in MODES:
+            for name, model, loss_fn, (a, b, kind) in cases(device):
+                opt = ember.optim.Adam(model.parameters(), lr=1e-3)
+                tm = (TNet() if kind == "ce" else TLayer()).to(TORCH_DEVICE)
+                topt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+                ta, tb = torch.tensor(a, device=TORCH_DEVICE), torch.tensor(b, device=TORCH_DEVICE)
+                tloss_fn = (lambda m: torch.nn.functional.cross_entropy(m(ta), tb)) if kind == "ce" else \
+                    (lambda m: torch.nn.functional.mse_loss(m(ta), tb))
 
-            def e_step():
-                opt.zero_grad()
-                loss = loss_fn(model)
-                loss.backward()
-                opt.step()
-                return loss.item()
+                def e_body(model=model, loss_fn=loss_fn, opt=opt):
+                    opt.zero_grad()
+                    loss = loss_fn(model)
+                    loss.backward()
+                    opt.step()
+                    return loss
 
-            def t_step():
-                topt.zero_grad()
-                loss = tloss_fn(tm)
-                loss.backward()
-                topt.step()
-                return loss.item()
+                body = ember.compile(e_body) if mode == "compiled" else e_body
 
-            el, tl = e_step(), t_step()              # warm up (pipelines, caches, autotune)
-            et, tt = [], []
-            for _ in range(ROUNDS):
-                t0 = time.perf_counter()
-                e_step()
-                et.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                t_step()
-                tt.append(time.perf_counter() - t0)
-            rows.append((name, device, min(et), statistics.median(et), min(tt), statistics.median(tt), el, tl))
-    print(f"{'case':22} {'device':7} {'ember best':>11} {'median':>9} {'torch best':>11} {'median':>9} "
+                def e_step(body=body):
+                    return body().item()
+
+                def t_step(tm=tm, topt=topt, tloss_fn=tloss_fn):
+                    topt.zero_grad()
+                    loss = tloss_fn(tm)
+                    loss.backward()
+                    topt.step()
+                    return loss.item()
+
+                el, tl = e_step(), t_step()              # warm up (pipelines, caches, autotune, capture)
+                for _ in range(3):
+                    e_step()
+                et, tt = [], []
+                for _ in range(ROUNDS):
+                    t0 = time.perf_counter()
+                    e_step()
+                    et.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    t_step()
+                    tt.append(time.perf_counter() - t0)
+                if mode == "compiled" and not body.stats()["replays"]:
+                    mode = "compiled (eager: " + next(iter(body.stats()["eager"].values()), "?")[:40] + ")"
+                rows.append((name, f"{device} {mode}", min(et), statistics.median(et), min(tt),
+                             statistics.median(tt), el, tl))
+    print(f"{'case':22} {'ember':16} {'ember best':>11} {'median':>9} {'torch best':>11} {'median':>9} "
           f"{'ratio best':>10} {'median':>7}   first losses (ember, torch)")
     for name, dev, eb, em, tb, tmed, el, tl in rows:
-        print(f"{name:22} {dev:7} {eb * 1e3:9.1f}ms {em * 1e3:7.1f}ms {tb * 1e3:9.1f}ms {tmed * 1e3:7.1f}ms "
+        print(f"{name:22} {dev:16} {eb * 1e3:9.1f}ms {em * 1e3:7.1f}ms {tb * 1e3:9.1f}ms {tmed * 1e3:7.1f}ms "
               f"{eb / tb:10.2f} {em / tmed:7.2f}   ({el:.4f}, {tl:.4f})")
     print(f"(threads={THREADS}, torch {torch.__version__} on {TORCH_DEVICE}, rounds={ROUNDS})")
 
