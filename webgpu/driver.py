@@ -47,9 +47,10 @@ LIMIT_NAMES = (
     "min_storage_buffer_offset_alignment",
 )
 
-# How many dispatches a driver records before it submits on its own: large enough that a model's
-# forward pass goes out in a few submits, small enough that the GPU starts early.
-BATCH_DISPATCHES = 256
+# How many dispatches a driver records before it submits on its own: the GPU works on one batch
+# while Python records the next. 32 measured best on the H200 (encoder training step: 18.7 ms at
+# 256, when the GPU sat idle until the whole step was recorded, 12.0 ms at 32, 13.8 ms at 16).
+BATCH_DISPATCHES = 32
 # Bind groups kept for reuse (least recently used dropped): a few models' worth of dispatches.
 BIND_GROUP_CACHE = 4096
 # Uniform data of the dispatches of one batch lives in one arena buffer, one aligned slot each.
