@@ -278,3 +278,85 @@ def test_numpy_device_keeps_freed_memory():
     env = {**os.environ, "EMBER_NUMPY_MALLOC": "default"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ---- conv2d input gradient (stride 1: shifted rows) ---------------------------------------------
+
+CONV_GX = [   # (n, c, h, w, o, kh, kw, ((pt, pb), (pl, pr)))
+    (4, 3, 9, 7, 5, 3, 3, ((1, 1), (1, 1))),
+    (2, 1, 12, 12, 4, 3, 3, ((1, 1), (1, 1))),
+    (3, 4, 8, 10, 2, 2, 3, ((0, 1), (2, 0))),
+    (1, 2, 6, 6, 3, 5, 5, ((2, 2), (2, 2))),
+    (2, 3, 7, 5, 2, 3, 2, ((0, 0), (0, 0))),
+    (2, 2, 5, 6, 3, 2, 2, ((3, 1), (0, 4))),     # padding past the kernel
+    (5, 6, 4, 4, 7, 1, 3, ((0, 0), (1, 1))),
+]
+
+
+@pytest.mark.parametrize("case", CONV_GX, ids=str)
+def test_conv2d_grad_input_matches_the_transposed_convolution(case):
+    from ember.backends import numpy_grad
+
+    n, c, h, w, o, kh, kw, pads = case
+    oh, ow = h + sum(pads[0]) - kh + 1, w + sum(pads[1]) - kw + 1
+    assert numpy_grad._shift_applies((n, c, h, w), (o, c, kh, kw), (n, o, oh, ow), (1, 1), pads, (1, 1), 1) == \
+        (oh * ow >= 16)
+    rng = np.random.default_rng(sum(case[:7]))
+    g = ember.tensor(rng.standard_normal((n, o, oh, ow)).astype(np.float32), device="numpy")
+    wt = ember.tensor(rng.standard_normal((o, c, kh, kw)).astype(np.float32), device="numpy")
+    conv = dict(stride=(1, 1), padding=pads, dilation=(1, 1), groups=1)
+    with ember.no_grad():
+        got = apply("conv2d_grad_input", g, wt, input_size=(h, w), **conv)
+    want = _decomposed("conv2d_grad_input", g, wt, input_size=(h, w), **conv)
+    assert got.shape == want.shape == (n, c, h, w)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    # the gradient of sum(conv2d(x) * g) by brute force: every output element's window
+    G, W = g.numpy().astype(np.float64), wt.numpy().astype(np.float64)
+    gx = np.zeros((n, c, h + sum(pads[0]), w + sum(pads[1])))
+    for i in range(kh):
+        for j in range(kw):
+            gx[:, :, i:i + oh, j:j + ow] += np.einsum("noyx,oc->ncyx", G, W[:, :, i, j])
+    gx = gx[:, :, pads[0][0]:pads[0][0] + h, pads[1][0]:pads[1][0] + w]
+    np.testing.assert_allclose(got.numpy(), gx, rtol=1e-4, atol=1e-4)
+
+
+def test_mnist_cnn_gradients_match_torch():
+    """One training step's gradients of the MNIST demo CNN (conv-bn-relu-pool x2, 2 Linear) on the
+    numpy device against PyTorch from the same weights and batch."""
+    torch = pytest.importorskip("torch")
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demos", "mnist"))
+    from model import MnistNet
+
+    ember.manual_seed(0)
+    net = MnistNet().to("numpy").train()
+    rng = np.random.default_rng(0)
+    img = rng.random((16, 1, 28, 28), dtype=np.float32)
+    lab = rng.integers(0, 10, 16)
+
+    class TNet(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.conv1, s.bn1 = torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+            s.conv2, s.bn2 = torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32)
+            s.fc1, s.fc2 = torch.nn.Linear(1568, 64), torch.nn.Linear(64, 10)
+
+        def forward(s, x):
+            x = (x - 0.1307) / 0.3081
+            x = torch.nn.functional.max_pool2d(torch.relu(s.bn1(s.conv1(x))), 2)
+            x = torch.nn.functional.max_pool2d(torch.relu(s.bn2(s.conv2(x))), 2)
+            return s.fc2(torch.relu(s.fc1(x.flatten(1))))
+
+    tnet = TNet()
+    tnet.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in net.state_dict().items()})
+    loss = ember.nn.functional.cross_entropy(net(ember.tensor(img, device="numpy")), ember.tensor(lab, device="numpy"))
+    loss.backward()
+    tl = torch.nn.functional.cross_entropy(tnet(torch.from_numpy(img)), torch.from_numpy(lab))
+    tl.backward()
+    assert loss.item() == pytest.approx(tl.item(), rel=1e-5)
+    tp = dict(tnet.named_parameters())
+    for name, p in net.named_parameters():
+        want = tp[name].grad.numpy()
+        np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-3, atol=1e-5 * max(1.0, np.abs(want).max()),
+                                   err_msg=name)

@@ -110,6 +110,18 @@ def _max_pool2d_backward(out, g, x, *, kernel_size, stride, padding, dilation, c
     return res.astype(np_dtype(out.dtype), copy=False)
 
 
+def _shift_applies(x_shape, w_shape, g_shape, stride, padding, dilation, groups) -> bool:
+    """Whether ``_conv2d_grad_input_shift`` applies: groups 1, stride 1, no dilation, no
+    negative padding, a kernel of more than one tap, the outputs exactly those of the padded
+    input, and planes that are not tiny."""
+    n, c, h, w = x_shape
+    o, _, kh, kw = w_shape
+    oh, ow = g_shape[2:]
+    return (groups == 1 and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and kh * kw > 1
+            and min(min(p) for p in padding) >= 0 and n * c * o > 0 and oh * ow >= 16
+            and oh == h + sum(padding[0]) - kh + 1 and ow == w + sum(padding[1]) - kw + 1)
+
+
 def _conv2d_grad_weight(out, x, g, *, stride, padding, dilation, groups, kernel_size):
     a = _f32(x)
     n, c, h, w = a.shape
@@ -153,6 +165,31 @@ def _conv2d_grad_input_stride1(gf, wf, groups, h, w, padding):
     return res.reshape(n, gr * cg, h, w)
 
 
+def _conv2d_grad_input_shift(gf, wf, h, w, padding):
+    """Stride 1 as shifted rows. Output (Y, X) of tap (i, j) read padded input (Y + i, X + j):
+    with every padded (hp, wp) plane flattened row-major and the output gradient laid out on
+    the padded width (its columns ow.. zero), tap (i, j) feeds ONE contiguous run of the flat
+    plane, from i * wp + j. So: the columns W^T g as one GEMM over the whole batch, then one
+    contiguous add per tap (the zero columns land on the next row, adding nothing), instead of
+    an im2col of g or short strided adds. (An infinite weight makes 0 * inf = NaN there, as the
+    zero padding does in the im2col path.)"""
+    n, o, oh, ow = gf.shape
+    _, c, kh, kw = wf.shape
+    (pt, pb), (pl, pr) = padding
+    hp, wp = h + pt + pb, w + pl + pr
+    L = oh * wp
+    gp = np.zeros((o, n, oh, wp), dtype=gf.dtype)
+    gp[:, :, :, :ow] = gf.transpose(1, 0, 2, 3)
+    cols = (wf.reshape(o, c * kh * kw).T @ gp.reshape(o, n * L)).reshape(c, kh, kw, n, L)
+    buf = np.zeros((c, n, (hp + 1) * wp), dtype=cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            off = i * wp + j
+            buf[:, :, off:off + L] += cols[:, i, j]
+    planes = buf[:, :, :hp * wp].reshape(c, n, hp, wp)
+    return np.ascontiguousarray(planes[:, :, pt:pt + h, pl:pl + w].transpose(1, 0, 2, 3))
+
+
 def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, input_size):
     gf = _f32(g)
     wf = _f32(weight)
@@ -161,6 +198,8 @@ def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, inp
     gr, og = groups, o // groups
     h, w = input_size
     (pt, pb), (pl, pr) = padding
+    if _shift_applies((n, cg * gr, h, w), wf.shape, gf.shape, stride, padding, dilation, groups):
+        return _conv2d_grad_input_shift(gf, wf, h, w, padding).astype(np_dtype(out.dtype), copy=False)
     if tuple(stride) == (1, 1) and tuple(dilation) == (1, 1) and 0 <= pt < kh and 0 <= pl < kw and \
             oh == h + pt + pb - kh + 1 and ow == w + pl + pr - kw + 1 and 0 <= pb < kh and 0 <= pr < kw:
         return _conv2d_grad_input_stride1(gf, wf, gr, h, w, padding).astype(np_dtype(out.dtype), copy=False)
@@ -186,7 +225,7 @@ def _batch_norm_train_backward(outs, g, x, mean, var, weight, *, eps):
     """dx, dweight, dbias of training batch norm in one kernel, the decomposition's formula
     (dx = (dy - sum(dy) / n - xhat * sum(dy * xhat) / n) * (w * rstd)) over (N, C, L) views:
     two full-size arrays (xhat, then dy * xhat reused for dx) instead of one per op."""
-    from .numpy_nn import _channel_rows, _channel_sum
+    from .numpy_nn import _channel_rows, _channel_sum, _per_channel
 
     ct = np.float64 if any(t._buf.dtype == np.float64 for t in (g, x, mean, var, weight)) else np.float32
 
@@ -196,15 +235,15 @@ def _batch_norm_train_backward(outs, g, x, mean, var, weight, *, eps):
     gy, a = _channel_rows(f(g)), _channel_rows(f(x))
     count = ct(a.shape[0] * a.shape[2] if a.shape[1] else 1)
     rstd = ct(1.0) / np.sqrt(f(var) + ct(eps))
-    xhat = a - f(mean)[:, None]
-    xhat *= rstd[:, None]
+    xhat = a - _per_channel(f(mean), a)
+    xhat *= _per_channel(rstd, a)
     gsum = _channel_sum(gy)
     t = gy * xhat
     gxh = _channel_sum(t)
-    xhat *= (gxh / count)[:, None]
-    np.subtract(gy, (gsum / count)[:, None], out=t)
+    xhat *= _per_channel(gxh / count, a)
+    np.subtract(gy, _per_channel(gsum / count, a), out=t)
     t -= xhat
-    t *= (f(weight) * rstd)[:, None]
+    t *= _per_channel(f(weight) * rstd, a)
     gx, gw, gb = outs
     return (t.reshape(gx.shape).astype(np_dtype(gx.dtype), copy=False),
             gxh.astype(np_dtype(gw.dtype), copy=False), gsum.astype(np_dtype(gb.dtype), copy=False))

@@ -189,6 +189,12 @@ def _channel_sum(a3):
     return a3.sum(axis=2).sum(axis=0)
 
 
+def _per_channel(v, a3):
+    """Per-channel values ``v`` (C,) as a (C, L) operand for ``a3`` (N, C, L): a materialised
+    row per channel, which numpy's loops take ~2x faster than the stride-0 (C, 1) broadcast."""
+    return np.ascontiguousarray(np.broadcast_to(v[:, None], a3.shape[1:]))
+
+
 def _batch_norm_train(outs, x, weight, bias, *, eps):
     """Training batch norm in one kernel: the batch mean, the biased variance from the
     deviations (two passes, as the decomposition), y = (x - mean) * (w * rstd) + b written over
@@ -197,12 +203,12 @@ def _batch_norm_train(outs, x, weight, bias, *, eps):
     ct = a.dtype.type
     count = a.shape[0] * a.shape[2]
     mean = _channel_sum(a) / ct(count)
-    d = a - mean[:, None]
+    d = a - _per_channel(mean, a)
     sq = d * d
     var = _channel_sum(sq) / ct(count)
     scale = _f(weight) / np.sqrt(var + ct(eps))
-    d *= scale[:, None]
-    d += _f(bias)[:, None]
+    d *= _per_channel(scale, a)
+    d += _per_channel(_f(bias), a)
     y, m, v = outs
     return _out(d.reshape(y.shape), y), _out(mean, m), _out(var, v)
 
