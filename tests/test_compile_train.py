@@ -196,3 +196,28 @@ def test_dropout_in_a_training_step_stays_eager_not_frozen():
         step(x)
     st = step.stats()
     assert st["plans"] == 0 and "random" in next(iter(st["eager"].values()))
+
+
+def test_learner_compile_gives_the_eager_run():
+    from ember.train import DataLoader, Learner, TensorDataset
+
+    runs = []
+    for compiled in (False, True):
+        ember.manual_seed(0)
+        x = ember.randn(40, 3)
+        y = (x[:, 0] > 0).astype("int64")
+        model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+        opt = ember.optim.Adam(model.parameters(), lr=0.05)
+        sched = ember.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=3 * 4)
+        learner = Learner(model, opt, scheduler=sched, scheduler_step="batch", grad_clip=1.0,
+                          dashboard=None, compile=compiled)
+        # 40 samples in batches of 12: three full batches and a last one of 4 (a second plan)
+        learner.fit(DataLoader(TensorDataset(x, y), batch_size=12, shuffle=True, seed=1), epochs=3)
+        runs.append((learner.history, {k: v.numpy() for k, v in model.state_dict().items()}))
+        if compiled:
+            st = learner._train_step.stats()
+            assert st["replays"] >= 6 and st["eager_calls"] == 0, st
+    (h0, s0), (h1, s1) = runs
+    assert h1["loss"] == h0["loss"] and h1["accuracy"] == h0["accuracy"] and h1["lr"] == h0["lr"]
+    for k in s0:
+        np.testing.assert_array_equal(s1[k], s0[k], err_msg=k)

@@ -81,7 +81,7 @@ class Learner:
     def __init__(self, model, optimizer, loss_fn=None, scheduler=None, *, scheduler_step: str = "epoch",
                  device: str | None = None, grad_clip: float | None = None, early_stopping: EarlyStopping | None = None,
                  checkpoint_dir: str | None = None, keep_checkpoints: int | None = 3, dashboard="auto",
-                 log_every: int | None = None, stream=None) -> None:
+                 log_every: int | None = None, stream=None, compile: bool = False) -> None:
         if scheduler_step not in ("epoch", "batch"):
             raise ValueError(f"scheduler_step must be 'epoch' or 'batch', got {scheduler_step!r}")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -93,6 +93,9 @@ class Learner:
         self.epoch = 0
         self.stopped_by = None          # "early_stopping", "interrupt" or None
         self._batches = 0
+        # compile=True: each training step replays an ember.compile plan (forward, backward,
+        # clipping, the optimizer's and a per-batch scheduler's steps) after its first batches
+        self._train_step = ember.compile(self.train_step) if compile else self.train_step
 
     # ---- pieces ----------------------------------------------------------------------------------
     def _to(self, t):
@@ -179,7 +182,7 @@ class Learner:
                     if i < skip:
                         continue
                     x, y = self._split(batch)
-                    loss, out = self.train_step(x, y)
+                    loss, out = self._train_step(x, y)
                     n = x.shape[0]
                     lv = float(loss.item())
                     loss_sum += lv * n
