@@ -119,7 +119,7 @@ class Node:
     it has run, ``attrs`` weak references to the tensor it returned and to the lazy tensors
     built on it)."""
 
-    __slots__ = ("kind", "name", "dtype", "args", "value", "buf", "attrs")
+    __slots__ = ("kind", "name", "dtype", "args", "value", "buf", "attrs", "bounds")
 
     def __init__(self, kind, dtype, name=None, args=(), value=None, buf=None, attrs=()):
         self.kind = kind
@@ -129,6 +129,9 @@ class Node:
         self.value = value
         self.buf = buf
         self.attrs = attrs
+        # ``record``'s (nodes, leaves, pending matmul nodes) of the expression, counting shared
+        # subexpressions once per use: an upper bound that saves walking the graph on every op
+        self.bounds = None
 
 
 def const_buf(rt, shape, value, dtype) -> GBuf:
@@ -152,6 +155,30 @@ def _count(root):
     return len(seen), len(leaves)
 
 
+def _bounds(node) -> tuple:
+    """(nodes, leaves, pending mm nodes) of ``node``'s expression, from its arguments' bounds:
+    at least the exact counts of ``_count``, without walking the graph."""
+    n, leaves, mms = 1, 0, ()
+    for a in node.args:
+        b = a.bounds
+        if b is None:
+            if a.kind == "leaf":
+                b = (1, 1, ())
+            elif a.kind == "const":
+                b = (1, 0, ())
+            elif a.kind == "mm":
+                b = (1, 1, () if a.buf is not None else (a,))
+            else:    # an expression built elsewhere: walk it once
+                sub = _post_order(a)
+                b = (len(sub), sum(1 for x in sub if x.kind in ("leaf", "mm")),
+                     tuple(x for x in sub if x.kind == "mm" and x.buf is None))
+        n += b[0]
+        leaves += b[1]
+        if b[2]:
+            mms = b[2] if not mms else mms + tuple(x for x in b[2] if all(x is not y for y in mms))
+    return n, leaves, mms
+
+
 def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
     """Record elementwise op ``name`` on input GBufs; returns a lazy GBuf of ``out`` (Meta)."""
     if name not in OPS_WGSL:
@@ -165,15 +192,19 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
         return Node("leaf", g.dtype, buf=g)
 
     node = Node("op", out.dtype, name=name, args=[arg_of(g) for g in inputs], attrs=attrs)
-    nodes, leaves = _count(node)
+    nodes, leaves, mms = node.bounds = _bounds(node)
     if nodes > MAX_NODES or leaves > rt.max_storage - 1:
-        for g in inputs:
-            if g.expr is not None and g.expr.kind != "const":
-                realize(g)
-        node = Node("op", out.dtype, name=name, args=[arg_of(g) for g in inputs], attrs=attrs)
+        nodes, leaves = _count(node)      # the bound says maybe: count exactly
+        if nodes > MAX_NODES or leaves > rt.max_storage - 1:
+            for g in inputs:
+                if g.expr is not None and g.expr.kind != "const":
+                    realize(g)
+            node = Node("op", out.dtype, name=name, args=[arg_of(g) for g in inputs], attrs=attrs)
+            node.bounds = _bounds(node)
+        mms = node.bounds[2]
     g = GBuf(rt, out.shape, out.dtype, expr=node)
-    for nd in _post_order(node):
-        if nd.kind == "mm" and nd.buf is None:
+    for nd in mms:
+        if nd.buf is None:
             nd.attrs[1].append(weakref.ref(g))
     if not _FUSION[0]:
         realize(g)
