@@ -360,3 +360,27 @@ def test_mnist_cnn_gradients_match_torch():
         want = tp[name].grad.numpy()
         np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-3, atol=1e-5 * max(1.0, np.abs(want).max()),
                                    err_msg=name)
+
+
+# ---- max_pool2d over windows that tile the input --------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint8"])
+@pytest.mark.parametrize("shape,k", [((4, 3, 8, 8), (2, 2)), ((2, 5, 9, 6), (3, 3)), ((3, 2, 8, 6), (4, 3)),
+                                     ((2, 2, 5, 6), (1, 2)), ((1, 1, 2, 2), (2, 2))], ids=str)
+def test_max_pool2d_tiled_matches_numpy(shape, k, dtype):
+    rng = np.random.default_rng(shape[2] * 7 + k[0])
+    if dtype.startswith("float"):
+        xa = rng.standard_normal(shape).astype(dtype)
+        xa.reshape(-1)[::7] = np.nan
+        xa.reshape(-1)[3::11] = -np.inf
+    else:
+        xa = rng.integers(0, 100, shape).astype(dtype)
+    x = ember.tensor(xa, dtype=dtype, device="numpy")
+    got = ember.max_pool2d(x, k).numpy()
+    n, c, h, w = shape
+    want = xa.reshape(n, c, h // k[0], k[0], w // k[1], k[1]).max(axis=(3, 5))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    # and the python backend (the reference kernels)
+    ref = ember.max_pool2d(ember.tensor(xa, dtype=dtype, device="python"), k)
+    np.testing.assert_array_equal(got, np.asarray(ref.tolist(), dtype=dtype).reshape(got.shape))
