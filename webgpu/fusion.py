@@ -283,7 +283,7 @@ class Program:
     index ``i``. ``acc``: an ``mm`` node whose value arrives as the variable ``acc`` (a matmul
     epilogue) instead of being read."""
 
-    def __init__(self, root, shape, acc=None):
+    def __init__(self, root, shape, acc=None, order=None):
         self.shape = tuple(shape)
         self.leaves: list = []
         self.leaf_direct: list = []
@@ -292,7 +292,7 @@ class Program:
         leaf_ids: dict = {}
         ids: dict = {}
         sig: list = []
-        for nd in _post_order(root):
+        for nd in (_post_order(root) if order is None else order):
             k = len(sig)
             ids[id(nd)] = k
             if nd is acc:
@@ -397,8 +397,9 @@ def _post_order(root) -> list:
 
 def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
     n = prod(shape)
-    acc = _prepare_matmuls(root, shape, dtype, out_view)
-    prog = Program(root, shape, acc)
+    order = _post_order(root)     # (running pending matmuls first leaves the node set as it is)
+    acc = _prepare_matmuls(root, shape, dtype, out_view, order)
+    prog = Program(root, shape, acc, order)
     words = prog.words(out_view)
     if acc is not None:
         acc.value.launch(storage, prog, words)     # the matmul, with this expression as epilogue
@@ -518,13 +519,13 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
         rt.dispatch(pipe, bufs, pack_info(w, info_n * 4), grid_1d((e - s + WG - 1) // WG, rt.max_groups))
 
 
-def _prepare_matmuls(root, shape, dtype, out_view):
+def _prepare_matmuls(root, shape, dtype, out_view, nodes=None):
     """The pending matmul (``mm`` node) of ``root`` that can run with ``root`` as its epilogue,
     after running every other pending matmul of it on its own (their results become inputs).
     A matmul fuses only when nothing else can still need its plain result: the tensor it
     returned and every other lazy tensor built on it are gone (else fusing would compute it
     twice)."""
-    nodes = _post_order(root)
+    nodes = _post_order(root) if nodes is None else nodes
     pending = [nd for nd in nodes if nd.kind == "mm" and nd.buf is None]
     if not pending:
         return None
