@@ -384,3 +384,80 @@ def test_max_pool2d_tiled_matches_numpy(shape, k, dtype):
     # and the python backend (the reference kernels)
     ref = ember.max_pool2d(ember.tensor(xa, dtype=dtype, device="python"), k)
     np.testing.assert_array_equal(got, np.asarray(ref.tolist(), dtype=dtype).reshape(got.shape))
+
+
+# ---- cross entropy -------------------------------------------------------------------------------
+
+CE_CASES = [   # (input shape, probs, weight, ignore_index hit, label_smoothing)
+    ((8, 5), False, False, False, 0.0),
+    ((8, 5), False, True, True, 0.0),
+    ((8, 5), False, True, True, 0.1),
+    ((6, 4, 3, 2), False, False, True, 0.2),
+    ((6, 4, 3), False, True, False, 0.0),
+    ((7,), False, False, False, 0.05),
+    ((8, 5), True, False, False, 0.0),
+    ((5, 3, 4), True, True, False, 0.3),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("case", CE_CASES, ids=str)
+def test_cross_entropy_kernels_match_the_decomposition(case, reduction, dtype):
+    shape, probs, weighted, ignore, eps = case
+    rng = np.random.default_rng(len(shape) * 100 + int(eps * 10) + probs)
+    c = shape[1] if len(shape) > 1 else shape[0]
+    x = ember.tensor((rng.standard_normal(shape) * 3).astype(dtype), dtype=dtype, device="numpy")
+    if probs:
+        p = rng.random(shape)
+        t = ember.tensor((p / p.sum(axis=1 if len(shape) > 1 else 0, keepdims=True)).astype(dtype), dtype=dtype,
+                         device="numpy")
+    else:
+        tshape = (shape[:1] + shape[2:]) if len(shape) > 1 else ()
+        ta = rng.integers(0, c, tshape)
+        if ignore:
+            ta.reshape(-1)[::3] = -100
+        t = ember.tensor(np.asarray(ta, dtype=np.int64), device="numpy")
+    w = ember.tensor(rng.random(c).astype(dtype) + 0.5, dtype=dtype, device="numpy") if weighted else None
+    attrs = dict(reduction=reduction, ignore_index=-100, label_smoothing=eps, probs=probs)
+    ins = (x, t) if w is None else (x, t, w)
+    with ember.no_grad():
+        got = apply("cross_entropy", *ins, **attrs)
+    want = _decomposed("cross_entropy", *ins, **attrs)
+    # (float64: the reference's log_softmax / softmax kernels compute in float32)
+    tol = {"float16": 3e-3, "float32": 2e-6, "float64": 1e-6}[dtype]
+    assert got.shape == want.shape and got.dtype is want.dtype
+    np.testing.assert_allclose(_np(got), _np(want), rtol=tol, atol=tol)
+    g = ember.tensor(rng.standard_normal(got.shape).astype(dtype), dtype=dtype, device="numpy")
+    with ember.no_grad():
+        gk = apply("cross_entropy_backward", g, *ins, **attrs)
+    gd = _decomposed("cross_entropy_backward", g, *ins, **attrs)
+    assert gk.shape == gd.shape == x.shape
+    np.testing.assert_allclose(_np(gk), _np(gd), rtol=tol, atol=tol)
+
+
+def test_cross_entropy_matches_torch_and_checks_weighted_targets():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    xa = rng.standard_normal((6, 5, 3)).astype(np.float32)
+    ta = rng.integers(0, 5, (6, 3))
+    ta[0, 0] = -100
+    wa = (rng.random(5) + 0.5).astype(np.float32)
+    for red in ("mean", "sum", "none"):
+        x = ember.tensor(xa, device="numpy").requires_grad_()
+        loss = ember.nn.functional.cross_entropy(x, ember.tensor(ta, device="numpy"),
+                                                 weight=ember.tensor(wa, device="numpy"), reduction=red,
+                                                 label_smoothing=0.1)
+        tx = torch.from_numpy(xa).requires_grad_()
+        tl = torch.nn.functional.cross_entropy(tx, torch.from_numpy(ta), weight=torch.from_numpy(wa), reduction=red,
+                                               label_smoothing=0.1)
+        np.testing.assert_allclose(loss.numpy(), tl.detach().numpy(), rtol=1e-5, atol=1e-6)
+        up = rng.standard_normal(tl.shape).astype(np.float32)
+        loss.backward(ember.tensor(up, device="numpy"))
+        tl.backward(torch.from_numpy(up))
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    from ember.errors import IndexingError
+    with pytest.raises(IndexingError):
+        ember.nn.functional.cross_entropy(ember.tensor(xa[:, :, 0], device="numpy"),
+                                          ember.tensor(np.array([0, 1, 2, 3, 4, 7]), device="numpy"),
+                                          weight=ember.tensor(wa, device="numpy"))

@@ -249,6 +249,36 @@ def _batch_norm_train_backward(outs, g, x, mean, var, weight, *, eps):
             gxh.astype(np_dtype(gw.dtype), copy=False), gsum.astype(np_dtype(gb.dtype), copy=False))
 
 
+def _cross_entropy_backward(out, g, x, t, w=None, *, reduction, ignore_index, label_smoothing, probs):
+    """d loss / d logits = (softmax(x) * sum(q) - q) * (upstream / denominator), the
+    decomposition's formula in one kernel, back in the logits' layout."""
+    from .numpy_nn import _ce_logits, ce_targets
+
+    x2 = _ce_logits(x)
+    q, denom = ce_targets(x2, t, w, ignore_index, label_smoothing, probs)
+    ct = x2.dtype.type
+    gf = g._buf.astype(ct, copy=False)
+    if x2.size:
+        e = x2 - x2.max(axis=1, keepdims=True)
+        np.exp(e, out=e)
+        e /= e.sum(axis=1, keepdims=True)
+    else:
+        e = x2.copy()
+    e *= q.sum(axis=1, keepdims=True)
+    e -= q
+    if reduction == "none":
+        e *= gf.reshape(x2.shape[0], 1)
+    elif reduction == "sum":
+        e *= gf
+    else:
+        e *= gf / denom
+    if x.ndim == 1:
+        e = e.reshape(x.shape)
+    elif x.ndim > 2:
+        e = np.moveaxis(e.reshape((x.shape[0],) + tuple(x.shape[2:]) + (x.shape[1],)), -1, 1)
+    return np.ascontiguousarray(e, dtype=np_dtype(out.dtype))
+
+
 def _linear_grad_weight(out, g, x, **_):
     # g^T x with BLAS reading g transposed in place (no copy of the transpose)
     g2 = _f32(g).reshape(-1, g.shape[-1])
@@ -264,6 +294,7 @@ KERNELS = {
     "conv2d_grad_input": _conv2d_grad_input,
     "batch_norm_train_backward": _quiet(_batch_norm_train_backward),
     "relu_backward": _quiet(_relu_backward),
+    "cross_entropy_backward": _quiet(_cross_entropy_backward),
 }
 
 

@@ -177,6 +177,72 @@ def _batch_norm(out, x, mean, var, weight, bias, *, eps):
     return _out(_f(x) * scale.reshape(shape) + shift.reshape(shape), out)
 
 
+# ---- cross entropy --------------------------------------------------------------------------------
+
+def _ce_logits(x):
+    """The logits as (M, C) rows, class axis last, in the dtype to compute in."""
+    a = _f(x)
+    if a.ndim == 1:
+        return a.reshape(1, a.shape[0])
+    if a.ndim > 2:
+        a = np.moveaxis(a, 1, -1)
+    return np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+
+
+def ce_targets(x2, t, w, ignore_index, label_smoothing, probs):
+    """numpy's ``losses._targets``: the per-class coefficients q (M, C), loss_i = -sum_c q_ic
+    log p_ic, and the denominator of reduction='mean', op for op (scalars in x2's dtype)."""
+    m, c = x2.shape
+    ct = x2.dtype.type
+    eps = label_smoothing
+    wf = None if w is None else _f(w).astype(ct, copy=False)
+    if probs:
+        q = _ce_logits(t).astype(ct, copy=False)
+        if eps:
+            q = q * ct(1.0 - eps) + ct(eps / c)
+        if wf is not None:
+            q = q * wf.reshape(1, c)
+        return q, ct(m)
+    t1 = t._buf.reshape(m).astype(np.int64, copy=False)
+    valid = t1 != ignore_index
+    ts = np.where(valid, t1, 0)
+    q = (ts[:, None] == np.arange(c)[None, :]).astype(ct)
+    vw = valid.astype(ct)
+    if wf is not None:
+        if ts.size and (ts.min() < -c or ts.max() >= c):
+            from ..errors import IndexingError
+            bad = int(ts.min() if ts.min() < -c else ts.max())
+            raise IndexingError(f"take: index {bad} is out of range for axis 0 with size {c}")
+        vw = vw * wf[np.where(ts < 0, ts + c, ts)]
+    q *= vw[:, None]
+    if eps:
+        smooth = valid.astype(ct)[:, None]
+        if wf is not None:
+            smooth = smooth * wf.reshape(1, c)
+        q = q * ct(1.0 - eps) + smooth * ct(eps / c)
+    return q, vw.sum(dtype=ct)
+
+
+def _cross_entropy(out, x, t, w=None, *, reduction, ignore_index, label_smoothing, probs):
+    """The decomposition's loss in one kernel: -sum(q * log_softmax(x)) per row, then the
+    reduction."""
+    x2 = _ce_logits(x)
+    q, denom = ce_targets(x2, t, w, ignore_index, label_smoothing, probs)
+    if x2.size == 0:
+        z = x2.copy()
+    else:
+        z = x2 - x2.max(axis=1, keepdims=True)
+        s = np.exp(z).sum(axis=1, keepdims=True)
+        np.log(s, out=s)
+        z -= s
+    z *= q
+    loss = -z.sum(axis=1)
+    if reduction == "none":
+        return _out(loss.reshape(out.shape), out)
+    total = loss.sum()
+    return _out(total if reduction == "sum" else total / denom, out)
+
+
 def _channel_rows(a):
     """``a`` (N, C, ...) as (N, C, L): the per-channel reductions of batch norm are then a
     pairwise sum over the contiguous L axis and a sum over N (numpy reduces (0, 2, 3) at once
@@ -515,6 +581,7 @@ KERNELS = {
     "log_softmax": _log_softmax,
     "batch_norm": _batch_norm,
     "batch_norm_train": _batch_norm_train,
+    "cross_entropy": _cross_entropy,
     "layer_norm": _layer_norm,
     "scaled_dot_product_attention": _sdpa,
     "linear": _linear,

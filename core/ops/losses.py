@@ -110,6 +110,15 @@ def _dec_ce(x, t, w=None, *, reduction, ignore_index, label_smoothing, probs):
 def _ce_grad(g, y, x, t, w=None, *, need, reduction, ignore_index, label_smoothing, probs):
     if not need[0]:
         return (None,) * (2 if w is None else 3)
+    inputs = (g, x, t) if w is None else (g, x, t, w)
+    gx = apply("cross_entropy_backward", *inputs, reduction=reduction, ignore_index=ignore_index,
+               label_smoothing=label_smoothing, probs=probs)
+    return (gx, None) if w is None else (gx, None, None)
+
+
+def _dec_ce_backward(g, x, t, w=None, *, reduction, ignore_index, label_smoothing, probs):
+    """d loss / d logits as ops (the decomposition of ``cross_entropy_backward``; the numpy
+    backend has one kernel for it)."""
     o = _o()
     x2 = _classes_last(x)
     q, denom = _targets(x2, t, w, ignore_index, label_smoothing, probs)
@@ -127,11 +136,15 @@ def _ce_grad(g, y, x, t, w=None, *, need, reduction, ignore_index, label_smoothi
         n, c = x.shape[0], x.shape[1]
         gx = o.reshape(gx, (n,) + tuple(x.shape[2:]) + (c,))
         gx = o.permute_dims(gx, (0, x.ndim - 1) + tuple(range(1, x.ndim - 1)))
-    return (gx, None) if w is None else (gx, None, None)
+    return gx
 
 
 op("cross_entropy", kind="composite", shape=_ce_shape, dtype=_ce_dtype, decompose=_dec_ce, grad=_ce_grad,
    doc="softmax cross entropy over axis 1 with class indices or probabilities (PyTorch F.cross_entropy)")
+op("cross_entropy_backward", kind="composite", shape=lambda gs, xs, ts, ws=None, **_: tuple(xs),
+   dtype=lambda gt, xt, tt, wt=None, **_: xt, decompose=_dec_ce_backward,
+   doc="the gradient of cross_entropy with respect to the logits (inputs: output gradient, input, target, "
+       "[weight])")
 
 
 def cross_entropy(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
