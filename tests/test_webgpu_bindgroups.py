@@ -79,3 +79,17 @@ def test_the_pool_reuses_the_earliest_made_free_buffer(rt):
     assert pool.serial[id(again.buf)] <= min(serial)
     older = [e for e in pool.free_lists.get(again.nbytes, []) if e[0] < pool.serial[id(again.buf)]]
     assert not older
+
+
+def test_an_invalid_dispatch_still_raises_a_device_error(rt):
+    """Dispatches are recorded through wgpu-native directly (natively); the pass's validation
+    error still surfaces, typed, when the batch is submitted, and the device keeps working."""
+    ember.ones((4,), device="webgpu").tolist()
+    drv = rt.driver
+    pipe = next(iter(rt.pipelines.values()))
+    st = rt.alloc(64)
+    too_many = drv.limits["max_compute_workgroups_per_dimension"] + 1
+    with pytest.raises(DeviceError):
+        drv.dispatch(pipe, [(st.buf, 0, 64)], bytes(16), (too_many, 1, 1))
+        drv.flush()
+    assert (ember.ones((3,), device="webgpu") * 2).tolist() == [2.0, 2.0, 2.0]
