@@ -461,3 +461,17 @@ def test_cross_entropy_matches_torch_and_checks_weighted_targets():
         ember.nn.functional.cross_entropy(ember.tensor(xa[:, :, 0], device="numpy"),
                                           ember.tensor(np.array([0, 1, 2, 3, 4, 7]), device="numpy"),
                                           weight=ember.tensor(wa, device="numpy"))
+
+
+def test_adam_state_with_a_tensor_step_takes_the_reference_ops():
+    p = ember.tensor([1.0, -2.0], device="numpy").requires_grad_()
+    q = ember.tensor([1.0, -2.0], device="numpy").requires_grad_()
+    opts = [optim.Adam([p], lr=0.1), optim.Adam([q], lr=0.1)]
+    for o, t in zip(opts, (p, q)):
+        t.grad = ember.tensor([0.5, 0.25], device="numpy")
+        o.step()
+    opts[1].state[q]["step"] = ember.tensor(1.0, device="numpy")     # as a loaded PyTorch state may hold it
+    for o, t in zip(opts, (p, q)):
+        t.grad = ember.tensor([-0.5, 1.0], device="numpy")
+        o.step()
+    np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-6)

@@ -107,8 +107,8 @@ def adam_step(p, g, state: dict, group: dict):
     ams = bool(group["amsgrad"])
     keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if ams else ())
     if state:
-        if "step" not in state or not all(k in state for k in keys):
-            return None
+        if not isinstance(state.get("step"), (int, float)) or not all(k in state for k in keys):
+            return None          # (a step count held as a tensor: the reference ops handle it)
         M, V = (_state_array(state[k], p, t) for k in keys[:2])
         MX = _state_array(state["max_exp_avg_sq"], p, t) if ams else None
         if M is None or V is None or (ams and MX is None):
