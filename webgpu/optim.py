@@ -17,6 +17,7 @@ kernel does not apply: other dtypes, tensors over one binding (``maxStorageBuffe
 from __future__ import annotations
 
 import math
+import struct
 
 from .. import dtypes as _dt
 from .driver import grid_1d
@@ -93,12 +94,24 @@ def _new_param(rt, p, pin: GBuf):
     return GBuf(rt, pin.shape, _dt.float32, storage=st)
 
 
+_PIPES: dict = {}
+# uniform layout of both kernels: element count, flags, then f32 hyperparameters (8 / 12 words)
+_INFO = {"optim_sgd": struct.Struct("<II4f8x"), "optim_adam": struct.Struct("<II8f8x")}
+
+
 def _launch(rt, name, pout: GBuf, bufs, words) -> None:
     n = pout.size
-    pipe = rt.kernel(name, WG=WG, HELPERS=kernel_source("elementwise")) if name == "optim_adam" \
-        else rt.kernel(name, WG=WG)
-    info = pack_info(words, 8 if name == "optim_sgd" else 12)
-    rt.dispatch(pipe, [_binding(pout)] + bufs, info, grid_1d((n + WG - 1) // WG, rt.max_groups))
+    key = (id(rt), name)
+    hit = _PIPES.get(key)
+    if hit is None or hit[0] is not rt:
+        pipe = rt.kernel(name, WG=WG, HELPERS=kernel_source("elementwise")) if name == "optim_adam" \
+            else rt.kernel(name, WG=WG)
+        hit = _PIPES[key] = (rt, pipe)
+    try:   # one pack of the whole uniform (the float words as f32)
+        info = _INFO[name].pack(*words)
+    except (OverflowError, struct.error):
+        info = pack_info([words[0], words[1]] + [_f(x) for x in words[2:]], 8 if name == "optim_sgd" else 12)
+    rt.dispatch(hit[1], [_binding(pout)] + bufs, info, grid_1d((n + WG - 1) // WG, rt.max_groups))
 
 
 def _f(x: float) -> int:
@@ -132,7 +145,7 @@ def sgd_step(p, g, state: dict, group: dict):
              | (bool(mom) << 4))
     pout = _new_param(rt, p, pin)
     _launch(rt, "optim_sgd", pout, bufs,
-            [pin.size, flags, _f(wd), _f(mom), _f(1.0 - group["dampening"]), _f(group["lr"])])
+            [pin.size, flags, float(wd), float(mom), 1.0 - group["dampening"], float(group["lr"])])
     return _tensor(pout, p)
 
 
@@ -173,6 +186,6 @@ def adam_step(p, g, state: dict, group: dict):
              | (bool(group["decoupled_weight_decay"]) << 3) | (ams << 4))
     pout = _new_param(rt, p, pin)
     _launch(rt, "optim_adam", pout, bufs,
-            [pin.size, flags, _f(wd), _f(1.0 - lr * wd), _f(1.0 - b1), _f(b2), _f(1.0 - b2), _f(step_size),
-             _f(bc2_sqrt), _f(eps)])
+            [pin.size, flags, float(wd), 1.0 - lr * wd, 1.0 - b1, float(b2), 1.0 - b2, step_size,
+             bc2_sqrt, float(eps)])
     return _tensor(pout, p)
