@@ -475,3 +475,25 @@ def test_adam_state_with_a_tensor_step_takes_the_reference_ops():
         t.grad = ember.tensor([-0.5, 1.0], device="numpy")
         o.step()
     np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", BN_SHAPES + [(1, 3, 4, 4)], ids=str)
+def test_batch_norm_inference_kernel_is_the_formula(shape, dtype):
+    """x * scale + shift per channel, bit for bit (materialised channel rows or not)."""
+    rng = np.random.default_rng(shape[0] * 3 + shape[1])
+    c = shape[1]
+    xa = rng.standard_normal(shape).astype(dtype)
+    m, v, w, b = (rng.standard_normal(c).astype(dtype) for _ in range(4))
+    v = np.abs(v) + np.asarray(0.5, dtype)
+    got = ember.batch_norm(*(ember.tensor(a, dtype=dtype, device="numpy") for a in (xa, m, v, w, b)), eps=1e-5)
+    f = (lambda a: a.astype(np.float32))
+    scale = f(w) / np.sqrt(f(v) + np.float32(1e-5))
+    shift = f(b) - f(m) * scale
+    bs = (1, c) + (1,) * (len(shape) - 2)
+    want = (f(xa) * scale.reshape(bs) + shift.reshape(bs)).astype(dtype)
+    np.testing.assert_array_equal(got.numpy(), want)
+    want_dec = _decomposed("batch_norm", *(ember.tensor(a, dtype=dtype, device="numpy") for a in (xa, m, v, w, b)),
+                           eps=1e-5)
+    np.testing.assert_allclose(got.numpy().astype(np.float64), _np(want_dec), rtol=2e-3 if dtype == "float16" else 1e-6,
+                               atol=2e-3 if dtype == "float16" else 1e-6)

@@ -171,10 +171,16 @@ def _log_softmax(out, x, *, axis):
 
 
 def _batch_norm(out, x, mean, var, weight, bias, *, eps):
-    shape = (-1,) + (1,) * (x._buf.ndim - 2)
     scale = _f(weight) / np.sqrt(_f(var) + np.float32(eps))
     shift = _f(bias) - _f(mean) * scale
-    return _out(_f(x) * scale.reshape(shape) + shift.reshape(shape), out)
+    a = _f(x)
+    if a.shape[0] == 1:   # one sample: the rows would be as large as the input
+        shape = (-1,) + (1,) * (a.ndim - 2)
+        return _out(a * scale.reshape(shape) + shift.reshape(shape), out)
+    a = _channel_rows(a)
+    y = a * _per_channel(scale, a)
+    y += _per_channel(shift, a)
+    return _out(y.reshape(out.shape), out)
 
 
 # ---- cross entropy --------------------------------------------------------------------------------
