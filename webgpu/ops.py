@@ -307,9 +307,43 @@ def _merge(shape, strides):
     return out
 
 
+def _fusable_into_reduce(rt, g: GBuf):
+    """The elementwise expression of lazy ``g`` as a ``fusion.Program`` the reduction can
+    compute in place of loading ``g`` (saving a dispatch and a buffer: a loss's squared
+    difference, a layer norm's or softmax's backward products), or None."""
+    nd = g.expr
+    if nd is None or nd.kind != "op" or not fusion._FUSION[0]:
+        return None
+    order = fusion._post_order(nd)
+    if any(x.kind == "mm" and x.buf is None for x in order):
+        return None          # a pending matmul: let it run (and maybe fuse its own epilogue)
+    prog = fusion.Program(nd, g.shape, None, order)
+    if len(prog.leaves) + 2 > rt.max_storage or any(gb.storage.nbytes > rt.max_binding for gb in prog.leaves):
+        return None
+    return prog
+
+
+def _fused_reduce_source(prog, base: int, params: dict) -> str:
+    """reduce.wgsl with ``load`` computing ``prog``'s expression at the element's flat index
+    (its inputs bound from binding 1, its uniform words from word ``base``)."""
+    from .runtime import kernel_source, render
+
+    bindings, lines, res = prog.code(base, 1)
+    src = kernel_source("reduce")
+    src = src.replace("@group(0) @binding(1) var<storage, read> x: array<{{T}}>;", "\n".join(bindings))
+    src = src.replace("@binding(2) var<uniform> info", f"@binding({len(prog.leaves) + 1}) var<uniform> info")
+    value_at = "fn value_at(i: u32) -> {{T}} {\n" + "\n".join(lines) + f"\n  return {res};\n}}\n"
+    src = src.replace("fn load(o: u32, r: u32) -> {{A}} { return {{A}}(x[offset(o, r)]); }",
+                      value_at + "fn load(o: u32, r: u32) -> {{A}} { return {{A}}(value_at(offset(o, r))); }")
+    return render(src, params)
+
+
 def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False) -> GBuf:
-    """Reduce view ``g`` over ``axes`` (None: all) with op code ``op``; raw result buffer."""
-    g = realize(g)
+    """Reduce view ``g`` over ``axes`` (None: all) with op code ``op``; raw result buffer. A
+    lazy elementwise ``g`` is computed inside the reduction (it is not stored)."""
+    prog = _fusable_into_reduce(rt, g)
+    if prog is None:
+        g = realize(g)
     nd = len(g.shape)
     axes = tuple(range(nd)) if axes is None else tuple(axes)
     kept = [d for d in range(nd) if d not in axes]
@@ -330,6 +364,9 @@ def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False) -> GBuf:
     if n_out == 0:
         return res
     words = [n_out, R, op, len(kdims), g.offset, 0, 0, 0] + [n for n, _ in dims] + [s for _, s in dims]
+    base = len(words)
+    if prog is not None:
+        words += prog.words()
     info, info_n = info_words(words)
     # One workgroup per output for long rows, and for rows of contiguous elements (a softmax's or
     # layer norm's backward sums over the last axis): neighbouring threads then read neighbouring
@@ -337,9 +374,16 @@ def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False) -> GBuf:
     # 1.64 ms on the H200, ~4 GB/s).
     per_wg = (R > 256 and n_out < 16384) or (R >= 64 and rdims[-1][1] == 1 and n_out <= (1 << 20))
     entry = ("arg_" if arg else "") + ("wg" if per_wg else "rows")
-    pipe = rt.kernel("reduce", entry, T=wgsl_type(g.dtype), A=acc, O=odt, FLOAT=str(acc == "f32").lower(),
-                     RANK=rank, INFO=info_n, WG=WG)
-    bufs = [(st.buf, 0, n_out * 4), (g.storage.buf, 0, g.storage.nbytes)]
+    params = dict(T=wgsl_type(g.dtype), A=acc, O=odt, FLOAT=str(acc == "f32").lower(), RANK=rank, INFO=info_n, WG=WG)
+    if prog is None:
+        pipe = rt.kernel("reduce", entry, **params)
+        bufs = [(st.buf, 0, n_out * 4), (g.storage.buf, 0, g.storage.nbytes)]
+    else:
+        # (the program's code depends on its own rank too: where its words start and lie)
+        key = ("reduce_fused", entry, tuple(sorted(params.items())), len(prog.shape), prog.sig)
+        pipe = rt.pipeline(key, lambda: _fused_reduce_source(prog, base, params), entry)
+        bufs = [(st.buf, 0, n_out * 4)] + [(gb.storage.buf, 0, gb.storage.nbytes) for gb in prog.leaves]
+        rt.stats["fused_ops"] += prog.ops
     groups = n_out if per_wg else (n_out + WG - 1) // WG
     rt.dispatch(pipe, bufs, info, grid_1d(groups, rt.max_groups))
     return res
