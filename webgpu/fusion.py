@@ -375,7 +375,29 @@ class Program:
 
 
 def _post_order(root) -> list:
-    """The nodes of an expression DAG, each once, inputs before users (no recursion)."""
+    """The nodes of an expression DAG, each once, inputs before users. Recursive (twice as fast
+    as the explicit stack on the small expressions fusion builds); a very deep one falls back
+    to ``_post_order_stack``, which gives the same order."""
+    order = []
+    seen = set()
+    add, append = seen.add, order.append
+
+    def visit(nd):
+        add(id(nd))
+        if nd.kind != "mm" or nd.buf is None:
+            for a in nd.args:
+                if id(a) not in seen:
+                    visit(a)
+        append(nd)
+    try:
+        visit(root)
+    except RecursionError:
+        return _post_order_stack(root)
+    return order
+
+
+def _post_order_stack(root) -> list:
+    """``_post_order`` with an explicit stack (no recursion)."""
     order = []
     stack = [(root, False)]
     seen = set()
