@@ -131,10 +131,12 @@ class UniformArena:
 
     def add(self, payload: bytes) -> tuple:
         """Append ``payload``; return (offset, bound size)."""
-        off = len(self.data)
-        size = _round_up(max(len(payload), 16), 16)
-        self.data += payload
-        self.data += bytes(_round_up(size, self.align) - len(payload))
+        data = self.data
+        off = len(data)
+        n = len(payload)
+        size = (max(n, 16) + 15) & ~15
+        data += payload
+        data += _ZEROS[:(size + self.align - 1) // self.align * self.align - n]
         return off, size
 
     def take(self) -> bytes:
@@ -161,17 +163,34 @@ class BatchingDriver:
         self._bg_by_buf = {}             # id(buffer) -> keys of the cached groups that use it
 
     def dispatch(self, pipe, buffers, uniforms: bytes, grid: tuple) -> None:
-        if uniforms and not self._arena.fits(len(uniforms)):
+        # (the per-dispatch Python of every kernel: kept lean, one pass over the buffers builds
+        # both the bind-group cache key and the entries)
+        arena = self._arena
+        if uniforms and not arena.fits(len(uniforms)):
             self.flush()
+        pending = self._pending
         entries = []
-        for i, b in enumerate(buffers):
-            buf, off, size = b if isinstance(b, tuple) else (b, 0, self._buffer_size(b))
-            entries.append((i, buf, off, size))
-            self._pending.add(id(buf))
+        key = [id(pipe)]
+        for b in buffers:
+            if type(b) is tuple:
+                buf, off, size = b
+            else:
+                buf, off, size = b, 0, self._buffer_size(b)
+            entries.append((buf, off, size))
+            i = id(buf)
+            pending.add(i)
+            key += (i, off, size)
         if uniforms:
-            off, size = self._arena.add(uniforms)
-            entries.append((len(buffers), self._arena_buf, off, size))
-        bg = self._cached_bind_group(pipe, entries)
+            off, size = arena.add(uniforms)
+            entries.append((self._arena_buf, off, size))
+            key += (id(self._arena_buf), off, size)
+        key = tuple(key)
+        hit = self._bg_cache.get(key)
+        if hit is not None:
+            self._bg_cache.move_to_end(key)
+            bg = hit[0]
+        else:
+            bg = self._new_bind_group(pipe, key, entries)
         if self._open is None:
             self._open = self._begin_pass()
         self._record(self._open[1], pipe, bg, grid)
@@ -179,23 +198,20 @@ class BatchingDriver:
         if self._count >= BATCH_DISPATCHES:
             self.flush()
 
-    def _cached_bind_group(self, pipe, entries):
+    def _new_bind_group(self, pipe, key, entries):
         """Bind groups are reused: a model run again (a replayed plan above all) dispatches the
         same pipelines on the same pooled buffers at the same arena offsets, and creating bind
-        groups was the largest Python cost of a replay. Entries hold the buffers (so their ids
-        stay unique while cached) and are dropped when a buffer is freed (``_forget``)."""
-        key = (id(pipe), tuple((id(b), off, size) for _, b, off, size in entries))
-        hit = self._bg_cache.get(key)
-        if hit is not None:
-            self._bg_cache.move_to_end(key)
-            return hit[0]
-        bg = self._bind_group(pipe, entries)
-        self._bg_cache[key] = (bg, pipe, [b for _, b, _, _ in entries])
-        for _, b, _, _ in entries:
+        groups was the largest Python cost of a replay. ``key``: the pipeline's id, then
+        (id, offset, size) of each entry; the cache holds the buffers (so their ids stay unique
+        while cached) and drops a buffer's groups when it is freed (``_forget``)."""
+        bg = self._bind_group(pipe, [(i, b, off, size) for i, (b, off, size) in enumerate(entries)])
+        bufs = [b for b, _, _ in entries]
+        self._bg_cache[key] = (bg, pipe, bufs)
+        for b in bufs:
             self._bg_by_buf.setdefault(id(b), set()).add(key)
         if len(self._bg_cache) > BIND_GROUP_CACHE:
-            old, (_, _, bufs) = self._bg_cache.popitem(last=False)
-            for b in bufs:
+            old, (_, _, obufs) = self._bg_cache.popitem(last=False)
+            for b in obufs:
                 keys = self._bg_by_buf.get(id(b))
                 if keys is not None:
                     keys.discard(old)
@@ -216,6 +232,9 @@ class BatchingDriver:
         self._count = 0
         self._pending.clear()
         self._submit(enc, cpass, self._arena.take())
+
+
+_ZEROS = bytes(4096)
 
 
 def _round_up(n: int, k: int) -> int:

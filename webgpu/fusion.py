@@ -378,22 +378,24 @@ def _post_order(root) -> list:
     """The nodes of an expression DAG, each once, inputs before users. Recursive (twice as fast
     as the explicit stack on the small expressions fusion builds); a very deep one falls back
     to ``_post_order_stack``, which gives the same order."""
-    order = []
-    seen = set()
-    add, append = seen.add, order.append
-
-    def visit(nd):
-        add(id(nd))
-        if nd.kind != "mm" or nd.buf is None:
-            for a in nd.args:
-                if id(a) not in seen:
-                    visit(a)
-        append(nd)
+    order: list = []
     try:
-        visit(root)
+        _visit(root, set(), order.append)
     except RecursionError:
         return _post_order_stack(root)
     return order
+
+
+def _visit(nd, seen, append) -> None:
+    # (a module function, not a closure: a self-referencing closure is a reference cycle that
+    # would keep the expression's buffers alive until the garbage collector runs, and the
+    # pool's reuse of buffers, hence the cached bind groups, would depend on when it does)
+    seen.add(id(nd))
+    if nd.kind != "mm" or nd.buf is None:
+        for a in nd.args:
+            if id(a) not in seen:
+                _visit(a, seen, append)
+    append(nd)
 
 
 def _post_order_stack(root) -> list:
