@@ -13,6 +13,18 @@
   long tasks from navigation on (PerformanceObserver 'longtask', installed by an init script):
   ``long_tasks(page)`` returns them. ``page_without_webgpu``: the same in a Chromium started
   without WebGPU (``navigator.gpu`` is undefined on the page and in its workers).
+- ``module_page`` (module) + ``shared_page``: one page that the tests of a module share (one
+  Pyodide boot for them all); each test is judged by the console errors logged during it, as
+  with ``page``:
+
+    @pytest.fixture(scope="module")
+    def _booted(module_page):
+        module_page.goto("/")          # ... boot once
+        return module_page
+
+    @pytest.fixture
+    def booted_page(_booted, shared_page, request):
+        yield from shared_page(request, _booted)
 
 Helpers, handed out as fixtures (test files cannot import conftest by name: tests/ has one too):
 
@@ -201,7 +213,8 @@ def _screenshot(page, name: str) -> Path:
     return path
 
 
-def _page(browser, server, request, init_script=None, timeout_ms=BOOT_TIMEOUT_MS):
+def _new_page(browser, server, init_script=None, timeout_ms=BOOT_TIMEOUT_MS):
+    """A fresh context + page that records its console lines and errors; returns both."""
     context = browser.new_context(base_url=server)
     context.add_init_script(LONG_TASKS_SCRIPT)
     if init_script:
@@ -221,17 +234,32 @@ def _page(browser, server, request, init_script=None, timeout_ms=BOOT_TIMEOUT_MS
     p.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
     p.console_errors = errors
     p.console_log = lines
-    yield p
+    p.errors_checked = 0        # console_errors[:errors_checked] were already judged
+    return context, p
+
+
+def _after_test(p, request) -> None:
+    """After one test on ``p``: on failure a screenshot and the console's last lines; the errors
+    the page logged since the previous check fail the test (unless it allows them)."""
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         try:
             print(f"screenshot: {_screenshot(p, request.node.name)}")
-            print("console:\n  " + "\n  ".join(lines[-40:]))
+            print("console:\n  " + "\n  ".join(p.console_log[-40:]))
         except Exception as e:  # a crashed page cannot be photographed; the failure says enough
             print(f"(no screenshot: {e})")
-    context.close()
-    if errors and not request.node.get_closest_marker("allow_console_errors"):
-        pytest.fail("the page logged errors:\n  " + "\n  ".join(errors), pytrace=False)
+    new, p.errors_checked = p.console_errors[p.errors_checked:], len(p.console_errors)
+    if new and not request.node.get_closest_marker("allow_console_errors"):
+        pytest.fail("the page logged errors:\n  " + "\n  ".join(new), pytrace=False)
+
+
+def _page(browser, server, request, init_script=None, timeout_ms=BOOT_TIMEOUT_MS):
+    context, p = _new_page(browser, server, init_script, timeout_ms)
+    yield p
+    try:
+        _after_test(p, request)
+    finally:
+        context.close()
 
 
 @pytest.fixture
@@ -248,6 +276,34 @@ def page_without_webgpu(browser_without_webgpu, server, request):
     """Like ``page``, in a browser without WebGPU (``navigator.gpu`` is undefined in the page
     and in its workers); pages on the CPU can take longer, hence the longer timeout."""
     yield from _page(browser_without_webgpu, server, request, timeout_ms=180_000)
+
+
+@pytest.fixture(scope="module")
+def module_page(browser, server):
+    """One page for the tests of a module that share what is slow to set up (a Pyodide boot):
+    a module fixture prepares it, a function fixture hands it to each test through
+    ``shared_page(request, page)``, which judges each test by the errors logged during it (as
+    ``page`` does) and leaves a screenshot when it fails. Errors logged after the module's
+    last test fail its teardown."""
+    context, p = _new_page(browser, server)
+    yield p
+    new = p.console_errors[p.errors_checked:]
+    context.close()
+    if new:
+        pytest.fail("the shared page logged errors after its last test:\n  " + "\n  ".join(new), pytrace=False)
+
+
+def _shared_page(request, p):
+    # Errors logged while the module fixture set the page up, or between two tests, count
+    # against the next test.
+    yield p
+    _after_test(p, request)
+
+
+@pytest.fixture
+def shared_page():
+    """``yield from shared_page(request, module_page)`` in a function fixture: see ``module_page``."""
+    return _shared_page
 
 
 def _load_ember(page, path: str = "/", webgpu=False) -> dict:
@@ -311,32 +367,32 @@ def _long_tasks(page) -> list:
     return tasks
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")   # helpers are plain functions: module fixtures use them too
 def long_tasks():
     """``long_tasks(page) -> [{start, duration, name}]``: the page's main-thread tasks over 50 ms
     since navigation (ms, start relative to navigation)."""
     return _long_tasks
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def screenshot():
     """``screenshot(page, name) -> Path`` (e2e/artifacts/<name>.png)."""
     return _screenshot
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def load_ember():
     """``load_ember(page, path="/", webgpu=False) -> dict`` (see the module docstring)."""
     return _load_ember
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_python():
     """``run_python(page, code)`` -> the value of the last expression, converted to JS/JSON."""
     return _run_python
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def assert_cpu_fallback():
     """``assert_cpu_fallback(page)``: the demo page shows its no-WebGPU state (see the demos)."""
     return _assert_cpu_fallback

@@ -19,7 +19,7 @@ CPU_LABELS = {"wasm": "CPU (WebAssembly SIMD)", "python": "CPU (pure Python)"}
 BREAD = {"A simple recipe for homemade sourdough loaves.", "Tips for kneading dough and letting it rise."}
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _weights(site_dir):
     if not (site_dir / "demos" / "minilm" / "minilm-l6-v2.f16.safetensors").is_file():
         pytest.skip("the site has no MiniLM weights: demos/minilm/prepare.py could not fetch them "
@@ -51,12 +51,27 @@ def _open(page) -> dict:
     return info
 
 
+@pytest.fixture(scope="module")
+def _opened(module_page, _weights):
+    """The MiniLM page opened once (Pyodide, the model, WebGPU's start-up) for the tests below
+    that take ``minilm_page``; the first of them sees it fresh."""
+    module_page.open_info = _open(module_page)
+    return module_page
+
+
+@pytest.fixture
+def minilm_page(_opened, shared_page, request):
+    # Each test sets the backend and the text boxes it uses; no result is left from the last one.
+    _opened.evaluate("() => { window.emberDemo.lastResult = null; }")
+    yield from shared_page(request, _opened)
+
+
 def _embed(page, sentences, backend):
     return page.evaluate("([s, b]) => window.emberDemo.embed(s, b)", [sentences, backend])
 
 
-def test_minilm_page_embeds_on_the_cpu_first_then_webgpu(page, long_tasks, screenshot):
-    info = _open(page)
+def test_minilm_page_embeds_on_the_cpu_first_then_webgpu(minilm_page, long_tasks, screenshot):
+    page, info = minilm_page, minilm_page.open_info
     assert info["worker"] is True
     assert page.evaluate("() => window.emberMiniLM === window.emberDemo")   # the old name still works
     cpu_dev = info["devices"]["cpu"]
@@ -134,8 +149,8 @@ def test_minilm_page_embeds_on_the_cpu_first_then_webgpu(page, long_tasks, scree
           f"main-thread long tasks {len(tasks)} (longest {max([t['duration'] for t in tasks], default=0):.0f} ms)")
 
 
-def test_minilm_cancel_stops_a_long_run_and_input_errors_read_as_such(page):
-    info = _open(page)
+def test_minilm_cancel_stops_a_long_run_and_input_errors_read_as_such(minilm_page):
+    page, info = minilm_page, minilm_page.open_info
     # An input error is said plainly (no "Something went wrong", no traceback).
     page.fill("#query", "")
     page.click("#compare")
@@ -174,8 +189,8 @@ def test_minilm_cancel_stops_a_long_run_and_input_errors_read_as_such(page):
     print(f"\nMiniLM cancel: stopped at '{done}'")
 
 
-def test_minilm_timings_keep_their_backend_and_the_page_says_what_it_cannot_read(page, screenshot):
-    info = _open(page)
+def test_minilm_timings_keep_their_backend_and_the_page_says_what_it_cannot_read(minilm_page, screenshot):
+    page, info = minilm_page, minilm_page.open_info
     cpu_label = CPU_LABELS[info["devices"]["cpu"]]
     gpu = page.evaluate("() => window.emberDemo.webgpuReady")
     assert gpu["ok"], gpu["error"]

@@ -8,6 +8,8 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
+
 DEMO = Path(__file__).resolve().parent.parent / "demos" / "mnist"
 URL = "/demos/mnist/"
 N_DIGITS = 12       # real test digits predicted through emberDemo.predict on each backend
@@ -41,6 +43,20 @@ def _open(page) -> dict:
     return info
 
 
+@pytest.fixture(scope="module")
+def _opened(module_page):
+    """The page opened once for the tests that take ``mnist_page`` (the first sees it fresh: it
+    answers on the CPU first, then switches to WebGPU); the reload, phone and no-WebGPU tests
+    open their own."""
+    module_page.open_info = _open(module_page)
+    return module_page
+
+
+@pytest.fixture
+def mnist_page(_opened, shared_page, request):
+    yield from shared_page(request, _opened)
+
+
 def _webgpu_ready(page) -> dict:
     """Wait for the page's WebGPU start-up (after ready); -> {ok, error, ms} + webgpuReadyMs."""
     r = page.evaluate("() => window.emberDemo.webgpuReady")
@@ -60,10 +76,10 @@ def _pixels(i):
     return [v / 255 for v in IMAGES[i]]
 
 
-def test_mnist_page_answers_on_the_cpu_first_then_switches_to_webgpu(page, long_tasks, screenshot):
+def test_mnist_page_answers_on_the_cpu_first_then_switches_to_webgpu(mnist_page, long_tasks, screenshot):
     """CPU answers as soon as the model is loaded, WebGPU warms up meanwhile and the page
     switches to it and says so; the main thread never runs a task over 100 ms throughout."""
-    info = _open(page)
+    page, info = mnist_page, mnist_page.open_info
     assert info["worker"] is True
     first = _predict(page, _pixels(0), "cpu")
     # ms since navigation start, as the page's clock counts: open -> first CPU prediction
@@ -182,8 +198,8 @@ def _draw(page, img):
     return page.evaluate("() => window.emberDemo.lastResult")
 
 
-def test_mnist_drawing_and_backend_switch(page, screenshot):
-    info = _open(page)
+def test_mnist_drawing_and_backend_switch(mnist_page, screenshot):
+    page, info = mnist_page, mnist_page.open_info
     gpu = _webgpu_ready(page)
     assert gpu["ok"], f"WebGPU did not start: {gpu['error']}"
     assert page.locator("#backend-name").inner_text() == "WebGPU"
@@ -257,8 +273,8 @@ def _stroke(page, points):
     return page.evaluate("() => window.emberDemo.lastResult")
 
 
-def test_mnist_says_not_sure_for_a_dot_or_a_scribble(page, screenshot):
-    _open(page)
+def test_mnist_says_not_sure_for_a_dot_or_a_scribble(mnist_page, screenshot):
+    page = mnist_page
     # A real digit from the pad: named, with its confidence.
     page.click('#samples button[data-label="7"]')
     page.evaluate("() => window.emberDemo.idle()")

@@ -19,9 +19,19 @@ pytestmark = pytest.mark.skipif(not (DEMO / "ch_PP-OCRv4_rec_infer.onnx").is_fil
                                 reason="OCR models missing: run python demos/ocr/prepare.py")
 
 
-def _cli(path: Path) -> list:
-    out = subprocess.run([sys.executable, str(DEMO / "ocr.py"), str(path), "--json", "--device", "numpy"],
-                         capture_output=True, text=True, timeout=300, check=True).stdout
+def _start_cli(path: Path):
+    """``demos/ocr/ocr.py --json`` on ``path`` natively, started now (it runs while the page
+    loads); ``_cli_lines(proc)`` waits for its lines."""
+    return subprocess.Popen([sys.executable, str(DEMO / "ocr.py"), str(path), "--json", "--device", "numpy"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _cli_lines(proc) -> list:
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, f"ocr.py failed ({proc.returncode}):\n{err[-4000:]}"
     return json.loads(out)
 
 
@@ -32,15 +42,33 @@ def _read(page, data: bytes, backend: str):
     }""", [list(data), backend])
 
 
-def test_ocr_page_reads_a_sample_like_the_cli(page):
+@pytest.fixture(scope="module")
+def _opened(module_page):
+    """The OCR page opened once for both tests (the CLI reads the sample meanwhile): WebGPU's
+    start-up, which compiles the three models' kernels (half a minute on SwiftShader), runs in
+    the page's worker while the first test reads on the CPU, as on any fresh page."""
+    page = module_page
+    page.receipt_cli = _start_cli(SAMPLE)
     page.set_default_timeout(300_000)
     page.goto(URL)
-    info = page.evaluate("async () => { const i = await window.emberDemo.ready; return {devices: i.devices, readyMs: i.readyMs}; }")
+    page.ready_info = page.evaluate("async () => { const i = await window.emberDemo.ready; return {devices: i.devices, readyMs: i.readyMs}; }")
+    yield page
+    page.receipt_cli.kill()
+
+
+@pytest.fixture
+def ocr_page(_opened, shared_page, request):
+    yield from shared_page(request, _opened)
+
+
+def test_ocr_page_reads_a_sample_like_the_cli(ocr_page):
+    page, info, cli = ocr_page, ocr_page.ready_info, ocr_page.receipt_cli
+    page.set_default_timeout(300_000)
     assert info["devices"]["cpu"] == "wasm"
     got = _read(page, SAMPLE.read_bytes(), "cpu")
     print(f"\nOCR page, {SAMPLE.name} on {got['device']}: ready in {info['readyMs']:.0f} ms; timings (ms): "
           + ", ".join(f"{k} {v:.0f}" for k, v in got["timings"].items()))
-    want = _cli(SAMPLE)
+    want = _cli_lines(cli)
     assert [ln["text"] for ln in got["lines"]] == [ln["text"] for ln in want]
     for a, b in zip(got["lines"], want):
         assert abs(a["score"] - b["score"]) < 0.02
@@ -66,7 +94,7 @@ def test_ocr_page_reads_a_sample_like_the_cli(page):
         assert err is not None and err["name"] == "InputError" and words in err["message"], err
 
 
-def test_ocr_page_reads_an_image_on_webgpu_like_the_cli(page, tmp_path):
+def test_ocr_page_reads_an_image_on_webgpu_like_the_cli(ocr_page, tmp_path):
     """A one-line image through the page's WebGPU backend gives the CLI's lines (numpy). The
     adapter here is Chromium's software one (SwiftShader): the same WGSL a GPU runs, but about a
     thousand times slower, so the image is a small square with one line (the detector still runs
@@ -80,14 +108,18 @@ def test_ocr_page_reads_an_image_on_webgpu_like_the_cli(page, tmp_path):
     render([{"text": "ember 42", "xy": (14, 60), "px": 30}], size=(160, 160)).save(buf, "PNG")
     data = buf.getvalue()
     (tmp_path / "one.png").write_bytes(data)
-    want = _cli(tmp_path / "one.png")
-    assert [ln["text"].replace(" ", "") for ln in want] == ["ember42"], want
+    page = ocr_page
     page.set_default_timeout(900_000)
-    page.goto(URL)
-    page.evaluate("async () => { await window.emberDemo.ready; }")
     gpu = page.evaluate("() => window.emberDemo.webgpuReady")
     assert gpu["ok"], f"WebGPU did not start in the page: {gpu}"
-    got = _read(page, data, "webgpu")
+    cli = _start_cli(tmp_path / "one.png")      # reads natively while the page reads on WebGPU
+    try:
+        got = _read(page, data, "webgpu")
+    except BaseException:
+        cli.kill()
+        raise
+    want = _cli_lines(cli)
+    assert [ln["text"].replace(" ", "") for ln in want] == ["ember42"], want
     assert got["device"] == "webgpu"
     print(f"\nOCR page on WebGPU (one line, 160x160): start-up {gpu['ms']:.0f} ms; timings (ms): "
           + ", ".join(f"{k} {v:.0f}" for k, v in got["timings"].items()))

@@ -46,12 +46,25 @@ def test_page_is_cross_origin_isolated(page):
     assert page.evaluate("crossOriginIsolated") is True
 
 
-def test_ember_boots_offline_reports_progress_and_runs_on_cpu(page, load_ember, run_python):
+@pytest.fixture(scope="module")
+def _booted(module_page, load_ember):
+    """The index with ember booted on the CPU (one boot for the tests below that use it)."""
+    page = module_page
     # Every request must stay on the site: the loader must never reach for a CDN.
-    outside = []
+    page.outside = []
     page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "data:"))
-            else outside.append(r.url))
-    info = load_ember(page, "/")
+            else page.outside.append(r.url))
+    page.ember_info = load_ember(page, "/")
+    return page
+
+
+@pytest.fixture
+def cpu_page(_booted, shared_page, request):
+    yield from shared_page(request, _booted)
+
+
+def test_ember_boots_offline_reports_progress_and_runs_on_cpu(cpu_page, run_python):
+    page, info, outside = cpu_page, cpu_page.ember_info, cpu_page.outside
     assert info["version"] == run_python(page, "import ember; ember.__version__")
     assert outside == []
     labels = [label for label, _ in info["progress"]]
@@ -73,10 +86,10 @@ y = (x * x).sum(axis=1)
     np.testing.assert_allclose(got[3], (x * x).sum(axis=1), rtol=1e-6)
 
 
-def test_fetch_bytes_from_python_and_js(page, load_ember, run_python, site_dir):
+def test_fetch_bytes_from_python_and_js(cpu_page, run_python, site_dir):
     # A gzip-encoded file (JSON > 1 KiB): progress must count decoded bytes against the real size.
+    page = cpu_page
     body = (site_dir / "pyodide" / "pyodide-lock.json").read_bytes()
-    load_ember(page, "/")
     got = run_python(page, """
 import hashlib, ember.wasm
 seen = []
@@ -94,8 +107,8 @@ data = await ember.wasm.fetch_bytes("/pyodide/pyodide-lock.json", lambda n, tota
 
 
 @pytest.mark.allow_console_errors  # the browser logs the 404 of the missing file itself
-def test_fetch_bytes_names_the_url_on_failure(page, load_ember, run_python):
-    load_ember(page, "/")
+def test_fetch_bytes_names_the_url_on_failure(cpu_page, run_python):
+    page = cpu_page
     msg = run_python(page, """
 import ember.wasm
 try:

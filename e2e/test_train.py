@@ -1,7 +1,8 @@
 """The training page (demos/train/) in headless Chromium: 300 optimizer steps of the page's CNN
-on the CPU backend (WebAssembly SIMD), 150 on WebGPU (SwiftShader here, ~50x slower per step),
-bring the loss well below its start and >= 90% accuracy on the 1,000 held-back digits, and
-WebGPU's losses follow the CPU's step by step (same seed, same batches); pause stops the steps
+on the CPU backend (WebAssembly SIMD) bring the loss well below its start and >= 90% accuracy
+on the 1,000 held-back digits; 40 steps on WebGPU (SwiftShader here, ~50x slower per step)
+bring the loss well down too, and WebGPU's losses follow the CPU's step by step (same seed, same
+batches, same one-cycle schedule) to the same held-back accuracy; pause stops the steps
 and resume continues them; a drawing is read by the network just trained; the "download
 weights" button gives a safetensors file that ember loads natively into the same network and
 that predicts the same digit with the same probabilities. Prints timings (not asserted)."""
@@ -19,8 +20,12 @@ DEMO = REPO / "demos" / "train"
 URL = "/demos/train/"
 STEPS = 300
 # SwiftShader runs a batch-32 step in ~1.5 s on a busy 2-core machine (lavapipe natively ~0.8 s):
-# WebGPU trains half as many steps, and follows the CPU's trajectory (same seed, same batches).
-GPU_STEPS = 150
+# WebGPU trains 40 steps (one-cycle over 40: the loss ~2.3 -> ~0.6, ~75% held-back accuracy; 150
+# steps took ~3 min) and must follow the CPU's run of the same 40 steps step by step, to the same
+# held-back accuracy; the >= 90% bar is the CPU run's (300 steps).
+GPU_STEPS = 40
+# What 40 steps must reach at least (chance is 10%; measured ~75%).
+GPU_MIN_ACCURACY = 0.6
 BATCH = 32
 
 
@@ -54,6 +59,19 @@ def _open(page) -> dict:
     return info
 
 
+@pytest.fixture(scope="module")
+def _opened(module_page):
+    """The training page opened once (Pyodide, the data, WebGPU's start-up) for both tests;
+    each training run starts from a fresh seeded network."""
+    module_page.open_info = _open(module_page)
+    return module_page
+
+
+@pytest.fixture
+def train_page(_opened, shared_page, request):
+    yield from shared_page(request, _opened)
+
+
 def _train(page, backend: str, steps: int = STEPS, batch: int = BATCH) -> dict:
     t0 = time.perf_counter()
     r = page.evaluate("""async ([steps, backend, batch]) => {
@@ -67,12 +85,12 @@ def _train(page, backend: str, steps: int = STEPS, batch: int = BATCH) -> dict:
     return r
 
 
-def _check_trained(r: dict, backend: str, steps: int = STEPS) -> None:
-    assert r["backend"] == backend and r["steps"] == steps
+def _check_trained(r: dict, backend: str, steps: int = STEPS, min_accuracy: float = 0.90) -> None:
+    assert r["backend"] == backend and r["steps"] == steps and len(r["losses"]) == steps
     # Cross-entropy of 10 classes starts near ln 10 = 2.3 from a random network.
     assert 1.8 < r["loss_first"] < 3.0, r
     assert r["loss_last"] < 0.4 * r["loss_first"], f"{backend}: loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}"
-    assert r["accuracy"] >= 0.90, f"{backend}: {r['accuracy']:.1%} on the held-back digits after {steps} steps"
+    assert r["accuracy"] >= min_accuracy, f"{backend}: {r['accuracy']:.1%} on the held-back digits after {steps} steps"
 
 
 def _download(page, tmp_path) -> Path:
@@ -95,8 +113,8 @@ def _native_probs(weights: Path, pixels) -> tuple:
     return ember.softmax(net(x), axis=-1).tolist()[0], sd.metadata
 
 
-def test_train_page_on_the_cpu_backend(page, screenshot, tmp_path):
-    info = _open(page)
+def test_train_page_on_the_cpu_backend(train_page, screenshot, tmp_path):
+    page, info = train_page, train_page.open_info
     assert info["worker"] is True and info["data"] == {"train": 6000, "test": 1000}
     assert info["devices"]["cpu"] in ("wasm", "python")
     assert page.locator("#backend-name").inner_text().startswith("CPU")
@@ -142,13 +160,13 @@ def test_train_page_on_the_cpu_backend(page, screenshot, tmp_path):
           f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}, held-back accuracy {r['accuracy']:.1%}")
 
 
-def test_train_page_on_webgpu(page, tmp_path):
-    _open(page)
+def test_train_page_on_webgpu(train_page, tmp_path):
+    page = train_page
     gpu = page.evaluate("() => window.emberDemo.webgpuReady")
     if not gpu["ok"]:
         pytest.fail(f"WebGPU did not start in headless Chromium: {gpu['error']}")
     r = _train(page, "webgpu", GPU_STEPS)
-    _check_trained(r, "webgpu", GPU_STEPS)
+    _check_trained(r, "webgpu", GPU_STEPS, GPU_MIN_ACCURACY)
     assert r["device"] == "webgpu"
     print(f"\ntraining page, WebGPU (warm-up {gpu['ms']:.0f} ms): {GPU_STEPS} steps of batch {BATCH}: "
           f"{r['ms_per_step']:.0f} ms/step, {r['wall_s']:.1f} s in all; loss {r['loss_first']:.3f} -> "
@@ -161,6 +179,8 @@ def test_train_page_on_webgpu(page, tmp_path):
     assert max(abs(a - b) for a, b in zip(got["probs"], probs)) < 1e-4
     # The same run on the CPU backend: the same losses step by step (float32 rounding apart).
     cpu = _train(page, "cpu", GPU_STEPS)
+    _check_trained(cpu, "cpu", GPU_STEPS, GPU_MIN_ACCURACY)
+    assert len(cpu["losses"]) == len(r["losses"]) == GPU_STEPS
     worst = max(abs(a - b) for a, b in zip(r["losses"], cpu["losses"]))
     print(f"same run on the CPU: held-back accuracy {cpu['accuracy']:.1%}, max |loss webgpu - cpu| {worst:.1e}")
     assert worst < 2e-2 and abs(r["accuracy"] - cpu["accuracy"]) <= 0.01, (worst, r["accuracy"], cpu["accuracy"])

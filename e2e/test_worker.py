@@ -56,9 +56,12 @@ export async function sizes(ctx, url, path) {
 """
 
 
-@pytest.fixture
-def worker_page(page):
-    """The site's index with an EmberWorker booted as window.ew and MOD importable as `mod`."""
+@pytest.fixture(scope="module")
+def _booted_worker_page(module_page):
+    """The site's index with an EmberWorker booted as window.ew and MOD importable as `mod`:
+    one boot for the module's tests (each leaves the worker as it found it; the terminate test
+    comes last)."""
+    page = module_page
     page.goto("/")
     info = page.evaluate("""async (src) => {
         const { loadEmber } = await import("/wasm/ember.js");
@@ -70,6 +73,11 @@ def worker_page(page):
     }""", MOD)
     page.ember_info = info
     return page
+
+
+@pytest.fixture
+def worker_page(_booted_worker_page, shared_page, request):
+    yield from shared_page(request, _booted_worker_page)
 
 
 def test_worker_boots_and_runs_python_off_the_page_thread(worker_page):
@@ -241,6 +249,7 @@ fallback = bool(getattr(adapter.info, "isFallbackAdapter", False) or getattr(ada
 
 
 def test_terminate_rejects_pending_calls_and_a_new_worker_starts(worker_page):
+    # The last test on the shared worker page: it terminates window.ew.
     got = worker_page.evaluate("""async () => {
         const { loadEmber } = await import("/wasm/ember.js");
         const same = (await loadEmber({ worker: true })) === ew;      // one worker per page...
