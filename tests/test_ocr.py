@@ -213,7 +213,8 @@ def test_pipeline_numpy_samples(reference, ocr_numpy):
 
 
 def test_upside_down_line_is_turned(reference, ocr_numpy):
-    pil = make_samples.render([{"text": "Upsidedown", "xy": (40, 30), "px": 34, "angle": 180}], (360, 110))
+    # square: the detector runs at 736 x 736 (360 x 110 would be 2400 x 736)
+    pil = make_samples.render([{"text": "Upsidedown", "xy": (40, 30), "px": 34, "angle": 180}], (360, 360))
     got = ocr_numpy.read(_image(pil))["lines"]
     assert [g["text"] for g in got] == ["Upsidedown"]
     _compare(got, _ref_lines(reference, pil))
@@ -227,13 +228,14 @@ def test_pipeline_wasm_matches_reference(reference):
     pil = make_samples.render([
         {"text": "Hello ember", "xy": (20, 15), "font": "bold", "px": 30},
         {"text": "wasm 42", "xy": (30, 70), "font": "serif", "px": 26, "colour": (0, 90, 0), "angle": -3},
-    ], (300, 120))
+    ], (300, 300))     # square: the detector runs at 736 x 736 (a 300 x 120 image: 1856 x 736, 17 -> 5 s)
     got = _ocr("wasm").read(_image(pil))["lines"]
     _compare(got, _ref_lines(reference, pil))
 
 
 def test_cli_json(tmp_path):
-    pil = make_samples.render([{"text": "Command line", "xy": (20, 20), "px": 30}], (280, 80))
+    # square: the detector runs at 736 x 736 (280 x 80 would be 2576 x 736, 11 -> 7 s)
+    pil = make_samples.render([{"text": "Command line", "xy": (20, 20), "px": 30}], (280, 280))
     path = tmp_path / "x.jpg"
     pil.save(path, quality=95)
     out = subprocess.run([sys.executable, str(DEMO / "ocr.py"), str(path), "--json"], capture_output=True,
