@@ -276,18 +276,22 @@ class MatmulPlan:
     def _record(self, variant, bufs, prog, epi_words, split, grid, words=None) -> None:
         rt = self.rt
         words = list(self.words if words is None else words)
-        epi, sig = None, None
+        sig = None
         if prog is not None:
-            base = len(words)
+            base, first = len(words), len(bufs)
             words += epi_words
-            epi, n_in = fusion.epilogue_source(prog, base, len(bufs))
             bufs = bufs + [(g.storage.buf, 0, g.storage.nbytes) for g in prog.leaves]
-            sig = (prog.sig, base)
+            sig = (prog.sig, base, len(prog.shape))
+
+            def epilogue():   # WGSL generated on a pipeline-cache miss only
+                return fusion.epilogue_source(prog, base, first)[0]
         else:
             T = self.kind if variant == "tiled" else "f32"
-            epi = f"fn epilogue(acc: {T}, i: u32) -> {T} {{ return acc; }}"
+
+            def epilogue():
+                return f"fn epilogue(acc: {T}, i: u32) -> {T} {{ return acc; }}"
         info_n = max(4, (len(words) + 3) // 4)
-        params = {"RANK": self.rank, "INFO": info_n, "INFO_BINDING": len(bufs), "EPILOGUE": epi}
+        params = {"RANK": self.rank, "INFO": info_n, "INFO_BINDING": len(bufs)}
         if variant == "tiled":
             params["T"] = self.kind
         if variant == "sg":
@@ -295,8 +299,12 @@ class MatmulPlan:
         if variant in ("rb128", "splitk"):
             params["SPLIT"] = split
         name = f"matmul_{variant}"
-        key = (name, tuple(sorted((k, v) for k, v in params.items() if k != "EPILOGUE")), sig)
-        pipe = rt.pipeline(key, lambda: render_rb128(params) if variant == "rb128" else render(kernel_source(name), params))
+        key = (name, tuple(sorted(params.items())), sig)
+
+        def source():
+            full = {**params, "EPILOGUE": epilogue()}
+            return render_rb128(full) if variant == "rb128" else render(kernel_source(name), full)
+        pipe = rt.pipeline(key, source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
 
