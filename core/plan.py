@@ -129,15 +129,7 @@ class Capture:
     def _new(self, t, tainted=False) -> int:
         s = self.n
         self.n += 1
-        i = id(t)
-        self.slot[i] = s
-
-        def forget(ref, i=i, s=s):
-            if self.slot.get(i) == s:
-                del self.slot[i]
-            if self.refs.get(i) is ref:
-                del self.refs[i]
-        self.refs[i] = weakref.ref(t, forget)
+        self._track(t, s)
         if tainted:
             self.tainted.add(s)
         return s
@@ -192,8 +184,11 @@ class Capture:
         """``new`` is another tensor object over ``src``'s buffer (autograd's saved tensors,
         ``detach``): it reads the same slot, so a replay sees the parameter's value then, not
         the one it had while capturing."""
-        s = self._slot_of(src)
-        i = id(new)
+        self._track(new, self._slot_of(src))
+
+    def _track(self, t, s: int) -> None:
+        """Map tensor ``t`` to slot ``s`` while it lives (its id, if reused, gets a fresh slot)."""
+        i = id(t)
         self.slot[i] = s
 
         def forget(ref, i=i, s=s):
@@ -201,7 +196,7 @@ class Capture:
                 del self.slot[i]
             if self.refs.get(i) is ref:
                 del self.refs[i]
-        self.refs[i] = weakref.ref(new, forget)
+        self.refs[i] = weakref.ref(t, forget)
 
     def on_set(self, target, new) -> None:
         """``target._set_(new)`` while capturing: the replay swaps the value in at this point."""
