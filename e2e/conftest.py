@@ -26,6 +26,9 @@
     def booted_page(_booted, shared_page, request):
         yield from shared_page(request, _booted)
 
+  ``webgpu_ember_page``: the same for the whole session, the index with ember booted with
+  WebGPU (``page.ember_info``: what ``load_ember(page, "/", webgpu=True)`` returned).
+
 Helpers, handed out as fixtures (test files cannot import conftest by name: tests/ has one too):
 
 - ``screenshot(page, name)``: save e2e/artifacts/<name>.png (gitignored).
@@ -287,6 +290,10 @@ def module_page(browser, server):
     last test fail its teardown."""
     context, p = _new_page(browser, server)
     yield p
+    _close_shared(context, p)
+
+
+def _close_shared(context, p) -> None:
     new = p.console_errors[p.errors_checked:]
     context.close()
     if new:
@@ -304,6 +311,22 @@ def _shared_page(request, p):
 def shared_page():
     """``yield from shared_page(request, module_page)`` in a function fixture: see ``module_page``."""
     return _shared_page
+
+
+@pytest.fixture(scope="session")
+def _webgpu_ember_session_page(browser, server):
+    context, p = _new_page(browser, server)
+    p.ember_info = _load_ember(p, "/", webgpu=True)
+    yield p
+    _close_shared(context, p)
+
+
+@pytest.fixture
+def webgpu_ember_page(_webgpu_ember_session_page, request):
+    """The site's index with ember booted with WebGPU (``load_ember(page, "/", webgpu=True)``;
+    its answer is ``page.ember_info``), one boot for the session's tests that take it; each is
+    judged by the errors logged during it, as with ``shared_page``."""
+    yield from _shared_page(request, _webgpu_ember_session_page)
 
 
 def _load_ember(page, path: str = "/", webgpu=False) -> dict:

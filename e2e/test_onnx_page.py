@@ -27,21 +27,9 @@ def _reference(name: str):
     return inputs, sess.run(None, inputs)
 
 
-@pytest.fixture(scope="module")
-def _booted(module_page, load_ember):
-    """The index with ember and WebGPU booted, once for both models."""
-    module_page.ember_info = load_ember(module_page, "/", webgpu=True)
-    return module_page
-
-
-@pytest.fixture
-def webgpu_page(_booted, shared_page, request):
-    yield from shared_page(request, _booted)
-
-
 @pytest.mark.parametrize("name", ["mnist_cnn.onnx", "encoder_block.onnx"])
-def test_onnx_model_in_the_page_matches_onnxruntime(webgpu_page, run_python, name):
-    page, info = webgpu_page, webgpu_page.ember_info
+def test_onnx_model_in_the_page_matches_onnxruntime(webgpu_ember_page, run_python, name):
+    page, info = webgpu_ember_page, webgpu_ember_page.ember_info     # one boot for both models
     inputs, want = _reference(name)
     assert info["webgpu"], f"WebGPU did not start in the page: {info['webgpuError']}"
     payload = json.dumps({k: v.tolist() for k, v in inputs.items()})

@@ -121,8 +121,8 @@ r
     assert "/no/such/weights.safetensors" in msg and "404" in msg
 
 
-def test_ember_runs_on_webgpu_in_the_page(page, load_ember, run_python):
-    info = load_ember(page, "/", webgpu=True)
+def test_ember_runs_on_webgpu_in_the_page(webgpu_ember_page, run_python):
+    page, info = webgpu_ember_page, webgpu_ember_page.ember_info
     assert info["webgpu"] is True, info["webgpuError"]
     print(f"\npage open -> WebGPU ready {info['timings']['webgpuReady'] / 1000:.2f} s")
     got = run_python(page, """
