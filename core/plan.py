@@ -32,7 +32,9 @@ too: the forward and backward kernels are recorded like any others, and what a s
 - each leaf's gradient is stored (or added to the ``.grad`` already there) as backward would;
 - ``Optimizer.step``/``zero_grad`` and ``lr_scheduler`` steps are *called* at that point of the
   replay (``host_step``), so learning rates, Adam's step count and the fused WebGPU optimizer
-  kernels behave exactly as in eager code.
+  kernels behave exactly as in eager code;
+- random draws (Dropout's masks, ``rand``/``randn``) are made again, the generator's next
+  values as eagerly.
 
 Parameters that require grad are never constant-folded while grad mode is on (they change
 between calls), nor are tensors a step updates in place (found on the first capture, which is
@@ -67,8 +69,8 @@ from typing import Any, Callable
 from .registry import CAPTURE as _active
 
 
-# Ops that must run on every replay even when their inputs are constant (none yet: random
-# numbers are drawn in Python, and drawing them makes a capture eager, see ember.random).
+# Ops that must run on every replay even when their inputs are constant (none: random numbers
+# are drawn in Python, and a capture records each draw as a host step, see ember.random).
 NOT_FOLDED: set = set()
 
 # ``Step.multi`` of a host step (``kernel(vals)`` at replay) rather than a kernel call.
@@ -197,6 +199,16 @@ class Capture:
             if self.refs.get(i) is ref:
                 del self.refs[i]
         self.refs[i] = weakref.ref(t, forget)
+
+    def on_random(self, t, draw) -> None:
+        """``t`` holds random values drawn while capturing (a dropout mask, ``rand``): it is a
+        variable that every replay draws again at this point with ``draw()``, taking the
+        generator's next values exactly as eager code would."""
+        s = self._new(t, tainted=True)
+
+        def redraw(vals, s=s):
+            vals[s] = draw()
+        self._host("draw", redraw)
 
     def on_set(self, target, new) -> None:
         """``target._set_(new)`` while capturing: the replay swaps the value in at this point."""

@@ -53,18 +53,23 @@ def _size(size, op: str = "rand", dtype=_dt.float32) -> tuple:
 
 
 def _no_plan(shape) -> None:
-    """Random values drawn while a plan is being captured would be replayed as constants (a
-    frozen dropout mask): that capture must run eagerly instead."""
+    """Random values drawn here while a plan is being captured would be replayed as constants:
+    that capture must run eagerly instead (``randint``, ``randperm``, ``uniform_bits``; Dropout
+    and ``rand``/``randn`` draw through ``_one_to_two``, which a plan replays)."""
     cap = CAPTURE[0]
     if cap is not None and cap.reason is None:
-        cap.reason = (f"random numbers drawn while capturing (shape {tuple(shape)}: dropout in "
-                      f"train mode, rand/randn/randint/randperm); a plan would replay the same values")
+        cap.reason = (f"random numbers drawn while capturing (shape {tuple(shape)}: randint/randperm); a plan "
+                      f"would replay the same values")
 
 
 def uniform_bits(shape) -> bytes:
     """float32 bytes uniform in [1, 2): exponent 127 and 23 random mantissa bits per value."""
-    n = prod(shape)
     _no_plan(shape)
+    return _uniform_bits(shape)
+
+
+def _uniform_bits(shape) -> bytes:
+    n = prod(shape)
     rnd = _rng.randbytes(4 * n)
     bits = bytearray(rnd)
     bits[3::4] = b"\x3f" * n                       # sign 0, exponent bits 7..1 = 0111111
@@ -73,8 +78,18 @@ def uniform_bits(shape) -> bytes:
 
 
 def _one_to_two(shape, device):
+    """Uniform float32 values in [1, 2). While ``ember.compile`` captures, the draw is a host
+    step of the plan: every replay draws new values (the generator's next ones, as eager code
+    would), so a dropout mask or ``rand``/``randn`` noise is never frozen into a plan."""
     from .tensor import from_bytes
-    return from_bytes(uniform_bits(shape), shape, _dt.float32, device=device)
+
+    def draw():
+        return from_bytes(_uniform_bits(shape), shape, _dt.float32, device=device)
+    t = draw()
+    cap = CAPTURE[0]
+    if cap is not None:
+        cap.on_random(t, draw)
+    return t
 
 
 def rand(*size, dtype=None, device=None, requires_grad: bool = False):

@@ -179,23 +179,26 @@ def test_what_a_plan_cannot_replay_runs_eagerly():
         assert st["plans"] == 0 and why in next(iter(st["eager"].values())), st
 
 
-def test_dropout_in_a_training_step_stays_eager_not_frozen():
-    ember.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1)).train()
-    opt = ember.optim.SGD(model.parameters(), lr=0.01)
-    x = ember.ones((16, 4))
+def test_dropout_in_a_compiled_training_step_draws_new_masks_as_eager(device):
+    runs = []
+    for compiled in (False, True):
+        ember.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1)).to(device).train()
+        opt = ember.optim.SGD(model.parameters(), lr=0.01)
+        x = ember.ones((16, 4), device=device)
 
-    @ember.compile
-    def step(x):
-        opt.zero_grad()
-        loss = model(x).sum()
-        loss.backward()
-        opt.step()
-        return loss
-    for _ in range(3):
-        step(x)
-    st = step.stats()
-    assert st["plans"] == 0 and "random" in next(iter(st["eager"].values()))
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            return loss
+        f = ember.compile(step) if compiled else step
+        runs.append([f(x).item() for _ in range(4)])
+        if compiled:
+            assert f.stats()["replays"] == 3, f.stats()
+    assert runs[1] == runs[0]
+    assert len(set(runs[0])) == 4          # a new mask every step, not a frozen one
 
 
 def test_learner_compile_gives_the_eager_run():
