@@ -305,6 +305,12 @@ def _topo(roots):
     return order
 
 
+def accumulate_grad(leaf, g) -> None:
+    """Store ``g`` in ``leaf.grad``, or add it to the gradient already there (backward, and
+    the same host step of a compiled training step)."""
+    leaf.grad = g if leaf.grad is None else apply("add", leaf.grad, g)
+
+
 def _add(a, b):
     return b if a is None else apply("add", a, b)
 
@@ -379,7 +385,7 @@ def _run(roots, grads, retain_graph, capture=None):
             if cap is not None:    # ember.compile: the replay stores the gradient too
                 cap.on_grad(leaf, g)
             else:
-                leaf.grad = g if leaf.grad is None else apply("add", leaf.grad, g)
+                accumulate_grad(leaf, g)
     finally:
         _SUSPEND[0] -= 1
         _refresh()

@@ -224,10 +224,12 @@ class Capture:
     def on_grad(self, leaf, g) -> None:
         """Backward stores ``g`` into ``leaf.grad`` (adding to a gradient already there): done
         now, and again at this point of every replay."""
+        from .autograd import accumulate_grad
+
         s = self._slot_of(g)
-        self._host("accumulate_grad", lambda vals, s=s: _accumulate(leaf, vals[s]), (s,))
+        self._host("accumulate_grad", lambda vals, s=s: accumulate_grad(leaf, vals[s]), (s,))
         with paused():
-            _accumulate(leaf, g)
+            accumulate_grad(leaf, g)
 
     def on_grad_set(self, t, value) -> None:
         """``t.grad = value`` in the captured code."""
@@ -313,11 +315,6 @@ def host_step(fn):
         return cap.host_call(fn, args, kwargs)
     return wrapped
 
-
-def _accumulate(leaf, g) -> None:
-    from .registry import apply
-
-    leaf.grad = g if leaf.grad is None else apply("add", leaf.grad, g)
 
 
 class Plan:
