@@ -496,6 +496,10 @@ from . import numpy_nn as _numpy_nn  # noqa: E402
 from .numpy_nn import KERNELS as _NN_KERNELS  # noqa: E402
 
 KERNELS.update(_NN_KERNELS)
+
+from .numpy_llm import KERNELS as _LLM_KERNELS  # noqa: E402  (ember.ops.llm)
+
+KERNELS.update(_LLM_KERNELS)
 # numpy_nn keeps its own dtype map (importing this module from there would be circular): give it
 # the array API's extra dtypes too (sort/argsort/cumsum of int8... write through it)
 _numpy_nn._NP.update(NP_DTYPES)

@@ -667,6 +667,10 @@ from .python_nn import KERNELS as _NN_KERNELS  # noqa: E402
 
 KERNELS.update(_NN_KERNELS)
 
+from .python_llm import KERNELS as _LLM_KERNELS  # noqa: E402  (ember.ops.llm)
+
+KERNELS.update(_LLM_KERNELS)
+
 from .python_grad import KERNELS as _GRAD_KERNELS  # noqa: E402  (backward-only kernels)
 
 KERNELS.update(_GRAD_KERNELS)

@@ -22,6 +22,7 @@ from .movement import *  # noqa: E402,F401,F403
 from .indexing import *  # noqa: E402,F401,F403
 from .linalg import *  # noqa: E402,F401,F403
 from .nnops import *  # noqa: E402,F401,F403
+from .llm import *  # noqa: E402,F401,F403
 from .losses import *  # noqa: E402,F401,F403
 from .array_api import *  # noqa: E402,F401,F403
 from .extra import *  # noqa: E402,F401,F403

@@ -1,0 +1,202 @@
+"""Ops of decoder-only language models: RMSNorm, rotary position embeddings and attention over
+a preallocated key/value cache.
+
+- ``rms_norm(x, w, eps=1e-5)``: ``x / sqrt(mean(x*x, -1) + eps) * w`` (composite).
+- ``rope(x, cos, sin, mode="pairs")``: rotates the last axis of ``x`` (``(T, H, D)``) by the
+  angles of ``cos``/``sin`` (``(T, D // 2)``, one row per token). ``"pairs"`` rotates
+  ``(x[2i], x[2i+1])``: llama GGUF files, whose converter reordered the Q/K rows into that
+  layout; ``"halves"`` rotates ``(x[i], x[i + D/2])``: the Hugging Face / NeoX layout
+  (Qwen2 GGUFs keep it). Composite.
+- ``attention_cached(q, k, v, k_cache, v_cache, pos, scale=...)``: **writes** ``k``/``v``
+  (``(T, Hkv, D)``) into the caches (``(C, Hkv, D)``) in place at rows ``pos .. pos+T-1``, then
+  runs causal grouped-query attention of ``q`` (``(T, Hq, D)``) over cache rows ``0 .. pos+t``
+  for query ``t``. ``pos`` is an int32 tensor of shape ``(1,)``, read by the kernel when it
+  runs, so a compiled decoding step replays unchanged for every position. A primitive: each
+  backend has a kernel (the python one below is the specification).
+
+>>> import ember
+>>> x = ember.tensor([[[1.0, 0.0]]])                 # T=1, H=1, D=2
+>>> c, s = ember.tensor([[0.0]]), ember.tensor([[1.0]])   # a quarter turn
+>>> ember.rope(x, c, s).tolist()
+[[[0.0, 1.0]]]
+>>> [round(v, 4) for v in ember.rms_norm(ember.tensor([3.0, 4.0]), ember.ones((2,))).tolist()]
+[0.8485, 1.1314]
+"""
+from __future__ import annotations
+
+import math
+
+from .. import dtypes as _dt
+from ..errors import DTypeError, ShapeError
+from ..registry import apply, op
+from ..tensor import Tensor
+
+__all__ = ["rms_norm", "rope", "attention_cached"]
+
+
+def _ops():
+    from .. import ops
+    return ops
+
+
+def _float(name):
+    def rule(*dts, **_):
+        for d in dts[:1]:
+            if d.kind != "f":
+                raise DTypeError(f"{name}: needs a float input, got {d.name}")
+        return _dt.float32 if dts[0] is _dt.float64 else dts[0]
+    return rule
+
+
+# ---- rms_norm ----------------------------------------------------------------------------------
+
+def _rms_shape(xs, ws, *, eps):
+    if not xs or tuple(ws) != (xs[-1],):
+        raise ShapeError(f"rms_norm: weight {tuple(ws)} must be ({xs[-1] if xs else '?'},) for input {tuple(xs)}")
+    return tuple(xs)
+
+
+def _rms_decompose(x, w, *, eps):
+    o = _ops()
+    ms = o.mean(x * x, axis=-1, keepdims=True)
+    return x / o.sqrt(ms + eps) * w
+
+
+op("rms_norm", kind="composite", shape=_rms_shape, dtype=_float("rms_norm"), decompose=_rms_decompose,
+   doc="Root-mean-square normalisation over the last axis, times a weight")
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
+    """``x / sqrt(mean(x**2, axis=-1) + eps) * weight`` (RMSNorm, as in llama).
+
+    >>> import ember
+    >>> ember.rms_norm(ember.tensor([[2.0, 2.0]]), ember.tensor([1.0, 0.5])).tolist()
+    [[0.9999987483024597, 0.49999937415122986]]
+    """
+    return apply("rms_norm", x, weight, eps=float(eps))
+
+
+# ---- rope --------------------------------------------------------------------------------------
+
+MODES = ("pairs", "halves")
+
+
+def _rope_shape(xs, cs, ss, *, mode):
+    if mode not in MODES:
+        raise ShapeError(f"rope: mode must be one of {MODES}, got {mode!r}")
+    if len(xs) != 3 or xs[-1] % 2:
+        raise ShapeError(f"rope: x must be (T, H, D) with an even D, got {tuple(xs)}")
+    want = (xs[0], xs[2] // 2)
+    if tuple(cs) != want or tuple(ss) != want:
+        raise ShapeError(f"rope: cos and sin must be {want} for x {tuple(xs)}, got {tuple(cs)} and {tuple(ss)}")
+    return tuple(xs)
+
+
+def _rope_decompose(x, cos, sin, *, mode):
+    o = _ops()
+    T, H, D = x.shape
+    c = o.expand_dims(cos, axis=1)                     # (T, 1, D/2)
+    s = o.expand_dims(sin, axis=1)
+    if mode == "pairs":
+        xp = o.reshape(x, (T, H, D // 2, 2))
+        x0, x1 = xp[..., 0], xp[..., 1]                # (T, H, D/2) each
+        y = o.stack([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
+        return o.reshape(y, (T, H, D))
+    x0, x1 = x[..., :D // 2], x[..., D // 2:]
+    return o.concat([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
+
+
+op("rope", kind="composite", shape=_rope_shape, dtype=_float("rope"), decompose=_rope_decompose,
+   doc="Rotary position embedding of (T, H, D) by per-token cos/sin tables (T, D/2)")
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor, mode: str = "pairs") -> Tensor:
+    """Rotate pairs of features of ``x`` (``(T, H, D)``) by the angles whose cosines and sines
+    are ``cos``/``sin`` (``(T, D // 2)``). See the module docstring for ``mode``.
+
+    >>> import ember
+    >>> x = ember.tensor([[[1.0, 2.0, 3.0, 4.0]]])
+    >>> one, zero = ember.ones((1, 2)), ember.zeros((1, 2))
+    >>> ember.rope(x, one, zero, mode="halves").tolist()      # angle 0: unchanged
+    [[[1.0, 2.0, 3.0, 4.0]]]
+    """
+    return apply("rope", x, cos, sin, mode=mode)
+
+
+def rope_tables(positions: int, dim: int, base: float = 10000.0, device: str | None = None):
+    """``(cos, sin)`` float32 tensors of shape ``(positions, dim // 2)``: angle
+    ``p * base ** (-2i / dim)`` for position ``p`` and pair ``i`` (computed in float64).
+
+    >>> import ember
+    >>> c, s = ember.ops.llm.rope_tables(3, 4)
+    >>> c.shape, round(s.tolist()[1][0], 6)
+    ((3, 2), 0.841471)
+    """
+    from ..tensor import tensor
+
+    inv = [base ** (-2.0 * i / dim) for i in range(dim // 2)]
+    cos = [[math.cos(p * f) for f in inv] for p in range(positions)]
+    sin = [[math.sin(p * f) for f in inv] for p in range(positions)]
+    return tensor(cos, dtype="float32", device=device), tensor(sin, dtype="float32", device=device)
+
+
+# ---- attention over a KV cache -----------------------------------------------------------------
+
+def _attn_shape(qs, ks, vs, kcs, vcs, ps, *, scale):
+    name = "attention_cached"
+    if len(qs) != 3 or len(ks) != 3 or tuple(vs) != tuple(ks):
+        raise ShapeError(f"{name}: q must be (T, Hq, D) and k, v (T, Hkv, D); got {tuple(qs)}, {tuple(ks)}, {tuple(vs)}")
+    T, hq, d = qs
+    if ks[0] != T or ks[2] != d:
+        raise ShapeError(f"{name}: k {tuple(ks)} does not match q {tuple(qs)} (T and D must agree)")
+    hkv = ks[1]
+    if hkv < 1 or hq % hkv:
+        raise ShapeError(f"{name}: {hq} query heads are not a multiple of {hkv} key/value heads")
+    if len(kcs) != 3 or tuple(kcs) != tuple(vcs) or kcs[1] != hkv or kcs[2] != d:
+        raise ShapeError(f"{name}: caches must both be (C, {hkv}, {d}); got {tuple(kcs)} and {tuple(vcs)}")
+    if T > kcs[0]:
+        raise ShapeError(f"{name}: {T} new tokens do not fit a cache of {kcs[0]} positions")
+    if tuple(ps) != (1,):
+        raise ShapeError(f"{name}: pos must be an int32 tensor of shape (1,), got shape {tuple(ps)}")
+    return tuple(qs)
+
+
+def _attn_dtype(qt, kt, vt, kct, vct, pt, **_):
+    for what, d in (("q", qt), ("k", kt), ("v", vt), ("k_cache", kct), ("v_cache", vct)):
+        if d is not _dt.float32:
+            raise DTypeError(f"attention_cached: {what} must be float32, got {d.name}")
+    if pt is not _dt.int32:
+        raise DTypeError(f"attention_cached: pos must be int32, got {pt.name}")
+    return _dt.float32
+
+
+op("attention_cached", kind="other", shape=_attn_shape, dtype=_attn_dtype,
+   doc="Write k/v into a KV cache at pos (in place), then causal grouped-query attention")
+
+
+def attention_cached(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor,
+                     scale: float | None = None) -> Tensor:
+    """Causal grouped-query attention of the ``T`` new tokens over a key/value cache.
+
+    Writes ``k`` and ``v`` into ``k_cache``/``v_cache`` at rows ``pos .. pos+T-1`` (in place:
+    the caches are state, owned by the caller), then returns ``(T, Hq, D)``: query ``t`` of
+    head ``h`` attends to cache rows ``0 .. pos+t`` of key/value head ``h // (Hq // Hkv)``.
+
+    >>> import ember
+    >>> kc, vc = ember.zeros((4, 1, 2)), ember.zeros((4, 1, 2))
+    >>> q = ember.ones((1, 2, 2)); k = ember.ones((1, 1, 2)); v = ember.tensor([[[1.0, 2.0]]])
+    >>> attention_cached(q, k, v, kc, vc, ember.tensor([0], dtype="int32")).tolist()
+    [[[1.0, 2.0], [1.0, 2.0]]]
+    >>> vc.tolist()[0]
+    [[1.0, 2.0]]
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return apply("attention_cached", q, k, v, k_cache, v_cache, pos, scale=float(scale))
+
+
+def check_pos(pos: int, T: int, C: int) -> None:
+    """The bounds every kernel checks: ``0 <= pos`` and ``pos + T <= C``."""
+    if pos < 0 or pos + T > C:
+        raise ShapeError(f"attention_cached: {T} tokens at position {pos} do not fit a cache of {C} "
+                         f"positions (the context is full: start a new sequence or load with a longer context)")

@@ -1,0 +1,132 @@
+"""ember.ops.llm (rms_norm, rope, attention_cached) on every backend against a float64 numpy
+reference written here independently of the kernels, including ember.compile replays whose
+only changing input is the cache position."""
+import math
+
+import numpy as np
+import pytest
+
+import ember
+from ember.errors import DTypeError, ShapeError
+
+
+def _t(a, device, dtype="float32"):
+    return ember.tensor(np.asarray(a).tolist(), dtype=dtype, device=device)
+
+
+def _np(t):
+    return np.asarray(t.tolist(), dtype=np.float64)
+
+
+def ref_attention(q, kc, vc, pos):
+    """q (T, Hq, D) over filled cache rows; float64 softmax."""
+    T, hq, d = q.shape
+    hkv = kc.shape[1]
+    out = np.zeros_like(q, dtype=np.float64)
+    for t in range(T):
+        n = pos + t + 1
+        for h in range(hq):
+            g = h // (hq // hkv)
+            s = kc[:n, g, :] @ q[t, h] / math.sqrt(d)
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            out[t, h] = p @ vc[:n, g, :]
+    return out
+
+
+def test_rms_norm(device):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5, 16)).astype(np.float32)
+    w = rng.standard_normal(16).astype(np.float32)
+    y = _np(ember.rms_norm(_t(x, device), _t(w, device), eps=1e-5))
+    ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("mode", ["pairs", "halves"])
+def test_rope(device, mode):
+    rng = np.random.default_rng(1)
+    T, H, D = 4, 3, 8
+    x = rng.standard_normal((T, H, D)).astype(np.float32)
+    pos = np.arange(5, 5 + T)[:, None] * (100000.0 ** (-np.arange(D // 2) * 2 / D))[None, :]
+    c, s = np.cos(pos), np.sin(pos)
+    y = _np(ember.rope(_t(x, device), _t(c, device), _t(s, device), mode=mode))
+    if mode == "pairs":
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        a, b = x[..., :D // 2], x[..., D // 2:]
+    ra = a * c[:, None] - b * s[:, None]
+    rb = a * s[:, None] + b * c[:, None]
+    ref = np.empty_like(x, dtype=np.float64)
+    if mode == "pairs":
+        ref[..., 0::2], ref[..., 1::2] = ra, rb
+    else:
+        ref[..., :D // 2], ref[..., D // 2:] = ra, rb
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_rope_tables_match_numpy():
+    c, s = ember.ops.llm.rope_tables(7, 8, base=100000.0)
+    ang = np.arange(7)[:, None] * (100000.0 ** (-np.arange(4) * 2 / 8))[None, :]
+    np.testing.assert_allclose(_np(c), np.cos(ang), atol=1e-7)
+    np.testing.assert_allclose(_np(s), np.sin(ang), atol=1e-7)
+
+
+@pytest.mark.parametrize("T,pos", [(5, 0), (1, 6), (3, 4)])
+def test_attention_cached(device, T, pos):
+    rng = np.random.default_rng(T * 10 + pos)
+    C, hq, hkv, d = 9, 6, 2, 8
+    kc0 = rng.standard_normal((C, hkv, d)).astype(np.float32)
+    vc0 = rng.standard_normal((C, hkv, d)).astype(np.float32)
+    q = rng.standard_normal((T, hq, d)).astype(np.float32)
+    k = rng.standard_normal((T, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((T, hkv, d)).astype(np.float32)
+    kc, vc = _t(kc0, device), _t(vc0, device)
+    y = ember.attention_cached(_t(q, device), _t(k, device), _t(v, device), kc, vc,
+                               _t([pos], device, "int32"))
+    rk, rv = kc0.copy(), vc0.copy()
+    rk[pos:pos + T], rv[pos:pos + T] = k, v
+    np.testing.assert_allclose(_np(y), ref_attention(q.astype(np.float64), rk, rv, pos), rtol=2e-5, atol=2e-5)
+    # the caches were written in place, the rows after pos+T untouched
+    np.testing.assert_array_equal(_np(kc), rk)
+    np.testing.assert_array_equal(_np(vc), rv)
+
+
+def test_attention_cached_full_context_raises(device):
+    C, h, d = 4, 1, 2
+    kc, vc = ember.zeros((C, h, d), device=device), ember.zeros((C, h, d), device=device)
+    q = ember.ones((2, h, d), device=device)
+    with pytest.raises(ShapeError, match="do not fit"):
+        ember.attention_cached(q, q, q, kc, vc, ember.tensor([3], dtype="int32", device=device)).tolist()
+
+
+def test_attention_cached_rules():
+    kc = ember.zeros((4, 1, 2))
+    with pytest.raises(ShapeError, match="multiple"):
+        ember.attention_cached(ember.ones((1, 3, 2)), ember.ones((1, 2, 2)), ember.ones((1, 2, 2)),
+                               ember.zeros((4, 2, 2)), ember.zeros((4, 2, 2)), ember.tensor([0], dtype="int32"))
+    with pytest.raises(DTypeError, match="pos must be int32"):
+        ember.attention_cached(ember.ones((1, 1, 2)), ember.ones((1, 1, 2)), ember.ones((1, 1, 2)), kc, kc,
+                               ember.tensor([0.0]))
+    with pytest.raises(ShapeError, match="caches"):
+        ember.attention_cached(ember.ones((1, 1, 2)), ember.ones((1, 1, 2)), ember.ones((1, 1, 2)), kc,
+                               ember.zeros((5, 1, 2)), ember.tensor([0], dtype="int32"))
+
+
+def test_attention_cached_replays_with_new_positions(device):
+    """A compiled one-token step: the cache grows through replays of one plan, pos as input."""
+    rng = np.random.default_rng(7)
+    C, hq, hkv, d = 6, 4, 2, 4
+    kc, vc = ember.zeros((C, hkv, d), device=device), ember.zeros((C, hkv, d), device=device)
+
+    @ember.compile
+    def step(q, k, v, pos):
+        return ember.attention_cached(q, k, v, kc, vc, pos) * 1.0
+
+    rk, rv = np.zeros((C, hkv, d)), np.zeros((C, hkv, d))
+    for p in range(C):
+        q, k, v = (rng.standard_normal((1, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
+        y = step(_t(q, device), _t(k, device), _t(v, device), _t([p], device, "int32"))
+        rk[p], rv[p] = k[0], v[0]
+        np.testing.assert_allclose(_np(y), ref_attention(q.astype(np.float64), rk, rv, p), rtol=2e-5, atol=2e-5)
+    assert step.stats()["plans"] == 1 and step.stats()["replays"] == C - 1
