@@ -1,6 +1,7 @@
 """The ``ember`` command line (also ``python -m ember``).
 
     ember import model.onnx -o OUTDIR [--name NAME] [--shape input=1,3,224,224] [--quiet]
+    ember chat model.gguf [--device D] [--prompt TEXT] [--system TEXT] [--max-tokens N] [--temperature T]
 
 writes ``OUTDIR/model.py`` (a readable ember ``nn.Module``, its class named after the model file)
 and ``OUTDIR/model.safetensors``; ``--name NAME`` writes ``OUTDIR/NAME.py`` and
@@ -33,8 +34,24 @@ def main(argv=None) -> int:
     imp.add_argument("--shape", action="append", type=_shape, default=[],
                      help="fix an input's shape, e.g. --shape image=1,3,224,224 (repeatable)")
     imp.add_argument("--quiet", action="store_true", help="no progress bar")
+    ch = sub.add_parser("chat", help="chat with a GGUF language model in the terminal (streams tokens, prints tokens/s)")
+    ch.add_argument("model", help="path of the .gguf file")
+    ch.add_argument("--device", default=None, help="python | numpy | wasm | webgpu (default: numpy where installed, else python)")
+    ch.add_argument("--prompt", help="one message to answer, then exit (default: read messages from stdin, one per line)")
+    ch.add_argument("--system", help="a system prompt")
+    ch.add_argument("--raw", action="store_true", help="continue the text as it is, without the chat template")
+    ch.add_argument("--max-tokens", type=int, default=256)
+    ch.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ch.add_argument("--top-k", type=int, default=None)
+    ch.add_argument("--top-p", type=float, default=1.0)
+    ch.add_argument("--min-p", type=float, default=0.0)
+    ch.add_argument("--repetition-penalty", type=float, default=1.0)
+    ch.add_argument("--seed", type=int, default=None)
+    ch.add_argument("--context", type=int, default=None, help="positions of the key/value cache")
     args = ap.parse_args(argv)
 
+    if args.cmd == "chat":
+        return _chat(args)
     if args.cmd == "import":
         from .errors import EmberError
         from .onnx.codegen import generate
@@ -52,6 +69,64 @@ def main(argv=None) -> int:
                   f"shapes are symbolic; --shape NAME=D1,D2,... gives fixed, plainer code", file=sys.stderr)
         return 0
     return 2
+
+
+def _chat(args) -> int:
+    import time
+
+    from .errors import EmberError
+
+    dev = args.device
+    if dev is None:
+        from .backends import devices
+        dev = "numpy" if "numpy" in devices() else "python"
+    try:
+        from . import llm
+
+        size = os.path.getsize(args.model) if os.path.exists(args.model) else 0
+        print(f"ember chat: loading {args.model} ({size / 1e6:.0f} MB) on {dev}...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        model = llm.load(args.model, device=dev, context=args.context)
+        print(f"ember chat: loaded in {time.perf_counter() - t0:.1f} s ({model.model.cfg.n_layers} layers, "
+              f"context {model.context}); empty line or Ctrl+D ends", file=sys.stderr, flush=True)
+        opts = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stream=True)
+        history = [{"role": "system", "content": args.system}] if args.system else []
+        while True:
+            if args.prompt is not None:
+                text = args.prompt
+            else:
+                try:
+                    text = input("> ")
+                except EOFError:
+                    break
+                if not text.strip():
+                    break
+            if args.raw:
+                pieces = model.generate(text, **opts)
+            else:
+                history.append({"role": "user", "content": text})
+                pieces = model.chat(history, **opts)
+            reply = []
+            for piece in pieces:
+                reply.append(piece)
+                print(piece, end="", flush=True)
+            print()
+            s = model.stats
+            print(f"[prompt {s['prompt_tokens']} tokens, {s['prompt_tokens_per_second']:.1f} tok/s; "
+                  f"decode {s['tokens']} tokens, {s['decode_tokens_per_second']:.1f} tok/s; {s['device']}]",
+                  file=sys.stderr, flush=True)
+            if not args.raw:
+                history.append({"role": "assistant", "content": "".join(reply)})
+            if args.prompt is not None:
+                break
+    except EmberError as e:
+        print(f"ember chat: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except (OSError, KeyboardInterrupt) as e:
+        print(f"ember chat: {e or 'interrupted'}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -74,3 +74,12 @@ class ResourceError(EmberError, MemoryError):
 class BoundsError(EmberError, IndexError):
     """A native kernel was about to touch memory outside the buffer it was given (a bug in the
     kernel's Python wrapper; the call is refused before it runs)."""
+
+
+class ContextLengthError(EmberError, ValueError):
+    """A language model's prompt (plus the tokens asked for) does not fit its context window.
+    ``tokens`` and ``context`` say how many and how many fit."""
+
+    def __init__(self, message="", *, tokens=None, context=None):
+        super().__init__(message)
+        self.tokens, self.context = tokens, context

@@ -1,0 +1,236 @@
+"""Text generation with GGUF language models, in CPython and in the page.
+
+>>> import ember.llm                                    # doctest: +SKIP  (needs a GGUF file)
+>>> model = ember.llm.load("SmolLM2-135M-Instruct.Q4_1.gguf", device="numpy")
+>>> model.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)
+'The capital of France is Paris.'
+>>> for piece in model.generate("Once upon a time", max_tokens=32, temperature=0.8, seed=1, stream=True):
+...     print(piece, end="", flush=True)
+>>> model.stats["decode_tokens_per_second"]
+
+How a generation runs (DESIGN.md, "Generation"): the prompt's tokens go through the model as one
+batched forward (in chunks of ``PREFILL_CHUNK``), which fills the key/value cache and gives the
+first token; every further token is one replay of a plan captured once (``ember.compile`` of the
+one-token step, whose inputs are the token id and its position, both tensors): no model code,
+no shape rules and no op lookups per token. Greedy decoding without a repetition penalty asks the
+device for the argmax only (4 bytes read back instead of the vocabulary's logits).
+
+Options of ``generate``/``chat``: ``max_tokens`` (default 256), ``temperature`` (0 = greedy,
+the default), ``top_k`` (40 when sampling unless given; 0 = none), ``top_p``, ``min_p``,
+``repetition_penalty``, ``seed``, ``stop`` (a string or strings that end the text, not included),
+``stream`` (an iterator of text pieces, each valid UTF-8, instead of one string). Generation also
+ends at the model's end-of-generation tokens and at the context's end.
+"""
+from __future__ import annotations
+
+import time
+
+from .. import ops as F
+from ..errors import ContextLengthError, EmberError
+from ..tensor import tensor
+from .sampling import DEFAULT_TOP_K, Sampler, SamplingError  # noqa: F401
+
+__all__ = ["load", "load_async", "LLM", "Sampler", "SamplingError"]
+
+PREFILL_CHUNK = 256      # prompt tokens per batched forward (bounds the activations' memory)
+
+# Token texts that end a turn in common chat formats (llama.cpp treats them the same way when
+# the file marks them as control tokens and names no end-of-turn id of its own).
+_EOG_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|eom_id|>")
+
+
+def load(source, device: str | None = None, *, context: int | None = None) -> "LLM":
+    """Load a GGUF language model (path, bytes or memoryview) onto ``device``; its weights stay
+    in their quantized block format there. ``context``: the most positions a generation may
+    use (default: the model's own, at most 4096); the key/value cache is that long.
+
+    Raises ``ember.errors.WeightsError`` (a malformed file or missing tensor),
+    ``ember.errors.UnsupportedOp`` (an architecture or tensor type ember does not run)."""
+    from ..io.gguf import load_gguf
+    from ..nn.llama import Llama
+    from ..tokenizers import BPETokenizer
+
+    g = load_gguf(source)
+    tok = BPETokenizer.from_gguf(g.metadata)
+    model = Llama.from_gguf(g, device=device, context=context)
+    return LLM(model, tok, metadata=g.metadata)
+
+
+async def load_async(source, device: str | None = None, *, context: int | None = None) -> "LLM":
+    """``load`` for a page's main thread: opens WebGPU / the wasm module asynchronously first."""
+    if device == "webgpu":
+        from .. import webgpu
+        await webgpu.init_async() if hasattr(webgpu, "init_async") else None
+    elif device == "wasm":
+        from .. import wasm
+        await wasm.init()
+    return load(source, device, context=context)
+
+
+class LLM:
+    """A loaded model with its tokenizer: ``generate``, ``chat``, ``stats``, ``stop``."""
+
+    def __init__(self, model, tokenizer, *, metadata: dict | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.metadata = metadata or {}
+        self.device = model.device
+        self.stats: dict = {}
+        self._stop = False
+        self._step_logits = None
+        self._step_argmax = None
+        self.eog = self._end_ids()
+
+    # ---- set-up ---------------------------------------------------------------------------------
+
+    def _end_ids(self) -> set:
+        md, tok = self.metadata, self.tokenizer
+        ids = {tok.eos_id} if tok.eos_id is not None else set()
+        for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+            if md.get(key) is not None:
+                ids.add(int(md[key]))
+        for text in _EOG_TEXTS:
+            i = tok.token_to_id(text)
+            if i is not None and tok.is_special(i):
+                ids.add(i)
+        return ids
+
+    def _steps(self):
+        """The compiled one-token steps (captured on their first call, replayed after)."""
+        if self._step_logits is None:
+            import ember
+
+            m = self.model
+            self._step_logits = ember.compile(lambda ids, pos: m.forward(ids, pos))
+            self._step_argmax = ember.compile(lambda ids, pos: F.argmax(m.forward(ids, pos), axis=-1))
+        return self._step_logits, self._step_argmax
+
+    @property
+    def context(self) -> int:
+        return self.model.context
+
+    def stop(self) -> None:
+        """End the running generation after the token being computed (safe from another thread
+        or a page's message handler)."""
+        self._stop = True
+
+    # ---- public API -----------------------------------------------------------------------------
+
+    def generate(self, prompt, *, stream: bool = False, **options):
+        """Continue ``prompt`` (text, or a list of token ids) and return the new text (``str``),
+        or with ``stream=True`` an iterator of its pieces as they are decoded."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        it = self._run(ids, **options)
+        return it if stream else "".join(it)
+
+    def chat(self, messages: list, *, stream: bool = False, **options):
+        """Answer a conversation (``[{"role": "system"|"user"|"assistant", "content": str}]``)
+        with the file's own chat template; returns the assistant's reply like ``generate``."""
+        text = self.tokenizer.chat(messages, add_generation_prompt=True)
+        ids = self.tokenizer.encode(text)
+        it = self._run(ids, **options)
+        return it if stream else "".join(it)
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def _run(self, ids: list, *, max_tokens: int = 256, temperature: float = 0.0, top_k: int | None = None,
+             top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
+             stop=None):
+        # Validate everything before the generator starts, so errors raise at the call.
+        sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                          repetition_penalty=repetition_penalty, seed=seed)
+        if max_tokens is None or int(max_tokens) < 0:
+            raise SamplingError(f"max_tokens must be >= 0, got {max_tokens!r}")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if any(not isinstance(s, str) or not s for s in stops):
+            raise SamplingError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+        if not ids:
+            raise ContextLengthError("generate: the prompt has no tokens", tokens=0, context=self.context)
+        if len(ids) >= self.context:
+            raise ContextLengthError(f"generate: the prompt has {len(ids)} tokens; the context holds "
+                                     f"{self.context} (prompt + at least one new token). Shorten the "
+                                     f"prompt or load with a larger context=", tokens=len(ids), context=self.context)
+        vocab = self.model.cfg.vocab_size
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise EmberError(f"generate: token id {bad[0]} is outside the vocabulary of {vocab}")
+        return self._loop(list(ids), int(max_tokens), sampler, stops)
+
+    def _loop(self, ids, max_tokens, sampler, stops):
+        dev = self.device
+        self._stop = False
+        n_prompt = len(ids)
+        stats = self.stats = {"prompt_tokens": n_prompt, "tokens": 0, "prefill_ms": 0.0, "decode_ms": 0.0,
+                              "prompt_tokens_per_second": 0.0, "decode_tokens_per_second": 0.0,
+                              "device": dev, "finish_reason": "length"}
+        max_tokens = min(max_tokens, self.context - n_prompt)
+        if max_tokens == 0:
+            return
+        history = list(ids)
+        dec = self.tokenizer.stream()
+        held = ""          # text not yet given out: it might be the start of a stop string
+        cut_by_stop = False
+        longest = max((len(s) for s in stops), default=0)
+
+        # prefill: the prompt in batched chunks; the last chunk's logits give the first token
+        t0 = time.perf_counter()
+        logits = None
+        for start in range(0, n_prompt, PREFILL_CHUNK):
+            chunk = ids[start:start + PREFILL_CHUNK]
+            logits = self.model.forward(tensor(chunk, dtype="int32", device=dev),
+                                        tensor([start], dtype="int32", device=dev))
+        token = sampler(logits.tolist()[0], history)
+        t1 = time.perf_counter()
+        stats["prefill_ms"] = (t1 - t0) * 1000.0
+        stats["prompt_tokens_per_second"] = n_prompt / max(t1 - t0, 1e-9)
+        step_logits, step_argmax = self._steps()
+        pos = n_prompt
+        steps = 0
+        t_dec = 0.0
+        while True:
+            if token in self.eog:
+                stats["finish_reason"] = "stop"
+                break
+            history.append(token)
+            stats["tokens"] += 1
+            piece = dec.put(token)
+            if piece:
+                held += piece
+                if stops:
+                    hit = min((held.find(s) for s in stops if s in held), default=-1)
+                    if hit >= 0:
+                        if held[:hit]:
+                            yield held[:hit]
+                        held = ""
+                        stats["finish_reason"] = "stop"
+                        cut_by_stop = True
+                        break
+                    # give out all but what could still grow into a stop string
+                    cut = len(held) - (longest - 1)
+                    if cut > 0:
+                        yield held[:cut]
+                        held = held[cut:]
+                else:
+                    yield held
+                    held = ""
+            if stats["tokens"] >= max_tokens or self._stop:
+                stats["finish_reason"] = "stopped" if self._stop else "length"
+                break
+            ts = time.perf_counter()
+            args = (tensor([token], dtype="int32", device=dev), tensor([pos], dtype="int32", device=dev))
+            if sampler.needs_logits:
+                token = sampler(step_logits(*args).tolist()[0], history)
+            else:
+                token = int(step_argmax(*args).tolist()[0])
+            t_dec += time.perf_counter() - ts
+            steps += 1
+            pos += 1
+        if not cut_by_stop:
+            tail = held + dec.flush()
+            hits = [tail.find(s) for s in stops if s in tail]
+            if hits:
+                tail = tail[:min(hits)]
+            if tail:
+                yield tail
+        stats["decode_ms"] = t_dec * 1000.0
+        stats["decode_tokens_per_second"] = steps / t_dec if t_dec > 0 else 0.0

@@ -1,0 +1,234 @@
+"""A llama-architecture decoder (llama, SmolLM, Mistral-style, Qwen2) in one readable file.
+
+Weights come from a GGUF file (``ember.load_gguf``) and stay in the file's block format:
+each matrix is an ``ember.quant.QTensor`` (Q4_1, Q8_0, Q4_K... blocks) multiplied by the
+``qlinear`` op without being expanded, or a plain float tensor for float files. The key/value
+cache is preallocated (``context`` positions per layer) and written in place by
+``attention_cached`` at the position given as a tensor, so one captured plan of the one-token
+step (``ember.compile``) serves every position of a generation.
+
+Shapes: T tokens in, D = ``dim``, Hq/Hkv query/key-value heads of ``head_dim`` features.
+
+>>> import ember
+>>> from ember.nn.llama import Llama, LlamaConfig
+>>> cfg = LlamaConfig(n_layers=1, dim=8, n_heads=2, n_kv_heads=1, ffn_dim=16, vocab_size=11)
+>>> m = Llama.random(cfg, seed=0, context=16)
+>>> m.forward(ember.tensor([1, 2, 3], dtype="int32"), ember.tensor([0], dtype="int32")).shape
+(1, 11)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import ops as F
+from ..errors import UnsupportedOp, WeightsError
+from ..tensor import Tensor, tensor
+
+# GGUF architectures this file runs, and the RoPE layout their converters leave in the file:
+# llama.cpp's convert script permutes llama's Q/K rows so that rotated pairs are adjacent
+# ("pairs"); Qwen2 files keep the Hugging Face layout ("halves") and add Q/K/V biases.
+ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "granite": "pairs", "qwen2": "halves"}
+
+
+@dataclass
+class LlamaConfig:
+    """Hyper-parameters (GGUF's ``{arch}.*`` metadata keys)."""
+
+    n_layers: int
+    dim: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    vocab_size: int
+    head_dim: int = 0                 # 0: dim // n_heads
+    rope_base: float = 10000.0
+    rope_mode: str = "pairs"
+    rope_dim: int = 0                 # 0: head_dim (features rotated per head)
+    rms_eps: float = 1e-5
+    context_length: int = 2048        # what the model was trained for
+    arch: str = "llama"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.head_dim:
+            self.head_dim = self.dim // self.n_heads
+        if not self.rope_dim:
+            self.rope_dim = self.head_dim
+        if self.n_heads % self.n_kv_heads:
+            raise WeightsError(f"llama: {self.n_heads} query heads are not a multiple of "
+                               f"{self.n_kv_heads} key/value heads")
+
+    @classmethod
+    def from_gguf(cls, md: dict) -> "LlamaConfig":
+        """From GGUF metadata; WeightsError names a missing key, UnsupportedOp an architecture."""
+        arch = md.get("general.architecture")
+        if arch not in ARCHS:
+            raise UnsupportedOp(f"llama: GGUF architecture {arch!r} is not supported "
+                                f"(supported: {', '.join(sorted(ARCHS))})")
+
+        def get(key, default=None):
+            v = md.get(f"{arch}.{key}", default)
+            if v is None:
+                raise WeightsError(f"llama: GGUF metadata key '{arch}.{key}' is missing")
+            return v
+
+        n_heads = int(get("attention.head_count"))
+        dim = int(get("embedding_length"))
+        head_dim = int(md.get(f"{arch}.attention.key_length", dim // n_heads))
+        vocab = md.get(f"{arch}.vocab_size")
+        if vocab is None:
+            tokens = md.get("tokenizer.ggml.tokens")
+            vocab = len(tokens) if tokens is not None else 0
+        return cls(n_layers=int(get("block_count")), dim=dim, n_heads=n_heads,
+                   n_kv_heads=int(get("attention.head_count_kv", n_heads)),
+                   ffn_dim=int(get("feed_forward_length")), vocab_size=int(vocab), head_dim=head_dim,
+                   rope_base=float(get("rope.freq_base", 10000.0)), rope_mode=ARCHS[arch],
+                   rope_dim=int(md.get(f"{arch}.rope.dimension_count", head_dim)),
+                   rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+                   context_length=int(get("context_length", 2048)), arch=arch)
+
+
+def _linear(x: Tensor, w, b=None) -> Tensor:
+    """``x @ w.T (+ b)`` for a float weight or a quantized one (never expanded)."""
+    if isinstance(w, Tensor):
+        y = F.linear(x, w)
+    else:
+        from ..quant import linear as qlinear
+        y = qlinear(x, w)
+    return y if b is None else y + b
+
+
+def _embedding(ids: Tensor, w) -> Tensor:
+    if isinstance(w, Tensor):
+        return F.take(w, ids, axis=0)
+    from ..quant import embedding as qembedding
+    return qembedding(ids, w)
+
+
+class Llama:
+    """The decoder. ``weights`` maps GGUF tensor names (``token_embd.weight``,
+    ``blk.N.attn_q.weight``...) to Tensors / QTensors on one device."""
+
+    def __init__(self, cfg: LlamaConfig, weights: dict, *, context: int | None = None, device: str | None = None):
+        self.cfg = cfg
+        self.w = weights
+        self.device = device or next(iter(weights.values())).device
+        self.context = int(context or cfg.context_length)
+        if "token_embd.weight" not in weights:
+            raise WeightsError("llama: the weights have no 'token_embd.weight'")
+        for i in range(cfg.n_layers):
+            for part in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+                         "ffn_gate", "ffn_up", "ffn_down"):
+                if f"blk.{i}.{part}.weight" not in weights:
+                    raise WeightsError(f"llama: the weights have no 'blk.{i}.{part}.weight'")
+        # tied embeddings: no output.weight, the head is the embedding matrix
+        self.head = weights.get("output.weight", weights["token_embd.weight"])
+        half = cfg.rope_dim // 2
+        self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device)
+        self.k_cache = self.v_cache = None
+        self._arange = {}
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_gguf(cls, gguf, *, device: str | None = None, context: int | None = None) -> "Llama":
+        """From an ``ember.load_gguf`` file: weights stay quantized on ``device``."""
+        cfg = LlamaConfig.from_gguf(gguf.metadata)
+        ctx = min(int(context), cfg.context_length) if context else min(cfg.context_length, 4096)
+        weights = {name: gguf.tensor(name, device=device) for name in gguf.tensors}
+        return cls(cfg, weights, context=ctx, device=device)
+
+    @classmethod
+    def random(cls, cfg: LlamaConfig, *, seed: int = 0, context: int = 64, device: str | None = None,
+               scale: float = 0.2) -> "Llama":
+        """Float weights drawn at random (tests, shape checks)."""
+        import random
+
+        rng = random.Random(seed)
+
+        def mat(*shape):
+            n = math.prod(shape)
+            return tensor([rng.gauss(0.0, scale) for _ in range(n)], dtype="float32", device=device).reshape(shape)
+
+        def ones(n):
+            return tensor([1.0 + rng.gauss(0.0, 0.05) for _ in range(n)], dtype="float32", device=device)
+
+        d, hd, f = cfg.dim, cfg.head_dim, cfg.ffn_dim
+        w = {"token_embd.weight": mat(cfg.vocab_size, d), "output_norm.weight": ones(d)}
+        for i in range(cfg.n_layers):
+            p = f"blk.{i}."
+            w.update({p + "attn_norm.weight": ones(d), p + "ffn_norm.weight": ones(d),
+                      p + "attn_q.weight": mat(cfg.n_heads * hd, d), p + "attn_k.weight": mat(cfg.n_kv_heads * hd, d),
+                      p + "attn_v.weight": mat(cfg.n_kv_heads * hd, d), p + "attn_output.weight": mat(d, cfg.n_heads * hd),
+                      p + "ffn_gate.weight": mat(f, d), p + "ffn_up.weight": mat(f, d), p + "ffn_down.weight": mat(d, f)})
+        return cls(cfg, w, context=context, device=device)
+
+    # ---- state ----------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Allocate (first use) the key/value cache: ``context`` rows per layer. Rows past the
+        current position are never read, so a new sequence needs no clearing."""
+        if self.k_cache is None:
+            c = self.cfg
+            shape = (self.context, c.n_kv_heads, c.head_dim)
+            self.k_cache = [F.zeros(shape, dtype="float32", device=self.device) for _ in range(c.n_layers)]
+            self.v_cache = [F.zeros(shape, dtype="float32", device=self.device) for _ in range(c.n_layers)]
+
+    def _positions(self, pos: Tensor, T: int) -> Tensor:
+        ar = self._arange.get(T)
+        if ar is None:
+            ar = self._arange[T] = F.arange(T, dtype="int32", device=self.device)
+        return pos + ar                                                  # (T,) absolute positions
+
+    # ---- the forward pass -----------------------------------------------------------------------
+
+    def forward(self, ids: Tensor, pos: Tensor, *, all_logits: bool = False) -> Tensor:
+        """Logits of the last token ``(1, vocab)`` (or of all ``T``) for token ids ``ids``
+        (``(T,)`` int32) placed at positions ``pos .. pos+T-1`` (``pos``: int32 ``(1,)``);
+        their keys and values are written into the cache there."""
+        c, w = self.cfg, self.w
+        self.reset()
+        T = ids.shape[0]
+        hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
+        p = self._positions(pos, T)
+        cos = F.take(self.cos, p, axis=0)                                # (T, rope_dim/2)
+        sin = F.take(self.sin, p, axis=0)
+        x = _embedding(ids, w["token_embd.weight"])                      # (T, D)
+        for i in range(c.n_layers):
+            b = f"blk.{i}."
+            h = F.rms_norm(x, w[b + "attn_norm.weight"], eps=c.rms_eps)
+            q = _linear(h, w[b + "attn_q.weight"], w.get(b + "attn_q.bias")).reshape((T, hq, hd))
+            k = _linear(h, w[b + "attn_k.weight"], w.get(b + "attn_k.bias")).reshape((T, hkv, hd))
+            v = _linear(h, w[b + "attn_v.weight"], w.get(b + "attn_v.bias")).reshape((T, hkv, hd))
+            q = self._rope(q, cos, sin)
+            k = self._rope(k, cos, sin)
+            a = F.attention_cached(q, k, v, self.k_cache[i], self.v_cache[i], pos)   # (T, Hq, hd)
+            x = x + _linear(a.reshape((T, hq * hd)), w[b + "attn_output.weight"])
+            h = F.rms_norm(x, w[b + "ffn_norm.weight"], eps=c.rms_eps)
+            g = _linear(h, w[b + "ffn_gate.weight"])                     # (T, ffn)
+            u = _linear(h, w[b + "ffn_up.weight"])
+            x = x + _linear(F.silu(g) * u, w[b + "ffn_down.weight"])
+        if not all_logits and T > 1:
+            x = x[T - 1:]                                                # (1, D): only the next token
+        x = F.rms_norm(x, w["output_norm.weight"], eps=c.rms_eps)
+        return _linear(x, self.head)                                     # (1 or T, vocab)
+
+    __call__ = forward
+
+    def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        rd, hd = self.cfg.rope_dim, self.cfg.head_dim
+        if rd == hd:
+            return F.rope(x, cos, sin, mode=self.cfg.rope_mode)
+        # partial rotary: only the first rope_dim features of each head turn
+        return F.concat([F.rope(x[..., :rd], cos, sin, mode=self.cfg.rope_mode), x[..., rd:]], axis=-1)
+
+    def to(self, device: str) -> "Llama":
+        """The same model with its weights (still quantized) on ``device``."""
+        moved = {k: v.to(device) for k, v in self.w.items()}
+        return Llama(self.cfg, moved, context=self.context, device=device)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the weights (quantized ones at their block size)."""
+        return sum(v.nbytes for v in self.w.values())
