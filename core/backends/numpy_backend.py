@@ -503,3 +503,7 @@ KERNELS.update(_LLM_KERNELS)
 # numpy_nn keeps its own dtype map (importing this module from there would be circular): give it
 # the array API's extra dtypes too (sort/argsort/cumsum of int8... write through it)
 _numpy_nn._NP.update(NP_DTYPES)
+
+from .numpy_quant import KERNELS as _QUANT_KERNELS  # noqa: E402  (quantized weights, ember.quant)
+
+KERNELS.update(_QUANT_KERNELS)

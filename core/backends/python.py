@@ -678,3 +678,7 @@ KERNELS.update(_GRAD_KERNELS)
 from ..linalg_kernels import KERNELS as _LINALG_KERNELS  # noqa: E402  (ember.linalg's factorizations)
 
 KERNELS.update(_LINALG_KERNELS)
+
+from .python_quant import KERNELS as _QUANT_KERNELS  # noqa: E402  (quantized weights, ember.quant)
+
+KERNELS.update(_QUANT_KERNELS)

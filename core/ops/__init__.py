@@ -26,3 +26,4 @@ from .llm import *  # noqa: E402,F401,F403
 from .losses import *  # noqa: E402,F401,F403
 from .array_api import *  # noqa: E402,F401,F403
 from .extra import *  # noqa: E402,F401,F403
+from .quant import *  # noqa: E402,F401,F403
