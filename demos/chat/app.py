@@ -1,0 +1,224 @@
+"""The Python half of the chat page: runs inside Pyodide in the page's ember Worker.
+
+demo.js has the worker download the GGUF (SmolLM2-135M-Instruct, Q4_1) into Pyodide's file
+system and calls ``load(path)`` once, then ``await chat(messages, options)`` or ``await
+generate(prompt, options)`` for every reply, and ``await start_webgpu(path)`` when WebGPU is
+first picked. Plain ``ember.llm``: the test suite can run it in CPython too.
+
+Backends are the page's names: "cpu" runs on ember's WebAssembly SIMD backend ("wasm") where it
+exists, else on the pure-Python one; "webgpu" the GPU. Inside the worker, the reply streams to
+the page as it is decoded: every piece of text is one ``ember_worker.progress`` message
+(``{piece, tokens, prefill_ms, ...}``), and a cancel from the page (the Stop button) makes the
+model stop after the token being computed (``LLM.stop``); the call then returns what was made.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+
+import ember
+import ember.llm
+
+try:  # the bridge to the page, inside ember's Worker only
+    import ember_worker
+except ImportError:
+    ember_worker = None
+
+# The page's names for the backends -> ember device names.
+DEVICES = {"cpu": "wasm" if "wasm" in ember.devices() else "python", "webgpu": "webgpu"}
+# Positions a conversation may use (prompt + reply). The key/value cache is this long on every
+# backend: 30 layers x 2 x 2048 x 3 heads x 64 floats = 94 MB for SmolLM2-135M.
+CONTEXT = 2048
+MAX_TOKENS = 1024          # the most new tokens one call may ask for
+ROLES = ("system", "user", "assistant")
+
+_models: dict = {}         # page backend -> ember.llm.LLM
+_info: dict = {}
+
+
+def _as_list(values) -> list:
+    return values.to_py() if hasattr(values, "to_py") else list(values)
+
+
+def _as_dict(values) -> dict:
+    if values is None:
+        return {}
+    return values.to_py() if hasattr(values, "to_py") else dict(values)
+
+
+def _read(source, remove: bool) -> bytes:
+    """GGUF bytes from a path (removed after reading when ``remove``: the page's download, whose
+    copy in Pyodide's memory is no longer needed), a JS Uint8Array (a JsProxy) or bytes."""
+    if isinstance(source, str):
+        with open(source, "rb") as f:
+            data = f.read()
+        if remove:
+            os.remove(source)
+        return data
+    return source.to_bytes() if hasattr(source, "to_bytes") else bytes(source)
+
+
+def _build(backend: str, source, remove: bool) -> float:
+    t0 = time.perf_counter()
+    data = _read(source, remove)
+    _models[backend] = ember.llm.load(data, device=DEVICES[backend], context=CONTEXT)
+    del data
+    return (time.perf_counter() - t0) * 1000
+
+
+def load(source, backends=("cpu",), remove: bool = False) -> dict:
+    """Load the GGUF (a path or bytes) on each of ``backends`` ("cpu", "webgpu"); ``remove``
+    deletes the file once read. Returns ``{"backends", "devices", "bytes", "load_ms",
+    "context", "vocab", "name", "chat_template"}``."""
+    backends = _as_list(backends)
+    for b in backends:
+        if b not in DEVICES:
+            raise ValueError(f"load: unknown backend {b!r}; use 'cpu' or 'webgpu'")
+    size = os.path.getsize(source) if isinstance(source, str) else len(source)
+    _models.clear()
+    ms = {}
+    for i, b in enumerate(backends):
+        ms[b] = _build(b, source, remove and i == len(backends) - 1)
+    m = next(iter(_models.values()))
+    _info.update({"backends": list(_models), "devices": dict(DEVICES), "bytes": size, "load_ms": ms,
+                  "context": m.context, "vocab": m.model.cfg.vocab_size,
+                  "name": str(m.metadata.get("general.name", "")),
+                  "chat_template": bool(m.metadata.get("tokenizer.chat_template"))})
+    return dict(_info)
+
+
+async def start_webgpu(source, remove: bool = False) -> dict:
+    """Put the model on WebGPU (after ``await ember.webgpu.init()``) and make two tokens, so the
+    pipelines the model uses are compiled before the first reply on the GPU.
+    ``{"load_ms", "warm_ms", "fallback_adapter"}`` (fallback: a software adapter such as
+    SwiftShader, usually far slower than the CPU backend)."""
+    import ember.webgpu
+
+    load_ms = _build("webgpu", source, remove)
+    t0 = time.perf_counter()
+    _models["webgpu"].generate("Hi", max_tokens=2, temperature=0)
+    _info["backends"] = list(_models)
+    return {"load_ms": load_ms, "warm_ms": (time.perf_counter() - t0) * 1000,
+            "fallback_adapter": ember.webgpu.info().get("adapter_type") == "fallback"}
+
+
+def _number(opts: dict, name: str, default, lo, hi, kind=float):
+    v = opts.get(name, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{name} must be a number from {lo} to {hi}, got {v!r}")
+    if kind is int and v != int(v):
+        raise ValueError(f"{name} must be a whole number, got {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be from {lo} to {hi}, got {v!r}")
+    return kind(v)
+
+
+def _options(options) -> tuple[str, dict, dict]:
+    """(backend, ember.llm options, the page's own options) from the page's option dict."""
+    o = _as_dict(options)
+    known = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed",
+             "backend", "trim", "yield_each_token"}
+    extra = sorted(set(o) - known)
+    if extra:
+        raise ValueError(f"unknown option(s) {', '.join(extra)}")
+    backend = o.get("backend") or "cpu"
+    if backend not in DEVICES:
+        raise ValueError(f"unknown backend {backend!r}: use 'cpu' or 'webgpu'")
+    if backend not in _models:
+        raise RuntimeError(f"the model is not loaded on {backend!r} yet")
+    gen = {"max_tokens": _number(o, "max_tokens", 256, 1, MAX_TOKENS, int),
+           "temperature": _number(o, "temperature", 0.0, 0, 5)}
+    for name, lo, hi, kind in (("top_k", 0, 1 << 20, int), ("top_p", 0, 1, float), ("min_p", 0, 1, float),
+                               ("repetition_penalty", 0.01, 10, float), ("seed", 0, 2**63 - 1, int)):
+        if o.get(name) is not None:
+            gen[name] = _number(o, name, None, lo, hi, kind)
+    page = {"trim": bool(o.get("trim", False)), "yield_each_token": bool(o.get("yield_each_token", False))}
+    return backend, gen, page
+
+
+def _messages(messages) -> list:
+    msgs = _as_list(messages)
+    if not msgs:
+        raise ValueError("chat: give at least one message")
+    out = []
+    for i, m in enumerate(msgs):
+        m = _as_dict(m)
+        role, content = m.get("role"), m.get("content")
+        if role not in ROLES:
+            raise ValueError(f"chat: message {i} has role {role!r}; use 'system', 'user' or 'assistant'")
+        if not isinstance(content, str):
+            raise ValueError(f"chat: message {i} has no text content (content must be a string)")
+        out.append({"role": role, "content": content})
+    return out
+
+
+def _fit(model, messages: list, room: int) -> tuple[list, int]:
+    """Drop the oldest turns (never the system prompt nor the last message) until the
+    conversation's prompt leaves ``room`` positions for the reply; (messages, how many dropped)."""
+    tok = model.tokenizer
+    dropped = 0
+    while True:
+        n = len(tok.encode(tok.chat(messages, add_generation_prompt=True)))
+        first = 1 if messages[0]["role"] == "system" else 0
+        if n + room <= model.context or len(messages) - first <= 1:
+            return messages, dropped
+        messages = messages[:first] + messages[first + 1:]
+        dropped += 1
+
+
+async def _run(kind: str, payload, options) -> dict:
+    backend, gen, page = _options(options)
+    model = _models[backend]
+    dropped = 0
+    if kind == "chat":
+        messages = _messages(payload)
+        if page["trim"]:
+            messages, dropped = _fit(model, messages, min(gen["max_tokens"], model.context // 2))
+        pieces = model.chat(messages, stream=True, **gen)
+    else:
+        if not isinstance(payload, str) or not payload:
+            raise ValueError("generate: the prompt must be a non-empty string")
+        pieces = model.generate(payload, stream=True, **gen)
+    text = []
+    t0 = time.perf_counter()
+    first = None
+    for piece in pieces:
+        text.append(piece)
+        if ember_worker is not None:
+            s = model.stats
+            now = time.perf_counter()
+            first = first or now
+            ember_worker.progress(None, None, piece=piece, tokens=s["tokens"], prompt_tokens=s["prompt_tokens"],
+                                  prefill_ms=s["prefill_ms"], decode_s=now - first)
+            if ember_worker.cancelled():
+                model.stop()           # ends after this token
+        if page["yield_each_token"]:
+            await asyncio.sleep(0)     # lets a cancel message in (pages without SharedArrayBuffer)
+    s = model.stats
+    return {"text": "".join(text), "tokens": s["tokens"], "prompt_tokens": s["prompt_tokens"],
+            "prefill_ms": s["prefill_ms"], "decode_ms": s["decode_ms"],
+            "decode_tokens_per_second": s["decode_tokens_per_second"],
+            "finish_reason": s.get("finish_reason", "length"), "dropped": dropped,
+            "ms": (time.perf_counter() - t0) * 1000, "backend": backend, "device": DEVICES[backend]}
+
+
+async def generate(prompt, options=None) -> dict:
+    """Continue raw text (no chat template). ``options``: max_tokens (1..1024, default 256),
+    temperature (0 = greedy, the default), top_k, top_p, min_p, repetition_penalty, seed,
+    backend ("cpu" | "webgpu"). Returns ``{"text", "tokens", "prompt_tokens", "prefill_ms",
+    "decode_ms", "decode_tokens_per_second", "finish_reason", "ms", "backend", "device"}``.
+
+    >>> # await generate("The capital of France is", {"max_tokens": 8})["text"]  # doctest: +SKIP
+    """
+    return await _run("generate", prompt, options)
+
+
+async def chat(messages, options=None) -> dict:
+    """Answer a conversation (``[{"role", "content"}]``) through the model's chat template;
+    options as ``generate``, plus ``trim`` (drop the oldest turns when the conversation and
+    ``max_tokens`` do not fit the context; ``dropped`` says how many)."""
+    return await _run("chat", messages, options)

@@ -1,0 +1,444 @@
+// The chat page: loading (ember's Worker, the 98 MB GGUF), the conversation UI, and the bridge to
+// app.py, which runs ember.llm in the worker (Pyodide never runs on this thread).
+//
+// JS API (for tests and for pages that embed the demo):
+//   await window.emberDemo.ready                 resolves (to .info) once the model answers on
+//                                                the CPU; rejects with the load error otherwise
+//   window.emberDemo.webgpuReady                 Promise -> {ok, error} once the page knows
+//                                                whether this browser's WebGPU works (the model
+//                                                goes onto the GPU the first time it is used there)
+//   await window.emberDemo.generate(prompt, options)   raw text, no chat template
+//   await window.emberDemo.chat(messages, options)     messages: [{role, content}], role
+//        "system" | "user" | "assistant"; the model's own chat template
+//        options: {maxTokens (1..1024, default 256), temperature (0 = greedy, the default),
+//                  backend ("cpu" | "webgpu"; default: the one selected on the page),
+//                  topK, topP, minP, repetitionPenalty, seed,
+//                  onToken(piece, {tokens, promptTokens, prefillMs}) called as text arrives,
+//                  signal (an AbortSignal: generation stops after the current token)}
+//        -> {text, tokens (new tokens), promptTokens, prefillMs, decodeTokensPerSecond,
+//            backend ("cpu" | "webgpu"), device ("wasm" | "python" | "webgpu"), decodeMs,
+//            finishReason ("stop": end of turn, "length": maxTokens or the context, "stopped")}
+//        Errors (a prompt longer than the context, bad options, the model not loaded) show on
+//        the page and reject the promise with the same message.
+//   await window.emberDemo.send(text)            the Send button with `text` (uses the page's
+//                                                system prompt, temperature, max tokens, backend)
+//   window.emberDemo.stop()                      the Stop button: the running generation ends
+//                                                after the current token (its promise resolves
+//                                                with the text so far, finishReason "stopped")
+//   window.emberDemo.newChat()                   the "New chat" button
+//   window.emberDemo.setBackend(name)            the radio buttons ("cpu" | "webgpu")
+//   window.emberDemo.lastResult, .info, .worker  the last reply's figures, load info, the EmberWorker
+
+import { loadEmber } from "../../wasm/ember.js";
+import { $, progressBar, showError, clearError, inputError, loadFailed, pageReady, startApp,
+         serially } from "../../wasm/demo-kit.js";
+
+const PY_DIR = "/home/pyodide/chat";
+const GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const GGUF_PATH = `${PY_DIR}/model.gguf`;
+const LABELS = { wasm: "CPU (WebAssembly)", python: "CPU (pure Python)", webgpu: "WebGPU" };
+const MB = 1e6;
+// JS option name -> app.py's
+const OPTIONS = { maxTokens: "max_tokens", temperature: "temperature", backend: "backend", topK: "top_k",
+                  topP: "top_p", minP: "min_p", repetitionPenalty: "repetition_penalty", seed: "seed" };
+
+let worker = null;          // the EmberWorker running app.py
+let info = null;            // window.emberDemo.info
+let loadError = null;       // why the model did not load
+let backend = "cpu";        // the page's selected backend
+const gpu = { state: "checking", error: null, loading: null };  // checking | available | unavailable | ready | failed
+let gpuChecked;             // resolves when gpu.state leaves "checking"
+const gpuCheck = new Promise((r) => { gpuChecked = r; });
+let running = null;         // the AbortController of the generation in progress
+let history = [];           // the conversation so far: [{role, content}]
+const ggufUrl = new URL(GGUF, location.href).href;
+
+const label = (name) => (name === "cpu" ? LABELS[info?.devices?.cpu] || LABELS.wasm : LABELS.webgpu);
+
+// ---- errors ------------------------------------------------------------------------------------
+
+/** Errors about what was asked (too long a prompt, bad options) as plain messages. */
+function readable(e) {
+  if (e && ["ContextLengthError", "SamplingError", "ValueError", "TypeError"].includes(e.pythonType)) {
+    return Object.assign(inputError(e.pythonMessage), { pythonType: e.pythonType });
+  }
+  return e;
+}
+
+// ---- WebGPU ------------------------------------------------------------------------------------
+
+/** Load the model onto the GPU (once; the GGUF comes from the browser's cache) and warm it up. */
+function ensureWebGPU() {
+  if (gpu.state === "ready") return Promise.resolve();
+  if (gpu.loading) return gpu.loading;
+  gpu.loading = (async () => {
+    await gpuCheck;
+    if (gpu.state !== "available") {
+      throw inputError(`WebGPU is not available here (${gpu.error}); use backend "cpu"`);
+    }
+    $("webgpu-state").textContent = "(loading the model onto the GPU…)";
+    $("status").textContent = "Loading the model onto the GPU…";
+    const t0 = performance.now();
+    await worker.fetchFile(ggufUrl, GGUF_PATH);
+    info.webgpuWarm = await worker.call("app", "start_webgpu", [GGUF_PATH, true]);
+    info.webgpuReadyMs = performance.now() - t0;
+    gpu.state = "ready";
+    $("webgpu-state").textContent = info.webgpuWarm.fallback_adapter ? "(a software adapter: slow)" : "";
+    $("status").textContent = "";
+  })().catch((e) => {
+    gpu.loading = null;
+    if (gpu.state === "available") {   // the GPU works but the model failed there
+      gpu.state = "failed";
+      gpu.error = `the model failed on WebGPU: ${e.pythonMessage || e.message || e}`;
+      gpuUnavailable();
+    }
+    $("status").textContent = "";
+    throw e;
+  });
+  return gpu.loading;
+}
+
+function gpuUnavailable() {
+  const n = $("notice");
+  n.hidden = false;
+  n.dataset.kind = "no-webgpu";
+  n.textContent = `WebGPU is not available here: ${String(gpu.error).replace(/\.$/, "")}. ` +
+                  `The chat runs on the ${label("cpu")}.`;
+  $("backend-webgpu").disabled = true;
+  $("backend-webgpu").parentElement.classList.add("unavailable");
+  $("webgpu-state").textContent = "(not available)";
+  if (backend === "webgpu") setBackend("cpu");
+}
+
+async function checkWebGPU() {
+  const r = await worker.initWebGPU().catch((e) => ({ ok: false, error: e.message || String(e) }));
+  info.webgpu = r.ok;
+  info.webgpuError = r.ok ? null : String(r.error || "navigator.gpu is missing").trim().split("\n").pop();
+  gpu.state = r.ok ? "available" : "unavailable";
+  gpu.error = info.webgpuError;
+  if (r.ok) {
+    $("backend-webgpu").disabled = false;
+    $("webgpu-state").textContent = "(the model loads onto the GPU when picked)";
+  } else {
+    gpuUnavailable();
+  }
+  gpuChecked();
+  return { ok: r.ok, error: info.webgpuError };
+}
+
+function setBackend(name) {
+  if (name !== "cpu" && name !== "webgpu") throw inputError(`unknown backend ${JSON.stringify(name)}: use "cpu" or "webgpu"`);
+  if (name === "webgpu" && (gpu.state === "unavailable" || gpu.state === "failed")) {
+    throw inputError(`WebGPU is not available here (${gpu.error}); use backend "cpu"`);
+  }
+  backend = name;
+  $(`backend-${name}`).checked = true;
+  $("backend-name").textContent = label(name);
+  if (name === "webgpu" && worker) {
+    serially(() => ensureWebGPU()).catch((e) => {
+      showError(readable(e));
+      setBackend("cpu");
+    });
+  }
+}
+
+// ---- generation ----------------------------------------------------------------------------------
+
+function pyOptions(options, extra) {
+  if (options == null) options = {};
+  if (typeof options !== "object" || Array.isArray(options)) throw inputError("options must be an object");
+  const o = { ...extra };
+  for (const [k, v] of Object.entries(options)) {
+    if (k === "onToken" || k === "signal") continue;
+    if (!(k in OPTIONS)) throw inputError(`unknown option ${JSON.stringify(k)}; use ${Object.keys(OPTIONS).join(", ")}, onToken, signal`);
+    if (v !== undefined) o[OPTIONS[k]] = v;
+  }
+  const n = o.max_tokens;
+  if (n !== undefined && !(Number.isInteger(n) && n >= 1 && n <= 1024)) {
+    throw inputError(`maxTokens must be a whole number from 1 to 1024, got ${JSON.stringify(n)}`);
+  }
+  const t = o.temperature;
+  if (t !== undefined && !(typeof t === "number" && t >= 0 && t <= 5)) {
+    throw inputError(`temperature must be a number from 0 (greedy) to 5, got ${JSON.stringify(t)}`);
+  }
+  o.backend = o.backend ?? backend;
+  if (o.backend !== "cpu" && o.backend !== "webgpu") {
+    throw inputError(`unknown backend ${JSON.stringify(o.backend)}: use "cpu" or "webgpu"`);
+  }
+  o.yield_each_token = !info.cancelFlags;   // without SharedArrayBuffer a cancel needs the event loop
+  return o;
+}
+
+function setBusy(busy) {
+  $("send").disabled = busy;
+  $("stop").hidden = !busy;
+  $("stop").disabled = false;
+  if (!busy) $("status").textContent = "";
+}
+
+function showStats(s, live = false) {
+  $("stat-prompt-tokens").textContent = String(s.promptTokens);
+  $("stat-prefill").textContent = `${s.prefillMs.toFixed(0)} ms`;
+  $("stat-tokens").textContent = String(s.tokens);
+  $("stat-speed").textContent = s.tokens > 1 || !live ? `${s.decodeTokensPerSecond.toFixed(1)} tokens/s` : "…";
+  $("backend-name").textContent = label(s.backend);
+}
+
+/** One generation through app.py (queued: the model runs one call at a time). */
+function run(kind, payload, options, { trim = false } = {}) {
+  if (!worker) {
+    return Promise.reject(inputError(loadError ? `the model did not load: ${loadError}`
+                                                : "the model is not loaded yet: await emberDemo.ready"));
+  }
+  let o;
+  try {
+    o = pyOptions(options, trim ? { trim: true } : {});
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  const onToken = options && typeof options.onToken === "function" ? options.onToken : null;
+  const outer = options && options.signal;
+  return serially(async () => {
+    if (o.backend === "webgpu") await ensureWebGPU();
+    running = new AbortController();
+    const stop = () => running && running.abort();
+    if (outer) {
+      if (outer.aborted) stop();
+      else outer.addEventListener("abort", stop, { once: true });
+    }
+    setBusy(true);
+    $("status").textContent = "reading the prompt…";
+    try {
+      const r = await worker.call("app", kind, [payload, o], {
+        signal: running.signal,
+        onProgress: (p) => {
+          if (p.piece == null) return;
+          const s = { tokens: p.tokens, promptTokens: p.prompt_tokens, prefillMs: p.prefill_ms, backend: o.backend,
+                      decodeTokensPerSecond: p.decode_s > 0 ? (p.tokens - 1) / p.decode_s : 0 };
+          showStats(s, true);
+          if (!running.signal.aborted) $("status").textContent = "writing…";
+          if (onToken) onToken(p.piece, s);
+        },
+      });
+      const result = { text: r.text, tokens: r.tokens, promptTokens: r.prompt_tokens, prefillMs: r.prefill_ms,
+                       decodeTokensPerSecond: r.decode_tokens_per_second, backend: r.backend, device: r.device,
+                       decodeMs: r.decode_ms, finishReason: r.finish_reason, dropped: r.dropped, ms: r.ms };
+      showStats(result);
+      window.emberDemo.lastResult = result;
+      return result;
+    } finally {
+      if (outer) outer.removeEventListener("abort", stop);
+      running = null;
+      setBusy(false);
+    }
+  });
+}
+
+/** The API's calls: errors show on the page and reject with the same message. */
+async function api(kind, payload, options) {
+  clearError();
+  try {
+    return await run(kind, payload, options);
+  } catch (e) {
+    const r = readable(e);
+    showError(r);
+    throw r;
+  }
+}
+
+function stop() {
+  if (running) {
+    running.abort();
+    $("stop").disabled = true;
+    $("status").textContent = "stopping after this token…";
+  }
+}
+
+// ---- the conversation ---------------------------------------------------------------------------
+
+function addMessage(role, text) {
+  const ol = $("messages");
+  const ph = ol.querySelector(".placeholder");
+  if (ph) ph.remove();
+  const li = document.createElement("li");
+  li.className = `message ${role}`;
+  li.dataset.role = role;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = role === "user" ? "You" : "SmolLM2";
+  const body = document.createElement("div");
+  body.className = "text";
+  body.textContent = text;
+  li.append(who, body);
+  ol.append(li);
+  li.scrollIntoView({ block: "end" });
+  return li;
+}
+
+function note(li, text) {
+  const n = document.createElement("div");
+  n.className = "note";
+  n.textContent = text;
+  li.append(n);
+}
+
+function controls() {
+  const t = Number($("temperature").value);
+  const n = Number($("max-tokens").value);
+  if (!Number.isInteger(n) || n < 1 || n > 1024) throw inputError("max tokens must be a whole number from 1 to 1024");
+  return { temperature: t, maxTokens: n, backend };
+}
+
+/** The Send button: the page's conversation + `text`, the reply streamed into a new bubble. */
+async function send(text = $("prompt").value) {
+  text = String(text).trim();
+  if (!text) throw inputError("type a message first");
+  if (running) throw inputError("a reply is being written: wait or press Stop");
+  clearError();
+  const opts = controls();
+  const system = $("system").value.trim();
+  const user = { role: "user", content: text };
+  const messages = [...(system ? [{ role: "system", content: system }] : []), ...history, user];
+  const userLi = addMessage("user", text);
+  const botLi = addMessage("assistant", "");
+  botLi.classList.add("streaming");
+  const body = botLi.querySelector(".text");
+  $("prompt").value = "";
+  try {
+    const r = await run("chat", messages, { ...opts, onToken: (piece) => {
+      body.textContent += piece;
+      botLi.scrollIntoView({ block: "end" });
+    } }, { trim: true });
+    body.textContent = r.text;    // the same text, whole
+    history.push(user, { role: "assistant", content: r.text });
+    if (r.finishReason === "stopped") note(botLi, "(stopped)");
+    else if (r.finishReason === "length") note(botLi, `(cut at ${r.tokens} tokens: raise “Max tokens” for longer replies)`);
+    if (r.dropped) note(botLi, `(the ${r.dropped} oldest message${r.dropped > 1 ? "s were" : " was"} left out: the conversation no longer fits the model's context)`);
+    return r;
+  } catch (e) {
+    userLi.remove();
+    botLi.remove();
+    if (!$("prompt").value) $("prompt").value = text;
+    if (!history.length && !$("messages").children.length) resetMessages();
+    throw e;
+  } finally {
+    botLi.classList.remove("streaming");
+  }
+}
+
+function resetMessages() {
+  const li = document.createElement("li");
+  li.className = "placeholder";
+  li.textContent = "Ask something, e.g. “What is the capital of France?” or “Write a haiku about the sea.”";
+  $("messages").replaceChildren(li);
+}
+
+function newChat() {
+  stop();
+  history = [];
+  resetMessages();
+  clearError();
+  $("prompt").focus();
+}
+
+// ---- loading -------------------------------------------------------------------------------------
+
+async function main() {
+  const t0 = performance.now();
+  const bar = progressBar(0.35, 0.5);
+  const steps = {};
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    send().catch((err) => showError(readable(err)));
+  });
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      if (!$("send").disabled) $("composer").requestSubmit();
+    }
+  });
+  $("stop").addEventListener("click", stop);
+  $("new-chat").addEventListener("click", newChat);
+  $("temperature").addEventListener("input", () => {
+    $("temperature-value").textContent = Number($("temperature").value).toFixed(2);
+  });
+  for (const r of document.querySelectorAll('input[name="backend"]')) {
+    r.addEventListener("change", () => {
+      if (!r.checked) return;
+      try {
+        setBackend(r.value);
+      } catch (e) {
+        showError(e);
+        setBackend("cpu");
+      }
+    });
+  }
+
+  // The GGUF (98 MB; the Cache API's copy after the first visit) downloads in the worker while
+  // Pyodide starts.
+  let cachedModel = false;
+  worker = await loadEmber({
+    worker: true, onProgress: bar.boot, prefetch: [ggufUrl, "app.py"],
+    onDownload: (p) => {
+      if (p.url !== ggufUrl) return;
+      cachedModel = p.cached;
+      bar.weights(p.fraction, p.cached ? "model (from the browser's cache)"
+        : `model ${(p.loaded / MB).toFixed(1)} / ${p.total ? (p.total / MB).toFixed(1) : "?"} MB` +
+          (p.total ? ` (${(100 * p.loaded / p.total).toFixed(0)}%)` : ""));
+    },
+  });
+  info = { ...worker.info, webgpu: false, webgpuError: null };
+  window.emberDemo.info = info;
+  window.emberDemo.worker = worker;
+  steps.emberReady = performance.now() - t0;
+
+  const [devices, got] = await Promise.all([
+    startApp(worker, PY_DIR, ["app.py"]),
+    worker.fetchFile(ggufUrl, GGUF_PATH),
+  ]);
+  info.devices = devices;
+  info.modelCached = got.cached || cachedModel;
+  info.modelBytes = got.bytes;
+  steps.modelDownloaded = performance.now() - t0;
+  $("cpu-label").textContent = label("cpu");
+  bar(0.1, `Loading the model (${(got.bytes / MB).toFixed(0)} MB) into ember`);
+  const loaded = await worker.call("app", "load", [GGUF_PATH, ["cpu"], true]);
+  info.loadMs = loaded.load_ms.cpu;
+  info.context = loaded.context;
+  info.model = loaded.name;
+  steps.modelLoaded = performance.now() - t0;
+  bar(0.15, "Ready");
+  setBackend("cpu");
+  pageReady();
+  info.readyMs = performance.now() - t0;
+  info.steps = steps;   // ms since this script started
+  $("model-info").textContent =
+    `Model file ${(got.bytes / MB).toFixed(1)} MB${info.modelCached ? " (from the browser's cache)" : ""}, ` +
+    `context ${loaded.context} tokens, ${loaded.vocab.toLocaleString("en")} token vocabulary; ` +
+    `loaded in ${(info.loadMs / 1000).toFixed(1)} s, page ready in ${(info.readyMs / 1000).toFixed(1)} s.`;
+  $("prompt").focus();
+
+  checkWebGPU().then(webgpuDone);
+  return info;
+}
+
+let webgpuDone;
+window.emberDemo = {
+  generate: (prompt, options) => api("generate", prompt, options),
+  chat: (messages, options) => api("chat", messages, options),
+  send: (text) => send(text).catch((e) => { const r = readable(e); showError(r); throw r; }),
+  stop,
+  newChat,
+  setBackend,
+  lastResult: null,
+  info: null,
+  worker: null,
+  webgpuReady: new Promise((resolve) => { webgpuDone = resolve; }),
+};
+window.emberDemo.ready = main().catch((e) => {
+  loadError = e.pythonMessage || e.message || String(e);
+  worker = null;
+  gpuChecked();
+  webgpuDone({ ok: false, error: `the page did not load: ${loadError}` });
+  return loadFailed(readable(e));
+});
