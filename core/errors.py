@@ -83,3 +83,9 @@ class ContextLengthError(EmberError, ValueError):
     def __init__(self, message="", *, tokens=None, context=None):
         super().__init__(message)
         self.tokens, self.context = tokens, context
+
+
+class GGUFError(WeightsError):
+    """A malformed GGUF file: bad magic or version, a length, count, offset or dimension that
+    runs past the end of the file or overflows, overlapping or misaligned tensor data. The
+    message names the key or tensor and the byte offset."""
