@@ -1,5 +1,6 @@
 """Weights I/O: safetensors (read and write), PyTorch checkpoints (read, without torch and
-without executing any pickled code) and GGUF (read; quantized tensors stay quantized). Importing ``ember.io`` imports neither numpy nor torch.
+without executing any pickled code) and GGUF (read; quantized tensors stay quantized).
+Importing ``ember.io`` imports neither numpy nor torch.
 
 >>> import ember
 >>> sd = ember.io.load_safetensors(ember.io.save_safetensors({"w": ember.tensor([1.0])}))
