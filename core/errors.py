@@ -85,6 +85,16 @@ class ContextLengthError(EmberError, ValueError):
         self.tokens, self.context = tokens, context
 
 
+class TokenizerError(EmberError, ValueError):
+    """A tokenizer that cannot be built from its metadata (unknown ``tokenizer.ggml.model`` or
+    ``tokenizer.ggml.pre``, missing or inconsistent keys), or text it cannot encode."""
+
+
+class ChatTemplateError(EmberError, ValueError):
+    """A chat template that does not parse, fails while rendering (``raise_exception``), tries to
+    leave jinja2's sandbox, or goes over a render limit (output size, loop steps, time)."""
+
+
 class GGUFError(WeightsError):
     """A malformed GGUF file: bad magic or version, a length, count, offset or dimension that
     runs past the end of the file or overflows, overlapping or misaligned tensor data. The
