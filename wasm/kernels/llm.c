@@ -1,0 +1,173 @@
+/* Language-model ops (ember.ops.llm): rms_norm, rope, attention over a key/value cache.
+ * Called from ember/wasm/ops_quant.py.
+ *
+ * rms_norm and rope compute in float64 from the float32 inputs and round once, like the python
+ * specification (ember/backends/python_llm.py): rope's products are exact in float64, so its
+ * results are the specification's bit for bit; rms_norm's differ only by the summation order of
+ * the sum of squares (in float64). attention_cached is float32 (exp to about an ulp). */
+#include "ember.h"
+#include "mathf.h"
+
+typedef double f64;
+
+/* ---- rms_norm ---------------------------------------------------------------------------------- */
+
+/* y = x / sqrt(mean(x^2) + eps) * w over `rows` rows of n. */
+EXPORT(rms_norm_f32) void rms_norm_f32(const f32 *x, const f32 *w, f32 *y, i32 rows, i32 n, f32 eps) {
+  for (i32 r = 0; r < rows; r++) {
+    const f32 *xr = x + r * n;
+    f32 *yr = y + r * n;
+    v128_t a0 = wasm_f64x2_splat(0.0), a1 = a0;
+    i32 i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const f32x4 v = wasm_v128_load(xr + i);
+      const v128_t lo = wasm_f64x2_promote_low_f32x4(v);
+      const v128_t hi = wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(v, v, 2, 3, 2, 3));
+      a0 = wasm_f64x2_add(a0, wasm_f64x2_mul(lo, lo));
+      a1 = wasm_f64x2_add(a1, wasm_f64x2_mul(hi, hi));
+    }
+    a0 = wasm_f64x2_add(a0, a1);
+    f64 ss = wasm_f64x2_extract_lane(a0, 0) + wasm_f64x2_extract_lane(a0, 1);
+    for (; i < n; i++) ss += (f64)xr[i] * (f64)xr[i];
+    const f64 inv = 1.0 / __builtin_sqrt(ss / (f64)n + (f64)eps);
+    const v128_t vinv = wasm_f64x2_splat(inv);
+    for (i = 0; i + 4 <= n; i += 4) {
+      const f32x4 v = wasm_v128_load(xr + i), g = wasm_v128_load(w + i);
+      const v128_t lo = wasm_f64x2_mul(wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(v), vinv),
+                                       wasm_f64x2_promote_low_f32x4(g));
+      const v128_t hi = wasm_f64x2_mul(
+          wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(v, v, 2, 3, 2, 3)), vinv),
+          wasm_f64x2_promote_low_f32x4(wasm_i32x4_shuffle(g, g, 2, 3, 2, 3)));
+      wasm_v128_store(yr + i, wasm_i64x2_shuffle(wasm_f32x4_demote_f64x2_zero(lo), wasm_f32x4_demote_f64x2_zero(hi), 0, 2));
+    }
+    for (; i < n; i++) yr[i] = (f32)((f64)xr[i] * inv * (f64)w[i]);
+  }
+}
+
+/* ---- rope -------------------------------------------------------------------------------------- */
+
+/* x (T, H, D) rotated by cos/sin (T, D/2): mode 0 "pairs" (x[2i], x[2i+1]), 1 "halves"
+ * (x[i], x[i + D/2]). y = (x0 c - x1 s, x0 s + x1 c), each one rounding from float64. */
+EXPORT(rope_f32) void rope_f32(const f32 *x, const f32 *cs, const f32 *sn, f32 *y, i32 T, i32 H, i32 D, i32 mode) {
+  const i32 half = D / 2;
+  const i32 step = mode ? 1 : 2, other = mode ? half : 1;
+  for (i32 t = 0; t < T; t++) {
+    const f32 *c = cs + t * half, *s = sn + t * half;
+    for (i32 h = 0; h < H; h++) {
+      const f32 *xr = x + (t * H + h) * D;
+      f32 *yr = y + (t * H + h) * D;
+      for (i32 i = 0; i < half; i++) {
+        const i32 a = i * step, b = a + other;
+        const f64 x0 = xr[a], x1 = xr[b], ci = c[i], si = s[i];
+        yr[a] = (f32)(x0 * ci - x1 * si);
+        yr[b] = (f32)(x0 * si + x1 * ci);
+      }
+    }
+  }
+}
+
+/* ---- attention over a key/value cache -------------------------------------------------------- */
+
+enum { AC_T, AC_HQ, AC_HKV, AC_D, AC_C, AC_NPARAMS };
+#define AC_ERR_POS 1   /* pos < 0 or pos + T > C: nothing was written */
+
+/* exp(d) for d = s - max <= 0; below float's normal range (d < -87) it is 0 (as attention.c) */
+INLINE f32x4 exp_neg(f32x4 d) {
+  const f32x4 lo = F4(-87.f);
+  return wasm_v128_andnot(exp4(wasm_f32x4_max(d, lo)), wasm_f32x4_lt(d, lo));
+}
+
+INLINE f32x4 dot_d(const f32 *a, const f32 *b, i32 D) {
+  f32x4 s = F4(0.f);
+  for (i32 d = 0; d < D; d += 4) s = wasm_f32x4_add(s, wasm_f32x4_mul(wasm_v128_load(a + d), wasm_v128_load(b + d)));
+  return s;
+}
+
+/* [hsum a, hsum b, hsum c, hsum d] */
+INLINE f32x4 hsum4x4(f32x4 a, f32x4 b, f32x4 c, f32x4 d) {
+  const f32x4 ab = wasm_f32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
+  const f32x4 cd = wasm_f32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
+  return wasm_f32x4_add(wasm_i64x2_shuffle(ab, cd, 0, 2), wasm_i64x2_shuffle(ab, cd, 1, 3));
+}
+
+/* q (T, Hq, D), k/v (T, Hkv, D), caches (C, Hkv, D): writes k, v into cache rows pos .. pos+T-1,
+ * then out (T, Hq, D) = causal grouped-query attention (query t over rows 0 .. pos+t of kv head
+ * h / (Hq / Hkv)). pos is read here, at run time (a replayed plan passes the same pointer every
+ * step). D must be a multiple of 4 (ops_quant.py sends other sizes to the python kernel).
+ * scratch: C floats (the scores of one query). Returns 0, or AC_ERR_POS before writing anything. */
+EXPORT(attention_cached_f32) i32 attention_cached_f32(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc,
+                                                      const i32 *pos, f32 *out, f32 *scratch, const i32 *prm,
+                                                      f32 scale) {
+  const i32 T = prm[AC_T], Hq = prm[AC_HQ], Hkv = prm[AC_HKV], D = prm[AC_D], C = prm[AC_C];
+  const i32 p = pos[0];
+  if (p < 0 || p > C - T) return AC_ERR_POS;
+  const i32 row = Hkv * D, G = Hq / Hkv;
+  for (i32 i = 0; i < T * row; i += 4) {
+    wasm_v128_store(kc + p * row + i, wasm_v128_load(k + i));
+    wasm_v128_store(vc + p * row + i, wasm_v128_load(v + i));
+  }
+  const f32x4 vscale = F4(scale);
+  for (i32 t = 0; t < T; t++) {
+    const i32 L = p + t + 1;
+    for (i32 h = 0; h < Hq; h++) {
+      const f32 *qh = q + (t * Hq + h) * D;
+      const f32 *kb = kc + (h / G) * D, *vb = vc + (h / G) * D;
+      f32 *sc = scratch;
+      /* scores, four keys at a time */
+      f32x4 vmax = F4(-__builtin_inff());
+      i32 j = 0;
+      for (; j + 4 <= L; j += 4) {
+        const f32x4 s = wasm_f32x4_mul(hsum4x4(dot_d(qh, kb + j * row, D), dot_d(qh, kb + (j + 1) * row, D),
+                                               dot_d(qh, kb + (j + 2) * row, D), dot_d(qh, kb + (j + 3) * row, D)),
+                                       vscale);
+        wasm_v128_store(sc + j, s);
+        vmax = wasm_f32x4_max(vmax, s);
+      }
+      f32 m = hmax(vmax);
+      for (; j < L; j++) {
+        const f32 s = hsum(dot_d(qh, kb + j * row, D)) * scale;
+        sc[j] = s;
+        m = (s > m || s != s) ? s : m;
+      }
+      /* softmax numerators and their sum */
+      const f32x4 vm = F4(m);
+      f32x4 acc = F4(0.f);
+      for (j = 0; j + 4 <= L; j += 4) {
+        const f32x4 e = exp_neg(wasm_f32x4_sub(wasm_v128_load(sc + j), vm));
+        wasm_v128_store(sc + j, e);
+        acc = wasm_f32x4_add(acc, e);
+      }
+      f32 z = hsum(acc);
+      for (; j < L; j++) {
+        const f32 e = wasm_f32x4_extract_lane(exp_neg(F4(sc[j] - m)), 0);
+        sc[j] = e;
+        z += e;
+      }
+      /* out = sum_j e_j v_j / z, 16 (then 4) features at a time */
+      const f32x4 rz = F4(1.f / z);
+      f32 *oh = out + (t * Hq + h) * D;
+      i32 d = 0;
+      for (; d + 16 <= D; d += 16) {
+        f32x4 o0 = F4(0.f), o1 = o0, o2 = o0, o3 = o0;
+        for (j = 0; j < L; j++) {
+          const f32x4 e = wasm_v128_load32_splat(sc + j);
+          const f32 *vr = vb + j * row + d;
+          o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(e, wasm_v128_load(vr)));
+          o1 = wasm_f32x4_add(o1, wasm_f32x4_mul(e, wasm_v128_load(vr + 4)));
+          o2 = wasm_f32x4_add(o2, wasm_f32x4_mul(e, wasm_v128_load(vr + 8)));
+          o3 = wasm_f32x4_add(o3, wasm_f32x4_mul(e, wasm_v128_load(vr + 12)));
+        }
+        wasm_v128_store(oh + d, wasm_f32x4_mul(o0, rz));
+        wasm_v128_store(oh + d + 4, wasm_f32x4_mul(o1, rz));
+        wasm_v128_store(oh + d + 8, wasm_f32x4_mul(o2, rz));
+        wasm_v128_store(oh + d + 12, wasm_f32x4_mul(o3, rz));
+      }
+      for (; d < D; d += 4) {
+        f32x4 o0 = F4(0.f);
+        for (j = 0; j < L; j++) o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(wasm_v128_load32_splat(sc + j), wasm_v128_load(vb + j * row + d)));
+        wasm_v128_store(oh + d, wasm_f32x4_mul(o0, rz));
+      }
+    }
+  }
+  return 0;
+}
