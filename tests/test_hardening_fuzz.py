@@ -1,6 +1,6 @@
 """The fuzz harness (tests/fuzz/fuzz.py) at CI size: a few thousand mutated files per format,
 each in a forked child under an address-space cap and a timeout. safetensors, ONNX and .pt must
-give nothing but ember's own errors, each within 2 seconds (issue 12). The harness itself is
+give nothing but ember's own errors, each within 2 seconds (issue 12; GGUF too). The harness itself is
 checked to see a non-ember exception and a hang, and to split a run over worker shards."""
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def report(tmp_path_factory):
     return rep
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "pt"])
+@pytest.mark.parametrize("fmt", ["safetensors", "pt", "gguf"])
 def test_weights_readers_give_only_ember_errors_fast(report, fmt):
     s = report["formats"][fmt]
     assert s["cases"] == CASES
