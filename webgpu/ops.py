@@ -12,7 +12,7 @@ from math import prod
 from .. import dtypes as _dt
 from ..errors import IndexingError
 from ..registry import OPS, Meta
-from . import fusion, linalg, nn
+from . import fusion, linalg, nn, quant
 from .driver import grid_1d
 from .fusion import GBuf, contiguous, contiguous_strides, realize, wgsl_type
 from .runtime import f32_bits, pack_info
@@ -433,6 +433,7 @@ def build_kernels(rt) -> dict:
     for name in ("argmax", "argmin"):
         k[name] = _argreduce(rt, name)
     k.update(nn.build_kernels(rt))
+    k.update(quant.build_kernels(rt))   # quantized weights and the llama ops
     # only ops the registry knows (a kernel for an op that another helper renamed is dead code)
     return {n: _named(rt, n, f) for n, f in k.items() if n in OPS}
 

@@ -1,0 +1,170 @@
+// Llama ops: the KV-cache write and causal grouped-query attention over the cache
+// (attention_cached), rms_norm and rope. ember.webgpu.quant fills the template and dispatches.
+// Every position comes from the pos buffer at run time (never from Python), so a recorded plan
+// replays these dispatches unchanged with a new pos. Rows outside [0, C) are never written.
+//
+// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), INFO.
+//
+// The file is a prelude and one section per entry point ("//// name" lines): ember.webgpu.quant
+// compiles the prelude with one section, so each entry declares exactly the bindings it uses
+// (layout "auto"; the uniform info comes after the buffers).
+#include elementwise
+
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+
+//// kv_write
+@group(0) @binding(0) var<storage, read_write> kc: array<f32>;
+@group(0) @binding(1) var<storage, read_write> vc: array<f32>;
+@group(0) @binding(2) var<storage, read> kin: array<f32>;
+@group(0) @binding(3) var<storage, read> vin: array<f32>;
+@group(0) @binding(4) var<storage, read> posb: array<i32>;
+@group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+
+// ---- kv_write: k_cache[pos + t] = k[t], v_cache[pos + t] = v[t]; rows pos + t outside [0, C)
+// are skipped.
+// info: 0 elements of k (T * Hkv * D), 1 C, 2 Hkv * D, 3 k_cache offset, 4 v_cache offset,
+//       5 k offset, 6 v offset, 7 pos offset
+@compute @workgroup_size({{WG}})
+fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let g = gid.x + gid.y * nwg.x * {{WG}}u;
+  if (g >= u(0u)) { return; }
+  let rs = u(2u);
+  let row = posb[u(7u)] + i32(g / rs);
+  if (row < 0 || row >= i32(u(1u))) { return; }
+  let at = u32(row) * rs + g % rs;
+  kc[u(3u) + at] = kin[u(5u) + g];
+  vc[u(4u) + at] = vin[u(6u) + g];
+}
+
+//// attn
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+@group(0) @binding(4) var<storage, read> posb: array<i32>;
+@group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+
+// ---- attn: one workgroup per (query t, head h), online softmax over cache rows 0..pos+t
+// (clamped to the cache) of kv head h / (Hq / Hkv). Per chunk of WG rows each thread scores one
+// row (q is in workgroup memory, pre-scaled), then the running max, sum and the weighted sum of
+// value rows (threads over the head dims: neighbouring threads read neighbouring floats) are
+// updated. Writes out (T, Hq, D).
+// info: 0 T, 1 Hq, 2 Hkv, 3 D, 4 C, 5 scale (f32 bits), 6 q offset, 7 k_cache offset,
+//       8 v_cache offset, 9 pos offset
+var<workgroup> qsh: array<f32, {{QS}}>;
+var<workgroup> ssh: array<f32, {{WG}}>;
+var<workgroup> psh: array<f32, {{WG}}>;
+var<workgroup> wpos: i32;
+
+@compute @workgroup_size({{WG}})
+fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+  let row = wid.x + wid.y * nwg.x;
+  let Hq = u(1u); let Hkv = u(2u); let D = u(3u); let C = u(4u);
+  if (row >= u(0u) * Hq) { return; }
+  let tq = row / Hq;
+  let hk = (row % Hq) / (Hq / Hkv);
+  if (t == 0u) { wpos = posb[u(9u)]; }
+  let pos = workgroupUniformLoad(&wpos);
+  let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
+  let scale = bitcast<f32>(u(5u));
+  for (var d = t; d < D; d = d + {{WG}}u) { qsh[d] = q[u(6u) + row * D + d] * scale; }
+  workgroupBarrier();
+  var m = -f_inf();
+  var l = 0.0;
+  var acc: array<f32, {{DPT}}>;
+  for (var c = 0u; c < {{DPT}}u; c = c + 1u) { acc[c] = 0.0; }
+  let rs = Hkv * D;
+  let ko = u(7u) + hk * D;
+  let vo = u(8u) + hk * D;
+  for (var j0 = 0u; j0 < S; j0 = j0 + {{WG}}u) {
+    let j = j0 + t;
+    var s = -f_inf();
+    if (j < S) {
+      let kb = ko + j * rs;
+      var dt = 0.0;
+      for (var e = 0u; e < D; e = e + 1u) { dt = dt + qsh[e] * kc[kb + e]; }
+      s = dt;
+    }
+    ssh[t] = s;
+    workgroupBarrier();
+    let cnt = min({{WG}}u, S - j0);
+    var mx = m;
+    for (var c = 0u; c < cnt; c = c + 1u) { mx = max(mx, ssh[c]); }
+    // the first chunk has m = -inf: its correction multiplies zeros
+    let corr = select(exp(m - mx), 0.0, m == -f_inf());
+    psh[t] = select(0.0, exp(s - mx), j < S);
+    workgroupBarrier();
+    var ps = 0.0;
+    for (var c = 0u; c < cnt; c = c + 1u) { ps = ps + psh[c]; }
+    l = l * corr + ps;
+    for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
+      let d = t + dd * {{WG}}u;
+      if (d < D) {
+        var a = acc[dd] * corr;
+        for (var c = 0u; c < cnt; c = c + 1u) { a = a + psh[c] * vc[vo + (j0 + c) * rs + d]; }
+        acc[dd] = a;
+      }
+    }
+    m = mx;
+  }
+  let inv = select(1.0 / l, 0.0, S == 0u);
+  for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
+    let d = t + dd * {{WG}}u;
+    if (d < D) { out[row * D + d] = acc[dd] * inv; }
+  }
+}
+
+//// rms_norm
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+#include wg_reduce
+
+// ---- rms_norm: out (rows, D) = x / sqrt(mean(x * x) + eps) * w, one workgroup per row
+// info: 0 rows, 1 D, 2 eps (f32 bits), 3 x offset, 4 w offset
+
+@compute @workgroup_size({{WG}})
+fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) t: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  if (r >= u(0u)) { return; }
+  let D = u(1u);
+  let xb = u(3u) + r * D;
+  var s = 0.0;
+  for (var d = t; d < D; d = d + {{WG}}u) { let v = x[xb + d]; s = s + v * v; }
+  let total = wg_sum(t, s);
+  let inv = 1.0 / sqrt(total / f32(D) + bitcast<f32>(u(2u)));
+  for (var d = t; d < D; d = d + {{WG}}u) { out[r * D + d] = x[xb + d] * inv * w[u(4u) + d]; }
+}
+
+//// rope
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> cs: array<f32>;
+@group(0) @binding(3) var<storage, read> sn: array<f32>;
+@group(0) @binding(4) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+
+// ---- rope: out (T, H, D) = x rotated by (cos, sin) (T, D/2); mode 0 "pairs" rotates
+// (x[2i], x[2i+1]), mode 1 "halves" rotates (x[i], x[i + D/2]). One thread per pair.
+// info: 0 pairs (T * H * D/2), 1 H, 2 D/2, 3 mode, 4 x offset, 5 cos offset, 6 sin offset
+@compute @workgroup_size({{WG}})
+fn rope(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let g = gid.x + gid.y * nwg.x * {{WG}}u;
+  if (g >= u(0u)) { return; }
+  let half = u(2u);
+  let i = g % half;
+  let th = g / half;                // t * H + h
+  let tt = th / u(1u);
+  let base = th * 2u * half;
+  var ia = base + 2u * i;
+  var ib = ia + 1u;
+  if (u(3u) == 1u) { ia = base + i; ib = base + i + half; }
+  let c = cs[u(5u) + tt * half + i];
+  let s = sn[u(6u) + tt * half + i];
+  let x0 = x[u(4u) + ia];
+  let x1 = x[u(4u) + ib];
+  out[ia] = x0 * c - x1 * s;
+  out[ib] = x0 * s + x1 * c;
+}

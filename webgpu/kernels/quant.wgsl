@@ -1,0 +1,415 @@
+// Quantized weights (GGUF block formats) read straight from their raw bytes: matrix-vector
+// (`gemv`, decode), tiled matrix-matrix (`tiled`, prompt), `dequant` (whole matrix to f32) and
+// `embed` (rows picked by id). ember.webgpu.quant picks the entry point and fills the template.
+//
+// The weight is an int32 tensor of the raw block bytes of its N rows, back to back: read here as
+// words (`wq`). WGSL has no 8- or 16-bit storage (and Chromium's SwiftShader no shader-f16), so
+// bytes, nibbles and halves are cut out of u32 words; f16 scales go through unpack2x16float.
+// Blocks of 18, 22, 34 or 210 bytes leave a block's fields at 2-byte but not 4-byte boundaries:
+// `word_at` reads the 4 bytes at any even offset (two words and a funnel shift; one word when the
+// template's AL says every offset asked for is a multiple of 4).
+//
+// One "item" is 8 elements of a row given as two vec4s (w0 at elements e0..e0+3, w1 at
+// e1..e1+3), decoded from one or two words of quants plus the block's scales. Items are laid
+// out so that items 8j..8j+7 cover exactly elements [64j, 64j + 64) of the row: a kernel that
+// works on 64-element slices of k knows which items fall in a slice from the index alone. A row
+// of K elements has ceil(K / 8) items, whatever the format.
+//
+// Template: QT (format: q8_0 q4_0 q4_1 q5_0 q4_k q5_k q6_k f16 bf16 f32), AL (true when every
+// block starts 4-byte aligned), WG (threads), R (gemv rows per workgroup), MT (gemv x rows,
+// padded), XS (gemv x floats kept in workgroup memory), TM, TN (tiled tile sizes), INFO.
+// info (every entry): 0 M (x rows / ids), 1 N (weight rows), 2 K, 3 bytes per weight row,
+//       4 weight byte offset, 5 x element offset (ids offset for embed), 6 items per row
+//
+// The file is a prelude (the weight, its decoding) and one section per entry point ("//// name"
+// lines): ember.webgpu.quant compiles the prelude with one section, so each entry declares
+// exactly the bindings it uses (layout "auto"): 0 out, 1 the weight, then its own.
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> wq: array<u32>;
+
+const AL: bool = {{AL}};
+
+// the 4 bytes at byte offset o (o even), as one little-endian word
+fn word_at(o: u32) -> u32 {
+  let a = o >> 2u;
+  if (AL) { return wq[a]; }
+  let sh = (o & 3u) * 8u;
+  let lo = wq[a];
+  // (an out-of-range read of the next word is harmless: WebGPU clamps it, select drops it)
+  let hi = wq[a + 1u];
+  return select((lo >> sh) | (hi << (32u - sh)), lo, sh == 0u);
+}
+
+fn half_at(o: u32) -> f32 {
+  let w = wq[o >> 2u];
+  return unpack2x16float(select(w, w >> 16u, (o & 2u) != 0u)).x;
+}
+
+fn byte_at(o: u32) -> u32 { return (wq[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu; }
+
+// bytes of a word as a vec4 of unsigned / signed values
+fn ubytes(w: u32) -> vec4<f32> {
+  return vec4<f32>(f32(w & 0xffu), f32((w >> 8u) & 0xffu), f32((w >> 16u) & 0xffu), f32(w >> 24u));
+}
+fn sbytes(w: u32) -> vec4<f32> {
+  return vec4<f32>(f32(bitcast<i32>(w << 24u) >> 24u), f32(bitcast<i32>(w << 16u) >> 24u),
+                   f32(bitcast<i32>(w << 8u) >> 24u), f32(bitcast<i32>(w) >> 24u));
+}
+// bit k (k = 0..3) of byte k of w, shifted to bit 4 of each byte (the 5th bit of a 5-bit quant)
+fn bit4(w: u32) -> u32 { return ((w & 1u) | ((w << 7u) & 0x100u) | ((w << 14u) & 0x10000u) | ((w << 21u) & 0x1000000u)) << 4u; }
+
+struct Item { w0: vec4<f32>, w1: vec4<f32>, e0: u32, e1: u32 }
+
+// where item i of a row lies (e0, e1): a function of i alone
+fn pos_q8_0(i: u32) -> vec2<u32> { let e = (i / 4u) * 32u + (i % 4u) * 8u; return vec2<u32>(e, e + 4u); }
+fn pos_q4(i: u32) -> vec2<u32> { let e = (i / 4u) * 32u + (i % 4u) * 4u; return vec2<u32>(e, e + 16u); }
+fn pos_k4(i: u32) -> vec2<u32> {
+  let w = i % 32u;
+  let e = (i / 32u) * 256u + (w / 8u) * 64u + (w % 8u) * 4u;
+  return vec2<u32>(e, e + 32u);
+}
+fn pos_q6_k(i: u32) -> vec2<u32> {
+  let w = i % 32u;
+  let e = (i / 32u) * 256u + (w / 16u) * 128u + ((w / 8u) % 2u) * 64u + (w % 8u) * 4u;
+  return vec2<u32>(e, e + 32u);
+}
+fn pos_flat(i: u32) -> vec2<u32> { return vec2<u32>(i * 8u, i * 8u + 4u); }
+
+// q8_0: 34 bytes = f16 d, 32 int8
+fn item_q8_0(rb: u32, i: u32) -> Item {
+  let p = pos_q8_0(i);
+  let base = rb + (i / 4u) * 34u;
+  let d = half_at(base);
+  let o = base + 2u + (i % 4u) * 8u;
+  return Item(d * sbytes(word_at(o)), d * sbytes(word_at(o + 4u)), p.x, p.y);
+}
+
+// q4_0: 18 bytes = f16 d, 16 bytes of nibbles (low: elements 0..15, high: 16..31), value d*(q-8)
+fn item_q4_0(rb: u32, i: u32) -> Item {
+  let p = pos_q4(i);
+  let base = rb + (i / 4u) * 18u;
+  let d = half_at(base);
+  let q = word_at(base + 2u + (i % 4u) * 4u);
+  return Item(d * (ubytes(q & 0x0f0f0f0fu) - 8.0), d * (ubytes((q >> 4u) & 0x0f0f0f0fu) - 8.0), p.x, p.y);
+}
+
+// q4_1: 20 bytes = f16 d, f16 m, 16 bytes of nibbles, value d*q + m
+fn item_q4_1(rb: u32, i: u32) -> Item {
+  let p = pos_q4(i);
+  let base = rb + (i / 4u) * 20u;
+  let dm = unpack2x16float(word_at(base));
+  let q = word_at(base + 4u + (i % 4u) * 4u);
+  return Item(dm.x * ubytes(q & 0x0f0f0f0fu) + dm.y, dm.x * ubytes((q >> 4u) & 0x0f0f0f0fu) + dm.y, p.x, p.y);
+}
+
+// q5_0: 22 bytes = f16 d, 32 high bits (u32, bit j for element j), 16 bytes of low nibbles,
+// value d*(q-16)
+fn item_q5_0(rb: u32, i: u32) -> Item {
+  let p = pos_q4(i);
+  let base = rb + (i / 4u) * 22u;
+  let d = half_at(base);
+  let qh = word_at(base + 2u);
+  let t = i % 4u;
+  let q = word_at(base + 6u + t * 4u);
+  let lo = (q & 0x0f0f0f0fu) | bit4(qh >> (t * 4u));
+  let hi = ((q >> 4u) & 0x0f0f0f0fu) | bit4(qh >> (16u + t * 4u));
+  return Item(d * (ubytes(lo) - 16.0), d * (ubytes(hi) - 16.0), p.x, p.y);
+}
+
+// q4_k / q5_k: 6-bit scale and min of sub-block s (0..7) from the 12 scale bytes (words s0 = bytes
+// 0..3, s1 = 4..7, s2 = 8..11 of the scale field)
+fn kscale(s: u32, s0: u32, s1: u32, s2: u32) -> vec2<f32> {
+  if (s < 4u) {
+    return vec2<f32>(f32((s0 >> (s * 8u)) & 63u), f32((s1 >> (s * 8u)) & 63u));
+  }
+  let b = (s - 4u) * 8u;
+  let sc = ((s2 >> b) & 0x0fu) | ((((s0 >> b) >> 6u) & 3u) << 4u);
+  let mn = (((s2 >> b) >> 4u) & 0x0fu) | ((((s1 >> b) >> 6u) & 3u) << 4u);
+  return vec2<f32>(f32(sc), f32(mn));
+}
+
+// q4_k: 144 bytes = f16 d, f16 dmin, 12 scale bytes, 128 bytes of nibbles; 8 sub-blocks of 32:
+// byte 32c + l holds element l of sub-block 2c (low nibble) and of 2c+1 (high); value
+// d*sc*q - dmin*m
+fn item_q4_k(rb: u32, i: u32) -> Item {
+  let p = pos_k4(i);
+  let base = rb + (i / 32u) * 144u;
+  let w = i % 32u;
+  let c = w / 8u;
+  let dm = unpack2x16float(word_at(base));
+  let s0 = word_at(base + 4u); let s1 = word_at(base + 8u); let s2 = word_at(base + 12u);
+  let a = kscale(2u * c, s0, s1, s2);
+  let b = kscale(2u * c + 1u, s0, s1, s2);
+  let q = word_at(base + 16u + w * 4u);
+  return Item(dm.x * a.x * ubytes(q & 0x0f0f0f0fu) - dm.y * a.y,
+              dm.x * b.x * ubytes((q >> 4u) & 0x0f0f0f0fu) - dm.y * b.y, p.x, p.y);
+}
+
+// q5_k: 176 bytes = f16 d, f16 dmin, 12 scale bytes, 32 bytes of high bits (bit s of byte l:
+// element l of sub-block s), 128 bytes of nibbles as in q4_k
+fn item_q5_k(rb: u32, i: u32) -> Item {
+  let p = pos_k4(i);
+  let base = rb + (i / 32u) * 176u;
+  let w = i % 32u;
+  let c = w / 8u;
+  let dm = unpack2x16float(word_at(base));
+  let s0 = word_at(base + 4u); let s1 = word_at(base + 8u); let s2 = word_at(base + 12u);
+  let a = kscale(2u * c, s0, s1, s2);
+  let b = kscale(2u * c + 1u, s0, s1, s2);
+  let qh = word_at(base + 16u + (w % 8u) * 4u);
+  let q = word_at(base + 48u + w * 4u);
+  let lo = (q & 0x0f0f0f0fu) | (((qh >> (2u * c)) & 0x01010101u) << 4u);
+  let hi = ((q >> 4u) & 0x0f0f0f0fu) | (((qh >> (2u * c + 1u)) & 0x01010101u) << 4u);
+  return Item(dm.x * a.x * ubytes(lo) - dm.y * a.y, dm.x * b.x * ubytes(hi) - dm.y * b.y, p.x, p.y);
+}
+
+// q6_k: 210 bytes = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one per
+// 16 elements), f16 d; element 128a + r: low nibble of byte 64a + r % 64 (high nibble when
+// r >= 64), high bits (r / 32) of byte 32a + r % 32; value d*scale*(q-32)
+fn item_q6_k(rb: u32, i: u32) -> Item {
+  let p = pos_q6_k(i);
+  let base = rb + (i / 32u) * 210u;
+  let w = i % 32u;
+  let a = w / 16u;
+  let h = (w / 8u) % 2u;
+  let l = (w % 8u) * 4u;
+  let d = half_at(base + 208u);
+  let qa = word_at(base + 64u * a + l);
+  let qb = word_at(base + 64u * a + 32u + l);
+  let qh = word_at(base + 128u + 32u * a + l);
+  let lo = ((qa >> (4u * h)) & 0x0f0f0f0fu) | (((qh >> (4u * h)) & 0x03030303u) << 4u);
+  let hi = ((qb >> (4u * h)) & 0x0f0f0f0fu) | (((qh >> (4u * h + 2u)) & 0x03030303u) << 4u);
+  let e = p.x % 256u;
+  let sa = f32(bitcast<i32>(byte_at(base + 192u + e / 16u) << 24u) >> 24u);
+  let sb = f32(bitcast<i32>(byte_at(base + 194u + e / 16u) << 24u) >> 24u);
+  return Item(d * sa * (ubytes(lo) - 32.0), d * sb * (ubytes(hi) - 32.0), p.x, p.y);
+}
+
+// plain halves / bfloat16 / floats, one element per "block"; a row's last item may pass K
+fn flat_elem(rb: u32, e: u32, kind: u32) -> f32 {
+  if (e >= u(2u)) { return 0.0; }
+  if (kind == 2u) { return bitcast<f32>(wq[(rb >> 2u) + e]); }
+  let o = rb + e * 2u;
+  let w = wq[o >> 2u];
+  let hv = select(w & 0xffffu, w >> 16u, (o & 2u) != 0u);
+  if (kind == 1u) { return bitcast<f32>(hv << 16u); }
+  return unpack2x16float(hv).x;
+}
+fn item_flat(rb: u32, i: u32, kind: u32) -> Item {
+  let p = pos_flat(i);
+  if (p.y + 4u <= u(2u) && kind == 2u) {
+    let o = (rb >> 2u) + p.x;
+    return Item(vec4<f32>(bitcast<f32>(wq[o]), bitcast<f32>(wq[o + 1u]), bitcast<f32>(wq[o + 2u]), bitcast<f32>(wq[o + 3u])),
+                vec4<f32>(bitcast<f32>(wq[o + 4u]), bitcast<f32>(wq[o + 5u]), bitcast<f32>(wq[o + 6u]), bitcast<f32>(wq[o + 7u])),
+                p.x, p.y);
+  }
+  if (p.y + 4u <= u(2u)) {
+    let o = rb + p.x * 2u;
+    let a = word_at(o); let b = word_at(o + 4u); let c = word_at(o + 8u); let d = word_at(o + 12u);
+    if (kind == 1u) {
+      return Item(vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xffff0000u), bitcast<f32>(b << 16u), bitcast<f32>(b & 0xffff0000u)),
+                  vec4<f32>(bitcast<f32>(c << 16u), bitcast<f32>(c & 0xffff0000u), bitcast<f32>(d << 16u), bitcast<f32>(d & 0xffff0000u)),
+                  p.x, p.y);
+    }
+    return Item(vec4<f32>(unpack2x16float(a), unpack2x16float(b)), vec4<f32>(unpack2x16float(c), unpack2x16float(d)), p.x, p.y);
+  }
+  var w0: vec4<f32>;
+  var w1: vec4<f32>;
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    w0[j] = flat_elem(rb, p.x + j, kind);
+    w1[j] = flat_elem(rb, p.y + j, kind);
+  }
+  return Item(w0, w1, p.x, p.y);
+}
+fn item_f16(rb: u32, i: u32) -> Item { return item_flat(rb, i, 0u); }
+fn item_bf16(rb: u32, i: u32) -> Item { return item_flat(rb, i, 1u); }
+fn item_f32(rb: u32, i: u32) -> Item { return item_flat(rb, i, 2u); }
+
+fn item(rb: u32, i: u32) -> Item { return item_{{QT}}(rb, i); }
+fn item_pos(i: u32) -> vec2<u32> { return {{POS}}(i); }
+
+//// gemv
+@group(0) @binding(2) var<storage, read> xin: array<f32>;
+@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+
+// ---- gemv: out (M, N) = x (M, K) @ dequantize(w).T for M <= MT ----------------------------------
+// R rows of the weight per workgroup, LANES = WG / R consecutive threads per row. Lanes take
+// consecutive items, so a row's words are read front to back by neighbouring threads (coalesced)
+// and each word once. x is staged in workgroup memory XS floats at a time (KC = XS / MT columns
+// of every x row), read back as vec4s next to the weights they multiply; the lanes' partial sums
+// meet in a tree in workgroup memory.
+const R: u32 = {{R}}u;
+const LANES: u32 = {{WG}}u / {{R}}u;
+const MT: u32 = {{MT}}u;
+const KC: u32 = {{XS}}u / {{MT}}u;
+var<workgroup> xs: array<vec4<f32>, {{XS4}}>;
+var<workgroup> red: array<f32, {{RED}}>;
+
+@compute @workgroup_size({{WG}})
+fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+  let M = u(0u); let N = u(1u); let K = u(2u);
+  let row = (wid.x + wid.y * nwg.x) * R + t / LANES;
+  let lane = t % LANES;
+  let live = row < N;
+  let rb = u(4u) + row * u(3u);
+  let nitems = u(6u);
+  let xo = u(5u);
+  var acc: array<f32, {{MT}}>;
+  for (var m = 0u; m < MT; m = m + 1u) { acc[m] = 0.0; }
+  for (var k0 = 0u; k0 < K; k0 = k0 + KC) {
+    for (var j = t; j < {{XS}}u; j = j + {{WG}}u) {
+      let m = j / KC;
+      let k = k0 + j % KC;
+      var v = 0.0;
+      if (m < M && k < K) { v = xin[xo + m * K + k]; }
+      xs[j / 4u][j % 4u] = v;
+    }
+    workgroupBarrier();
+    if (live) {
+      let i1 = min(nitems, (k0 + KC) / 8u);
+      for (var i = k0 / 8u + lane; i < i1; i = i + LANES) {
+        let it = item(rb, i);
+        let a = (it.e0 - k0) / 4u;
+        let b = (it.e1 - k0) / 4u;
+        for (var m = 0u; m < MT; m = m + 1u) {
+          acc[m] = acc[m] + dot(it.w0, xs[m * (KC / 4u) + a]) + dot(it.w1, xs[m * (KC / 4u) + b]);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = acc[m]; }
+  for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+    workgroupBarrier();
+    if (lane < s) {
+      for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = red[m * {{WG}}u + t] + red[m * {{WG}}u + t + s]; }
+    }
+  }
+  workgroupBarrier();
+  if (live && lane == 0u) {
+    for (var m = 0u; m < M; m = m + 1u) { out[m * N + row] = red[m * {{WG}}u + t]; }
+  }
+}
+
+//// tiled
+@group(0) @binding(2) var<storage, read> xin: array<f32>;
+@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+
+// ---- tiled: out (M, N) = x (M, K) @ dequantize(w).T, TM x TN outputs per workgroup -------------
+// Per 64-wide slice of k: TM rows of x and TN dequantized weight rows go to workgroup memory
+// (the weight tile is decoded once, 8 items per row), then 256 threads (16 x 16) each add up
+// (TM/16) x (TN/16) outputs; thread (ty, tx) owns rows ty + 16i and columns tx + 16j, so the
+// reads of both tiles are broadcasts or consecutive.
+const TK: u32 = 64u;
+const TM: u32 = {{TM}}u;
+const TN: u32 = {{TN}}u;
+var<workgroup> ta: array<f32, {{TA}}>;
+var<workgroup> tb: array<f32, {{TB}}>;
+
+@compute @workgroup_size(256)
+fn tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+  let M = u(0u); let N = u(1u); let K = u(2u);
+  let nitems = u(6u);
+  let xo = u(5u);
+  let m0 = wid.y * TM;
+  let n0 = wid.x * TN;
+  let tx = t % 16u;
+  let ty = t / 16u;
+  var acc: array<f32, {{ACC}}>;
+  for (var j = 0u; j < (TM / 16u) * (TN / 16u); j = j + 1u) { acc[j] = 0.0; }
+  for (var k0 = 0u; k0 < K; k0 = k0 + TK) {
+    for (var j = t; j < TM * TK; j = j + 256u) {
+      let m = j / TK;
+      let k = k0 + j % TK;
+      var v = 0.0;
+      if (m0 + m < M && k < K) { v = xin[xo + (m0 + m) * K + k]; }
+      ta[(j % TK) * TM + m] = v;
+    }
+    for (var j = t; j < TN * 8u; j = j + 256u) {
+      let n = j / 8u;
+      let i = k0 / 8u + j % 8u;
+      var it: Item;
+      if (n0 + n < N && i < nitems) {
+        it = item(u(4u) + (n0 + n) * u(3u), i);
+      } else {
+        let p = item_pos(i);
+        it = Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
+      }
+      let a = it.e0 - k0;
+      let b = it.e1 - k0;
+      for (var c = 0u; c < 4u; c = c + 1u) {
+        tb[(a + c) * TN + n] = it.w0[c];
+        tb[(b + c) * TN + n] = it.w1[c];
+      }
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < TK; k = k + 1u) {
+      var bv: array<f32, {{BV}}>;
+      for (var jn = 0u; jn < TN / 16u; jn = jn + 1u) { bv[jn] = tb[k * TN + tx + 16u * jn]; }
+      for (var im = 0u; im < TM / 16u; im = im + 1u) {
+        let av = ta[k * TM + ty + 16u * im];
+        for (var jn = 0u; jn < TN / 16u; jn = jn + 1u) {
+          acc[im * (TN / 16u) + jn] = acc[im * (TN / 16u) + jn] + av * bv[jn];
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var im = 0u; im < TM / 16u; im = im + 1u) {
+    let m = m0 + ty + 16u * im;
+    for (var jn = 0u; jn < TN / 16u; jn = jn + 1u) {
+      let n = n0 + tx + 16u * jn;
+      if (m < M && n < N) { out[m * N + n] = acc[im * (TN / 16u) + jn]; }
+    }
+  }
+}
+
+//// dequant
+@group(0) @binding(2) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+
+// ---- dequant: out (N, K) f32, one thread per item ----------------------------------------------
+@compute @workgroup_size({{WG}})
+fn dequant(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let g = gid.x + gid.y * nwg.x * {{WG}}u;
+  let nitems = u(6u);
+  let K = u(2u);
+  if (g >= u(1u) * nitems) { return; }
+  let row = g / nitems;
+  let it = item(u(4u) + row * u(3u), g % nitems);
+  for (var c = 0u; c < 4u; c = c + 1u) {
+    if (it.e0 + c < K) { out[row * K + it.e0 + c] = it.w0[c]; }
+    if (it.e1 + c < K) { out[row * K + it.e1 + c] = it.w1[c]; }
+  }
+}
+
+//// embed
+@group(0) @binding(2) var<storage, read> ids: array<i32>;
+@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+
+// ---- embed: out (M, K) f32 = rows ids[0..M) of the weight; an id outside [0, N) gives zeros
+// (the Python side raises first wherever the ids' range is known without reading the GPU).
+@compute @workgroup_size({{WG}})
+fn embed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let g = gid.x + gid.y * nwg.x * {{WG}}u;
+  let nitems = u(6u);
+  let K = u(2u);
+  if (g >= u(0u) * nitems) { return; }
+  let r = g / nitems;
+  let id = ids[u(5u) + r];
+  var it: Item;
+  if (id >= 0 && u32(id) < u(1u)) {
+    it = item(u(4u) + u32(id) * u(3u), g % nitems);
+  } else {
+    let p = item_pos(g % nitems);
+    it = Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
+  }
+  for (var c = 0u; c < 4u; c = c + 1u) {
+    if (it.e0 + c < K) { out[r * K + it.e0 + c] = it.w0[c]; }
+    if (it.e1 + c < K) { out[r * K + it.e1 + c] = it.w1[c]; }
+  }
+}

@@ -1,0 +1,376 @@
+"""WebGPU kernels for the LLM ops: quantized weights (``qlinear``, ``qembedding``, ``dequantize``)
+and the llama ops (``attention_cached``, ``rms_norm``, ``rope``). WGSL in ``kernels/quant.wgsl``
+and ``kernels/llm.wgsl``; ``build_kernels`` gives the backend's kernel table its entries (the
+table keeps only the ops the registry declares).
+
+**Quantized weights.** A weight is an int32 tensor of raw GGUF block bytes (``ember.quant``):
+the kernels read it as u32 words and cut out bytes, nibbles and halves; nothing is expanded to
+float in memory (``dequantize`` excepted, which is asked to). Formats: q8_0, q4_0, q4_1, q5_0,
+q4_k, q5_k, q6_k, f16, bf16, f32.
+
+- ``qlinear`` with few rows of x (``M <= GEMV_MAX_M``, decode): ``gemv``, R weight rows per
+  workgroup of 256 threads, the row's words read front to back by neighbouring threads (each
+  word once), x staged in workgroup memory, one tree reduction per workgroup. ``R`` follows the
+  row length (``gemv_rows``; ``EMBER_QLINEAR_ROWS`` forces it, for benchmarks).
+- more rows (prompt): ``tiled``, 64x64 (or 32x64 / 32x32 where workgroup memory is small) output
+  tiles, the weight tile decoded once per 64-wide slice of k into workgroup memory.
+
+>>> import ember, numpy as np                                      # doctest: +SKIP
+>>> from gguf.quants import quantize; from gguf import GGMLQuantizationType as G   # doctest: +SKIP
+>>> raw = quantize(np.ones((4, 32), np.float32), G.Q8_0)          # 4 rows of 34 bytes # doctest: +SKIP
+>>> w = ember.from_numpy(np.frombuffer(raw.tobytes(), "<i4").copy(), device="webgpu")   # doctest: +SKIP
+>>> x = ember.ones((1, 32), device="webgpu")                      # doctest: +SKIP
+>>> ember.qlinear(x, w, qtype="q8_0", n=4, k=32).tolist()         # doctest: +SKIP
+[[32.0, 32.0, 32.0, 32.0]]
+
+**attention_cached and the caches.** ``k_cache``/``v_cache`` are written IN PLACE: one
+``kv_write`` dispatch stores k, v at rows ``pos..pos+T-1``, then one ``attn`` dispatch per call
+runs causal grouped-query attention (a workgroup per (query, head), online softmax over rows
+``0..pos+t``). ``pos`` is read by the shaders from its buffer, never by Python, so the two
+dispatches are plain recorded kernel calls that an ``ember.compile`` plan replays unchanged with
+a new ``pos``. How the write stays in place:
+
+- the kernels write the buffer of the cache tensor's own ``GBuf``: a lazy cache (``ember.zeros``
+  is a constant expression with no storage yet) is realised in place first (``fusion.realize``
+  fills that same GBuf object, so the tensor keeps the storage), and a cache that is not
+  contiguous raises DTypeError/ShapeError instead of being copied (a write into a copy would be
+  lost);
+- the pool hands a buffer out again only when its ``Storage`` is garbage: the cache tensor holds
+  it for as long as it lives, and every replay of a plan passes the same tensor objects (a plan
+  holds tensors made outside the capture by reference);
+- a plan never folds the call as a constant: its q, k, v (and usually pos) derive from the
+  plan's inputs; the caches themselves are held by reference, not copied;
+- the write and the attention are two dispatches of the same compute pass: WebGPU orders a
+  dispatch's storage writes before the next dispatch's reads, and each later call's write after
+  the earlier call's reads;
+- not covered: a lazy (not yet run) elementwise expression that reads a cache, recorded before
+  the call and run after it, sees the new rows (as a view would). Read caches only through
+  ``attention_cached`` or after ``ember.webgpu.evaluate``.
+
+``pos + T > C`` (or ``pos < 0``) raises IndexingError where ``pos``'s value is known without a
+GPU read (a tensor uploaded from the host remembers its range; that is the case of the token
+position fed to a plan); for a ``pos`` computed on the GPU nothing is read back, and the kernels
+skip rows outside the cache (keys/values past ``C`` are dropped, attention stops at row C - 1).
+``qembedding`` checks its ids the same way (an unknown range: ids outside ``[0, n)`` give rows
+of zeros, no readback).
+"""
+from __future__ import annotations
+
+import os
+from math import prod
+
+from .. import dtypes as _dt
+from ..errors import DTypeError, IndexingError, ShapeError
+from .driver import grid_1d
+from .fusion import GBuf, Node, contiguous, realize, wgsl_type
+from .runtime import f32_bits, kernel_source, pack_info, render
+
+# (elements per block, bytes per block) of each format the kernels decode (GGUF's layouts)
+BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
+          "q4_1": (32, 20), "q5_0": (32, 22), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+_POS = {"q8_0": "pos_q8_0", "q4_0": "pos_q4", "q4_1": "pos_q4", "q5_0": "pos_q4", "q4_k": "pos_k4",
+        "q5_k": "pos_k4", "q6_k": "pos_q6_k", "f16": "pos_flat", "bf16": "pos_flat", "f32": "pos_flat"}
+
+WG = 256
+GEMV_MAX_M = 8      # x rows up to which qlinear runs the matrix-vector kernel
+
+
+def row_bytes(qtype: str, k: int) -> int:
+    """Bytes of one weight row of ``k`` elements in ``qtype``."""
+    block, nbytes = BLOCKS[qtype]
+    return k // block * nbytes
+
+
+def section_source(name: str, entry: str) -> str:
+    """``kernels/<name>.wgsl``'s prelude and the section of ``entry`` (its lines after
+    ``//// entry`` up to the next ``////`` line)."""
+    src = kernel_source(name)
+    parts = src.split("\n//// ")
+    for p in parts[1:]:
+        head, _, body = p.partition("\n")
+        if head.strip() == entry:
+            return parts[0] + "\n" + body
+    raise KeyError(f"{name}.wgsl has no section {entry!r}")
+
+
+_PIPES: dict = {}
+
+
+def _pipe(rt, name: str, entry: str, params: dict):
+    key = (name, entry, tuple(sorted(params.items())))
+    p = _PIPES.get(key)
+    if p is not None and p[0] is rt:
+        return p[1]
+    pipe = rt.pipeline(("sections",) + key, lambda: render(section_source(name, entry), params), entry)
+    _PIPES[key] = (rt, pipe)
+    return pipe
+
+
+def _info(words) -> tuple:
+    n = max(2, (len(words) + 3) // 4)
+    return pack_info(words, n * 4), n
+
+
+def _whole(g: GBuf):
+    return (g.storage.buf, 0, g.storage.nbytes)
+
+
+def _f32(rt, g: GBuf) -> GBuf:
+    """``g`` as a realised, contiguous f32 buffer (an offset allowed)."""
+    if wgsl_type(g.dtype) != "f32":
+        from ..registry import Meta
+        from . import fusion
+
+        g = fusion.record(rt, "_cast", Meta(g.shape, _dt.float32), [g])
+    return contiguous(realize(g))
+
+
+def _copy(g: GBuf) -> GBuf:
+    return realize(GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g)))
+
+
+def _check_format(op, qtype, n, k, w):
+    if qtype not in BLOCKS:
+        raise DTypeError(f"{op}: webgpu has no kernel for qtype {qtype!r} (it has {', '.join(BLOCKS)})")
+    block = BLOCKS[qtype][0]
+    if k % block:
+        raise ShapeError(f"{op}: k={k} is not a multiple of the {qtype} block of {block} elements")
+    if w.dtype is not _dt.int32:
+        raise DTypeError(f"{op}: the weight of a {qtype} tensor is int32 words of raw blocks, got {w.dtype.name}")
+    need = (n * row_bytes(qtype, k) + 3) // 4
+    if w._buf.size < need:
+        raise ShapeError(f"{op}: a ({n}, {k}) {qtype} weight needs {need} int32 words, got {w._buf.size}")
+
+
+def _weight(w) -> GBuf:
+    return contiguous(realize(w._buf))
+
+
+def _prelude_params(qtype, k, gw) -> dict:
+    rb = row_bytes(qtype, k)
+    al = BLOCKS[qtype][1] % 4 == 0 and rb % 4 == 0 and (qtype != "f16" and qtype != "bf16" or k % 2 == 0)
+    return {"QT": qtype, "POS": _POS[qtype], "AL": "true" if al else "false"}
+
+
+def gemv_rows(k: int) -> int:
+    """Weight rows per ``gemv`` workgroup (256 threads) for rows of ``k`` elements: 64 lanes per
+    row from 512 items (k = 4096), 32 from 128, else 16 (few items per lane otherwise)."""
+    forced = os.environ.get("EMBER_QLINEAR_ROWS")
+    if forced:
+        return int(forced)
+    items = (k + 7) // 8
+    return 4 if items >= 512 else 8 if items >= 128 else 16
+
+
+def _shared(rt) -> int:
+    return int(rt.limits.get("max_compute_workgroup_storage_size", 16384))
+
+
+def qlinear(rt, out, x, w, *, qtype, n, k, **_):
+    """The ``qlinear`` kernel: ``x @ dequantize(w).T`` without expanding ``w``."""
+    _check_format("qlinear", qtype, n, k, w)
+    if x.shape[-1] != k:
+        raise ShapeError(f"qlinear: x has {x.shape[-1]} features, the weight {k}")
+    M = prod(x.shape[:-1])
+    st = rt.alloc(M * n * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=st)
+    if M == 0 or n == 0:
+        return res
+    gx = _f32(rt, x._buf)
+    gw = _weight(w)
+    params = _prelude_params(qtype, k, gw)
+    words = [M, n, k, row_bytes(qtype, k), gw.offset * 4, gx.offset, (k + 7) // 8]
+    info, info_n = _info(words)
+    params["INFO"] = info_n
+    bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
+    if M <= GEMV_MAX_M:
+        mt = 1 << (M - 1).bit_length()
+        r = gemv_rows(k)
+        xs = 4096 if _shared(rt) >= 32768 else 2048
+        params.update(WG=WG, R=r, MT=mt, XS=xs, XS4=xs // 4, RED=WG * mt)
+        pipe = _pipe(rt, "quant", "gemv", params)
+        rt.dispatch(pipe, bufs, info, grid_1d((n + r - 1) // r, rt.max_groups))
+    else:
+        tm, tn = tile_sizes(rt)
+        params.update(TM=tm, TN=tn, TA=64 * tm, TB=64 * tn, ACC=(tm // 16) * (tn // 16), BV=tn // 16)
+        pipe = _pipe(rt, "quant", "tiled", params)
+        rt.dispatch(pipe, bufs, info, ((n + tn - 1) // tn, (M + tm - 1) // tm, 1))
+    return res
+
+
+def tile_sizes(rt) -> tuple:
+    """(TM, TN) of the ``tiled`` kernel: the largest of 64x64, 32x64, 32x32 whose two 64-deep
+    tiles fit the adapter's workgroup memory."""
+    sh = _shared(rt)
+    for tm, tn in ((64, 64), (32, 64), (32, 32)):
+        if (tm + tn) * 64 * 4 <= sh:
+            return tm, tn
+    return 16, 16
+
+
+def dequantize(rt, out, w, *, qtype, n, k, **_):
+    """The ``dequantize`` kernel: the (n, k) float32 matrix."""
+    _check_format("dequantize", qtype, n, k, w)
+    st = rt.alloc(n * k * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=st)
+    total = n * ((k + 7) // 8)
+    if total == 0:
+        return res
+    gw = _weight(w)
+    params = _prelude_params(qtype, k, gw)
+    info, info_n = _info([0, n, k, row_bytes(qtype, k), gw.offset * 4, 0, (k + 7) // 8])
+    params.update(INFO=info_n, WG=WG)
+    pipe = _pipe(rt, "quant", "dequant", params)
+    rt.dispatch(pipe, [(st.buf, 0, n * k * 4), _whole(gw)], info, grid_1d((total + WG - 1) // WG, rt.max_groups))
+    return res
+
+
+def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
+    """The ``qembedding`` kernel: rows ``ids`` of the weight, ``ids.shape + (k,)`` float32."""
+    _check_format("qembedding", qtype, n, k, w)
+    if ids.dtype.kind not in "iu":
+        raise DTypeError(f"qembedding: ids must be integers, got {ids.dtype.name}")
+    gi = ids._buf
+    M = prod(ids.shape)
+    st = rt.alloc(M * k * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=st)
+    if M == 0 or k == 0:
+        return res
+    b = gi.bounds
+    if b is not None and (b[0] < 0 or b[1] >= n):
+        bad = b[0] if b[0] < 0 else b[1]
+        raise IndexingError(f"qembedding: id {bad} is out of range for a weight of {n} rows ({qtype}, k={k})")
+    gi = contiguous(realize(gi))
+    if wgsl_type(gi.dtype) != "i32":      # uint8/bool ids: as i32
+        from ..registry import Meta
+        from . import fusion
+
+        gi = realize(fusion.record(rt, "_cast", Meta(gi.shape, _dt.int32), [gi]))
+    gw = _weight(w)
+    params = _prelude_params(qtype, k, gw)
+    info, info_n = _info([M, n, k, row_bytes(qtype, k), gw.offset * 4, gi.offset, (k + 7) // 8])
+    params.update(INFO=info_n, WG=WG)
+    pipe = _pipe(rt, "quant", "embed", params)
+    total = M * ((k + 7) // 8)
+    rt.dispatch(pipe, [(st.buf, 0, M * k * 4), _whole(gw), _whole(gi)], info,
+                grid_1d((total + WG - 1) // WG, rt.max_groups))
+    return res
+
+
+# ---- llama ops -----------------------------------------------------------------------------
+
+ATTN_WG = 64
+
+
+def _cache(op, t, name, shape) -> GBuf:
+    """The cache tensor's own buffer, realised in place (see the module docstring)."""
+    if t.dtype is not _dt.float32:
+        raise DTypeError(f"{op}: {name} must be float32 (it is written in place), got {t.dtype.name}")
+    g = realize(t._buf)
+    if tuple(g.shape) != tuple(shape) or not g.is_contiguous():
+        raise ShapeError(f"{op}: {name} {tuple(g.shape)} must be a contiguous {tuple(shape)} tensor "
+                         f"(it is written in place: a strided view cannot be)")
+    return g
+
+
+def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
+    """The ``attention_cached`` kernels: write k, v into the caches at rows pos.., then causal
+    grouped-query attention of q over rows 0..pos+t (see the module docstring)."""
+    op = "attention_cached"
+    T, Hq, D = q.shape
+    C, Hkv, Dc = k_cache.shape
+    if k.shape != (T, Hkv, D) or v.shape != (T, Hkv, D) or v_cache.shape != (C, Hkv, D) or Dc != D:
+        raise ShapeError(f"{op}: q {q.shape}, k {k.shape}, v {v.shape}, k_cache {k_cache.shape}, "
+                         f"v_cache {v_cache.shape} do not fit (T, Hq, D), (T, Hkv, D), (C, Hkv, D)")
+    if Hkv == 0 or Hq % Hkv:
+        raise ShapeError(f"{op}: {Hq} query heads are not a multiple of {Hkv} key/value heads")
+    gp = pos._buf
+    if pos.dtype.kind != "i" or prod(pos.shape) != 1:
+        raise DTypeError(f"{op}: pos must be one int32 value, got {pos.dtype.name} {pos.shape}")
+    b = gp.bounds
+    if b is not None and (b[0] < 0 or b[1] + T > C):
+        raise IndexingError(f"{op}: pos {b[1] if b[0] >= 0 else b[0]} + T {T} does not fit a cache of {C} rows")
+    gkc = _cache(op, k_cache, "k_cache", (C, Hkv, D))
+    gvc = _cache(op, v_cache, "v_cache", (C, Hkv, D))
+    gp = realize(gp)
+    res_st = rt.alloc(T * Hq * D * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=res_st)
+    if T * Hq * D == 0:
+        return res
+    gk, gv, gq = _f32(rt, k._buf), _f32(rt, v._buf), _f32(rt, q._buf)
+    caches = (gkc.storage, gvc.storage)
+    # (a buffer may not be bound writable and read-only in one dispatch: inputs that share a
+    # cache's buffer are copied first)
+    if gk.storage in caches:
+        gk = _copy(gk)
+    if gv.storage in caches:
+        gv = _copy(gv)
+    n = T * Hkv * D
+    if n:
+        info, info_n = _info([n, C, Hkv * D, gkc.offset, gvc.offset, gk.offset, gv.offset, gp.offset])
+        pipe = _pipe(rt, "llm", "kv_write", {"INFO": info_n, "WG": WG})
+        rt.dispatch(pipe, [_whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)], info,
+                    grid_1d((n + WG - 1) // WG, rt.max_groups))
+    dpt = (D + ATTN_WG - 1) // ATTN_WG
+    info, info_n = _info([T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset])
+    pipe = _pipe(rt, "llm", "attn", {"INFO": info_n, "WG": ATTN_WG, "DPT": dpt, "QS": dpt * ATTN_WG})
+    rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gp)],
+                info, grid_1d(T * Hq, rt.max_groups))
+    return res
+
+
+def rms_norm(rt, out, x, w, *, eps, **_):
+    """The ``rms_norm`` kernel: one dispatch (the composite is a reduction and a fused chain)."""
+    from ..registry import OPS
+
+    D = x.shape[-1] if x.shape else 1
+    if x.dtype is not _dt.float32 or w.dtype is not _dt.float32 or tuple(w.shape) != (D,):
+        return OPS["rms_norm"].decompose(x, w, eps=eps)._buf
+    rows = prod(x.shape[:-1])
+    st = rt.alloc(rows * D * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=st)
+    if rows * D == 0:
+        return res
+    gx, gw = _f32(rt, x._buf), _f32(rt, w._buf)
+    wg = 64 if D <= 256 else 256
+    info, info_n = _info([rows, D, f32_bits(eps), gx.offset, gw.offset])
+    pipe = _pipe(rt, "llm", "rms_norm", {"INFO": info_n, "WG": wg})
+    rt.dispatch(pipe, [(st.buf, 0, rows * D * 4), _whole(gx), _whole(gw)], info, grid_1d(rows, rt.max_groups))
+    return res
+
+
+def rope(rt, out, x, cos, sin, *, mode="pairs", **_):
+    """The ``rope`` kernel: one dispatch (x (T, H, D), cos/sin (T, D/2), float32)."""
+    from ..registry import OPS
+
+    ok = (len(x.shape) == 3 and x.dtype is _dt.float32 and cos.dtype is _dt.float32 and sin.dtype is _dt.float32
+          and x.shape[2] % 2 == 0 and tuple(cos.shape) == (x.shape[0], x.shape[2] // 2)
+          and tuple(sin.shape) == tuple(cos.shape) and mode in ("pairs", "halves"))
+    if not ok:
+        return OPS["rope"].decompose(x, cos, sin, mode=mode)._buf
+    T, H, D = x.shape
+    n = T * H * D
+    st = rt.alloc(n * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=st)
+    if n == 0:
+        return res
+    gx, gc, gs = _f32(rt, x._buf), _f32(rt, cos._buf), _f32(rt, sin._buf)
+    pairs = n // 2
+    info, info_n = _info([pairs, H, D // 2, int(mode == "halves"), gx.offset, gc.offset, gs.offset])
+    pipe = _pipe(rt, "llm", "rope", {"INFO": info_n, "WG": WG})
+    rt.dispatch(pipe, [(st.buf, 0, n * 4), _whole(gx), _whole(gc), _whole(gs)], info,
+                grid_1d((pairs + WG - 1) // WG, rt.max_groups))
+    return res
+
+
+def build_kernels(rt) -> dict:
+    """Entries for the backend's kernel table (``kernel(out, *inputs, **attrs) -> GBuf``)."""
+    def bind(f):
+        def kernel(out, *args, **kw):
+            return f(rt, out, *args, **kw)
+        kernel.__name__ = f"webgpu_{f.__name__}"
+        return kernel
+
+    return {name: bind(f) for name, f in (("qlinear", qlinear), ("dequantize", dequantize),
+                                          ("qembedding", qembedding), ("attention_cached", attention_cached),
+                                          ("rms_norm", rms_norm), ("rope", rope))}
