@@ -377,17 +377,20 @@ async function main() {
   // The GGUF (98 MB; the Cache API's copy after the first visit) downloads in the worker while
   // Pyodide starts.
   let cachedModel = false;
+  const download = { reports: 0, label: "" };   // info.download: what the bar said about the GGUF
   worker = await loadEmber({
     worker: true, onProgress: bar.boot, prefetch: [ggufUrl, "app.py"],
     onDownload: (p) => {
       if (p.url !== ggufUrl) return;
       cachedModel = p.cached;
-      bar.weights(p.fraction, p.cached ? "model (from the browser's cache)"
+      download.reports += 1;
+      download.label = p.cached ? "model (from the browser's cache)"
         : `model ${(p.loaded / MB).toFixed(1)} / ${p.total ? (p.total / MB).toFixed(1) : "?"} MB` +
-          (p.total ? ` (${(100 * p.loaded / p.total).toFixed(0)}%)` : ""));
+          (p.total ? ` (${(100 * p.loaded / p.total).toFixed(0)}%)` : "");
+      bar.weights(p.fraction, download.label);
     },
   });
-  info = { ...worker.info, webgpu: false, webgpuError: null };
+  info = { ...worker.info, webgpu: false, webgpuError: null, download };
   window.emberDemo.info = info;
   window.emberDemo.worker = worker;
   steps.emberReady = performance.now() - t0;
