@@ -34,11 +34,12 @@ PYODIDE_DIR = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
 
 # What each job needs in the virtual environment. torch is never a runtime or test dependency:
 # it only produced committed golden files and the demo weights (see demos/*/train.py).
-REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel"]
+REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel", "jinja2>=3.1.6"]
 REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "onnxruntime",
                        "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1",
                        "sympy",  # onnxruntime.transformers (optimizer tests) needs it
-                       "rapidocr-onnxruntime==1.4.4"]
+                       "rapidocr-onnxruntime==1.4.4",
+                       "tokenizers==0.23.3"]   # the reference that tests/test_tokenizers.py checks ember against
 # Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
 APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
