@@ -343,6 +343,9 @@ class Plan:
                 self.free[i].append(s)
         self._program = [(st.kernel, st.ins, st.outs[0] if not st.multi else st.outs, st.meta,
                           st.attrs, st.device, st.multi, tuple(f)) for st, f in zip(self.steps, self.free)]
+        # A backend's compiled replay (``backend.compile_plan(plan)``, e.g. the wasm backend's
+        # command tables), asked for on the first replay; False: none, replay step by step.
+        self.fast = None
 
     def __len__(self) -> int:
         """The number of kernel calls (host steps not counted)."""
@@ -363,6 +366,15 @@ class Plan:
         return out
 
     def run(self, inputs):
+        fast = self.fast
+        if fast is None:
+            fast = self.fast = _compiled_replay(self)
+        if fast is not False:
+            return fast(inputs)
+        return self._run_steps(inputs)
+
+    def _run_steps(self, inputs):
+        """Replay step by step: each kernel called from Python."""
         from .tensor import Tensor
 
         wrap = Tensor._wrap
@@ -382,6 +394,19 @@ class Plan:
             for s in free:
                 vals[s] = None
         return unflatten(self.out_tree, [vals[s] for s in self.out_slots])
+
+
+def _compiled_replay(plan):
+    """``backend.compile_plan(plan)`` when every kernel call of the plan is on one device whose
+    backend offers one (a callable taking the inputs, as ``Plan.run``), else False."""
+    devices = {st.device for st in plan.steps if st.multi != HOST}
+    if len(devices) != 1:
+        return False
+    from .backends import get_backend
+
+    make = getattr(get_backend(devices.pop()), "compile_plan", None)
+    fast = make(plan) if make is not None else None
+    return fast if fast is not None else False
 
 
 # ---- argument trees ---------------------------------------------------------------------------

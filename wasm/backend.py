@@ -45,6 +45,12 @@ class WasmBackend(PythonBackend):
             self.kernels.update(table)
             self.native.update(table)
 
+    def compile_plan(self, plan):
+        """A replay of ``plan`` as command tables run inside the module (``plan_exec``), or None."""
+        from .plan_exec import compile_plan
+
+        return compile_plan(self, plan)
+
     @staticmethod
     def available():
         try:

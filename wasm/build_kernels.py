@@ -11,11 +11,21 @@ sources a shipped module came from. The build is deterministic: the same sources
 give the same bytes (tests/test_wasm_module.py rebuilds and compares).
 
 ``--check`` exits 1 when the module at ``--out`` is missing or was built from other sources.
+
+The dispatch of ``kernels/exec.c`` (the command-table runner a replayed plan calls once, see
+``plan_exec.py``) is generated here, into the build's temporary folder: every exported kernel
+(``EXPORT(name)`` in the preprocessed sources, ``ember_*`` aside) becomes one ``case`` of a
+switch, numbered in the order of its sorted name, that loads its arguments from the table's
+words. No function pointers: the build strips tables. The numbering and the argument types
+are fixed by the exports alone, so the Python side derives the same list from the module's
+export and type sections; ``ember_abi()`` returns a hash of that list (``abi_hash``) that the
+Python side compares before it runs any table.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "kernels")
 OUT = os.path.join(HERE, "kernels.wasm")
 SECTION = "ember.sources"
+DISPATCH_HEADER = "ember_dispatch.h"   # generated into the build folder, included by exec.c
+GENERATOR = "exec-dispatch 1"         # part of the source hash: a new generator rebuilds
 # -ffreestanding/-fno-builtin: never call memset/memcpy (there is no libc to link);
 # -mbulk-memory: a struct copy becomes memory.copy instead of a call; -mnontrapping-fptoint:
 # saturating float -> int conversions (the cast semantics ember pins on every backend).
@@ -42,7 +54,7 @@ def sources() -> list:
 
 def source_hash() -> str:
     h = hashlib.sha256()
-    h.update(" ".join(CFLAGS + LDFLAGS).encode())
+    h.update(" ".join(CFLAGS + LDFLAGS + [GENERATOR]).encode())
     for name in sources():
         h.update(b"\0" + name.encode() + b"\0")
         with open(os.path.join(SRC, name), "rb") as f:
@@ -74,6 +86,110 @@ def find_clang():
     return None
 
 
+# ---- the generated dispatch of exec.c ------------------------------------------------------
+
+_EXPORT = re.compile(r'__attribute__\(\(export_name\("(\w+)"\)\)\)\s*([\w\s\*]+?)\s*\b(\w+)\s*\(([^)]*)\)')
+_SCALARS = {"f32": "f", "float": "f", "double": "F", "i64": "I", "long long": "I", "unsigned long long": "I",
+            "u64": "I"}
+
+
+def _wasm_type(ctype: str) -> str:
+    """The WebAssembly value type of a C parameter or result type, as one letter: i (i32, and
+    every pointer), f (f32), I (i64), F (f64); '' for void."""
+    t = " ".join(w for w in ctype.replace("*", " * ").split() if w not in ("const", "volatile", "restrict"))
+    if "*" in t or "[" in t:
+        return "i"
+    if t == "void":
+        return ""
+    return _SCALARS.get(t, "i")
+
+
+def _param(text: str) -> tuple:
+    """(C type, wasm letter) of one parameter declaration such as ``const f32 *x``."""
+    text = text.strip()
+    if "[" in text:
+        text = text[:text.index("[")].strip() + " *"
+        return text, "i"
+    m = re.match(r"^(.*?)(\w+)$", text)
+    ctype = m.group(1).strip() if m and m.group(1).strip() else text
+    return ctype, _wasm_type(ctype)
+
+
+def signature_ok(params: str, result: str) -> bool:
+    """Whether a kernel of this wasm signature can sit in a command table (the same rule the
+    Python side applies to the module's types): scalar/pointer parameters, no result or an i32."""
+    return set(params) <= set("ifIF") and result in ("", "i")
+
+
+def abi_hash(kernels) -> int:
+    """32-bit FNV-1a of ``name:params:result;`` over the dispatchable kernels in id order."""
+    h = 0x811C9DC5
+    for name, params, result in kernels:
+        for b in f"{name}:{params}:{result};".encode():
+            h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def exported_kernels(clang: str) -> list:
+    """[(name, C result type, [(C type, wasm letter)...])] of every ``EXPORT``ed kernel, from the
+    preprocessed sources (macros expanded), sorted by name."""
+    found = {}
+    for f in sources():
+        if not f.endswith(".c") or f == "exec.c":
+            continue
+        proc = subprocess.run([clang, *CFLAGS, "-E", "-P", f], cwd=SRC, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"preprocessing {f} failed:\n{proc.stderr}")
+        text = " ".join(proc.stdout.split())
+        for m in _EXPORT.finditer(text):
+            name, ret, fname, params = m.groups()
+            if name != fname or name.startswith("ember_"):
+                continue
+            plist = [] if params.strip() in ("", "void") else [_param(p) for p in params.split(",")]
+            found[name] = (name, ret.strip(), plist)
+    return [found[k] for k in sorted(found)]
+
+
+def dispatch_source(kernels: list) -> str:
+    """The C header exec.c includes: declarations, EMBER_ABI and ``ember_dispatch``."""
+    table, lines = [], []
+    for name, ret, plist in kernels:
+        params, result = "".join(w for _, w in plist), _wasm_type(ret)
+        if signature_ok(params, result):
+            table.append((name, ret, plist, params, result))
+    lines.append("/* Generated by wasm/build_kernels.py from the EXPORTed kernel prototypes: do not edit. */")
+    lines.append(f"#define EMBER_ABI 0x{abi_hash([(n, p, r) for n, _, _, p, r in table]):08x}u")
+    lines.append(f"#define EMBER_KERNELS {len(table)}")
+    for name, ret, plist, _, _ in table:
+        decl = ", ".join(f"{t} a{i}" for i, (t, _) in enumerate(plist)) or "void"
+        lines.append(f"{ret} {name}({decl});")
+    lines.append("/* Runs kernel `id` on the argument words `a` (n of them): -1 for an unknown id or a wrong")
+    lines.append("   word count, else (has_result << 32) | result. */")
+    lines.append("static inline i64 ember_dispatch(i32 id, const i32 *a, i32 n) {")
+    lines.append("  switch (id) {")
+    for k, (name, ret, plist, params, result) in enumerate(table):
+        args, w = [], 0
+        for t, letter in plist:
+            if letter == "f":
+                args.append(f"ember_word_f32(a[{w}])")
+            elif letter == "I":
+                args.append(f"ember_word_i64(a[{w}], a[{w + 1}])")
+            elif letter == "F":
+                args.append(f"ember_word_f64(a[{w}], a[{w + 1}])")
+            elif "*" in t:
+                args.append(f"({t})(__UINTPTR_TYPE__)(u32)a[{w}]")
+            else:
+                args.append(f"({t})a[{w}]")
+            w += 2 if letter in "IF" else 1
+        call = f"{name}({', '.join(args)})"
+        body = (f"return ((i64)1 << 32) | (u32)(i32){call};" if result else f"{call}; return 0;")
+        lines.append(f"  case {k}: if (n != {w}) return -1; {body}")
+    lines.append("  default: return -1;")
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def build(out: str = OUT) -> str:
     """Compile and link the module into ``out``; returns ``out``. Raises SystemExit with what
     is missing when clang or lld are not installed."""
@@ -85,8 +201,10 @@ def build(out: str = OUT) -> str:
     cs = [os.path.join(SRC, f) for f in sources() if f.endswith(".c")]
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "k.wasm")
+        with open(os.path.join(tmp, DISPATCH_HEADER), "w") as f:
+            f.write(dispatch_source(exported_kernels(clang)))
         # Relative paths and a fixed working dir keep the output independent of the checkout path.
-        cmd = [clang, *CFLAGS, *LDFLAGS, "-o", raw, *[os.path.relpath(c, SRC) for c in cs]]
+        cmd = [clang, *CFLAGS, *LDFLAGS, "-I", tmp, "-o", raw, *[os.path.relpath(c, SRC) for c in cs]]
         proc = subprocess.run(cmd, cwd=SRC, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"wasm kernel build failed ({' '.join(cmd)}):\n{proc.stderr}")

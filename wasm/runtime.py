@@ -24,8 +24,10 @@ ember.errors.BoundsError: wasm kernel buffer: 2 elements from offset 0 exceed a 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import importlib.resources
 import sys
+import weakref
 
 from ..errors import BoundsError, DeviceError
 
@@ -163,11 +165,22 @@ class WasmtimeRuntime:
         self.instance = wasmtime.Instance(self.store, self.module, [self.memory])
         self.exports = self.instance.exports(self.store)
         self._fns = {}
+        self._arenas = weakref.WeakSet()
         # Free wasmtime's objects before interpreter shutdown tears down its ctypes bindings
         # (otherwise their __del__ fails noisily at exit).
         atexit.register(self.close)
 
+    def arena(self) -> "WasmtimeArena":
+        """A fresh instance of the kernel module on a memory of its own: where a replayed plan's
+        command table and buffers live under wasmtime (``plan_exec``), apart from the memory
+        that eager calls lay their copies out in."""
+        a = WasmtimeArena(self)
+        self._arenas.add(a)
+        return a
+
     def close(self) -> None:
+        for a in list(self._arenas):
+            a.close()
         self._fns.clear()
         self.exports = self.instance = self.memory = None
         for obj in (self.module, self.store, self.engine):
@@ -213,6 +226,60 @@ class WasmtimeRuntime:
                 item = a.buf.itemsize
                 memoryview(a.buf).cast("B")[a.offset * item:a.offset * item + nbytes] = mem.read(st, addr, addr + nbytes)
         return res
+
+
+class WasmtimeArena:
+    """The kernel module instantiated on its own memory (a store of its own, freed with it).
+    Addresses are plain offsets into that memory; ``write_from``/``read_into`` copy between it and
+    a Python buffer with one ``memmove`` each."""
+
+    def __init__(self, rt: WasmtimeRuntime):
+        w = rt._w
+        self.store = w.Store(rt.engine)
+        self.memory = w.Memory(self.store, w.MemoryType(w.Limits(1, None)))
+        self.instance = w.Instance(self.store, rt.module, [self.memory])
+        self.exports = self.instance.exports(self.store)
+        self.top = 64   # bump allocator; nothing at address 0
+
+    def alloc(self, nbytes: int, align: int = 16) -> int:
+        at = (self.top + align - 1) & -align
+        self.top = at + max(nbytes, 0)
+        have = self.memory.data_len(self.store)
+        if self.top > have:
+            self.memory.grow(self.store, (self.top - have + WasmtimeRuntime.PAGE - 1) // WasmtimeRuntime.PAGE)
+        return at
+
+    def _base(self) -> int:
+        return ctypes.addressof(self.memory.data_ptr(self.store).contents)
+
+    def write_from(self, addr: int, buf, nbytes: int) -> None:
+        """Copy the first ``nbytes`` of array ``buf`` to ``addr`` (checked against both)."""
+        if nbytes <= 0:
+            return
+        if addr < 0 or addr + nbytes > self.memory.data_len(self.store) or nbytes > len(buf) * buf.itemsize:
+            raise BoundsError(f"wasm arena: {nbytes} bytes at {addr} reach outside the arena or the buffer")
+        ctypes.memmove(self._base() + addr, buf.buffer_info()[0], nbytes)
+
+    def read_into(self, addr: int, buf, nbytes: int) -> None:
+        if nbytes <= 0:
+            return
+        if addr < 0 or addr + nbytes > self.memory.data_len(self.store) or nbytes > len(buf) * buf.itemsize:
+            raise BoundsError(f"wasm arena: {nbytes} bytes at {addr} reach outside the arena or the buffer")
+        ctypes.memmove(buf.buffer_info()[0], self._base() + addr, nbytes)
+
+    def fn(self, name):
+        f = self.exports[name]
+        st = self.store
+        return lambda *args: f(st, *args)
+
+    def close(self) -> None:
+        self.exports = self.instance = self.memory = None
+        store, self.store = self.store, None
+        if store is not None:
+            try:
+                store.close()
+            except Exception:  # already closed
+                pass
 
 
 _runtime = [None]

@@ -1,0 +1,998 @@
+"""A replayed plan on device ``"wasm"`` as one call into the kernel module: command tables.
+
+``ember.compile`` (and the ONNX runtime) replay a ``Plan`` step by step in Python: per step a
+kernel wrapper (``ops_*.py``) allocates its output, computes pointers and sizes and calls
+``rt.call``, ~20 µs each in the page. Here the replay's kernel calls are recorded once and
+encoded as a *command table* (int32 words: kernel id, argument words; see ``kernels/exec.c``)
+that one exported function, ``ember_run``, runs without returning to Python.
+
+**Recording.** The first replay (after the capture) runs every step's wrapper with a runtime
+that records each ``rt.call(name, *args)`` and still runs it. A step enters the table when its
+wrapper is *pure*: its whole effect is its recorded calls on buffers the plan can name, so that
+making the same calls again on later data gives what the wrapper would. Checked per step:
+
+- it made calls, every one to a kernel the table can dispatch, with number/pointer arguments;
+- each output buffer was written by one of its calls (or is one of its inputs, unchanged);
+- *perturbation*: run again with bit 0 of every element of its data inputs flipped (every value
+  changes, by one unit in the last place for floats), the wrapper makes the same calls, with the
+  same numbers and the same Python-made parameter arrays. A wrapper that read a value in Python
+  (a one-element divisor passed as a number, a bounds check on a position) is caught here;
+- *re-run*: making its recorded calls once more over the outputs just computed gives the same
+  bits (no Python work after the call, no kernel that relies on a zeroed output);
+- a kernel that returns an i32 (sin/cos report values left to Python, cast reports success) is
+  *guarded*: the table stops where the result differs from the one recorded, Python redoes that
+  step through its wrapper and the table resumes after it.
+
+Everything else runs in Python at its point of the replay: python-backend fallbacks, float16
+rounding, contiguous slices, steps whose wrapper fails a check, random draws (host steps). They
+split the table into segments, one ``ember_run`` call each. Steps whose output is an input's
+buffer (reshape) cost nothing. Plans whose host steps update tensors (a training step: optimizer
+steps, ``_set_``, gradients) replay as before.
+
+**Buffers and checks.** Intermediates written by table steps stay alive with the plan and are
+written again by every replay (the plan's *own* buffers, pinned: an ``array`` exporting a buffer
+cannot be resized, so their addresses never change); an output in one is copied out, so a
+caller's result is never overwritten by the next replay. Inputs, constants and the outputs of
+Python steps are *bound*: every span a command touches in them was checked when the table was
+built, and before each segment runs the buffer behind each is compared with the one checked
+(inputs and Python-step outputs by address and length, re-checked and patched into the table
+when different; constants by identity: a replaced weight makes the replay finish step by step
+and the next one record again). Nothing runs unchecked: ``BoundsError`` is raised before the
+call. Pyodide's memory growth moves nothing (addresses are offsets into one memory).
+
+Under wasmtime (CPython) the module has its own memory: each plan gets an *arena* (an instance
+of the module on a memory of its own) where every table buffer has a fixed place; bound buffers
+are copied in before each segment and the ones it writes copied out after.
+
+>>> import ember
+>>> f = ember.compile(lambda x: ember.relu(x * 2.0 - 1.0))
+>>> x = ember.ones((4,), device="wasm")                       # doctest: +SKIP
+>>> [f(x).tolist() for _ in range(3)][-1]                      # doctest: +SKIP
+[1.0, 1.0, 1.0, 1.0]
+>>> f.plan_for(x).fast.describe()["segments"]                  # doctest: +SKIP
+1
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+import weakref
+from array import array
+
+from ..backends.python import KERNELS as PY_KERNELS
+from ..errors import BoundsError, DeviceError
+from .runtime import R, module_bytes
+
+# EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
+ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
+# A plan whose table would keep more bytes of intermediates alive than this replays step by step
+# (its kernels dominate anyway); the recording stops holding them as soon as it passes this.
+MAX_OWN_BYTES = int(os.environ.get("EMBER_WASM_PLAN_TABLE_BYTES", str(64 << 20)))
+MAX_RECORDS = 3          # recordings per plan (a replaced constant asks for a new one) before giving up
+MAGIC = 0x54424D45       # kernels/exec.c TABLE_MAGIC
+HEADER = 4
+_FLIP = bytes(i ^ 1 for i in range(256))
+_HOST = 2                # ember.plan.HOST
+
+
+# ---- what the module can dispatch ---------------------------------------------------------------
+
+_VALTYPES = {0x7F: "i", 0x7E: "I", 0x7D: "f", 0x7C: "F"}
+
+
+def _signatures(data: bytes) -> dict:
+    """{export name: (params, result)} of the module's functions, wasm types as letters i f I F
+    (``v`` for anything else)."""
+    from .wasmbin import parse, read_uleb
+
+    m = parse(data)
+    types, funcs, n_imported = [], [], 0
+    for s in m.sections:
+        p = s.payload
+        if s.id == 1:
+            n, at = read_uleb(p, 0)
+            for _ in range(n):
+                if p[at] != 0x60:
+                    raise DeviceError("wasm kernel module: unexpected type form")
+                np_, at = read_uleb(p, at + 1)
+                params = "".join(_VALTYPES.get(b, "v") for b in p[at:at + np_])
+                at += np_
+                nr, at = read_uleb(p, at)
+                result = "".join(_VALTYPES.get(b, "v") for b in p[at:at + nr])
+                at += nr
+                types.append((params, result))
+        elif s.id == 3:
+            n, at = read_uleb(p, 0)
+            for _ in range(n):
+                t, at = read_uleb(p, at)
+                funcs.append(t)
+    n_imported = sum(1 for _, _, kind in m.imports() if kind == "func")
+    out = {}
+    for name, kind, idx in m.exports():
+        if kind == "func" and idx >= n_imported:
+            out[name] = types[funcs[idx - n_imported]]
+    return out
+
+
+def _abi_hash(kernels) -> int:
+    # the same hash as build_kernels.abi_hash (kept here: build_kernels is not needed at run time)
+    h = 0x811C9DC5
+    for name, params, result in kernels:
+        for b in f"{name}:{params}:{result};".encode():
+            h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+class Dispatch:
+    """Kernel ids and argument types of the module: every exported function but ``ember_*``
+    whose parameters are i32/f32/i64/f64 and whose result is nothing or an i32, numbered in
+    sorted-name order (the order of the generated ``ember_dispatch``)."""
+
+    def __init__(self, data: bytes):
+        sigs = _signatures(data)
+        if "ember_run" not in sigs or "ember_abi" not in sigs:
+            raise DeviceError("wasm kernel module: no ember_run (rebuild it with wasm/build_kernels.py)")
+        names = sorted(n for n, (p, r) in sigs.items()
+                       if not n.startswith("ember_") and set(p) <= set("ifIF") and r in ("", "i"))
+        self.ids = {n: k for k, n in enumerate(names)}
+        self.sig = {n: sigs[n] for n in names}
+        self.abi = _abi_hash([(n, *sigs[n]) for n in names])
+
+
+_DISPATCH: dict = {}
+
+
+def dispatch_for(rt) -> Dispatch:
+    d = _DISPATCH.get(id(rt))
+    if d is None or d[0] is not rt:
+        disp = Dispatch(module_bytes())
+        got = rt.call("ember_abi") & 0xFFFFFFFF
+        if got != disp.abi:
+            raise DeviceError(f"wasm kernel module: ember_abi {got:#x} differs from its exports' {disp.abi:#x}")
+        d = _DISPATCH[id(rt)] = (rt, disp)
+    return d[1]
+
+
+# ---- recording ----------------------------------------------------------------------------------
+
+class _Recorder:
+    """A runtime for a second set of the family kernels: each call runs on the real runtime and is
+    appended to ``sink`` (when set) as ``(name, args, result)``."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.sink = None
+
+    def call(self, name, *args):
+        res = self.rt.call(name, *args)
+        if self.sink is not None:
+            self.sink.append((name, args, res))
+        return res
+
+    def __getattr__(self, attr):
+        return getattr(self.rt, attr)
+
+
+_RECORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _recording_kernels(backend):
+    """(recorder, {op name: kernel}) for ``backend``: its kernel families built on a recorder."""
+    ent = _RECORDERS.get(backend)
+    if ent is None:
+        from .backend import FAMILIES
+
+        rec = _Recorder(backend.rt)
+        table = dict(PY_KERNELS)
+        for fam in FAMILIES:
+            try:
+                mod = importlib.import_module(f"{__package__}.{fam}")
+            except ModuleNotFoundError as e:
+                if e.name != f"{__package__}.{fam}":
+                    raise
+                continue
+            table.update(mod.kernels(rec))
+        ent = _RECORDERS[backend] = (rec, table)
+    return ent
+
+
+def _flip(buf) -> None:
+    """Flip bit 0 of every element of an array in place (its own inverse)."""
+    mv = memoryview(buf).cast("B")
+    k = buf.itemsize
+    if k == 1:
+        mv[:] = bytes(mv).translate(_FLIP)
+    else:
+        mv[0::k] = bytes(mv[0::k]).translate(_FLIP)
+
+
+def _raw(buf, start: int = 0, stop: int | None = None) -> bytes:
+    return bytes(memoryview(buf).cast("B")[start:stop])
+
+
+def _is_array(buf) -> bool:
+    return isinstance(buf, array)
+
+
+class _Impure(Exception):
+    """A step's wrapper is not pure (the message says why): it runs in Python."""
+
+
+def _describe(calls, in_bufs, out_bufs):
+    """A comparable picture of a step's calls: names, results, numbers (bits), buffer spans and
+    whose buffer each is (input k, output j, or a private buffer by first appearance, with the
+    contents of private buffers that Python filled)."""
+    ins = {}
+    for k, b in enumerate(in_bufs):
+        ins.setdefault(id(b), k)
+    outs = {id(b): j for j, b in enumerate(out_bufs)}
+    priv, written, pic = {}, set(), []
+    for name, args, res in calls:
+        items = []
+        for a in args:
+            if isinstance(a, R):
+                b = a.buf
+                if id(b) in outs:
+                    role = ("out", outs[id(b)])
+                elif id(b) in ins:
+                    role = ("in", ins[id(b)])
+                else:
+                    p = priv.setdefault(id(b), len(priv))
+                    content = None
+                    if not a.writes and id(b) not in written and _is_array(b):
+                        isz = b.itemsize
+                        content = _raw(b, a.offset * isz, (a.offset + a.n) * isz)
+                    role = ("priv", p, content)
+                items.append((a.__class__.__name__, a.n, a.offset, a.at, getattr(b, "typecode", None), role))
+                if a.writes:
+                    written.add(id(b))
+            elif isinstance(a, float):
+                items.append(("f", struct.pack("<d", a)))
+            else:
+                items.append((type(a).__name__, a))
+        pic.append((name, res, tuple(items)))
+    return pic
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+class _Cmd:
+    __slots__ = ("step", "kid", "expect", "words", "fields")
+
+    def __init__(self, step, kid, expect, words, fields):
+        self.step, self.kid, self.expect, self.words, self.fields = step, kid, expect, words, fields
+
+
+class _Segment:
+    """Consecutive table steps: one table, one ``ember_run`` call."""
+
+    def __init__(self):
+        self.steps = []        # plan step indices
+        self.cmds = []
+        self.first_cmd = {}    # step -> index of its first command
+        self.bound = []        # root slots of inputs/constants/Python outputs it references
+        self.writes = set()    # bound root slots it writes
+        self.out_own = []      # own root slots it writes that Python reads later (wasmtime copies)
+        self.aliases = []      # alias steps inside it, bookkept after it runs
+        self.writes_own = set()
+
+
+def _f32_bits(v: float) -> int:
+    try:
+        return struct.unpack("<I", struct.pack("<f", v))[0]
+    except OverflowError:   # beyond float32: JS and wasmtime round it to an infinity
+        return 0xFF800000 if v < 0 else 0x7F800000
+
+
+class WasmPlanReplay:
+    """The compiled replay of one ``Plan`` on device "wasm" (``Plan.run`` calls it). Records on
+    its first call; ``describe()`` says what became tables."""
+
+    def __init__(self, backend, plan):
+        self.backend = backend
+        self.plan = plan
+        self.rt = backend.rt
+        self.disp = dispatch_for(self.rt)
+        self.ready = False
+        self.disabled = None      # why this plan replays step by step, or None
+        self.records = 0
+        self.runs = 0             # ember_run calls so far
+        self.replays = 0
+        self.reasons = {}         # step index -> why it runs in Python
+        steps = plan.steps
+        self.const_slots = {s for s, _ in plan.consts}
+        if any(st.multi == _HOST and st.name != "draw" for st in steps):
+            self.disabled = ("host steps that update tensors (a training step): parameters change "
+                             "between replays")
+
+    # ---- public --------------------------------------------------------------------------------
+    def __call__(self, inputs):
+        if self.disabled is not None:
+            return self.plan._run_steps(inputs)
+        if not self.ready:
+            return self._record(inputs)
+        return self._replay(inputs)
+
+    def describe(self) -> dict:
+        """What the replay does: ``segments`` (ember_run calls per replay), ``table_steps``,
+        ``python_steps`` ({step: why}), ``commands``, ``runs``/``replays`` so far, ``disabled``."""
+        if not self.ready:
+            return {"ready": False, "disabled": self.disabled, "records": self.records}
+        return {"ready": True, "disabled": self.disabled, "segments": len(self.segments),
+                "table_steps": sum(len(s.steps) for s in self.segments),
+                "commands": sum(len(s.cmds) for s in self.segments),
+                "python_steps": {i: f"{self.plan.steps[i].name}: {r}" for i, r in self.reasons.items()},
+                "own_bytes": self.own_bytes, "runs": self.runs, "replays": self.replays,
+                "records": self.records, "space": self.space.kind}
+
+    # ---- recording -----------------------------------------------------------------------------
+    def _record(self, inputs):
+        from ..tensor import Tensor
+
+        plan = self.plan
+        self.records += 1
+        rec, rkern = _recording_kernels(self.backend)
+        wrap = Tensor._wrap
+        vals = [None] * plan.n_slots
+        vals[:plan.n_inputs] = inputs
+        for s, t in plan.consts:
+            vals[s] = t
+        info = [None] * len(plan.steps)
+        self.reasons = {}
+        own_bytes = 0
+        written_ext = set()   # ids of input/constant buffers that recorded calls write
+        abandon = None
+        for i, st in enumerate(plan.steps):
+            if st.multi == _HOST:
+                st.kernel(vals)
+                info[i] = ("host",)
+                continue
+            ins = [vals[j] for j in st.ins]
+            kern = self._recording_kernel(st, rkern)
+            if kern is None or abandon is not None:
+                res = st.kernel(st.meta, *ins, **st.attrs)
+                calls = None
+            else:
+                calls = []
+                rec.sink = calls
+                try:
+                    res = kern(st.meta, *ins, **st.attrs)
+                finally:
+                    rec.sink = None
+            bufs = res if st.multi else (res,)
+            metas = st.meta if st.multi else (st.meta,)
+            for s, b, m in zip(st.outs, bufs, metas):
+                vals[s] = wrap(b, m.shape, m.dtype, st.device)
+            for j in plan.free[i]:
+                vals[j] = None
+            if abandon is not None:
+                continue
+            if calls is None:
+                info[i] = self._no_calls(i, ins, bufs, "a kernel outside the wasm families")
+                continue
+            try:
+                info[i] = self._classify(i, st, kern, rec, ins, bufs, calls, written_ext)
+            except _Impure as e:
+                info[i] = self._no_calls(i, ins, bufs, str(e))
+            if info[i][0] == "table":
+                own_bytes += sum(b.buffer_info()[1] * b.itemsize for b in info[i][3])
+                if own_bytes > MAX_OWN_BYTES:
+                    abandon = (f"its intermediates need more than {MAX_OWN_BYTES >> 20} MB "
+                               f"(EMBER_WASM_PLAN_TABLE_BYTES)")
+                    info = None
+        outs = self._outputs_from(vals, None)
+        if abandon is not None:
+            self.disabled = abandon
+            return outs
+        self._build(info, vals)
+        # the recording's own outputs are own buffers the next replay overwrites: hand out copies
+        return self._outputs_from(vals, self.own_ids)
+
+    def _recording_kernel(self, st, rkern):
+        k = st.kernel
+        if k is PY_KERNELS.get(st.name):
+            return None
+        if k is self.backend.kernels.get(st.name) or getattr(k, "__module__", "").startswith(__package__ + ".ops_"):
+            return rkern.get(st.name)
+        return None
+
+    def _no_calls(self, i, ins, bufs, reason):
+        """A step that made no table calls: an alias (its outputs are input buffers) or Python."""
+        where = []
+        for b in bufs:
+            k = next((k for k, t in enumerate(ins) if t._buf is b), None)
+            if k is None:
+                self.reasons[i] = reason
+                return ("python",)
+            where.append(k)
+        return ("alias", where)
+
+    def _classify(self, i, st, kern, rec, ins, bufs, calls, written_ext):
+        if not calls:
+            return self._no_calls(i, ins, bufs, "its wrapper made no kernel call")
+        in_bufs = [t._buf for t in ins]
+        in_ids = {id(b) for b in in_bufs}
+        wbufs = {}
+        for name, args, _ in calls:
+            sig = self.disp.sig.get(name)
+            if sig is None:
+                raise _Impure(f"kernel {name} cannot sit in a table")
+            params, _ = sig
+            if len(args) != len(params):
+                raise _Impure(f"{name}: {len(args)} arguments for {len(params)} parameters")
+            for a, p in zip(args, params):
+                if isinstance(a, R):
+                    if p != "i" or not _is_array(a.buf):
+                        raise _Impure(f"{name}: a buffer that is not an array")
+                    if a.writes:
+                        wbufs[id(a.buf)] = a.buf
+                elif isinstance(a, bool) or not isinstance(a, (int, float)):
+                    raise _Impure(f"{name}: argument {a!r}")
+                elif p == "i" and not (isinstance(a, int) and -(1 << 31) <= a < (1 << 32)):
+                    raise _Impure(f"{name}: argument {a!r} for an i32")
+                elif p == "I" and not (isinstance(a, int) and -(1 << 63) <= a < (1 << 64)):
+                    raise _Impure(f"{name}: argument {a!r} for an i64")
+        fresh = []
+        for b in bufs:
+            if id(b) in in_ids:
+                continue   # the output is an input's buffer (written in place or not)
+            if id(b) not in wbufs or not _is_array(b):
+                raise _Impure("its output is made in Python, not by a kernel call")
+            fresh.append(b)
+        in_written = [b for b in wbufs.values() if id(b) in in_ids]
+        pic = _describe(calls, in_bufs, bufs)
+        # perturbation: flip the data inputs (not constants, unless a call writes them)
+        for b in in_written:
+            written_ext.add(id(b))
+        flip = {}
+        for t, s in zip(ins, st.ins):
+            b = t._buf
+            if s in self.const_slots and id(b) not in written_ext:
+                continue
+            if not _is_array(b):
+                raise _Impure("an input buffer is not an array")
+            flip[id(b)] = b
+        snaps = [(b, _raw(b)) for b in in_written]
+        calls2 = []
+        err = None
+        try:
+            for b in flip.values():
+                _flip(b)
+            rec.sink = calls2
+            try:
+                res2 = kern(st.meta, *ins, **st.attrs)
+            except Exception as e:   # noqa: BLE001 (a data check in the wrapper: not pure)
+                err, res2 = e, None
+            finally:
+                rec.sink = None
+        finally:
+            restored = {id(b) for b, _ in snaps}
+            for b in flip.values():
+                if id(b) not in restored:
+                    _flip(b)
+            for b, raw in snaps:
+                memoryview(b).cast("B")[:] = raw
+        if err is not None:
+            raise _Impure(f"its wrapper raised on other values ({type(err).__name__}): it checks data in Python")
+        bufs2 = res2 if st.multi else (res2,)
+        if _describe(calls2, in_bufs, bufs2) != pic:
+            raise _Impure("its calls depend on the values (a value read in Python)")
+        # re-run: the recorded calls alone, over the outputs just computed, give the same bits
+        if not in_written:
+            before = [_raw(b) for b in fresh]
+            for name, args, _ in calls:
+                rec.rt.call(name, *args)
+            if [_raw(b) for b in fresh] != before:
+                for b, raw in zip(fresh, before):   # the wrapper's result stands
+                    memoryview(b).cast("B")[:] = raw
+                raise _Impure("its calls alone do not reproduce its output (Python work after the call, "
+                              "or a kernel that relies on a zeroed output)")
+        return ("table", calls, in_bufs, fresh, list(bufs))
+
+    # ---- building --------------------------------------------------------------------------------
+    def _build(self, info, vals):
+        from ..tensor import Tensor
+
+        plan = self.plan
+        steps = plan.steps
+        root = {}
+        kind = {}
+        own_buf = {}
+        for s in range(plan.n_inputs):
+            root[s], kind[s] = s, "in"
+        for s, _ in plan.consts:
+            root[s], kind[s] = s, "const"
+        # roots: which buffer each slot's value lives in, as far as the table is concerned
+        for i, st in enumerate(steps):
+            inf = info[i]
+            if inf[0] == "alias":
+                for s, k in zip(st.outs, inf[1]):
+                    root[s] = root.get(st.ins[k], st.ins[k])
+            elif inf[0] == "table":
+                _, calls, in_bufs, fresh, bufs = inf
+                fresh_ids = {id(b) for b in fresh}
+                for s, b in zip(st.outs, bufs):
+                    if id(b) in fresh_ids:
+                        root[s], kind[s], own_buf[s] = s, "own", b
+                    else:
+                        k = next(k for k, ib in enumerate(in_bufs) if ib is b)
+                        root[s] = root.get(st.ins[k], st.ins[k])
+            else:
+                for s in st.outs:
+                    root[s], kind[s] = s, "dyn"
+
+        def rootof(s):
+            return root.get(s, s)
+
+        def kindof(s):
+            return kind.get(rootof(s), "dyn")   # slots no step produces: written by host steps
+
+        # slots Python reads (Python steps, host steps, outputs): own ones need Tensors
+        py_reads = set()
+        for i, st in enumerate(steps):
+            if info[i][0] in ("python", "host"):
+                py_reads.update(rootof(s) for s in st.ins)
+        out_roots = {rootof(s) for s in plan.out_slots}
+
+        # program: segments of table steps, Python steps between them
+        program, seg = [], None
+        privs = {}   # id -> buffer (pinned)
+        for i, st in enumerate(steps):
+            inf = info[i]
+            if inf[0] == "table":
+                if seg is None:
+                    seg = _Segment()
+                    program.append(("seg", seg))
+                seg.first_cmd[i] = len(seg.cmds)
+                seg.steps.append(i)
+                self._encode(i, st, inf, seg, rootof, kindof, privs)
+            elif inf[0] == "alias":
+                if seg is not None:
+                    seg.aliases.append(i)
+                else:
+                    program.append(("alias", i))
+            else:
+                seg = None
+                program.append(("py" if inf[0] == "python" else "host", i))
+        for item in program:
+            if item[0] == "seg":
+                s = item[1]
+                s.out_own = sorted({r for r in s.writes_own if r in py_reads or r in out_roots})
+        # the memory the tables run in
+        self.own_buf = own_buf
+        self.own_ids = {id(b) for b in own_buf.values()}
+        self.own_bytes = sum(len(b) * b.itemsize for b in own_buf.values()) + \
+            sum(len(b) * b.itemsize for b in privs.values())
+        space = PyodideSpace if self.rt.kind == "pyodide" else ArenaSpace
+        self.space = space(self, program, own_buf, privs, vals, rootof)
+        # the values a replay starts from: constants and Tensors over own buffers (and aliases of them)
+        base = [None] * plan.n_slots
+        for s, t in plan.consts:
+            base[s] = t
+        for s, (shape, dtype, dev) in _slot_metas(steps).items():
+            r = rootof(s)
+            if kind.get(r) == "own":
+                base[s] = Tensor._wrap(own_buf[r], shape, dtype, dev)
+        self.base = base
+        self.program = program
+        self.rootof = rootof
+        self.kindof = kindof
+        self.segments = [p[1] for p in program if p[0] == "seg"]
+        self.info = info
+        self.ready = True
+
+    def _encode(self, i, st, inf, seg, rootof, kindof, privs):
+        _, calls, in_bufs, fresh, bufs = inf
+        ids = self.disp.ids
+        sigs = self.disp.sig
+        in_slot = {}
+        for k, b in enumerate(in_bufs):
+            in_slot.setdefault(id(b), st.ins[k])
+        out_slot = {id(b): s for s, b in zip(st.outs, bufs)}
+        for name, args, res in calls:
+            params, result = sigs[name]
+            words, fields = [], []
+            for a, p in zip(args, params):
+                if isinstance(a, R):
+                    b = a.buf
+                    if not a.n:
+                        words.append(0)    # the runtime passes a null pointer for an empty span
+                        continue
+                    isz = b.itemsize
+                    span = (a.offset * isz, (a.offset + a.n) * isz, a.writes)
+                    s = out_slot.get(id(b))
+                    if s is None:
+                        s = in_slot.get(id(b))
+                    if s is not None:
+                        r = rootof(s)
+                        ref = ("s", r)
+                        if kindof(r) == "own":
+                            if a.writes:
+                                seg.writes_own.add(r)
+                        else:
+                            if r not in seg.bound:
+                                seg.bound.append(r)
+                            if a.writes:
+                                seg.writes.add(r)
+                    else:
+                        privs[id(b)] = b
+                        ref = ("p", id(b))
+                    fields.append((len(words), ref, a.at * isz, span))
+                    words.append(0)
+                elif p == "f":
+                    words.append(_f32_bits(float(a)))
+                elif p == "F":
+                    lo, hi = struct.unpack("<II", struct.pack("<d", float(a)))
+                    words += [lo, hi]
+                elif p == "I":
+                    lo, hi = struct.unpack("<II", struct.pack("<Q", int(a) & 0xFFFFFFFFFFFFFFFF))
+                    words += [lo, hi]
+                else:
+                    words.append(int(a) & 0xFFFFFFFF)
+            expect = None
+            if result == "i":
+                if not isinstance(res, int):
+                    raise BoundsError(f"wasm plan table: {name} returned {res!r}, not an i32")
+                expect = res & 0xFFFFFFFF
+            seg.cmds.append(_Cmd(i, ids[name], expect, words, fields))
+
+    # ---- replaying -----------------------------------------------------------------------------
+    def _replay(self, inputs):
+        plan = self.plan
+        vals = self.base.copy()
+        vals[:plan.n_inputs] = inputs
+        space = self.space
+        steps = plan.steps
+        from ..tensor import Tensor
+
+        wrap = Tensor._wrap
+        for what, x in self.program:
+            if what == "seg":
+                try:
+                    space.run(x, vals)
+                except _Stale as e:
+                    self.ready = False
+                    if self.records >= MAX_RECORDS:
+                        self.disabled = f"recorded {self.records} times: {e}"
+                    return self._finish_steps(x.steps[0], vals)
+                for a in x.aliases:
+                    self._alias(steps[a], vals, wrap)
+            elif what == "alias":
+                self._alias(steps[x], vals, wrap)
+            elif what == "py":
+                st = steps[x]
+                res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
+                if st.multi:
+                    for s, b, m in zip(st.outs, res, st.meta):
+                        vals[s] = wrap(b, m.shape, m.dtype, st.device)
+                else:
+                    vals[st.outs[0]] = wrap(res, st.meta.shape, st.meta.dtype, st.device)
+            else:
+                steps[x].kernel(vals)
+        self.replays += 1
+        return self._outputs_from(vals, self.own_ids)
+
+    @staticmethod
+    def _alias(st, vals, wrap):
+        if vals[st.outs[0]] is not None and all(vals[s] is not None for s in st.outs):
+            return   # static: made once (an alias of a constant or an own buffer)
+        res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
+        if st.multi:
+            for s, b, m in zip(st.outs, res, st.meta):
+                vals[s] = wrap(b, m.shape, m.dtype, st.device)
+        else:
+            vals[st.outs[0]] = wrap(res, st.meta.shape, st.meta.dtype, st.device)
+
+    def _finish_steps(self, start, vals):
+        """Run steps ``start..`` step by step with their own kernels (a stale table's replay)."""
+        from ..tensor import Tensor
+
+        wrap = Tensor._wrap
+        self.space.sync_out(vals)
+        for st in self.plan.steps[start:]:
+            if st.multi == _HOST:
+                st.kernel(vals)
+                continue
+            res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
+            bufs = res if st.multi else (res,)
+            metas = st.meta if st.multi else (st.meta,)
+            for s, b, m in zip(st.outs, bufs, metas):
+                vals[s] = wrap(b, m.shape, m.dtype, st.device)
+        return self._outputs_from(vals, self.own_ids)
+
+    def _outputs_from(self, vals, own_ids):
+        from ..plan import unflatten
+        from ..tensor import Tensor
+
+        out = []
+        for s in self.plan.out_slots:
+            t = vals[s]
+            if own_ids is not None and id(t._buf) in own_ids:
+                t = Tensor._wrap(self.space.copy_out(t._buf), t.shape, t.dtype, t.device)
+            out.append(t)
+        return unflatten(self.plan.out_tree, out)
+
+    def redo_step(self, i, vals):
+        """A guarded command stopped at step ``i``: run it through its wrapper (which does the
+        Python part) and put its results where the table expects them."""
+        st = self.plan.steps[i]
+        res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
+        return res if st.multi else (res,)
+
+
+def _slot_metas(steps) -> dict:
+    """{slot: (shape, dtype, device)} of every step output."""
+    out = {}
+    for st in steps:
+        if st.multi == _HOST:
+            continue
+        metas = st.meta if st.multi else (st.meta,)
+        for s, m in zip(st.outs, metas):
+            out[s] = (m.shape, m.dtype, st.device)
+    return out
+
+
+class _Stale(Exception):
+    """A constant's buffer was replaced: this table must be recorded again."""
+
+
+# ---- where tables run ---------------------------------------------------------------------------
+
+class _Space:
+    kind = "?"
+
+    def __init__(self, replay, program, own_buf, privs, vals, rootof):
+        self.replay = replay
+        # per bound root: (typecode, bytes needed, written) over every segment
+        need = {}
+        for item in program:
+            if item[0] != "seg":
+                continue
+            for c in item[1].cmds:
+                for _, ref, _, (lo, hi, wr) in c.fields:
+                    if ref[0] == "s":
+                        tc, n, w = need.get(ref[1], (None, 0, False))
+                        need[ref[1]] = (tc, max(n, hi), w or wr)
+        self.need = need
+        self.const_slots = replay.const_slots
+
+    def check(self, r, b, seg_name=""):
+        """Raise BoundsError unless buffer ``b`` can stand where the table puts root slot ``r``."""
+        _, n, wr = self.need[r]
+        if not _is_array(b):
+            raise BoundsError(f"wasm plan table: slot {r} holds a {type(b).__name__}, not an array")
+        have = len(b) * b.itemsize
+        if n > have:
+            raise BoundsError(f"wasm plan table: slot {r} needs {n} bytes, its buffer has {have}")
+
+    def copy_out(self, buf):
+        return buf[:]
+
+    def sync_out(self, vals):
+        pass
+
+
+class PyodideSpace(_Space):
+    """Tables on Pyodide's memory: real addresses, no copies. The table words are array('I')s."""
+
+    kind = "pyodide"
+
+    def __init__(self, replay, program, own_buf, privs, vals, rootof):
+        super().__init__(replay, program, own_buf, privs, vals, rootof)
+        self.run_fn = replay.rt.fn("ember_run")
+        self.pins = [memoryview(b) for b in list(own_buf.values()) + list(privs.values())]
+        for item in program:
+            if item[0] != "seg":
+                continue
+            seg = item[1]
+            words = [MAGIC, replay.disp.abi, len(seg.cmds), 0]
+            slot_fields = {}
+            for c in seg.cmds:
+                base = len(words) + 3
+                words += [c.kid, len(c.words), 0 if c.expect is None else c.expect]
+                words += c.words
+                for w, ref, off, _ in c.fields:
+                    if ref[0] == "p":
+                        b = privs[ref[1]]
+                        words[base + w] = b.buffer_info()[0] + off
+                    elif ref[1] in own_buf:
+                        words[base + w] = own_buf[ref[1]].buffer_info()[0] + off
+                    else:
+                        slot_fields.setdefault(ref[1], []).append((base + w, off))
+            words[3] = len(words)
+            seg.table = array("I", words)
+            seg.addr = seg.table.buffer_info()[0]
+            seg.pin = memoryview(seg.table)
+            # bound slots: (slot, fields, is constant); their current binding (buffer_info / buffer)
+            seg.checks = [(r, tuple(slot_fields.get(r, ())), r in self.const_slots) for r in seg.bound]
+            seg.seen = {}
+            for r, fields, is_const in seg.checks:
+                if vals[r] is None:      # a Python step's output already dropped: bound on first run
+                    seg.seen[r] = None
+                    continue
+                b = vals[r]._buf
+                self.check(r, b)
+                self._patch(seg, r, fields, b)
+                seg.seen[r] = b if is_const else b.buffer_info()
+                if is_const:
+                    self.pins.append(memoryview(b))
+
+    @staticmethod
+    def _patch(seg, r, fields, b):
+        addr = b.buffer_info()[0]
+        tab = seg.table
+        for w, off in fields:
+            tab[w] = addr + off
+
+    def run(self, seg, vals):
+        seen = seg.seen
+        for r, fields, is_const in seg.checks:
+            b = vals[r]._buf
+            if is_const:
+                if b is not seen[r]:
+                    raise _Stale(f"the buffer of constant slot {r} was replaced")
+                continue
+            try:
+                bi = b.buffer_info()
+            except AttributeError:
+                bi = None
+            if bi != seen[r]:
+                self.check(r, b)
+                self._patch(seg, r, fields, b)
+                seen[r] = bi
+        self._go(seg, vals)
+
+    def _go(self, seg, vals):
+        start = 0
+        rep = self.replay
+        while True:
+            rc = self.run_fn(seg.addr, start)
+            rep.runs += 1
+            if rc == 0:
+                return
+            if rc < 0:
+                raise BoundsError(f"wasm plan table refused by ember_run ({rc}): "
+                                  + ("wrong ABI or magic" if rc == -1 else f"command {-2 - rc} is malformed"))
+            c = rc - 1
+            i = seg.cmds[c].step
+            self._redo(seg, i, vals)
+            nxt = seg.steps.index(i) + 1
+            if nxt >= len(seg.steps):
+                return
+            start = seg.first_cmd[seg.steps[nxt]]
+
+    def _redo(self, seg, i, vals):
+        rep = self.replay
+        st = rep.plan.steps[i]
+        bufs = rep.redo_step(i, vals)
+        for s, b in zip(st.outs, bufs):
+            r = rep.rootof(s)
+            own = rep.own_buf.get(r)
+            if own is None or own is b:
+                continue
+            if len(b) != len(own) or b.typecode != own.typecode:
+                raise _Stale(f"step {i} redone in Python gave a buffer of another size")
+            memoryview(own).cast("B")[:] = memoryview(b).cast("B")
+
+
+class ArenaSpace(_Space):
+    """Tables under wasmtime: every buffer a table touches has a fixed place in the plan's own
+    memory (an arena); bound buffers are copied in before each segment and out after."""
+
+    kind = "wasmtime"
+
+    def __init__(self, replay, program, own_buf, privs, vals, rootof):
+        super().__init__(replay, program, own_buf, privs, vals, rootof)
+        arena = self.arena = replay.rt.arena()
+        weakref.finalize(replay, arena.close)
+        self.run_fn = arena.fn("ember_run")
+        self.addr = {}
+        for r, b in own_buf.items():
+            self.addr[("s", r)] = arena.alloc(len(b) * b.itemsize)
+        for r, (_, n, _) in self.need.items():
+            if r not in own_buf:
+                self.addr[("s", r)] = arena.alloc(n)
+        for pid, b in privs.items():
+            a = self.addr[("p", pid)] = arena.alloc(len(b) * b.itemsize)
+            arena.write_from(a, b, len(b) * b.itemsize)   # parameter arrays; scratch contents unused
+        self.own_addr = {id(b): (self.addr[("s", r)], len(b) * b.itemsize) for r, b in own_buf.items()}
+        self.own_buf = own_buf
+        for item in program:
+            if item[0] != "seg":
+                continue
+            seg = item[1]
+            words = [MAGIC, replay.disp.abi, len(seg.cmds), 0]
+            for c in seg.cmds:
+                base = len(words) + 3
+                words += [c.kid, len(c.words), 0 if c.expect is None else c.expect]
+                words += c.words
+                for w, ref, off, _ in c.fields:
+                    words[base + w] = self.addr[ref] + off
+            words[3] = len(words)
+            tab = array("I", words)
+            seg.addr = arena.alloc(len(tab) * 4)
+            arena.write_from(seg.addr, tab, len(tab) * 4)
+            seg.checks = [(r, r in self.const_slots) for r in seg.bound]
+            seg.seen = {r: vals[r]._buf for r, is_const in seg.checks if is_const and vals[r] is not None}
+        # own buffers start with the recording's values (a segment may read one a Python step
+        # or an earlier segment left)
+        for r, b in own_buf.items():
+            arena.write_from(self.addr[("s", r)], b, len(b) * b.itemsize)
+
+    def run(self, seg, vals):
+        arena = self.arena
+        for r, is_const in seg.checks:
+            b = vals[r]._buf
+            if is_const and b is not seg.seen[r]:
+                raise _Stale(f"the buffer of constant slot {r} was replaced")
+            self.check(r, b)
+            arena.write_from(self.addr[("s", r)], b, self.need[r][1])
+        start = 0
+        rep = self.replay
+        while True:
+            rc = self.run_fn(seg.addr, start)
+            rep.runs += 1
+            if rc == 0:
+                break
+            if rc < 0:
+                raise BoundsError(f"wasm plan table refused by ember_run ({rc}): "
+                                  + ("wrong ABI or magic" if rc == -1 else f"command {-2 - rc} is malformed"))
+            i = seg.cmds[rc - 1].step
+            self._redo(seg, i, vals)
+            nxt = seg.steps.index(i) + 1
+            if nxt >= len(seg.steps):
+                break
+            start = seg.first_cmd[seg.steps[nxt]]
+        for r in seg.writes:
+            arena.read_into(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
+        for r in seg.out_own:
+            b = self.own_buf[r]
+            arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
+
+    def _redo(self, seg, i, vals):
+        rep = self.replay
+        st = rep.plan.steps[i]
+        arena = self.arena
+        # the wrapper reads Python buffers: bring its own-buffer inputs up to date first
+        for s in st.ins:
+            r = rep.rootof(s)
+            b = self.own_buf.get(r)
+            if b is not None:
+                arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
+        bufs = rep.redo_step(i, vals)
+        for s, b in zip(st.outs, bufs):
+            r = rep.rootof(s)
+            key = ("s", r)
+            if key in self.addr:
+                own = self.own_buf.get(r)
+                n = len(own) * own.itemsize if own is not None else self.need[r][1]
+                if len(b) * b.itemsize < n:
+                    raise _Stale(f"step {i} redone in Python gave a smaller buffer")
+                arena.write_from(self.addr[key], b, n)
+        for s in st.ins:   # inputs it may have written in place
+            r = rep.rootof(s)
+            if r in seg.bound:
+                arena.write_from(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
+
+    def copy_out(self, buf):
+        addr, n = self.own_addr[id(buf)]
+        out = array(buf.typecode, bytes(n))
+        self.arena.read_into(addr, out, n)
+        return out
+
+    def sync_out(self, vals):
+        """Bring every own buffer's Python copy up to date (before a step-by-step finish)."""
+        for r, b in self.own_buf.items():
+            self.arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
+
+
+def compile_plan(backend, plan):
+    """The compiled replay of ``plan`` on ``backend`` (a WasmBackend), or None when tables are
+    off. Called by ``Plan.run`` on the plan's first replay."""
+    if not ENABLED:
+        return None
+    try:
+        return WasmPlanReplay(backend, plan)
+    except DeviceError:
+        return None   # a module without ember_run (an old build): step-by-step replay
