@@ -7,7 +7,7 @@ module has no kernel for, and dtypes it does not handle, run the python backend'
 same buffers: no copy either way, and ``t.to("python")`` / ``t.to("wasm")`` are cheap.
 
 The kernel table is assembled from one Python module per kernel family (``ops_layout``,
-``ops_elementwise``, ``ops_linalg``, ``ops_cast``), each with ``kernels(rt) -> {op name: kernel}``; a family
+``ops_elementwise``, ``ops_linalg``, ``ops_cast``, ``ops_quant``), each with ``kernels(rt) -> {op name: kernel}``; a family
 kernel handles what its C code does and hands everything else to the python kernel.
 
 >>> import ember
@@ -22,7 +22,7 @@ from ..backends.python import KERNELS as PY_KERNELS
 from ..backends.python import PythonBackend
 from .runtime import runtime
 
-FAMILIES = ("ops_layout", "ops_elementwise", "ops_linalg", "ops_cast")
+FAMILIES = ("ops_layout", "ops_elementwise", "ops_linalg", "ops_cast", "ops_quant")
 
 
 class WasmBackend(PythonBackend):

@@ -12,8 +12,8 @@ typedef double f64;
 
 /* ---- rms_norm ---------------------------------------------------------------------------------- */
 
-/* y = x / sqrt(mean(x^2) + eps) * w over `rows` rows of n. */
-EXPORT(rms_norm_f32) void rms_norm_f32(const f32 *x, const f32 *w, f32 *y, i32 rows, i32 n, f32 eps) {
+/* y = x / sqrt(mean(x^2) + eps) * w over `rows` rows of n (eps a double, as Python's). */
+EXPORT(rms_norm_f32) void rms_norm_f32(const f32 *x, const f32 *w, f32 *y, i32 rows, i32 n, double eps) {
   for (i32 r = 0; r < rows; r++) {
     const f32 *xr = x + r * n;
     f32 *yr = y + r * n;
@@ -29,7 +29,7 @@ EXPORT(rms_norm_f32) void rms_norm_f32(const f32 *x, const f32 *w, f32 *y, i32 r
     a0 = wasm_f64x2_add(a0, a1);
     f64 ss = wasm_f64x2_extract_lane(a0, 0) + wasm_f64x2_extract_lane(a0, 1);
     for (; i < n; i++) ss += (f64)xr[i] * (f64)xr[i];
-    const f64 inv = 1.0 / __builtin_sqrt(ss / (f64)n + (f64)eps);
+    const f64 inv = 1.0 / __builtin_sqrt(ss / (f64)n + eps);
     const v128_t vinv = wasm_f64x2_splat(inv);
     for (i = 0; i + 4 <= n; i += 4) {
       const f32x4 v = wasm_v128_load(xr + i), g = wasm_v128_load(w + i);
