@@ -209,7 +209,7 @@ def _guard_binop(b: _Budget, op: str, left: Any, right: Any) -> None:
     elif op == "*":
         if isinstance(left, int) and isinstance(right, int):
             if left.bit_length() + right.bit_length() > _MAX_INT_BITS:
-                raise ChatTemplateError(f"chat template: '*' of integers over the size limit of "
+                raise ChatTemplateError(f"chat template: '*' of integers over the integer size limit of "
                                         f"{_MAX_INT_BITS} bits")
             return
         seq, n = (left, right) if isinstance(right, int) else (right, left)
