@@ -575,3 +575,64 @@ def test_chat_without_template():
         tok.chat([{"role": "user", "content": "hi"}])
     tok.chat_template = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"
     assert tok.chat([{"role": "user", "content": "hi"}]) == "<s>hi</s>"
+
+
+# ---- inside Pyodide ------------------------------------------------------------------------------------
+
+PYODIDE_DRIVER = '''
+import json, sys
+sys.path.insert(0, "/pylib")          # the host's pure-Python jinja2 and markupsafe
+from ember.tokenizers import BPETokenizer, apply_chat_template, ChatTemplateError
+data = json.load(open("/io/in.json"))
+out = {"version": list(sys.version_info[:2])}
+tok = BPETokenizer(data["tokens"], data["merges"], token_types=data["types"], pre="smollm")
+out["ids"] = [tok.encode(t) for t in data["texts"]]
+out["decoded"] = [tok.decode(i) for i in out["ids"]]
+s = tok.stream()
+out["stream"] = "".join(s.put(i) for i in out["ids"][0]) + s.flush()
+out["chat"] = apply_chat_template(data["template"], data["messages"], bos_token="<s>")
+try:
+    apply_chat_template("{{ ''.__class__.__mro__ }}", [])
+    out["escape"] = "rendered"
+except ChatTemplateError as e:
+    out["escape"] = "ChatTemplateError"
+try:
+    apply_chat_template("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", [])
+    out["bomb"] = "rendered"
+except ChatTemplateError as e:
+    out["bomb"] = str(e)
+json.dump(out, open("/io/out.json", "w"))
+'''
+
+
+def test_in_pyodide(small_vocab, tmp_path_factory):
+    """The same ids, decodes, stream and chat renders in Pyodide (Python 3.14, no C extensions;
+    jinja2 and MarkupSafe's pure-Python fallback from the host's site-packages)."""
+    import jinja2
+    import markupsafe
+    import test_pyodide as tp
+    node = tp.need_node()
+    wheel = tp._wheel(tmp_path_factory)
+    io = tmp_path_factory.mktemp("tok-pyodide")
+    pylib = tmp_path_factory.mktemp("pylib")
+    import shutil
+    for mod in (jinja2, markupsafe):
+        shutil.copytree(os.path.dirname(mod.__file__), pylib / mod.__name__,
+                        ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    tokens, merges, types = small_vocab
+    texts = random_texts(300, 9)
+    tok = BPETokenizer(tokens, merges, token_types=types, pre="smollm")
+    hf = hf_reference(tokens, merges, types, "smollm")
+    template = golden_llama3()
+    messages = [{"role": "user", "content": "Grüße 👋"}, {"role": "assistant", "content": "  hi  "}]
+    (io / "in.json").write_text(json.dumps({"tokens": tokens, "merges": merges, "types": types, "texts": texts,
+                                            "template": template, "messages": messages}))
+    proc = tp.run_driver(node, wheel, io, PYODIDE_DRIVER, {io: "/io", pylib: "/pylib"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads((io / "out.json").read_text())
+    assert out["version"][0] == 3 and out["version"][1] >= 12
+    assert out["ids"] == [hf.encode(t).ids for t in texts]
+    assert out["decoded"] == [tok.decode(i) for i in out["ids"]]
+    assert out["stream"] == texts[0]
+    assert out["chat"] == apply_chat_template(template, messages, bos_token="<s>")
+    assert out["escape"] == "ChatTemplateError" and "max_steps" in out["bomb"]
