@@ -193,6 +193,12 @@ def test_unknown_pre_tokenizer_is_a_typed_error():
         BPETokenizer.from_gguf(md)
     assert BPETokenizer.from_gguf(md, pre="default").encode("a") == [0]          # llama.cpp's fallback, asked for
     assert BPETokenizer.from_gguf({**md, "tokenizer.ggml.pre": None}).pre is None  # missing: llama.cpp's default
+    # add_bos_token missing: llama.cpp's default (BOS for the llama-3 family), present: as it says
+    md3 = {**md, "tokenizer.ggml.pre": "llama-bpe", "tokenizer.ggml.tokens": ["a", "<|begin|>"],
+           "tokenizer.ggml.token_type": [1, 3], "tokenizer.ggml.bos_token_id": 1}
+    assert BPETokenizer.from_gguf(md3).encode("a") == [1, 0]
+    assert BPETokenizer.from_gguf({**md3, "tokenizer.ggml.add_bos_token": False}).encode("a") == [0]
+    assert BPETokenizer.from_gguf({**md3, "tokenizer.ggml.pre": "qwen2"}).encode("a") == [0]
     with pytest.raises(TokenizerError, match="'llama'"):
         BPETokenizer.from_gguf({**md, "tokenizer.ggml.model": "llama"})
     with pytest.raises(TokenizerError, match="merges"):

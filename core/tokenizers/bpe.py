@@ -23,6 +23,8 @@ __all__ = ["BPETokenizer", "StreamDecoder", "bytes_to_unicode",
 UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 0, 1, 2, 3, 4, 5, 6
 
 _CACHE_MAX = 65536      # words kept in the encode cache (cleared when full)
+# tokenizer.ggml.pre names for which llama.cpp adds BOS when the file has no add_bos_token
+_ADD_BOS_BY_DEFAULT = frozenset(["llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon"])
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -179,11 +181,14 @@ class BPETokenizer:
             v = get(key)
             return None if v is None or int(v) < 0 else int(v)
 
-        return cls(list(tokens), list(merges), token_types=get("token_type"),
-                   pre=pre if pre is not None else get("pre"),
+        pre_name = pre if pre is not None else get("pre")
+        add_bos = get("add_bos_token")
+        if add_bos is None:     # llama.cpp's default where the file does not say
+            add_bos = pre_name in _ADD_BOS_BY_DEFAULT and opt_id("bos_token_id") is not None
+        return cls(list(tokens), list(merges), token_types=get("token_type"), pre=pre_name,
                    bos_id=opt_id("bos_token_id"), eos_id=opt_id("eos_token_id"),
                    pad_id=opt_id("padding_token_id"), unk_id=opt_id("unknown_token_id"),
-                   add_bos=bool(get("add_bos_token", False)), add_eos=bool(get("add_eos_token", False)),
+                   add_bos=bool(add_bos), add_eos=bool(get("add_eos_token", False)),
                    chat_template=metadata.get("tokenizer.chat_template"))
 
     # ---- vocabulary ---------------------------------------------------------------------------
