@@ -235,6 +235,24 @@ def test_qlinear_non_finite_activation_gives_nan_where_it_reaches():
     assert np.isnan(y[0]).all() and np.isnan(y[2]).all() and np.isfinite(y[1]).all()
 
 
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q5_0"))
+def test_qlinear_inf_and_nan_scales(qtype):
+    # the fused path converts scales without the inf/NaN case and redoes such a group exactly
+    k, n = 96, 11
+    raw, x = _linear_case(qtype, 3, k, n, seed=14)
+    bs = gguf.GGML_QUANT_SIZES[GGUF_TYPE[qtype]][1]
+    bad = raw.copy()
+    bad[2, bs:bs + 2] = np.array([np.inf], np.float16).view(np.uint8)        # row 2, block 1: d = inf
+    at = 2 if qtype == "q4_1" else 0                                          # row 9: m (or d) = NaN
+    bad[9, at:at + 2] = np.array([np.nan], np.float16).view(np.uint8)
+    clean = q_linear(qtype, words(raw), x[:1], n, k)[0]
+    y1 = q_linear(qtype, words(bad), x[:1], n, k)[0]
+    finite = [j for j in range(n) if j not in (2, 9)]
+    assert y1[finite].tobytes() == clean[finite].tobytes()
+    assert not np.isfinite(y1[[2, 9]]).any()
+    np.testing.assert_array_equal(y1, q_linear(qtype, words(bad), x, n, k)[0])   # the tiled path agrees
+
+
 def test_qlinear_zero_activation_blocks():
     k, n = 96, 5
     raw, x = _linear_case("q4_0", 2, k, n, seed=4)

@@ -1,7 +1,7 @@
 """wasm benchmark: ember's WebAssembly SIMD kernels (device "wasm") next to the pure-Python
 backend, inside Pyodide under Node (V8, the engine Chromium uses), single-threaded.
 
-    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all]
+    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear]
 
 Run with CPython, this script builds the kernel module and the wheel (into a temporary folder)
 and runs itself inside Pyodide through wasm/run_pyodide.mjs, with demos/mnist mounted. Inside
@@ -16,7 +16,13 @@ Pyodide it prints one table:
   time and in ms spent inside op kernels (the Python between ops - shape rules, tensor
   wrappers, module calls - is the difference), and where the kernel time goes; and the same
   model through ``ember.compile`` (its kernel calls recorded once and replayed), as the MNIST
-  page runs it.
+  page runs it;
+- qlinear (``--qlinear`` runs only this part): SmolLM2-135M's matrix-vector products, Q4_1
+  576->1536, 1536->576, 576->576, 576->192 and the Q8_0 head 576->49152, one row of x, in ms per
+  kernel call (``rt.call`` with ready spans: the kernel plus one bounds-checked call) and per
+  ``ember.qlinear`` op; then one whole token's products (30 layers of q/k/v/o/gate/up/down on
+  distinct weights, 96 MB, so they stream from memory as in a real model, plus the head) and
+  the tokens/s ceiling they imply, both from the sum of the per-shape medians and measured.
 
 Each case runs once to warm up, then until ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have
 passed; the table shows the median (and the best run for the GEMMs). The pure-Python backend
@@ -96,6 +102,111 @@ def timeit(fn, min_time=None):
     return statistics.median(times), min(times)
 
 
+# SmolLM2-135M: 30 layers of 576 features, 9/3 heads of 64, FFN 1536, vocabulary 49152
+LLM_LAYER = [("q", 576, 576), ("k", 192, 576), ("v", 192, 576), ("o", 576, 576), ("gate", 1536, 576),
+             ("up", 1536, 576), ("down", 576, 1536)]
+LLM_LAYERS = 30
+
+
+def qlinear_rows(quick: bool) -> list:
+    """The qlinear rows (see the module doc); raises SystemExit(1) on a wrong result."""
+    import random
+    import statistics
+    import time
+    from array import array
+
+    import ember
+    from ember import quant
+    from ember.wasm import ops_quant
+    from ember.wasm.runtime import R, W, runtime
+
+    rt = runtime()
+    rng = random.Random(3)
+    base_rows = 16   # quantized once (pure Python), then repeated: distinct addresses, real scales
+
+    def weight(qtype, n, k):
+        raw = quant.quantize([rng.gauss(0.0, 0.05) for _ in range(base_rows * k)], qtype)
+        return array("i", raw * (n // base_rows))
+
+    def spans(qtype, n, k, w):
+        x = array("f", [rng.uniform(-1.0, 1.0) for _ in range(k)])
+        y = array("f", bytes(4 * n))
+        scratch = array("f", bytes(4 * ops_quant.scratch_floats(qtype, 1, k)))
+        prm = array("i", [quant.FORMATS[qtype].ggml_type, 1, n, k])
+        return x, y, (R(w, len(w)), R(x, k), W(y, n), W(scratch, len(scratch)), R(prm, 4))
+
+    rows = []
+    shapes = [("q4_1", 1536, 576), ("q4_1", 576, 1536), ("q4_1", 576, 576), ("q4_1", 192, 576),
+              ("q8_0", 49152, 576)]
+    per = {}
+    for qtype, n, k in shapes:
+        w = weight(qtype, n, k)
+        x, y, args = spans(qtype, n, k, w)
+        rt.call("q_linear", *args)
+        # check the first rows against the reference dequantization (float64 dot products)
+        fmt = quant.FORMATS[qtype]
+        rb = quant.row_bytes(qtype, k)
+        raw = w.tobytes()
+        worst = 0.0
+        for j in range(base_rows):
+            wr = fmt.dequantize(raw[j * rb:(j + 1) * rb])
+            ref = sum(a * b for a, b in zip(x, wr))
+            mag = sum(abs(a * b) for a, b in zip(x, wr))
+            worst = max(worst, abs(y[j] - ref) / mag)
+        if worst > 1e-4:
+            print(f"WRONG: qlinear {qtype} {k}->{n}: off by {worst:.2e} of sum |x w|")
+            raise SystemExit(1)
+        med, best = timeit(lambda: rt.call("q_linear", *args), 0.3 if quick else 1.0)
+        xt = ember.from_bytes(x.tobytes(), (1, k), "float32", device="wasm")
+        wt = ember.from_bytes(w.tobytes(), (len(w),), "int32", device="wasm")
+        op_med, _ = timeit(lambda: ember.qlinear(xt, wt, qtype=qtype, n=n, k=k), 0.3 if quick else 1.0)
+        per[(n, k)] = med
+        gbs = n * quant.row_bytes(qtype, k) / best / 1e9
+        rows.append(("qlinear", f"qlinear {qtype} {k}->{n}, 1 row (op: {op_med * 1e3:.3f} ms)",
+                     f"{med * 1e3:.3f} ({best * 1e3:.3f} best)", "-", "ms", None))
+        rows.append(("qlinear", f"  same: GB/s of weight read, GMAC/s (best)",
+                     f"{gbs:.1f}, {n * k / best / 1e9:.1f}", "-", "", None))
+    layer = sum(per[(n, k)] for _, n, k in LLM_LAYER)
+    token = LLM_LAYERS * layer + per[(49152, 576)]
+    rows.append(("qlinear", "one token's products, sum of the medians above", f"{token * 1e3:.2f}", "-", "ms", None))
+    rows.append(("qlinear", "  -> tokens/s ceiling (products only)", f"{1 / token:.1f}", "-", "tok/s", None))
+
+    # the same products on distinct weights: 66 MB of Q4_1 and the 30 MB head stream from memory
+    calls = []
+    for _ in range(LLM_LAYERS):
+        for _, n, k in LLM_LAYER:
+            calls.append(spans("q4_1", n, k, weight("q4_1", n, k))[2])
+    calls.append(spans("q8_0", 49152, 576, weight("q8_0", 49152, 576))[2])
+    call = rt.call
+
+    def one_token():
+        for a in calls:
+            call("q_linear", *a)
+
+    one_token()
+    times = []
+    for _ in range(5 if quick else 15):
+        t = time.perf_counter()
+        one_token()
+        times.append(time.perf_counter() - t)
+    med = statistics.median(times)
+    rows.append(("qlinear", f"one token's {len(calls)} products on distinct weights, measured",
+                 f"{med * 1e3:.2f} ({min(times) * 1e3:.2f} best)", "-", "ms", None))
+    rows.append(("qlinear", "  -> tokens/s ceiling (products only)", f"{1 / med:.1f} ({1 / min(times):.1f} best)",
+                 "-", "tok/s", None))
+    return rows
+
+
+def print_rows(rows) -> None:
+    width = max(len(r[1]) for r in rows)
+    print()
+    print(f"| {'case':<{width}} | {'wasm: median (best)':>24} | {'python':>10} | unit    | python/wasm |")
+    print(f"|{'-' * (width + 2)}|{'-' * 26}|{'-' * 12}|---------|-------------|")
+    for _, name, w, p, unit, ratio in rows:
+        r = f"{ratio:.0f}x" if ratio else "-"
+        print(f"| {name:<{width}} | {w:>24} | {p:>10} | {unit:<7} | {r:>11} |")
+
+
 def guest_main(argv) -> int:
     global MIN_TIME, MIN_RUNS
     import random
@@ -125,6 +236,9 @@ def guest_main(argv) -> int:
         return max(abs(x - y) for x, y in zip(fa, fb)) / scale
 
     rows = []   # (group, case, wasm, python, unit)
+    if "--qlinear" in argv:
+        print_rows(qlinear_rows("--quick" in argv))
+        return 0
 
     # GEMM
     gemms = [(f"matmul {n}x{n} @ {n}x{n}", (n, n, n), "matmul") for n in (64, 256, 512)]
@@ -251,13 +365,8 @@ def guest_main(argv) -> int:
         top = sorted(spent.items(), key=lambda kv: -kv[1])
         breakdown = ", ".join(f"{n} {v / runs * 1e3:.3f}" for n, v in top)   # means
 
-    width = max(len(r[1]) for r in rows)
-    print()
-    print(f"| {'case':<{width}} | {'wasm: median (best)':>24} | {'python':>10} | unit    | python/wasm |")
-    print(f"|{'-' * (width + 2)}|{'-' * 26}|{'-' * 12}|---------|-------------|")
-    for _, name, w, p, unit, ratio in rows:
-        r = f"{ratio:.0f}x" if ratio else "-"
-        print(f"| {name:<{width}} | {w:>24} | {p:>10} | {unit:<7} | {r:>11} |")
+    rows += qlinear_rows("--quick" in argv)
+    print_rows(rows)
     if mnist is not None:
         print(f"\nMNIST kernel time by op (ms per forward): {breakdown}")
     return 0
