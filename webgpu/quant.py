@@ -47,7 +47,7 @@ a new ``pos``. How the write stays in place:
   the call and run after it, sees the new rows (as a view would). Read caches only through
   ``attention_cached`` or after ``ember.webgpu.evaluate``.
 
-``pos + T > C`` (or ``pos < 0``) raises IndexingError where ``pos``'s value is known without a
+``pos + T > C`` (or ``pos < 0``) raises ShapeError (``ember.ops.llm.check_pos``) where ``pos``'s value is known without a
 GPU read (a tensor uploaded from the host remembers its range; that is the case of the token
 position fed to a plan); for a ``pos`` computed on the GPU nothing is read back, and the kernels
 skip rows outside the cache (keys/values past ``C`` are dropped, attention stops at row C - 1).
@@ -152,14 +152,23 @@ def _prelude_params(qtype, k, gw) -> dict:
     return {"QT": qtype, "POS": _POS[qtype], "AL": "true" if al else "false"}
 
 
-def gemv_rows(k: int) -> int:
-    """Weight rows per ``gemv`` workgroup (256 threads) for rows of ``k`` elements: 64 lanes per
-    row from 512 items (k = 4096), 32 from 128, else 16 (few items per lane otherwise)."""
-    forced = os.environ.get("EMBER_QLINEAR_ROWS")
-    if forced:
-        return int(forced)
+def gemv_shape(n: int, k: int, mt: int) -> tuple:
+    """(LANES, RB) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x: LANES
+    consecutive threads share a group of RB weight rows. 64 lanes from 512 items per row
+    (k = 4096), 32 from 128, else 16 (a lane should get a few items); two rows per group for
+    tall weights with few x rows, so each x vector loaded serves two rows (x is read 8x more
+    bytes per item than the weight: 32 bytes of floats against 4 of quants). Forced by
+    ``EMBER_QLINEAR_LANES`` / ``EMBER_QLINEAR_RB`` (benchmarks)."""
     items = (k + 7) // 8
-    return 4 if items >= 512 else 8 if items >= 128 else 16
+    lanes = 64 if items >= 512 else 32 if items >= 128 else 16
+    rb = 2 if n >= 2048 and mt <= 4 else 1
+    env = os.environ
+    if env.get("EMBER_QLINEAR_LANES"):
+        lanes = int(env["EMBER_QLINEAR_LANES"])
+    if env.get("EMBER_QLINEAR_RB"):
+        rb = int(env["EMBER_QLINEAR_RB"])
+    # at most 8 partial sums per thread: the tree needs WG * mt * rb floats of workgroup memory
+    return lanes, max(1, min(rb, 8 // mt))
 
 
 def _shared(rt) -> int:
@@ -185,11 +194,25 @@ def qlinear(rt, out, x, w, *, qtype, n, k, **_):
     bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
     if M <= GEMV_MAX_M:
         mt = 1 << (M - 1).bit_length()
-        r = gemv_rows(k)
-        xs = 4096 if _shared(rt) >= 32768 else 2048
-        params.update(WG=WG, R=r, MT=mt, XS=xs, XS4=xs // 4, RED=WG * mt)
+        lanes, rb = gemv_shape(n, k, mt)
+        red = WG * mt * rb
+        # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
+        # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
+        xsh = k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1"
+        if xsh:
+            xs = min(4096, (_shared(rt) - red * 4) // 4 // (64 * mt) * (64 * mt))
+            kc = xs // mt
+        else:
+            xs, kc = 4, 0x7FFFFFC0
+        vec = gx.offset % 4 == 0 and k % 4 == 0
+        params.update(WG=WG, LANES=lanes, RB=rb, MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc, RED=red,
+                      ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
+                      X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
+                      X4="return xin[i / 4u];" if vec else
+                      "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);")
         pipe = _pipe(rt, "quant", "gemv", params)
-        rt.dispatch(pipe, bufs, info, grid_1d((n + r - 1) // r, rt.max_groups))
+        per_wg = WG // lanes * rb
+        rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
     else:
         tm, tn = tile_sizes(rt)
         params.update(TM=tm, TN=tn, TA=64 * tm, TB=64 * tn, ACC=(tm // 16) * (tn // 16), BV=tn // 16)
@@ -288,8 +311,11 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     if pos.dtype.kind != "i" or prod(pos.shape) != 1:
         raise DTypeError(f"{op}: pos must be one int32 value, got {pos.dtype.name} {pos.shape}")
     b = gp.bounds
-    if b is not None and (b[0] < 0 or b[1] + T > C):
-        raise IndexingError(f"{op}: pos {b[1] if b[0] >= 0 else b[0]} + T {T} does not fit a cache of {C} rows")
+    if b is not None:       # known at upload: the same check as every backend's, no GPU read
+        from ..ops.llm import check_pos
+
+        check_pos(b[0], T, C)
+        check_pos(b[1], T, C)
     gkc = _cache(op, k_cache, "k_cache", (C, Hkv, D))
     gvc = _cache(op, v_cache, "v_cache", (C, Hkv, D))
     gp = realize(gp)

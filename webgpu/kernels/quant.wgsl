@@ -229,67 +229,86 @@ fn item(rb: u32, i: u32) -> Item { return item_{{QT}}(rb, i); }
 fn item_pos(i: u32) -> vec2<u32> { return {{POS}}(i); }
 
 //// gemv
-@group(0) @binding(2) var<storage, read> xin: array<f32>;
+@group(0) @binding(2) var<storage, read> xin: array<{{XT}}>;
 @group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+fn x1(i: u32) -> f32 { {{X1}} }             // x element i
+fn x4(i: u32) -> vec4<f32> { {{X4}} }       // x elements i..i+3
 
 // ---- gemv: out (M, N) = x (M, K) @ dequantize(w).T for M <= MT ----------------------------------
-// R rows of the weight per workgroup, LANES = WG / R consecutive threads per row. Lanes take
-// consecutive items, so a row's words are read front to back by neighbouring threads (coalesced)
-// and each word once. x is staged in workgroup memory XS floats at a time (KC = XS / MT columns
-// of every x row), read back as vec4s next to the weights they multiply; the lanes' partial sums
-// meet in a tree in workgroup memory.
-const R: u32 = {{R}}u;
-const LANES: u32 = {{WG}}u / {{R}}u;
+// Threads come in groups of LANES consecutive ones; a group owns RB consecutive weight rows, so a
+// workgroup owns (WG / LANES) * RB rows. Lanes take consecutive items (the row's words front to
+// back: neighbouring threads read neighbouring words, each word read once) and each x vector
+// they load serves the RB rows. x is read straight from its buffer (XSH false: cached, one pass
+// over k) or staged in workgroup memory XS floats at a time (XSH true: KC = XS / MT columns of
+// every x row per pass; rows of x past M and columns past K are zeros). The lanes' partial
+// sums meet in one tree in workgroup memory.
+const XSH: bool = {{XSH}};
+const RB: u32 = {{RB}}u;
+const LANES: u32 = {{LANES}}u;
 const MT: u32 = {{MT}}u;
-const KC: u32 = {{XS}}u / {{MT}}u;
+const KC: u32 = {{KC}}u;
 var<workgroup> xs: array<vec4<f32>, {{XS4}}>;
 var<workgroup> red: array<f32, {{RED}}>;
+
+fn xget(m: u32, k0: u32, e: u32, M: u32, K: u32) -> vec4<f32> {
+  if (XSH) { return xs[m * (KC / 4u) + (e - k0) / 4u]; }
+  return x4(u(5u) + min(m, M - 1u) * K + e);
+}
 
 @compute @workgroup_size({{WG}})
 fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) t: u32) {
   let M = u(0u); let N = u(1u); let K = u(2u);
-  let row = (wid.x + wid.y * nwg.x) * R + t / LANES;
+  let grp = t / LANES;
   let lane = t % LANES;
-  let live = row < N;
-  let rb = u(4u) + row * u(3u);
+  let row0 = ((wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) + grp) * RB;
   let nitems = u(6u);
-  let xo = u(5u);
-  var acc: array<f32, {{MT}}>;
-  for (var m = 0u; m < MT; m = m + 1u) { acc[m] = 0.0; }
+  let rbytes = u(3u);
+  var rb: array<u32, {{RB}}>;
+  for (var r = 0u; r < RB; r = r + 1u) { rb[r] = u(4u) + min(row0 + r, N - 1u) * rbytes; }
+  var acc: array<f32, {{ACC}}>;
   for (var k0 = 0u; k0 < K; k0 = k0 + KC) {
-    for (var j = t; j < {{XS}}u; j = j + {{WG}}u) {
-      let m = j / KC;
-      let k = k0 + j % KC;
-      var v = 0.0;
-      if (m < M && k < K) { v = xin[xo + m * K + k]; }
-      xs[j / 4u][j % 4u] = v;
+    if (XSH) {
+      for (var j = t; j < {{XS}}u; j = j + {{WG}}u) {
+        let m = j / KC;
+        let k = k0 + j % KC;
+        var v = 0.0;
+        if (m < M && k < K) { v = x1(u(5u) + m * K + k); }
+        xs[j / 4u][j % 4u] = v;
+      }
+      workgroupBarrier();
     }
-    workgroupBarrier();
-    if (live) {
-      let i1 = min(nitems, (k0 + KC) / 8u);
+    if (row0 < N) {
+      let i1 = min(nitems, (k0 + min(KC, K - k0) + 7u) / 8u);
       for (var i = k0 / 8u + lane; i < i1; i = i + LANES) {
-        let it = item(rb, i);
-        let a = (it.e0 - k0) / 4u;
-        let b = (it.e1 - k0) / 4u;
+        var its: array<Item, {{RB}}>;
+        for (var r = 0u; r < RB; r = r + 1u) { its[r] = item(rb[r], i); }
         for (var m = 0u; m < MT; m = m + 1u) {
-          acc[m] = acc[m] + dot(it.w0, xs[m * (KC / 4u) + a]) + dot(it.w1, xs[m * (KC / 4u) + b]);
+          let xa = xget(m, k0, its[0].e0, M, K);
+          let xb = xget(m, k0, its[0].e1, M, K);
+          for (var r = 0u; r < RB; r = r + 1u) {
+            acc[m * RB + r] = acc[m * RB + r] + dot(its[r].w0, xa) + dot(its[r].w1, xb);
+          }
         }
       }
     }
-    workgroupBarrier();
+    if (XSH) { workgroupBarrier(); }
   }
-  for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = acc[m]; }
+  for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = acc[j]; }
   for (var s = LANES / 2u; s > 0u; s = s / 2u) {
     workgroupBarrier();
     if (lane < s) {
-      for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = red[m * {{WG}}u + t] + red[m * {{WG}}u + t + s]; }
+      for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = red[j * {{WG}}u + t] + red[j * {{WG}}u + t + s]; }
     }
   }
   workgroupBarrier();
-  if (live && lane == 0u) {
-    for (var m = 0u; m < M; m = m + 1u) { out[m * N + row] = red[m * {{WG}}u + t]; }
+  if (lane == 0u) {
+    for (var r = 0u; r < RB; r = r + 1u) {
+      if (row0 + r < N) {
+        for (var m = 0u; m < M; m = m + 1u) { out[m * N + row0 + r] = red[(m * RB + r) * {{WG}}u + t]; }
+      }
+    }
   }
 }
 
