@@ -65,8 +65,12 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
+from .autograd import is_grad_enabled as _is_grad_enabled
+from .backends import default_device as _backend_default_device
 # The active capture (one at a time): registry.apply and Tensor reads look at it.
 from .registry import CAPTURE as _active
+# (imported here, not per call: ember.compile's per-call Python is part of every replay)
+from .tensor import Tensor
 
 
 # Ops that must run on every replay even when their inputs are constant (none: random numbers
@@ -375,8 +379,6 @@ class Plan:
 
     def _run_steps(self, inputs):
         """Replay step by step: each kernel called from Python."""
-        from .tensor import Tensor
-
         wrap = Tensor._wrap
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = inputs
@@ -414,8 +416,6 @@ def _compiled_replay(plan):
 def flatten(obj, leaves: list):
     """(structure key, appended tensor leaves): tensors anywhere in tuples/lists/dicts become
     leaves; everything else is part of the key (must be hashable or repr-able)."""
-    from .tensor import Tensor
-
     if isinstance(obj, Tensor):
         leaves.append(obj)
         return ("T", obj.shape, obj.dtype.name, obj.device)
@@ -432,8 +432,6 @@ def flatten(obj, leaves: list):
 
 def out_structure(obj):
     """The shape of a return value: tensors are positions in the flat output list."""
-    from .tensor import Tensor
-
     if isinstance(obj, Tensor):
         return "T"
     if isinstance(obj, (tuple, list)):
@@ -444,8 +442,6 @@ def out_structure(obj):
 
 
 def out_leaves(obj, leaves: list) -> list:
-    from .tensor import Tensor
-
     if isinstance(obj, Tensor):
         leaves.append(obj)
     elif isinstance(obj, (tuple, list)):
@@ -572,15 +568,11 @@ class Compiled:
 
 
 def _grad_mode() -> bool:
-    from .autograd import is_grad_enabled
-
-    return is_grad_enabled()
+    return _is_grad_enabled()
 
 
 def _default_device() -> str:
-    from .backends import default_device
-
-    return default_device()
+    return _backend_default_device()
 
 
 def _show_key(key) -> str:

@@ -36,7 +36,7 @@ SRC = os.path.join(HERE, "kernels")
 OUT = os.path.join(HERE, "kernels.wasm")
 SECTION = "ember.sources"
 DISPATCH_HEADER = "ember_dispatch.h"   # generated into the build folder, included by exec.c
-GENERATOR = "exec-dispatch 1"         # part of the source hash: a new generator rebuilds
+GENERATOR = "exec-dispatch 2"         # part of the source hash: a new generator rebuilds
 # -ffreestanding/-fno-builtin: never call memset/memcpy (there is no libc to link);
 # -mbulk-memory: a struct copy becomes memory.copy instead of a call; -mnontrapping-fptoint:
 # saturating float -> int conversions (the cast semantics ember pins on every backend).
@@ -164,8 +164,8 @@ def dispatch_source(kernels: list) -> str:
         decl = ", ".join(f"{t} a{i}" for i, (t, _) in enumerate(plist)) or "void"
         lines.append(f"{ret} {name}({decl});")
     lines.append("/* Runs kernel `id` on the argument words `a` (n of them): -1 for an unknown id or a wrong")
-    lines.append("   word count, else (has_result << 32) | result. */")
-    lines.append("static inline i64 ember_dispatch(i32 id, const i32 *a, i32 n) {")
+    lines.append("   word count, else (has_result << 32) | result. With run == 0 it only checks id and count. */")
+    lines.append("static inline i64 ember_dispatch(i32 id, const i32 *a, i32 n, i32 run) {")
     lines.append("  switch (id) {")
     for k, (name, ret, plist, params, result) in enumerate(table):
         args, w = [], 0
@@ -183,7 +183,7 @@ def dispatch_source(kernels: list) -> str:
             w += 2 if letter in "IF" else 1
         call = f"{name}({', '.join(args)})"
         body = (f"return ((i64)1 << 32) | (u32)(i32){call};" if result else f"{call}; return 0;")
-        lines.append(f"  case {k}: if (n != {w}) return -1; {body}")
+        lines.append(f"  case {k}: if (n != {w}) return -1; if (!run) return 0; {body}")
     lines.append("  default: return -1;")
     lines.append("  }")
     lines.append("}")

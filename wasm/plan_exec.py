@@ -62,6 +62,8 @@ from array import array
 
 from ..backends.python import KERNELS as PY_KERNELS
 from ..errors import BoundsError, DeviceError
+from ..plan import unflatten
+from ..tensor import Tensor
 from .runtime import R, module_bytes
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
@@ -328,8 +330,6 @@ class WasmPlanReplay:
 
     # ---- recording -----------------------------------------------------------------------------
     def _record(self, inputs):
-        from ..tensor import Tensor
-
         plan = self.plan
         self.records += 1
         rec, rkern = _recording_kernels(self.backend)
@@ -492,8 +492,6 @@ class WasmPlanReplay:
 
     # ---- building --------------------------------------------------------------------------------
     def _build(self, info, vals):
-        from ..tensor import Tensor
-
         plan = self.plan
         steps = plan.steps
         root = {}
@@ -579,6 +577,9 @@ class WasmPlanReplay:
         self.rootof = rootof
         self.kindof = kindof
         self.segments = [p[1] for p in program if p[0] == "seg"]
+        self.n_inputs = plan.n_inputs
+        self.outs = [(s, own_buf.get(rootof(s))) for s in plan.out_slots]
+        self.single = plan.out_tree == "T"
         self.info = info
         self.ready = True
 
@@ -639,18 +640,15 @@ class WasmPlanReplay:
 
     # ---- replaying -----------------------------------------------------------------------------
     def _replay(self, inputs):
-        plan = self.plan
         vals = self.base.copy()
-        vals[:plan.n_inputs] = inputs
-        space = self.space
-        steps = plan.steps
-        from ..tensor import Tensor
-
+        vals[:self.n_inputs] = inputs
+        run = self.space.run
+        steps = self.plan.steps
         wrap = Tensor._wrap
         for what, x in self.program:
             if what == "seg":
                 try:
-                    space.run(x, vals)
+                    run(x, vals)
                 except _Stale as e:
                     self.ready = False
                     if self.records >= MAX_RECORDS:
@@ -671,7 +669,15 @@ class WasmPlanReplay:
             else:
                 steps[x].kernel(vals)
         self.replays += 1
-        return self._outputs_from(vals, self.own_ids)
+        # outputs: copies of own buffers (the next replay overwrites them), the rest as they are
+        copy, own_ids = self.space.copy_out, self.own_ids
+        out = []
+        for s, own in self.outs:
+            t = vals[s]
+            if own is not None or id(t._buf) in own_ids:
+                t = wrap(copy(t._buf), t.shape, t.dtype, t.device)
+            out.append(t)
+        return out[0] if self.single else unflatten(self.plan.out_tree, out)
 
     @staticmethod
     def _alias(st, vals, wrap):
@@ -686,8 +692,6 @@ class WasmPlanReplay:
 
     def _finish_steps(self, start, vals):
         """Run steps ``start..`` step by step with their own kernels (a stale table's replay)."""
-        from ..tensor import Tensor
-
         wrap = Tensor._wrap
         self.space.sync_out(vals)
         for st in self.plan.steps[start:]:
@@ -702,9 +706,6 @@ class WasmPlanReplay:
         return self._outputs_from(vals, self.own_ids)
 
     def _outputs_from(self, vals, own_ids):
-        from ..plan import unflatten
-        from ..tensor import Tensor
-
         out = []
         for s in self.plan.out_slots:
             t = vals[s]
@@ -832,35 +833,23 @@ class PyodideSpace(_Space):
             if is_const:
                 if b is not seen[r]:
                     raise _Stale(f"the buffer of constant slot {r} was replaced")
-                continue
-            try:
-                bi = b.buffer_info()
-            except AttributeError:
-                bi = None
-            if bi != seen[r]:
-                self.check(r, b)
+            elif b.__class__ is not array or b.buffer_info() != seen[r]:
+                self.check(r, b)     # raises BoundsError before anything runs
                 self._patch(seg, r, fields, b)
-                seen[r] = bi
-        self._go(seg, vals)
-
-    def _go(self, seg, vals):
-        start = 0
-        rep = self.replay
-        while True:
-            rc = self.run_fn(seg.addr, start)
-            rep.runs += 1
-            if rc == 0:
-                return
+                seen[r] = b.buffer_info()
+        rc = self.run_fn(seg.addr, 0)
+        self.replay.runs += 1
+        while rc:
             if rc < 0:
                 raise BoundsError(f"wasm plan table refused by ember_run ({rc}): "
                                   + ("wrong ABI or magic" if rc == -1 else f"command {-2 - rc} is malformed"))
-            c = rc - 1
-            i = seg.cmds[c].step
+            i = seg.cmds[rc - 1].step
             self._redo(seg, i, vals)
             nxt = seg.steps.index(i) + 1
             if nxt >= len(seg.steps):
                 return
-            start = seg.first_cmd[seg.steps[nxt]]
+            rc = self.run_fn(seg.addr, seg.first_cmd[seg.steps[nxt]])
+            self.replay.runs += 1
 
     def _redo(self, seg, i, vals):
         rep = self.replay

@@ -15,8 +15,8 @@
  *
  * Returns 0 when every command ran; c + 1 when command c returned something else than expected;
  * -1 for a table of another ABI or magic; -2 - c when command c is malformed (unknown kernel,
- * wrong argument count, running past the table's words). Nothing runs before the header is
- * checked, and a malformed command stops the run before it is called.
+ * wrong argument count, running past the table's words; c = the number of commands when words
+ * are left over). The whole table is checked before its first command runs.
  *
  * Bounds: this file cannot know buffer sizes; Python checks every span when it builds the table
  * and whenever a buffer behind it could have changed (see plan_exec.py). The table is data Python
@@ -48,14 +48,21 @@ EXPORT(ember_abi) i32 ember_abi(void) { return (i32)EMBER_ABI; }
 EXPORT(ember_run) i32 ember_run(const i32 *t, i32 start) {
   if (t[0] != TABLE_MAGIC || t[1] != (i32)EMBER_ABI) return -1;
   const i32 n = t[2], words = t[3];
+  /* the whole table is checked before its first command runs */
   i32 at = HEADER;
   for (i32 c = 0; c < n; c++) {
-    if (at + 3 > words) return -2 - c;
+    if (at > words - 3) return -2 - c;
     const i32 nargs = t[at + 1];
     if (nargs < 0 || nargs > words - at - 3) return -2 - c;
+    if (ember_dispatch(t[at], t + at + 3, nargs, 0) < 0) return -2 - c;
+    at += 3 + nargs;
+  }
+  if (at != words) return -2 - n;
+  at = HEADER;
+  for (i32 c = 0; c < n; c++) {
+    const i32 nargs = t[at + 1];
     if (c >= start) {
-      const i64 r = ember_dispatch(t[at], t + at + 3, nargs);
-      if (r < 0) return -2 - c;
+      const i64 r = ember_dispatch(t[at], t + at + 3, nargs, 1);
       if ((r >> 32) && (i32)r != t[at + 2]) return c + 1;
     }
     at += 3 + nargs;
