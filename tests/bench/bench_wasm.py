@@ -1,7 +1,7 @@
 """wasm benchmark: ember's WebAssembly SIMD kernels (device "wasm") next to the pure-Python
 backend, inside Pyodide under Node (V8, the engine Chromium uses), single-threaded.
 
-    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear]
+    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear] [--replay]
 
 Run with CPython, this script builds the kernel module and the wheel (into a temporary folder)
 and runs itself inside Pyodide through wasm/run_pyodide.mjs, with demos/mnist mounted. Inside
@@ -22,7 +22,12 @@ Pyodide it prints one table:
   kernel call (``rt.call`` with ready spans: the kernel plus one bounds-checked call) and per
   ``ember.qlinear`` op; then one whole token's products (30 layers of q/k/v/o/gate/up/down on
   distinct weights, 96 MB, so they stream from memory as in a real model, plus the head) and
-  the tokens/s ceiling they imply, both from the sum of the per-shape medians and measured.
+  the tokens/s ceiling they imply, both from the sum of the per-shape medians and measured;
+- replay (``--replay`` runs only this part): the host cost of a replayed plan with its kernel
+  calls in command tables (``ember.wasm.plan_exec``: one ``ember_run`` call per segment) next
+  to the step-by-step replay (tables off): a chain of 400 tiny elementwise steps (16 floats, so
+  the kernels cost next to nothing) in µs per step, a one-step plan (the fixed cost of a call of
+  a compiled function), the MNIST demo CNN and a 2-layer random llama decode step.
 
 Each case runs once to warm up, then until ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have
 passed; the table shows the median (and the best run for the GEMMs). The pure-Python backend
@@ -197,6 +202,96 @@ def qlinear_rows(quick: bool) -> list:
     return rows
 
 
+def replay_rows(quick: bool) -> list:
+    """Compiled replays with command tables (one ember_run call per segment) and step by step."""
+    import ember
+    import ember.wasm.plan_exec as pe
+
+    rows = []
+    min_time = 0.3 if quick else 1.0
+
+    def both(make, args, check=True):
+        """{tables on/off: (median, best)} of ``make()`` compiled and replayed on ``args``, and
+        the table's describe()."""
+        res, desc, outs = {}, None, {}
+        for on in (True, False):
+            saved = pe.ENABLED
+            pe.ENABLED = on
+            try:
+                f = ember.compile(make())
+                f(*args)
+                f(*args)    # (recorded here when tables are on)
+                outs[on] = f(*args)
+                res[on] = timeit(lambda: f(*args), min_time)
+                if on:
+                    p = f.plan_for(*args)
+                    desc = p.fast.describe() if p.fast else {"segments": "-"}
+                    r0 = p.fast.runs if p.fast else 0
+                    f(*args)
+                    desc["runs_per_call"] = (p.fast.runs - r0) if p.fast else "-"
+                    desc["steps"] = len(p)
+            finally:
+                pe.ENABLED = saved
+        a, b = outs[True], outs[False]
+        if check and [t.tolist() for t in (a if isinstance(a, tuple) else (a,))] != \
+                [t.tolist() for t in (b if isinstance(b, tuple) else (b,))]:
+            print("WRONG: replay with tables differs from the step-by-step replay")
+            raise SystemExit(1)
+        return res, desc
+
+    n = 400
+
+    def chain():
+        def f(x):
+            for _ in range(n // 2):
+                x = x * 1.0001
+                x = x + 0.5
+            return x
+        return f
+
+    x = ember.ones((16,), device="wasm")
+    res, d = both(chain, (x,))
+    one, _ = both(lambda: (lambda x: x * 2.0), (x,))
+    on, off = res[True][0], res[False][0]
+    rows.append(("replay", f"{n} elementwise steps of 16 floats: tables ({d['segments']} segment, "
+                           f"{d['runs_per_call']} call) / step by step",
+                 f"{on * 1e6:.1f} / {off * 1e6:.0f}", "-", "us", None))
+    rows.append(("replay", "  same, per step (whole call / step count)",
+                 f"{on / n * 1e6:.3f} / {off / n * 1e6:.2f}", "-", "us", None))
+    rows.append(("replay", "  same, per step beyond a 1-step plan's call",
+                 f"{(on - one[True][0]) / (n - 1) * 1e6:.3f} / {(off - one[False][0]) / (n - 1) * 1e6:.2f}",
+                 "-", "us", None))
+    rows.append(("replay", "a 1-step compiled call (tables / step by step)",
+                 f"{one[True][0] * 1e6:.1f} / {one[False][0] * 1e6:.1f}", "-", "us", None))
+
+    sys.path.insert(0, "/mnist")
+    try:
+        import model as mnist
+    except Exception as e:   # noqa: BLE001
+        print(f"(MNIST replay rows skipped: {type(e).__name__}: {e})")
+        mnist = None
+    if mnist is not None:
+        import random
+
+        net = mnist.load_model("/mnist/mnist.safetensors", device="wasm")
+        img = mnist.images_tensor([[random.Random(0).random() for _ in range(mnist.PIXELS)]], "wasm")
+        res, d = both(lambda: net, (img,))
+        rows.append(("replay", f"MNIST CNN forward, batch 1, ember.compile: tables ({d['steps']} steps, "
+                               f"{d['runs_per_call']} call) / step by step",
+                     f"{res[True][0] * 1e3:.3f} / {res[False][0] * 1e3:.3f}", "-", "ms", None))
+    from ember.nn.llama import Llama, LlamaConfig
+
+    cfg = LlamaConfig(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn_dim=128, vocab_size=256)
+    m = Llama.random(cfg, context=64, device="wasm")
+    ids = ember.tensor([5], dtype="int32", device="wasm")
+    pos = ember.tensor([3], dtype="int32", device="wasm")
+    res, d = both(lambda: (lambda i, p: m.forward(i, p)), (ids, pos), check=False)
+    rows.append(("replay", f"llama decode step, 2 layers of 64 (random): tables ({d['steps']} steps, "
+                           f"{d['segments']} segments, {len(d.get('python_steps', {}))} in Python) / step by step",
+                 f"{res[True][0] * 1e3:.3f} / {res[False][0] * 1e3:.3f}", "-", "ms", None))
+    return rows
+
+
 def print_rows(rows) -> None:
     width = max(len(r[1]) for r in rows)
     print()
@@ -238,6 +333,9 @@ def guest_main(argv) -> int:
     rows = []   # (group, case, wasm, python, unit)
     if "--qlinear" in argv:
         print_rows(qlinear_rows("--quick" in argv))
+        return 0
+    if "--replay" in argv:
+        print_rows(replay_rows("--quick" in argv))
         return 0
 
     # GEMM
@@ -366,6 +464,7 @@ def guest_main(argv) -> int:
         breakdown = ", ".join(f"{n} {v / runs * 1e3:.3f}" for n, v in top)   # means
 
     rows += qlinear_rows("--quick" in argv)
+    rows += replay_rows("--quick" in argv)
     print_rows(rows)
     if mnist is not None:
         print(f"\nMNIST kernel time by op (ms per forward): {breakdown}")
