@@ -13,6 +13,17 @@ PyTorch sees CUDA, PyTorch on the GPU with TF32 off (the same-GPU peer). A batch
 On a CPU adapter (lavapipe, SwiftShader) the default sizes stop at 1024: one 2048^3 product
 takes seconds per variant there (the 16x16 ``tiled`` one about a minute), which says nothing more.
 
+Quantized linear layers (``--qlinear``: that section alone): ``qlinear`` of GGUF-block weights
+(q4_1, q8_0 by default) at 4096x4096 and SmolLM2's 576x1536 / 1536x576: batch-1 decode (the
+matrix-vector kernel, reported as GB/s of weight read: the figure to hold against the GPU's HBM
+bandwidth) with every thread layout forced in turn, and a 128-row prompt (the tiled kernel,
+GFLOP/s); next to an fp32 batch-1 linear of the same shape (ember) and PyTorch's fp16 one on
+CUDA. The weights cycle through enough copies to pass the GPU's L2 cache, and the calls of one
+timing go into one compute pass timed by GPU timestamps, each into its own output.
+
+    .venv/bin/python tests/bench/bench_webgpu.py --qlinear                      # 4096^2, 576x1536, 1536x576
+    .venv/bin/python tests/bench/bench_webgpu.py --qlinear --qtypes q4_1,q8_0,q4_k,q6_k --peak-gbs 4800
+
 Every timing runs the op once (pipeline compile, autotune), then records it ``reps`` times and
 times the submit and the wait (``ember.webgpu.synchronize``): GPU throughput, not per-call latency;
 on a GPU the best of three such runs. ``auto_e2e`` also counts the Python that records each call
@@ -270,6 +281,169 @@ def gelu_rows(n, budget):
     return out
 
 
+# ---- quantized linear (qlinear) -----------------------------------------------------------------
+
+QL_SHAPES = ((4096, 4096), (576, 1536), (1536, 576))   # (n, k): out x in
+# matrix-vector layouts swept at batch 1: (lanes per row group, rows per group, x staged)
+GEMV_LAYOUTS = ((16, 1, 0), (32, 1, 0), (64, 1, 0), (32, 2, 0), (64, 2, 0), (64, 4, 0), (32, 1, 1), (64, 2, 1))
+
+
+# where each block keeps its f16 scales (set to small values so the random blocks stay finite)
+_SCALES = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
+def _ql_weight(qtype, n, k, rng):
+    """(int32 words, float64 dequantized rows 0..63) of a random ``qtype`` weight: random block
+    bytes with small f16 scales (no quantizer needed, nothing but numpy and ember); the
+    reference is ``ember.quant``'s pure-Python dequantization of the first 64 rows."""
+    from ember.quant import FORMATS
+
+    fmt = FORMATS[qtype]
+    if qtype in _SCALES:
+        raw = rng.integers(0, 256, size=(n, k // fmt.block, fmt.nbytes), dtype=np.uint8)
+        for p in _SCALES[qtype]:
+            raw[:, :, p:p + 2] = rng.uniform(-0.05, 0.05, size=raw.shape[:2]).astype(np.float16).view(
+                np.uint8).reshape(*raw.shape[:2], 2)
+    else:
+        vals = rng.standard_normal((n, k)).astype(np.float32)
+        raw = {"f32": vals, "f16": vals.astype(np.float16), "bf16": (vals.view(np.uint32) >> 16).astype(np.uint16)}[qtype]
+    raw = raw.reshape(n, -1).view(np.uint8)
+    ref = np.frombuffer(fmt.dequantize(raw[:64].tobytes()), np.float32).reshape(-1, k).astype(np.float64)
+    b = raw.tobytes()
+    return np.frombuffer(b + bytes(-len(b) % 4), "<i4").copy(), ref
+
+
+def _one_pass_timed(calls, cpu_adapter):
+    """Seconds per call of ``calls`` (a list of thunks that each record one dispatch): all
+    recorded into ONE compute pass (the driver's batch limit lifted), timed by GPU timestamps
+    around that pass where the adapter has them, else by the wall clock of submit + wait."""
+    import ember.webgpu.driver as drv
+
+    calls[0]()
+    wg.synchronize()
+    old = drv.BATCH_DISPATCHES
+    drv.BATCH_DISPATCHES = 1 << 30
+    best = float("inf")
+    try:
+        for _ in range(TRIALS[0]):
+            keep = [c() for c in calls]      # each call writes its own output: no false dependences
+            t0 = time.perf_counter()
+            wg.synchronize()
+            dt = time.perf_counter() - t0
+            if TIMER[0] is not None:
+                dt = TIMER[0].last_pass_seconds()
+            best = min(best, dt / len(calls))
+            del keep
+    finally:
+        drv.BATCH_DISPATCHES = old
+    return best
+
+
+def _evaluated(t):
+    wg.evaluate(t)
+    return t
+
+
+def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
+    """Decode (M = 1) and prompt (M = 128) qlinear timings; see the module docstring."""
+    from ember.registry import Meta
+    from ember.webgpu import quant as wq
+
+    rng = np.random.default_rng(3)
+    rt = wg.get_runtime()
+    try:
+        import torch
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        torch, cuda = None, False
+    rows = []
+    for n, k in shapes:
+        x1 = rng.standard_normal((1, k)).astype(np.float32)
+        xp = rng.standard_normal((128, k)).astype(np.float32)
+        tx1, txp = ember.from_numpy(x1, device="webgpu"), ember.from_numpy(xp, device="webgpu")
+        for qt in qtypes:
+            words, ref = _ql_weight(qt, n, k, rng)
+            nbytes = words.nbytes
+            # enough distinct copies to pass a large L2 (the H200 has 50 MB): 256 MB of weights
+            copies = 1 if cpu_adapter else max(1, -(-(256 << 20) // nbytes))
+            first = ember.from_numpy(words, device="webgpu")
+            ws = [first] + [ember.from_numpy(words, device="webgpu") for _ in range(copies - 1)]
+            got = ember.qlinear(txp[:64], first, qtype=qt, n=n, k=k).numpy()[:, :64]
+            want = xp[:64].astype(np.float64) @ ref.T
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+            got1 = ember.qlinear(tx1, first, qtype=qt, n=n, k=k).numpy()[0, :64]
+            err = max(err, float(np.abs(got1 - x1[0] @ ref.T).max() / np.abs(x1[0] @ ref.T).max()))
+            if err > 1e-4:
+                raise SystemExit(f"qlinear {qt} {n}x{k}: relative error {err:.2e}")
+            reps = 3 if cpu_adapter else max(64, 4 * copies)
+            row = {"n": n, "k": k, "qtype": qt, "MB": nbytes / 1e6, "copies": copies}
+
+            def decode_calls(reps=reps):
+                return [lambda w=ws[i % copies]: ember.qlinear(tx1, w, qtype=qt, n=n, k=k) for i in range(reps)]
+            lanes, rb = wq.gemv_shape(n, k, 1)
+            row["default"] = f"{lanes}x{rb}"
+            dt = _one_pass_timed(decode_calls(), cpu_adapter)
+            row["us"] = dt * 1e6
+            row["GBs"] = nbytes / dt / 1e9
+            if layouts and not cpu_adapter:
+                row["layouts"] = {}
+                for lanes_, rb_, xsh in GEMV_LAYOUTS:
+                    os.environ.update(EMBER_QLINEAR_LANES=str(lanes_), EMBER_QLINEAR_RB=str(rb_),
+                                      EMBER_QLINEAR_XSH=str(xsh))
+                    try:
+                        dt = _one_pass_timed(decode_calls(), cpu_adapter)
+                    finally:
+                        for v in ("EMBER_QLINEAR_LANES", "EMBER_QLINEAR_RB", "EMBER_QLINEAR_XSH"):
+                            os.environ.pop(v, None)
+                    row["layouts"][f"{lanes_}x{rb_}{'s' if xsh else ''}"] = nbytes / dt / 1e9
+            preps = 2 if cpu_adapter else max(16, copies)
+            pcalls = [lambda w=ws[i % copies]: ember.qlinear(txp, w, qtype=qt, n=n, k=k) for i in range(preps)]
+            row["prompt_GFLOPs"] = 2.0 * 128 * n * k / _one_pass_timed(pcalls, cpu_adapter) / 1e9
+            del ws
+            rows.append(row)
+        # peers: the same batch-1 product with a float32 weight (ember) and PyTorch fp16 (CUDA)
+        w32 = rng.standard_normal((n, k)).astype(np.float32)
+        fcopies = 1 if cpu_adapter else max(1, -(-(256 << 20) // w32.nbytes))
+        fws = [ember.from_numpy(w32, device="webgpu").permute_dims((1, 0)) for _ in range(fcopies)]
+        freps = 3 if cpu_adapter else max(32, 2 * fcopies)
+        dt = _one_pass_timed([lambda w=fws[i % fcopies]: _evaluated(tx1 @ w) for i in range(freps)], cpu_adapter)
+        peer = {"n": n, "k": k, "qtype": "f32 matmul", "MB": w32.nbytes / 1e6, "us": dt * 1e6,
+                "GBs": w32.nbytes / dt / 1e9}
+        del fws
+        if cuda:
+            wh = [torch.from_numpy(w32).cuda().half() for _ in range(max(1, -(-(256 << 20) // (w32.nbytes // 2))))]
+            xh = torch.from_numpy(x1).cuda().half()
+            torch.nn.functional.linear(xh, wh[0])
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            r = 200
+            for i in range(r):
+                torch.nn.functional.linear(xh, wh[i % len(wh)])
+            torch.cuda.synchronize()
+            dt = (time.perf_counter() - t0) / r
+            peer["torch_fp16_GBs"] = w32.nbytes / 2 / dt / 1e9
+            del wh
+        rows.append(peer)
+    return rows
+
+
+def print_qlinear(rows, peak):
+    print("\nqlinear batch-1 decode (matrix-vector kernel): GB/s of weight read per call"
+          + (f", % of {peak:.0f} GB/s" if peak else "") + "; prompt: 128 rows, tiled kernel, GFLOP/s")
+    print(f"{'shape':>11} {'qtype':>10} {'MB':>7} {'copies':>6} {'us/call':>9} {'GB/s':>8}"
+          + (f" {'%peak':>6}" if peak else "") + f" {'layout':>7} {'prompt':>9}  layouts (lanes x rows[s=x staged]: GB/s)")
+    for r in rows:
+        pct = f" {100 * r['GBs'] / peak:>5.1f}%" if peak else ""
+        extra = ""
+        if "layouts" in r:
+            extra = "  " + " ".join(f"{name} {v:.0f}" for name, v in r["layouts"].items())
+        if "torch_fp16_GBs" in r:
+            extra = f"  torch fp16 (CUDA) {r['torch_fp16_GBs']:.0f} GB/s"
+        prompt = f"{r['prompt_GFLOPs']:>9.1f}" if "prompt_GFLOPs" in r else f"{'-':>9}"
+        print(f"{r['n']:>5}x{r['k']:<5} {r['qtype']:>10} {r['MB']:>7.2f} {r.get('copies', '-'):>6} {r['us']:>9.1f} "
+              f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>7} {prompt}{extra}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=_arg_list, default=None, help="square matmul sizes (default 256,512,1024[,2048])")
@@ -277,6 +451,10 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=None, help="seconds per timing (default 0.5, 2 on a CPU adapter)")
     p.add_argument("--quick", action="store_true", help="small sizes only (a smoke test)")
     p.add_argument("--no-cpu-peers", action="store_true", help="skip numpy and PyTorch on the CPU")
+    p.add_argument("--qlinear", action="store_true", help="only the quantized linear section")
+    p.add_argument("--qtypes", default="q4_1,q8_0", help="qlinear formats (default q4_1,q8_0)")
+    p.add_argument("--qshapes", default=None, help="qlinear (n)x(k) shapes, e.g. 4096x4096,576x1536")
+    p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's memory bandwidth (H200: 4800)")
     args = p.parse_args(argv)
 
     os.environ.setdefault("EMBER_AUTOTUNE", "on")
@@ -295,6 +473,11 @@ def main(argv=None):
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}")
     print("kernel timing: " + ("GPU timestamps around each submitted pass" if TIMER[0] else
                                "wall clock of submit + wait (recording excluded)"))
+
+    if args.qlinear:
+        shapes = QL_SHAPES if not args.qshapes else [tuple(int(v) for v in sh.split("x")) for sh in args.qshapes.split(",")]
+        print_qlinear(qlinear_rows(shapes, args.qtypes.split(","), cpu), args.peak_gbs)
+        return
 
     rows = matmul_table(sizes, budget, cpu, not args.no_cpu_peers)
     cols = list(linalg.VARIANTS) + ["auto", "auto_e2e", "numpy", "torch_cpu", "torch_cuda"]
