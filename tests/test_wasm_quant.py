@@ -448,8 +448,8 @@ def guarded_call(name, *args):
     return res
 
 
-@pytest.mark.parametrize("qtype,m", [("q4_1", 1), ("q8_0", 1), ("q5_0", 1), ("q4_0", 2), ("q6_k", 1),
-                                     ("q4_k", 3), ("q5_k", 1), ("f16", 17), ("bf16", 2), ("f32", 1)])
+@pytest.mark.parametrize("qtype,m", [("q4_1", 1), ("q8_0", 1), ("q5_0", 1), ("q4_0", 2), ("q6_k", 1), ("q4_k", 3),
+                                     ("q4_k", 5), ("q8_0", 5), ("q5_k", 1), ("f16", 17), ("bf16", 2), ("f32", 1)])
 def test_kernels_stay_inside_their_spans(qtype, m):
     rng = np.random.default_rng(12)
     blk = block_of(qtype)
