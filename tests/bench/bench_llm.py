@@ -27,13 +27,15 @@ wasm threads work):
   .hardwareConcurrency threads (n_gpu_layers 0), and with its WebGPU backend (SwiftShader here);
   the page tests/bench/llm/bench.{html,js}. Load = ``loadModel`` from a Blob already in memory
   (the download over localhost is timed apart). Figures are llama.cpp's own timings.
-- ember through the chat page's JS API (demos/chat/ of the built site):
-  ``window.emberDemo.load(url, {backend})`` when the page has it (else the page's own file:
-  only its Q4_1 row is measured), a 2-token warm-up, then
+- ember through the chat page's JS API (demos/chat/ of the built site, one fresh browser
+  context per backend and file; the bench's server answers the page's model URL with the file
+  being measured): ``await window.emberDemo.ready`` (Pyodide boot, the GGUF's download over
+  localhost, ember.llm.load in the page's Worker), a 2-token warm-up on the backend (on webgpu
+  it also moves the model onto the GPU), then
   ``window.emberDemo.generate(prompt, {maxTokens, temperature: 0, backend})`` ->
   ``{text, tokens, promptTokens, prefillMs, decodeTokensPerSecond, backend}``; backends "cpu"
-  (ember's wasm backend) and "webgpu". Rows say "n/a" with the reason while the page or the API
-  is missing.
+  (ember's wasm backend) and "webgpu". Rows say "n/a" with the reason while the page or the
+  API is missing.
 
 Natively (CPython):
 - ember: ``ember.llm.load(path, device=D)`` (``--devices``, default numpy), a 2-token warm-up,
@@ -98,8 +100,8 @@ PARAGRAPH = (
     "rocks below it in a single winter. For more than a century a keeper and his family lived in "
     "the small stone house at its foot, climbing the stairs every evening to light the lamp. The "
     "work was lonely but never dull: storms broke windows, fog horns had to be sounded by hand, and "
-    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the electricity network, and in 1989 the "
-    "last keeper left, replaced by an automatic system that is checked twice a year. Today the "
+    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the "
+    "electricity network, and in 1989 the last keeper left, replaced by an automatic system that is checked twice a year. Today the "
     "house is a small museum where visitors can see the keepers' logbooks and photographs of the "
     "wrecks that made the light necessary."
 )
@@ -260,9 +262,12 @@ ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder
              "Cross-Origin-Resource-Policy": "same-origin"}
 
 
-def serve(mounts: dict):
+def serve(mounts: dict, overrides: dict | None = None):
     """A threaded HTTP server on 127.0.0.1 with COOP/COEP on every answer: URL prefix -> folder
-    (or URL -> one file), longest prefix first. Returns (server, base URL)."""
+    (or URL -> one file), longest prefix first; ``overrides`` (URL -> file, read at each
+    request, so the caller may change it between pages) comes before the mounts. Returns
+    (server, base URL)."""
+    overrides = {} if overrides is None else overrides
     order = sorted(((k, Path(v).resolve()) for k, v in mounts.items()), key=lambda kv: -len(kv[0]))
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -273,6 +278,8 @@ def serve(mounts: dict):
 
         def _file(self):
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+            if path in overrides:
+                return Path(overrides[path])
             for prefix, root in order:
                 if root.is_file():
                     if path == prefix:
@@ -395,24 +402,23 @@ def run_wllama(browser, base: str, cfg: dict, timeout_s: float) -> dict:
 
 EMBER_PAGE_JS = """async (cfg) => {
   const d = window.emberDemo;
-  const out = {api: Object.keys(d), backend: cfg.backend};
+  const out = {backend: cfg.backend};
   try {
-    let t = performance.now();
-    if (typeof d.load === "function") {
-      await d.load(cfg.url, {backend: cfg.backend});
-      out.load_ms = performance.now() - t;
-      out.file_via = "load";
-    } else {
-      out.file_via = "page";
+    await d.ready;
+    out.ready_ms = performance.now();
+    if (cfg.backend === "webgpu") {
+      const g = await d.webgpuReady;
+      if (!g || !g.ok) return Object.assign(out, {status: "n/a", reason: `WebGPU not available in the page: ${g && g.error}`});
     }
-    t = performance.now();
+    let t = performance.now();
     await d.generate("Hello", {maxTokens: 2, temperature: 0, backend: cfg.backend});
     out.warmup_ms = performance.now() - t;
     t = performance.now();
     const r = await d.generate(cfg.prompt, {maxTokens: cfg.maxTokens, temperature: 0, backend: cfg.backend});
     out.wall_ms = performance.now() - t;
     out.result = {text: r.text, tokens: r.tokens, promptTokens: r.promptTokens, prefillMs: r.prefillMs,
-                  decodeTokensPerSecond: r.decodeTokensPerSecond, backend: r.backend};
+                  decodeTokensPerSecond: r.decodeTokensPerSecond, backend: r.backend, device: r.device,
+                  decodeMs: r.decodeMs, finishReason: r.finishReason};
     out.status = "ok";
   } catch (e) {
     out.status = "error";
@@ -420,59 +426,46 @@ EMBER_PAGE_JS = """async (cfg) => {
   }
   return out;
 }"""
+CHAT_GGUF = "/demos/chat/SmolLM2-135M-Instruct.Q4_1.gguf"   # the file the chat page fetches
 
 
-def run_ember_page(browser, base: str, backend: str, files: dict, prompt: str, max_tokens: int,
-                   timeout_s: float, boot_timeout_s: float) -> dict:
-    """One fresh context per backend: open the chat page, wait for window.emberDemo, then each
-    file in turn. Returns {file key: result dict}."""
+def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path, prompt: str,
+                   max_tokens: int, timeout_s: float, boot_timeout_s: float) -> dict:
+    """The chat page in a fresh context (empty HTTP and Cache API storage) with the page's model
+    URL answered by ``path``: await emberDemo.ready, a 2-token warm-up on ``backend`` (on
+    webgpu it also moves the model onto the GPU), then the timed greedy generation."""
+    overrides[CHAT_GGUF] = path
     ctx = browser.new_context()
     page = ctx.new_page()
     console = []
     page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
     page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-    out = {}
-
-    def na(reason, status="n/a"):
-        return {k: {"status": status, "reason": reason} for k in files if k not in out}
-
+    t = time.monotonic()
     try:
-        t = time.monotonic()
         resp = page.goto(f"{base}/demos/chat/", timeout=60_000)
         if resp is None or resp.status != 200:
-            return na(f"the site has no demos/chat/ page (HTTP {resp.status if resp else '?'})")
+            return {"status": "n/a", "reason": f"the site has no demos/chat/ page (HTTP {resp.status if resp else '?'})"}
         try:
             page.wait_for_function("window.emberDemo && typeof window.emberDemo.generate === 'function'",
-                                   timeout=boot_timeout_s * 1000, polling=250)
+                                   timeout=60_000, polling=250)
         except Exception:
-            return na(f"window.emberDemo.generate did not appear within {boot_timeout_s:.0f} s")
-        boot_ms = page.evaluate("performance.now()")
-        has_load = page.evaluate("typeof window.emberDemo.load === 'function'")
-        for key, (url, _) in files.items():
-            if not has_load and key != "q4_1":
-                out[key] = {"status": "n/a", "reason": "emberDemo has no load(url, {backend}): only the "
-                            "page's own file (Q4_1) can be measured"}
-                continue
-            page.evaluate("([js, cfg]) => { window.__emberBench = undefined; "
-                          "(0, eval)(js)(cfg).then(r => { window.__emberBench = r; }); }",
-                          [EMBER_PAGE_JS, {"url": url, "backend": backend, "prompt": prompt, "maxTokens": max_tokens}])
-            try:
-                r = wait_result(page, "__emberBench", timeout_s)
-            except Exception as e:
-                out[key] = {"status": "error", "reason": f"no result within {timeout_s:.0f} s ({type(e).__name__})"}
-                break
-            r["boot_ms"] = boot_ms
-            out[key] = r
-        out.update(na("not run after the previous file failed", "error"))
-        log(f"ember page {backend}: {time.monotonic() - t:.0f} s")
+            return {"status": "n/a", "reason": "window.emberDemo.generate did not appear within 60 s"}
+        page.evaluate("([js, cfg]) => { (0, eval)(js)(cfg).then(r => { window.__emberBench = r; }); }",
+                      [EMBER_PAGE_JS, {"backend": backend, "prompt": prompt, "maxTokens": max_tokens}])
+        try:
+            r = wait_result(page, "__emberBench", boot_timeout_s + 2 * timeout_s)
+        except Exception as e:
+            r = {"status": "error", "reason": f"no result within {boot_timeout_s + 2 * timeout_s:.0f} s "
+                                              f"({type(e).__name__})"}
     except Exception as e:
-        out.update(na(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", "error"))
+        r = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     finally:
         ctx.close()
-    for r in out.values():
-        if r.get("status") == "error":
-            r["console"] = console[-10:]
-    return out
+        overrides.pop(CHAT_GGUF, None)
+    r["wall_s"] = time.monotonic() - t
+    if r.get("status") != "ok":
+        r["console"] = console[-10:]
+    return r
 
 
 # ---- native -------------------------------------------------------------------------------------
@@ -853,7 +846,8 @@ def main(argv=None) -> int:
             urls[k] = f"/models/{p.name}"
         if site is not None:
             mounts["/"] = site
-        srv, base = serve(mounts)
+        overrides = {}
+        srv, base = serve(mounts, overrides)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
                                          headless=True, args=chromium_args())
@@ -903,30 +897,37 @@ def main(argv=None) -> int:
                                 f"{res['load_ms']:.0f} ms")
                 for dev in page_devs:
                     label_dev = "wasm (cpu)" if dev == "cpu" else "webgpu"
-                    if site is None:
-                        for k in files:
+                    for k, p in files.items():
+                        if site is None:
                             rows.append(row("browser", "ember", label_dev, k, peer=False, status="n/a",
                                             reason="demos/chat/ does not exist yet (or the site did not build)"))
-                        continue
-                    res = run_ember_page(browser, base, dev, {k: (base + urls[k], p) for k, p in files.items()},
-                                         prompt, a.max_tokens, a.timeout, a.boot_timeout)
-                    for k in files:
-                        r = res.get(k, {"status": "error", "reason": "no result"})
+                            continue
+                        r = run_ember_page(browser, base, overrides, dev, p, prompt, a.max_tokens, a.timeout,
+                                           a.boot_timeout)
                         raw[f"ember-page/{k}/{dev}"] = r
                         if r.get("status") != "ok":
-                            rows.append(row("browser", "ember", label_dev, k, peer=False, status=r.get("status", "error"),
-                                            reason=r.get("reason")))
+                            rows.append(row("browser", "ember", label_dev, k, peer=False,
+                                            status=r.get("status", "error"), reason=r.get("reason")))
                             log(f"ember page {dev} {k}: {r.get('status')}: {r.get('reason')}")
+                            for line in r.get("console", []):
+                                log(f"    {line[:300]}")
                             continue
                         g = r["result"]
-                        conf = label_dev + (f" (page ran {g.get('backend')})" if g.get("backend") not in (None, dev, "wasm" if dev == "cpu" else dev) else "")
-                        ptps = g["promptTokens"] / g["prefillMs"] * 1e3 if g.get("promptTokens") and g.get("prefillMs") else None
+                        conf = label_dev + (f" (page ran {g.get('backend')})" if g.get("backend") != dev else "")
+                        ptps = (g["promptTokens"] / g["prefillMs"] * 1e3
+                                if g.get("promptTokens") and g.get("prefillMs") else None)
+                        note = " (page open → model ready: Pyodide, download over localhost, load"
+                        note += f"; then {fmt(r.get('warmup_ms'), 0)} warm-up incl. the move to the GPU)" \
+                            if dev == "webgpu" else ")"
                         rows.append(row("browser", "ember", conf, k, peer=False, prompt_tokens=g.get("promptTokens"),
-                                        prompt_tps=ptps, tokens=g.get("tokens"), decode_tps=g.get("decodeTokensPerSecond"),
-                                        load_ms=r.get("load_ms"),
-                                        load_note=" (emberDemo.load from URL, localhost)" if r.get("file_via") == "load"
-                                        else " (the page's own file)", text=g.get("text"),
-                                        extra={"boot_ms": r.get("boot_ms"), "warmup_ms": r.get("warmup_ms")}))
+                                        prompt_tps=ptps, tokens=g.get("tokens"),
+                                        decode_tps=g.get("decodeTokensPerSecond"), load_ms=r.get("ready_ms"),
+                                        load_note=note, text=g.get("text"),
+                                        extra={"warmup_ms": r.get("warmup_ms"), "device": g.get("device"),
+                                               "finish": g.get("finishReason")}))
+                        log(f"ember page {dev:<6} {k}: prompt {g.get('promptTokens')} tok {fmt(ptps)} tok/s, decode "
+                            f"{g.get('tokens')} tok {fmt(g.get('decodeTokensPerSecond'))} tok/s, ready "
+                            f"{fmt(r.get('ready_ms'), 0)} ms")
                 if site is not None:
                     try:
                         man = json.loads((site / "manifest.json").read_text())
@@ -1047,9 +1048,10 @@ def main(argv=None) -> int:
                 "first new token); decode tok/s = the following tokens / their time (llama.cpp's own "
                 "timings for wllama; model.stats for ember; by hand for llama-cpp-python and PyTorch).",
                 "load ms: wllama = loadModel from a Blob in memory (download over localhost shown apart), with "
-                "llama.cpp's warm-up; ember in the page = emberDemo.load from the URL (localhost); natively = "
+                "llama.cpp's warm-up; ember in the page = from page open to emberDemo.ready (Pyodide boot, "
+                "the wheel, the GGUF's download over localhost, ember.llm.load in the Worker); natively = "
                 "from the file on disk (OS page cache warm). ember rows then run a 2-token warm-up "
-                "generation, not counted.",
+                "generation, not counted (on webgpu it includes moving the model onto the GPU).",
                 "greedy text vs reference: 'same', or how many of the reference's tokens agree before the "
                 "first difference (re-tokenized by llama.cpp where the reference has no ids). Different "
                 "engines sum in different orders, so a near-tie between two tokens can flip.",
