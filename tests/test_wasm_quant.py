@@ -475,12 +475,12 @@ def test_llm_kernels_stay_inside_their_spans():
     T, hq, hkv, d, C, pos = 3, 9, 3, 64, 8, 4
     f = lambda *s: array("f", rng.standard_normal(s).astype(np.float32).tobytes())   # noqa: E731
     q, k, v, kc, vc = f(T, hq, d), f(T, hkv, d), f(T, hkv, d), f(C, hkv, d), f(C, hkv, d)
-    out, scratch = array("f", bytes(4 * T * hq * d)), array("f", bytes(4 * C))
+    out, scratch = array("f", bytes(4 * T * hq * d)), array("f", bytes(4 * (hq // hkv) * (C + 1)))
     assert guarded_call("attention_cached_f32", R(q, len(q)), R(k, len(k)), R(v, len(v)), W(kc, len(kc)),
-                        W(vc, len(vc)), R(array("i", [pos]), 1), W(out, len(out)), W(scratch, C),
+                        W(vc, len(vc)), R(array("i", [pos]), 1), W(out, len(out)), W(scratch, len(scratch)),
                         R(array("i", [T, hq, hkv, d, C]), 5), 0.125) == 0
     assert guarded_call("attention_cached_f32", R(q, len(q)), R(k, len(k)), R(v, len(v)), W(kc, len(kc)),
-                        W(vc, len(vc)), R(array("i", [C - 2]), 1), W(out, len(out)), W(scratch, C),
+                        W(vc, len(vc)), R(array("i", [C - 2]), 1), W(out, len(out)), W(scratch, len(scratch)),
                         R(array("i", [T, hq, hkv, d, C]), 5), 0.125) == ops_quant.AC_ERR_POS
     y = array("f", bytes(4 * T * hq * d))
     guarded_call("rope_f32", R(q, len(q)), R(f(T, d // 2), T * d // 2), R(f(T, d // 2), T * d // 2), W(y, len(y)),

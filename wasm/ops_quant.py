@@ -181,7 +181,7 @@ def kernels(rt) -> dict:
         y = _ZERO * (T * hq * d)
         rc = call("attention_cached_f32", R(q._buf, T * hq * d), R(k._buf, T * hkv * d), R(v._buf, T * hkv * d),
                   W(kc._buf, C * hkv * d), W(vc._buf, C * hkv * d), R(pos._buf, 1), W(y, len(y)),
-                  scratch.span(C), prm(T, hq, hkv, d, C), float(scale))
+                  scratch.span((hq // hkv) * (C + 1)), prm(T, hq, hkv, d, C), float(scale))
         if rc:
             check_pos(int(pos._buf[0]), T, C)   # raises the python kernel's ShapeError
             raise ShapeError(f"attention_cached: the wasm kernel failed ({rc})")

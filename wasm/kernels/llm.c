@@ -90,11 +90,49 @@ INLINE f32x4 hsum4x4(f32x4 a, f32x4 b, f32x4 c, f32x4 d) {
   return wasm_f32x4_add(wasm_i64x2_shuffle(ab, cd, 0, 2), wasm_i64x2_shuffle(ab, cd, 1, 3));
 }
 
+/* out rows of NH (1..3, a constant after inlining) query heads = sum_j e[h][j] v_j / z[h], eight
+ * features at a time: each value row is read once for the heads of its group. */
+INLINE void pv_heads(const i32 NH, const f32 *sc, i32 C, const f32 *vb, i32 row, i32 L, i32 D, const f32 *rz,
+                     f32 *o0, f32 *o1, f32 *o2) {
+  for (i32 d = 0; d < D; d += 8) {
+    const i32 two = d + 8 <= D;   /* D is a multiple of 4: the last chunk may hold 4 features */
+    f32x4 a0 = F4(0.f), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0;
+    for (i32 j = 0; j < L; j++) {
+      const f32 *vr = vb + j * row + d;
+      const f32x4 v0 = wasm_v128_load(vr), v1 = two ? wasm_v128_load(vr + 4) : v0;
+      const f32x4 e0 = wasm_v128_load32_splat(sc + j);
+      a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(e0, v0));
+      a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(e0, v1));
+      if (NH > 1) {
+        const f32x4 e1 = wasm_v128_load32_splat(sc + C + j);
+        b0 = wasm_f32x4_add(b0, wasm_f32x4_mul(e1, v0));
+        b1 = wasm_f32x4_add(b1, wasm_f32x4_mul(e1, v1));
+      }
+      if (NH > 2) {
+        const f32x4 e2 = wasm_v128_load32_splat(sc + 2 * C + j);
+        c0 = wasm_f32x4_add(c0, wasm_f32x4_mul(e2, v0));
+        c1 = wasm_f32x4_add(c1, wasm_f32x4_mul(e2, v1));
+      }
+    }
+#define PUT(o, x0, x1, r)                                                   \
+    wasm_v128_store(o + d, wasm_f32x4_mul(x0, F4(r)));                      \
+    if (two) wasm_v128_store(o + d + 4, wasm_f32x4_mul(x1, F4(r)));
+    PUT(o0, a0, a1, rz[0])
+    if (NH > 1) { PUT(o1, b0, b1, rz[1]) }
+    if (NH > 2) { PUT(o2, c0, c1, rz[2]) }
+#undef PUT
+  }
+}
+
 /* q (T, Hq, D), k/v (T, Hkv, D), caches (C, Hkv, D): writes k, v into cache rows pos .. pos+T-1,
  * then out (T, Hq, D) = causal grouped-query attention (query t over rows 0 .. pos+t of kv head
  * h / (Hq / Hkv)). pos is read here, at run time (a replayed plan passes the same pointer every
  * step). D must be a multiple of 4 (ops_quant.py sends other sizes to the python kernel).
- * scratch: C floats (the scores of one query). Returns 0, or AC_ERR_POS before writing anything. */
+ * The G = Hq / Hkv query heads of a key/value head go together: keys four at a time, each block of
+ * four key rows used by every head of the group while in cache, and each value row by up to three
+ * heads at once. scratch: G * (C + 1) floats (a group's scores, then 1 / their sums). Returns 0,
+ * or AC_ERR_POS before
+ * anything is written. */
 EXPORT(attention_cached_f32) i32 attention_cached_f32(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc,
                                                       const i32 *pos, f32 *out, f32 *scratch, const i32 *prm,
                                                       f32 scale) {
@@ -109,63 +147,54 @@ EXPORT(attention_cached_f32) i32 attention_cached_f32(const f32 *q, const f32 *k
   const f32x4 vscale = F4(scale);
   for (i32 t = 0; t < T; t++) {
     const i32 L = p + t + 1;
-    for (i32 h = 0; h < Hq; h++) {
-      const f32 *qh = q + (t * Hq + h) * D;
-      const f32 *kb = kc + (h / G) * D, *vb = vc + (h / G) * D;
-      f32 *sc = scratch;
-      /* scores, four keys at a time */
-      f32x4 vmax = F4(-__builtin_inff());
+    for (i32 g = 0; g < Hkv; g++) {
+      const f32 *kb = kc + g * D, *vb = vc + g * D;
+      const f32 *qg = q + (t * Hq + g * G) * D;
+      /* scores of the group's heads: head hh's at scratch + hh * C */
       i32 j = 0;
       for (; j + 4 <= L; j += 4) {
-        const f32x4 s = wasm_f32x4_mul(hsum4x4(dot_d(qh, kb + j * row, D), dot_d(qh, kb + (j + 1) * row, D),
-                                               dot_d(qh, kb + (j + 2) * row, D), dot_d(qh, kb + (j + 3) * row, D)),
-                                       vscale);
-        wasm_v128_store(sc + j, s);
-        vmax = wasm_f32x4_max(vmax, s);
-      }
-      f32 m = hmax(vmax);
-      for (; j < L; j++) {
-        const f32 s = hsum(dot_d(qh, kb + j * row, D)) * scale;
-        sc[j] = s;
-        m = (s > m || s != s) ? s : m;
-      }
-      /* softmax numerators and their sum */
-      const f32x4 vm = F4(m);
-      f32x4 acc = F4(0.f);
-      for (j = 0; j + 4 <= L; j += 4) {
-        const f32x4 e = exp_neg(wasm_f32x4_sub(wasm_v128_load(sc + j), vm));
-        wasm_v128_store(sc + j, e);
-        acc = wasm_f32x4_add(acc, e);
-      }
-      f32 z = hsum(acc);
-      for (; j < L; j++) {
-        const f32 e = wasm_f32x4_extract_lane(exp_neg(F4(sc[j] - m)), 0);
-        sc[j] = e;
-        z += e;
-      }
-      /* out = sum_j e_j v_j / z, 16 (then 4) features at a time */
-      const f32x4 rz = F4(1.f / z);
-      f32 *oh = out + (t * Hq + h) * D;
-      i32 d = 0;
-      for (; d + 16 <= D; d += 16) {
-        f32x4 o0 = F4(0.f), o1 = o0, o2 = o0, o3 = o0;
-        for (j = 0; j < L; j++) {
-          const f32x4 e = wasm_v128_load32_splat(sc + j);
-          const f32 *vr = vb + j * row + d;
-          o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(e, wasm_v128_load(vr)));
-          o1 = wasm_f32x4_add(o1, wasm_f32x4_mul(e, wasm_v128_load(vr + 4)));
-          o2 = wasm_f32x4_add(o2, wasm_f32x4_mul(e, wasm_v128_load(vr + 8)));
-          o3 = wasm_f32x4_add(o3, wasm_f32x4_mul(e, wasm_v128_load(vr + 12)));
+        const f32 *k0 = kb + j * row;
+        for (i32 hh = 0; hh < G; hh++) {
+          const f32 *qh = qg + hh * D;
+          const f32x4 s = wasm_f32x4_mul(hsum4x4(dot_d(qh, k0, D), dot_d(qh, k0 + row, D), dot_d(qh, k0 + 2 * row, D),
+                                                 dot_d(qh, k0 + 3 * row, D)),
+                                         vscale);
+          wasm_v128_store(scratch + hh * C + j, s);
         }
-        wasm_v128_store(oh + d, wasm_f32x4_mul(o0, rz));
-        wasm_v128_store(oh + d + 4, wasm_f32x4_mul(o1, rz));
-        wasm_v128_store(oh + d + 8, wasm_f32x4_mul(o2, rz));
-        wasm_v128_store(oh + d + 12, wasm_f32x4_mul(o3, rz));
       }
-      for (; d < D; d += 4) {
-        f32x4 o0 = F4(0.f);
-        for (j = 0; j < L; j++) o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(wasm_v128_load32_splat(sc + j), wasm_v128_load(vb + j * row + d)));
-        wasm_v128_store(oh + d, wasm_f32x4_mul(o0, rz));
+      for (; j < L; j++)
+        for (i32 hh = 0; hh < G; hh++) scratch[hh * C + j] = hsum(dot_d(qg + hh * D, kb + j * row, D)) * scale;
+      /* softmax numerators in place; 1 / their sum per head into rz */
+      f32 *rz = scratch + G * C;
+      for (i32 hh = 0; hh < G; hh++) {
+        f32 *sc = scratch + hh * C;
+        f32x4 vmax = F4(-__builtin_inff());
+        for (j = 0; j + 4 <= L; j += 4) vmax = wasm_f32x4_max(vmax, wasm_v128_load(sc + j));
+        f32 m = hmax(vmax);
+        for (; j < L; j++) m = (sc[j] > m || sc[j] != sc[j]) ? sc[j] : m;
+        const f32x4 vm = F4(m);
+        f32x4 acc = F4(0.f);
+        for (j = 0; j + 4 <= L; j += 4) {
+          const f32x4 e = exp_neg(wasm_f32x4_sub(wasm_v128_load(sc + j), vm));
+          wasm_v128_store(sc + j, e);
+          acc = wasm_f32x4_add(acc, e);
+        }
+        f32 z = hsum(acc);
+        for (; j < L; j++) {
+          const f32 e = wasm_f32x4_extract_lane(exp_neg(F4(sc[j] - m)), 0);
+          sc[j] = e;
+          z += e;
+        }
+        rz[hh] = 1.f / z;
+      }
+      /* out = e . v / z, up to three heads per pass over the values */
+      for (i32 hh = 0; hh < G; hh += 3) {
+        const i32 nh = G - hh < 3 ? G - hh : 3;
+        f32 *o0 = out + (t * Hq + g * G + hh) * D;
+        const f32 *sc = scratch + hh * C;
+        if (nh == 3) pv_heads(3, sc, C, vb, row, L, D, rz + hh, o0, o0 + D, o0 + 2 * D);
+        else if (nh == 2) pv_heads(2, sc, C, vb, row, L, D, rz + hh, o0, o0 + D, o0);
+        else pv_heads(1, sc, C, vb, row, L, D, rz + hh, o0, o0, o0);
       }
     }
   }
