@@ -7,6 +7,7 @@ has it, the model kept in the Cache API, a load failure shown on the page. Print
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -76,6 +77,11 @@ def test_page_loads_the_model_with_progress(chat_page, site_dir):
     assert info["modelBytes"] == size and info["modelCached"] is False
     assert info["download"]["reports"] >= 2 and "MB (100%)" in info["download"]["label"], info["download"]
     assert any(r.startswith(f"{URL}{GGUF}?v=") for r in page.open_requests)
+    # ...and is kept in the Cache API under its versioned URL, so a reload downloads nothing
+    # (the loader's cache path itself: test_mnist's reload test).
+    keys = page.evaluate("""async () => (await (await caches.open("ember-assets")).keys())
+                                          .map((r) => new URL(r.url).pathname + new URL(r.url).search)""")
+    assert [k for k in keys if k.startswith(f"{URL}{GGUF}?v=")], keys
     # The attribution sits on the page.
     footer = page.inner_text("#attribution")
     assert "SmolLM2-135M-Instruct" in footer and "Apache-2.0" in footer and "Hugging Face" in footer
@@ -162,13 +168,19 @@ def test_webgpu_where_the_browser_has_it(chat_page):
         assert chat_page.locator("#backend-webgpu").is_disabled()
         assert "WebGPU is not available" in chat_page.inner_text("#notice")
         pytest.skip(f"no WebGPU in this browser: {done['error']}")
+    if done["fallbackAdapter"] and not os.environ.get("EMBER_E2E_SLOW_WEBGPU"):
+        # Measured here (SwiftShader, 2 busy cores): model onto the GPU 7 s, warm-up 3 min, a
+        # 5-token prompt 2 min, 70 s per new token. EMBER_E2E_SLOW_WEBGPU=1 runs it anyway.
+        assert "software adapter" in chat_page.inner_text("#webgpu-state")
+        assert chat_page.is_enabled("#backend-webgpu")
+        pytest.skip("this browser's WebGPU is a software adapter: minutes per token for this model "
+                    "(EMBER_E2E_SLOW_WEBGPU=1 runs it)")
     has_kernel = chat_page.evaluate("""() => window.emberDemo.worker.runPython(
         "from ember.backends import get_backend\\n'qlinear' in get_backend('webgpu').kernels")""")
     if not has_kernel:
         pytest.skip("ember's webgpu backend has no qlinear kernel: the model would be dequantized per op")
     case = GOLDEN["cases"][0]
     t0 = time.perf_counter()
-    # SwiftShader (a CPU emulation of a GPU) is slow: two tokens only.
     r = _generate(chat_page, case["prompt"], maxTokens=2, temperature=0, backend="webgpu")
     ms = (time.perf_counter() - t0) * 1000
     assert r["backend"] == "webgpu" and r["tokens"] == 2
@@ -176,15 +188,6 @@ def test_webgpu_where_the_browser_has_it(chat_page):
     assert want.startswith(r["text"]) and r["text"].strip(), (r["text"], want)
     print(f"\nchat page on WebGPU: first call {ms / 1000:.1f} s (the model onto the GPU, pipelines), "
           f"prefill {r['prefillMs']:.0f} ms, decode {r['decodeTokensPerSecond']:.2f} tokens/s")
-
-
-def test_reload_takes_the_model_from_the_cache(chat_page, request_log):
-    request_log.clear()
-    info = _open(chat_page)
-    seen = [r.split("?")[0] for r in request_log]
-    assert info["modelCached"] is True and f"{URL}{GGUF}" not in seen, request_log
-    assert "from the browser's cache" in chat_page.inner_text("#model-info")
-    print(f"\nchat page reload: ready in {info['open_to_ready_ms'] / 1000:.1f} s, {len(request_log)} requests")
 
 
 @pytest.mark.allow_console_errors

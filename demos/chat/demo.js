@@ -4,9 +4,10 @@
 // JS API (for tests and for pages that embed the demo):
 //   await window.emberDemo.ready                 resolves (to .info) once the model answers on
 //                                                the CPU; rejects with the load error otherwise
-//   window.emberDemo.webgpuReady                 Promise -> {ok, error} once the page knows
-//                                                whether this browser's WebGPU works (the model
-//                                                goes onto the GPU the first time it is used there)
+//   window.emberDemo.webgpuReady                 Promise -> {ok, error, fallbackAdapter} once the
+//                                                page knows whether this browser's WebGPU works
+//                                                (the model goes onto the GPU the first time it
+//                                                is used there; fallbackAdapter: a software GPU)
 //   await window.emberDemo.generate(prompt, options)   raw text, no chat template
 //   await window.emberDemo.chat(messages, options)     messages: [{role, content}], role
 //        "system" | "user" | "assistant"; the model's own chat template
@@ -117,13 +118,19 @@ async function checkWebGPU() {
   gpu.state = r.ok ? "available" : "unavailable";
   gpu.error = info.webgpuError;
   if (r.ok) {
+    // A software adapter (SwiftShader and the like) emulates the GPU on the CPU: far slower
+    // than the CPU backend for this model; say so before anyone picks it.
+    info.webgpuFallback = await worker.runPython(
+      "import ember.webgpu\nember.webgpu.info().get('adapter_type') == 'fallback'").catch(() => false);
     $("backend-webgpu").disabled = false;
-    $("webgpu-state").textContent = "(the model loads onto the GPU when picked)";
+    $("webgpu-state").textContent = info.webgpuFallback
+      ? "(a software adapter here: far slower than the CPU, minutes per reply)"
+      : "(the model loads onto the GPU when picked)";
   } else {
     gpuUnavailable();
   }
   gpuChecked();
-  return { ok: r.ok, error: info.webgpuError };
+  return { ok: r.ok, error: info.webgpuError, fallbackAdapter: !!info.webgpuFallback };
 }
 
 function setBackend(name) {
