@@ -64,7 +64,7 @@ from ..backends.python import KERNELS as PY_KERNELS
 from ..errors import BoundsError, DeviceError
 from ..plan import unflatten
 from ..tensor import Tensor
-from .runtime import R, module_bytes
+from .runtime import R, W, module_bytes
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
 ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
@@ -74,7 +74,6 @@ MAX_OWN_BYTES = int(os.environ.get("EMBER_WASM_PLAN_TABLE_BYTES", str(64 << 20))
 MAX_RECORDS = 3          # recordings per plan (a replaced constant asks for a new one) before giving up
 MAGIC = 0x54424D45       # kernels/exec.c TABLE_MAGIC
 HEADER = 4
-_FLIP = bytes(i ^ 1 for i in range(256))
 _HOST = 2                # ember.plan.HOST
 
 
@@ -199,14 +198,11 @@ def _recording_kernels(backend):
     return ent
 
 
-def _flip(buf) -> None:
-    """Flip bit 0 of every element of an array in place (its own inverse)."""
-    mv = memoryview(buf).cast("B")
-    k = buf.itemsize
-    if k == 1:
-        mv[:] = bytes(mv).translate(_FLIP)
-    else:
-        mv[0::k] = bytes(mv[0::k]).translate(_FLIP)
+def _flip(rt, buf) -> None:
+    """Flip bit 0 of every element of an array in place (its own inverse), in the module."""
+    n = len(buf)
+    if n:
+        rt.call("ember_flip_bit0", W(buf, n), n, buf.itemsize)
 
 
 def _raw(buf, start: int = 0, stop: int | None = None) -> bytes:
@@ -442,41 +438,34 @@ class WasmPlanReplay:
             fresh.append(b)
         in_written = [b for b in wbufs.values() if id(b) in in_ids]
         pic = _describe(calls, in_bufs, bufs)
-        # perturbation: flip the data inputs (not constants, unless a call writes them)
+        # perturbation: the wrapper again, on copies of its data inputs (not constants, unless a
+        # call writes them) with bit 0 of every element flipped; the real buffers stay untouched
         for b in in_written:
             written_ext.add(id(b))
-        flip = {}
+        copies = {}
+        ins2 = []
         for t, s in zip(ins, st.ins):
             b = t._buf
             if s in self.const_slots and id(b) not in written_ext:
+                ins2.append(t)
                 continue
             if not _is_array(b):
                 raise _Impure("an input buffer is not an array")
-            flip[id(b)] = b
-        snaps = [(b, _raw(b)) for b in in_written]
+            c = copies.get(id(b))
+            if c is None:
+                c = copies[id(b)] = b[:]
+                _flip(rec.rt, c)
+            ins2.append(Tensor._wrap(c, t.shape, t.dtype, t.device))
         calls2 = []
-        err = None
+        rec.sink = calls2
         try:
-            for b in flip.values():
-                _flip(b)
-            rec.sink = calls2
-            try:
-                res2 = kern(st.meta, *ins, **st.attrs)
-            except Exception as e:   # noqa: BLE001 (a data check in the wrapper: not pure)
-                err, res2 = e, None
-            finally:
-                rec.sink = None
+            res2 = kern(st.meta, *ins2, **st.attrs)
+        except Exception as e:   # noqa: BLE001 (a data check in the wrapper: not pure)
+            raise _Impure(f"its wrapper raised on other values ({type(e).__name__}): it checks data in Python")
         finally:
-            restored = {id(b) for b, _ in snaps}
-            for b in flip.values():
-                if id(b) not in restored:
-                    _flip(b)
-            for b, raw in snaps:
-                memoryview(b).cast("B")[:] = raw
-        if err is not None:
-            raise _Impure(f"its wrapper raised on other values ({type(err).__name__}): it checks data in Python")
+            rec.sink = None
         bufs2 = res2 if st.multi else (res2,)
-        if _describe(calls2, in_bufs, bufs2) != pic:
+        if _describe(calls2, [t._buf for t in ins2], bufs2) != pic:
             raise _Impure("its calls depend on the values (a value read in Python)")
         # re-run: the recorded calls alone, over the outputs just computed, give the same bits
         if not in_written:

@@ -45,6 +45,14 @@ INLINE double ember_word_f64(i32 lo, i32 hi) {
 
 EXPORT(ember_abi) i32 ember_abi(void) { return (i32)EMBER_ABI; }
 
+/* Flip bit 0 of each of the n elements (itemsize bytes, little-endian) at p: the perturbation
+ * plan_exec.py applies to a step's data inputs while it checks that the step's wrapper reads no
+ * value in Python (its own inverse; every value changes: floats by one unit in the last place,
+ * integers by one). */
+EXPORT(ember_flip_bit0) void ember_flip_bit0(unsigned char *p, i32 n, i32 itemsize) {
+  for (i32 i = 0; i < n; i++) p[i * itemsize] ^= 1;
+}
+
 EXPORT(ember_run) i32 ember_run(const i32 *t, i32 start) {
   if (t[0] != TABLE_MAGIC || t[1] != (i32)EMBER_ABI) return -1;
   const i32 n = t[2], words = t[3];
