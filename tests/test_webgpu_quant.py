@@ -320,3 +320,95 @@ def test_rope(mode):
     assert wg.stats()["dispatches"] == 1
     want = ember.rope(ember.from_numpy(x, device="python"), cos, sin, mode=mode).numpy()
     close(out.numpy(), want)
+
+
+# ---- the same kernels in the page (Chromium's WebGPU on SwiftShader, its own WGSL compiler) -----
+
+PAGE_CODE = r'''
+import json, random
+import ember
+import ember.webgpu as wg
+from ember import quant
+
+await wg.init()
+rng = random.Random(5)
+out = {"limits": wg.info()["limits"]}
+
+def weight(qtype, n, k):
+    """int32 words of a random weight: quantized values for the 32-blocks, random blocks with
+    small f16 scales for the K-quants, plain values for f16/bf16/f32."""
+    fmt = quant.FORMATS[qtype]
+    if qtype in ("q4_k", "q5_k", "q6_k"):
+        raw = bytearray(rng.randrange(256) for _ in range(n * k // fmt.block * fmt.nbytes))
+        for b in range(n * k // fmt.block):
+            for p in {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}[qtype]:
+                raw[b * fmt.nbytes + p:b * fmt.nbytes + p + 2] = quant._to_half(rng.uniform(-0.05, 0.05))
+        raw = bytes(raw)
+    else:
+        raw = quant.quantize([rng.gauss(0, 1) for _ in range(n * k)], qtype)
+    return quant.QTensor.from_bytes(raw, qtype, (n, k)).data.tolist()
+
+def both(fn, *data, dtypes=()):
+    res = {}
+    for dev in ("python", "webgpu"):
+        ts = [ember.tensor(d, device=dev, dtype=(dtypes[i] if i < len(dtypes) else None)) for i, d in enumerate(data)]
+        res[dev] = fn(*ts).tolist()
+    return res
+
+# Every pipeline compiles all the format decoders (the prelude): these formats cover the template
+# branches (whole-word blocks and x read as vec4: q4_1; 2-byte aligned fields: q5_0, q6_k; a
+# partial last item, x staged and read as scalars: f16 with k = 13) at M = 1 (gemv), two of them
+# at M = 9 (tiled); dequantize and qembedding once each.
+for qt, k in (("q4_1", 64), ("q5_0", 64), ("q6_k", 256), ("f16", 13)):
+    n = 5
+    w = weight(qt, n, k)
+    for M in ((1, 9) if qt in ("q5_0", "f16") else (1,)):
+        x = [[rng.gauss(0, 1) for _ in range(k)] for _ in range(M)]
+        out[f"qlinear_{qt}_{M}"] = both(lambda x_, w_: ember.qlinear(x_, w_, qtype=qt, n=n, k=k), x, w,
+                                        dtypes=("float32", "int32"))
+    if qt == "q5_0":
+        out["qembedding"] = both(lambda i_, w_: ember.qembedding(i_, w_, qtype=qt, n=n, k=k), [4, 0, 2], w,
+                                 dtypes=("int32", "int32"))
+        out["dequantize"] = both(lambda w_: ember.dequantize(w_, qtype=qt, n=n, k=k), w, dtypes=("int32",))
+
+C, Hq, Hkv, D = 6, 4, 2, 8
+res = {}
+for dev in ("python", "webgpu"):
+    kc, vc = ember.zeros((C, Hkv, D), device=dev), ember.zeros((C, Hkv, D), device=dev)
+    r2 = random.Random(9)
+    outs = []
+    for T, pos in ((3, 0), (1, 3)):
+        q, k_, v = ([[[r2.gauss(0, 1) for _ in range(D)] for _ in range(h)] for _ in range(T)] for h in (Hq, Hkv, Hkv))
+        t = [ember.tensor(a, device=dev) for a in (q, k_, v)]
+        outs.append(ember.attention_cached(*t, kc, vc, ember.tensor([pos], dtype="int32", device=dev)).tolist())
+    res[dev] = [outs, kc.tolist(), vc.tolist()]
+out["attention_cached"] = res
+X = [[rng.gauss(0, 1) for _ in range(40)] for _ in range(3)]
+out["rms_norm"] = both(lambda x_, w_: ember.rms_norm(x_, w_), X, [rng.gauss(0, 1) for _ in range(40)])
+c, s = ember.ops.llm.rope_tables(3, 8)
+for mode in ("pairs", "halves"):
+    out["rope_" + mode] = both(lambda x_, c_, s_: ember.rope(x_, c_, s_, mode=mode),
+                               [[[rng.gauss(0, 1) for _ in range(8)] for _ in range(2)] for _ in range(3)], c.tolist(), s.tolist())
+json.dumps(out)
+'''
+
+
+def _flat(x):
+    if isinstance(x, list):
+        return [v for item in x for v in _flat(item)]
+    return [x]
+
+
+def test_llm_kernels_in_the_page(tmp_path):
+    from browser_page import SKIPS, run_page
+
+    for mark in SKIPS:
+        if mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    res = run_page(tmp_path, PAGE_CODE, webgpu=True, timeout_ms=300_000)
+    names = [n for n in res if n != "limits"]
+    assert len(names) == 12     # 6 qlinear, qembedding, dequantize, attention, rms_norm, 2 rope
+    for name in names:
+        a, b = np.array(_flat(res[name]["webgpu"]), np.float64), np.array(_flat(res[name]["python"]), np.float64)
+        assert a.shape == b.shape and np.isfinite(b).all(), name
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(b).max())), err_msg=name)
