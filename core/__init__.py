@@ -19,6 +19,8 @@ from .ops.array_api import __array_namespace_info__  # noqa: F401,E402
 linalg = __import__("importlib").import_module("ember.linalg")
 # likewise ember.quant is the quantized-weights module (core/quant.py), not the op family ember.ops.quant
 quant = __import__("importlib").import_module("ember.quant")
+# and ember.llm (text generation, imported on first use) is not the op family ember.ops.llm
+del llm  # noqa: F821
 from . import autograd  # noqa: F401,E402  (installs the recording hook at registry.apply)
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401,E402
 from .random import manual_seed, rand, randint, randn, randperm  # noqa: F401,E402
@@ -59,6 +61,8 @@ _LAZY = {
     "save_safetensors": ("ember.io.safetensors", "save_safetensors"),
     "load_torch": ("ember.io.torch", "load_torch"),
     "load_gguf": ("ember.io.gguf", "load_gguf"),
+    "llm": ("ember.llm", None),
+    "tokenizers": ("ember.tokenizers", None),
 }
 
 
