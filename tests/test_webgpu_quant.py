@@ -121,11 +121,14 @@ def test_qembedding_ids_checked_without_a_read():
     assert not got[1].any()
 
 
-@pytest.mark.parametrize("env", [{"EMBER_QLINEAR_XSH": "1"}, {"EMBER_QLINEAR_RB": "2", "EMBER_QLINEAR_LANES": "8"},
-                                 {"EMBER_QLINEAR_RB": "4", "EMBER_QLINEAR_LANES": "32", "EMBER_QLINEAR_XSH": "1"}])
+@pytest.mark.parametrize("env", [{"EMBER_QLINEAR_XSH": "1"},
+                                 {"EMBER_QLINEAR_RB": "2", "EMBER_QLINEAR_LANES": "8", "EMBER_QLINEAR_U": "1"},
+                                 {"EMBER_QLINEAR_RB": "4", "EMBER_QLINEAR_LANES": "32", "EMBER_QLINEAR_XSH": "1",
+                                  "EMBER_QLINEAR_U": "2"}])
 def test_gemv_variants(monkeypatch, env):
     """The matrix-vector kernel's layouts (x staged in workgroup memory; several rows per
-    thread group; few lanes) give the same products, for rows of a ragged number of groups."""
+    thread group; few lanes; runs of 1, 2 or 4 items) give the same products, for rows of a
+    ragged number of groups."""
     for k_, v in env.items():
         monkeypatch.setenv(k_, v)
     rng = np.random.default_rng(3)

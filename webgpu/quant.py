@@ -153,22 +153,23 @@ def _prelude_params(qtype, k, gw) -> dict:
 
 
 def gemv_shape(n: int, k: int, mt: int) -> tuple:
-    """(LANES, RB) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x: LANES
-    consecutive threads share a group of RB weight rows. 64 lanes from 512 items per row
-    (k = 4096), 32 from 128, else 16 (a lane should get a few items); two rows per group for
-    tall weights with few x rows, so each x vector loaded serves two rows (x is read 8x more
-    bytes per item than the weight: 32 bytes of floats against 4 of quants). Forced by
-    ``EMBER_QLINEAR_LANES`` / ``EMBER_QLINEAR_RB`` (benchmarks)."""
-    items = (k + 7) // 8
-    lanes = 64 if items >= 512 else 32 if items >= 128 else 16
-    rb = 2 if n >= 2048 and mt <= 4 else 1
+    """(LANES, RB, U) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x: LANES
+    consecutive threads share a group of RB weight rows and take runs of U consecutive items
+    (U = 4: one 32-element block, 16 quant bytes of a 256-block). LANES gives each lane about
+    3 runs (8 to 64 lanes); two rows per group for tall weights with few x rows, so each x
+    vector loaded serves two rows (per item x is 32 bytes of floats against 4 of quants).
+    ``EMBER_QLINEAR_LANES`` / ``EMBER_QLINEAR_RB`` / ``EMBER_QLINEAR_U`` force them (benchmarks)."""
     env = os.environ
+    u = int(env.get("EMBER_QLINEAR_U") or 4)
+    runs = (k + 8 * u - 1) // (8 * u)
+    lanes = 1 << (min(64, max(8, runs // 3)).bit_length() - 1)
+    rb = 2 if n >= 2048 and mt <= 4 else 1
     if env.get("EMBER_QLINEAR_LANES"):
         lanes = int(env["EMBER_QLINEAR_LANES"])
     if env.get("EMBER_QLINEAR_RB"):
         rb = int(env["EMBER_QLINEAR_RB"])
     # at most 8 partial sums per thread: the tree needs WG * mt * rb floats of workgroup memory
-    return lanes, max(1, min(rb, 8 // mt))
+    return lanes, max(1, min(rb, 8 // mt)), u
 
 
 def _shared(rt) -> int:
@@ -194,7 +195,7 @@ def qlinear(rt, out, x, w, *, qtype, n, k, **_):
     bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
     if M <= GEMV_MAX_M:
         mt = 1 << (M - 1).bit_length()
-        lanes, rb = gemv_shape(n, k, mt)
+        lanes, rb, u = gemv_shape(n, k, mt)
         red = WG * mt * rb
         # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
         # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
@@ -205,7 +206,7 @@ def qlinear(rt, out, x, w, *, qtype, n, k, **_):
         else:
             xs, kc = 4, 0x7FFFFFC0
         vec = gx.offset % 4 == 0 and k % 4 == 0
-        params.update(WG=WG, LANES=lanes, RB=rb, MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc, RED=red,
+        params.update(WG=WG, LANES=lanes, RB=rb, U=u, MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc, RED=red,
                       ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
                       X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
                       X4="return xin[i / 4u];" if vec else

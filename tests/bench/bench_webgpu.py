@@ -284,8 +284,10 @@ def gelu_rows(n, budget):
 # ---- quantized linear (qlinear) -----------------------------------------------------------------
 
 QL_SHAPES = ((4096, 4096), (576, 1536), (1536, 576))   # (n, k): out x in
-# matrix-vector layouts swept at batch 1: (lanes per row group, rows per group, x staged)
-GEMV_LAYOUTS = ((16, 1, 0), (32, 1, 0), (64, 1, 0), (32, 2, 0), (64, 2, 0), (64, 4, 0), (32, 1, 1), (64, 2, 1))
+# matrix-vector layouts swept at batch 1
+# (lanes per row group, rows per group, items per run, x staged)
+GEMV_LAYOUTS = ((16, 1, 4, 0), (32, 1, 4, 0), (64, 1, 4, 0), (16, 2, 4, 0), (32, 2, 4, 0), (32, 4, 4, 0),
+                (32, 1, 1, 0), (64, 1, 1, 0), (64, 2, 1, 0), (32, 2, 2, 0), (32, 1, 4, 1), (32, 2, 4, 1))
 
 
 # where each block keeps its f16 scales (set to small values so the random blocks stay finite)
@@ -380,22 +382,22 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
 
             def decode_calls(reps=reps):
                 return [lambda w=ws[i % copies]: ember.qlinear(tx1, w, qtype=qt, n=n, k=k) for i in range(reps)]
-            lanes, rb = wq.gemv_shape(n, k, 1)
-            row["default"] = f"{lanes}x{rb}"
+            lanes, rb, u = wq.gemv_shape(n, k, 1)
+            row["default"] = f"{lanes}x{rb}u{u}"
             dt = _one_pass_timed(decode_calls(), cpu_adapter)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9
             if layouts and not cpu_adapter:
                 row["layouts"] = {}
-                for lanes_, rb_, xsh in GEMV_LAYOUTS:
+                for lanes_, rb_, u_, xsh in GEMV_LAYOUTS:
                     os.environ.update(EMBER_QLINEAR_LANES=str(lanes_), EMBER_QLINEAR_RB=str(rb_),
-                                      EMBER_QLINEAR_XSH=str(xsh))
+                                      EMBER_QLINEAR_U=str(u_), EMBER_QLINEAR_XSH=str(xsh))
                     try:
                         dt = _one_pass_timed(decode_calls(), cpu_adapter)
                     finally:
-                        for v in ("EMBER_QLINEAR_LANES", "EMBER_QLINEAR_RB", "EMBER_QLINEAR_XSH"):
+                        for v in ("EMBER_QLINEAR_LANES", "EMBER_QLINEAR_RB", "EMBER_QLINEAR_U", "EMBER_QLINEAR_XSH"):
                             os.environ.pop(v, None)
-                    row["layouts"][f"{lanes_}x{rb_}{'s' if xsh else ''}"] = nbytes / dt / 1e9
+                    row["layouts"][f"{lanes_}x{rb_}u{u_}{'s' if xsh else ''}"] = nbytes / dt / 1e9
             preps = 2 if cpu_adapter else max(16, copies)
             pcalls = [lambda w=ws[i % copies]: ember.qlinear(txp, w, qtype=qt, n=n, k=k) for i in range(preps)]
             row["prompt_GFLOPs"] = 2.0 * 128 * n * k / _one_pass_timed(pcalls, cpu_adapter) / 1e9
@@ -431,7 +433,7 @@ def print_qlinear(rows, peak):
     print("\nqlinear batch-1 decode (matrix-vector kernel): GB/s of weight read per call"
           + (f", % of {peak:.0f} GB/s" if peak else "") + "; prompt: 128 rows, tiled kernel, GFLOP/s")
     print(f"{'shape':>11} {'qtype':>10} {'MB':>7} {'copies':>6} {'us/call':>9} {'GB/s':>8}"
-          + (f" {'%peak':>6}" if peak else "") + f" {'layout':>7} {'prompt':>9}  layouts (lanes x rows[s=x staged]: GB/s)")
+          + (f" {'%peak':>6}" if peak else "") + f" {'layout':>9} {'prompt':>9}  layouts (lanes x rows u items [s = x staged]: GB/s)")
     for r in rows:
         pct = f" {100 * r['GBs'] / peak:>5.1f}%" if peak else ""
         extra = ""
@@ -441,7 +443,7 @@ def print_qlinear(rows, peak):
             extra = f"  torch fp16 (CUDA) {r['torch_fp16_GBs']:.0f} GB/s"
         prompt = f"{r['prompt_GFLOPs']:>9.1f}" if "prompt_GFLOPs" in r else f"{'-':>9}"
         print(f"{r['n']:>5}x{r['k']:<5} {r['qtype']:>10} {r['MB']:>7.2f} {r.get('copies', '-'):>6} {r['us']:>9.1f} "
-              f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>7} {prompt}{extra}")
+              f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>9} {prompt}{extra}")
 
 
 def main(argv=None):
