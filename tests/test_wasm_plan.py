@@ -196,3 +196,40 @@ def test_pyodide_tables_on_pyodides_memory(pyodide):
     assert seg["same"] and seg["segments"] == 2 and seg["train_disabled"], seg
     gr = pyodide["growth"]
     assert gr["grew"] and gr["same"] and gr["segments"] == 1, gr
+
+
+def test_a_parameter_array_refilled_for_every_call_is_kept_per_call(wasm, monkeypatch):
+    """A wrapper that refills one shape/stride array for every call (a tempting saving): each
+    command of the table must see the values of its own call, not the last ones written."""
+    from array import array
+
+    from ember.backends import python as py
+    from ember.wasm.runtime import R, W
+
+    def family(rt):
+        sh, st = array("i", [1] * 6), array("i", [0] * 6)   # shared, refilled per call
+
+        def permute_dims(out, x, *, axes, **_):
+            strides = py.contiguous_strides(x.shape)
+            shape = [1] * (6 - len(axes)) + list(out.shape)
+            sts = [0] * (6 - len(axes)) + [strides[a] for a in axes]
+            sh[:] = array("i", shape)
+            st[:] = array("i", sts)
+            y = array("f", bytes(4 * len(x._buf)))
+            rt.call("copy_strided_x32", R(x._buf, len(x._buf)), W(y, len(y)), R(sh, 6), R(st, 6))
+            return y
+        permute_dims.__module__ = "ember.wasm.ops_test"
+        return permute_dims
+
+    backend = ember.get_backend("wasm")
+    rec, table = wasm._recording_kernels(backend)
+    monkeypatch.setitem(table, "permute_dims", family(rec))
+    monkeypatch.setitem(backend.kernels, "permute_dims", family(backend.rt))
+    fn = lambda x, y: ember.permute_dims(x, (1, 0)) + ember.permute_dims(y, (1, 0)).reshape((3, 2))  # noqa: E731
+    f = ember.compile(fn)
+    for k in range(4):
+        x = ember.tensor([[1.0 + k, 2.0, 3.0], [4.0, 5.0, 6.0 * k]], device="wasm")
+        y = ember.tensor([[float(i + 10 * k), 0.5 * i, -1.0] for i in range(2)], device="wasm").reshape((3, 2))
+        assert checks.raw(f(x, y)) == checks.raw(fn(x, y))
+    d = checks.fast_of(f).describe()
+    assert d["segments"] == 1 and d["table_steps"] == 3, d

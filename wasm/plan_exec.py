@@ -72,6 +72,7 @@ ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
 # (its kernels dominate anyway); the recording stops holding them as soon as it passes this.
 MAX_OWN_BYTES = int(os.environ.get("EMBER_WASM_PLAN_TABLE_BYTES", str(64 << 20)))
 MAX_RECORDS = 3          # recordings per plan (a replaced constant asks for a new one) before giving up
+FROZEN_MAX = 4096        # private read-only arrays up to this many bytes: the table keeps a copy
 MAGIC = 0x54424D45       # kernels/exec.c TABLE_MAGIC
 HEADER = 4
 _HOST = 2                # ember.plan.HOST
@@ -166,9 +167,16 @@ class _Recorder:
         self.sink = None
 
     def call(self, name, *args):
+        if self.sink is None:
+            return self.rt.call(name, *args)
+        # small read-only arrays as the kernel sees them: a wrapper may refill one parameter
+        # array for every call, and the table must keep the values of each
+        snaps = {}
+        for k, a in enumerate(args):
+            if a.__class__ is R and a.buf.__class__ is array and len(a.buf) * a.buf.itemsize <= FROZEN_MAX:
+                snaps[k] = bytes(memoryview(a.buf).cast("B"))
         res = self.rt.call(name, *args)
-        if self.sink is not None:
-            self.sink.append((name, args, res))
+        self.sink.append((name, args, res, snaps))
         return res
 
     def __getattr__(self, attr):
@@ -226,9 +234,9 @@ def _describe(calls, in_bufs, out_bufs):
         ins.setdefault(id(b), k)
     outs = {id(b): j for j, b in enumerate(out_bufs)}
     priv, written, pic = {}, set(), []
-    for name, args, res in calls:
+    for name, args, res, snaps in calls:
         items = []
-        for a in args:
+        for k, a in enumerate(args):
             if isinstance(a, R):
                 b = a.buf
                 if id(b) in outs:
@@ -240,7 +248,8 @@ def _describe(calls, in_bufs, out_bufs):
                     content = None
                     if not a.writes and id(b) not in written and _is_array(b):
                         isz = b.itemsize
-                        content = _raw(b, a.offset * isz, (a.offset + a.n) * isz)
+                        raw = snaps[k] if k in snaps else _raw(b)
+                        content = raw[a.offset * isz:(a.offset + a.n) * isz]
                     role = ("priv", p, content)
                 items.append((a.__class__.__name__, a.n, a.offset, a.at, getattr(b, "typecode", None), role))
                 if a.writes:
@@ -410,7 +419,7 @@ class WasmPlanReplay:
         in_bufs = [t._buf for t in ins]
         in_ids = {id(b) for b in in_bufs}
         wbufs = {}
-        for name, args, _ in calls:
+        for name, args, _, _ in calls:
             sig = self.disp.sig.get(name)
             if sig is None:
                 raise _Impure(f"kernel {name} cannot sit in a table")
@@ -470,7 +479,7 @@ class WasmPlanReplay:
         # re-run: the recorded calls alone, over the outputs just computed, give the same bits
         if not in_written:
             before = [_raw(b) for b in fresh]
-            for name, args, _ in calls:
+            for name, args, _, _ in calls:
                 rec.rt.call(name, *args)
             if [_raw(b) for b in fresh] != before:
                 for b, raw in zip(fresh, before):   # the wrapper's result stands
@@ -552,6 +561,9 @@ class WasmPlanReplay:
         self.own_bytes = sum(len(b) * b.itemsize for b in own_buf.values()) + \
             sum(len(b) * b.itemsize for b in privs.values())
         space = PyodideSpace if self.rt.kind == "pyodide" else ArenaSpace
+        old = getattr(self, "space", None)
+        if old is not None:
+            old.close()
         self.space = space(self, program, own_buf, privs, vals, rootof)
         # the values a replay starts from: constants and Tensors over own buffers (and aliases of them)
         base = [None] * plan.n_slots
@@ -580,10 +592,11 @@ class WasmPlanReplay:
         for k, b in enumerate(in_bufs):
             in_slot.setdefault(id(b), st.ins[k])
         out_slot = {id(b): s for s, b in zip(st.outs, bufs)}
-        for name, args, res in calls:
+        written = set()
+        for name, args, res, snaps in calls:
             params, result = sigs[name]
             words, fields = [], []
-            for a, p in zip(args, params):
+            for k, (a, p) in enumerate(zip(args, params)):
                 if isinstance(a, R):
                     b = a.buf
                     if not a.n:
@@ -605,9 +618,18 @@ class WasmPlanReplay:
                                 seg.bound.append(r)
                             if a.writes:
                                 seg.writes.add(r)
+                    elif k in snaps and id(b) not in written:
+                        key = ("frozen", b.typecode, snaps[k])   # the values this call saw
+                        if key not in privs:
+                            frozen = array(b.typecode)
+                            frozen.frombytes(snaps[k])
+                            privs[key] = frozen
+                        ref = ("p", key)
                     else:
                         privs[id(b)] = b
                         ref = ("p", id(b))
+                    if a.writes:
+                        written.add(id(b))
                     fields.append((len(words), ref, a.at * isz, span))
                     words.append(0)
                 elif p == "f":
@@ -703,9 +725,12 @@ class WasmPlanReplay:
             out.append(t)
         return unflatten(self.plan.out_tree, out)
 
-    def redo_step(self, i, vals):
+    def redo_step(self, i, vals, seg):
         """A guarded command stopped at step ``i``: run it through its wrapper (which does the
-        Python part) and put its results where the table expects them."""
+        Python part); returns its output buffers (the space puts them where the table expects)."""
+        for a in seg.aliases:   # aliases the segment would only make after it ran
+            if a < i:
+                self._alias(self.plan.steps[a], vals, Tensor._wrap)
         st = self.plan.steps[i]
         res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
         return res if st.multi else (res,)
@@ -759,6 +784,9 @@ class _Space:
     def copy_out(self, buf):
         return buf[:]
 
+    def close(self) -> None:
+        """Let go of what this space holds (a new recording replaces it)."""
+
     def sync_out(self, vals):
         pass
 
@@ -809,6 +837,12 @@ class PyodideSpace(_Space):
                     self.pins.append(memoryview(b))
 
     @staticmethod
+    def close(self) -> None:
+        for p in self.pins:
+            p.release()
+        self.pins = []
+
+    @staticmethod
     def _patch(seg, r, fields, b):
         addr = b.buffer_info()[0]
         tab = seg.table
@@ -843,7 +877,7 @@ class PyodideSpace(_Space):
     def _redo(self, seg, i, vals):
         rep = self.replay
         st = rep.plan.steps[i]
-        bufs = rep.redo_step(i, vals)
+        bufs = rep.redo_step(i, vals, seg)
         for s, b in zip(st.outs, bufs):
             r = rep.rootof(s)
             own = rep.own_buf.get(r)
@@ -938,7 +972,7 @@ class ArenaSpace(_Space):
             b = self.own_buf.get(r)
             if b is not None:
                 arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
-        bufs = rep.redo_step(i, vals)
+        bufs = rep.redo_step(i, vals, seg)
         for s, b in zip(st.outs, bufs):
             r = rep.rootof(s)
             key = ("s", r)
@@ -952,6 +986,9 @@ class ArenaSpace(_Space):
             r = rep.rootof(s)
             if r in seg.bound:
                 arena.write_from(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
+
+    def close(self) -> None:
+        self.arena.close()
 
     def copy_out(self, buf):
         addr, n = self.own_addr[id(buf)]
