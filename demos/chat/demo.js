@@ -122,6 +122,13 @@ async function checkWebGPU() {
     // than the CPU backend for this model; say so before anyone picks it.
     info.webgpuFallback = await worker.runPython(
       "import ember.webgpu\nember.webgpu.info().get('adapter_type') == 'fallback'").catch(() => false);
+    worker.onWebGPULost((reason) => {   // a driver reset, the browser reclaiming the GPU...
+      gpu.state = "failed";
+      gpu.error = String(reason || "the GPU device was lost").trim().split("\n").pop();
+      info.webgpu = false;
+      info.webgpuError = gpu.error;
+      gpuUnavailable();
+    });
     $("backend-webgpu").disabled = false;
     $("webgpu-state").textContent = info.webgpuFallback
       ? "(a software adapter here: far slower than the CPU, minutes per reply)"
