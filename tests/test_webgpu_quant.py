@@ -224,11 +224,13 @@ def test_attention_cached_gqa_consecutive_calls():
         np.testing.assert_array_equal(vc.numpy(), vc_np)
 
 
-def test_attention_cached_bounds():
+@pytest.mark.parametrize("D", [8, 6])
+def test_attention_cached_bounds(D):
     """A host pos past the cache raises ShapeError before any write; a pos computed on the GPU
     (its value unknown to Python: nothing is read back) writes only rows inside the cache and
-    attends to rows 0..C-1: the rows after the cache in its buffer keep their values."""
-    C, Hq, Hkv, D = 6, 4, 2, 8
+    attends to rows 0..C-1: the rows after the cache in its buffer keep their values. (D = 6:
+    key rows read as floats, not vec4.)"""
+    C, Hq, Hkv = 6, 4, 2
     rng = np.random.default_rng(12)
     big_k = gpu(np.full((C + 3, Hkv, D), 7.0, np.float32))
     big_v = gpu(np.full((C + 3, Hkv, D), -7.0, np.float32))

@@ -340,7 +340,13 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
                     grid_1d((n + WG - 1) // WG, rt.max_groups))
     dpt = (D + ATTN_WG - 1) // ATTN_WG
     info, info_n = _info([T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset])
-    pipe = _pipe(rt, "llm", "attn", {"INFO": info_n, "WG": ATTN_WG, "DPT": dpt, "QS": dpt * ATTN_WG})
+    if D % 4 == 0 and gkc.offset % 4 == 0:
+        kt, kdot = "vec4<f32>", ("for (var e = 0u; e < D; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], "
+                                 "qsh[e + 2u], qsh[e + 3u]), kc[(kb + e) / 4u]); }")
+    else:
+        kt, kdot = "f32", "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kc[kb + e]; }"
+    pipe = _pipe(rt, "llm", "attn", {"INFO": info_n, "WG": ATTN_WG, "DPT": dpt, "QS": dpt * ATTN_WG,
+                                     "KT": kt, "KDOT": kdot})
     rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gp)],
                 info, grid_1d(T * Hq, rt.max_groups))
     return res

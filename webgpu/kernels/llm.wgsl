@@ -3,7 +3,8 @@
 // Every position comes from the pos buffer at run time (never from Python), so a recorded plan
 // replays these dispatches unchanged with a new pos. Rows outside [0, C) are never written.
 //
-// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), INFO.
+// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), KT and
+// KDOT (key rows read as vec4 or as floats), INFO.
 //
 // The file is a prelude and one section per entry point ("//// name" lines): ember.webgpu.quant
 // compiles the prelude with one section, so each entry declares exactly the bindings it uses
@@ -39,10 +40,17 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 //// attn
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<{{KT}}>;   // vec4<f32> where D and the offset allow
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
 @group(0) @binding(4) var<storage, read> posb: array<i32>;
 @group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+
+// q . (key row starting at element kb), q pre-scaled in workgroup memory
+fn kdot(kb: u32, D: u32) -> f32 {
+  var s = 0.0;
+  {{KDOT}}
+  return s;
+}
 
 // ---- attn: one workgroup per (query t, head h), online softmax over cache rows 0..pos+t
 // (clamped to the cache) of kv head h / (Hq / Hkv). Per chunk of WG rows each thread scores one
@@ -81,10 +89,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let j = j0 + t;
     var s = -f_inf();
     if (j < S) {
-      let kb = ko + j * rs;
-      var dt = 0.0;
-      for (var e = 0u; e < D; e = e + 1u) { dt = dt + qsh[e] * kc[kb + e]; }
-      s = dt;
+      s = kdot(ko + j * rs, D);
     }
     ssh[t] = s;
     workgroupBarrier();
