@@ -836,7 +836,6 @@ class PyodideSpace(_Space):
                 if is_const:
                     self.pins.append(memoryview(b))
 
-    @staticmethod
     def close(self) -> None:
         for p in self.pins:
             p.release()
