@@ -1,0 +1,162 @@
+"""ember.llm's decode/prefill loop on a SmolLM2-135M-shaped llama with random weights (for a GPU
+machine where the real 98 MB file cannot travel). Writes a GGUF of random Q4_1 layer blocks and
+a Q8_0 tied token_embd (30 layers, dim 576, 9/3 heads, ffn 1536, vocab 49152), loads it with
+``ember.load_gguf`` + ``Llama.from_gguf`` and runs the same steps as ``ember.llm.LLM._loop``:
+prefill in PREFILL_CHUNK batches, then one replay of the compiled argmax step per token. Prints
+decode tok/s, prefill tok/s, and per token the host time of the step call vs the wait for its
+4-byte argmax read-back. Optionally writes a float .npz + job for torch_peer.py.
+
+    python tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol [--torch-job]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+CFG = dict(n_layers=30, dim=576, n_heads=9, n_kv_heads=3, ffn_dim=1536, vocab=49152, base=100000.0, eps=1e-5)
+
+
+def shapes():
+    c = CFG
+    hd = c["dim"] // c["n_heads"]
+    yield "token_embd.weight", (c["vocab"], c["dim"]), "Q8_0"
+    yield "output_norm.weight", (c["dim"],), None
+    for i in range(c["n_layers"]):
+        p = f"blk.{i}."
+        yield p + "attn_norm.weight", (c["dim"],), None
+        yield p + "ffn_norm.weight", (c["dim"],), None
+        yield p + "attn_q.weight", (c["n_heads"] * hd, c["dim"]), "Q4_1"
+        yield p + "attn_k.weight", (c["n_kv_heads"] * hd, c["dim"]), "Q4_1"
+        yield p + "attn_v.weight", (c["n_kv_heads"] * hd, c["dim"]), "Q4_1"
+        yield p + "attn_output.weight", (c["dim"], c["n_heads"] * hd), "Q4_1"
+        yield p + "ffn_gate.weight", (c["ffn_dim"], c["dim"]), "Q4_1"
+        yield p + "ffn_up.weight", (c["ffn_dim"], c["dim"]), "Q4_1"
+        yield p + "ffn_down.weight", (c["dim"], c["ffn_dim"]), "Q4_1"
+
+
+def random_blocks(rng, n, k, qtype):
+    """Random raw blocks: Q4_1 = f16 d, f16 m, 16 nibble bytes; Q8_0 = f16 d, 32 int8."""
+    nb = k // 32
+    if qtype == "Q4_1":
+        b = rng.integers(0, 256, (n, nb, 20), dtype=np.uint8)
+        b[..., 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+        b[..., 2:4] = np.frombuffer(np.float16(-0.075).tobytes(), np.uint8)
+    else:
+        b = rng.integers(0, 256, (n, nb, 34), dtype=np.uint8)
+        b[..., 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    return b.reshape(n, nb * b.shape[-1])
+
+
+def write_gguf(path: Path, seed: int = 0) -> None:
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    c = CFG
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(c["n_layers"]); w.add_context_length(2048); w.add_embedding_length(c["dim"])
+    w.add_feed_forward_length(c["ffn_dim"]); w.add_head_count(c["n_heads"]); w.add_head_count_kv(c["n_kv_heads"])
+    w.add_rope_freq_base(c["base"]); w.add_layer_norm_rms_eps(c["eps"])
+    for name, shape, q in shapes():
+        if q is None:
+            w.add_tensor(name, (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32))
+        else:
+            w.add_tensor(name, random_blocks(rng, shape[0], shape[1], q),
+                         raw_dtype=getattr(gguf.GGMLQuantizationType, q))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int) -> dict:
+    import ember
+    from ember import ops as F
+    from ember.io.gguf import load_gguf
+    from ember.llm import PREFILL_CHUNK
+    from ember.nn.llama import Llama
+    from ember.tensor import tensor
+
+    t = time.perf_counter()
+    m = Llama.from_gguf(load_gguf(str(path)), device=device, context=1024)
+    out = {"load_s": time.perf_counter() - t}
+    step = ember.compile(lambda ids, pos: F.argmax(m.forward(ids, pos), axis=-1))
+    rng = np.random.default_rng(1)
+
+    def prefill(ids):
+        t0 = time.perf_counter()
+        for s in range(0, len(ids), PREFILL_CHUNK):
+            lg = m.forward(tensor(ids[s:s + PREFILL_CHUNK], dtype="int32", device=device),
+                           tensor([s], dtype="int32", device=device))
+        tok = int(np.argmax(lg.tolist()[0]))
+        return tok, time.perf_counter() - t0
+
+    def decode(tok, pos, n):
+        t_call = t_read = 0.0
+        toks = []
+        for _ in range(n):
+            a = time.perf_counter()
+            r = step(tensor([tok], dtype="int32", device=device), tensor([pos], dtype="int32", device=device))
+            b = time.perf_counter()
+            tok = int(r.tolist()[0])
+            c = time.perf_counter()
+            t_call += b - a; t_read += c - b
+            toks.append(tok); pos += 1
+        return toks, t_call, t_read
+
+    # warm-up: compile the step, the prefill shapes
+    tok, out["warm_prefill_s"] = prefill(rng.integers(0, CFG["vocab"], 20).tolist())
+    t = time.perf_counter(); decode(tok, 20, 3); out["warm_decode3_s"] = time.perf_counter() - t
+    for label, n in (("short", n_prompt), ("long", n_prefill)):
+        ids = rng.integers(0, CFG["vocab"], n).tolist()
+        tok, tp = prefill(ids)
+        out[f"prefill_{label}"] = {"tokens": n, "s": tp, "tok_s": n / tp}
+    ids = rng.integers(0, CFG["vocab"], n_prompt).tolist()
+    tok, tp = prefill(ids)
+    w = time.perf_counter()
+    toks, t_call, t_read = decode(tok, n_prompt, n_new - 1)
+    wall = time.perf_counter() - w
+    steps = n_new - 1
+    out["decode"] = {"steps": steps, "wall_s": wall, "tok_s": steps / wall, "ms_per_tok": 1e3 * wall / steps,
+                     "host_call_ms_per_tok": 1e3 * t_call / steps, "readback_wait_ms_per_tok": 1e3 * t_read / steps,
+                     "first_ids": toks[:8]}
+    return out
+
+
+def torch_job(dirp: Path, n_prompt: int, n_new: int) -> Path:
+    rng = np.random.default_rng(0)
+    arrs = {}
+    for name, shape, q in shapes():
+        arrs[name] = ((1.0 + 0.05 * rng.standard_normal(shape)) if q is None else
+                      0.05 * rng.standard_normal(shape)).astype(np.float32)
+    np.savez(dirp / "w.npz", **arrs)
+    c = CFG
+    job = {"weights": str(dirp / "w.npz"), "config": {"n_layer": c["n_layers"], "n_embd": c["dim"],
+           "n_head": c["n_heads"], "n_head_kv": c["n_kv_heads"], "rope_base": c["base"], "eps": c["eps"]},
+           "prompt_ids": rng.integers(0, c["vocab"], n_prompt).tolist(), "max_tokens": n_new, "device": "auto",
+           "dtypes": "auto", "graphs": True, "cache_len": 1024, "eos_ids": []}
+    p = dirp / "job.json"
+    p.write_text(json.dumps(job))
+    return p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="webgpu")
+    ap.add_argument("--out", default="/tmp/smol")
+    ap.add_argument("--prompt", type=int, default=20)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--prefill", type=int, default=200)
+    ap.add_argument("--torch-job", action="store_true", help="also write w.npz + job.json for torch_peer.py")
+    a = ap.parse_args()
+    d = Path(a.out); d.mkdir(parents=True, exist_ok=True)
+    if a.torch_job:
+        print("torch job:", torch_job(d, a.prompt, a.new), flush=True)
+    p = d / "smol_shape.gguf"
+    t = time.perf_counter(); write_gguf(p)
+    print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s", flush=True)
+    print(json.dumps(run(a.device, p, a.prompt, a.new, a.prefill), indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
