@@ -124,17 +124,19 @@ def test_qembedding_ids_checked_without_a_read():
 @pytest.mark.parametrize("env", [{"EMBER_QLINEAR_XSH": "1"},
                                  {"EMBER_QLINEAR_RB": "2", "EMBER_QLINEAR_LANES": "8", "EMBER_QLINEAR_U": "1"},
                                  {"EMBER_QLINEAR_RB": "4", "EMBER_QLINEAR_LANES": "32", "EMBER_QLINEAR_XSH": "1",
-                                  "EMBER_QLINEAR_U": "2"}])
-def test_gemv_variants(monkeypatch, env):
+                                  "EMBER_QLINEAR_U": "2"},
+                                 {"EMBER_QLINEAR_PROMPT": "tiled"}, {"EMBER_QLINEAR_PROMPT": "dequant"}])
+def test_qlinear_variants(monkeypatch, env):
     """The matrix-vector kernel's layouts (x staged in workgroup memory; several rows per
-    thread group; few lanes; runs of 1, 2 or 4 items) give the same products, for rows of a
-    ragged number of groups."""
+    thread group; few lanes; runs of 1, 2 or 4 items) and the prompt paths (the scalar tiled
+    kernel of adapters with little workgroup memory; dequantize + matmul) give the same
+    products, for rows of a ragged number of groups and tiles."""
     for k_, v in env.items():
         monkeypatch.setenv(k_, v)
     rng = np.random.default_rng(3)
     for qtype, n, k in (("q5_0", 13, 96), ("q4_k", 11, 512)):
         words, ref = make_weight(qtype, n, k, seed=4)
-        for M in (1, 5):
+        for M in ((1, 5) if "EMBER_QLINEAR_PROMPT" not in env else (70,)):
             x = rng.standard_normal((M, k)).astype(np.float32)
             close(ember.qlinear(gpu(x), gpu(words), qtype=qtype, n=n, k=k).numpy(), x.astype(np.float64) @ ref.T)
 

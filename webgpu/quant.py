@@ -214,10 +214,18 @@ def qlinear(rt, out, x, w, *, qtype, n, k, **_):
         pipe = _pipe(rt, "quant", "gemv", params)
         per_wg = WG // lanes * rb
         rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
+    elif os.environ.get("EMBER_QLINEAR_PROMPT") == "dequant":
+        # (opt-in, for comparisons: the weight expanded to float32, then the autotuned matmul)
+        from ..registry import OPS
+
+        return realize(OPS["qlinear"].decompose(x, w, qtype=qtype, n=n, k=k)._buf)
     else:
         tm, tn = tile_sizes(rt)
-        params.update(TM=tm, TN=tn, TA=64 * tm, TB=64 * tn, ACC=(tm // 16) * (tn // 16), BV=tn // 16)
-        pipe = _pipe(rt, "quant", "tiled", params)
+        if (tm, tn) == (64, 64) and os.environ.get("EMBER_QLINEAR_PROMPT") != "tiled":
+            pipe = _pipe(rt, "quant", "tiled4", params)
+        else:
+            params.update(TM=tm, TN=tn, TA=64 * tm, TB=64 * tn, ACC=(tm // 16) * (tn // 16), BV=tn // 16)
+            pipe = _pipe(rt, "quant", "tiled", params)
         rt.dispatch(pipe, bufs, info, ((n + tn - 1) // tn, (M + tm - 1) // tm, 1))
     return res
 

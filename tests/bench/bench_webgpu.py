@@ -17,7 +17,7 @@ Quantized linear layers (``--qlinear``: that section alone): ``qlinear`` of GGUF
 (q4_1, q8_0 by default) at 4096x4096 and SmolLM2's 576x1536 / 1536x576: batch-1 decode (the
 matrix-vector kernel, reported as GB/s of weight read: the figure to hold against the GPU's HBM
 bandwidth) with every thread layout forced in turn, and a 128-row prompt (the tiled kernel,
-GFLOP/s); next to an fp32 batch-1 linear of the same shape (ember) and PyTorch's fp16 one on
+GFLOP/s; on a GPU also the scalar-tile kernel and dequantize + the autotuned float matmul); next to an fp32 batch-1 linear of the same shape (ember) and PyTorch's fp16 one on
 CUDA. The weights cycle through enough copies to pass the GPU's L2 cache, and the calls of one
 timing go into one compute pass timed by GPU timestamps, each into its own output.
 
@@ -284,6 +284,8 @@ def gelu_rows(n, budget):
 # ---- quantized linear (qlinear) -----------------------------------------------------------------
 
 QL_SHAPES = ((4096, 4096), (576, 1536), (1536, 576))   # (n, k): out x in
+QL_PASS_BYTES = 256 << 20   # weights cycled per timing: past a large L2 (the H200 has 50 MB)
+QL_MIN_REPS = 64
 # matrix-vector layouts swept at batch 1
 # (lanes per row group, rows per group, items per run, x staged)
 GEMV_LAYOUTS = ((16, 1, 4, 0), (32, 1, 4, 0), (64, 1, 4, 0), (16, 2, 4, 0), (32, 2, 4, 0), (32, 4, 4, 0),
@@ -366,8 +368,8 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
         for qt in qtypes:
             words, ref = _ql_weight(qt, n, k, rng)
             nbytes = words.nbytes
-            # enough distinct copies to pass a large L2 (the H200 has 50 MB): 256 MB of weights
-            copies = 1 if cpu_adapter else max(1, -(-(256 << 20) // nbytes))
+            # (at most 512 copies, 2048 calls: the uniform arena of one pass holds ~4096 dispatches)
+            copies = 1 if cpu_adapter else min(512, max(1, -(-QL_PASS_BYTES // nbytes)))
             first = ember.from_numpy(words, device="webgpu")
             ws = [first] + [ember.from_numpy(words, device="webgpu") for _ in range(copies - 1)]
             got = ember.qlinear(txp[:64], first, qtype=qt, n=n, k=k).numpy()[:, :64]
@@ -377,7 +379,7 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
             err = max(err, float(np.abs(got1 - x1[0] @ ref.T).max() / np.abs(x1[0] @ ref.T).max()))
             if err > 1e-4:
                 raise SystemExit(f"qlinear {qt} {n}x{k}: relative error {err:.2e}")
-            reps = 3 if cpu_adapter else max(64, 4 * copies)
+            reps = 3 if cpu_adapter else min(2048, max(QL_MIN_REPS, 4 * copies))
             row = {"n": n, "k": k, "qtype": qt, "MB": nbytes / 1e6, "copies": copies}
 
             def decode_calls(reps=reps):
@@ -398,14 +400,24 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
                         for v in ("EMBER_QLINEAR_LANES", "EMBER_QLINEAR_RB", "EMBER_QLINEAR_U", "EMBER_QLINEAR_XSH"):
                             os.environ.pop(v, None)
                     row["layouts"][f"{lanes_}x{rb_}u{u_}{'s' if xsh else ''}"] = nbytes / dt / 1e9
-            preps = 2 if cpu_adapter else max(16, copies)
+            preps = 2 if cpu_adapter else max(QL_MIN_REPS // 4, copies)
             pcalls = [lambda w=ws[i % copies]: ember.qlinear(txp, w, qtype=qt, n=n, k=k) for i in range(preps)]
             row["prompt_GFLOPs"] = 2.0 * 128 * n * k / _one_pass_timed(pcalls, cpu_adapter) / 1e9
+            if not cpu_adapter:   # the other prompt paths: scalar tiles; dequantize + autotuned matmul
+                for mode in ("tiled", "dequant"):
+                    os.environ["EMBER_QLINEAR_PROMPT"] = mode
+                    try:
+                        if mode == "dequant":
+                            ember.qlinear(txp, first, qtype=qt, n=n, k=k).numpy()   # autotune first
+                        dt = _one_pass_timed(pcalls, cpu_adapter)
+                    finally:
+                        os.environ.pop("EMBER_QLINEAR_PROMPT", None)
+                    row["prompt_" + mode] = 2.0 * 128 * n * k / dt / 1e9
             del ws
             rows.append(row)
         # peers: the same batch-1 product with a float32 weight (ember) and PyTorch fp16 (CUDA)
         w32 = rng.standard_normal((n, k)).astype(np.float32)
-        fcopies = 1 if cpu_adapter else max(1, -(-(256 << 20) // w32.nbytes))
+        fcopies = 1 if cpu_adapter else min(512, max(1, -(-QL_PASS_BYTES // w32.nbytes)))
         fws = [ember.from_numpy(w32, device="webgpu").permute_dims((1, 0)) for _ in range(fcopies)]
         freps = 3 if cpu_adapter else max(32, 2 * fcopies)
         dt = _one_pass_timed([lambda w=fws[i % fcopies]: _evaluated(tx1 @ w) for i in range(freps)], cpu_adapter)
@@ -413,7 +425,7 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
                 "GBs": w32.nbytes / dt / 1e9}
         del fws
         if cuda:
-            wh = [torch.from_numpy(w32).cuda().half() for _ in range(max(1, -(-(256 << 20) // (w32.nbytes // 2))))]
+            wh = [torch.from_numpy(w32).cuda().half() for _ in range(max(1, -(-QL_PASS_BYTES // (w32.nbytes // 2))))]
             xh = torch.from_numpy(x1).cuda().half()
             torch.nn.functional.linear(xh, wh[0])
             torch.cuda.synchronize()
@@ -438,10 +450,12 @@ def print_qlinear(rows, peak):
         pct = f" {100 * r['GBs'] / peak:>5.1f}%" if peak else ""
         extra = ""
         if "layouts" in r:
-            extra = "  " + " ".join(f"{name} {v:.0f}" for name, v in r["layouts"].items())
+            extra = "  " + " ".join(f"{name} {v:.3g}" for name, v in r["layouts"].items())
         if "torch_fp16_GBs" in r:
             extra = f"  torch fp16 (CUDA) {r['torch_fp16_GBs']:.0f} GB/s"
         prompt = f"{r['prompt_GFLOPs']:>9.1f}" if "prompt_GFLOPs" in r else f"{'-':>9}"
+        if "prompt_tiled" in r:
+            extra += f"  | prompt scalar tiles {r['prompt_tiled']:.0f}, dequantize+matmul {r['prompt_dequant']:.0f} GFLOP/s"
         print(f"{r['n']:>5}x{r['k']:<5} {r['qtype']:>10} {r['MB']:>7.2f} {r.get('copies', '-'):>6} {r['us']:>9.1f} "
               f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>9} {prompt}{extra}")
 

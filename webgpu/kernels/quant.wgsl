@@ -394,6 +394,74 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
   }
 }
 
+//// tiled4
+@group(0) @binding(2) var<storage, read> xin: array<f32>;
+@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+
+// ---- tiled4: the tiled product with 64 x 64 tiles, thread (ty, tx) owning the 4 x 4 outputs at
+// rows 4ty.., columns 4tx..; both tiles are read from workgroup memory as vec4s (2 loads per 16
+// multiply-adds; the scalar `tiled` needs 8), k-major: xs4[k][m / 4], ws4[k][n / 4].
+var<workgroup> xs4: array<vec4<f32>, 1024>;
+var<workgroup> ws4: array<vec4<f32>, 1024>;
+
+@compute @workgroup_size(256)
+fn tiled4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+  let M = u(0u); let N = u(1u); let K = u(2u);
+  let nitems = u(6u);
+  let xo = u(5u);
+  let m0 = wid.y * 64u;
+  let n0 = wid.x * 64u;
+  let tx = t % 16u;
+  let ty = t / 16u;
+  var c0 = vec4<f32>(0.0); var c1 = vec4<f32>(0.0); var c2 = vec4<f32>(0.0); var c3 = vec4<f32>(0.0);
+  for (var k0 = 0u; k0 < K; k0 = k0 + 64u) {
+    // x tile: 64 rows x 64 k, read along k (coalesced), stored k-major
+    for (var j = t; j < 4096u; j = j + 256u) {
+      let m = j / 64u;
+      let k = k0 + j % 64u;
+      var v = 0.0;
+      if (m0 + m < M && k < K) { v = xin[xo + (m0 + m) * K + k]; }
+      xs4[(j % 64u) * 16u + m / 4u][m % 4u] = v;
+    }
+    // weight tile: 64 rows x 8 items (64 k), decoded once
+    for (var j = t; j < 512u; j = j + 256u) {
+      let n = j / 8u;
+      let i = k0 / 8u + j % 8u;
+      var it: Item;
+      if (n0 + n < N && i < nitems) {
+        it = item(u(4u) + (n0 + n) * u(3u), i);
+      } else {
+        let p = item_pos(i);
+        it = Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
+      }
+      let a = it.e0 - k0;
+      let b = it.e1 - k0;
+      for (var c = 0u; c < 4u; c = c + 1u) {
+        ws4[(a + c) * 16u + n / 4u][n % 4u] = it.w0[c];
+        ws4[(b + c) * 16u + n / 4u][n % 4u] = it.w1[c];
+      }
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < 64u; k = k + 1u) {
+      let a = xs4[k * 16u + ty];
+      let b = ws4[k * 16u + tx];
+      c0 = c0 + a.x * b; c1 = c1 + a.y * b; c2 = c2 + a.z * b; c3 = c3 + a.w * b;
+    }
+    workgroupBarrier();
+  }
+  let n = n0 + tx * 4u;
+  let rows = array<vec4<f32>, 4>(c0, c1, c2, c3);
+  for (var i = 0u; i < 4u; i = i + 1u) {
+    let m = m0 + ty * 4u + i;
+    if (m < M) {
+      for (var j = 0u; j < 4u; j = j + 1u) {
+        if (n + j < N) { out[m * N + n + j] = rows[i][j]; }
+      }
+    }
+  }
+}
+
 //// dequant
 @group(0) @binding(2) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
