@@ -8,12 +8,19 @@ the kernels read it as u32 words and cut out bytes, nibbles and halves; nothing 
 float in memory (``dequantize`` excepted, which is asked to). Formats: q8_0, q4_0, q4_1, q5_0,
 q4_k, q5_k, q6_k, f16, bf16, f32.
 
-- ``qlinear`` with few rows of x (``M <= GEMV_MAX_M``, decode): ``gemv``, R weight rows per
-  workgroup of 256 threads, the row's words read front to back by neighbouring threads (each
-  word once), x staged in workgroup memory, one tree reduction per workgroup. ``R`` follows the
-  row length (``gemv_rows``; ``EMBER_QLINEAR_ROWS`` forces it, for benchmarks).
-- more rows (prompt): ``tiled``, 64x64 (or 32x64 / 32x32 where workgroup memory is small) output
-  tiles, the weight tile decoded once per 64-wide slice of k into workgroup memory.
+- ``qlinear`` with few rows of x (``M <= GEMV_MAX_M``, decode): ``gemv``. Groups of LANES
+  threads own RB weight rows each; lanes take runs of U consecutive 8-element items (U = 4: one
+  32-block), so neighbouring threads read neighbouring words and each word is read once; x is
+  read straight from its buffer (cached: staging it in every workgroup cost as much traffic as
+  the weight), each x vector serving the RB rows; one tree reduction per workgroup.
+  ``gemv_shape`` picks the layout from the shape; ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` /
+  ``_XSH=1`` (x staged in workgroup memory) force it (``tests/bench/bench_webgpu.py --qlinear``
+  sweeps them on a GPU).
+- more rows (prompt): ``tiled4``, 64x64 output tiles, 4x4 per thread read from workgroup memory
+  as vec4s, the weight tile decoded once per 64-wide slice of k (``tiled``: the same with scalar
+  reads and smaller tiles, for adapters with less than 32 KiB of workgroup memory).
+  ``EMBER_QLINEAR_PROMPT=dequant`` expands the weight to float32 and runs the autotuned matmul
+  instead (a comparison point: it holds n x k floats while it runs).
 
 >>> import ember, numpy as np                                      # doctest: +SKIP
 >>> from gguf.quants import quantize; from gguf import GGMLQuantizationType as G   # doctest: +SKIP

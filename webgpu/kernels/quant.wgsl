@@ -228,6 +228,14 @@ fn item_f32(rb: u32, i: u32) -> Item { return item_flat(rb, i, 2u); }
 fn item(rb: u32, i: u32) -> Item { return item_{{QT}}(rb, i); }
 fn item_pos(i: u32) -> vec2<u32> { return {{POS}}(i); }
 
+// item i of weight row `row`, or zeros past the rows (N) or the row's items: their positions
+// still say where they lie (info words 3, 4: bytes per row, the weight's byte offset)
+fn item_or_zero(row: u32, i: u32, N: u32, nitems: u32) -> Item {
+  if (row < N && i < nitems) { return item(u(4u) + row * u(3u), i); }
+  let p = item_pos(i);
+  return Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
+}
+
 //// gemv
 @group(0) @binding(2) var<storage, read> xin: array<{{XT}}>;
 @group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
@@ -357,14 +365,7 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
     for (var j = t; j < TN * 8u; j = j + 256u) {
       let n = j / 8u;
-      let i = k0 / 8u + j % 8u;
-      var it: Item;
-      if (n0 + n < N && i < nitems) {
-        it = item(u(4u) + (n0 + n) * u(3u), i);
-      } else {
-        let p = item_pos(i);
-        it = Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
-      }
+      let it = item_or_zero(n0 + n, k0 / 8u + j % 8u, N, nitems);
       let a = it.e0 - k0;
       let b = it.e1 - k0;
       for (var c = 0u; c < 4u; c = c + 1u) {
@@ -427,14 +428,7 @@ fn tiled4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     // weight tile: 64 rows x 8 items (64 k), decoded once
     for (var j = t; j < 512u; j = j + 256u) {
       let n = j / 8u;
-      let i = k0 / 8u + j % 8u;
-      var it: Item;
-      if (n0 + n < N && i < nitems) {
-        it = item(u(4u) + (n0 + n) * u(3u), i);
-      } else {
-        let p = item_pos(i);
-        it = Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
-      }
+      let it = item_or_zero(n0 + n, k0 / 8u + j % 8u, N, nitems);
       let a = it.e0 - k0;
       let b = it.e1 - k0;
       for (var c = 0u; c < 4u; c = c + 1u) {
@@ -496,13 +490,8 @@ fn embed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
   if (g >= u(0u) * nitems) { return; }
   let r = g / nitems;
   let id = ids[u(5u) + r];
-  var it: Item;
-  if (id >= 0 && u32(id) < u(1u)) {
-    it = item(u(4u) + u32(id) * u(3u), g % nitems);
-  } else {
-    let p = item_pos(g % nitems);
-    it = Item(vec4<f32>(0.0), vec4<f32>(0.0), p.x, p.y);
-  }
+  // (a negative id wraps past N: zeros)
+  let it = item_or_zero(u32(id), g % nitems, u(1u), nitems);
   for (var c = 0u; c < 4u; c = c + 1u) {
     if (it.e0 + c < K) { out[r * K + it.e0 + c] = it.w0[c]; }
     if (it.e1 + c < K) { out[r * K + it.e1 + c] = it.w1[c]; }
