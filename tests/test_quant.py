@@ -189,14 +189,44 @@ def test_numpy_qlinear_chunks(monkeypatch):
     from ember.backends import numpy_quant
 
     monkeypatch.setattr(numpy_quant, "CHUNK_BYTES", 4096)
-    for qtype in ("q8_0", "q4_1", "q4_0", "q5_0", "q6_k", "f16"):
-        k = 256 if qtype.endswith("_k") else 128
+    monkeypatch.setattr(numpy_quant, "FAST_CHUNK_BYTES", 4096)
+    for qtype, k in (("q8_0", 128), ("q4_1", 128), ("q4_0", 128), ("q4_0", 96), ("q5_0", 128), ("q6_k", 256),
+                     ("f16", 128)):   # q4_0 with k=96: 54-byte rows, chunks not 4-byte aligned
         w, ref = make_weight(qtype, 53, k, "numpy", seed=9)
         for m in (1, 3, 17, 70):
             x = np.random.default_rng(m).normal(size=(m, k)).astype(np.float32)
             y = quant.linear(ember.from_numpy(x, device="numpy"), w).numpy()
             want = _linear_ref(x, ref)
             np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5 * np.abs(want).max(), err_msg=f"{qtype} M={m}")
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_1", "q4_0"])
+def test_numpy_qlinear_threads(monkeypatch, qtype):
+    """Rows split over worker threads (each with its own scratch) give the same result."""
+    from ember.backends import numpy_quant
+
+    w, ref = make_weight(qtype, 301, 64, "numpy", seed=12)
+    x = np.random.default_rng(13).normal(size=(3, 64)).astype(np.float32)
+    xt = ember.from_numpy(x, device="numpy")
+    one = quant.linear(xt, w).numpy()
+    monkeypatch.setattr(numpy_quant, "THREADS", 3)
+    monkeypatch.setattr(numpy_quant, "PARALLEL_MIN", 0)
+    monkeypatch.setattr(numpy_quant, "FAST_CHUNK_BYTES", 4096)
+    many = quant.linear(xt, w).numpy()
+    np.testing.assert_allclose(many, _linear_ref(x, ref), rtol=2e-5, atol=1e-4)
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_half_decoding_is_exact():
+    """The integer-op float16 decoding of block scales equals numpy's cast for all 65536 halves
+    (subnormals, signed zeros, infinities and NaNs included)."""
+    from ember.backends.numpy_quant import _halves
+
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    for sample in (bits[(bits & 0x7C00) != 0x7C00], bits):      # without and with inf/NaN
+        raw = sample.view(np.uint8).copy()
+        got = _halves(raw, 2, 0, sample.size, "test")
+        assert np.array_equal(got.view(np.uint32), sample.view(np.float16).astype(np.float32).view(np.uint32))
 
 
 @pytest.mark.parametrize("device", QUANT_DEVICES)
