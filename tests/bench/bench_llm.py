@@ -1033,10 +1033,14 @@ def main(argv=None) -> int:
                     tver = f"PyTorch {res['version']} on {res['device_name']}" + (
                         f" ({res['threads']} threads)" if res.get("threads") else "")
                     for tr in res["rows"]:
+                        conf = f"{res['device']} {tr['dtype']} {tr['mode']}"
+                        if "error" in tr:
+                            rows.append(row("native", "PyTorch", conf, k, peer=True, status="error", reason=tr["error"]))
+                            continue
                         ids = [i for i in tr["ids"] if vocab.types[i] != 3]
                         text = vocab.decode(ids)
                         ref_ids_by_text.setdefault(text, ids)
-                        rows.append(row("native", "PyTorch", f"{res['device']} {tr['dtype']} {tr['mode']}", k, peer=True,
+                        rows.append(row("native", "PyTorch", conf, k, peer=True,
                                         prompt_tokens=tr["prompt_tokens"], prompt_tps=tr["prompt_tps"],
                                         tokens=tr["tokens"], decode_tps=tr["decode_tps"], text=text, ids=tr["ids"]))
                 if tver:
