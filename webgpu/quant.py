@@ -30,12 +30,15 @@ q4_k, q5_k, q6_k, f16, bf16, f32.
 >>> ember.qlinear(x, w, qtype="q8_0", n=4, k=32).tolist()         # doctest: +SKIP
 [[32.0, 32.0, 32.0, 32.0]]
 
-**attention_cached and the caches.** ``k_cache``/``v_cache`` are written IN PLACE: one
-``kv_write`` dispatch stores k, v at rows ``pos..pos+T-1``, then one ``attn`` dispatch per call
-runs causal grouped-query attention (a workgroup per (query, head), online softmax over rows
-``0..pos+t``). ``pos`` is read by the shaders from its buffer, never by Python, so the two
-dispatches are plain recorded kernel calls that an ``ember.compile`` plan replays unchanged with
-a new ``pos``. How the write stays in place:
+**attention_cached and the caches.** ONE dispatch (``attn``, a workgroup per (query, head))
+writes k, v into ``k_cache``/``v_cache`` IN PLACE at rows ``pos..pos+T-1`` and runs causal
+grouped-query attention (online softmax over rows ``0..pos+t``). One workgroup per kv group
+stores each new row, and every workgroup reads rows from ``pos`` on from the k, v inputs rather
+than from the cache, so no workgroup reads a row that another writes in the same dispatch (a
+separate write dispatch would cost one more dispatch per layer and token: the Python that
+records a dispatch is the larger cost of a replayed decode step). ``pos`` is read by the
+shader from its buffer, never by Python, so the dispatch is a plain recorded kernel call that an
+``ember.compile`` plan replays unchanged with a new ``pos``. How the write stays in place:
 
 - the kernels write the buffer of the cache tensor's own ``GBuf``: a lazy cache (``ember.zeros``
   is a constant expression with no storage yet) is realised in place first (``fusion.realize``
@@ -47,9 +50,8 @@ a new ``pos``. How the write stays in place:
   holds tensors made outside the capture by reference);
 - a plan never folds the call as a constant: its q, k, v (and usually pos) derive from the
   plan's inputs; the caches themselves are held by reference, not copied;
-- the write and the attention are two dispatches of the same compute pass: WebGPU orders a
-  dispatch's storage writes before the next dispatch's reads, and each later call's write after
-  the earlier call's reads;
+- WebGPU orders a dispatch's storage writes before the next dispatch's reads (one call's rows
+  are in the cache for the next call), and each call's writes after the earlier calls' reads;
 - not covered: a lazy (not yet run) elementwise expression that reads a cache, recorded before
   the call and run after it, sees the new rows (as a view would). Read caches only through
   ``attention_cached`` or after ``ember.webgpu.evaluate``.
@@ -313,8 +315,8 @@ def _cache(op, t, name, shape) -> GBuf:
 
 
 def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
-    """The ``attention_cached`` kernels: write k, v into the caches at rows pos.., then causal
-    grouped-query attention of q over rows 0..pos+t (see the module docstring)."""
+    """The ``attention_cached`` kernel, one dispatch: write k, v into the caches at rows pos..,
+    and causal grouped-query attention of q over rows 0..pos+t (see the module docstring)."""
     op = "attention_cached"
     T, Hq, D = q.shape
     C, Hkv, Dc = k_cache.shape
@@ -347,24 +349,31 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
         gk = _copy(gk)
     if gv.storage in caches:
         gv = _copy(gv)
-    n = T * Hkv * D
-    if n:
-        info, info_n = _info([n, C, Hkv * D, gkc.offset, gvc.offset, gk.offset, gv.offset, gp.offset])
-        pipe = _pipe(rt, "llm", "kv_write", {"INFO": info_n, "WG": WG})
-        rt.dispatch(pipe, [_whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)], info,
-                    grid_1d((n + WG - 1) // WG, rt.max_groups))
+    if gq.storage in caches:
+        gq = _copy(gq)
     dpt = (D + ATTN_WG - 1) // ATTN_WG
-    info, info_n = _info([T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset])
-    if D % 4 == 0 and gkc.offset % 4 == 0:
-        kt, kdot = "vec4<f32>", ("for (var e = 0u; e < D; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], "
-                                 "qsh[e + 2u], qsh[e + 3u]), kc[(kb + e) / 4u]); }")
-    else:
-        kt, kdot = "f32", "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kc[kb + e]; }"
-    pipe = _pipe(rt, "llm", "attn", {"INFO": info_n, "WG": ATTN_WG, "DPT": dpt, "QS": dpt * ATTN_WG,
-                                     "KT": kt, "KDOT": kdot})
-    rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gp)],
-                info, grid_1d(T * Hq, rt.max_groups))
+    words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
+    info, info_n = _info(words)
+    pipe = _pipe(rt, "llm", "attn", dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0],
+                                         INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG))
+    rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk),
+                       _whole(gv), _whole(gp)], info, grid_1d(T * Hq, rt.max_groups))
     return res
+
+
+# the attn kernel's key access, as vec4s (D and the key offsets multiples of 4) or as floats
+_KEY_CODE = {
+    True: {"KT": "vec4<f32>",
+           "KDOT_C": "for (var e = 0u; e < D; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], "
+                     "qsh[e + 3u]), kc[(kb + e) / 4u]); }",
+           "KDOT_N": "for (var e = 0u; e < D; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], "
+                     "qsh[e + 3u]), kin[(kb + e) / 4u]); }",
+           "KIN_AT": "return kin[i / 4u][i % 4u];", "KC_SET": "kc[i / 4u][i % 4u] = v;"},
+    False: {"KT": "f32",
+            "KDOT_C": "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kc[kb + e]; }",
+            "KDOT_N": "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kin[kb + e]; }",
+            "KIN_AT": "return kin[i];", "KC_SET": "kc[i] = v;"},
+}
 
 
 def rms_norm(rt, out, x, w, *, eps, **_):

@@ -1,10 +1,10 @@
-// Llama ops: the KV-cache write and causal grouped-query attention over the cache
-// (attention_cached), rms_norm and rope. ember.webgpu.quant fills the template and dispatches.
+// Llama ops: attention_cached (the KV-cache write and causal grouped-query attention over the
+// cache, one dispatch), rms_norm and rope. ember.webgpu.quant fills the template and dispatches.
 // Every position comes from the pos buffer at run time (never from Python), so a recorded plan
 // replays these dispatches unchanged with a new pos. Rows outside [0, C) are never written.
 //
-// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), KT and
-// KDOT (key rows read as vec4 or as floats), INFO.
+// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), KT,
+// KDOT_C, KDOT_N, KIN_AT, KC_SET (keys read and written as vec4 or as floats), INFO.
 //
 // The file is a prelude and one section per entry point ("//// name" lines): ember.webgpu.quant
 // compiles the prelude with one section, so each entry declares exactly the bindings it uses
@@ -13,52 +13,34 @@
 
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 
-//// kv_write
-@group(0) @binding(0) var<storage, read_write> kc: array<f32>;
-@group(0) @binding(1) var<storage, read_write> vc: array<f32>;
-@group(0) @binding(2) var<storage, read> kin: array<f32>;
-@group(0) @binding(3) var<storage, read> vin: array<f32>;
-@group(0) @binding(4) var<storage, read> posb: array<i32>;
-@group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
-
-// ---- kv_write: k_cache[pos + t] = k[t], v_cache[pos + t] = v[t]; rows pos + t outside [0, C)
-// are skipped.
-// info: 0 elements of k (T * Hkv * D), 1 C, 2 Hkv * D, 3 k_cache offset, 4 v_cache offset,
-//       5 k offset, 6 v offset, 7 pos offset
-@compute @workgroup_size({{WG}})
-fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let g = gid.x + gid.y * nwg.x * {{WG}}u;
-  if (g >= u(0u)) { return; }
-  let rs = u(2u);
-  let row = posb[u(7u)] + i32(g / rs);
-  if (row < 0 || row >= i32(u(1u))) { return; }
-  let at = u32(row) * rs + g % rs;
-  kc[u(3u) + at] = kin[u(5u) + g];
-  vc[u(4u) + at] = vin[u(6u) + g];
-}
-
 //// attn
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> kc: array<{{KT}}>;   // vec4<f32> where D and the offset allow
-@group(0) @binding(3) var<storage, read> vc: array<f32>;
-@group(0) @binding(4) var<storage, read> posb: array<i32>;
-@group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+@group(0) @binding(2) var<storage, read_write> kc: array<{{KT}}>;   // vec4<f32> where D and the offsets allow
+@group(0) @binding(3) var<storage, read_write> vc: array<f32>;
+@group(0) @binding(4) var<storage, read> kin: array<{{KT}}>;
+@group(0) @binding(5) var<storage, read> vin: array<f32>;
+@group(0) @binding(6) var<storage, read> posb: array<i32>;
+@group(0) @binding(7) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 
-// q . (key row starting at element kb), q pre-scaled in workgroup memory
-fn kdot(kb: u32, D: u32) -> f32 {
-  var s = 0.0;
-  {{KDOT}}
-  return s;
-}
+// q . (a key row starting at element kb of the cache / of the new keys), q pre-scaled in
+// workgroup memory; one element of the new keys; a store into the key cache
+fn kdot_c(kb: u32, D: u32) -> f32 { var s = 0.0; {{KDOT_C}} return s; }
+fn kdot_n(kb: u32, D: u32) -> f32 { var s = 0.0; {{KDOT_N}} return s; }
+fn kin_at(i: u32) -> f32 { {{KIN_AT}} }
+fn kc_set(i: u32, v: f32) { {{KC_SET}} }
 
-// ---- attn: one workgroup per (query t, head h), online softmax over cache rows 0..pos+t
-// (clamped to the cache) of kv head h / (Hq / Hkv). Per chunk of WG rows each thread scores one
-// row (q is in workgroup memory, pre-scaled), then the running max, sum and the weighted sum of
+// ---- attn: the whole of attention_cached in one dispatch, one workgroup per (query t, head h).
+// The write: the first query head of each kv group stores its token's key and value rows at
+// cache row pos + t (skipped outside [0, C)). The attention: online softmax over rows 0..pos+t
+// (clamped to the cache) of kv head h / (Hq / Hkv); rows before pos come from the cache, rows
+// from pos on from the new k, v themselves, so no workgroup reads a row another one is writing
+// in this dispatch (and the cache's rows before pos were written by earlier dispatches). Per
+// chunk of WG rows each thread scores one row, then the running max, sum and weighted sum of
 // value rows (threads over the head dims: neighbouring threads read neighbouring floats) are
 // updated. Writes out (T, Hq, D).
 // info: 0 T, 1 Hq, 2 Hkv, 3 D, 4 C, 5 scale (f32 bits), 6 q offset, 7 k_cache offset,
-//       8 v_cache offset, 9 pos offset
+//       8 v_cache offset, 9 pos offset, 10 k offset, 11 v offset
 var<workgroup> qsh: array<f32, {{QS}}>;
 var<workgroup> ssh: array<f32, {{WG}}>;
 var<workgroup> psh: array<f32, {{WG}}>;
@@ -71,9 +53,22 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let Hq = u(1u); let Hkv = u(2u); let D = u(3u); let C = u(4u);
   if (row >= u(0u) * Hq) { return; }
   let tq = row / Hq;
-  let hk = (row % Hq) / (Hq / Hkv);
+  let G = Hq / Hkv;
+  let hk = (row % Hq) / G;
   if (t == 0u) { wpos = posb[u(9u)]; }
   let pos = workgroupUniformLoad(&wpos);
+  let rs = Hkv * D;
+  if ((row % Hq) % G == 0u) {
+    let r = pos + i32(tq);
+    if (r >= 0 && r < i32(C)) {
+      let dst = u32(r) * rs + hk * D;
+      let src = (tq * Hkv + hk) * D;
+      for (var d = t; d < D; d = d + {{WG}}u) {
+        kc_set(u(7u) + dst + d, kin_at(u(10u) + src + d));
+        vc[u(8u) + dst + d] = vin[u(11u) + src + d];
+      }
+    }
+  }
   let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
   let scale = bitcast<f32>(u(5u));
   for (var d = t; d < D; d = d + {{WG}}u) { qsh[d] = q[u(6u) + row * D + d] * scale; }
@@ -82,14 +77,20 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var l = 0.0;
   var acc: array<f32, {{DPT}}>;
   for (var c = 0u; c < {{DPT}}u; c = c + 1u) { acc[c] = 0.0; }
-  let rs = Hkv * D;
   let ko = u(7u) + hk * D;
   let vo = u(8u) + hk * D;
+  // row j >= pos is new token j - pos: element e at (j - pos) * rs + hk * D + e of k / v
+  let kno = u(10u) + hk * D;
+  let vno = u(11u) + hk * D;
   for (var j0 = 0u; j0 < S; j0 = j0 + {{WG}}u) {
     let j = j0 + t;
     var s = -f_inf();
     if (j < S) {
-      s = kdot(ko + j * rs, D);
+      if (i32(j) >= pos) {
+        s = kdot_n(kno + u32(i32(j) - pos) * rs, D);
+      } else {
+        s = kdot_c(ko + j * rs, D);
+      }
     }
     ssh[t] = s;
     workgroupBarrier();
@@ -107,7 +108,12 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let d = t + dd * {{WG}}u;
       if (d < D) {
         var a = acc[dd] * corr;
-        for (var c = 0u; c < cnt; c = c + 1u) { a = a + psh[c] * vc[vo + (j0 + c) * rs + d]; }
+        for (var c = 0u; c < cnt; c = c + 1u) {
+          let jj = j0 + c;
+          var vv: f32;
+          if (i32(jj) >= pos) { vv = vin[vno + u32(i32(jj) - pos) * rs + d]; } else { vv = vc[vo + jj * rs + d]; }
+          a = a + psh[c] * vv;
+        }
         acc[dd] = a;
       }
     }
