@@ -489,3 +489,32 @@ def test_llm_kernels_stay_inside_their_spans():
     y = array("f", bytes(4 * 5 * 21))
     guarded_call("rms_norm_f32", R(x, len(x)), R(g, 21), W(y, len(y)), 5, 21, 1e-5)
     assert prod((5, 21)) == len(y)
+
+
+def test_a_compiled_step_reads_pos_when_it_replays():
+    # qlinear + attention_cached captured once by ember.compile and replayed (on wasm: as one
+    # command table run inside the module): every replay must use that step's pos, and a pos past
+    # the cache must still raise
+    rng = np.random.default_rng(15)
+    hq, hkv, d, C, k = 9, 3, 64, 8, 64
+    kc, vc = wasm_tensor(np.zeros((C, hkv, d), np.float32)), wasm_tensor(np.zeros((C, hkv, d), np.float32))
+    wq = quant.QTensor.quantize(ember.tensor(rng.standard_normal((hq * d, k)).astype(np.float32).tolist()), "q4_1",
+                                device="wasm")
+
+    def step(x, kk, vv, pos):
+        q = ember.reshape(quant.linear(x, wq), (1, hq, d))
+        return ember.attention_cached(q, kk, vv, kc, vc, pos, scale=0.125)
+
+    f = ember.compile(step)
+    ks, vs = [], []
+    for s in range(5):
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        kk, vv = (rng.standard_normal((1, hkv, d)).astype(np.float32) for _ in range(2))
+        ks.append(kk[0])
+        vs.append(vv[0])
+        y = f(wasm_tensor(x), wasm_tensor(kk), wasm_tensor(vv), wasm_tensor(np.array([s], np.int32), "int32"))
+        q = np.array(quant.linear(wasm_tensor(x), wq).tolist(), np.float32).reshape(1, hq, d)
+        ref = attention_reference(q, np.stack(ks), np.stack(vs), s, 1, 0.125)
+        np.testing.assert_allclose(np.array(y.tolist()), ref, atol=2e-6 * max(np.abs(v).max() for v in vs))
+    with pytest.raises(ShapeError, match="do not fit a cache of 8 positions"):
+        f(wasm_tensor(x), wasm_tensor(kk), wasm_tensor(vv), wasm_tensor(np.array([C], np.int32), "int32"))
