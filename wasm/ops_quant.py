@@ -16,8 +16,9 @@ shapes: Q4_1 layers, the Q8_0 head of 49152 x 576; ``tests/bench/bench_wasm.py -
   even + 16, odd + 16), so a block costs one load, 7 bit operations and 4 dot products.
   Q8_0 the same way with arithmetic shifts.
 - Four weight rows run together: their four int32 sums are transposed into one vector, so the
-  four rows' half-precision scales are converted (an exact bit trick, inf/NaN included) and
-  applied as one vector per block.
+  four rows' half-precision scales are converted (a bit trick, exact for every half; a group
+  whose scales hold inf/NaN is redone with the slower branch that handles them) and applied as
+  one vector per block.
 - Offsets (Q4_1's min, Q4_0's -8, the K-quant mins) are applied to the float sums of the
   activation block, not to the quantized values: one vector multiply-add per block, and exact.
 - V8 does not prefetch for wasm and the hardware prefetcher lost track of four interleaved
