@@ -156,8 +156,10 @@ def _weight(w) -> GBuf:
 
 
 def _prelude_params(qtype, k, gw) -> dict:
-    rb = row_bytes(qtype, k)
-    al = BLOCKS[qtype][1] % 4 == 0 and rb % 4 == 0 and (qtype != "f16" and qtype != "bf16" or k % 2 == 0)
+    block, nbytes = BLOCKS[qtype]
+    # every field the decoder reads starts at a multiple of 4 bytes: whole-word blocks (q4_1,
+    # q4_k, q5_k, f32) or halves in rows of an even length, in rows of whole words
+    al = (nbytes % 4 == 0 or block == 1) and row_bytes(qtype, k) % 4 == 0
     return {"QT": qtype, "POS": _POS[qtype], "AL": "true" if al else "false"}
 
 

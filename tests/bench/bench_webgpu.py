@@ -18,8 +18,9 @@ Quantized linear layers (``--qlinear``: that section alone): ``qlinear`` of GGUF
 matrix-vector kernel, reported as GB/s of weight read: the figure to hold against the GPU's HBM
 bandwidth) with every thread layout forced in turn, and a 128-row prompt (the tiled kernel,
 GFLOP/s; on a GPU also the scalar-tile kernel and dequantize + the autotuned float matmul); next to an fp32 batch-1 linear of the same shape (ember) and PyTorch's fp16 one on
-CUDA. The weights cycle through enough copies to pass the GPU's L2 cache, and the calls of one
-timing go into one compute pass timed by GPU timestamps, each into its own output.
+CUDA; then the 211 products of one SmolLM2-135M decode token (30 layers of q4_1, the q8_0 head)
+on distinct weights. The weights cycle through enough copies to pass the GPU's L2 cache, and the
+calls of one timing go into one compute pass timed by GPU timestamps, each into its own output.
 
     .venv/bin/python tests/bench/bench_webgpu.py --qlinear                      # 4096^2, 576x1536, 1536x576
     .venv/bin/python tests/bench/bench_webgpu.py --qlinear --qtypes q4_1,q8_0,q4_k,q6_k --peak-gbs 4800
@@ -441,6 +442,27 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
     return rows
 
 
+# SmolLM2-135M's batch-1 products of one token: 30 layers of q/k/v/o (576 -> 576/192/192/576),
+# gate/up (576 -> 1536) and down (1536 -> 576) in q4_1, and the tied q8_0 head (576 -> 49152)
+SMOL_LAYER = ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536))
+
+
+def smol_token(cpu_adapter, layers=30):
+    """GPU time of the qlinear products of one SmolLM2 decode token, every weight distinct (as
+    in the model: nothing stays in cache between tokens), all recorded into one pass."""
+    rng = np.random.default_rng(4)
+    layer = [(n, k, _ql_weight("q4_1", n, k, rng)[0]) for n, k in SMOL_LAYER]
+    # (each layer its own GPU buffers, the same bytes)
+    tensors = [(n, k, ember.from_numpy(wd, device="webgpu"), "q4_1") for _ in range(layers) for n, k, wd in layer]
+    head, _ = _ql_weight("q8_0", 49152, 576, rng)
+    tensors.append((49152, 576, ember.from_numpy(head, device="webgpu"), "q8_0"))
+    xs = {k: ember.from_numpy(rng.standard_normal((1, k)).astype(np.float32), device="webgpu") for k in (576, 1536)}
+    nbytes = sum(int(t.shape[0]) * 4 for _, _, t, _ in tensors)
+    calls = [lambda n=n, k=k, w=w, qt=qt: ember.qlinear(xs[k], w, qtype=qt, n=n, k=k) for n, k, w, qt in tensors]
+    dt = _one_pass_timed(calls, cpu_adapter) * len(calls)
+    return {"products": len(calls), "MB": nbytes / 1e6, "ms": dt * 1e3, "GBs": nbytes / dt / 1e9}
+
+
 def print_qlinear(rows, peak):
     print("\nqlinear batch-1 decode (matrix-vector kernel): GB/s of weight read per call"
           + (f", % of {peak:.0f} GB/s" if peak else "") + "; prompt: 128 rows, tiled kernel, GFLOP/s")
@@ -493,6 +515,11 @@ def main(argv=None):
     if args.qlinear:
         shapes = QL_SHAPES if not args.qshapes else [tuple(int(v) for v in sh.split("x")) for sh in args.qshapes.split(",")]
         print_qlinear(qlinear_rows(shapes, args.qtypes.split(","), cpu), args.peak_gbs)
+        tok = smol_token(cpu, layers=2 if cpu else 30)
+        print(f"\none SmolLM2-135M decode token's qlinear products ({tok['products']} dispatches, "
+              f"{tok['MB']:.1f} MB of weights, every weight distinct, one pass): {tok['ms']:.3f} ms of GPU time, "
+              f"{tok['GBs']:.1f} GB/s" + (" (2 layers of 30 on a CPU adapter)" if cpu else
+                                          f" -> at most {1e3 / tok['ms']:.0f} tokens/s from the products alone"))
         return
 
     rows = matmul_table(sizes, budget, cpu, not args.no_cpu_peers)
