@@ -123,34 +123,18 @@ def _scale_min_k4(j: int, s) -> tuple:
     return (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4)
 
 
-def _deq_q4_k(raw) -> array:
-    # block of 256: d, dmin (f16), 12 scale bytes, 128 bytes of nibbles. Four chunks of 64
-    # elements use 32 bytes each: the low nibbles are sub-block 2c, the high nibbles 2c + 1;
-    # x = d * scale * nibble - dmin * min
+def _deq_k(raw, nbytes: int, qh_at: int | None) -> array:
+    # Q4_K (144-byte blocks of 256): d, dmin (f16), 12 scale bytes, 128 bytes of nibbles. Four
+    # chunks of 64 elements use 32 bytes each: the low nibbles are sub-block 2c, the high
+    # nibbles 2c + 1; x = d * scale * q - dmin * min. Q5_K (176 bytes) has 32 bytes qh after the
+    # scales: bit s of qh[l] is the 5th bit of element l of sub-block s.
     out = array("f")
-    for off in range(0, len(raw), 144):
+    qs_at = 16 if qh_at is None else 48
+    for off in range(0, len(raw), nbytes):
         d, dmin = _HALF2.unpack_from(raw, off)
         sc = bytes(raw[off + 4:off + 16])
-        qs = bytes(raw[off + 16:off + 144])
-        for c in range(4):
-            q = qs[32 * c:32 * c + 32]
-            s1, m1 = _scale_min_k4(2 * c, sc)
-            s2, m2 = _scale_min_k4(2 * c + 1, sc)
-            d1, n1, d2, n2 = d * s1, dmin * m1, d * s2, dmin * m2
-            out.extend([d1 * (b & 15) - n1 for b in q])
-            out.extend([d2 * (b >> 4) - n2 for b in q])
-    return out
-
-
-def _deq_q5_k(raw) -> array:
-    # block of 256: d, dmin (f16), 12 scale bytes, 32 bytes qh, 128 bytes of nibbles; as Q4_K,
-    # with the 5th bit of element l of sub-block s in bit s of qh[l]
-    out = array("f")
-    for off in range(0, len(raw), 176):
-        d, dmin = _HALF2.unpack_from(raw, off)
-        sc = bytes(raw[off + 4:off + 16])
-        qh = bytes(raw[off + 16:off + 48])
-        qs = bytes(raw[off + 48:off + 176])
+        qs = bytes(raw[off + qs_at:off + qs_at + 128])
+        qh = bytes(32) if qh_at is None else bytes(raw[off + qh_at:off + qh_at + 32])
         for c in range(4):
             q = qs[32 * c:32 * c + 32]
             s1, m1 = _scale_min_k4(2 * c, sc)
@@ -160,6 +144,14 @@ def _deq_q5_k(raw) -> array:
             out.extend([d1 * ((b & 15) | ((h >> lo) & 1) << 4) - n1 for b, h in zip(q, qh)])
             out.extend([d2 * ((b >> 4) | ((h >> hi) & 1) << 4) - n2 for b, h in zip(q, qh)])
     return out
+
+
+def _deq_q4_k(raw) -> array:
+    return _deq_k(raw, 144, None)
+
+
+def _deq_q5_k(raw) -> array:
+    return _deq_k(raw, 176, 16)
 
 
 def _deq_q6_k(raw) -> array:

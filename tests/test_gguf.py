@@ -360,3 +360,13 @@ def test_not_a_path_or_bytes():
         ember.load_gguf(12)
     with raises(GGUFError, "cannot open"):
         ember.load_gguf("/nonexistent/model.gguf")
+
+
+def test_docstring_examples_run():
+    import doctest
+    import importlib
+
+    if ember.default_device() != "python":
+        pytest.skip("the examples show tensors on the default 'python' device")
+    result = doctest.testmod(importlib.import_module("ember.io.gguf"))
+    assert result.failed == 0 and result.attempted > 0

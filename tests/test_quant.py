@@ -320,3 +320,14 @@ def test_compiled_step_replays_qlinear():
         t = ember.tensor(ids, dtype="int32", device="numpy")
         got = f(t).numpy()
         np.testing.assert_allclose(got, _linear_ref(eref[ids], ref), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("module", ["ember.quant", "ember.ops.quant"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    if ember.default_device() != "python":
+        pytest.skip("the examples show tensors on the default 'python' device")
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0
