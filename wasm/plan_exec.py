@@ -44,6 +44,23 @@ Under wasmtime (CPython) the module has its own memory: each plan gets an *arena
 of the module on a memory of its own) where every table buffer has a fixed place; bound buffers
 are copied in before each segment and the ones it writes copied out after.
 
+**Limits.** Intermediates stay allocated between replays (no liveness-based sharing yet):
+plans over ``MAX_OWN_BYTES`` of them replay step by step, where kernels dominate anyway. A
+contiguous slice, a float16 result, an op without a module kernel or a wrapper that reads a
+value in Python costs a segment boundary (one more ``ember_run`` call) and that step's Python.
+Large constants that a recorded call writes in place (a KV cache) are checked by perturbing a
+copy; a constant whose *values* a wrapper read in Python is trusted to keep them unless its
+buffer is replaced (then the table is recorded again).
+
+**Threads (later).** A table is data: absolute addresses, kernel ids, scalars, no function
+pointers, so any instance of the module on the same memory can run it. A pool of workers on a
+shared ``WebAssembly.Memory`` could each walk the same table, every kernel taking its share of
+rows by worker index, with a barrier (``Atomics``) between commands: one message per replay, not
+per op. What that needs from here: the table and every buffer it names must live in the shared
+memory (Pyodide's own memory is not shared: the arena layout used under wasmtime, copies at
+segment edges, is the ready-made variant), and scratch spans per worker (today one span per
+command, shared by the steps of one thread).
+
 >>> import ember
 >>> f = ember.compile(lambda x: ember.relu(x * 2.0 - 1.0))
 >>> x = ember.ones((4,), device="wasm")                       # doctest: +SKIP

@@ -2,6 +2,7 @@
 backend, inside Pyodide under Node (V8, the engine Chromium uses), single-threaded.
 
     python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear] [--llm] [--replay]
+    .venv/bin/python tests/bench/bench_wasm.py --replay --page   # the replay rows in headless Chromium
 
 Run with CPython, this script builds the kernel module and the wheel (into a temporary folder)
 and runs itself inside Pyodide through wasm/run_pyodide.mjs, with demos/mnist mounted. Inside
@@ -27,7 +28,9 @@ Pyodide it prints one table:
   calls in command tables (``ember.wasm.plan_exec``: one ``ember_run`` call per segment) next
   to the step-by-step replay (tables off): a chain of 400 tiny elementwise steps (16 floats, so
   the kernels cost next to nothing) in µs per step, a one-step plan (the fixed cost of a call of
-  a compiled function), the MNIST demo CNN and a 2-layer random llama decode step.
+  a compiled function), the MNIST demo CNN and a 2-layer random llama decode step. With
+  ``--page`` these rows run in a headless Chromium page (main thread, ``await ember.wasm.init()``)
+  instead of Node; they are timed in batches of calls (the page's clock is coarse).
 
 Each case runs once to warm up, then until ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have
 passed; the table shows the median (and the best run for the GEMMs). The pure-Python backend
@@ -74,6 +77,8 @@ def host_main(argv) -> int:
         subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, src],
                        check=True, cwd=src)
         (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
+        if "--page" in argv:
+            return page_main(root, whl, tmp)
         mounts = ["--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist"]
         for kind, guest in (("Q4_1", "/llm/q4_1"), ("Q8_0", "/llm/q8_0")):
             path = find_llm(root, kind)
@@ -83,6 +88,32 @@ def host_main(argv) -> int:
         cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
                os.path.abspath(__file__), *argv]
         return subprocess.run(cmd).returncode
+
+
+def page_main(root: str, whl: str, tmp: str) -> int:
+    """The replay rows in headless Chromium (tests/browser_page.py serves the wheel and Pyodide)."""
+    import json
+    import shutil
+
+    site = os.path.join(tmp, "site")
+    os.makedirs(os.path.join(site, "wheels"))
+    shutil.copy(whl, os.path.join(site, "wheels"))
+    os.environ["EMBER_SITE"] = site
+    sys.path.insert(0, os.path.join(root, "tests"))
+    import browser_page
+
+    d = os.path.join(tmp, "page")
+    os.makedirs(os.path.join(d, "mnist"))
+    for f in ("model.py", "mnist.safetensors"):
+        shutil.copy(os.path.join(root, "demos", "mnist", f), os.path.join(d, "mnist", f))
+    with open(os.path.abspath(__file__)) as f:
+        source = f.read().replace("from __future__ import annotations\n", "", 1)   # (not first here)
+    code = ("import ember.wasm\nawait ember.wasm.init()   # the page's main thread: asynchronous set-up\n"
+            "import sys\nsys.argv = ['bench_wasm.py', '--replay', '--page']\n" + source + "\n_PAGE_OUT\n")
+    res = browser_page.run_page(d, code, files=["mnist/model.py", "mnist/mnist.safetensors"])
+    print(f"ember wasm benchmark in headless Chromium: {res['info']}")
+    print_rows([tuple(r) for r in res["rows"]])
+    return 0
 
 
 def find_llm(root: str, kind: str):
@@ -219,13 +250,35 @@ def qlinear_rows(quick: bool) -> list:
     return rows
 
 
-def replay_rows(quick: bool) -> list:
+def replay_rows(quick: bool, mnist_dir: str = "/mnist") -> list:
     """Compiled replays with command tables (one ember_run call per segment) and step by step."""
+    import statistics
+    import time
+
     import ember
     import ember.wasm.plan_exec as pe
 
     rows = []
     min_time = 0.3 if quick else 1.0
+
+    def timeit(fn, min_time):
+        """(median, best) seconds per call, timed over batches of calls (a page's clock is coarse:
+        about 0.1 ms without cross-origin isolation)."""
+        fn()
+        t = time.perf_counter()
+        fn()
+        one = max(time.perf_counter() - t, 1e-6)
+        batch = max(1, min(200, int(0.005 / one)))
+        times = []
+        start = time.perf_counter()
+        while len(times) < MIN_RUNS or time.perf_counter() - start < min_time:
+            t = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            times.append((time.perf_counter() - t) / batch)
+            if len(times) >= MAX_RUNS:
+                break
+        return statistics.median(times), min(times)
 
     def both(make, args, check=True):
         """{tables on/off: (median, best)} of ``make()`` compiled and replayed on ``args``, and
@@ -281,7 +334,7 @@ def replay_rows(quick: bool) -> list:
     rows.append(("replay", "a 1-step compiled call (tables / step by step)",
                  f"{one[True][0] * 1e6:.1f} / {one[False][0] * 1e6:.1f}", "-", "us", None))
 
-    sys.path.insert(0, "/mnist")
+    sys.path.insert(0, mnist_dir)
     try:
         import model as mnist
     except Exception as e:   # noqa: BLE001
@@ -290,7 +343,7 @@ def replay_rows(quick: bool) -> list:
     if mnist is not None:
         import random
 
-        net = mnist.load_model("/mnist/mnist.safetensors", device="wasm")
+        net = mnist.load_model(f"{mnist_dir}/mnist.safetensors", device="wasm")
         img = mnist.images_tensor([[random.Random(0).random() for _ in range(mnist.PIXELS)]], "wasm")
         res, d = both(lambda: net, (img,))
         rows.append(("replay", f"MNIST CNN forward, batch 1, ember.compile: tables ({d['steps']} steps, "
@@ -381,7 +434,14 @@ def guest_main(argv) -> int:
         print_rows(part + (llm_rows(argv, "--quick" in argv) if "--llm" in argv else []))
         return 0
     if "--replay" in argv:
-        print_rows(replay_rows("--quick" in argv))
+        page = "--page" in argv
+        rows = replay_rows("--quick" in argv, "/repo/mnist" if page else "/mnist")
+        if page:   # the page hands its result back as the source's last expression
+            import json
+
+            globals()["_PAGE_OUT"] = json.dumps({"rows": rows, "info": info[1]})
+            return 0
+        print_rows(rows)
         return 0
 
     # GEMM
