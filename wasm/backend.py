@@ -25,6 +25,21 @@ from .runtime import runtime
 FAMILIES = ("ops_layout", "ops_elementwise", "ops_linalg", "ops_cast", "ops_quant")
 
 
+def family_kernels(rt) -> dict:
+    """{op name: kernel} of every kernel family built on runtime ``rt`` (the replay recorder
+    builds a second set on a recording runtime, see ``plan_exec``)."""
+    table = {}
+    for fam in FAMILIES:
+        try:
+            mod = importlib.import_module(f"{__package__}.{fam}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{fam}":
+                raise
+            continue   # a family not written yet
+        table.update(mod.kernels(rt))
+    return table
+
+
 class WasmBackend(PythonBackend):
     """``device="wasm"``: ``array.array`` storage, WebAssembly SIMD kernels."""
 
@@ -33,17 +48,9 @@ class WasmBackend(PythonBackend):
     def __init__(self, rt=None):
         self.rt = rt if rt is not None else runtime()
         self.kernels = dict(PY_KERNELS)
-        self.native = set()   # op names served by the SIMD module (for the rest: python)
-        for fam in FAMILIES:
-            try:
-                mod = importlib.import_module(f"{__package__}.{fam}")
-            except ModuleNotFoundError as e:
-                if e.name != f"{__package__}.{fam}":
-                    raise
-                continue   # a family not written yet
-            table = mod.kernels(self.rt)
-            self.kernels.update(table)
-            self.native.update(table)
+        table = family_kernels(self.rt)
+        self.kernels.update(table)
+        self.native = set(table)   # op names served by the SIMD module (for the rest: python)
 
     def compile_plan(self, plan):
         """A replay of ``plan`` as command tables run inside the module (``plan_exec``), or None."""

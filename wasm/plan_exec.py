@@ -71,7 +71,6 @@ command, shared by the steps of one thread).
 """
 from __future__ import annotations
 
-import importlib
 import os
 import struct
 import weakref
@@ -81,6 +80,7 @@ from ..backends.python import KERNELS as PY_KERNELS
 from ..errors import BoundsError, DeviceError
 from ..plan import unflatten
 from ..tensor import Tensor
+from .build_kernels import abi_hash, signature_ok
 from .runtime import R, W, module_bytes
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
@@ -134,15 +134,6 @@ def _signatures(data: bytes) -> dict:
     return out
 
 
-def _abi_hash(kernels) -> int:
-    # the same hash as build_kernels.abi_hash (kept here: build_kernels is not needed at run time)
-    h = 0x811C9DC5
-    for name, params, result in kernels:
-        for b in f"{name}:{params}:{result};".encode():
-            h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
-
-
 class Dispatch:
     """Kernel ids and argument types of the module: every exported function but ``ember_*``
     whose parameters are i32/f32/i64/f64 and whose result is nothing or an i32, numbered in
@@ -152,11 +143,10 @@ class Dispatch:
         sigs = _signatures(data)
         if "ember_run" not in sigs or "ember_abi" not in sigs:
             raise DeviceError("wasm kernel module: no ember_run (rebuild it with wasm/build_kernels.py)")
-        names = sorted(n for n, (p, r) in sigs.items()
-                       if not n.startswith("ember_") and set(p) <= set("ifIF") and r in ("", "i"))
+        names = sorted(n for n, (p, r) in sigs.items() if not n.startswith("ember_") and signature_ok(p, r))
         self.ids = {n: k for k, n in enumerate(names)}
         self.sig = {n: sigs[n] for n in names}
-        self.abi = _abi_hash([(n, *sigs[n]) for n in names])
+        self.abi = abi_hash([(n, *sigs[n]) for n in names])
 
 
 _DISPATCH: dict = {}
@@ -207,18 +197,11 @@ def _recording_kernels(backend):
     """(recorder, {op name: kernel}) for ``backend``: its kernel families built on a recorder."""
     ent = _RECORDERS.get(backend)
     if ent is None:
-        from .backend import FAMILIES
+        from .backend import family_kernels
 
         rec = _Recorder(backend.rt)
         table = dict(PY_KERNELS)
-        for fam in FAMILIES:
-            try:
-                mod = importlib.import_module(f"{__package__}.{fam}")
-            except ModuleNotFoundError as e:
-                if e.name != f"{__package__}.{fam}":
-                    raise
-                continue
-            table.update(mod.kernels(rec))
+        table.update(family_kernels(rec))
         ent = _RECORDERS[backend] = (rec, table)
     return ent
 
@@ -687,13 +670,7 @@ class WasmPlanReplay:
             elif what == "alias":
                 self._alias(steps[x], vals, wrap)
             elif what == "py":
-                st = steps[x]
-                res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
-                if st.multi:
-                    for s, b, m in zip(st.outs, res, st.meta):
-                        vals[s] = wrap(b, m.shape, m.dtype, st.device)
-                else:
-                    vals[st.outs[0]] = wrap(res, st.meta.shape, st.meta.dtype, st.device)
+                _step(steps[x], vals, wrap)
             else:
                 steps[x].kernel(vals)
         self.replays += 1
@@ -711,12 +688,7 @@ class WasmPlanReplay:
     def _alias(st, vals, wrap):
         if vals[st.outs[0]] is not None and all(vals[s] is not None for s in st.outs):
             return   # static: made once (an alias of a constant or an own buffer)
-        res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
-        if st.multi:
-            for s, b, m in zip(st.outs, res, st.meta):
-                vals[s] = wrap(b, m.shape, m.dtype, st.device)
-        else:
-            vals[st.outs[0]] = wrap(res, st.meta.shape, st.meta.dtype, st.device)
+        _step(st, vals, wrap)
 
     def _finish_steps(self, start, vals):
         """Run steps ``start..`` step by step with their own kernels (a stale table's replay)."""
@@ -725,12 +697,8 @@ class WasmPlanReplay:
         for st in self.plan.steps[start:]:
             if st.multi == _HOST:
                 st.kernel(vals)
-                continue
-            res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
-            bufs = res if st.multi else (res,)
-            metas = st.meta if st.multi else (st.meta,)
-            for s, b, m in zip(st.outs, bufs, metas):
-                vals[s] = wrap(b, m.shape, m.dtype, st.device)
+            else:
+                _step(st, vals, wrap)
         return self._outputs_from(vals, self.own_ids)
 
     def _outputs_from(self, vals, own_ids):
@@ -751,6 +719,16 @@ class WasmPlanReplay:
         st = self.plan.steps[i]
         res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
         return res if st.multi else (res,)
+
+
+def _step(st, vals, wrap) -> None:
+    """Run kernel step ``st`` from Python, as ``Plan._run_steps`` does."""
+    res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
+    if st.multi:
+        for s, b, m in zip(st.outs, res, st.meta):
+            vals[s] = wrap(b, m.shape, m.dtype, st.device)
+    else:
+        vals[st.outs[0]] = wrap(res, st.meta.shape, st.meta.dtype, st.device)
 
 
 def _slot_metas(steps) -> dict:
@@ -797,6 +775,24 @@ class _Space:
         have = len(b) * b.itemsize
         if n > have:
             raise BoundsError(f"wasm plan table: slot {r} needs {n} bytes, its buffer has {have}")
+
+    def execute(self, seg, vals) -> None:
+        """``ember_run`` over the segment's table; where a guarded command stops it, that step
+        runs through its wrapper (``_redo``) and the table resumes at the next step."""
+        rep = self.replay
+        rc = self.run_fn(seg.addr, 0)
+        rep.runs += 1
+        while rc:
+            if rc < 0:
+                raise BoundsError(f"wasm plan table refused by ember_run ({rc}): "
+                                  + ("wrong ABI or magic" if rc == -1 else f"command {-2 - rc} is malformed"))
+            i = seg.cmds[rc - 1].step
+            self._redo(seg, i, vals)
+            nxt = seg.steps.index(i) + 1
+            if nxt >= len(seg.steps):
+                return
+            rc = self.run_fn(seg.addr, seg.first_cmd[seg.steps[nxt]])
+            rep.runs += 1
 
     def copy_out(self, buf):
         return buf[:]
@@ -876,19 +872,7 @@ class PyodideSpace(_Space):
                 self.check(r, b)     # raises BoundsError before anything runs
                 self._patch(seg, r, fields, b)
                 seen[r] = b.buffer_info()
-        rc = self.run_fn(seg.addr, 0)
-        self.replay.runs += 1
-        while rc:
-            if rc < 0:
-                raise BoundsError(f"wasm plan table refused by ember_run ({rc}): "
-                                  + ("wrong ABI or magic" if rc == -1 else f"command {-2 - rc} is malformed"))
-            i = seg.cmds[rc - 1].step
-            self._redo(seg, i, vals)
-            nxt = seg.steps.index(i) + 1
-            if nxt >= len(seg.steps):
-                return
-            rc = self.run_fn(seg.addr, seg.first_cmd[seg.steps[nxt]])
-            self.replay.runs += 1
+        self.execute(seg, vals)
 
     def _redo(self, seg, i, vals):
         rep = self.replay
@@ -956,22 +940,7 @@ class ArenaSpace(_Space):
                 raise _Stale(f"the buffer of constant slot {r} was replaced")
             self.check(r, b)
             arena.write_from(self.addr[("s", r)], b, self.need[r][1])
-        start = 0
-        rep = self.replay
-        while True:
-            rc = self.run_fn(seg.addr, start)
-            rep.runs += 1
-            if rc == 0:
-                break
-            if rc < 0:
-                raise BoundsError(f"wasm plan table refused by ember_run ({rc}): "
-                                  + ("wrong ABI or magic" if rc == -1 else f"command {-2 - rc} is malformed"))
-            i = seg.cmds[rc - 1].step
-            self._redo(seg, i, vals)
-            nxt = seg.steps.index(i) + 1
-            if nxt >= len(seg.steps):
-                break
-            start = seg.first_cmd[seg.steps[nxt]]
+        self.execute(seg, vals)
         for r in seg.writes:
             arena.read_into(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
         for r in seg.out_own:
