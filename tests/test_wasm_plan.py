@@ -233,3 +233,18 @@ def test_a_parameter_array_refilled_for_every_call_is_kept_per_call(wasm, monkey
         assert checks.raw(f(x, y)) == checks.raw(fn(x, y))
     d = checks.fast_of(f).describe()
     assert d["segments"] == 1 and d["table_steps"] == 3, d
+
+
+def test_the_build_refuses_a_dispatch_that_misses_an_export(tmp_path, monkeypatch):
+    """An exported kernel the prototype scan did not see (say, declared in an unusual way) would
+    shift every kernel id: the build stops instead of shipping such a module."""
+    import shutil
+
+    from ember.wasm import build_kernels as bk
+
+    if bk.find_clang() is None or shutil.which("wasm-ld") is None:
+        pytest.skip("clang/lld are not installed")
+    scan = bk.exported_kernels
+    monkeypatch.setattr(bk, "exported_kernels", lambda clang: [k for k in scan(clang) if k[0] != "relu_f32"])
+    with pytest.raises(SystemExit, match="relu_f32"):
+        bk.build(str(tmp_path / "k.wasm"))

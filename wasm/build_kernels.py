@@ -121,6 +121,45 @@ def signature_ok(params: str, result: str) -> bool:
     return set(params) <= set("ifIF") and result in ("", "i")
 
 
+_VALTYPES = {0x7F: "i", 0x7E: "I", 0x7D: "f", 0x7C: "F"}
+
+
+def module_signatures(data: bytes) -> dict:
+    """{export name: (params, result)} of a module's exported functions, wasm value types as
+    letters i f I F (``v`` for any other)."""
+    wb = _wasmbin()
+    m = wb.parse(data)
+    types, funcs = [], []
+    for s in m.sections:
+        p = s.payload
+        if s.id == 1:
+            n, at = wb.read_uleb(p, 0)
+            for _ in range(n):
+                if p[at] != 0x60:
+                    raise wb.WasmFormatError(f"type {len(types)}: not a function type")
+                n_params, at = wb.read_uleb(p, at + 1)
+                params = "".join(_VALTYPES.get(b, "v") for b in p[at:at + n_params])
+                at += n_params
+                n_results, at = wb.read_uleb(p, at)
+                result = "".join(_VALTYPES.get(b, "v") for b in p[at:at + n_results])
+                at += n_results
+                types.append((params, result))
+        elif s.id == 3:
+            n, at = wb.read_uleb(p, 0)
+            for _ in range(n):
+                t, at = wb.read_uleb(p, at)
+                funcs.append(t)
+    n_imported = sum(1 for _, _, kind in m.imports() if kind == "func")
+    return {name: types[funcs[idx - n_imported]] for name, kind, idx in m.exports()
+            if kind == "func" and idx >= n_imported}
+
+
+def dispatchable(sigs: dict) -> list:
+    """[(name, params, result)] of the kernels a command table can call, in id order: every
+    exported function but ``ember_*`` whose signature passes ``signature_ok``, sorted by name."""
+    return [(n, *sigs[n]) for n in sorted(sigs) if not n.startswith("ember_") and signature_ok(*sigs[n])]
+
+
 def abi_hash(kernels) -> int:
     """32-bit FNV-1a of ``name:params:result;`` over the dispatchable kernels in id order."""
     h = 0x811C9DC5
@@ -201,8 +240,12 @@ def build(out: str = OUT) -> str:
     cs = [os.path.join(SRC, f) for f in sources() if f.endswith(".c")]
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "k.wasm")
+        kernels = exported_kernels(clang)
+        generated = [(n, "".join(w for _, w in plist), _wasm_type(ret)) for n, ret, plist in kernels]
+        generated = [g for g in generated if signature_ok(g[1], g[2])]
+        generated_abi = abi_hash(generated)
         with open(os.path.join(tmp, DISPATCH_HEADER), "w") as f:
-            f.write(dispatch_source(exported_kernels(clang)))
+            f.write(dispatch_source(kernels))
         # Relative paths and a fixed working dir keep the output independent of the checkout path.
         cmd = [clang, *CFLAGS, *LDFLAGS, "-I", tmp, "-o", raw, *[os.path.relpath(c, SRC) for c in cs]]
         proc = subprocess.run(cmd, cwd=SRC, capture_output=True, text=True)
@@ -212,6 +255,15 @@ def build(out: str = OUT) -> str:
             data = f.read()
     data = wb.strip_module(data, {SECTION: source_hash().encode("ascii")})
     problems = wb.check_kernel_module(data)
+    # the generated dispatch must number exactly the kernels the module exports (an export the
+    # prototype scan missed would make every table of the Python side refuse to run)
+    table = dispatchable(module_signatures(data))
+    if abi_hash(table) != generated_abi:
+        scanned = {n for n, _, _ in generated}
+        exported = {n for n, _, _ in table}
+        problems.append(f"the command-table dispatch does not match the exports (only exported: "
+                        f"{sorted(exported - scanned)}, only scanned: {sorted(scanned - exported)}; "
+                        f"or a parameter type read differently)")
     if problems:
         raise SystemExit("the kernel module breaks its rules: " + "; ".join(problems))
     _validate(data)

@@ -80,7 +80,7 @@ from ..backends.python import KERNELS as PY_KERNELS
 from ..errors import BoundsError, DeviceError
 from ..plan import unflatten
 from ..tensor import Tensor
-from .build_kernels import abi_hash, signature_ok
+from .build_kernels import abi_hash, dispatchable, module_signatures
 from .runtime import R, W, module_bytes
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
@@ -97,56 +97,19 @@ _HOST = 2                # ember.plan.HOST
 
 # ---- what the module can dispatch ---------------------------------------------------------------
 
-_VALTYPES = {0x7F: "i", 0x7E: "I", 0x7D: "f", 0x7C: "F"}
-
-
-def _signatures(data: bytes) -> dict:
-    """{export name: (params, result)} of the module's functions, wasm types as letters i f I F
-    (``v`` for anything else)."""
-    from .wasmbin import parse, read_uleb
-
-    m = parse(data)
-    types, funcs, n_imported = [], [], 0
-    for s in m.sections:
-        p = s.payload
-        if s.id == 1:
-            n, at = read_uleb(p, 0)
-            for _ in range(n):
-                if p[at] != 0x60:
-                    raise DeviceError("wasm kernel module: unexpected type form")
-                np_, at = read_uleb(p, at + 1)
-                params = "".join(_VALTYPES.get(b, "v") for b in p[at:at + np_])
-                at += np_
-                nr, at = read_uleb(p, at)
-                result = "".join(_VALTYPES.get(b, "v") for b in p[at:at + nr])
-                at += nr
-                types.append((params, result))
-        elif s.id == 3:
-            n, at = read_uleb(p, 0)
-            for _ in range(n):
-                t, at = read_uleb(p, at)
-                funcs.append(t)
-    n_imported = sum(1 for _, _, kind in m.imports() if kind == "func")
-    out = {}
-    for name, kind, idx in m.exports():
-        if kind == "func" and idx >= n_imported:
-            out[name] = types[funcs[idx - n_imported]]
-    return out
-
-
 class Dispatch:
     """Kernel ids and argument types of the module: every exported function but ``ember_*``
     whose parameters are i32/f32/i64/f64 and whose result is nothing or an i32, numbered in
     sorted-name order (the order of the generated ``ember_dispatch``)."""
 
     def __init__(self, data: bytes):
-        sigs = _signatures(data)
+        sigs = module_signatures(data)
         if "ember_run" not in sigs or "ember_abi" not in sigs:
             raise DeviceError("wasm kernel module: no ember_run (rebuild it with wasm/build_kernels.py)")
-        names = sorted(n for n, (p, r) in sigs.items() if not n.startswith("ember_") and signature_ok(p, r))
-        self.ids = {n: k for k, n in enumerate(names)}
-        self.sig = {n: sigs[n] for n in names}
-        self.abi = abi_hash([(n, *sigs[n]) for n in names])
+        table = dispatchable(sigs)
+        self.ids = {n: k for k, (n, _, _) in enumerate(table)}
+        self.sig = {n: (p, r) for n, p, r in table}
+        self.abi = abi_hash(table)
 
 
 _DISPATCH: dict = {}
