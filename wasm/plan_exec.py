@@ -337,7 +337,7 @@ class WasmPlanReplay:
             if abandon is not None:
                 continue
             if calls is None:
-                info[i] = self._no_calls(i, ins, bufs, "a kernel outside the wasm families")
+                info[i] = self._no_calls(i, ins, bufs, "a kernel outside the wasm families", st, rec.rt, written_ext)
                 continue
             try:
                 info[i] = self._classify(i, st, kern, rec, ins, bufs, calls, written_ext)
@@ -349,10 +349,9 @@ class WasmPlanReplay:
                     abandon = (f"its intermediates need more than {MAX_OWN_BYTES >> 20} MB "
                                f"(EMBER_WASM_PLAN_TABLE_BYTES)")
                     info = None
-        outs = self._outputs_from(vals, None)
         if abandon is not None:
             self.disabled = abandon
-            return outs
+            return self._outputs_from(vals, None)
         self._build(info, vals)
         # the recording's own outputs are own buffers the next replay overwrites: hand out copies
         return self._outputs_from(vals, self.own_ids)
@@ -365,8 +364,27 @@ class WasmPlanReplay:
             return rkern.get(st.name)
         return None
 
-    def _no_calls(self, i, ins, bufs, reason):
-        """A step that made no table calls: an alias (its outputs are input buffers) or Python."""
+    def _perturbed(self, st, ins, written_ext, rt) -> list:
+        """``ins`` with each data input (not a constant, unless a recorded call writes it) replaced
+        by a copy with bit 0 of every element flipped; aliased inputs share one copy."""
+        copies, out = {}, []
+        for t, s in zip(ins, st.ins):
+            b = t._buf
+            if s in self.const_slots and id(b) not in written_ext:
+                out.append(t)
+                continue
+            if not _is_array(b):
+                raise _Impure("an input buffer is not an array")
+            c = copies.get(id(b))
+            if c is None:
+                c = copies[id(b)] = b[:]
+                _flip(rt, c)
+            out.append(Tensor._wrap(c, t.shape, t.dtype, t.device))
+        return out
+
+    def _no_calls(self, i, ins, bufs, reason, st=None, rt=None, written_ext=None):
+        """A step that made no table calls: an alias (its outputs are input buffers, also for
+        other values: checked on perturbed copies when ``st`` is given) or Python."""
         where = []
         for b in bufs:
             k = next((k for k, t in enumerate(ins) if t._buf is b), None)
@@ -374,11 +392,21 @@ class WasmPlanReplay:
                 self.reasons[i] = reason
                 return ("python",)
             where.append(k)
+        if st is not None:
+            try:
+                ins2 = self._perturbed(st, ins, written_ext, rt)
+                res2 = st.kernel(st.meta, *ins2, **st.attrs)
+            except Exception:   # noqa: BLE001 (a data check in Python: run it in Python)
+                res2 = None
+            bufs2 = (res2 if st.multi else (res2,)) if res2 is not None else ()
+            if len(bufs2) != len(where) or any(b is not ins2[k]._buf for b, k in zip(bufs2, where)):
+                self.reasons[i] = "it returns an input's buffer for some values only"
+                return ("python",)
         return ("alias", where)
 
     def _classify(self, i, st, kern, rec, ins, bufs, calls, written_ext):
         if not calls:
-            return self._no_calls(i, ins, bufs, "its wrapper made no kernel call")
+            return self._no_calls(i, ins, bufs, "its wrapper made no kernel call", st, rec.rt, written_ext)
         in_bufs = [t._buf for t in ins]
         in_ids = {id(b) for b in in_bufs}
         wbufs = {}
@@ -395,7 +423,7 @@ class WasmPlanReplay:
                         raise _Impure(f"{name}: a buffer that is not an array")
                     if a.writes:
                         wbufs[id(a.buf)] = a.buf
-                elif isinstance(a, bool) or not isinstance(a, (int, float)):
+                elif not isinstance(a, (int, float)):   # (a bool is an int: 0 or 1, as JS passes it)
                     raise _Impure(f"{name}: argument {a!r}")
                 elif p == "i" and not (isinstance(a, int) and -(1 << 31) <= a < (1 << 32)):
                     raise _Impure(f"{name}: argument {a!r} for an i32")
@@ -414,20 +442,7 @@ class WasmPlanReplay:
         # call writes them) with bit 0 of every element flipped; the real buffers stay untouched
         for b in in_written:
             written_ext.add(id(b))
-        copies = {}
-        ins2 = []
-        for t, s in zip(ins, st.ins):
-            b = t._buf
-            if s in self.const_slots and id(b) not in written_ext:
-                ins2.append(t)
-                continue
-            if not _is_array(b):
-                raise _Impure("an input buffer is not an array")
-            c = copies.get(id(b))
-            if c is None:
-                c = copies[id(b)] = b[:]
-                _flip(rec.rt, c)
-            ins2.append(Tensor._wrap(c, t.shape, t.dtype, t.device))
+        ins2 = self._perturbed(st, ins, written_ext, rec.rt)
         calls2 = []
         rec.sink = calls2
         try:
