@@ -39,7 +39,8 @@ REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "
                        "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1",
                        "sympy",  # onnxruntime.transformers (optimizer tests) needs it
                        "rapidocr-onnxruntime==1.4.4",
-                       "tokenizers==0.23.3"]   # the reference that tests/test_tokenizers.py checks ember against
+                       "tokenizers==0.23.3",   # the reference that tests/test_tokenizers.py checks ember against
+                       "gguf==0.19.0"]   # writes the GGUF fixtures and is the dequantization reference (tests/test_gguf.py, test_quant.py, test_llm.py)
 # Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
 APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
