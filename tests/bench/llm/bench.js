@@ -26,7 +26,7 @@ async function benchWllama(cfg) {
   let wllama = null;
   try {
     const wasm = new URL("./node_modules/@wllama/wllama/esm/wasm/wllama.wasm", location.href).href;
-    wllama = new Wllama({ default: wasm }, { allowOffline: true, suppressNativeLog: true });
+    wllama = new Wllama({ default: wasm }, { allowOffline: true, suppressNativeLog: !cfg.nativeLog });
     let t = performance.now();
     const resp = await fetch(cfg.url, { cache: "no-store" });
     if (!resp.ok) throw new Error(`GET ${cfg.url}: HTTP ${resp.status}`);
