@@ -88,6 +88,7 @@ class Ctx:
     ember functions (the only way a handler computes, so the code generator can record it)."""
 
     tracing = False
+    read_ids = None     # while tracing: ids of the tensors whose values a handler read
 
     def __init__(self, node, opset, device):
         self.node = node
@@ -219,6 +220,8 @@ class Ctx:
         if t.size > _MAX_VALUES:     # shapes, axes, pads, scales: a few values, never millions
             raise OnnxError(f"{self.where()}: {what} has {t.size:,} values (shape {t.shape}); at most "
                             f"{_MAX_VALUES:,} are read for it")
+        if self.read_ids is not None:
+            self.read_ids.add(id(t))
         if t.device == "meta":
             raise NeedsData(what)
         from .functional import flat_values
@@ -329,15 +332,26 @@ class RunCtx(Ctx):
                 kw[k] = self.device
         ts = list(_tensors(args)) + list(_tensors(kw.values()))
         consts = self.model._const_ids
-        # A computation on constants only (a weight transpose inside Gemm) runs once.
+        # A computation on constants only (a weight transpose inside Gemm) runs once. Its other
+        # arguments are part of what it computes: a handler passes sizes and indices it read
+        # from this call's inputs (Expand of a constant to Shape(x), Slice of a buffer up to the
+        # sequence length) as plain numbers, so the result is reused only for the very same
+        # function and arguments. The first set of arguments is kept; a call with others runs
+        # (onnxruntime recomputes them on every run) and its result is no constant.
         if ts and all(id(t) in consts for t in ts):
             key = (id(self.node), self.seq)      # node objects live as long as the model
+            sig = _call_signature(fn, args, kw, consts)
             hit = self.model._folded.get(key)
             if hit is not None:
-                return hit
+                if sig is not None and hit[0] == sig:
+                    return hit[1]
+                args, kw = self._harmonize(args, kw)
+                return fn(*args, **kw)
             args, kw = self._harmonize(args, kw)
             out = fn(*args, **kw)
-            self.model._folded[key] = out
+            if sig is None:          # arguments that cannot be compared (a tensor held deeper)
+                return out
+            self.model._folded[key] = (sig, out)
             # a constant too (kept alive by _folded): a chain of them left to run time by the
             # load's folding budget runs once, not on every call
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
@@ -346,6 +360,28 @@ class RunCtx(Ctx):
             return out
         args, kw = self._harmonize(args, kw)
         return fn(*args, **kw)
+
+
+def _call_signature(fn, args, kw, consts):
+    """What a call on constant tensors computes from, as a comparable value: the function,
+    the constants by identity (they live as long as the model) and every other argument by
+    type and value. None when an argument holds a tensor that is no known constant."""
+    def freeze(v):
+        if isinstance(v, Tensor):
+            if id(v) not in consts:
+                raise LookupError
+            return ("T", id(v))
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(freeze(x) for x in v))
+        if isinstance(v, dict):
+            return ("dict", tuple((k, freeze(x)) for k, x in v.items()))
+        if isinstance(v, slice):
+            return ("slice", freeze(v.start), freeze(v.stop), freeze(v.step))
+        return (type(v), v)     # 1, 1.0 and True are different arguments
+    try:
+        return (fn, freeze(args), freeze(kw))
+    except LookupError:
+        return None
 
 
 class TraceCtx(Ctx):
@@ -357,9 +393,12 @@ class TraceCtx(Ctx):
     def __init__(self, node, opset, device, recorder=None):
         super().__init__(node, opset, device)
         self.recorder = recorder
+        self.read_ids = set()
 
     def child(self, node, opset):
-        return TraceCtx(node, opset, self.device, self.recorder)
+        c = TraceCtx(node, opset, self.device, self.recorder)
+        c.read_ids = self.read_ids          # a subgraph's reads are its node's
+        return c
 
     def call(self, fn, *args, **kw):
         rec = self.recorder
@@ -570,10 +609,11 @@ def _node_error(node, opset, e):
     return OnnxError(f"{where}: {type(e).__name__}: {msg}")
 
 
-def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reuse=None, budget=None):
+def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reuse=None, budget=None, reads=None):
     """Run every node once on placeholder inputs. Returns ``(env, ran)``: the value of every
     name (Tensor or UNKNOWN) and the indices of nodes whose handler ran to the end. ``reuse``
-    (a previous trace's env) skips recomputing nodes whose inputs are the very same objects."""
+    (a previous trace's env) skips recomputing nodes whose inputs are the very same objects.
+    ``reads`` (a dict) gets, per node index, the input names whose values its handler read."""
     from .ops import resolve
 
     env = dict(consts)
@@ -630,6 +670,9 @@ def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reu
             raise OnnxError(f"ONNX node {node.label} ({node.op_type}, opset {opset}): invalid node "
                             f"({type(e).__name__}: {e})") from e
         ctx.check_all_attributes_read()
+        if reads is not None and ctx.read_ids:
+            reads[node.index] = {n for n, v in zip(node.inputs, ins) if n and id(v) in ctx.read_ids} | \
+                {n for n in _subgraph_reads(_one_node_graph(node)) if id(env.get(n)) in ctx.read_ids}
         for name, v in zip(node.outputs, outs):
             if name:
                 if v is None:
@@ -639,6 +682,143 @@ def trace(graph, consts, opsets, device, sizes, input_shapes, recorder=None, reu
         if recorder is not None:
             recorder.end(node, outs)
     return env, ran
+
+
+# ---- what depends on the inputs ----------------------------------------------------------------
+#
+# The two traces fold values equal at both placeholder sizes, which is not proof that they do not
+# depend on the sizes: ``H // 8`` is 0 at H = 2 and H = 3, a comparison of the sequence length
+# with 512 is False at both. So a value is folded only if, besides, nothing it is computed from
+# comes from an input: an input's values, or a symbolic dimension of it (declared fixed dims
+# are checked when the model is called, so they are constants). Shape arithmetic is followed
+# element by element (``Shape(x)[2]`` of an input whose last dim is fixed folds; ``Shape(x)[0]``
+# of a symbolic batch does not); every other op depends on all of its inputs.
+
+_DEP_SHAPE_OPS = {"Identity", "Cast", "CastLike", "Unsqueeze", "Squeeze", "Reshape", "Flatten"}
+_DEP_LIST_LIMIT = 64        # element-wise dependence kept for tensors this small (shape vectors)
+
+
+def _dependence(graph, consts, input_shapes, env) -> dict:
+    """Value name -> ``(values, dims)``: what of it depends on the graph inputs. ``values`` is
+    False, True or a list of one flag per element; ``dims`` False, True (rank unknown too) or a
+    tuple of one flag per axis. ``env``: the main trace's values (for sizes and constant indices)."""
+    from .functional import flat_values
+
+    dep = {name: (False, False) for name in consts}
+    for vi in graph.inputs:
+        if vi.name in consts:
+            continue
+        if vi.name in input_shapes:
+            dims = False
+        elif vi.shape is None:
+            dims = True
+        else:
+            dims = tuple(not (isinstance(d, int) and d >= 0) for d in vi.shape)
+        dep[vi.name] = (True, dims)
+
+    def any_(f):
+        return f is True or (isinstance(f, (list, tuple)) and any(f))
+
+    def tainted(name):
+        v, d = dep.get(name, (True, True))
+        return any_(v) or any_(d)
+
+    def size(name):
+        t = env.get(name)
+        return t.size if isinstance(t, Tensor) and t.size <= _DEP_LIST_LIMIT else None
+
+    def as_list(name):
+        v = dep.get(name, (True, True))[0]
+        if isinstance(v, list):
+            return v
+        n = size(name)
+        return None if n is None else [bool(v)] * n
+
+    def ints(name):
+        t = env.get(name)
+        if not isinstance(t, Tensor) or t.device == "meta" or tainted(name) or t.size > _DEP_LIST_LIMIT \
+                or t.dtype.kind not in "iu":
+            return None
+        return [int(a) for a in flat_values(t)]
+
+    def attr(node, name, default):
+        a = node.attrs.get(name)
+        return default if a is None or a.value is None else a.value
+
+    def rule(node, ins):
+        """(values, dims) of the node's first output when a shape op is followed element by
+        element; None: the generic rule."""
+        op = node.op_type
+        x = ins[0] if ins else ""
+        others_fixed = not any(tainted(n) for n in ins[1:] if n)
+        if op == "Shape":
+            d = dep.get(x, (True, True))[1]
+            if d is True:
+                return None
+            if d is False:
+                return False, False
+            r = len(d)
+            lo, hi = attr(node, "start", 0), attr(node, "end", r)
+            lo, hi = (lo + r if lo < 0 else lo), (hi + r if hi < 0 else hi)
+            return list(d[max(0, min(lo, r)):max(0, min(hi, r))]), False
+        if op == "Size":
+            return [any_(dep.get(x, (True, True))[1])], False
+        vals = as_list(x) if x else None
+        if op in _DEP_SHAPE_OPS and vals is not None:
+            fixed = others_fixed and not any_(dep.get(x, (True, True))[1])
+            return vals, (False if fixed else True)
+        if op == "Concat":
+            parts = [as_list(n) for n in ins]
+            t = env.get(x)
+            if None in parts or not isinstance(t, Tensor) or t.ndim != 1:
+                return None
+            fixed = not any(any_(dep.get(n, (True, True))[1]) for n in ins)
+            return [f for p in parts for f in p], (False if fixed else True)
+        if op == "Gather" and vals is not None and len(ins) > 1 and attr(node, "axis", 0) in (0, -1):
+            idx = ints(ins[1])
+            t = env.get(x)
+            if idx is None or not isinstance(t, Tensor) or t.ndim != 1 or any_(dep[x][1]):
+                return None
+            n = len(vals)
+            if not all(-n <= i < n for i in idx):
+                return None
+            return [vals[i] for i in idx], False
+        if op == "Slice" and vals is not None and len(ins) >= 3 and not any_(dep[x][1]):
+            t = env.get(x)
+            args = [ints(n) if n else None for n in (ins + ["", ""])[1:5]]
+            if not isinstance(t, Tensor) or t.ndim != 1 or args[0] is None or args[1] is None \
+                    or len(args[0]) != 1 or len(args[1]) != 1 or (args[3] and len(args[3]) != 1) \
+                    or (ins[3:4] and ins[3] and args[2] not in ([0], [-1])):
+                return None
+            step = args[3][0] if args[3] else 1
+            n = len(vals)
+            lo, hi = args[0][0], args[1][0]
+            if step == 0:
+                return None
+            return vals[slice(*slice(lo, hi, step).indices(n))], False
+        return None
+
+    for node in graph.nodes:
+        ins = list(node.inputs)
+        reads = _subgraph_reads(_one_node_graph(node))
+        if not any(tainted(n) for n in ins if n) and not any(tainted(n) for n in reads):
+            for o in node.outputs:
+                if o:
+                    dep[o] = (False, False)
+            continue
+        got = rule(node, ins) if not reads and (node.domain or "ai.onnx") in ("ai.onnx", "onnx") else None
+        outs = [o for o in node.outputs if o]
+        if got is not None and len(outs) == 1:
+            dep[outs[0]] = got
+            continue
+        for o in outs:
+            dep[o] = (True, True)
+    return dep
+
+
+def _depends_on_inputs(dep, name) -> bool:
+    v, d = dep.get(name, (True, True))
+    return any(x is True or (isinstance(x, (list, tuple)) and any(x)) for x in (v, d))
 
 
 def _same(a, b) -> bool:
@@ -660,8 +840,10 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
     an.input_shapes = dict(input_shapes)
     sizes_a = _symbol_sizes(graph, input_shapes, "a")
     rec_a = recorder_factory() if recorder_factory else None
+    reads = {}
     try:
-        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget)
+        env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget,
+                             reads=reads)
     except OnnxError:
         if not sizes_a:
             raise
@@ -671,12 +853,16 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
         # fails there, as in onnxruntime, if the sizes do not fit).
         sizes_a = _symbol_sizes(graph, input_shapes, "ones")
         rec_a = recorder_factory() if recorder_factory else None
+        reads.clear()
         try:
-            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget)
+            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget,
+                                 reads=reads)
         except OnnxError:
             sizes_a = {k: None for k in sizes_a}
             rec_a = recorder_factory() if recorder_factory else None
-            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget)
+            reads.clear()
+            env_a, ran_a = trace(graph, consts, opsets, device, sizes_a, input_shapes, rec_a, budget=budget,
+                                 reads=reads)
             an.notes.append("the graph does not trace with placeholder sizes for its symbolic input dims; "
                             "the nodes that depend on them are checked at run time only")
     an.symbols = sizes_a
@@ -692,9 +878,12 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
             env_b = {}
         an.trace_b = env_b
 
+    dep = _dependence(graph, consts, input_shapes, env_a)
+    an.dependence = dep
+
     def is_const(name):
         v = env_a.get(name)
-        if not isinstance(v, Tensor) or v.device == "meta":
+        if not isinstance(v, Tensor) or v.device == "meta" or _depends_on_inputs(dep, name):
             return False
         return env_b is None or _same(v, env_b.get(name))
 
@@ -722,7 +911,10 @@ def analyze(graph, consts, opsets, device, input_shapes=None, recorder_factory=N
             tb = rec_b.templates.get(node.index) if rec_b is not None else ta
             if tb == "reused":
                 tb = ta
-            an.templates[node.index] = ta if ta is not None and ta == tb else None
+            # a call that bakes in values read from something that depends on the inputs is
+            # right for this trace only, even where both traces happened to give the same text
+            baked = any(_depends_on_inputs(dep, n) for n in reads.get(node.index, ()))
+            an.templates[node.index] = ta if ta is not None and ta == tb and not baked else None
         an.recorder = rec_a
     return an
 
