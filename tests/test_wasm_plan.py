@@ -132,6 +132,8 @@ DRIVER = textwrap.dedent('''
     import ember
     import op_cases, model
     import wasm_plan_checks as C
+    import ember.wasm
+    ember.wasm.set_threads(1)   # tables on Pyodide's own memory (test_wasm_threads: the team's)
     out = {"runtime": ember.get_backend("wasm").rt.kind}
     for name, fn in [("op_cases", lambda: C.op_cases(ember, op_cases)),
                      ("mnist", lambda: C.mnist(ember, model, "/mnist/mnist.safetensors")),

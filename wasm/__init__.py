@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional
 
-__all__ = ["is_pyodide", "fetch_bytes", "init"]
+__all__ = ["is_pyodide", "fetch_bytes", "init", "set_threads", "threads", "info"]
 
 
 async def init() -> dict:
@@ -31,11 +31,69 @@ async def init() -> dict:
     """
     from ..backends import get_backend, reset_backend
     from .runtime import init_async
+    from .team import init_async as threads_init
 
     rt = await init_async()
     reset_backend("wasm")
     b = get_backend("wasm")
-    return {"device": "wasm", "runtime": rt.kind, "kernels": sorted(b.native)}
+    await threads_init()
+    return {"device": "wasm", "runtime": rt.kind, "kernels": sorted(b.native), **_threads_info()}
+
+
+def set_threads(n: Optional[int]) -> None:
+    """Use ``n`` threads (the calling one plus ``n - 1`` workers) for replayed plans on device
+    "wasm"; ``None``: the default, the browser's ``navigator.hardwareConcurrency`` (Node: its
+    available cores) capped at 8. Where threads are unavailable (a page without cross-origin
+    isolation, CPython) this is remembered and everything still runs on one thread
+    (``info()["note"]`` says why). Results are the same bits for any thread count. Workers start
+    in the background: ``await ember.wasm.init()`` waits for them; plans compiled before
+    threads were on keep running on one thread.
+
+    >>> import ember
+    >>> ember.wasm.set_threads(2)
+    >>> ember.wasm.threads() >= 1
+    True
+    >>> ember.wasm.set_threads(None)
+    """
+    from .team import set_threads as _set
+
+    _set(n)
+
+
+def threads() -> int:
+    """How many threads a replayed plan on device "wasm" runs on now (1 where threads are
+    unavailable, or while the workers are still starting).
+
+    >>> import ember
+    >>> ember.wasm.threads() >= 1
+    True
+    """
+    from .team import threads as _threads
+
+    return _threads()
+
+
+def _threads_info() -> dict:
+    from .team import describe
+
+    return describe()
+
+
+def info() -> dict:
+    """What device "wasm" runs on: ``runtime`` ("pyodide" or "wasmtime"), ``threads`` (used now),
+    ``threads_wanted``, ``max_threads`` (hardwareConcurrency / cores), ``shared_memory`` (whether
+    a team of workers can exist here) and, when it runs on one thread, a ``note`` saying why.
+
+    >>> import ember
+    >>> sorted(k for k in ember.wasm.info() if k in ("runtime", "threads"))   # doctest: +SKIP
+    ['runtime', 'threads']
+    """
+    from .runtime import _runtime
+
+    rt = _runtime[0]
+    out = {"runtime": rt.kind if rt is not None else ("pyodide" if is_pyodide() else "wasmtime")}
+    out.update(_threads_info())
+    return out
 
 
 def is_pyodide() -> bool:

@@ -538,11 +538,19 @@ class WasmPlanReplay:
         self.own_ids = {id(b) for b in own_buf.values()}
         self.own_bytes = sum(len(b) * b.itemsize for b in own_buf.values()) + \
             sum(len(b) * b.itemsize for b in privs.values())
-        space = PyodideSpace if self.rt.kind == "pyodide" else ArenaSpace
         old = getattr(self, "space", None)
         if old is not None:
             old.close()
-        self.space = space(self, program, own_buf, privs, vals, rootof)
+        team = None
+        if self.rt.kind == "pyodide" and any(p[0] == "seg" for p in program):
+            from .team import team as _team
+
+            team = _team()
+        if team is not None:
+            self.space = TeamSpace(self, program, own_buf, privs, vals, rootof, team=team)
+        else:
+            space = PyodideSpace if self.rt.kind == "pyodide" else ArenaSpace
+            self.space = space(self, program, own_buf, privs, vals, rootof)
         # the values a replay starts from: constants and Tensors over own buffers (and aliases of them)
         base = [None] * plan.n_slots
         for s, t in plan.consts:
@@ -871,10 +879,11 @@ class ArenaSpace(_Space):
     memory (an arena); bound buffers are copied in before each segment and out after."""
 
     kind = "wasmtime"
+    consts_once = False   # constants copied in before every segment (wasmtime) or once (threads)
 
-    def __init__(self, replay, program, own_buf, privs, vals, rootof):
+    def __init__(self, replay, program, own_buf, privs, vals, rootof, arena=None):
         super().__init__(replay, program, own_buf, privs, vals, rootof)
-        arena = self.arena = replay.rt.arena()
+        arena = self.arena = arena if arena is not None else replay.rt.arena()
         weakref.finalize(replay, arena.close)
         self.run_fn = arena.fn("ember_run")
         self.addr = {}
@@ -905,6 +914,16 @@ class ArenaSpace(_Space):
             arena.write_from(seg.addr, tab, len(tab) * 4)
             seg.checks = [(r, r in self.const_slots) for r in seg.bound]
             seg.seen = {r: vals[r]._buf for r, is_const in seg.checks if is_const and vals[r] is not None}
+            if self.consts_once:
+                # constants no table writes are copied in here, once: a segment checks only that
+                # the same buffer still stands there (a replaced one records the table again)
+                for r, is_const in seg.checks:
+                    if is_const and not self.need[r][2] and vals[r] is not None:
+                        self.check(r, vals[r]._buf)
+                        arena.write_from(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
+                seg.checks = [(r, c, c and not self.need[r][2]) for r, c in seg.checks]
+            else:
+                seg.checks = [(r, c, False) for r, c in seg.checks]
         # own buffers start with the recording's values (a segment may read one a Python step
         # or an earlier segment left)
         for r, b in own_buf.items():
@@ -912,10 +931,12 @@ class ArenaSpace(_Space):
 
     def run(self, seg, vals):
         arena = self.arena
-        for r, is_const in seg.checks:
+        for r, is_const, resident in seg.checks:
             b = vals[r]._buf
             if is_const and b is not seg.seen[r]:
                 raise _Stale(f"the buffer of constant slot {r} was replaced")
+            if resident:
+                continue
             self.check(r, b)
             arena.write_from(self.addr[("s", r)], b, self.need[r][1])
         self.execute(seg, vals)
@@ -963,6 +984,31 @@ class ArenaSpace(_Space):
         """Bring every own buffer's Python copy up to date (before a step-by-step finish)."""
         for r, b in self.own_buf.items():
             self.arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
+
+
+class TeamSpace(ArenaSpace):
+    """Tables on the thread team's shared memory (``ember.wasm.team``): the arena layout, in
+    the shared memory, with constants copied in once; ``ember_team_run`` runs each segment on
+    every thread of the team."""
+
+    kind = "threads"
+    consts_once = True
+
+    def __init__(self, replay, program, own_buf, privs, vals, rootof, team=None):
+        from .team import TeamArena
+
+        arena = TeamArena(team)
+        super().__init__(replay, program, own_buf, privs, vals, rootof, arena=arena)
+        # each thread's private scratch: as large as the largest buffer a table writes outside
+        # the plan's slots (a kernel's own scratch bounds what any thread's share needs)
+        big = 0
+        for item in program:
+            if item[0] == "seg":
+                for c in item[1].cmds:
+                    for _, ref, _, (lo, hi, wr) in c.fields:
+                        if ref[0] == "p" and wr:
+                            big = max(big, hi)
+        team.ensure_scratch(big)
 
 
 def compile_plan(backend, plan):

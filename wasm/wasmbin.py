@@ -201,3 +201,25 @@ def check_kernel_module(data: bytes) -> list:
         if kind != "func":
             problems.append(f"exports {kind} {name!r}")
     return problems
+
+
+def with_shared_memory(data: bytes, max_pages: int) -> bytes:
+    """The module with its ``env.memory`` import turned into a *shared* memory of at most
+    ``max_pages`` pages (what a team of threads instantiates it on, see ``ember.wasm.team``).
+    The code is unchanged: only the import's limits differ, so the kernels are the same bytes on
+    Pyodide's plain memory and on the shared one."""
+    m = parse(data)
+    out = []
+    for s in m.sections:
+        if s.id == 2:
+            if _imports(s.payload) != [("env", "memory", "memory")]:
+                raise WasmFormatError("with_shared_memory: the module must import env.memory only")
+            n, at = read_uleb(s.payload, 0)
+            _, at = read_name(s.payload, at)
+            _, at = read_name(s.payload, at)
+            head = s.payload[:at + 1]          # count, names, kind byte (2 = memory)
+            flag, p = read_uleb(s.payload, at + 1)
+            minimum, p = read_uleb(s.payload, p)
+            s = Section(2, head + bytes([3]) + uleb(minimum) + uleb(max_pages))
+        out.append(s)
+    return serialize(Module(out))

@@ -9,6 +9,7 @@
 #include "ember.h"
 #include "linalg.h"
 #include "mathf.h"
+#include "team.h"
 
 /* prm: sizes, then the per-batch offset tables (elements) */
 enum { AT_L, AT_S, AT_E, AT_EV, AT_NB, AT_MASK, AT_MSL, AT_MSS, AT_CAUSAL, AT_NPARAMS };
@@ -77,15 +78,21 @@ static void softmax_row_masked(f32 *x, i32 n, f32 scale, const unsigned char *bm
 
 /* q (.., L, E), k (.., S, E), v (.., S, Ev) -> out (nb, L, Ev). scratch: L*S scores, then room for
  * k or v in packed panels (max of panels(E, S) and panels(S, Ev) floats). mask: bytes or floats. */
-EXPORT(sdpa_f32) void sdpa_f32(const f32 *q, const f32 *k, const f32 *v, const void *mask, f32 *out,
-                               f32 *scratch, const i32 *prm, f32 scale) {
+/* One thread's share (team.h): whole batches (heads), each thread's scores and panels in its own
+ * scratch. */
+void sdpa_f32_team(const f32 *q, const f32 *k, const f32 *v, const void *mask, f32 *out, f32 *scratch,
+                   const i32 *prm, f32 scale, i32 *ctl, i32 tid, i32 nt) {
   const i32 L = prm[AT_L], S = prm[AT_S], E = prm[AT_E], Ev = prm[AT_EV], nb = prm[AT_NB];
   const i32 mkind = prm[AT_MASK], msl = prm[AT_MSL], mss = prm[AT_MSS], causal = prm[AT_CAUSAL];
   const i32 *qoff = prm + AT_NPARAMS, *koff = qoff + nb, *voff = koff + nb, *moff = voff + nb;
+  i32 width = team_width(ctl, nt, (i64)L * S * (E + Ev) * nb), b0, b1;
+  if (width > nb) width = nb;
+  team_range(nb, 1, tid, width, &b0, &b1);
+  if (width > 1) scratch = (f32 *)team_scratch(ctl, tid, scratch);
   f32 *sc = scratch, *pk = scratch + L * S;
   /* few query rows: dot products with k's rows and v read in place; many: pack k and v */
   const i32 pack = L > 16;
-  for (i32 b = 0; b < nb; b++) {
+  for (i32 b = b0; b < b1; b++) {
     const f32 *qb = q + qoff[b], *kb = k + koff[b], *vb = v + voff[b];
     if (pack) {
       gemm_pack_cols(kb, E, pk, E, S);
@@ -110,4 +117,9 @@ EXPORT(sdpa_f32) void sdpa_f32(const f32 *q, const f32 *k, const f32 *v, const v
       gemm_direct_one(sc, S, vb, Ev, pk, ob, Ev, L, Ev, S, 0, 0);
     }
   }
+}
+
+EXPORT(sdpa_f32) void sdpa_f32(const f32 *q, const f32 *k, const f32 *v, const void *mask, f32 *out,
+                               f32 *scratch, const i32 *prm, f32 scale) {
+  sdpa_f32_team(q, k, v, mask, out, scratch, prm, scale, 0, 0, 1);
 }

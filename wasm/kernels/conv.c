@@ -10,6 +10,7 @@
  * every buffer against them. */
 #include "ember.h"
 #include "linalg.h"
+#include "team.h"
 
 /* im2col of positions p0 .. p0 + np - 1 (row-major over oh x ow) of one group's input x (cg planes
  * of h x w) into panels of NR positions: P[q * K * NR + k * NR + lane], k = (ci, ky, kx) as in
@@ -76,8 +77,11 @@ static void im2col_panels(const f32 *x, f32 *P, i32 cg, i32 h, i32 w, i32 kh, i3
   }
 }
 
-EXPORT(conv2d_gemm) void conv2d_gemm(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 *scratch,
-                                     const i32 *prm) {
+/* One thread's share (team.h): per chunk of positions, the chunk's panels packed by panel ranges,
+ * a barrier, then the output channels split in grains of 4 rows (a barrier again before the next
+ * chunk reuses the scratch). */
+void conv2d_gemm_team(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 *scratch, const i32 *prm,
+                      i32 *ctl, i32 tid, i32 nt) {
   const i32 n = prm[CONV_N], c = prm[CONV_C], h = prm[CONV_H], w = prm[CONV_W], o = prm[CONV_O];
   const i32 groups = prm[CONV_GROUPS], kh = prm[CONV_KH], kw = prm[CONV_KW];
   const i32 sh = prm[CONV_SH], sw = prm[CONV_SW], pt = prm[CONV_PT], pl = prm[CONV_PL];
@@ -85,6 +89,7 @@ EXPORT(conv2d_gemm) void conv2d_gemm(const f32 *x, const f32 *wt, const f32 *bia
   const i32 chunk = prm[CONV_CHUNK], flags = prm[CONV_FLAGS];
   const i32 cg = c / groups, og = o / groups, K = cg * kh * kw, npos = oh * ow;
   const i32 plain = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0;
+  const i32 width = team_width(ctl, nt, (i64)chunk * og * K);
   for (i32 b = 0; b < n; b++)
     for (i32 g = 0; g < groups; g++) {
       const f32 *xg = x + (b * c + g * cg) * h * w;
@@ -93,13 +98,26 @@ EXPORT(conv2d_gemm) void conv2d_gemm(const f32 *x, const f32 *wt, const f32 *bia
       f32 *yg = y + (b * o + g * og) * npos;
       for (i32 p0 = 0; p0 < npos; p0 += chunk) {
         const i32 np = npos - p0 < chunk ? npos - p0 : chunk;
-        if (plain)
-          gemm_pack_rows(xg + p0, npos, scratch, K, np);
-        else
-          im2col_panels(xg, scratch, cg, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ow, p0, np);
-        gemm_packed_one(wg, K, scratch, yg + p0, npos, og, np, K, bg, flags);
+        i32 lo, hi, r0, r1;
+        team_range(np, GEMM_NR, tid, width, &lo, &hi);
+        if (width > 1) team_sync(ctl, tid, nt);   /* the previous chunk's products are done */
+        if (lo < hi) {
+          if (plain)
+            gemm_pack_rows(xg + p0 + lo, npos, scratch + lo * K, K, hi - lo);
+          else
+            im2col_panels(xg, scratch + lo * K, cg, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ow, p0 + lo, hi - lo);
+        }
+        if (width > 1) team_sync(ctl, tid, nt);
+        team_range(og, 4, tid, width, &r0, &r1);
+        if (r0 < r1)
+          gemm_packed_one(wg + r0 * K, K, scratch, yg + r0 * npos + p0, npos, r1 - r0, np, K, bg ? bg + r0 : 0, flags);
       }
     }
+}
+
+EXPORT(conv2d_gemm) void conv2d_gemm(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 *scratch,
+                                     const i32 *prm) {
+  conv2d_gemm_team(x, wt, bias, y, scratch, prm, 0, 0, 1);
 }
 
 /* One output of a depthwise row with every tap bounds-checked (the row's edges): kernel rows

@@ -23,6 +23,7 @@
  * owns: it lives in an array.array (Pyodide) or in a plan's own memory (wasmtime).
  */
 #include "ember.h"
+#include "team.h"
 
 INLINE f32 ember_word_f32(i32 w) {
   union { i32 i; f32 f; } u;
@@ -53,10 +54,10 @@ EXPORT(ember_flip_bit0) void ember_flip_bit0(unsigned char *p, i32 n, i32 itemsi
   for (i32 i = 0; i < n; i++) p[i * itemsize] ^= 1;
 }
 
-EXPORT(ember_run) i32 ember_run(const i32 *t, i32 start) {
+/* 0 when the whole table is well formed, else what ember_run returns for it. */
+static i32 table_check(const i32 *t) {
   if (t[0] != TABLE_MAGIC || t[1] != (i32)EMBER_ABI) return -1;
   const i32 n = t[2], words = t[3];
-  /* the whole table is checked before its first command runs */
   i32 at = HEADER;
   for (i32 c = 0; c < n; c++) {
     if (at > words - 3) return -2 - c;
@@ -66,8 +67,14 @@ EXPORT(ember_run) i32 ember_run(const i32 *t, i32 start) {
     at += 3 + nargs;
   }
   if (at != words) return -2 - n;
-  at = HEADER;
-  for (i32 c = 0; c < n; c++) {
+  return 0;
+}
+
+EXPORT(ember_run) i32 ember_run(const i32 *t, i32 start) {
+  const i32 bad = table_check(t);
+  if (bad) return bad;
+  i32 at = HEADER;
+  for (i32 c = 0; c < t[2]; c++) {
     const i32 nargs = t[at + 1];
     if (c >= start) {
       const i64 r = ember_dispatch(t[at], t + at + 3, nargs, 1);
@@ -76,4 +83,133 @@ EXPORT(ember_run) i32 ember_run(const i32 *t, i32 start) {
     at += 3 + nargs;
   }
   return 0;
+}
+
+/* ---- a team of threads on one table (team.h; wasm/team.py starts the workers) ---------- */
+
+#define P_(T, k) ((T)(__UINTPTR_TYPE__)(u32)a[k])
+
+/* The kernels that split their work: their team version on argument words a, as ember_dispatch
+ * returns (has_result << 32 | result); -1 for every other kernel. */
+static i64 team_dispatch(i32 id, const i32 *a, i32 *ctl, i32 tid, i32 nt, i32 run) {
+  switch (id) {
+    case EMBER_KID_gemm:
+      if (run) gemm_team(P_(const f32 *, 0), P_(const f32 *, 1), P_(f32 *, 2), P_(f32 *, 3), P_(const f32 *, 4),
+                         P_(const i32 *, 5), ctl, tid, nt);
+      return 0;
+    case EMBER_KID_conv2d_gemm:
+      if (run) conv2d_gemm_team(P_(const f32 *, 0), P_(const f32 *, 1), P_(const f32 *, 2), P_(f32 *, 3),
+                                P_(f32 *, 4), P_(const i32 *, 5), ctl, tid, nt);
+      return 0;
+    case EMBER_KID_sdpa_f32:
+      if (run) sdpa_f32_team(P_(const f32 *, 0), P_(const f32 *, 1), P_(const f32 *, 2), P_(const void *, 3),
+                             P_(f32 *, 4), P_(f32 *, 5), P_(const i32 *, 6), ember_word_f32(a[7]), ctl, tid, nt);
+      return 0;
+    case EMBER_KID_q_linear:
+      if (!run) return 0;
+      return ((i64)1 << 32) | (u32)q_linear_team(P_(const void *, 0), P_(const f32 *, 1), P_(f32 *, 2),
+                                                 P_(f32 *, 3), P_(const i32 *, 4), ctl, tid, nt);
+    case EMBER_KID_attention_cached_f32:
+      if (!run) return 0;
+      return ((i64)1 << 32) | (u32)attention_cached_f32_team(P_(const f32 *, 0), P_(const f32 *, 1),
+                                                             P_(const f32 *, 2), P_(f32 *, 3), P_(f32 *, 4),
+                                                             P_(const i32 *, 5), P_(f32 *, 6), P_(f32 *, 7),
+                                                             P_(const i32 *, 8), ember_word_f32(a[9]), ctl, tid, nt);
+    default: return -1;
+  }
+}
+
+/* Index of the last command >= start that splits (-1: none). */
+static i32 last_split(const i32 *t, i32 start) {
+  i32 at = HEADER, last = -1;
+  for (i32 c = 0; c < t[2]; c++) {
+    if (c >= start && team_dispatch(t[at], t + at + 3, 0, 0, 1, 0) >= 0) last = c;
+    at += 3 + t[at + 1];
+  }
+  return last;
+}
+
+/* Thread tid's walk of a (checked) table: split kernels by every thread with a barrier after
+ * each (and before one that follows commands of thread 0 alone), the rest by thread 0. A
+ * guarded result that differs stops every thread (ctl[TEAM_STOP] = command + 1). */
+static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt) {
+  const i32 last = last_split(t, start);
+  i32 at = HEADER, pending = 0;
+  for (i32 c = 0; c < t[2]; c++) {
+    const i32 id = t[at], nargs = t[at + 1];
+    const i32 *a = t + at + 3;
+    if (c >= start) {
+      if (tid && c > last) return;
+      const i64 split = team_dispatch(id, a, ctl, tid, nt, 0);
+      if (split >= 0) {
+        if (pending) team_sync(ctl, tid, nt);
+        if (A_LOAD(&ctl[TEAM_STOP])) return;
+        pending = 0;
+        const i64 r = team_dispatch(id, a, ctl, tid, nt, 1);
+        if (tid == 0 && (r >> 32) && (i32)r != t[at + 2]) A_STORE(&ctl[TEAM_STOP], c + 1);
+        team_sync(ctl, tid, nt);
+        if (A_LOAD(&ctl[TEAM_STOP])) return;
+      } else if (tid == 0) {
+        pending = 1;
+        const i64 r = ember_dispatch(id, a, nargs, 1);
+        if ((r >> 32) && (i32)r != t[at + 2]) {
+          A_STORE(&ctl[TEAM_STOP], c + 1);
+          if (c < last) team_sync(ctl, tid, nt);   /* the others wait before the next split command */
+          return;
+        }
+      } else {
+        pending = 1;
+      }
+    }
+    at += 3 + nargs;
+  }
+}
+
+/* ember_run with the team of ctl: the workers that are ready, up to ctl[TEAM_THREADS] threads
+ * in all, run the split kernels with the calling thread (thread 0). Same results as ember_run. */
+EXPORT(ember_team_run) i32 ember_team_run(const i32 *t, i32 start, i32 *ctl) {
+  const i32 bad = table_check(t);
+  if (bad) return bad;
+  i32 nt = 1;
+  const i32 want = ctl[TEAM_THREADS] < TEAM_MAX ? ctl[TEAM_THREADS] : TEAM_MAX;
+  while (nt < want && A_LOAD(&ctl[TEAM_READY + nt])) nt++;
+  if (nt == 1 || last_split(t, start) < 0) return ember_run(t, start);
+  A_STORE(&ctl[TEAM_TABLE], (i32)(__UINTPTR_TYPE__)t);
+  A_STORE(&ctl[TEAM_START], start);
+  A_STORE(&ctl[TEAM_STOP], 0);
+  A_ADD(&ctl[TEAM_RUNS], 1);
+  /* generation and thread count in one word: a worker reads both at once */
+  const i32 gen = (A_LOAD(&ctl[TEAM_RUN_GEN]) & ~0xFF) + 0x100;
+  A_STORE(&ctl[TEAM_RUN_GEN], gen | nt);
+  if (A_LOAD(&ctl[TEAM_IDLE])) __builtin_wasm_memory_atomic_notify(&ctl[TEAM_RUN_GEN], (u32)-1);
+  team_walk(t, start, ctl, 0, nt);
+  return A_LOAD(&ctl[TEAM_STOP]);
+}
+
+/* A worker's life (in a Web Worker / worker_threads, never a page's main thread): wait for a run,
+ * take part when its index is below the run's thread count, until ctl[TEAM_QUIT]. */
+EXPORT(ember_team_worker) void ember_team_worker(i32 *ctl, i32 tid) {
+  i32 seen = A_LOAD(&ctl[TEAM_RUN_GEN]);
+  A_STORE(&ctl[TEAM_READY + tid], 1);
+  for (;;) {
+    i32 spins = A_LOAD(&ctl[TEAM_SPIN]), g;
+    while ((g = A_LOAD(&ctl[TEAM_RUN_GEN])) == seen) {
+      if (A_LOAD(&ctl[TEAM_QUIT])) break;
+      if (spins > 0) {
+        spins--;
+      } else {
+        A_ADD(&ctl[TEAM_IDLE], 1);
+        __builtin_wasm_memory_atomic_wait32(&ctl[TEAM_RUN_GEN], seen, -1);
+        A_ADD(&ctl[TEAM_IDLE], -1);
+      }
+    }
+    if (A_LOAD(&ctl[TEAM_QUIT])) break;
+    seen = g;
+    /* a run that needs this thread cannot end (nor the next start) before it reaches a barrier,
+     * so the table and start read here belong to run g */
+    if (tid < (g & 0xFF))
+      team_walk((const i32 *)(__UINTPTR_TYPE__)(u32)A_LOAD(&ctl[TEAM_TABLE]), A_LOAD(&ctl[TEAM_START]), ctl, tid,
+                g & 0xFF);
+  }
+  A_STORE(&ctl[TEAM_READY + tid], 0);
 }

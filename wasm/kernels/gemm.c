@@ -13,6 +13,7 @@
  * stored. */
 #include "ember.h"
 #include "linalg.h"
+#include "team.h"
 
 #define MR 4
 #define NR GEMM_NR
@@ -304,31 +305,56 @@ void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc,
  *  GEMM_B_NK_PACKED  B given transposed, as W (N, K) with rows ldb apart (a linear weight),
  *                    packed into S first;
  *  GEMM_B_NK_DOT     W (N, K) as above, dot products of A's rows with W's rows (S unused). */
-EXPORT(gemm) void gemm(const f32 *A, const f32 *B, f32 *S, f32 *C, const f32 *bias, const i32 *prm) {
+/* One thread's share of the products (see team.h): packing split by panels, then a barrier, then
+ * the products split by batches, rows (grains of MR) or column panels, whichever the shape has
+ * enough of. Each element is computed by the same instructions whatever the split. */
+void gemm_team(const f32 *A, const f32 *B, f32 *S, f32 *C, const f32 *bias, const i32 *prm, i32 *ctl, i32 tid,
+               i32 nt) {
   const i32 M = prm[GP_M], N = prm[GP_N], K = prm[GP_K], lda = prm[GP_LDA], ldb = prm[GP_LDB];
   const i32 ldc = prm[GP_LDC], flags = prm[GP_FLAGS], mode = prm[GP_BMODE], nb = prm[GP_NB];
   const i32 nbb = prm[GP_NBB], cstride = prm[GP_CSTRIDE];
   const i32 *aoff = prm + GP_NPARAMS, *bidx = aoff + nb, *boff = bidx + nb;
   const i32 full = N / NR * NR, size = ((N + NR - 1) / NR) * K * NR;
-  if (mode == GEMM_B_NK_DOT) {
-    for (i32 b = 0; b < nb; b++)
-      gemm_nt_one(A + aoff[b], lda, B + boff[bidx[b]], ldb, C + b * cstride, ldc, M, N, K, bias, flags);
-    return;
-  }
+  const i32 width = team_width(ctl, nt, (i64)M * N * K * nb);
+  const i32 bmode = flags & GEMM_BIAS_MASK;
+  i32 lo, hi;
+  /* packing: panels [lo, hi) of every distinct B */
   if (mode == GEMM_B_KN_DIRECT) {
+    team_range(nbb, 1, tid, width, &lo, &hi);
     if (full < N)
-      for (i32 j = 0; j < nbb; j++) pack_kn(B + boff[j] + full, ldb, S + j * K * NR, K, N - full);
-    for (i32 b = 0; b < nb; b++)
-      gemm_one(A + aoff[b], lda, B + boff[bidx[b]], NR, ldb, S + bidx[b] * K * NR, C + b * cstride, ldc,
-               M, N, K, bias, flags);
-    return;
+      for (i32 j = lo; j < hi; j++) pack_kn(B + boff[j] + full, ldb, S + j * K * NR, K, N - full);
+  } else if (mode != GEMM_B_NK_DOT) {
+    team_range(N, NR, tid, width, &lo, &hi);
+    for (i32 j = 0; j < nbb && lo < hi; j++) {
+      if (mode == GEMM_B_NK_PACKED) pack_nk(B + boff[j] + lo * ldb, ldb, S + j * size + lo * K, K, hi - lo);
+      else pack_kn(B + boff[j] + lo, ldb, S + j * size + lo * K, K, hi - lo);
+    }
   }
-  for (i32 j = 0; j < nbb; j++) {
-    if (mode == GEMM_B_NK_PACKED) pack_nk(B + boff[j], ldb, S + j * size, K, N);
-    else pack_kn(B + boff[j], ldb, S + j * size, K, N);
+  if (width > 1) team_sync(ctl, tid, nt);
+  /* the products: by batch when there are enough, else by rows, else by column panels */
+  const i32 grain = mode == GEMM_B_NK_DOT ? 2 : MR, cgrain = mode == GEMM_B_NK_DOT ? 4 : NR;
+  const i32 by_batch = nb >= width, by_rows = !by_batch && M >= grain * width * 2;
+  i32 b0 = 0, b1 = nb, m0 = 0, m1 = M, n0 = 0, n1 = N;
+  if (by_batch) team_range(nb, 1, tid, width, &b0, &b1);
+  else if (by_rows) team_range(M, grain, tid, width, &m0, &m1);
+  else team_range(N, cgrain, tid, width, &n0, &n1);
+  if (m0 >= m1 || n0 >= n1) return;
+  const f32 *bs = bias ? bias + (bmode == GEMM_BIAS_ROW ? m0 : bmode == GEMM_BIAS_COL ? n0 : 0) : 0;
+  const i32 Mp = m1 - m0, Np = n1 - n0;
+  for (i32 b = b0; b < b1; b++) {
+    const f32 *Ab = A + aoff[b] + m0 * lda;
+    f32 *Cb = C + b * cstride + m0 * ldc + n0;
+    if (mode == GEMM_B_NK_DOT)
+      gemm_nt_one(Ab, lda, B + boff[bidx[b]] + n0 * ldb, ldb, Cb, ldc, Mp, Np, K, bs, flags);
+    else if (mode == GEMM_B_KN_DIRECT)
+      gemm_one(Ab, lda, B + boff[bidx[b]] + n0, NR, ldb, S + bidx[b] * K * NR, Cb, ldc, Mp, Np, K, bs, flags);
+    else {
+      const f32 *P = S + bidx[b] * size;
+      gemm_one(Ab, lda, P + n0 * K, K * NR, NR, P + full * K, Cb, ldc, Mp, Np, K, bs, flags);
+    }
   }
-  for (i32 b = 0; b < nb; b++) {
-    const f32 *P = S + bidx[b] * size;
-    gemm_one(A + aoff[b], lda, P, K * NR, NR, P + full * K, C + b * cstride, ldc, M, N, K, bias, flags);
-  }
+}
+
+EXPORT(gemm) void gemm(const f32 *A, const f32 *B, f32 *S, f32 *C, const f32 *bias, const i32 *prm) {
+  gemm_team(A, B, S, C, bias, prm, 0, 0, 1);
 }

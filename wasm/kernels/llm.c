@@ -7,6 +7,7 @@
  * the sum of squares (in float64). attention_cached is float32 (exp to about an ulp). */
 #include "ember.h"
 #include "mathf.h"
+#include "team.h"
 
 typedef double f64;
 
@@ -133,21 +134,31 @@ INLINE void pv_heads(const i32 NH, const f32 *sc, i32 C, const f32 *vb, i32 row,
  * heads at once. scratch: G * (C + 1) floats (a group's scores, then 1 / their sums). Returns 0,
  * or AC_ERR_POS before
  * anything is written. */
-EXPORT(attention_cached_f32) i32 attention_cached_f32(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc,
-                                                      const i32 *pos, f32 *out, f32 *scratch, const i32 *prm,
-                                                      f32 scale) {
+/* One thread's share (team.h): thread 0 writes the cache rows, a barrier, then the (token, kv
+ * head) pairs split among threads, each with its scores in its own scratch. */
+i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc, const i32 *pos,
+                              f32 *out, f32 *scratch, const i32 *prm, f32 scale, i32 *ctl, i32 tid, i32 nt) {
   const i32 T = prm[AC_T], Hq = prm[AC_HQ], Hkv = prm[AC_HKV], D = prm[AC_D], C = prm[AC_C];
   const i32 p = pos[0];
   if (p < 0 || p > C - T) return AC_ERR_POS;
   const i32 row = Hkv * D, G = Hq / Hkv;
-  for (i32 i = 0; i < T * row; i += 4) {
-    wasm_v128_store(kc + p * row + i, wasm_v128_load(k + i));
-    wasm_v128_store(vc + p * row + i, wasm_v128_load(v + i));
+  i32 width = team_width(ctl, nt, (i64)T * Hq * D * (p + T)), u0, u1;
+  if (width > T * Hkv) width = T * Hkv;
+  if (tid == 0)
+    for (i32 i = 0; i < T * row; i += 4) {
+      wasm_v128_store(kc + p * row + i, wasm_v128_load(k + i));
+      wasm_v128_store(vc + p * row + i, wasm_v128_load(v + i));
+    }
+  if (width > 1) {
+    team_sync(ctl, tid, nt);
+    scratch = (f32 *)team_scratch(ctl, tid, scratch);
   }
+  team_range(T * Hkv, 1, tid, width, &u0, &u1);
   const f32x4 vscale = F4(scale);
-  for (i32 t = 0; t < T; t++) {
+  for (i32 u = u0; u < u1; u++) {
+    const i32 t = u / Hkv, g = u % Hkv;
     const i32 L = p + t + 1;
-    for (i32 g = 0; g < Hkv; g++) {
+    {
       const f32 *kb = kc + g * D, *vb = vc + g * D;
       const f32 *qg = q + (t * Hq + g * G) * D;
       /* scores of the group's heads: head hh's at scratch + hh * C */
@@ -199,4 +210,10 @@ EXPORT(attention_cached_f32) i32 attention_cached_f32(const f32 *q, const f32 *k
     }
   }
   return 0;
+}
+
+EXPORT(attention_cached_f32) i32 attention_cached_f32(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc,
+                                                      const i32 *pos, f32 *out, f32 *scratch, const i32 *prm,
+                                                      f32 scale) {
+  return attention_cached_f32_team(q, k, v, kc, vc, pos, out, scratch, prm, scale, 0, 0, 1);
 }

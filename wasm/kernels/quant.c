@@ -29,6 +29,7 @@
  * Rules (ember.h): no memory of our own; scratch is Python's. The kernels only read the weight
  * rows they are told about (the touch-ahead reads below are clamped to the weight's last byte). */
 #include "ember.h"
+#include "team.h"
 #include "linalg.h"
 
 typedef unsigned char u8;
@@ -753,7 +754,7 @@ static void tiled(i32 qt, const u8 *w, i32 rb, i32 M, i32 N, i32 nb, const i16 *
 
 /* ---- float formats (f32, f16, bf16): float rows and the float GEMM ---------------------------- */
 
-static void float_linear(i32 qt, const u8 *w, i32 rb, const f32 *x, f32 *y, f32 *S, i32 M, i32 N, i32 K) {
+static void float_linear(i32 qt, const u8 *w, i32 rb, const f32 *x, f32 *y, i32 ldy, f32 *S, i32 M, i32 N, i32 K) {
   f32 *rows = S, *P = S + FLOAT_ROWS * K;
   for (i32 j = 0; j < N; j += FLOAT_ROWS) {
     const i32 r = N - j < FLOAT_ROWS ? N - j : FLOAT_ROWS;
@@ -765,10 +766,10 @@ static void float_linear(i32 qt, const u8 *w, i32 rb, const f32 *x, f32 *y, f32 
       W = rows;
     }
     if (M <= 16) {
-      gemm_dot_one(x, K, W, K, y + j, N, M, r, K, 0, 0);
+      gemm_dot_one(x, K, W, K, y + j, ldy, M, r, K, 0, 0);
     } else {
       gemm_pack_cols(W, K, P, K, r);
-      gemm_packed_one(x, K, P, y + j, N, M, r, K, 0, 0);
+      gemm_packed_one(x, K, P, y + j, ldy, M, r, K, 0, 0);
     }
   }
 }
@@ -780,30 +781,50 @@ static void float_linear(i32 qt, const u8 *w, i32 rb, const f32 *x, f32 *y, f32 
  *   integer formats: xq (M * K / 2) | xs (M * K / 8) | tile (64 nb + 16 nb) | 4 (touch sink)
  *   float formats:   FLOAT_ROWS * K | FLOAT_ROWS * K (packed panels, M > 16)
  * Returns 0, QERR_QTYPE or QERR_SHAPE. */
-EXPORT(q_linear) i32 q_linear(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 *prm) {
+/* One thread's share (see team.h): x's rows quantized by thread 0's share of rows, a barrier, then
+ * the output features split in groups of four rows of w (FLOAT_ROWS for float formats); each
+ * thread's tile (or float rows) in its own scratch. */
+i32 q_linear_team(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 *prm, i32 *ctl, i32 tid, i32 nt) {
   const u8 *w = (const u8 *)wv;
   const i32 qt = prm[QL_QTYPE], M = prm[QL_M], N = prm[QL_N], K = prm[QL_K];
   const i32 blk = q_block(qt);
   if (!blk) return QERR_QTYPE;
   if (K % blk) return QERR_SHAPE;
   const i32 rb = K / blk * q_nbytes(qt);
+  const i32 width = team_width(ctl, nt, (i64)M * N * K);
+  i32 n0, n1;
   if (blk == 1) {
-    float_linear(qt, w, rb, x, y, scratch, M, N, K);
+    team_range(N, FLOAT_ROWS, tid, width, &n0, &n1);
+    if (n0 < n1) float_linear(qt, w + n0 * rb, rb, x, y + n0, N, (f32 *)team_scratch(ctl, tid, scratch), M, n1 - n0, K);
     return 0;
   }
   const i32 nb = K / 32;
   i16 *xq = (i16 *)scratch;
   f32 *xs = scratch + M * K / 2, *tile = xs + M * nb * 4, *sink = tile + 80 * nb;
-  for (i32 i = 0; i < M; i++) quantize_row(x + i * K, K, xq + i * K, xs + i * nb * 4);
+  i32 m0, m1;
+  team_range(M, 1, tid, width, &m0, &m1);
+  for (i32 i = m0; i < m1; i++) quantize_row(x + i * K, K, xq + i * K, xs + i * nb * 4);
+  if (width > 1) {
+    team_sync(ctl, tid, nt);
+    tile = (f32 *)team_scratch(ctl, tid, tile);
+    sink = tile + 80 * nb;
+  }
+  team_range(N, 4, tid, width, &n0, &n1);
+  if (n0 >= n1) return 0;
+  const u8 *wn = w + n0 * rb;
   if (M <= FUSED_MAX_M && (blk == 32 || qt == QT_Q4_K)) {
     i32 touch = 0;
     for (i32 i = 0; i < M; i++) {
-      if (blk == 32) fused(qt, w, N, nb, xq + i * K, xs + i * nb * 4, y + i * N, &touch);
-      else q4k_fused(w, N, nb, xq + i * K, xs + i * nb * 4, y + i * N, tile, &touch);
+      if (blk == 32) fused(qt, wn, n1 - n0, nb, xq + i * K, xs + i * nb * 4, y + i * N + n0, &touch);
+      else q4k_fused(wn, n1 - n0, nb, xq + i * K, xs + i * nb * 4, y + i * N + n0, tile, &touch);
     }
     *(i32 *)sink = touch;
   } else {
-    tiled(qt, w, rb, M, N, nb, xq, xs, y, N, tile);
+    tiled(qt, wn, rb, M, n1 - n0, nb, xq, xs, y + n0, N, tile);
   }
   return 0;
+}
+
+EXPORT(q_linear) i32 q_linear(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 *prm) {
+  return q_linear_team(wv, x, y, scratch, prm, 0, 0, 1);
 }

@@ -1,0 +1,411 @@
+"""A team of threads for the wasm kernels: Web Workers (or Node ``worker_threads``) running the
+kernel module on one shared ``WebAssembly.Memory``.
+
+**Where tensors live (decided by measurement).** Pyodide's own memory is not shared, so workers
+cannot see an ``array.array``. Two layouts were possible: every wasm tensor in the shared memory
+(Python holding offsets: every op, every ``tolist``, every python-backend fallback would go
+through JS) or copies at the edges of a *replayed plan* (the layout wasmtime already uses: a plan
+arena, ``plan_exec.ArenaSpace``). The second is what runs here: when threads are on, a plan's
+command tables, its intermediates, its parameter arrays and its constants (weights, copied once
+when the table is built) live in the shared memory; per replay only the inputs are copied in and
+the outputs out (one ``TypedArray.set`` each). For MiniLM 8 × 64 that is ~4 KB in and 786 KB out
+around a 100+ ms forward; an LLM decode step copies a few KB per token, but a KV cache the table
+writes in place is copied in and out around each segment (see *Limits*). Eager (not compiled) ops
+stay on one thread on Pyodide's memory: copying a GEMM's operands per call costs about what a
+second core saves below ~256³.
+
+**How a replay runs.** ``ember_team_run`` (``kernels/exec.c``) is called by the Python thread
+(thread 0) with the table's address and the team's control block (``kernels/team.h``): it
+publishes the run in the control block and wakes the workers, and every thread walks the same
+table. Kernels that split (``gemm``, ``q_linear``, ``conv2d_gemm``, ``sdpa_f32``,
+``attention_cached_f32``) take their share of output rows / panels / heads by thread index, with
+a barrier after each; every other command runs on thread 0 alone. One wake-up per segment, not
+per op. Workers spin a little between runs, then sleep in ``memory.atomic.wait``; thread 0 only
+spins (a page's main thread may not wait).
+
+**Identical results.** The module's code is the same bytes on Pyodide's memory and on the shared
+one (only the memory import differs, ``wasmbin.with_shared_memory``), and a kernel splits only
+along whole outputs, each computed by the same instructions in the same order: any thread count
+gives the same bits (tests/test_wasm_threads.py, 1-4 threads, every op case).
+
+**Where there are no threads** (a page without cross-origin isolation: no SharedArrayBuffer;
+CPython under wasmtime; a JS host without workers) everything runs on one thread as before and
+``ember.wasm.info()`` says why.
+
+**Limits.** Threads help only compiled plans (``ember.compile``, ONNX sessions, ``ember.llm``'s
+steps). A constant a table writes in place (a KV cache) is copied in before and out after each
+segment that writes it. Workers are started once and never stopped (``set_threads(1)`` parks
+them); they start asynchronously: the first replays after ``set_threads`` may run on fewer
+threads (the same results), ``await ember.wasm.init()`` waits for them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import BoundsError, DeviceError
+
+PAGE = 65536
+MAX_PAGES = 32768          # 2 GiB: the shared memory's maximum (reserved up front by the engine)
+MAX_THREADS = 8            # the default never uses more (hardwareConcurrency is capped here)
+CTL_WORDS = 80             # kernels/team.h TEAM_WORDS
+# kernels/team.h word indices
+RUN_GEN, THREADS_W, SCRATCH, SCRATCH_STRIDE, MIN_WORK, SPIN, RUNS, READY = 0, 12, 9, 10, 11, 13, 14, 16
+QUIT = 8
+# a kernel splits only work of at least this many multiply-adds per thread (a barrier costs ~1 us)
+DEFAULT_MIN_WORK = int(os.environ.get("EMBER_WASM_MIN_WORK", "65536"))
+DEFAULT_SPIN = 200000
+
+_WORKER_NODE = """
+const { workerData: d } = require('node:worker_threads');
+const inst = new WebAssembly.Instance(d.module, { env: { memory: d.memory } });
+inst.exports.ember_team_worker(d.ctl, d.tid);
+"""
+_WORKER_WEB = """
+onmessage = (e) => {
+  const d = e.data;
+  const inst = new WebAssembly.Instance(d.module, { env: { memory: d.memory } });
+  inst.exports.ember_team_worker(d.ctl, d.tid);
+};
+"""
+# Runs in the JS host: starts one worker (Node or browser) on the shared module and memory.
+_SPAWN = """(module, memory, ctl, tid, nodeSrc, webSrc) => {
+  const g = globalThis;
+  if (g.process && g.process.versions && g.process.versions.node && typeof g.window === 'undefined') {
+    const wt = g.process.getBuiltinModule ? g.process.getBuiltinModule('node:worker_threads') : null;
+    if (!wt) throw new Error('no node:worker_threads (process.getBuiltinModule)');
+    const w = new wt.Worker(nodeSrc, { eval: true, workerData: { module, memory, ctl, tid } });
+    w.unref();
+    w.on('error', (e) => console.error('ember wasm worker ' + tid + ': ' + e));
+    return w;
+  }
+  const url = URL.createObjectURL(new Blob([webSrc], { type: 'text/javascript' }));
+  const w = new Worker(url);
+  w.onerror = (e) => console.error('ember wasm worker ' + tid + ': ' + (e.message || e));
+  w.postMessage({ module, memory, ctl, tid });
+  return w;
+}"""
+# Copies between Pyodide's memory (heap) and the shared one.
+_COPY = """(heap, shared, src, dst, n, toShared) => {
+  if (toShared) new Uint8Array(shared.buffer, dst, n).set(new Uint8Array(heap.buffer, src, n));
+  else new Uint8Array(heap.buffer, dst, n).set(new Uint8Array(shared.buffer, src, n));
+}"""
+
+
+def environment() -> dict:
+    """What the JS host offers: {'shareable': bool, 'max_threads': int, 'why': str or None}."""
+    if sys.platform != "emscripten":
+        return {"shareable": False, "max_threads": 1,
+                "why": "CPython runs the kernels under wasmtime: one thread"}
+    import js
+
+    g = js.globalThis
+    node = bool(getattr(g, "process", None)) and bool(getattr(getattr(g.process, "versions", None), "node", None))
+    if not hasattr(g, "SharedArrayBuffer") or (not node and not getattr(g, "crossOriginIsolated", False)):
+        return {"shareable": False, "max_threads": 1,
+                "why": "the page is not cross-origin isolated (COOP/COEP headers): no SharedArrayBuffer, one thread"}
+    if node:
+        if not getattr(g.process, "getBuiltinModule", None):
+            return {"shareable": False, "max_threads": 1,
+                    "why": "this Node has no process.getBuiltinModule (node:worker_threads): one thread"}
+        cores = int(g.process.getBuiltinModule("node:os").availableParallelism())
+    else:
+        if not hasattr(g, "Worker"):
+            return {"shareable": False, "max_threads": 1, "why": "no Web Workers here: one thread"}
+        cores = int(getattr(g.navigator, "hardwareConcurrency", 1) or 1)
+    return {"shareable": True, "max_threads": max(1, cores), "why": None}
+
+
+class Team:
+    """The shared memory, the main thread's instance of the module on it, the control block and
+    the workers. One per process (``team()``)."""
+
+    def __init__(self, module, instance, memory):
+        import js
+        import pyodide_js
+
+        self.module, self.instance, self.memory = module, instance, memory
+        self.exports = instance.exports
+        self.heap = pyodide_js._module.memory
+        self._spawn = js.Function.new("return " + _SPAWN)()
+        self._copy = js.Function.new("return " + _COPY)()
+        self.workers = []
+        self.free = []                    # [(addr, size)] sorted by address
+        self.top = 64                     # bump pointer past everything allocated
+        self.ctl = self.alloc(CTL_WORDS * 4)
+        self.scratch_addr, self.scratch_stride, self.scratch_slots = 0, 0, 0
+        self.wanted = 1
+        self._set(MIN_WORK, DEFAULT_MIN_WORK)
+        self._set(SPIN, DEFAULT_SPIN)
+        self._set(THREADS_W, 1)
+        self._run = self.exports.ember_team_run
+
+    # ---- the control block -------------------------------------------------------------------
+    def _view(self):
+        import js
+
+        return js.Int32Array.new(self.memory.buffer, self.ctl, CTL_WORDS)
+
+    def _set(self, word: int, value: int) -> None:
+        import js
+
+        js.Atomics.store(self._view(), word, int(value))
+
+    def _get(self, word: int) -> int:
+        import js
+
+        return int(js.Atomics.load(self._view(), word))
+
+    def ready(self) -> int:
+        """Threads that can take part in a run now (1 + the workers started, in index order)."""
+        v = self._view()
+        n = 1
+        while n < self.wanted and n <= len(self.workers) and int(v[READY + n]):
+            n += 1
+        return n
+
+    def set_threads(self, n: int) -> None:
+        n = max(1, min(int(n), 64))
+        while len(self.workers) < n - 1:
+            tid = len(self.workers) + 1
+            self.workers.append(self._spawn(self.module, self.memory, self.ctl, tid, _WORKER_NODE, _WORKER_WEB))
+        self.wanted = n
+        self.ensure_scratch(0, n)   # thread indices below n have a scratch before any run uses them
+        self._set(THREADS_W, n)
+
+    def set_min_work(self, n: int) -> None:
+        self._set(MIN_WORK, max(1, int(n)))
+
+    def runs(self) -> int:
+        return self._get(RUNS)
+
+    # ---- memory ------------------------------------------------------------------------------
+    def alloc(self, nbytes: int, align: int = 16) -> int:
+        nbytes = max(16, (nbytes + 15) & ~15)
+        for k, (a, n) in enumerate(self.free):
+            at = (a + align - 1) & -align
+            if at + nbytes <= a + n:
+                rest = []
+                if at > a:
+                    rest.append((a, at - a))
+                if a + n > at + nbytes:
+                    rest.append((at + nbytes, a + n - at - nbytes))
+                self.free[k:k + 1] = rest
+                return at
+        at = (self.top + align - 1) & -align
+        end = at + nbytes
+        have = int(self.memory.buffer.byteLength)
+        if end > have:
+            pages = (end - have + PAGE - 1) // PAGE
+            if have // PAGE + pages > MAX_PAGES:
+                raise DeviceError(f"wasm threads: the shared memory would pass {MAX_PAGES * PAGE >> 20} MB")
+            self.memory.grow(pages)
+        if at > self.top:
+            self.release(self.top, at - self.top)
+        self.top = end
+        return at
+
+    def release(self, addr: int, nbytes: int) -> None:
+        nbytes = max(16, (nbytes + 15) & ~15)
+        spans = sorted(self.free + [(addr, nbytes)])
+        merged = []
+        for a, n in spans:
+            if merged and merged[-1][0] + merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((a, n))
+        if merged and merged[-1][0] + merged[-1][1] == self.top:
+            self.top = merged.pop()[0]
+        self.free = merged
+
+    def _check(self, addr: int, buf, nbytes: int) -> None:
+        if addr < 0 or addr + nbytes > int(self.memory.buffer.byteLength) or nbytes > len(buf) * buf.itemsize:
+            raise BoundsError(f"wasm threads: {nbytes} bytes at {addr} reach outside the shared memory or the buffer")
+
+    def write_from(self, addr: int, buf, nbytes: int) -> None:
+        if nbytes > 0:
+            self._check(addr, buf, nbytes)
+            self._copy(self.heap, self.memory, buf.buffer_info()[0], addr, nbytes, True)
+
+    def read_into(self, addr: int, buf, nbytes: int) -> None:
+        if nbytes > 0:
+            self._check(addr, buf, nbytes)
+            self._copy(self.heap, self.memory, addr, buf.buffer_info()[0], nbytes, False)
+
+    def ensure_scratch(self, nbytes: int, slots: int = 0) -> None:
+        """Every thread's private scratch holds at least ``nbytes`` (kernels/team.h), for at
+        least ``slots`` threads (the threads asked for by default)."""
+        stride = max((nbytes + 63) & ~63, self.scratch_stride)
+        slots = max(slots, self.wanted, self.scratch_slots)
+        if stride == self.scratch_stride and slots == self.scratch_slots:
+            return
+        if self.scratch_addr:
+            self.release(self.scratch_addr, self.scratch_stride * self.scratch_slots)
+        self.scratch_addr = self.alloc(stride * slots, 64) if stride else 0
+        self.scratch_stride, self.scratch_slots = stride, slots
+        self._set(SCRATCH, self.scratch_addr)
+        self._set(SCRATCH_STRIDE, stride)
+
+    def run(self, table_addr: int, start: int) -> int:
+        return self._run(table_addr, start, self.ctl)
+
+
+class TeamArena:
+    """A plan's spans in the team's shared memory (the arena protocol of ``plan_exec``:
+    ``alloc``, ``write_from``, ``read_into``, ``fn``, ``close``)."""
+
+    kind = "threads"
+
+    def __init__(self, team: Team):
+        self.team = team
+        self.spans = []
+
+    def alloc(self, nbytes: int, align: int = 16) -> int:
+        a = self.team.alloc(nbytes, align)
+        self.spans.append((a, nbytes))
+        return a
+
+    def write_from(self, addr, buf, nbytes):
+        self.team.write_from(addr, buf, nbytes)
+
+    def read_into(self, addr, buf, nbytes):
+        self.team.read_into(addr, buf, nbytes)
+
+    def fn(self, name):
+        if name != "ember_run":
+            raise DeviceError(f"wasm threads: a plan arena runs tables only, not {name}")
+        return self.team.run
+
+    def close(self) -> None:
+        spans, self.spans = self.spans, []
+        for a, n in spans:
+            self.team.release(a, n)
+
+
+_STATE = {"team": None, "wanted": None, "why": None, "env": None}
+
+
+def _env() -> dict:
+    if _STATE["env"] is None:
+        _STATE["env"] = environment()
+    return _STATE["env"]
+
+
+def default_threads() -> int:
+    """The browser's hardwareConcurrency (Node: available cores), capped at MAX_THREADS."""
+    return max(1, min(_env()["max_threads"], MAX_THREADS))
+
+
+def _module_bytes() -> bytes:
+    from .runtime import module_bytes
+    from .wasmbin import with_shared_memory
+
+    return with_shared_memory(module_bytes(), MAX_PAGES)
+
+
+def _make_team_sync() -> Team:
+    import js
+    from pyodide.ffi import to_js
+
+    mem = js.WebAssembly.Memory.new(to_js({"initial": 16, "maximum": MAX_PAGES, "shared": True},
+                                          dict_converter=js.Object.fromEntries))
+    mod = js.WebAssembly.Module.new(to_js(_module_bytes()))
+    inst = js.WebAssembly.Instance.new(mod, to_js({"env": {"memory": mem}}, dict_converter=js.Object.fromEntries))
+    return Team(mod, inst, mem)
+
+
+async def _make_team_async() -> Team:
+    import js
+    from pyodide.ffi import to_js
+
+    mem = js.WebAssembly.Memory.new(to_js({"initial": 16, "maximum": MAX_PAGES, "shared": True},
+                                          dict_converter=js.Object.fromEntries))
+    mod = await js.WebAssembly.compile(to_js(_module_bytes()))
+    inst = await js.WebAssembly.instantiate(mod, to_js({"env": {"memory": mem}}, dict_converter=js.Object.fromEntries))
+    return Team(mod, inst, mem)
+
+
+def team(create: bool = True):
+    """The process's team when more than one thread is asked for and possible, else None."""
+    t = _STATE["team"]
+    if t is not None or not create:
+        return t if t is not None and t.wanted > 1 else None
+    if wanted() <= 1 or not _env()["shareable"]:
+        return None
+    try:
+        t = _make_team_sync()
+    except Exception as e:  # noqa: BLE001 (a page's main thread refuses synchronous compilation)
+        _STATE["why"] = f"the thread team needs 'await ember.wasm.init()' first here ({str(e).strip()[:120]})"
+        return None
+    _start(t)
+    return t if t.wanted > 1 else None
+
+
+def _start(t: Team) -> None:
+    _STATE["team"] = t
+    _STATE["why"] = None
+    t.set_threads(wanted())
+
+
+def wanted() -> int:
+    w = _STATE["wanted"]
+    return default_threads() if w is None else w
+
+
+async def init_async(timeout: float = 10.0) -> None:
+    """Create the team asynchronously (a page's main thread) and wait for its workers."""
+    import asyncio
+    import time
+
+    if wanted() > 1 and _env()["shareable"]:
+        if _STATE["team"] is None:
+            try:
+                _start(await _make_team_async())
+            except Exception as e:  # noqa: BLE001
+                _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
+                return
+        t = _STATE["team"]
+        t.set_threads(wanted())
+        end = time.monotonic() + timeout
+        while t.ready() < t.wanted and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        if t.ready() < t.wanted:
+            _STATE["why"] = f"only {t.ready()} of {t.wanted} threads started within {timeout:g} s"
+
+
+def set_threads(n) -> None:
+    if n is None:
+        _STATE["wanted"] = None
+    else:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"ember.wasm.set_threads: n must be an int >= 1 or None, got {n!r}")
+        _STATE["wanted"] = n
+    t = _STATE["team"]
+    if t is not None:
+        t.set_threads(wanted() if _env()["shareable"] else 1)
+
+
+def threads() -> int:
+    """Threads a replayed plan runs on now (1 where threads are unavailable)."""
+    if not _env()["shareable"]:
+        return 1
+    t = _STATE["team"]
+    if t is None:
+        return 1 if team() is None else _STATE["team"].ready()
+    return t.ready()
+
+
+def describe() -> dict:
+    env = _env()
+    t = _STATE["team"]
+    out = {"threads": threads(), "threads_wanted": wanted(), "max_threads": env["max_threads"],
+           "shared_memory": env["shareable"], "workers_started": len(t.workers) if t else 0}
+    why = env["why"] or _STATE["why"]
+    if why is None and out["threads"] == 1:
+        why = "one thread asked for (ember.wasm.set_threads)" if wanted() <= 1 else None
+    if why:
+        out["note"] = why
+    if t is not None:
+        out["team_runs"] = t.runs()
+        out["shared_memory_bytes"] = int(t.memory.buffer.byteLength)
+    return out
