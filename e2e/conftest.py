@@ -207,6 +207,12 @@ try {
 """
 
 
+# Fresh contexts would each make a memory snapshot in a background Worker (a second Pyodide
+# boot) a moment after ember starts: on a 2-core runner that slows every other test. The
+# snapshot's own tests (test_snapshot.py) open their pages without this.
+NO_SNAPSHOT_SCRIPT = "globalThis.EMBER_SNAPSHOT = false;"
+
+
 def _screenshot(page, name: str) -> Path:
     """Save a full-page screenshot to e2e/artifacts/<name>.png and return its path."""
     ARTIFACTS.mkdir(exist_ok=True)
@@ -220,6 +226,7 @@ def _new_page(browser, server, init_script=None, timeout_ms=BOOT_TIMEOUT_MS):
     """A fresh context + page that records its console lines and errors; returns both."""
     context = browser.new_context(base_url=server)
     context.add_init_script(LONG_TASKS_SCRIPT)
+    context.add_init_script(NO_SNAPSHOT_SCRIPT)
     if init_script:
         context.add_init_script(init_script)
     p = context.new_page()

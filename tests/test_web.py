@@ -330,7 +330,7 @@ def test_build_site_layout_and_manifest(tmp_path, sources):
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == sorted([
         "index.html", "favicon.ico", "manifest.json", "wasm/ember.js", "wasm/demo-kit.js", "wasm/demo.css",
-        "wheels/ember-0.1.0-py3-none-any.whl",
+        "wasm/snapshot.js", "wheels/ember-0.1.0-py3-none-any.whl",
         "pyodide/package.json", "pyodide/pyodide-lock.json", "pyodide/pyodide.asm.mjs",
         "pyodide/pyodide.asm.wasm", "pyodide/pyodide.mjs", "pyodide/python_stdlib.zip",
         "demos/digits/index.html", "demos/digits/model.py", "demos/digits/w.safetensors",

@@ -13,7 +13,25 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional
 
-__all__ = ["is_pyodide", "fetch_bytes", "init", "set_threads", "threads", "info"]
+__all__ = ["is_pyodide", "fetch_bytes", "init", "boot_info"]
+
+# How this Python started; /wasm/ember.js fills it in after its boot (snapshot.js).
+_BOOT: dict = {"snapshot": False,
+               "snapshot_note": "not started by /wasm/ember.js (Node, CPython or another loader): "
+                                "no memory snapshot"}
+
+
+def boot_info() -> dict:
+    """How this interpreter started: ``{"snapshot": bool, "snapshot_note": str}``.
+
+    In a page that loaded ember through ``/wasm/ember.js``, ``snapshot`` is True when Pyodide
+    was restored from a memory snapshot taken after ``import ember`` (a revisit), and the note
+    says why not otherwise (none stored yet, stale, corrupt, snapshots off, no Cache API...).
+
+    >>> boot_info()["snapshot"]
+    False
+    """
+    return dict(_BOOT)
 
 
 async def init() -> dict:

@@ -9,7 +9,7 @@
 //
 // API (an ES module; every function is async and throws an Error that says what failed):
 //
-//   loadEmber({baseUrl, onProgress, webgpu, wasm, worker, prefetch, onDownload}) -> pyodide | EmberWorker
+//   loadEmber({baseUrl, onProgress, webgpu, wasm, worker, prefetch, onDownload, snapshot}) -> pyodide | EmberWorker
 //       baseUrl:    where the site root is (default: the folder above this file, so a page
 //                   anywhere on the site can just `import {loadEmber} from "/wasm/ember.js"`).
 //       onProgress: ({fraction, label, ms}) => void, called as the stages go by:
@@ -28,7 +28,17 @@
 //       prefetch:   (worker only) URLs to start downloading at once, in parallel with the boot;
 //                   a later worker.fetchFile / ctx.fetch of the same URL takes that download.
 //       onDownload: (worker only) ({url, loaded, total, fraction, cached}) => void for prefetches.
-//       info = {version, webgpu, webgpuError, wasm, wasmError, devices, timings, manifest}:
+//       snapshot:   "auto" (default) | false. "auto" boots from a memory snapshot taken after
+//                   `import ember` when this browser holds a valid one for this ember wheel and
+//                   Pyodide (snapshot.js: checked by length and SHA-256; a stale, corrupt or
+//                   refused one is dropped and the page boots the normal way), and otherwise
+//                   makes one in a background Worker shortly after the boot (Cache API
+//                   "ember-snapshot"), for the next visit. The default can be set for a whole
+//                   page with `globalThis.EMBER_SNAPSHOT = false` before loadEmber runs (the
+//                   e2e suite does, so that its fresh contexts do not all make one).
+//       info = {version, webgpu, webgpuError, wasm, wasmError, devices, timings, manifest, snapshot}:
+//       snapshot = {used, note, bytes, ms, saving}: whether this boot restored a snapshot and why
+//       not (Python sees the same in `ember.wasm.boot_info()`);
 //       timings = {pyodideReady, emberImported, wasmReady, webgpuReady} in ms since loadEmber;
 //       devices is `ember.devices()`. The wheel's import is checked at load time.
 //       Calling it twice returns the same instance (one Pyodide per page and per mode).
@@ -49,6 +59,10 @@
 //   versionedUrl(url, manifest, baseUrl) -> {url, versioned}
 //       `url` with `?v=<hash>` appended when the manifest knows the file's hash (every file of
 //       the site's demos/ and its wheel), so that the URL names one exact content.
+//
+//   snapshotSaved() -> {ok, bytes, ms, error} | null
+//       Waits for the background snapshot of this page's boot to be stored (null: none is being
+//       made). EmberWorker has the same method.
 //
 //   readManifest(baseUrl) -> {wheel, wheel_sha256, ember_version, pyodide_version,
 //                             pyodide_python, demos, files}
@@ -107,6 +121,9 @@
 //     const ember = await loadEmber({worker: true, onProgress: p => console.log(p.label, p.fraction)});
 //     console.log(await ember.runPython("import ember; str(ember.tensor([1.0, 2.0]) * 3)"));
 //   </script>
+
+import { startPyodide, checkRestored, scheduleSnapshot, snapshotSaved } from "./snapshot.js";
+export { snapshotSaved };
 
 const HERE = new URL(".", import.meta.url);        // .../wasm/
 const DEFAULT_BASE = new URL("..", HERE).href;      // the site root
@@ -282,7 +299,7 @@ async function initWasm(pyodide) {
   }
 }
 
-async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = null }) {
+async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = null, snapshot = "auto" }) {
   const t0 = performance.now();
   const base = siteBase(baseUrl);
   const progress = (fraction, label) => {
@@ -306,8 +323,8 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   })));
   extrasP.catch(() => {});
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
-  // packages: [] and a local lock file: Pyodide never looks for a CDN.
-  const pyodide = await loadPyodide({ indexURL, packages: [] });
+  // From a memory snapshot after `import ember` when one is stored (snapshot.js), else as usual.
+  const { pyodide, snapshot: snap } = await startPyodide(loadPyodide, indexURL, base, manifestP, snapshot);
   const manifest = await manifestP;
   timings.pyodideReady = performance.now() - t0;
   progress(0.7, "Downloading ember");
@@ -321,6 +338,16 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
   for (const extra of await extrasP) pyodide.unpackArchive(extra.bytes, "wheel", { extractDir: sitePackages });
   // Check the import here: a broken install must fail loudly at load time, not in a demo.
+  if (snap.used) {
+    try {
+      await checkRestored(pyodide, base, manifest);
+    } catch (e) {   // boot again the normal way, saying why
+      const r = await boot({ baseUrl, onProgress, webgpu, wasm, onManifest: null, snapshot: false });
+      r.ember.snapshot.note = e.message;
+      tellPython(r, r.ember.snapshot);
+      return r;
+    }
+  }
   try {
     pyodide.runPython("import importlib; importlib.invalidate_caches(); import ember");
   } catch (e) {
@@ -328,7 +355,7 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   }
   timings.emberImported = performance.now() - t0;
   const info = { version: pyodide.runPython("ember.__version__"), webgpu: false,
-                 webgpuError: null, wasm: false, wasmError: null, timings, manifest };
+                 webgpuError: null, wasm: false, wasmError: null, timings, manifest, snapshot: snap };
 
   if (wasm) {
     const has = pyodide.runPython("import ember.wasm\ncallable(getattr(ember.wasm, 'init', None))");
@@ -349,17 +376,28 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   info.devices = pyodide.runPython("import ember, json\njson.dumps(list(ember.devices()))");
   info.devices = JSON.parse(info.devices);
   pyodide.ember = info;
+  tellPython(pyodide, snap);
+  scheduleSnapshot(base, manifest, [wheel, ...(await extrasP).map((x) => x.bytes)], snap);
   progress(1, "Ready");
   return pyodide;
 }
 
+/** `ember.wasm.boot_info()` reports how this Pyodide started (a wheel without it: nothing). */
+function tellPython(pyodide, snap) {
+  try {
+    pyodide.runPython(`import ember.wasm as _w\nif hasattr(_w, "_BOOT"): _w._BOOT.update(snapshot=${snap.used ? "True" : "False"}, ` +
+                      `snapshot_note=${JSON.stringify(snap.note)})\ndel _w`);
+  } catch (e) { /* an older wheel */ }
+}
+
 /** Boot Pyodide and install ember (once per page); see the API notes at the top. */
 export async function loadEmber({ baseUrl = null, onProgress = null, webgpu = false, wasm = "auto",
-                                  worker = false, prefetch = [], onDownload = null } = {}) {
+                                  worker = false, prefetch = [], onDownload = null,
+                                  snapshot = globalThis.EMBER_SNAPSHOT ?? "auto" } = {}) {
   if (worker) {
     if (!bootingWorker) {
       const w = new EmberWorker({ baseUrl });
-      bootingWorker = w._boot({ onProgress, webgpu, wasm, prefetch, onDownload }).then(() => w, (e) => {
+      bootingWorker = w._boot({ onProgress, webgpu, wasm, prefetch, onDownload, snapshot }).then(() => w, (e) => {
         bootingWorker = null;
         w.terminate();
         throw e;
@@ -369,7 +407,7 @@ export async function loadEmber({ baseUrl = null, onProgress = null, webgpu = fa
     const w = await bootingWorker;
     if (w.terminated) {   // terminate() ended it: start a new one
       bootingWorker = null;
-      return loadEmber({ baseUrl, onProgress, webgpu, wasm, worker, prefetch, onDownload });
+      return loadEmber({ baseUrl, onProgress, webgpu, wasm, worker, prefetch, onDownload, snapshot });
     }
     if (webgpu && !w.info.webgpu) {
       const r = await w.initWebGPU();
@@ -379,7 +417,7 @@ export async function loadEmber({ baseUrl = null, onProgress = null, webgpu = fa
     return w;
   }
   if (!booting) {
-    booting = boot({ baseUrl, onProgress, webgpu, wasm }).catch((e) => {
+    booting = boot({ baseUrl, onProgress, webgpu, wasm, snapshot }).catch((e) => {
       booting = null;   // let a later call retry after a failure
       throw e;
     });
@@ -515,15 +553,18 @@ export class EmberWorker {
     });
   }
 
-  async _boot({ onProgress, webgpu, wasm, prefetch, onDownload }) {
+  async _boot({ onProgress, webgpu, wasm, prefetch, onDownload, snapshot }) {
     this._onDownload = onDownload;
     const abs = prefetch.map((u) => new URL(u, globalThis.location?.href ?? this.baseUrl).href);
-    this.info = await this._send("boot", { baseUrl: this.baseUrl, webgpu, wasm, prefetch: abs, flags: this._flags },
+    this.info = await this._send("boot", { baseUrl: this.baseUrl, webgpu, wasm, prefetch: abs, flags: this._flags, snapshot },
                                  { onProgress });
     return this;
   }
 
   runPython(code) { return this._send("runPython", { code }); }
+
+  /** The background snapshot's result {ok, bytes, ms, error} once stored, or null (none made). */
+  snapshotSaved() { return this._send("snapshotSaved"); }
 
   runPythonAsync(code) { return this._send("runPythonAsync", { code }); }
 
@@ -684,7 +725,7 @@ function installWorker() {
       flags = msg.flags || null;
       let gotManifest;
       manifestReady = new Promise((r) => { gotManifest = r; });
-      pyodideP = boot({ baseUrl: base, webgpu: msg.webgpu, wasm: msg.wasm,
+      pyodideP = boot({ baseUrl: base, webgpu: msg.webgpu, wasm: msg.wasm, snapshot: msg.snapshot ?? "auto",
                         onProgress: (p) => post({ type: "progress", id: msg.id, ...p }),
                         onManifest: (m) => {
                           manifest = m;
@@ -717,6 +758,9 @@ function installWorker() {
     },
     async runPython(msg, py) {
       return toClonable(py.runPython(msg.code), "runPython");
+    },
+    async snapshotSaved() {
+      return await snapshotSaved();
     },
     async runPythonAsync(msg, py) {
       return toClonable(await py.runPythonAsync(msg.code), "runPythonAsync");

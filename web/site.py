@@ -21,7 +21,8 @@ Site layout (every URL is a plain file under the output folder):
                             folder (``--extra-wheels``, default ``.cache/site-wheels``, filled by
                             demos/chat/prepare.py); /wasm/ember.js installs them before
                             ``import ember``
-    /wasm/ember.js          the loader (see its header for the API)
+    /wasm/ember.js          the loader (see its header for the API); /wasm/snapshot.js its
+                            memory snapshots (boots a revisit from the heap after `import ember`)
     /wasm/demo-kit.js       page code the demos share; /wasm/demo.css their shared look
     /demos/<name>/...       a copy of demos/<name>/ (page, model .py, .safetensors weights, .js)
 

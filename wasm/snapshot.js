@@ -1,0 +1,240 @@
+// snapshot.js: boot Pyodide from a memory snapshot taken after `import ember` (revisits).
+//
+// Used by ember.js; not an API of its own. Pyodide 314's snapshots are experimental
+// (`loadPyodide({_makeSnapshot: true})`, `pyodide.makeMemorySnapshot()`,
+// `loadPyodide({_loadSnapshot})`), so everything here is checked and every failure falls back to
+// the normal boot:
+//
+// - The snapshot is the whole wasm heap after `import ember` and the imports a page's first
+//   answer needs (PRELOAD): restoring it skips Python's start-up and compiling ember's sources
+//   (the wheel ships .py files; Pyodide compiles each on import). It is made once per ember
+//   wheel, in a Worker of its own (a second, throwaway Pyodide: the page's own instance never
+//   runs with `_makeSnapshot`, which wraps every JS global in a recording proxy), after the
+//   page's boot and a delay, and stored in the Cache API ("ember-snapshot", one entry per site).
+// - An entry is used only when its metadata names this Pyodide, this ember wheel (sha256) and
+//   these extra wheels, and its body has the recorded length and SHA-256. Anything else is
+//   deleted (stale or corrupt) and the page boots the normal way; so is an entry that Pyodide
+//   refuses (its build id, its magic number) or that restores into a Python without ember.
+// - The file system is not part of a snapshot: ember.js unpacks the wheels again after the
+//   restore (the modules are in memory already; lazy imports and package data need the files).
+//
+// What happened is in the page's info: `info.snapshot = {used, note, bytes, ms}` (ember.js
+// passes it on to Python, `ember.wasm.boot_info()`).
+
+const CACHE = "ember-snapshot";
+const FORMAT = 1;                                 // bump when what a snapshot holds changes
+const MAKER_NAME = "ember-snapshot-maker";
+// Imported before the snapshot is taken (each one that fails to import is skipped): what
+// `ember.wasm.init()`, loading safetensors weights, `ember.nn` models and `ember.compile`
+// import on a page's way to its first answer. Imports only: no JS object may be held (a snapshot
+// can restore only JS globals by their path).
+export const PRELOAD = [
+  "ember.nn", "ember.io", "ember.io.safetensors", "ember.wasm.runtime", "ember.wasm.backend",
+  "ember.wasm.plan_exec", "ember.backends.python", "importlib.resources", "importlib.readers",
+  "ember.onnx", "ember.webgpu",
+];
+
+function snapshotUrl(base) {
+  return new URL("__ember_snapshot__", base).href;
+}
+
+/** What a snapshot for this site's manifest must have been made from. */
+export function snapshotMeta(manifest) {
+  const extras = {};
+  for (const w of manifest.extra_wheels || []) extras[w] = (manifest.files || {})[w] || null;
+  return { format: FORMAT, pyodide_version: manifest.pyodide_version, ember_version: manifest.ember_version,
+           wheel_sha256: manifest.wheel_sha256, extras, preload: PRELOAD };
+}
+
+function sameMeta(a, b) {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+async function sha256Hex(bytes) {
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(d, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+async function openCache() {
+  if (!globalThis.caches || !globalThis.crypto?.subtle) return null;
+  try {
+    return await caches.open(CACHE);
+  } catch (e) {
+    return null;
+  }
+}
+
+/** Where snapshots cannot be used at all here: a reason, or null. */
+export function unavailable() {
+  if (!globalThis.caches) return "no Cache API here (not a secure context?)";
+  if (!globalThis.crypto?.subtle) return "no crypto.subtle here (not a secure context?)";
+  if (typeof Worker !== "function") return "no Worker here to make a snapshot in";
+  return null;
+}
+
+/** Delete this site's snapshot (a stale, corrupt or refused one). */
+export async function dropSnapshot(base) {
+  const cache = await openCache();
+  if (cache) {
+    try {
+      await cache.delete(snapshotUrl(base));
+    } catch (e) { /* nothing to drop */ }
+  }
+}
+
+/** Look for this site's snapshot for `manifest`: {bytes, note}. `bytes` is null when there is
+ *  none to use (`note` says why; a stale entry is deleted), else a promise of the snapshot that
+ *  rejects (and deletes the entry) when its length or SHA-256 is not what was stored. */
+export async function findSnapshot(base, manifest) {
+  const why = unavailable();
+  if (why) return { bytes: null, note: why };
+  const cache = await openCache();
+  if (!cache) return { bytes: null, note: "the Cache API is not usable here" };
+  const failed = await cache.match(snapshotUrl(base) + "?failed");
+  if (failed && failed.headers.get("X-Ember-Snapshot") === JSON.stringify(snapshotMeta(manifest))) {
+    return { bytes: null, note: `making a snapshot failed for this ember: ${await failed.text()}`, failed: true };
+  }
+  const resp = await cache.match(snapshotUrl(base));
+  if (!resp) return { bytes: null, note: "no snapshot stored yet" };
+  let stored = null;
+  try {
+    stored = JSON.parse(resp.headers.get("X-Ember-Snapshot") || "null");
+  } catch (e) { /* unreadable metadata: dropped below */ }
+  if (!stored || !sameMeta(stored.meta, snapshotMeta(manifest))) {
+    await dropSnapshot(base);
+    return { bytes: null, note: "the stored snapshot was made for another ember or Pyodide: dropped" };
+  }
+  const bytes = (async () => {
+    const b = new Uint8Array(await resp.arrayBuffer());
+    if (b.length !== stored.bytes || (await sha256Hex(b)) !== stored.sha256) {
+      await dropSnapshot(base);
+      throw new Error("the stored snapshot was corrupt (its length or SHA-256 differs): dropped");
+    }
+    return b;
+  })();
+  bytes.catch(() => {});   // the caller awaits it (through loadPyodide)
+  return { bytes, note: "booted from a memory snapshot" };
+}
+
+/** Make and store a snapshot in a Worker of its own; resolves to {ok, bytes, ms, error}. */
+export function makeSnapshot(base, manifest, wheels) {
+  return new Promise((resolve) => {
+    let w;
+    try {
+      w = new Worker(new URL(import.meta.url), { type: "module", name: MAKER_NAME });
+    } catch (e) {
+      resolve({ ok: false, error: `cannot start the snapshot worker: ${e.message || e}` });
+      return;
+    }
+    const done = (r) => {
+      w.terminate();
+      resolve(r);
+    };
+    w.onmessage = (e) => done(e.data);
+    w.onerror = (e) => {
+      e.preventDefault();
+      done({ ok: false, error: `the snapshot worker failed: ${e.message || "did not load"}` });
+    };
+    w.postMessage({ base, manifest, wheels });
+  });
+}
+
+// ---- what ember.js calls --------------------------------------------------------------------
+
+let saving = null;   // the background making of this page (a promise), or null
+
+/** loadPyodide from this site's snapshot when a valid one is stored, else the normal way.
+ *  `mode`: "auto" | false. Returns {pyodide, snapshot: {used, note, bytes, ms}}. */
+export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode = "auto") {
+  const plain = () => loadPyodide({ indexURL, packages: [] });   // packages: []: never a CDN
+  if (!mode) return { pyodide: await plain(), snapshot: { used: false, note: "snapshots off (snapshot: false)" } };
+  let found;
+  try {
+    found = await findSnapshot(base, await manifestP);
+  } catch (e) {
+    found = { bytes: null, note: `looking for a snapshot failed: ${e.message || e}` };
+  }
+  const snapshot = { used: false, note: found.note, failed: !!found.failed };
+  if (found.bytes) {
+    const t = performance.now();
+    try {
+      const pyodide = await loadPyodide({ indexURL, packages: [], _loadSnapshot: found.bytes });
+      snapshot.used = true;
+      snapshot.bytes = (await found.bytes).length;
+      snapshot.ms = performance.now() - t;
+      return { pyodide, snapshot };
+    } catch (e) {
+      if (!/corrupt/.test(String(e.message))) await dropSnapshot(base);
+      snapshot.note = /corrupt/.test(String(e.message)) ? e.message
+        : `the stored snapshot did not restore (${String(e.message || e).split("\n")[0]}): dropped`;
+    }
+  }
+  return { pyodide: await plain(), snapshot };
+}
+
+/** After a restore and the wheels' unpacking: does Python hold this manifest's ember, with its
+ *  files? Throws (after dropping the snapshot) when not, so the caller boots the normal way. */
+export async function checkRestored(pyodide, base, manifest) {
+  let ok = false;
+  try {
+    ok = pyodide.runPython("import importlib, os, sys\nimportlib.invalidate_caches()\n" +
+                           `'ember' in sys.modules and sys.modules['ember'].__version__ == ${JSON.stringify(manifest.ember_version)} ` +
+                           "and os.path.isfile(sys.modules['ember'].__file__)");
+  } catch (e) { /* ok stays false */ }
+  if (!ok) {
+    await dropSnapshot(base);
+    throw new Error("the snapshot restored a Python without this ember: dropped");
+  }
+}
+
+/** Make a snapshot in the background `delayMs` after the boot, unless one was used or making
+ *  one failed for this ember before; `snapshot` (the info) gets `saving: true`. */
+export function scheduleSnapshot(base, manifest, wheels, snapshot, delayMs = 1500) {
+  if (snapshot.used || snapshot.failed || unavailable() || snapshot.note.startsWith("snapshots off")) return;
+  snapshot.saving = true;
+  saving = new Promise((r) => setTimeout(r, delayMs)).then(() => makeSnapshot(base, manifest, wheels));
+}
+
+/** The background making's result {ok, bytes, ms, error}, or null when none was started. */
+export async function snapshotSaved() {
+  return saving ? await saving : null;
+}
+
+// ---- the maker (runs in its Worker) ---------------------------------------------------------
+
+async function make({ base, manifest, wheels }) {
+  const t0 = performance.now();
+  const indexURL = new URL("pyodide/", base).href;
+  const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
+  const py = await loadPyodide({ indexURL, packages: [], _makeSnapshot: true });
+  const sitePackages = py.runPython("import site; site.getsitepackages()[0]");
+  for (const whl of wheels) py.unpackArchive(whl, "wheel", { extractDir: sitePackages });
+  py.runPython("import importlib; importlib.invalidate_caches(); import ember");
+  py.globals.set("_ember_preload", py.toPy(PRELOAD));
+  py.runPython("import importlib\nfor _m in _ember_preload:\n    try:\n        importlib.import_module(_m)\n" +
+               "    except Exception:\n        pass\ndel _m, _ember_preload");
+  const bytes = py.makeMemorySnapshot();
+  const stored = { meta: snapshotMeta(manifest), bytes: bytes.length, sha256: await sha256Hex(bytes) };
+  const cache = await openCache();
+  if (!cache) throw new Error("the Cache API is not usable here");
+  await cache.put(snapshotUrl(base), new Response(bytes, { headers: {
+    "Content-Type": "application/octet-stream", "X-Ember-Snapshot": JSON.stringify(stored) } }));
+  return { ok: true, bytes: bytes.length, ms: performance.now() - t0 };
+}
+
+if (typeof WorkerGlobalScope !== "undefined" && globalThis instanceof WorkerGlobalScope &&
+    globalThis.name === MAKER_NAME) {
+  self.onmessage = async (e) => {
+    try {
+      self.postMessage(await make(e.data));
+    } catch (err) {
+      const error = String(err && err.message ? err.message : err).split("\n").slice(-2).join(" ");
+      try {   // remembered for this ember: later visits do not try again
+        const cache = await openCache();
+        if (cache) await cache.put(snapshotUrl(e.data.base) + "?failed", new Response(error, { headers: {
+          "X-Ember-Snapshot": JSON.stringify(snapshotMeta(e.data.manifest)) } }));
+      } catch (e2) { /* not remembered: tried again next time */ }
+      self.postMessage({ ok: false, error });
+    }
+  };
+}
