@@ -1,6 +1,17 @@
 """Layout kernels of the wasm backend: permute_dims, broadcast_to, slice, concat as one strided
 copy each (``copy.c``), for every dtype (1-, 4- and 8-byte elements; float16 is stored as
-float32 in this backend). Views of rank > 6 after merging axes run the python kernel."""
+float32 in this backend). Views of rank > 6 after merging axes run the python kernel.
+
+``take`` (int32 indices) is one call of ``take_x*``, which checks every index before it reads
+anything and reports the first bad one through its i32 result; the wrapper then runs the python
+kernel, which raises ``IndexingError`` naming the index. In a replayed plan's command table the
+call is a guarded command: a position past the end stops the table and the same error is raised.
+
+>>> import ember
+>>> t = ember.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], device="wasm")   # doctest: +SKIP
+>>> ember.take(t, ember.tensor([2, -3], dtype="int32", device="wasm"), axis=0).tolist()   # doctest: +SKIP
+[[5.0, 6.0], [1.0, 2.0]]
+"""
 from __future__ import annotations
 
 from array import array
@@ -55,6 +66,29 @@ def make_gather(rt):
     return gather
 
 
+_TAKE = {1: "take_x8", 4: "take_x32", 8: "take_x64"}
+
+
+def make_take(rt):
+    """The ``take`` kernel: int32 indices on the module, anything else on the python kernel."""
+    py = _py.KERNELS["take"]
+    call = rt.call
+
+    def take(out, x, idx, *, axis, **attrs):
+        buf, ib = x._buf, idx._buf
+        fn = _TAKE.get(buf.itemsize)
+        n = x.shape[axis]
+        outer, inner, m = prod(x.shape[:axis]), prod(x.shape[axis + 1:]), len(ib)
+        total = outer * m * inner
+        if fn is None or ib.__class__ is not array or ib.typecode != "i" or total == 0 or n == 0:
+            return py(out, x, idx, axis=axis, **attrs)
+        dst = array(buf.typecode, bytes(total * buf.itemsize))
+        if call(fn, R(buf, outer * n * inner), R(ib, m), W(dst, total), outer, n, inner, m):
+            return py(out, x, idx, axis=axis, **attrs)   # an index out of range: IndexingError
+        return dst
+    return take
+
+
 def kernels(rt) -> dict:
     gather = make_gather(rt)
 
@@ -70,4 +104,4 @@ def kernels(rt) -> dict:
         offset = sum(s[0] * k for s, k in zip(slices, st))
         return gather(x._buf, out.shape, [s[2] * k for s, k in zip(slices, st)], offset)
 
-    return {"permute_dims": permute_dims, "broadcast_to": broadcast_to, "slice": slice_}
+    return {"permute_dims": permute_dims, "broadcast_to": broadcast_to, "slice": slice_, "take": make_take(rt)}

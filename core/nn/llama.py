@@ -176,6 +176,8 @@ class Llama:
             self.v_cache = [F.zeros(shape, dtype="float32", device=self.device) for _ in range(c.n_layers)]
 
     def _positions(self, pos: Tensor, T: int) -> Tensor:
+        if T == 1:
+            return pos          # one token (the decode step): no integer add in the replayed plan
         ar = self._arange.get(T)
         if ar is None:
             ar = self._arange[T] = F.arange(T, dtype="int32", device=self.device)

@@ -23,3 +23,28 @@
 STRIDED_COPY(copy_strided_x8, unsigned char)
 STRIDED_COPY(copy_strided_x32, u32)
 STRIDED_COPY(copy_strided_x64, i64)
+
+/* take along an axis (an embedding row, a RoPE table row at a position): `src` viewed as
+ * (outer, n, inner) elements, `m` int32 indices (negative ones count from the end, as numpy's
+ * take), `dst` gets (outer, m, inner). Every index is checked before anything is read or
+ * written: returns 0 when all lie in -n..n-1, else 1 + the position of the first that does not
+ * (dst untouched). The result is an i32, so in a replayed command table this is a guarded
+ * command: an index out of range stops the table and Python raises the typed error. */
+#define TAKE(NAME, T)                                                                         \
+  EXPORT(NAME) i32 NAME(const T *src, const i32 *idx, T *dst, i32 outer, i32 n, i32 inner,  \
+                        i32 m) {                                                              \
+    for (i32 j = 0; j < m; j++)                                                               \
+      if (idx[j] < -n || idx[j] >= n) return j + 1;                                           \
+    for (i32 o = 0; o < outer; o++, src += n * inner)                                         \
+      for (i32 j = 0; j < m; j++) {                                                           \
+        const i32 i = idx[j] < 0 ? idx[j] + n : idx[j];                                       \
+        const T *s = src + i * inner;                                                         \
+        for (i32 k = 0; k < inner; k++) dst[k] = s[k];                                        \
+        dst += inner;                                                                         \
+      }                                                                                       \
+    return 0;                                                                                 \
+  }
+
+TAKE(take_x8, unsigned char)
+TAKE(take_x32, u32)
+TAKE(take_x64, i64)
