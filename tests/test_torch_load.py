@@ -14,6 +14,7 @@ from ember.errors import DTypeError, WeightsError
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "torch")
 CKPT = os.path.join(FIX, "checkpoint.pt")
+LEGACY = os.path.join(FIX, "checkpoint_legacy.pt")   # the same dict, torch.save(..., _use_new_zipfile_serialization=False)
 
 
 def _flatten(obj, path, out):
@@ -28,16 +29,17 @@ def _flatten(obj, path, out):
     return out
 
 
-def test_fixture_checkpoint_matches_pytorch(device):
+@pytest.mark.parametrize("path", [CKPT, LEGACY], ids=["zip", "legacy"])
+def test_fixture_checkpoint_matches_pytorch(device, path):
     expected = ember.load_safetensors(os.path.join(FIX, "expected.safetensors"))
     if device == "webgpu":
         # The fixture holds int64 values beyond int32, which the GPU cannot store (WGSL has no
         # 64-bit ints): the loader names the tensor. The dtypes themselves are covered on webgpu
         # by test_hand_built_checkpoint_dtypes.
         with pytest.raises(DTypeError, match=r"tensor 'long': webgpu: int64"):
-            ember.load_torch(CKPT, device=device)
+            ember.load_torch(path, device=device)
         return
-    got = ember.load_torch(CKPT, device=device)
+    got = ember.load_torch(path, device=device)
     flat = _flatten(got, "", {})
     plain = json.loads(expected.metadata["plain"])
     assert set(flat) == set(expected) | set(plain)
@@ -50,9 +52,10 @@ def test_fixture_checkpoint_matches_pytorch(device):
     assert isinstance(got["nested"]["pair"], tuple) and got["nested"]["name"] == "ckpt"
 
 
-def test_fixture_from_bytes_equals_from_path():
-    a = ember.load_torch(CKPT)
-    with open(CKPT, "rb") as f:
+@pytest.mark.parametrize("path", [CKPT, LEGACY], ids=["zip", "legacy"])
+def test_fixture_from_bytes_equals_from_path(path):
+    a = ember.load_torch(path)
+    with open(path, "rb") as f:
         b = ember.load_torch(memoryview(f.read()))
     fa, fb = _flatten(a, "", {}), _flatten(b, "", {})
     assert fa.keys() == fb.keys()
@@ -185,10 +188,86 @@ def test_stand_ins_cannot_be_tampered_with():
     assert ember.load_torch(checkpoint(state_dict_pkl(a=tensor_pkl()), {"0": F4}))["a"].tolist() == [1, 2, 3, 4]
 
 
+# ---- the legacy (pre-1.6) stream: five pickles, then each storage as int64 count + bytes -----
+
+LEGACY_HEAD = (b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19." + b"\x80\x02M\xe9\x03."
+               + b"\x80\x02}(" + S("little_endian") + b"\x88u.")
+
+
+def legacy_tensor_pkl(stype="FloatStorage", key="0", numel=4, offset=0, size=(4,), stride=(1,), view=b"N"):
+    storage = tup(S("storage"), G("torch", stype), S(key), S("cpu"), I(numel), view) + b"Q"
+    args = tup(storage, I(offset), tup(*map(I, size)), tup(*map(I, stride)), b"\x89",
+               G("collections", "OrderedDict") + b")R")
+    return G("torch._utils", "_rebuild_tensor_v2") + args + b"R"
+
+
+def legacy(pkl, storages=None, keys=None, head=LEGACY_HEAD):
+    storages = {"0": F4} if storages is None else storages
+    keys = list(storages) if keys is None else keys
+    body = b"".join(struct.pack("<q", len(raw) // 4) + raw for raw in storages.values())
+    return head + pkl + b"\x80\x02]q\x00(" + b"".join(S(k) for k in keys) + b"e." + body
+
+
+def test_hand_built_legacy_views(device):
+    # a storage view (torch < 0.4): elements 1..3 of storage '0', a tensor at offset 1 inside it
+    pkl = state_dict_pkl(a=legacy_tensor_pkl(), t=legacy_tensor_pkl(size=(2, 2), stride=(1, 2)),
+                         v=legacy_tensor_pkl(offset=1, size=(2,), view=tup(S("0v"), I(1), I(3))))
+    sd = ember.load_torch(legacy(pkl), device=device)
+    assert sd["a"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert sd["t"].tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    assert sd["v"].tolist() == [3.0, 4.0]
+
+
+def test_legacy_malicious_pickle_is_refused(tmp_path):
+    marker = str(tmp_path / "pwned")
+    pkl = state_dict_pkl(weight=legacy_tensor_pkl(), evil=G("os", "system") + tup(S(f"touch {marker}")) + b"R")
+    with pytest.raises(WeightsError, match="refers to the global os.system.*nothing was run"):
+        ember.load_torch(legacy(pkl))
+    # a global hidden in a header pickle is refused too
+    head = LEGACY_HEAD.replace(b"\x80\x02}(" + S("little_endian") + b"\x88u.",
+                               b"\x80\x02" + G("os", "system") + tup(S(f"touch {marker}")) + b"R.")
+    with pytest.raises(WeightsError, match=r"system info pickle at byte 21 refers to the global os.system"):
+        ember.load_torch(legacy(state_dict_pkl(a=legacy_tensor_pkl()), head=head))
+    assert not os.path.exists(marker)
+
+
+_SD = state_dict_pkl(a=legacy_tensor_pkl())
+BAD_LEGACY = [
+    ("truncated_head", LEGACY_HEAD[:21], r"legacy checkpoint ends at byte 21, before its system info"),
+    ("bad_magic", LEGACY_HEAD.replace(b"l\xfc", b"m\xfc") + _SD, r"without PyTorch's legacy magic number"),
+    ("bad_version", LEGACY_HEAD.replace(b"M\xe9\x03", b"M\xea\x03") + _SD, r"protocol version 1002; ember reads 1001"),
+    ("garbled_object", LEGACY_HEAD + b"\x80\x02}(X\xff\xff\xff\x7f", r"the object pickle at byte \d+ is corrupt"),
+    ("no_keys", LEGACY_HEAD + _SD, r"ends at byte \d+, before its storage key list"),
+    ("keys_not_list", legacy(_SD).replace(b"]q\x00(" + S("0") + b"e.", b"K\x05."), r"key list is not a list of distinct"),
+    ("dup_keys", legacy(_SD, keys=["0", "0"]), r"key list is not a list of distinct"),
+    ("unlisted", legacy(_SD, keys=[]), r"never writes storage '0', which its object uses"),
+    ("unused", legacy(_SD, {"0": F4, "9": F4}), r"lists storage '9' \(byte \d+\), which its object never uses"),
+    ("count", legacy(_SD, {"0": F4 + F4[:4]}), r"storage '0' \(byte \d+\) holds 5 elements but the object says 4"),
+    ("truncated_data", legacy(_SD)[:-3], r"storage '0' needs 16 bytes from byte \d+ but the file ends at \d+ \(truncated\)"),
+    ("truncated_count", legacy(_SD)[:-20], r"inside the header of storage '0'"),
+    ("view_oob", legacy(state_dict_pkl(a=legacy_tensor_pkl(size=(3,), stride=(2,))))
+     , r"tensor 'a': view \(offset 0, size \(3,\), stride \(2,\)\) reaches element 4 of storage '0', which has 4"),
+    ("storage_view_oob", legacy(state_dict_pkl(a=legacy_tensor_pkl(view=tup(S("v"), I(2), I(3)))))
+     , r"storage '0' has a bad view"),
+    ("tensor_past_storage_view", legacy(state_dict_pkl(a=legacy_tensor_pkl(size=(3,), view=tup(S("v"), I(1), I(2)))))
+     , r"reaches element 2 of a storage view of 2 elements"),
+    ("zip_pid", legacy(state_dict_pkl(a=tensor_pkl())), r"unexpected persistent id"),
+    ("module_pid", legacy(b"\x80\x02" + tup(S("module"), S("Net"), S("net.py"), S("class Net: pass")) + b"Q.", {}),
+     r"pickles a whole module \(its source code\), not a state_dict"),
+    ("bytearray8", legacy(b"\x80\x05\x96" + struct.pack("<Q", 2) + b"xx.", {}), r"opcode BYTEARRAY8"),
+    ("tar", b"x" * 257 + b"ustar" + bytes(250), r"tar checkpoint format \(torch < 0.1.10\)"),
+]
+
+
+@pytest.mark.parametrize("raw,pattern", [b[1:] for b in BAD_LEGACY], ids=[b[0] for b in BAD_LEGACY])
+def test_bad_legacy_checkpoint_raises_weights_error(raw, pattern):
+    with pytest.raises(WeightsError, match=pattern):
+        ember.load_torch(raw)
+
+
 BAD_CKPTS = [
-    ("legacy", b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.\x80\x02M\xe9\x03.", r"legacy \(pre-1.6, non-zip\).*re-save"),
     ("safetensors", ember.save_safetensors({"w": ember.tensor([1.0])}), r"looks like safetensors, use ember.load_safetensors"),
-    ("not_zip", b"hello world, not a checkpoint", r"not a PyTorch checkpoint \(not a zip archive"),
+    ("not_zip", b"hello world, not a checkpoint", r"not a PyTorch checkpoint \(not a zip archive or a pickle stream"),
     ("bad_zip", b"PK\x03\x04garbage", r"corrupt zip archive"),
     ("no_pkl", checkpoint(b"", prefix="x", extra=()).replace(b"x/data.pkl", b"x/other.pk"), r"expected exactly one <name>/data.pkl"),
     ("torchscript", checkpoint(state_dict_pkl(), extra=[("archive/constants.pkl", b""), ("archive/code/m.py", b"")])

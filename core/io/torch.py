@@ -1,7 +1,13 @@
-"""PyTorch checkpoints (``torch.save`` zip format) read without torch and without running code.
+"""PyTorch checkpoints (``torch.save``, both formats) read without torch and without running code.
 
-A checkpoint is a zip archive: ``<name>/data.pkl`` (the pickled object, e.g. a state_dict),
-``<name>/data/<key>`` (raw little-endian bytes of each storage) and ``<name>/byteorder``.
+Since PyTorch 1.6 a checkpoint is a zip archive: ``<name>/data.pkl`` (the pickled object, e.g. a
+state_dict), ``<name>/data/<key>`` (raw little-endian bytes of each storage) and
+``<name>/byteorder``. Older checkpoints (the *legacy* format, still common among published
+weights) are one stream: five pickles -- a magic number, the protocol version (1001), a small
+system-info dict, the object, the list of storage keys -- followed, for each key in that list, by
+the storage's element count (int64, little-endian) and its raw little-endian bytes. Both go through
+the same restricted unpickler and the same tensor checks; in the legacy stream every count and
+length is checked against the bytes that are really there before anything is allocated.
 Unpickling an arbitrary pickle can call any Python function, so ``data.pkl`` is read by a
 restricted unpickler: the only globals it resolves are the handful a state_dict uses, and each
 resolves to a small function written here (torch is never imported). Any other global --
@@ -92,6 +98,18 @@ class _Storage(_Guarded):
         return f"<storage {self.key!r} {self.stype!r}>"
 
 
+class _StorageView(_Guarded):
+    """Elements ``offset .. offset + numel - 1`` of a storage (legacy checkpoints of torch < 0.4)."""
+
+    __slots__ = ("storage", "offset", "numel")
+
+    def __init__(self, storage, offset, numel):
+        self.storage, self.offset, self.numel = storage, offset, numel
+
+    def __repr__(self):
+        return f"<storage view of {self.storage.key!r}>"
+
+
 class _TensorRef(_Guarded):
     __slots__ = ("storage", "offset", "size", "stride")
 
@@ -119,6 +137,14 @@ class _Func(_Guarded):
 
 def _rebuild_tensor(storage, offset, size, stride, *_ignored):
     # _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
+    if isinstance(storage, _StorageView):   # shift into the root storage; tensor() checks the rest
+        if (_count(offset) and isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride)
+                and all(_count(v) for v in size + stride) and prod(size)):
+            last = offset + sum((n - 1) * st for n, st in zip(size, stride))
+            if last >= storage.numel:
+                raise WeightsError(f"_rebuild_tensor: a view reaches element {last} of a storage view of "
+                                   f"{storage.numel} elements")
+        return _TensorRef(storage.storage, storage.offset + offset if _count(offset) else offset, size, stride)
     if not isinstance(storage, _Storage):
         raise WeightsError(f"_rebuild_tensor_v2: expected a storage, got {type(storage).__name__}")
     return _TensorRef(storage, offset, size, stride)
@@ -184,22 +210,39 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return g
 
     def persistent_load(self, pid):
-        # ('storage', storage_type, key, location, numel)
-        if (not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage"
+        # zip: ('storage', storage_type, key, location, numel)
+        # legacy: ('storage', storage_type, root_key, location, numel, view_metadata)
+        #         with view_metadata None or (view_key, offset, size): a storage view (torch < 0.4)
+        legacy = self._prefix is None
+        if (not isinstance(pid, tuple) or len(pid) != (6 if legacy else 5) or pid[0] != "storage"
                 or not isinstance(pid[1], _StorageType) or not isinstance(pid[2], str)
-                or not isinstance(pid[4], int) or isinstance(pid[4], bool) or pid[4] < 0):
+                or not _count(pid[4])):
+            if legacy and isinstance(pid, tuple) and pid[:1] == ("module",):
+                raise WeightsError(f"{self._where}: this legacy checkpoint pickles a whole module (its source "
+                                   f"code), not a state_dict; save model.state_dict() instead")
             raise WeightsError(f"{self._where}: data.pkl has an unexpected persistent id {pid!r:.200}")
-        _, stype, key, _location, numel = pid
-        entry = f"{self._prefix}data/{key}"
-        if entry not in self._entries:
-            raise WeightsError(f"{self._where}: data.pkl refers to storage {key!r} but the archive has no "
-                               f"{entry!r}")
+        _, stype, key, _location, numel = pid[:5]
+        if not legacy:
+            entry = f"{self._prefix}data/{key}"
+            if entry not in self._entries:
+                raise WeightsError(f"{self._where}: data.pkl refers to storage {key!r} but the archive has no "
+                                   f"{entry!r}")
         s = self._storages.get(key)
         if s is None:
             s = self._storages[key] = _Storage(stype, key, numel)
         elif s.stype is not stype or s.numel != numel:
             raise WeightsError(f"{self._where}: storage {key!r} is described two different ways")
-        return s
+        view = pid[5] if legacy else None
+        if view is None:
+            return s
+        if (not isinstance(view, tuple) or len(view) != 3 or not isinstance(view[0], str)
+                or not _count(view[1]) or not _count(view[2]) or view[1] + view[2] > numel):
+            raise WeightsError(f"{self._where}: storage {key!r} has a bad view {view!r:.100} (of {numel} elements)")
+        return _StorageView(s, view[1], view[2])
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _merged_dims(size: tuple, stride: tuple) -> list:
@@ -257,33 +300,19 @@ _PLAIN_KEYS = (str, int, float, bool, bytes, type(None))
 
 
 class _Loader:
-    def __init__(self, zf: zipfile.ZipFile, where: str, prefix: str, device):
-        self.zf, self.where, self.prefix, self.device = zf, where, prefix, device
-        self.big_endian = False
-        storage_bytes = sum(i.file_size for i in zf.infolist() if i.filename.startswith(prefix + "data/"))
+    """Turns what was unpickled into Tensors. ``fetch(storage, itemsize)`` returns a storage's raw
+    little-endian bytes (already checked against the element count); ``storage_bytes`` is the
+    total the checkpoint holds, which bounds what its views may materialise."""
+
+    def __init__(self, where: str, device, storage_bytes: int, fetch):
+        self.where, self.device, self.fetch = where, device, fetch
         self.view_budget = 2 * storage_bytes + VIEW_SLACK_BYTES
         self.view_bytes = 0
         self.views: dict = {}   # identical views (same storage, offset, size, stride) load once
 
     def storage_bytes(self, s: _Storage, itemsize: int) -> bytes:
         if s._raw is None:
-            name = f"{self.prefix}data/{s.key}"
-            info = self.zf.getinfo(name)
-            need = s.numel * itemsize
-            if info.file_size != need:
-                raise WeightsError(f"{self.where}: storage {name!r} holds {info.file_size} bytes but data.pkl "
-                                   f"says {s.numel} elements of {itemsize} bytes ({need})")
-            raw = self.zf.read(name)
-            if len(raw) != need:   # the zip directory's size is only a claim: check what was read
-                raise WeightsError(f"{self.where}: storage {name!r} gave {len(raw)} bytes, not the {need} its zip "
-                                   f"entry and data.pkl claim (corrupt archive)")
-            if self.big_endian and itemsize > 1:
-                from array import array
-
-                a = array(_ITEM_CODES[itemsize], raw)
-                a.byteswap()
-                raw = a.tobytes()
-            s._raw = raw
+            s._raw = self.fetch(s, itemsize)
         return s._raw
 
     def tensor(self, ref: _TensorRef, path: str) -> Tensor:
@@ -384,8 +413,9 @@ def _kind(obj) -> str:
     return repr(obj)[:60] if isinstance(obj, _Guarded) else type(obj).__name__
 
 
-def _open_zip(source, where: str):
-    """(ZipFile, underlying file) or WeightsError saying what the bytes are instead."""
+def _open(source, where: str):
+    """(ZipFile, underlying file) for the zip format, (None, bytes) for the legacy stream, or
+    WeightsError saying what the bytes are instead."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         f = io.BytesIO(bytes(source))
     else:
@@ -393,22 +423,118 @@ def _open_zip(source, where: str):
             f = open(source, "rb")
         except OSError as e:
             raise WeightsError(f"{where}: cannot open ({e.strerror or e})") from e
-    head = f.read(16)
+    head = f.read(512)
     f.seek(0)
     try:
         return zipfile.ZipFile(f), f
     except Exception as e:  # BadZipFile, or OSError/ValueError/... from a mangled directory
-        f.close()
         if head.startswith(b"PK"):
+            f.close()
             raise WeightsError(f"{where}: corrupt zip archive ({type(e).__name__}: {str(e)[:200]})") from None
-    if head.startswith(b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"):
-        raise WeightsError(f"{where}: this is PyTorch's legacy (pre-1.6, non-zip) checkpoint format, which "
-                           f"ember does not read; re-save it with a current torch: "
-                           f"torch.save(torch.load(path, weights_only=True), new_path)")
+    try:
+        if head[:1] == b"\x80":   # a pickle stream: the legacy format (any pickle protocol)
+            f.seek(0)
+            return None, f.read()
+    finally:
+        f.close()
+    if head[257:262] == b"ustar":
+        raise WeightsError(f"{where}: this is PyTorch's tar checkpoint format (torch < 0.1.10), which ember "
+                           f"does not read; re-save it with a current torch")
     if len(head) >= 9 and head[8:9] == b"{":
         raise WeightsError(f"{where}: not a PyTorch zip checkpoint; it looks like safetensors, "
                            f"use ember.load_safetensors")
-    raise WeightsError(f"{where}: not a PyTorch checkpoint (not a zip archive; first bytes {head[:8]!r})")
+    raise WeightsError(f"{where}: not a PyTorch checkpoint (not a zip archive or a pickle stream; first "
+                       f"bytes {head[:8]!r})")
+
+
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_PROTOCOL = 1001
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """For the legacy header pickles and key list: plain values only, no globals, no ids."""
+
+    def find_class(self, module, name):
+        raise WeightsError(f"refers to the global {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise WeightsError("has a persistent id")
+
+
+def _load_legacy(data: bytes, where: str, device):
+    """The pre-1.6 stream (see the module docstring). Every pickle's opcodes are walked before
+    it is unpickled, every count and length is checked against the bytes left."""
+    stream = io.BytesIO(data)
+    import pickletools
+
+    def next_pickle(what: str) -> tuple[bytes, int]:
+        start = stream.tell()
+        if start >= len(data):
+            raise WeightsError(f"{where}: legacy checkpoint ends at byte {start}, before its {what}")
+        try:
+            for _ in pickletools.genops(stream):
+                pass
+        except Exception as e:  # noqa: BLE001 - truncated or garbled pickle
+            raise WeightsError(f"{where}: legacy checkpoint: the {what} pickle at byte {start} is corrupt "
+                               f"({type(e).__name__}: {str(e)[:160]})") from None
+        return data[start:stream.tell()], start
+
+    def plain(what: str):
+        pkl, at = next_pickle(what)
+        _check_opcodes(pkl, f"{where}: legacy checkpoint {what} (byte {at})")
+        try:
+            return _PlainUnpickler(io.BytesIO(pkl)).load()
+        except WeightsError as e:
+            raise WeightsError(f"{where}: legacy checkpoint: the {what} pickle at byte {at} {e}; refusing "
+                               f"it (nothing was run)") from None
+
+    magic = plain("magic number")
+    if magic != _LEGACY_MAGIC:
+        raise WeightsError(f"{where}: not a PyTorch checkpoint (a pickle stream without PyTorch's legacy "
+                           f"magic number)")
+    version = plain("protocol version")
+    if version != _LEGACY_PROTOCOL:
+        raise WeightsError(f"{where}: legacy checkpoint protocol version {version!r:.40}; ember reads "
+                           f"{_LEGACY_PROTOCOL}")
+    info = plain("system info")
+    if not isinstance(info, dict):
+        raise WeightsError(f"{where}: legacy checkpoint system info is a {type(info).__name__}, not a dict")
+    pkl, at = next_pickle("object")
+    _check_opcodes(pkl, where)
+    up = _RestrictedUnpickler(pkl, where, set(), None)
+    obj = up.load()
+    keys = plain("storage key list")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+        raise WeightsError(f"{where}: legacy checkpoint storage key list is not a list of distinct strings")
+    missing = set(up._storages) - set(keys)
+    if missing:
+        raise WeightsError(f"{where}: legacy checkpoint never writes storage {sorted(missing)[0]!r}, which its "
+                           f"object uses")
+    pos, spans = stream.tell(), {}
+    for key in keys:
+        s = up._storages.get(key)
+        if s is None:
+            raise WeightsError(f"{where}: legacy checkpoint lists storage {key!r} (byte {pos}), which its "
+                               f"object never uses")
+        if pos + 8 > len(data):
+            raise WeightsError(f"{where}: legacy checkpoint ends at byte {len(data)}, inside the header of "
+                               f"storage {key!r} (byte {pos})")
+        numel = int.from_bytes(data[pos:pos + 8], "little", signed=True)
+        if numel != s.numel:
+            raise WeightsError(f"{where}: legacy checkpoint storage {key!r} (byte {pos}) holds {numel} elements "
+                               f"but the object says {s.numel}")
+        nbytes = numel * _STORAGES[s.stype.name][2]
+        if pos + 8 + nbytes > len(data):
+            raise WeightsError(f"{where}: legacy checkpoint storage {key!r} needs {nbytes} bytes from byte "
+                               f"{pos + 8} but the file ends at {len(data)} (truncated)")
+        spans[key] = (pos + 8, nbytes)
+        pos += 8 + nbytes
+
+    def fetch(s: _Storage, itemsize: int) -> bytes:
+        start, n = spans[s.key]
+        return data[start:start + n]
+
+    return _Loader(where, device, sum(n for _, n in spans.values()), fetch).convert(obj, "", {})
 
 
 def load_torch(source, device: str | None = None) -> dict:
@@ -416,15 +542,16 @@ def load_torch(source, device: str | None = None) -> dict:
     on ``device``, without importing torch or executing anything from the file.
 
     Returns what was saved with every tensor converted (usually ``{name: Tensor}``). Raises
-    ``WeightsError`` for a malformed archive, a global outside the state_dict allowlist (named
-    in the message), an out-of-range view, an unsupported dtype, or the legacy non-zip format.
+    ``WeightsError`` for a malformed archive or stream, a global outside the state_dict allowlist
+    (named in the message), an out-of-range view or an unsupported dtype. Reads the zip format
+    (PyTorch >= 1.6) and the legacy pre-1.6 stream that many published checkpoints still use.
     See the module docstring for an example.
     """
     where = f"PyTorch checkpoint {source!r}" if isinstance(source, (str, os.PathLike)) else \
         f"PyTorch checkpoint <{len(source)} bytes>"
-    zf, f = _open_zip(source, where)
+    zf, f = _open(source, where)
     try:
-        return _load(zf, where, device)
+        return _load(zf, where, device) if zf is not None else _load_legacy(f, where, device)
     except EmberError:
         raise
     except RecursionError:
@@ -435,8 +562,9 @@ def load_torch(source, device: str | None = None) -> dict:
     except Exception as e:  # a corrupt archive or pickle can fail in many ways; report them all alike
         raise WeightsError(f"{where}: corrupt checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
     finally:
-        zf.close()
-        f.close()
+        if zf is not None:
+            zf.close()
+            f.close()
 
 
 def _load(zf: zipfile.ZipFile, where: str, device) -> dict:
@@ -448,12 +576,34 @@ def _load(zf: zipfile.ZipFile, where: str, device) -> dict:
                                f"save model.state_dict() with torch.save instead")
         raise WeightsError(f"{where}: expected exactly one <name>/data.pkl in the archive, found {pkls or 'none'}")
     prefix = pkls[0][:-len("data.pkl")]
-    loader = _Loader(zf, where, prefix, device)
+    big_endian = False
     if prefix + "byteorder" in names:
         order = zf.read(prefix + "byteorder")
         if order not in (b"little", b"big"):
             raise WeightsError(f"{where}: byteorder is {order[:20]!r}, expected 'little' or 'big'")
-        loader.big_endian = order == b"big"
+        big_endian = order == b"big"
+
+    def fetch(s: _Storage, itemsize: int) -> bytes:
+        name = f"{prefix}data/{s.key}"
+        info = zf.getinfo(name)
+        need = s.numel * itemsize
+        if info.file_size != need:
+            raise WeightsError(f"{where}: storage {name!r} holds {info.file_size} bytes but data.pkl "
+                               f"says {s.numel} elements of {itemsize} bytes ({need})")
+        raw = zf.read(name)
+        if len(raw) != need:   # the zip directory's size is only a claim: check what was read
+            raise WeightsError(f"{where}: storage {name!r} gave {len(raw)} bytes, not the {need} its zip "
+                               f"entry and data.pkl claim (corrupt archive)")
+        if big_endian and itemsize > 1:
+            from array import array
+
+            a = array(_ITEM_CODES[itemsize], raw)
+            a.byteswap()
+            raw = a.tobytes()
+        return raw
+
+    total = sum(i.file_size for i in zf.infolist() if i.filename.startswith(prefix + "data/"))
+    loader = _Loader(where, device, total, fetch)
     for info in zf.infolist():
         # torch.save stores entries uncompressed; refusing compression rules out zip bombs.
         if info.filename.startswith(prefix) and info.compress_type != zipfile.ZIP_STORED:

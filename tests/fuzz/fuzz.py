@@ -594,9 +594,42 @@ def mutate_pickle(rng: random.Random, pkl: bytes) -> bytes:
     return havoc(rng, pkl)
 
 
+def mutate_legacy_pt(rng: random.Random, data: bytes) -> bytes:
+    """The pre-1.6 stream: mutate one of its five pickles (the object one most often), or the
+    storage records after them (counts and bytes)."""
+    stream, cuts = io.BytesIO(data), [0]
+    try:
+        for _ in range(5):
+            for _op in pickletools.genops(stream):
+                pass
+            cuts.append(stream.tell())
+    except Exception:  # noqa: BLE001 - already broken: bytes only
+        return havoc(rng, data)
+    parts = [data[a:b] for a, b in zip(cuts, cuts[1:])] + [data[cuts[-1]:]]
+    r = rng.random()
+    if r < 0.6:
+        k = 3 if rng.random() < 0.6 else rng.randrange(5)
+        parts[k] = mutate_pickle(rng, parts[k])
+    elif r < 0.85 and parts[5]:
+        tail = parts[5]
+        if rng.random() < 0.5 and len(tail) >= 8:   # rewrite the first record's element count
+            parts[5] = _pickle_int_le(rng.choice(INTERESTING_INTS + [-1, 2 ** 62])) + tail[8:]
+        else:
+            parts[5] = rng.choice([tail[:rng.randrange(len(tail) + 1)], tail + bytes(rng.randint(1, 16)), havoc(rng, tail)])
+    else:
+        del parts[rng.randrange(6)]
+    return b"".join(parts)
+
+
+def _pickle_int_le(v: int) -> bytes:
+    return (v % (1 << 64)).to_bytes(8, "little")
+
+
 def mutate_pt(rng: random.Random, data: bytes, seeds) -> bytes:
     if rng.random() < 0.2:
         return havoc(rng, data)
+    if data[:1] == b"\x80":
+        return mutate_legacy_pt(rng, data)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]
