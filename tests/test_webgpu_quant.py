@@ -110,8 +110,13 @@ def test_qembedding_ids_checked_without_a_read():
     for bad in (7, -1):
         with pytest.raises(IndexingError, match="out of range"):
             ember.qembedding(gpu(np.array([0, bad], np.int32)), w, qtype="q8_0", n=7, k=32)
-    # ids computed on the GPU have no known range: no readback, out-of-range rows are zeros
-    ids = gpu(np.array([3, 7], np.int32)) + 0
+    # ids shifted by a constant keep a known range (integer add/subtract track it): still checked
+    wg.reset_stats()
+    with pytest.raises(IndexingError, match="out of range"):
+        ember.qembedding(gpu(np.array([3, 6], np.int32)) + 1, w, qtype="q8_0", n=7, k=32)
+    assert wg.stats()["reads"] == 0
+    # ids computed on the GPU otherwise have no known range: no readback, out-of-range rows are zeros
+    ids = gpu(np.array([3, 7], np.int32)) * 1
     wg.reset_stats()
     out = ember.qembedding(ids, w, qtype="q8_0", n=7, k=32)
     wg.evaluate(out)
@@ -242,7 +247,7 @@ def test_attention_cached_bounds(D):
         with pytest.raises(ShapeError, match="do not fit"):
             ember.attention_cached(gpu(q), gpu(k), gpu(v), kc, vc, gpu(np.array([bad], np.int32)))
     assert (big_k.numpy() == 7.0).all()
-    pos = gpu(np.array([C - 2], np.int32)) + 0          # lazy: no known range
+    pos = gpu(np.array([C - 2], np.int32)) * 1          # lazy: no known range (add keeps one)
     wg.reset_stats()
     out = ember.attention_cached(gpu(q), gpu(k), gpu(v), kc, vc, pos)
     wg.evaluate(out)

@@ -131,6 +131,12 @@ class WebGPUBackend:
             return False, str(e)
         return True, f"{rt.driver.info.get('device')} ({rt.driver.info.get('backend')})"
 
+    def compile_plan(self, plan):
+        """A replayed plan as one prebuilt dispatch stream (``ember.webgpu.replay``), or None."""
+        from .replay import compile_plan
+
+        return compile_plan(self, plan)
+
     def from_bytes(self, data, shape, dtype) -> GBuf:
         raw = to_device_bytes(data, dtype)
         st = self.rt.alloc(len(raw))

@@ -243,6 +243,7 @@ def contiguous(g: GBuf) -> GBuf:
         return g
     if g.expr is None:
         c = GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g))
+        c.bounds = g.bounds
         return realize(c)
     return realize(g)
 

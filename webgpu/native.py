@@ -94,6 +94,7 @@ class NativeDriver(BatchingDriver):
         U = wgpu.BufferUsage
         self._usage = U.STORAGE | U.COPY_SRC | U.COPY_DST
         self._init_batching(self._dev.create_buffer(size=UNIFORM_ARENA_BYTES, usage=U.UNIFORM | U.COPY_DST))
+        self._c = None       # (SetPipeline, SetBindGroup, DispatchWorkgroups, NULL) of wgpu-native
         fast = None if os.environ.get("EMBER_WEBGPU_SAFE_CALLS") else self._fast_record()
         if fast is not None:
             self._record = fast
@@ -187,11 +188,18 @@ class NativeDriver(BatchingDriver):
         except Exception as e:
             raise device_error(e, f"binding {len(entries)} buffers", self) from e
 
-    def _begin_pass(self):
+    # A pass timer (benchmarks: ``tests/bench/bench_webgpu.py``): ``timer.writes()`` gives the
+    # ``timestamp_writes`` of the next compute pass, ``timer.resolve(encoder)`` runs after it ends.
+    timer = None
+
+    def _begin_pass(self, enc=None):
         self._alive("recording GPU work")
         try:
-            enc = self._dev.create_command_encoder()
-            return enc, enc.begin_compute_pass()
+            if enc is None:
+                enc = self._dev.create_command_encoder()
+            t = self.timer
+            return enc, (enc.begin_compute_pass(timestamp_writes=t.writes()) if t is not None
+                         else enc.begin_compute_pass())
         except Exception as e:
             raise device_error(e, "recording GPU work", self) from e
 
@@ -222,6 +230,8 @@ class NativeDriver(BatchingDriver):
         except Exception:
             return None
 
+        self._c = (set_pipeline, set_bind_group, dispatch, null)
+
         def record(cpass, pipe, bg, grid):
             c = cpass._internal
             set_pipeline(c, pipe._internal)
@@ -233,9 +243,72 @@ class NativeDriver(BatchingDriver):
         self._alive("submitting GPU work")
         try:
             cpass.end()
+            if self.timer is not None:
+                self.timer.resolve(enc)
             q = self._dev.queue
             if arena:
                 q.write_buffer(self._arena_buf, 0, arena)
             q.submit([enc.finish()])
         except Exception as e:
             raise device_error(e, "submitting GPU work", self) from e
+
+    # ---- prebuilt dispatch streams (ember.webgpu.replay) -------------------------------------
+    def uniform_alloc(self, nbytes: int):
+        """A uniform buffer of ``nbytes`` (a replayed plan's uniforms, written once)."""
+        U = self._wgpu.BufferUsage
+        try:
+            return self._dev.create_buffer(size=(int(nbytes) + 15) // 16 * 16, usage=U.UNIFORM | U.COPY_DST)
+        except Exception as e:
+            raise device_error(e, f"allocating {nbytes} bytes of uniforms", self) from e
+
+    def stream_prepare(self, cmds):
+        """``cmds`` [(pipeline, bind group, grid)] as the list ``stream_submit`` walks: natively
+        wgpu-native handles (a pipeline only where it changes), for three direct C calls each."""
+        out = []
+        last = None
+        fast = self._c is not None
+        for pipe, bg, (x, y, z) in cmds:
+            p = None if pipe is last else (pipe._internal if fast else pipe)
+            last = pipe
+            out.append((p, bg._internal if fast else bg, int(x), int(y), int(z)))
+        return (fast, out, cmds)
+
+    def stream_copy(self, copies) -> None:
+        """Submit buffer-to-buffer copies [(src, src offset, dst, dst offset, nbytes)] now, after
+        the work recorded so far."""
+        self.stream_submit(None, copies, ())
+
+    def stream_submit(self, prepared, copies_in, copies_out) -> None:
+        """One command buffer: ``copies_in``, the prebuilt dispatches in one compute pass,
+        ``copies_out``; submitted after the work recorded so far."""
+        self._alive("submitting GPU work")
+        self.flush()
+        try:
+            enc = self._dev.create_command_encoder()
+            for src, so, dst, do, n in copies_in:
+                enc.copy_buffer_to_buffer(src, so, dst, do, n)
+            if prepared is not None:
+                fast, cmds, objs = prepared
+                _, cpass = self._begin_pass(enc)
+                if fast:
+                    set_pipeline, set_bind_group, dispatch, null = self._c
+                    c = cpass._internal
+                    for p, b, x, y, z in cmds:
+                        if p is not None:
+                            set_pipeline(c, p)
+                        set_bind_group(c, 0, b, 0, null)
+                        dispatch(c, x, y, z)
+                else:
+                    for p, b, x, y, z in cmds:
+                        if p is not None:
+                            cpass.set_pipeline(p)
+                        cpass.set_bind_group(0, b)
+                        cpass.dispatch_workgroups(x, y, z)
+                cpass.end()
+                if self.timer is not None:
+                    self.timer.resolve(enc)
+            for src, so, dst, do, n in copies_out:
+                enc.copy_buffer_to_buffer(src, so, dst, do, n)
+            self._dev.queue.submit([enc.finish()])
+        except Exception as e:
+            raise device_error(e, "submitting a replayed plan", self) from e

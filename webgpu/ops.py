@@ -15,6 +15,7 @@ from ..registry import OPS, Meta
 from . import fusion, linalg, nn, quant
 from .driver import grid_1d
 from .fusion import GBuf, contiguous, contiguous_strides, realize, wgsl_type
+from .replay import add_bounds, checked
 from .runtime import f32_bits, pack_info
 
 WG = 256
@@ -65,6 +66,16 @@ def view(g: GBuf, shape, strides, offset) -> GBuf:
 def _elementwise(rt, name):
     def kernel(out, *inputs, **attrs):
         return fusion.record(rt, name, out, [t._buf for t in inputs], tuple(sorted(attrs.items())))
+    if name in ("add", "subtract"):
+        plain, sign = kernel, 1 if name == "add" else -1
+
+        def kernel(out, a, b, **attrs):   # noqa: F811
+            g = plain(out, a, b, **attrs)
+            if out.dtype is _dt.int32 and a._buf.bounds is not None and b._buf.bounds is not None:
+                # index arithmetic (positions pos + arange(T)): its range stays known, so the
+                # take that uses it needs no GPU read to check it
+                g.bounds = add_bounds(a._buf.bounds, b._buf.bounds, sign)
+            return g
     kernel.__name__ = f"webgpu_{name}"
     return kernel
 
@@ -116,7 +127,19 @@ def _arange(rt):
             info, info_n = info_words([n, value_bits(start, dt), value_bits(step, dt)])
             pipe = rt.kernel("arange", T=wgsl_type(dt), INFO=info_n, WG=WG)
             dispatch_1d(rt, pipe, [(st.buf, 0, n * 4)], info, n)
+            if dt is _dt.int32:
+                last = start + (n - 1) * step
+                g.bounds = (min_(start, last), max_(start, last))
         return finish(rt, g, out)
+    return kernel
+
+
+def _full(rt):
+    def kernel(out, *, value, **_):
+        g = fusion.const_buf(rt, out.shape, value, out.dtype)
+        if out.dtype is _dt.int32:
+            g.bounds = (int(value), int(value))
+        return g
     return kernel
 
 
@@ -225,10 +248,12 @@ def check_indices(rt, idx: GBuf, n: int, op: str, axis: int) -> None:
         lo = _reduce_value(rt, idx, 3)
         hi = _reduce_value(rt, idx, 2)
         b = idx.bounds = (lo, hi)
-    lo, hi = b
-    if lo < -n or hi >= n:
-        bad = lo if lo < -n else hi
-        raise IndexingError(f"{op}: index {bad} is out of range for axis {axis} with size {n}")
+
+    def check(lo, hi):
+        if lo < -n or hi >= n:
+            bad = lo if lo < -n else hi
+            raise IndexingError(f"{op}: index {bad} is out of range for axis {axis} with size {n}")
+    checked(b, check)
 
 
 def _reduce_value(rt, g: GBuf, op: int):
@@ -418,7 +443,7 @@ def build_kernels(rt) -> dict:
             k[name] = _elementwise(rt, name)
     k["leaky_relu"] = _with_consts(rt, "leaky_relu", lambda x, out, *, negative_slope: [(negative_slope, _dt.float32)])
     k["clip"] = _clip(rt)
-    k["full"] = lambda out, *, value, **_: fusion.const_buf(rt, out.shape, value, out.dtype)
+    k["full"] = _full(rt)
     k["arange"] = _arange(rt)
     k["matmul"] = lambda out, a, b: linalg.matmul(rt, out, a, b)
     k["reshape"] = _reshape(rt)

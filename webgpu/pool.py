@@ -125,6 +125,21 @@ class BufferPool:
             self.serial.pop(id(b), None)
             self.driver.free(b)
 
+    def claim(self, buf):
+        """Take the free buffer ``buf`` out of the pool (a replayed plan's own buffer from now
+        on, handed back with ``release(buf, cls)``); returns its size class, or None when
+        ``buf`` is not free here."""
+        ent = self.order.pop(id(buf), None)
+        if ent is None:
+            return None
+        cls = ent[0]
+        lst = self.free_lists[cls]
+        lst[:] = [e for e in lst if e[2] is not buf]
+        heapq.heapify(lst)
+        self.pooled_bytes -= cls
+        self.stats["bytes_in_use"] += cls
+        return cls
+
     def clear(self) -> None:
         """Destroy every pooled (free) buffer."""
         for c, b in list(self.order.values()):

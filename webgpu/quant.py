@@ -72,6 +72,7 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, IndexingError, ShapeError
 from .driver import grid_1d
 from .fusion import GBuf, Node, contiguous, realize, wgsl_type
+from .replay import checked
 from .runtime import f32_bits, kernel_source, pack_info, render
 
 # (elements per block, bytes per block) of each format the kernels decode (GGUF's layouts)
@@ -280,9 +281,12 @@ def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
     if M == 0 or k == 0:
         return res
     b = gi.bounds
-    if b is not None and (b[0] < 0 or b[1] >= n):
-        bad = b[0] if b[0] < 0 else b[1]
-        raise IndexingError(f"qembedding: id {bad} is out of range for a weight of {n} rows ({qtype}, k={k})")
+    if b is not None:
+        def check(lo, hi):
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise IndexingError(f"qembedding: id {bad} is out of range for a weight of {n} rows ({qtype}, k={k})")
+        checked(b, check)
     gi = contiguous(realize(gi))
     if wgsl_type(gi.dtype) != "i32":      # uint8/bool ids: as i32
         from ..registry import Meta
@@ -334,8 +338,10 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     if b is not None:       # known at upload: the same check as every backend's, no GPU read
         from ..ops.llm import check_pos
 
-        check_pos(b[0], T, C)
-        check_pos(b[1], T, C)
+        def check(lo, hi):
+            check_pos(lo, T, C)
+            check_pos(hi, T, C)
+        checked(b, check)
     gkc = _cache(op, k_cache, "k_cache", (C, Hkv, D))
     gvc = _cache(op, v_cache, "v_cache", (C, Hkv, D))
     gp = realize(gp)

@@ -1,0 +1,171 @@
+"""webgpu plans replayed as prebuilt dispatch streams (``ember.webgpu.replay``): the same bits as
+the step-by-step replay, guards on index ranges, replaced constants, outputs never overwritten,
+one read-back per decoded token. Runs on any adapter (lavapipe here)."""
+import gc
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember
+from ember.errors import DeviceError, IndexingError, ShapeError
+
+
+@pytest.fixture
+def rt():
+    try:
+        ember.get_backend("webgpu")
+    except DeviceError as e:
+        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
+    from ember.webgpu.runtime import get_runtime
+
+    return get_runtime()
+
+
+@pytest.fixture
+def no_stream(monkeypatch):
+    from ember.webgpu import replay
+
+    def off():
+        monkeypatch.setattr(replay, "ENABLED", False)
+    return off
+
+
+def _model(rt):
+    ember.manual_seed(0)
+    from ember import nn
+
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8)).to("webgpu")
+    return m
+
+
+def _run_many(f, xs):
+    return [f(x).numpy() for x in xs]
+
+
+def test_stream_gives_the_same_bits_as_step_by_step(rt, monkeypatch):
+    from ember.webgpu import replay
+
+    rng = np.random.default_rng(0)
+    xs = [ember.tensor(rng.standard_normal((5, 16)).astype(np.float32), device="webgpu") for _ in range(5)]
+    m = _model(rt)
+    with ember.no_grad():
+        fs = ember.compile(lambda x: ember.softmax(m(x), axis=-1))
+        got = _run_many(fs, xs)
+        st = fs.plan_for(xs[0]).fast
+        assert isinstance(st, replay.StreamReplay)
+        d = st.describe()
+        assert d["stream"] and d["replays"] == 3 and d["dispatches"] > 3, d
+        monkeypatch.setattr(replay, "ENABLED", False)
+        fp = ember.compile(lambda x: ember.softmax(m(x), axis=-1))
+        want = _run_many(fp, xs)
+        assert fp.plan_for(xs[0]).fast is False
+    for a, b in zip(got, want):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_outputs_are_not_overwritten_by_the_next_replay(rt):
+    f = ember.compile(lambda x: x * 2.0 + 1.0)
+    outs = [f(ember.tensor([float(i)] * 4, device="webgpu")) for i in range(5)]
+    assert [o.tolist()[0] for o in outs] == [1.0, 3.0, 5.0, 7.0, 9.0]
+    assert f.plan_for(outs[0]).fast.describe()["stream"]
+
+
+def test_replaced_constant_records_again(rt):
+    w = ember.ones((3, 2), device="webgpu")
+    f = ember.compile(lambda x: x @ w)
+    x = ember.ones((1, 3), device="webgpu")
+    for _ in range(3):
+        assert f(x).tolist() == [[3.0, 3.0]]
+    fast = f.plan_for(x).fast
+    assert fast.describe()["stream"]
+    w._set_(ember.full((3, 2), 2.0, device="webgpu"))     # another buffer behind the same tensor
+    assert f(x).tolist() == [[6.0, 6.0]]                    # step by step, never the old weight
+    assert f(x).tolist() == [[6.0, 6.0]]                    # recorded again
+    assert f(x).tolist() == [[6.0, 6.0]]
+    assert fast.describe()["records"] == 2 and fast.describe()["stream"]
+
+
+def test_index_guards_raise_on_the_replay_that_breaks_them(rt):
+    table = ember.tensor(np.arange(40, dtype=np.float32).reshape(10, 4), device="webgpu")
+    ar = ember.arange(3, dtype="int32", device="webgpu")
+    f = ember.compile(lambda pos: ember.take(table, pos + ar, axis=0).sum(axis=-1))
+    for p in (0, 3, 7):
+        got = f(ember.tensor([p], dtype="int32", device="webgpu")).tolist()
+        assert got == [float(sum(range(4 * (p + i), 4 * (p + i) + 4))) for i in range(3)]
+    fast = f.plan_for(ember.tensor([0], dtype="int32", device="webgpu")).fast
+    assert fast.describe()["stream"] and fast.describe()["guards"] >= 1
+    rt.reset_stats()
+    f(ember.tensor([2], dtype="int32", device="webgpu"))
+    assert rt.stats["reads"] == 0          # the range is known from the upload: nothing read back
+    with pytest.raises(IndexingError):
+        f(ember.tensor([8], dtype="int32", device="webgpu"))     # 8 + 2 = 10: out of range
+    # an input computed on the GPU has no known range: that replay runs step by step, still checked
+    computed = ember.tensor([4], dtype="int32", device="webgpu") * 2
+    with pytest.raises(IndexingError):
+        f(computed)
+    assert f(ember.tensor([1], dtype="int32", device="webgpu")).tolist()[0] == 4.0 + 5 + 6 + 7
+
+
+def test_training_steps_replay_step_by_step(rt):
+    from ember import nn
+
+    lin = nn.Linear(2, 1).to("webgpu")
+    opt = ember.optim.SGD(lin.parameters(), lr=0.1)
+    x, y = ember.ones((1, 2), device="webgpu"), ember.ones((1, 1), device="webgpu")
+
+    @ember.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = ((lin(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    for _ in range(3):
+        step(x, y).item()
+    assert step.plan_for(x, y).fast is False
+
+
+def test_llm_decode_stream_matches_step_by_step_with_one_read_per_token(rt, tmp_path, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from llm_fixtures import write_tiny_gguf
+    import ember.llm
+    from ember.webgpu import replay
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    m = ember.llm.load(str(path), device="webgpu")
+    first = m.generate([1, 5, 7], max_tokens=10)
+    rt.reset_stats()
+    again = m.generate([1, 5, 7], max_tokens=10)
+    assert again == first
+    n = m.stats["tokens"]
+    assert rt.stats["reads"] == n        # the prompt's logits, then one argmax per decode step
+    plan = next(iter(m._step_argmax.plans.values()))
+    d = plan.fast.describe()
+    assert d["stream"] and d["guards"] >= 2, d
+    monkeypatch.setattr(replay, "ENABLED", False)
+    m2 = ember.llm.load(str(path), device="webgpu")
+    assert m2.generate([1, 5, 7], max_tokens=10) == first
+    lg_stream = m._step_logits
+    # logits of the stream replay, bit for bit those of the step-by-step replay
+    monkeypatch.setattr(replay, "ENABLED", True)
+    ids = ember.tensor([3], dtype="int32", device="webgpu")
+    outs = []
+    for mm in (m, m2):
+        mm.model.reset()
+        f = ember.compile(lambda i, p, mm=mm: mm.model.forward(i, p))
+        if mm is m2:
+            monkeypatch.setattr(replay, "ENABLED", False)
+        outs.append([f(ids, ember.tensor([p], dtype="int32", device="webgpu")).numpy() for p in range(4)])
+    for a, b in zip(*outs):
+        assert a.tobytes() == b.tobytes()
+    # past the context: the guard raises before anything runs
+    step = ember.compile(lambda i, p: m.model.forward(i, p))
+    for p in range(3):
+        step(ids, ember.tensor([p], dtype="int32", device="webgpu"))
+    with pytest.raises((ShapeError, IndexingError)):
+        step(ids, ember.tensor([m.context], dtype="int32", device="webgpu"))
+    del lg_stream
+    gc.collect()
