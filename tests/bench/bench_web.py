@@ -1,8 +1,20 @@
-"""In-page benchmark: ember in Pyodide (backends webgpu, wasm, python) next to onnxruntime-web
-(wasm with 1 and 2 threads, webgpu) in one headless Chromium run, same models, same inputs.
+"""In-page benchmark: ember in Pyodide (backends webgpu, wasm -- also with its wasm thread pool of
+1 and of all threads once ``ember.wasm.set_threads`` exists --, python) next to onnxruntime-web
+(wasm with 1, 2 and all threads, webgpu) in one headless Chromium run, same models, same inputs;
+then the start-up rows and the LLM issue's in-page decode figures.
 
     python build.py bench web             # or: .venv/bin/python tests/bench/bench_web.py [options]
     python build.py bench web --quick     # smoke test: MNIST only, 1 run, ort wasm vs ember cpu
+    python build.py bench web --start-only          # only page open -> first MNIST answer
+
+Start-up (``--start-only``, skipped with ``--no-start``): for ember wasm and onnxruntime-web
+(1 thread, all threads), one fresh browser profile on disk each, MNIST: the page is opened
+``--start-visits`` times (default 3); visit 1 is a first visit, the others revisits with the
+HTTP cache, the Cache API and V8's code cache kept (the server caches like ember.web: ETags,
+long caching for /pyodide/ and ?v= URLs). Each visit reports page open -> engine ready -> model
+loaded -> first answer; ember runs with its memory snapshots on (wasm/snapshot.js: made in the
+background after the first visit's answer, restored on revisits) and says which way it booted.
+The timed columns run with snapshots off, so no background work competes with them.
 
 Workloads: the MNIST demo CNN (demos/mnist/model.py + mnist.safetensors) at batch 1, and
 all-MiniLM-L6-v2 (demos/minilm/model.py + the page's float16-rounded weights, widened to float32)
@@ -36,7 +48,9 @@ into tests/bench/web/node_modules when it is missing.
 from __future__ import annotations
 
 import argparse
+import email.utils
 import html
+import tempfile
 import http.server
 import importlib.util
 import json
@@ -76,15 +90,24 @@ def _load(path: Path, name: str):
 
 # ---- what runs --------------------------------------------------------------------------------
 
-# (id, engine, backend, onnxruntime threads, label). The first is the ratio baseline.
+# (id, engine, backend, threads, label). The first is the ratio baseline. threads: onnxruntime's
+# wasm threads, or the size of ember's wasm thread pool (ember.wasm.set_threads, issue 19 part 2:
+# "n/a" while the wheel has none); -1 = navigator.hardwareConcurrency, 0 = the engine's default.
 ENGINES = [
     ("ort-wasm-1t", "ort", "wasm", 1, "onnxruntime-web wasm, 1 thread"),
     ("ort-wasm-2t", "ort", "wasm", 2, "onnxruntime-web wasm, 2 threads"),
+    ("ort-wasm-all", "ort", "wasm", -1, "onnxruntime-web wasm, all threads"),
     ("ort-webgpu", "ort", "webgpu", 1, "onnxruntime-web webgpu"),
     ("ember-webgpu", "ember", "webgpu", 0, "ember webgpu"),
     ("ember-wasm", "ember", "wasm", 0, "ember wasm (SIMD)"),
+    ("ember-wasm-pool1", "ember", "wasm", 1, "ember wasm, thread pool of 1"),
+    ("ember-wasm-poolall", "ember", "wasm", -1, "ember wasm, thread pool of all threads"),
     ("ember-python", "ember", "python", 0, "ember python"),
 ]
+# Start-up: page open -> first MNIST answer on a first visit (a fresh browser profile) and on the
+# revisits that follow in the same profile (HTTP cache, Cache API, V8's code cache kept).
+START_ENGINES = ["ort-wasm-1t", "ort-wasm-all", "ember-wasm"]
+START_VISITS = 3
 BASELINE = "ort-wasm-1t"
 WORKLOADS = {   # name: (model, label)
     "mnist": ("mnist", "MNIST CNN, batch 1"),
@@ -99,6 +122,7 @@ PLAN_WEBGPU = dict(PLAN_FULL, minilm1=(1, 20, 3, 10), minilm8=(0, 3, 1, 40))
 PLAN_PYTHON = {"mnist": (1, 10, 3, 5), "minilm1": (0, 2, 2, 60), "minilm8": (0, 0, 0, 0)}
 PLAN_QUICK = {"mnist": (1, 1, 1, 5), "minilm1": (0, 1, 1, 5), "minilm8": (0, 1, 1, 5)}
 QUICK_ENGINES = ["ort-wasm-1t", "ember-wasm", "ember-python"]
+QUICK_START_ENGINES = ["ort-wasm-1t", "ember-wasm"]
 
 
 def plan_for(engine_id: str, workloads, a) -> list:
@@ -284,11 +308,26 @@ def serve(mounts: dict):
                 self.end_headers()
                 self.wfile.write(body)
                 return
-            size = f.stat().st_size
+            st = f.stat()
+            size = st.st_size
+            # Caching as ember.web serves a site (what a revisit gets): validators on every file,
+            # long caching for /pyodide/ and for "?v=<hash>" URLs, revalidation for the rest.
+            etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+            split = urllib.parse.urlsplit(self.path)
+            long = split.path.startswith("/pyodide/") or "v=" in split.query
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                for k, v in ISOLATION.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                return
             self.send_response(200)
             self.send_header("Content-Type", MIME.get(f.suffix, "application/octet-stream"))
             self.send_header("Content-Length", str(size))
-            self.send_header("Cache-Control", "no-cache")
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+            self.send_header("Cache-Control", "public, max-age=31536000, immutable" if long else "no-cache")
             for k, v in ISOLATION.items():
                 self.send_header(k, v)
             self.end_headers()
@@ -312,11 +351,14 @@ def chromium_args() -> list:
 
 
 def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: float,
-             autotune: bool = False) -> dict:
+             autotune: bool = False, *, context=None, snapshot: bool = False, tag: str = "") -> dict:
+    """One bench page in a fresh context of ``browser`` (or a new page of ``context``, which
+    stays open: a revisit)."""
     eid, engine, backend, threads, _ = eng
-    q = urllib.parse.urlencode({"engine": engine, "backend": backend, "threads": threads or 1,
-                                "model": model, "autotune": int(autotune), "plan": json.dumps(plan)})
-    ctx = browser.new_context()
+    q = urllib.parse.urlencode({"engine": engine, "backend": backend, "threads": threads,
+                                "model": model, "autotune": int(autotune), "plan": json.dumps(plan),
+                                "snapshot": int(snapshot)})
+    ctx = context or browser.new_context()
     page = ctx.new_page()
     console = []
     page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
@@ -330,16 +372,42 @@ def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: 
         res = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
                "workloads": {}, "phases": {}}
     finally:
-        ctx.close()
+        page.close()
+        if context is None:
+            ctx.close()
     res["wall_s"] = time.monotonic() - t
     res["console"] = console[-30:]
     what = ", ".join(f"{k} {w['median_ms']:.2f} ms" for k, w in res.get("workloads", {}).items())
-    log(f"{eid:<13} {model:<7} {res['status']:<5} {res['wall_s']:5.1f} s  "
+    if tag:
+        what = f"first answer {res.get('cold_ms') or 0:.0f} ms since page open"
+    log(f"{eid:<13} {model:<7}{tag} {res['status']:<5} {res['wall_s']:5.1f} s  "
         + (what if res["status"] == "ok" else res.get("reason") or ""))
     if res["status"] == "error":
         for line in console[-8:]:
             log(f"    {line[:300]}")
     return res
+
+
+def run_start(pw, base: str, eng: tuple, timeout_s: float, visits: int = START_VISITS) -> list:
+    """Page open -> first MNIST answer, ``visits`` times in one fresh browser profile (a
+    persistent one on disk, as a user's: HTTP cache, Cache API and V8's code cache survive
+    between visits). ember runs with its memory snapshots on (made after the first visit)."""
+    plan = [{"name": "mnist", "warmup": 0, "reps": 0, "min_reps": 0, "budget_s": 0}]
+    profile = tempfile.mkdtemp(prefix="ember-bench-profile-")
+    out = []
+    try:
+        ctx = pw.chromium.launch_persistent_context(
+            profile, executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
+            headless=True, args=chromium_args())
+        try:
+            for i in range(visits):
+                out.append(run_page(None, base, eng, "mnist", plan, timeout_s, context=ctx,
+                                    snapshot=eng[1] == "ember", tag=f" visit {i + 1}"))
+        finally:
+            ctx.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    return out
 
 
 # ---- the report -------------------------------------------------------------------------------
@@ -436,15 +504,80 @@ def table(rows: list, meta: dict) -> str:
     return "\n".join(out)
 
 
-def chart_svg(rows: list, meta: dict) -> str:
-    """Horizontal bars, log scale: warm medians per workload, then cold starts."""
-    colors = {"ort-wasm-1t": "#2563eb", "ort-wasm-2t": "#60a5fa", "ort-webgpu": "#1e3a8a",
-              "ember-webgpu": "#c2410c", "ember-wasm": "#f97316", "ember-python": "#fdba74"}
+def start_table(starts: dict) -> str:
+    """The start-up rows: page open -> first MNIST answer, first visit then revisits."""
+    if not starts:
+        return ""
+    label = {e[0]: e[4] for e in ENGINES}
+    n = max(len(v) for v in starts.values())
+    out = ["", "## Start: page open → first MNIST answer", "",
+           "A fresh browser profile (on disk) per engine; visit 1 is a first visit, the next ones reopen "
+           "the page in the same profile (HTTP cache, Cache API and V8's code cache kept; the server "
+           "caches as ember.web does). ms since navigation start; engine ready / model loaded / first "
+           "answer. ember runs with its memory snapshots on: made in the background after the first "
+           "visit's answer (not counted), restored on the revisits.", "",
+           "| engine | " + " | ".join("first visit" if i == 0 else f"revisit {i}" for i in range(n)) + " | ember booted from |",
+           "|---|" + "---:|" * n + "---|"]
+    for eid, visits in starts.items():
+        cells, how = [], []
+        for v in visits:
+            if v["status"] != "ok":
+                cells.append(f"{v['status']}: {(v.get('reason') or '')[:60].replace('|', '/')}")
+                continue
+            ph = v.get("phases", {})
+            cells.append(f"{fmt_ms(ph.get('engine_ready'))} / {fmt_ms(ph.get('model_loaded'))} / "
+                         f"**{fmt_ms(v.get('cold_ms'))}**")
+            snap = ph.get("snapshot")
+            if snap:
+                snap = json.loads(snap)
+                how.append("snapshot" if snap.get("used") else "normal boot")
+        cells += [""] * (n - len(cells))
+        out.append(f"| {label[eid]} | " + " | ".join(cells) + f" | {', '.join(how) or '—'} |")
+    return "\n".join(out) + "\n"
+
+
+def llm_section() -> str:
+    """The LLM issue's in-page decode figures, from the last `bench llm` run with a browser (its
+    raw results in .cache/bench_llm/), when there is one: this bench does not re-run it."""
+    cache = REPO / ".cache" / "bench_llm"
+    found = sorted((p for p in (cache / "results.json", cache / "results-browser.json") if p.is_file()),
+                   key=lambda p: p.stat().st_mtime)
+    if not found:
+        return ("\n## LLM decode in the page\n\nNot measured yet: `python3 build.py bench llm --browser-only` "
+                "writes the figures this section shows (wllama and ember in the page, SmolLM2-135M).\n")
+    try:
+        data = json.loads(found[-1].read_text())
+        rows = [r for r in data.get("rows", []) if r.get("place") == "browser"]
+    except (OSError, ValueError, AttributeError) as e:
+        return f"\n## LLM decode in the page\n\nCould not read {found[-1].name}: {e}\n"
+    out = ["", "## LLM decode in the page", "",
+           f"From `python3 build.py bench llm` ({found[-1].relative_to(REPO)}, "
+           f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(found[-1].stat().st_mtime))}; not re-run here).", "",
+           "| engine | config | file | decode tok/s | prompt tok/s | status |", "|---|---|---|---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r.get('engine')} | {r.get('config')} | {r.get('file')} | {fmt_ms(r.get('decode_tps'))} | "
+                   f"{fmt_ms(r.get('prompt_tps'))} | {r.get('status')}"
+                   + (f": {(r.get('reason') or '')[:80].replace('|', '/')}" if r.get("status") != "ok" else "") + " |")
+    return "\n".join(out) + "\n"
+
+
+def chart_svg(rows: list, meta: dict, starts: dict | None = None) -> str:
+    """Horizontal bars, log scale: warm medians per workload, then cold starts, then start-up
+    (first visit and revisits)."""
+    colors = {"ort-wasm-1t": "#2563eb", "ort-wasm-2t": "#60a5fa", "ort-wasm-all": "#93c5fd", "ort-webgpu": "#1e3a8a",
+              "ember-webgpu": "#c2410c", "ember-wasm": "#f97316", "ember-wasm-pool1": "#fb923c",
+              "ember-wasm-poolall": "#fed7aa", "ember-python": "#fdba74"}
     panels = [(f"{WORKLOADS[n][1]}: median ms per run", [(r, r["median_ms"]) for r in rows if r["workload"] == n])
               for n in WORKLOADS]
     panels.append(("cold start ms (page open → first result)",
                    [(dict(r, elabel=f"{r['elabel']} · {r['wlabel'].split(',')[0]}"), r["cold_ms"])
                     for r in rows if r["cold_ms"] is not None or (r["status"] != "ok" and r["workload"] != "minilm8")]))
+    if starts:
+        label = {e[0]: e[4] for e in ENGINES}
+        panels.append(("start ms, MNIST: page open → first answer (fresh profile, then revisits)",
+                       [({"engine": eid, "elabel": f"{label[eid]} · {'first visit' if i == 0 else f'revisit {i}'}",
+                          "status": v["status"], "reason": v.get("reason")}, v.get("cold_ms"))
+                        for eid, visits in starts.items() for i, v in enumerate(visits)]))
     vals = [v for _, bars in panels for _, v in bars if v]
     lo = 10 ** math.floor(math.log10(min(vals))) if vals else 0.1
     hi = 10 ** math.ceil(math.log10(max(vals))) if vals else 1000
@@ -516,6 +649,11 @@ def main(argv=None) -> int:
                                                "cache/quick with --quick)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per page")
+    ap.add_argument("--no-start", action="store_true",
+                    help="skip the start-up rows (first visit and revisits, MNIST)")
+    ap.add_argument("--start-only", action="store_true", help="only the start-up rows")
+    ap.add_argument("--start-visits", type=int, default=START_VISITS,
+                    help=f"visits per fresh profile in the start-up rows (default {START_VISITS})")
     a = ap.parse_args(argv)
     t_start = time.monotonic()
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -526,6 +664,10 @@ def main(argv=None) -> int:
     if bad:
         raise SystemExit(f"bench web: unknown engine/workload {bad}")
     engines = [e for e in ENGINES if e[0] in eids]
+    start_ids = [] if a.no_start else [e for e in (QUICK_START_ENGINES if a.quick else START_ENGINES)
+                                       if not a.engines or e in eids]
+    if a.start_only:
+        engines, wls = [], ["mnist"]
     models = [m for m in ("mnist", "minilm") if any(WORKLOADS[w][0] == m for w in wls)]
     out_dir = a.out or (CACHE / "quick" if a.quick else WEB)
 
@@ -556,6 +698,8 @@ def main(argv=None) -> int:
                 for eng in engines:
                     plan = plan_for(eng[0], [w for w in wls if WORKLOADS[w][0] == m], a)
                     results[(eng[0], m)] = run_page(browser, base, eng, m, plan, a.timeout, a.autotune)
+            starts = {eid: run_start(pw, base, next(e for e in ENGINES if e[0] == eid), a.timeout, a.start_visits)
+                      for eid in start_ids}
             manifest = json.loads((site / "manifest.json").read_text())
             meta = {"date": time.strftime("%Y-%m-%d"), "chromium": browser.version,
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores"
@@ -571,15 +715,18 @@ def main(argv=None) -> int:
                     "wall_s": 0.0}
             rows = collect(results, natives)
             meta["wall_s"] = time.monotonic() - t_start
-            md = table(rows, meta)
+            md = (table(rows, meta) if rows else f"# ember in the page: start-up ({meta['date']})\n\n`{meta['command']}` "
+                  f"— headless Chromium {meta['chromium']}, {meta['machine']}; ember {meta['ember']} in Pyodide "
+                  f"{meta['pyodide']}; onnxruntime-web {ORT_VERSION}.\n") + start_table(starts) + llm_section()
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "results.md").write_text(md, encoding="utf-8")
-            render_png(browser, chart_svg(rows, meta), out_dir / "results.png")
+            render_png(browser, chart_svg(rows, meta, starts), out_dir / "results.png")
         finally:
             browser.close()
             srv.shutdown()
     raw = {"meta": meta, "onnx_checks": checks,
-           "results": {f"{e}/{m}": {k: v for k, v in r.items()} for (e, m), r in results.items()}}
+           "results": {f"{e}/{m}": {k: v for k, v in r.items()} for (e, m), r in results.items()},
+           "start": starts}
     (CACHE / ("quick-results.json" if a.quick else "results.json")).write_text(json.dumps(raw, indent=1))
     if a.json:
         a.json.write_text(json.dumps(raw, indent=1))
@@ -587,6 +734,7 @@ def main(argv=None) -> int:
     print(md)
     log(f"wrote {out_dir / 'results.md'} and {out_dir / 'results.png'} in {time.monotonic() - t_start:.0f} s")
     failed = [f"{e}/{m}" for (e, m), r in results.items() if r["status"] == "error"]
+    failed += [f"{e}/start visit {i + 1}" for e, vs in starts.items() for i, v in enumerate(vs) if v["status"] == "error"]
     if failed:
         log(f"errors in: {', '.join(failed)}")
     return 1 if failed else 0

@@ -1,7 +1,11 @@
 // One engine on one model, timed in the page; driven by tests/bench/bench_web.py.
 //
 // Query string: engine=ember|ort, backend=(ember) webgpu|wasm|python, (ort) wasm|webgpu,
-// threads=N (ort), model=mnist|minilm, autotune=1 (ember webgpu: keep matmul autotuning on),
+// threads=N (ort: wasm threads; ember: its wasm thread pool, ember.wasm.set_threads; -1 =
+// navigator.hardwareConcurrency; 0 = the engine's default), model=mnist|minilm,
+// autotune=1 (ember webgpu: keep matmul autotuning on), snapshot=1 (ember: loadEmber's memory
+// snapshots on, and the result waits for the background snapshot to be stored; the timed
+// columns run with snapshots off so that no background work competes with them),
 // plan=JSON list of {name, warmup, reps, min_reps, budget_s}
 // (workloads: mnist, minilm1, minilm8; the first one's first result is the cold start).
 //
@@ -16,7 +20,8 @@ const params = new URLSearchParams(location.search);
 const cfg = {
   engine: params.get("engine"),
   backend: params.get("backend"),
-  threads: Number(params.get("threads") || 1),
+  threads: Number(params.get("threads") || 0),
+  snapshot: params.get("snapshot") === "1",
   model: params.get("model"),
   autotune: params.get("autotune") === "1",
   plan: JSON.parse(params.get("plan") || "[]"),
@@ -39,9 +44,9 @@ class Unavailable extends Error {}
 
 async function emberEngine(inputs) {
   const phases = {};
-  const { loadEmber } = await import("/wasm/ember.js");
+  const mod = await import("/wasm/ember.js");
   const t0 = performance.now();   // loadEmber's timings count from its call: shift them to page open
-  const py = await loadEmber({ webgpu: cfg.backend === "webgpu" });
+  const py = await mod.loadEmber({ webgpu: cfg.backend === "webgpu", snapshot: cfg.snapshot ? "auto" : false });
   phases.engine_ready = performance.now();
   const tm = py.ember.timings;
   Object.assign(phases, { pyodide_ready: t0 + tm.pyodideReady, ember_imported: t0 + tm.emberImported });
@@ -50,7 +55,9 @@ async function emberEngine(inputs) {
   py.FS.mkdirTree("/bench");
   py.FS.writeFile("/bench/ember_bench.py", src);
   py.runPython("import sys\nif '/bench' not in sys.path: sys.path.insert(0, '/bench')\nimport ember_bench");
-  py.globals.set("bench_cfg", py.toPy({ model: cfg.model, device: cfg.backend, autotune: cfg.autotune }));
+  phases.snapshot = py.ember.snapshot ? JSON.stringify(py.ember.snapshot) : null;
+  const threads = cfg.threads < 0 ? navigator.hardwareConcurrency : cfg.threads;
+  py.globals.set("bench_cfg", py.toPy({ model: cfg.model, device: cfg.backend, autotune: cfg.autotune, threads }));
   try {
     const info = await py.runPythonAsync("await ember_bench.setup(**bench_cfg)");
     Object.assign(phases, info.toJs({ dict_converter: Object.fromEntries }));
@@ -67,6 +74,7 @@ async function emberEngine(inputs) {
   const pyRun = py.runPython("ember_bench.run");
   return {
     phases,
+    snapshotSaved: cfg.snapshot ? () => mod.snapshotSaved() : null,
     async run(name) {
       const out = await pyRun(name);
       const flat = Float32Array.from(out.toJs());
@@ -81,8 +89,10 @@ async function ortEngine(inputs) {
   const bundle = cfg.backend === "webgpu" ? "ort.webgpu.min.mjs" : "ort.wasm.min.mjs";
   const ort = await import(`/ort/${bundle}`);
   ort.env.wasm.wasmPaths = "/ort/";
-  ort.env.wasm.numThreads = cfg.threads;
-  if (cfg.threads > 1 && !self.crossOriginIsolated) {
+  const threads = cfg.threads < 0 ? navigator.hardwareConcurrency : cfg.threads || 1;
+  ort.env.wasm.numThreads = threads;
+  phases.threads = threads;
+  if (threads > 1 && !self.crossOriginIsolated) {
     throw new Unavailable("threads need a cross-origin isolated page (COOP/COEP), and this one is not");
   }
   if (cfg.backend === "webgpu" && !navigator.gpu) throw new Unavailable("navigator.gpu is missing");
@@ -161,6 +171,9 @@ async function main() {
       await timeWorkload(engine, step, result, first);
       first = false;
     }
+    // A first visit's snapshot is made in the background after the first answer: wait for it
+    // here (outside every timed window) so that the next visit can use it.
+    if (engine.snapshotSaved) result.snapshot_saved = await engine.snapshotSaved();
   } catch (e) {
     result.status = e instanceof Unavailable ? "n/a" : "error";
     result.reason = String(e && e.message ? e.message : e).split("\n").slice(-3).join(" ").slice(0, 400);

@@ -56,7 +56,20 @@ async def _module(model: str):
     return mod
 
 
-async def setup(model: str, device: str, autotune: bool = False) -> dict:
+async def _set_threads(threads: int) -> str:
+    """ember's wasm thread pool (issue 19 part 2) at ``threads`` workers; its description."""
+    set_threads = getattr(ember.wasm, "set_threads", None)
+    if set_threads is None:
+        raise BenchUnavailable("this wheel has no ember.wasm.set_threads (the wasm thread pool has "
+                               "not landed yet)")
+    r = set_threads(threads)
+    if inspect.isawaitable(r):
+        await r
+    got = getattr(ember.wasm, "threads", lambda: threads)()
+    return str(got)
+
+
+async def setup(model: str, device: str, autotune: bool = False, threads: int = 0) -> dict:
     """Load ``model`` ("mnist" | "minilm") onto ``device``; returns how long each step took (ms).
 
     On WebGPU, matmul autotuning is off unless ``autotune``: both demo pages turn it off (on
@@ -68,6 +81,7 @@ async def setup(model: str, device: str, autotune: bool = False) -> dict:
         from ember.webgpu import autotune as _autotune
 
         _autotune.set_enabled(bool(autotune))
+    pool = await _set_threads(threads) if threads and device == "wasm" else None
     t1 = _ms()
     mod = await _module(model)
     inputs = json.loads(await ember.wasm.fetch_bytes("/cache/inputs.json"))
@@ -89,7 +103,8 @@ async def setup(model: str, device: str, autotune: bool = False) -> dict:
     fn = ember.compile(net) if model == "mnist" else ember.compile(net.sentence_embedding)
     _state.update(model=model, device=device, net=net, fn=fn, feeds=feeds)
     return {"device_init_ms": t1 - t0, "weights_fetch_ms": t2 - t1, "model_build_ms": t3 - t2,
-            "weights_bytes": len(weights), "devices": ",".join(ember.devices())}
+            "weights_bytes": len(weights), "devices": ",".join(ember.devices()),
+            **({"pool_threads": pool} if pool is not None else {})}
 
 
 def _flat(values) -> list:
