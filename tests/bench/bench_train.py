@@ -164,24 +164,56 @@ def main():
                 el, tl = e_step(), t_step()              # warm up (pipelines, caches, autotune, capture)
                 for _ in range(3):
                     e_step()
-                et, tt = [], []
+                et, tt, gt = [], [], []
+                timer = _timer(device)
                 for _ in range(ROUNDS):
+                    if timer is not None:
+                        timer.start()
                     t0 = time.perf_counter()
                     e_step()
                     et.append(time.perf_counter() - t0)
+                    if timer is not None:   # GPU time of the step's passes, checked against its wall time
+                        g = timer.seconds()
+                        gt.append(g)
+                        if g is None or g > et[-1] * 1.05:
+                            FAILURES.append(f"{name} {device} {mode}: GPU time "
+                                            f"{'overflowed' if g is None else f'{g * 1e3:.2f} ms'} vs wall {et[-1] * 1e3:.2f} ms")
                     t0 = time.perf_counter()
                     t_step()
                     tt.append(time.perf_counter() - t0)
                 if mode == "compiled" and not body.stats()["replays"]:
                     mode = "compiled (eager: " + next(iter(body.stats()["eager"].values()), "?")[:40] + ")"
+                gpu = statistics.median([g for g in gt if g is not None]) if any(g is not None for g in gt) else None
                 rows.append((name, f"{device} {mode}", min(et), statistics.median(et), min(tt),
-                             statistics.median(tt), el, tl))
+                             statistics.median(tt), el, tl, gpu))
     print(f"{'case':22} {'ember':16} {'ember best':>11} {'median':>9} {'torch best':>11} {'median':>9} "
           f"{'ratio best':>10} {'median':>7}   first losses (ember, torch)")
-    for name, dev, eb, em, tb, tmed, el, tl in rows:
+    for name, dev, eb, em, tb, tmed, el, tl, gpu in rows:
+        g = f"   GPU busy {gpu * 1e3:.2f} ms/step (median, summed pass timestamps)" if gpu is not None else ""
         print(f"{name:22} {dev:16} {eb * 1e3:9.1f}ms {em * 1e3:7.1f}ms {tb * 1e3:9.1f}ms {tmed * 1e3:7.1f}ms "
-              f"{eb / tb:10.2f} {em / tmed:7.2f}   ({el:.4f}, {tl:.4f})")
+              f"{eb / tb:10.2f} {em / tmed:7.2f}   ({el:.4f}, {tl:.4f}){g}")
     print(f"(threads={THREADS}, torch {torch.__version__} on {TORCH_DEVICE}, rounds={ROUNDS})")
+    if FAILURES:
+        print("BENCHMARK FAILURES: " + "; ".join(FAILURES))
+    elif any(r[-1] is not None for r in rows):
+        print("benchmark checks: every step's summed GPU time within its wall time")
+
+
+FAILURES: list = []
+_TIMERS: dict = {}
+
+
+def _timer(device):
+    """bench_webgpu's PassTimer on the native webgpu driver (None elsewhere)."""
+    if device != "webgpu":
+        return None
+    if "t" not in _TIMERS:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_webgpu import PassTimer
+        from ember.webgpu.runtime import get_runtime
+
+        _TIMERS["t"] = PassTimer.install(get_runtime())
+    return _TIMERS["t"]
 
 
 if __name__ == "__main__":

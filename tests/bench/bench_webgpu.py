@@ -70,16 +70,22 @@ def timed(fn, reps: int, sync) -> float:
 
 
 class PassTimer:
-    """GPU timestamps around the compute pass a native-driver flush submits (the adapter's
-    ``timestamp-query`` feature): the time the GPU spent on the recorded dispatches, nothing of
-    the Python that recorded them, of the submit or of the wait. Installed over the driver's
-    pass hooks for the benchmark only; ``None`` where the driver or adapter cannot do it."""
+    """GPU timestamps around EVERY compute pass the native driver submits (the adapter's
+    ``timestamp-query`` feature), summed: the time the GPU spent on the recorded dispatches,
+    nothing of the Python that recorded them, of the submit or of the wait. (An earlier version
+    read the last pass only and divided by every repetition: with a submit every 32 dispatches
+    it printed 1,682 TFLOP/s.) ``start()`` before the work, ``seconds()`` after it: the sum over
+    the passes since, or None when more passes ran than the query set holds. Installed as the
+    driver's ``timer`` for the benchmark only; ``None`` where the driver or adapter cannot."""
+
+    PAIRS = 2048          # passes one timing may span (4096 queries: WebGPU's query-set limit)
+    SLOT = 256            # resolveQuerySet's destination offset must be a multiple of 256
 
     @classmethod
     def install(cls, rt):
         drv = rt.driver
         dev = getattr(drv, "_dev", None)
-        if dev is None or "timestamp-query" not in rt.features or not hasattr(drv, "_begin_pass"):
+        if dev is None or "timestamp-query" not in rt.features or not hasattr(drv, "timer"):
             return None
         return cls(drv, dev)
 
@@ -87,26 +93,92 @@ class PassTimer:
         import wgpu
 
         self.dev = dev
-        self.qs = dev.create_query_set(type="timestamp", count=2)
-        self.buf = dev.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-        writes = {"query_set": self.qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+        self.qs = dev.create_query_set(type="timestamp", count=2 * self.PAIRS)
+        self.buf = dev.create_buffer(size=self.PAIRS * self.SLOT,
+                                     usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        self.n = 0
+        self.overflow = False
+        self.cur = None
+        drv.timer = self
 
-        def begin():
-            enc = dev.create_command_encoder()
-            return enc, enc.begin_compute_pass(timestamp_writes=writes)
+    def start(self) -> None:
+        self.n = 0
+        self.overflow = False
 
-        def submit(enc, cpass, arena):
-            cpass.end()
-            enc.resolve_query_set(self.qs, 0, 2, self.buf, 0)
-            if arena:
-                dev.queue.write_buffer(drv._arena_buf, 0, arena)
-            dev.queue.submit([enc.finish()])
+    def writes(self):
+        if self.n >= self.PAIRS:
+            self.overflow = True
+            self.cur = None
+            return None
+        self.cur = self.n
+        self.n += 1
+        return {"query_set": self.qs, "beginning_of_pass_write_index": 2 * self.cur,
+                "end_of_pass_write_index": 2 * self.cur + 1}
 
-        drv._begin_pass, drv._submit = begin, submit
+    def resolve(self, enc) -> None:
+        if self.cur is not None:
+            enc.resolve_query_set(self.qs, 2 * self.cur, 2, self.buf, self.cur * self.SLOT)
+            self.cur = None
 
-    def last_pass_seconds(self) -> float:
-        t = np.frombuffer(self.dev.queue.read_buffer(self.buf), np.uint64)
-        return float(t[1] - t[0]) * 1e-9   # nanoseconds (WebGPU's unit)
+    def seconds(self):
+        """GPU seconds summed over the passes since ``start()`` (waits for them); None when
+        the query set overflowed."""
+        if self.overflow:
+            return None
+        if self.n == 0:
+            return 0.0
+        raw = np.frombuffer(self.dev.queue.read_buffer(self.buf, 0, self.n * self.SLOT), np.uint64)
+        t = raw.reshape(self.n, self.SLOT // 8)[:, :2].astype(np.int64)
+        return float((t[:, 1] - t[:, 0]).sum()) * 1e-9   # nanoseconds (WebGPU's unit)
+
+    def passes(self) -> int:
+        return self.n
+
+
+# ---- honesty checks: a figure above the device's peak, or GPU time longer than the wall time
+# that contained it, is a failure of the benchmark (printed, and counted at the end)
+
+PEAKS = {"H200": (67.0, 4800.0), "H100": (67.0, 3350.0)}   # fp32 non-tensor TFLOP/s, HBM GB/s
+PEAK = {"tflops": None, "gbs": None}
+FAILURES: list = []
+
+
+def set_peaks(info, tflops=None, gbs=None) -> None:
+    name = f"{info.get('device', '')} {info.get('description', '')}"
+    for key, (tf, bw) in PEAKS.items():
+        if key in name:
+            PEAK["tflops"], PEAK["gbs"] = tf, bw
+    if tflops:
+        PEAK["tflops"] = tflops
+    if gbs:
+        PEAK["gbs"] = gbs
+
+
+def check_rate(what: str, flop=None, nbytes=None, seconds=None) -> str:
+    """'' or a FAILED note when ``flop``/``nbytes`` in ``seconds`` pass the device's peak."""
+    notes = []
+    if seconds is None or seconds <= 0:
+        notes.append("no time")
+    else:
+        if flop and PEAK["tflops"] and flop / seconds / 1e12 > PEAK["tflops"]:
+            notes.append(f"{flop / seconds / 1e12:.1f} TFLOP/s > peak {PEAK['tflops']:.0f}")
+        if nbytes and PEAK["gbs"] and nbytes / seconds / 1e9 > PEAK["gbs"]:
+            notes.append(f"{nbytes / seconds / 1e9:.0f} GB/s > peak {PEAK['gbs']:.0f}")
+    if notes:
+        FAILURES.append(f"{what}: " + "; ".join(notes))
+        return " [BENCHMARK FAILURE: " + "; ".join(notes) + "]"
+    return ""
+
+
+def _gpu_vs_wall(what: str, gpu_s, wall_s) -> float:
+    """The GPU time, cross-checked: summed pass time can never exceed the wall time of the span
+    that recorded, submitted and waited for those passes."""
+    if gpu_s is None:
+        FAILURES.append(f"{what}: timestamp query set overflowed; wall time used")
+        return wall_s
+    if gpu_s > wall_s * 1.05 + 1e-5:
+        FAILURES.append(f"{what}: GPU time {gpu_s * 1e3:.3f} ms > wall {wall_s * 1e3:.3f} ms")
+    return gpu_s
 
 
 TIMER = [None]
@@ -143,13 +215,17 @@ def gpu_timed(fn, reps: int) -> float:
     for _ in range(TRIALS[0]):
         if BUSY[0] is not None:
             BUSY[0]()
+        t_all = time.perf_counter()
+        if timer is not None:
+            timer.start()
         for _ in range(reps):
             fn()
         t0 = time.perf_counter()
         wg.synchronize()
-        dt = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        dt = t1 - t0
         if timer is not None:
-            dt = timer.last_pass_seconds()
+            dt = _gpu_vs_wall(getattr(fn, "__qualname__", "a timing"), timer.seconds(), t1 - t_all)
         best = min(best, dt / reps)
     return best
 
@@ -194,6 +270,8 @@ def matmul_table(sizes, budget, cpu_adapter, cpu_peers=True):
             one = gpu_timed(lambda: wg.evaluate(ta @ tb), 1)
             dt = gpu_timed(lambda: wg.evaluate(ta @ tb), reps_for(one, budget))
             row[v] = flop / dt / 1e9
+            row.setdefault("fail", "")
+            row["fail"] += check_rate(f"matmul {v} n={n}", flop=flop, nbytes=12.0 * n * n, seconds=dt)
         autotune.force("matmul", None)
         t0 = time.perf_counter()
         wg.evaluate(ta @ tb)
@@ -203,10 +281,18 @@ def matmul_table(sizes, budget, cpu_adapter, cpu_peers=True):
         row["chosen"] = autotune._table(rt).get(key, linalg.default_variant(rt, n, n, n, "f32"))
         one = gpu_timed(lambda: wg.evaluate(ta @ tb), 1)
         reps = reps_for(one, budget)
-        row["auto"] = flop / gpu_timed(lambda: wg.evaluate(ta @ tb), reps) / 1e9
+        dt = gpu_timed(lambda: wg.evaluate(ta @ tb), reps)
+        row["auto"] = flop / dt / 1e9
         # end to end: recording included, not overlapped with the GPU (ember records a batch,
         # then submits it)
-        row["auto_e2e"] = flop / timed(lambda: wg.evaluate(ta @ tb), reps, wg.synchronize) / 1e9
+        dte = timed(lambda: wg.evaluate(ta @ tb), reps, wg.synchronize)
+        row["auto_e2e"] = flop / dte / 1e9
+        row.setdefault("fail", "")
+        row["fail"] += check_rate(f"matmul auto n={n}", flop=flop, seconds=dt)
+        row["fail"] += check_rate(f"matmul auto e2e n={n}", flop=flop, seconds=dte)
+        if dte < dt * 0.8:   # (two separate timings: noise allowed, not a 20% contradiction)
+            FAILURES.append(f"matmul n={n}: end-to-end {dte * 1e3:.3f} ms per call < GPU time {dt * 1e3:.3f} ms")
+            row["fail"] += " [BENCHMARK FAILURE: end to end faster than the GPU time]"
         if cpu_peers:
             one = timed(lambda: a @ b, 1, lambda: None)
             row["numpy"] = flop / timed(lambda: a @ b, reps_for(one, budget), lambda: None) / 1e9
@@ -217,7 +303,9 @@ def matmul_table(sizes, budget, cpu_adapter, cpu_peers=True):
                 row["torch_cpu"] = flop / timed(lambda: xa @ xb, reps_for(one, budget), lambda: None) / 1e9
             if cuda:
                 ga, gb = xa.cuda(), xb.cuda()
-                row["torch_cuda"] = flop / timed(lambda: ga @ gb, 20, torch.cuda.synchronize) / 1e9
+                dtc = timed(lambda: ga @ gb, 20, torch.cuda.synchronize)
+                row["torch_cuda"] = flop / dtc / 1e9
+                row["fail"] += check_rate(f"torch cuda matmul n={n}", flop=flop, seconds=dtc)
         rows.append(row)
         del ta, tb
     return rows
@@ -243,7 +331,11 @@ def linear_row(k, budget):
         if err > 1e-4:
             raise SystemExit(f"linear variant {v}: relative error {err:.2e}")
         one = gpu_timed(lambda: wg.evaluate(tx @ tw), 1)
-        row[v] = flop / gpu_timed(lambda: wg.evaluate(tx @ tw), reps_for(one, budget)) / 1e9
+        dt = gpu_timed(lambda: wg.evaluate(tx @ tw), reps_for(one, budget))
+        row[v] = flop / dt / 1e9
+        row[v + "_GBs"] = 4.0 * k * k / dt / 1e9
+        row.setdefault("fail", "")
+        row["fail"] += check_rate(f"batch-1 linear {v} k={k}", flop=flop, nbytes=4.0 * k * k, seconds=dt)
     autotune.force("matmul", None)
     row["numpy"] = flop / timed(lambda: x @ w.T, 20, lambda: None) / 1e9
     return row
@@ -331,12 +423,16 @@ def _one_pass_timed(calls, cpu_adapter):
     best = float("inf")
     try:
         for _ in range(TRIALS[0]):
+            t_all = time.perf_counter()
+            if TIMER[0] is not None:
+                TIMER[0].start()
             keep = [c() for c in calls]      # each call writes its own output: no false dependences
             t0 = time.perf_counter()
             wg.synchronize()
-            dt = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            dt = t1 - t0
             if TIMER[0] is not None:
-                dt = TIMER[0].last_pass_seconds()
+                dt = _gpu_vs_wall(f"{len(calls)} calls in one pass", TIMER[0].seconds(), t1 - t_all)
             best = min(best, dt / len(calls))
             del keep
     finally:
@@ -390,6 +486,7 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
             dt = _one_pass_timed(decode_calls(), cpu_adapter)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9
+            row["fail"] = check_rate(f"qlinear decode {qt} {n}x{k}", flop=2.0 * n * k, nbytes=nbytes, seconds=dt)
             if layouts and not cpu_adapter:
                 row["layouts"] = {}
                 for lanes_, rb_, u_, xsh in GEMV_LAYOUTS:
@@ -401,9 +498,13 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
                         for v in ("EMBER_QLINEAR_LANES", "EMBER_QLINEAR_RB", "EMBER_QLINEAR_U", "EMBER_QLINEAR_XSH"):
                             os.environ.pop(v, None)
                     row["layouts"][f"{lanes_}x{rb_}u{u_}{'s' if xsh else ''}"] = nbytes / dt / 1e9
+                    row["fail"] += check_rate(f"qlinear decode {qt} {n}x{k} layout {lanes_}x{rb_}u{u_}",
+                                              nbytes=nbytes, seconds=dt)
             preps = 2 if cpu_adapter else max(QL_MIN_REPS // 4, copies)
             pcalls = [lambda w=ws[i % copies]: ember.qlinear(txp, w, qtype=qt, n=n, k=k) for i in range(preps)]
-            row["prompt_GFLOPs"] = 2.0 * 128 * n * k / _one_pass_timed(pcalls, cpu_adapter) / 1e9
+            dt = _one_pass_timed(pcalls, cpu_adapter)
+            row["prompt_GFLOPs"] = 2.0 * 128 * n * k / dt / 1e9
+            row["fail"] += check_rate(f"qlinear prompt {qt} {n}x{k}", flop=2.0 * 128 * n * k, seconds=dt)
             if not cpu_adapter:   # the other prompt paths: scalar tiles; dequantize + autotuned matmul
                 for mode in ("tiled", "dequant"):
                     os.environ["EMBER_QLINEAR_PROMPT"] = mode
@@ -423,7 +524,8 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
         freps = 3 if cpu_adapter else max(32, 2 * fcopies)
         dt = _one_pass_timed([lambda w=fws[i % fcopies]: _evaluated(tx1 @ w) for i in range(freps)], cpu_adapter)
         peer = {"n": n, "k": k, "qtype": "f32 matmul", "MB": w32.nbytes / 1e6, "us": dt * 1e6,
-                "GBs": w32.nbytes / dt / 1e9}
+                "GBs": w32.nbytes / dt / 1e9,
+                "fail": check_rate(f"f32 batch-1 linear {n}x{k}", nbytes=w32.nbytes, seconds=dt)}
         del fws
         if cuda:
             wh = [torch.from_numpy(w32).cuda().half() for _ in range(max(1, -(-QL_PASS_BYTES // (w32.nbytes // 2))))]
@@ -460,6 +562,7 @@ def smol_token(cpu_adapter, layers=30):
     nbytes = sum(int(t.shape[0]) * 4 for _, _, t, _ in tensors)
     calls = [lambda n=n, k=k, w=w, qt=qt: ember.qlinear(xs[k], w, qtype=qt, n=n, k=k) for n, k, w, qt in tensors]
     dt = _one_pass_timed(calls, cpu_adapter) * len(calls)
+    check_rate("one SmolLM2 token's products", nbytes=nbytes, seconds=dt)
     return {"products": len(calls), "MB": nbytes / 1e6, "ms": dt * 1e3, "GBs": nbytes / dt / 1e9}
 
 
@@ -479,7 +582,98 @@ def print_qlinear(rows, peak):
         if "prompt_tiled" in r:
             extra += f"  | prompt scalar tiles {r['prompt_tiled']:.0f}, dequantize+matmul {r['prompt_dequant']:.0f} GFLOP/s"
         print(f"{r['n']:>5}x{r['k']:<5} {r['qtype']:>10} {r['MB']:>7.2f} {r.get('copies', '-'):>6} {r['us']:>9.1f} "
-              f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>9} {prompt}{extra}")
+              f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>9} {prompt}{extra}{r.get('fail', '')}")
+
+
+def replay_rows(layers: int = 64, width: int = 64, reps: int = 50) -> list:
+    """Host time of a replayed plan (``ember.compile``) per dispatch: an MLP of ``layers``
+    Linear+GELU blocks at batch 1, replayed step by step (each kernel's Python records its
+    dispatches) and as a prebuilt dispatch stream (``ember.webgpu.replay``). ``host``: the
+    Python of one call (the GPU runs meanwhile); ``encode``: the stream's loop of direct C calls
+    alone (encoded into a pass that is never submitted); ``wall``: calls + the final wait."""
+    from ember import nn
+    from ember.webgpu import replay
+
+    rt = wg.get_runtime()
+    ember.manual_seed(0)
+    blocks = []
+    for _ in range(layers):
+        blocks += [nn.Linear(width, width), nn.GELU()]
+    model = nn.Sequential(*blocks).to("webgpu")
+    x = ember.from_numpy(np.random.default_rng(5).standard_normal((1, width)).astype(np.float32), device="webgpu")
+    rows = []
+    outs = {}
+    old = replay.ENABLED
+    try:
+        for mode in ("steps", "stream"):
+            replay.ENABLED = mode == "stream"
+            with ember.no_grad():
+                f = ember.compile(model)
+                for _ in range(3):
+                    outs[mode] = f(x).numpy()
+                wg.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    r = f(x)
+                t1 = time.perf_counter()
+                wg.evaluate(r)
+                wg.synchronize()
+                t2 = time.perf_counter()
+                plan = f.plan_for(x)
+            fast = plan.fast if plan.fast not in (None, False) else None
+            n = fast.describe()["dispatches"] if fast is not None and fast.stream is not None else None
+            if n is None:
+                rt.reset_stats()
+                with ember.no_grad():
+                    wg.evaluate(f(x))
+                n = rt.stats["dispatches"]
+            row = {"mode": mode, "dispatches": n, "host_us": (t1 - t0) / reps * 1e6, "wall_us": (t2 - t0) / reps * 1e6}
+            if fast is not None and fast.stream is not None and rt.driver._c is not None:
+                drv = rt.driver
+                fast_, cmds, _ = fast.stream.prepared
+                set_pipeline, set_bind_group, dispatch, null = drv._c
+                best = float("inf")
+                for _ in range(10):
+                    enc = drv._dev.create_command_encoder()
+                    cp = enc.begin_compute_pass()
+                    c = cp._internal
+                    a = time.perf_counter()
+                    for p_, b_, gx, gy, gz in cmds:
+                        if p_ is not None:
+                            set_pipeline(c, p_)
+                        set_bind_group(c, 0, b_, 0, null)
+                        dispatch(c, gx, gy, gz)
+                    best = min(best, time.perf_counter() - a)
+                    cp.end()
+                    enc.finish()
+                row["encode_us"] = best * 1e6
+            rows.append(row)
+    finally:
+        replay.ENABLED = old
+    if outs["steps"].tobytes() != outs["stream"].tobytes():
+        FAILURES.append("replay: the stream's output differs from the step-by-step replay's")
+    return rows
+
+
+def print_replay(rows) -> None:
+    print("\nreplayed plan (MLP of Linear+GELU, batch 1): host time per call and per dispatch")
+    for r in rows:
+        n = max(r["dispatches"], 1)
+        enc = f", encode loop {r['encode_us'] / n:.2f} us/dispatch" if "encode_us" in r else ""
+        print(f"  {r['mode']:>6}: {r['dispatches']} dispatches, host {r['host_us']:.0f} us/call "
+              f"({r['host_us'] / n:.2f} us/dispatch){enc}, wall {r['wall_us']:.0f} us/call")
+
+
+def print_failures() -> None:
+    if FAILURES:
+        print(f"\nBENCHMARK FAILURES ({len(FAILURES)}): figures above the device's peak or GPU time "
+              f"that the wall clock contradicts:")
+        for f in FAILURES:
+            print("  - " + f)
+    else:
+        print("\nbenchmark checks: every GPU figure within the wall time that contained it"
+              + (f" and under the peaks ({PEAK['tflops']} TFLOP/s, {PEAK['gbs']} GB/s)" if PEAK["tflops"] else
+                 " (no peak known for this adapter: --peak-tflops/--peak-gbs)"))
 
 
 def main(argv=None):
@@ -493,6 +687,8 @@ def main(argv=None):
     p.add_argument("--qtypes", default="q4_1,q8_0", help="qlinear formats (default q4_1,q8_0)")
     p.add_argument("--qshapes", default=None, help="qlinear (n)x(k) shapes, e.g. 4096x4096,576x1536")
     p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's memory bandwidth (H200: 4800)")
+    p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's fp32 peak (H200: 67)")
+    p.add_argument("--replay", action="store_true", help="only the replayed-plan host-time section")
     args = p.parse_args(argv)
 
     os.environ.setdefault("EMBER_AUTOTUNE", "on")
@@ -504,13 +700,20 @@ def main(argv=None):
     budget = args.budget or (0.2 if args.quick else 2.0 if cpu else 0.05)
     TRIALS[0] = 1 if cpu or args.quick else 3
     TIMER[0] = PassTimer.install(wg.get_runtime())
+    set_peaks(info, args.peak_tflops, args.peak_gbs)
+    args.peak_gbs = PEAK["gbs"]
     if TIMER[0] is not None and not cpu:
         BUSY[0] = keep_busy(wg.get_runtime())
     print(f"adapter: {info.get('device')} / {info.get('description')} ({info.get('backend')}, "
           f"{info.get('adapter_type')}); features: {', '.join(info.get('features', []))}")
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}")
-    print("kernel timing: " + ("GPU timestamps around each submitted pass" if TIMER[0] else
-                               "wall clock of submit + wait (recording excluded)"))
+    print("kernel timing: " + ("GPU timestamps around every submitted pass, summed, checked against the "
+                               "wall clock" if TIMER[0] else "wall clock of submit + wait (recording excluded)"))
+
+    if args.replay:
+        print_replay(replay_rows())
+        print_failures()
+        return
 
     if args.qlinear:
         shapes = QL_SHAPES if not args.qshapes else [tuple(int(v) for v in sh.split("x")) for sh in args.qshapes.split(",")]
@@ -520,6 +723,7 @@ def main(argv=None):
               f"{tok['MB']:.1f} MB of weights, every weight distinct, one pass): {tok['ms']:.3f} ms of GPU time, "
               f"{tok['GBs']:.1f} GB/s" + (" (2 layers of 30 on a CPU adapter)" if cpu else
                                           f" -> at most {1e3 / tok['ms']:.0f} tokens/s from the products alone"))
+        print_failures()
         return
 
     rows = matmul_table(sizes, budget, cpu, not args.no_cpu_peers)
@@ -538,12 +742,16 @@ def main(argv=None):
         if r.get("torch_cuda"):   # every variant against the same-GPU peer
             extra = " [" + " ".join(f"{c} {r[c] / peer:.2f}x" for c in linalg.VARIANTS if r.get(c)) + "]"
         peer_name = "torch_cuda" if r.get("torch_cuda") else "numpy"
-        print(f"{r['n']:>6} " + " ".join(cells) + f" {r['chosen']:>8} {r['autotune_s']:>7.2f}  {ratio:.3f}x {peer_name}{extra}")
+        print(f"{r['n']:>6} " + " ".join(cells) + f" {r['chosen']:>8} {r['autotune_s']:>7.2f}  {ratio:.3f}x {peer_name}{extra}"
+              + r.get("fail", ""))
 
     k = max(sizes)
     lr = linear_row(k, budget)
-    print(f"\nbatch-1 linear x(1, {k}) @ W.T ({k}x{k}), GFLOP/s: "
-          + ", ".join(f"{c} {lr[c]:.2f}" for c in list(linalg.VARIANTS) + ["numpy"] if c in lr))
+    print(f"\nbatch-1 linear x(1, {k}) @ W.T ({k}x{k}), GFLOP/s (GB/s of weight read): "
+          + ", ".join(f"{c} {lr[c]:.2f}" + (f" ({lr[c + '_GBs']:.0f} GB/s"
+                                              + (f", {100 * lr[c + '_GBs'] / PEAK['gbs']:.0f}% of HBM" if PEAK["gbs"] else "")
+                                              + ")" if c + "_GBs" in lr else "")
+                      for c in list(linalg.VARIANTS) + ["numpy"] if c in lr) + lr.get("fail", ""))
 
     g = gelu_rows(gelu_n, budget)
     f_dt, f_n = g["fused"]
@@ -552,6 +760,8 @@ def main(argv=None):
     print(f"  fused   {f_dt * 1e3:9.3f} ms  ({f_n} dispatch{'es' if f_n != 1 else ''})")
     print(f"  unfused {u_dt * 1e3:9.3f} ms  ({u_n} dispatches, EMBER_FUSION=off)")
     print(f"  unfused / fused = {u_dt / f_dt:.2f}x")
+    print_replay(replay_rows())
+    print_failures()
     print("\nNote: timings are GPU throughput (many calls, one wait); on a CPU adapter they measure a "
           "software rasteriser, so compare ratios, not absolute numbers.")
 
