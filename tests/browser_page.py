@@ -72,6 +72,16 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _IsolatedHandler(_Handler):
+    """The same files, cross-origin isolated (COOP/COEP, as ember.web sends): SharedArrayBuffer
+    and a wasm thread team exist on such a page."""
+
+    def end_headers(self):
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        super().end_headers()
+
+
 def wheel_into(d) -> str:
     """The site's wheel when build.py built one (``$EMBER_SITE``), else a fresh build; copied
     into ``d``. Returns its file name."""
@@ -87,10 +97,12 @@ def wheel_into(d) -> str:
     return os.path.basename(whl)
 
 
-def run_page(d, code: str, *, files=(), links=None, webgpu: bool = False, timeout_ms: int = 600_000) -> dict:
+def run_page(d, code: str, *, files=(), links=None, webgpu: bool = False, timeout_ms: int = 600_000,
+             isolated: bool = False) -> dict:
     """Serve folder ``d`` (wheel and Pyodide added here; ``links``: {name: path} symlinked in;
     ``files``: paths under ``d`` the page copies into /repo/), run ``code`` in the page and
-    return its JSON result as a dict (assertion error with the page's log on failure)."""
+    return its JSON result as a dict (assertion error with the page's log on failure).
+    ``isolated``: serve with COOP/COEP headers (a cross-origin isolated page)."""
     whl = wheel_into(d)
     os.symlink(PYODIDE, os.path.join(str(d), "pyodide"))
     for name, path in (links or {}).items():
@@ -100,7 +112,8 @@ def run_page(d, code: str, *, files=(), links=None, webgpu: bool = False, timeou
         f.write(page)
     with open(os.path.join(str(d), "page_code.py"), "w") as f:
         f.write(code)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(d)))
+    handler = _IsolatedHandler if isolated else _Handler
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(d)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     logs = []
     try:

@@ -28,9 +28,11 @@ def fast_of(compiled):
     return None
 
 
-def op_cases(ember, op_cases_mod, select=None) -> dict:
+def op_cases(ember, op_cases_mod, select=None, before_call=None) -> dict:
     """Every op case (no error cases) compiled on wasm: capture on inputs A, record on A, then
-    table replays on B (A's values reversed), A, B; each replay bit-identical to eager code."""
+    table replays on B (A's values reversed), A, B; each replay bit-identical to eager code.
+    ``before_call(k)``, when given, runs before call k (0..4) of every case (the thread test sets
+    a thread count per replay there)."""
     from ember.errors import EmberError
 
     def tensors(case, rev):
@@ -40,7 +42,7 @@ def op_cases(ember, op_cases_mod, select=None) -> dict:
                                         device="wasm"))
         return out
 
-    failures, python_steps = [], {}
+    failures, python_steps, spaces = [], {}, {}
     n = tables = one_segment = 0
     before = ember.default_device()
     ember.set_default_device("wasm")
@@ -54,7 +56,11 @@ def op_cases(ember, op_cases_mod, select=None) -> dict:
                 continue
             fn = ember.compile(lambda *ts, case=case: case.ember_fn(ember, *ts))
             try:
-                got = [raw(fn(*tensors(case, rev))) for rev in (False, False, True, False, True)]
+                got = []
+                for k, rev in enumerate((False, False, True, False, True)):
+                    if before_call is not None:
+                        before_call(k)
+                    got.append(raw(fn(*tensors(case, rev))))
             except Exception as e:  # noqa: BLE001 (reported with the case id)
                 failures.append(f"{case.id}: raised {type(e).__name__}: {e}")
                 continue
@@ -66,6 +72,8 @@ def op_cases(ember, op_cases_mod, select=None) -> dict:
             fast = fast_of(fn)
             if fast is not None and fast.ready:
                 d = fast.describe()
+                if d["segments"]:   # where its tables ran
+                    spaces[d["space"]] = spaces.get(d["space"], 0) + 1
                 tables += 1
                 one_segment += d["segments"] == 1
                 for r in d["python_steps"].values():
@@ -73,7 +81,7 @@ def op_cases(ember, op_cases_mod, select=None) -> dict:
     finally:
         ember.set_default_device(before)
     return {"cases": n, "tables": tables, "one_segment": one_segment, "failures": failures,
-            "python_steps": python_steps}
+            "python_steps": python_steps, "spaces": spaces}
 
 
 def mnist(ember, model_mod, weights, runs: int = 6) -> dict:

@@ -34,7 +34,7 @@ def boot_info() -> dict:
     return dict(_BOOT)
 
 
-async def init() -> dict:
+async def init(*, wait_threads: float = 0.0) -> dict:
     """Set up ``device="wasm"`` (the WebAssembly SIMD kernels) and return what it runs on.
 
     Inside Pyodide this compiles the kernel module asynchronously and instantiates it on
@@ -42,6 +42,10 @@ async def init() -> dict:
     synchronous compilation of modules over 4 KB. In Node, in a Worker and in CPython (with the
     ``wasmtime`` package) plain use of ``device="wasm"`` sets itself up, so this is optional
     there. Raises DeviceError saying why when the device cannot run here.
+
+    Where threads are possible (a cross-origin isolated page, Node) it also starts the thread
+    team for replayed plans (``set_threads``); its workers start in the background, and
+    ``wait_threads`` > 0 waits up to that many seconds for all of them.
 
     >>> import asyncio
     >>> asyncio.run(init())["device"]     # doctest: +SKIP
@@ -54,7 +58,7 @@ async def init() -> dict:
     rt = await init_async()
     reset_backend("wasm")
     b = get_backend("wasm")
-    await threads_init()
+    await threads_init(wait_threads)
     return {"device": "wasm", "runtime": rt.kind, "kernels": sorted(b.native), **_threads_info()}
 
 

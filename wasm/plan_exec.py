@@ -280,9 +280,22 @@ class WasmPlanReplay:
     def __call__(self, inputs):
         if self.disabled is not None:
             return self.plan._run_steps(inputs)
+        if self.ready and self.team_epoch != _team_epoch() and self.rt.kind == "pyodide":
+            self._retarget()
         if not self.ready:
             return self._record(inputs)
         return self._replay(inputs)
+
+    def _retarget(self):
+        """Threads were turned on or off since the tables were built: record them again, for
+        the team's shared memory or for Pyodide's own (not counted against MAX_RECORDS)."""
+        from .team import team
+
+        self.team_epoch = _team_epoch()
+        want = "threads" if team() is not None and self.segments else "pyodide"
+        if want != self.space.kind:
+            self.ready = False
+            self.records -= 1
 
     def describe(self) -> dict:
         """What the replay does: ``segments`` (ember_run calls per replay), ``table_steps``,
@@ -542,6 +555,7 @@ class WasmPlanReplay:
         if old is not None:
             old.close()
         team = None
+        self.team_epoch = _team_epoch()
         if self.rt.kind == "pyodide" and any(p[0] == "seg" for p in program):
             from .team import team as _team
 
@@ -1009,6 +1023,18 @@ class TeamSpace(ArenaSpace):
                         if ref[0] == "p" and wr:
                             big = max(big, hi)
         team.ensure_scratch(big)
+
+
+def _team_epoch() -> int:
+    st = _TEAM_STATE[0]
+    if st is None:
+        from .team import _STATE
+
+        st = _TEAM_STATE[0] = _STATE
+    return st["epoch"]
+
+
+_TEAM_STATE = [None]
 
 
 def compile_plan(backend, plan):

@@ -282,7 +282,17 @@ class TeamArena:
             self.team.release(a, n)
 
 
-_STATE = {"team": None, "wanted": None, "why": None, "env": None}
+_STATE = {"team": None, "wanted": None, "why": None, "env": None, "epoch": 0, "pending": None}
+
+
+def epoch() -> int:
+    """Changes whenever replayed plans should move between one thread (Pyodide's memory) and the
+    team (a plan notices on its next replay and records its tables again)."""
+    return _STATE["epoch"]
+
+
+def _bump() -> None:
+    _STATE["epoch"] += 1
 
 
 def _env() -> dict:
@@ -345,6 +355,7 @@ def _start(t: Team) -> None:
     _STATE["team"] = t
     _STATE["why"] = None
     t.set_threads(wanted())
+    _bump()
 
 
 def wanted() -> int:
@@ -352,25 +363,25 @@ def wanted() -> int:
     return default_threads() if w is None else w
 
 
-async def init_async(timeout: float = 10.0) -> None:
-    """Create the team asynchronously (a page's main thread) and wait for its workers."""
+async def init_async(wait: float = 0.0) -> None:
+    """Start the team where threads are possible (a page's main thread needs this: asynchronous
+    compilation). Its workers start in the background; ``wait`` > 0 waits up to that many seconds
+    for all of them (plans replay on the threads that are ready meanwhile)."""
     import asyncio
     import time
 
-    if wanted() > 1 and _env()["shareable"]:
-        if _STATE["team"] is None:
-            try:
-                _start(await _make_team_async())
-            except Exception as e:  # noqa: BLE001
-                _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
-                return
-        t = _STATE["team"]
-        t.set_threads(wanted())
-        end = time.monotonic() + timeout
-        while t.ready() < t.wanted and time.monotonic() < end:
-            await asyncio.sleep(0.01)
-        if t.ready() < t.wanted:
-            _STATE["why"] = f"only {t.ready()} of {t.wanted} threads started within {timeout:g} s"
+    if wanted() <= 1 or not _env()["shareable"]:
+        return
+    if _STATE["team"] is None:
+        try:
+            _start(await _make_team_async())
+        except Exception as e:  # noqa: BLE001
+            _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
+            return
+    t = _STATE["team"]
+    end = time.monotonic() + wait
+    while t.ready() < t.wanted and time.monotonic() < end:
+        await asyncio.sleep(0.005)
 
 
 def set_threads(n) -> None:
@@ -382,7 +393,10 @@ def set_threads(n) -> None:
         _STATE["wanted"] = n
     t = _STATE["team"]
     if t is not None:
+        was = t.wanted > 1
         t.set_threads(wanted() if _env()["shareable"] else 1)
+        if was != (t.wanted > 1):
+            _bump()
 
 
 def threads() -> int:

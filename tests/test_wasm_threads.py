@@ -1,0 +1,142 @@
+"""The wasm thread team (``ember.wasm.team``, ``wasm/kernels/team.h``): replayed plans on a shared
+WebAssembly.Memory, split kernels run by 1-4 threads, every result the same bits as eager code
+on one thread. Runs inside Pyodide under Node (worker_threads) and in headless Chromium on a
+cross-origin isolated page (Web Workers); a page without isolation runs on one thread and says so
+(tests/test_wasm_browser.py). Kernels split here however small their work (min work 1), and
+workers sleep soon (4 threads on a 2-core machine).
+
+Each op case is compiled with the team at 4 threads, then its three table replays run with
+2, 3, 4 threads (pass a) and 1, 4, 3 threads (pass b): every case, every thread count.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ember
+
+REPO = Path(__file__).resolve().parent.parent
+
+CHECK = '''
+sys.path.insert(0, "/repo/tests")
+import ember, ember.wasm as W
+import op_cases, wasm_plan_checks as C
+from ember.wasm import team as T
+out = {"info_before": W.info(), "threads_before": W.threads()}
+try:
+    W.set_threads(0)
+    out["zero"] = "accepted"
+except ValueError as e:
+    out["zero"] = "ValueError"
+W.set_threads(4)
+out["init"] = await W.init(wait_threads=20)
+t = T.team(create=False)
+t.set_min_work(1)       # every split kernel splits, however small its work
+t._set(T.SPIN, 2000)    # more threads than cores: sleep soon
+out["threads"] = W.threads()
+for name, sched in (("a", (4, 4, 2, 3, 4)), ("b", (4, 4, 1, 4, 3))):
+    runs0 = t.runs()
+    r = C.op_cases(ember, op_cases, before_call=lambda k, s=sched: W.set_threads(s[k]))
+    out["pass_" + name] = {"cases": r["cases"], "tables": r["tables"], "failures": r["failures"][:30],
+                          "spaces": r["spaces"], "team_runs": t.runs() - runs0}
+llama = {}
+for n in (1, 2, 3, 4):
+    W.set_threads(n)
+    llama[n] = C.llama_decode(ember)
+out["llama"] = llama
+W.set_threads(2)
+runs0 = t.runs()
+out["guard"] = C.guard(ember)
+out["stale"] = C.stale_and_bounds(ember)
+out["guard_team_runs"] = t.runs() - runs0
+W.set_threads(None)
+out["info_after"] = W.info()
+'''
+
+NODE_DRIVER = CHECK + '''
+import json
+json.dump(out, open("/io/threads.json", "w"))
+'''
+
+PAGE_CODE = CHECK + '''
+import json
+json.dumps(out)
+'''
+
+
+def _check(res, where):
+    assert res["zero"] == "ValueError"
+    assert res["info_before"]["shared_memory"] is True, res["info_before"]
+    assert res["threads"] == 4, (where, res["init"])
+    for name in ("pass_a", "pass_b"):
+        p = res[name]
+        assert p["cases"] > 2000 and not p["failures"], (where, name, p["failures"])
+        assert p["tables"] > 0.9 * p["cases"] and set(p["spaces"]) == {"threads"}, (where, p)
+        assert p["spaces"]["threads"] > 1000, (where, p)
+        assert p["team_runs"] > 100, (where, p)   # tables with split kernels ran on the team
+    for n, r in res["llama"].items():
+        assert r["same"] and r["table_steps"] >= 10, (where, n, r)
+    g = res["guard"]
+    assert g["small"] and g["big"] and g["runs_big"] == 2, (where, g)
+    s = res["stale"]
+    assert s["after_swap"] and s["again"] and s["short_input"].startswith("BoundsError"), (where, s)
+    assert s["short_input_ran_nothing"] and s["damaged"].startswith("refused") and s["damaged_ran_nothing"], s
+    assert res["info_after"]["threads_wanted"] == res["info_after"]["max_threads"] or \
+        res["info_after"]["threads_wanted"] == 8, res["info_after"]
+
+
+@pytest.fixture(scope="module")
+def node_result(tmp_path_factory):
+    import test_pyodide as tp
+
+    try:
+        ember.get_backend("wasm")
+    except ember.errors.DeviceError as e:
+        pytest.skip(f"wasm backend unavailable: {e}")
+    node = tp.need_node()
+    wheel = tp._wheel(tmp_path_factory)
+    io = tmp_path_factory.mktemp("pyodide-threads")
+    proc = tp.run_driver(node, wheel, io, NODE_DRIVER, {REPO / "tests": "/repo/tests", io: "/io"})
+    if proc.returncode != 0 or not (io / "threads.json").exists():
+        pytest.fail(f"Pyodide run failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}",
+                    pytrace=False)
+    return json.loads((io / "threads.json").read_text())
+
+
+def test_node_any_thread_count_gives_the_same_bits(node_result):
+    _check(node_result, "node")
+
+
+def test_chromium_isolated_page_any_thread_count_gives_the_same_bits(tmp_path_factory):
+    from browser_page import SKIPS, run_page
+
+    for mark in SKIPS:
+        if mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    res = run_page(tmp_path_factory.mktemp("ember-threads-site"), PAGE_CODE, isolated=True,
+                   links={"tests": str(REPO / "tests")},
+                   files=["tests/op_cases.py", "tests/op_cases_nn.py", "tests/op_cases_array_api.py",
+                          "tests/golden/nn_ops.safetensors", "tests/wasm_plan_checks.py"])
+    _check(res, "chromium")
+
+
+def test_cpython_runs_one_thread_and_says_why():
+    try:
+        ember.get_backend("wasm")
+    except ember.errors.DeviceError as e:
+        pytest.skip(f"wasm backend unavailable: {e}")
+    ember.wasm.set_threads(3)
+    try:
+        info = ember.wasm.info()
+        assert ember.wasm.threads() == 1 and info["threads"] == 1 and info["threads_wanted"] == 3
+        assert info["runtime"] == "wasmtime" and "one thread" in info["note"]
+        f = ember.compile(lambda a, b: ember.relu(a @ b))
+        a = ember.ones((5, 7), device="wasm")
+        f(a, a.T), f(a, a.T)
+        assert f(a, a.T).tolist() == ember.relu(a @ a.T).tolist()
+    finally:
+        ember.wasm.set_threads(None)
+    with pytest.raises(ValueError):
+        ember.wasm.set_threads(0)
