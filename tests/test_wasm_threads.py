@@ -20,6 +20,7 @@ import ember
 REPO = Path(__file__).resolve().parent.parent
 
 CHECK = '''
+import sys
 sys.path.insert(0, "/repo/tests")
 import ember, ember.wasm as W
 import op_cases, wasm_plan_checks as C

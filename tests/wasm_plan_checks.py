@@ -15,7 +15,10 @@ from array import array
 def raw(result) -> list:
     """[(shape, dtype, bytes)] of a tensor or a tuple/list of tensors."""
     outs = result if isinstance(result, (list, tuple)) else [result]
-    return [(tuple(t.shape), t.dtype.name, bytes(memoryview(t._buf).cast("B"))) for t in outs]
+    # through the backend's read (a KV cache a thread team keeps in its shared memory is synced)
+    return [(tuple(t.shape), t.dtype.name, bytes(memoryview(t.backend.to_bytes(t._buf, t.shape, t.dtype))))
+            if t.dtype.name != "float16" else (tuple(t.shape), t.dtype.name, bytes(memoryview(t._buf).cast("B")))
+            for t in outs]
 
 
 def fast_of(compiled):

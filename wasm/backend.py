@@ -20,7 +20,7 @@ import importlib
 
 from ..backends.python import KERNELS as PY_KERNELS
 from ..backends.python import PythonBackend
-from .runtime import runtime
+from .runtime import RESIDENT, runtime
 
 FAMILIES = ("ops_layout", "ops_elementwise", "ops_linalg", "ops_cast", "ops_quant")
 
@@ -51,6 +51,13 @@ class WasmBackend(PythonBackend):
         table = family_kernels(self.rt)
         self.kernels.update(table)
         self.native = set(table)   # op names served by the SIMD module (for the rest: python)
+
+    def to_bytes(self, buf, shape, dtype) -> bytes:
+        if RESIDENT:   # a thread team's copy of this array may be newer (``team.Resident``)
+            ent = RESIDENT.get(id(buf))
+            if ent is not None:
+                ent.python_use(False)
+        return super().to_bytes(buf, shape, dtype)
 
     def compile_plan(self, plan):
         """A replay of ``plan`` as command tables run inside the module (``plan_exec``), or None."""

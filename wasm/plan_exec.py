@@ -81,7 +81,7 @@ from ..errors import BoundsError, DeviceError
 from ..plan import unflatten
 from ..tensor import Tensor
 from .build_kernels import abi_hash, dispatchable, module_signatures
-from .runtime import R, W, module_bytes
+from .runtime import RESIDENT, R, W, module_bytes
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
 ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
@@ -669,10 +669,13 @@ class WasmPlanReplay:
                     self._alias(steps[a], vals, wrap)
             elif what == "alias":
                 self._alias(steps[x], vals, wrap)
-            elif what == "py":
-                _step(steps[x], vals, wrap)
             else:
-                steps[x].kernel(vals)
+                if RESIDENT:   # Python reads these buffers: a team's resident copy may be newer
+                    _resident_use(steps[x], vals)
+                if what == "py":
+                    _step(steps[x], vals, wrap)
+                else:
+                    steps[x].kernel(vals)
         self.replays += 1
         # outputs: copies of own buffers (the next replay overwrites them), the rest as they are
         copy, own_ids = self.space.copy_out, self.own_ids
@@ -695,6 +698,8 @@ class WasmPlanReplay:
         wrap = Tensor._wrap
         self.space.sync_out(vals)
         for st in self.plan.steps[start:]:
+            if RESIDENT:
+                _resident_use(st, vals)
             if st.multi == _HOST:
                 st.kernel(vals)
             else:
@@ -719,6 +724,14 @@ class WasmPlanReplay:
         st = self.plan.steps[i]
         res = st.kernel(st.meta, *[vals[j] for j in st.ins], **st.attrs)
         return res if st.multi else (res,)
+
+
+def _resident_use(st, vals) -> None:
+    for j in st.ins:
+        t = vals[j]
+        ent = RESIDENT.get(id(t._buf)) if t is not None else None
+        if ent is not None:
+            ent.python_use(True)
 
 
 def _step(st, vals, wrap) -> None:
@@ -863,6 +876,11 @@ class PyodideSpace(_Space):
 
     def run(self, seg, vals):
         seen = seg.seen
+        if RESIDENT:   # a team's resident copy of a constant may be newer than Python's array
+            for r, _, _ in seg.checks:
+                ent = RESIDENT.get(id(vals[r]._buf))
+                if ent is not None:
+                    ent.python_use(r in seg.writes)
         for r, fields, is_const in seg.checks:
             b = vals[r]._buf
             if is_const:
@@ -903,9 +921,10 @@ class ArenaSpace(_Space):
         self.addr = {}
         for r, b in own_buf.items():
             self.addr[("s", r)] = arena.alloc(len(b) * b.itemsize)
+        self.resident = {}    # root slot -> its resident copy (TeamSpace: constants tables write)
         for r, (_, n, _) in self.need.items():
             if r not in own_buf:
-                self.addr[("s", r)] = arena.alloc(n)
+                self.addr[("s", r)] = self._bound_addr(r, n, vals)
         for pid, b in privs.items():
             a = self.addr[("p", pid)] = arena.alloc(len(b) * b.itemsize)
             arena.write_from(a, b, len(b) * b.itemsize)   # parameter arrays; scratch contents unused
@@ -930,32 +949,45 @@ class ArenaSpace(_Space):
             seg.seen = {r: vals[r]._buf for r, is_const in seg.checks if is_const and vals[r] is not None}
             if self.consts_once:
                 # constants no table writes are copied in here, once: a segment checks only that
-                # the same buffer still stands there (a replaced one records the table again)
+                # the same buffer still stands there (a replaced one records the table again);
+                # constants a table writes are resident copies (synced when Python uses them)
                 for r, is_const in seg.checks:
                     if is_const and not self.need[r][2] and vals[r] is not None:
                         self.check(r, vals[r]._buf)
                         arena.write_from(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
-                seg.checks = [(r, c, c and not self.need[r][2]) for r, c in seg.checks]
+                seg.checks = [(r, c, 2 if r in self.resident else 1 if c and not self.need[r][2] else 0)
+                              for r, c in seg.checks]
             else:
-                seg.checks = [(r, c, False) for r, c in seg.checks]
+                seg.checks = [(r, c, 0) for r, c in seg.checks]
         # own buffers start with the recording's values (a segment may read one a Python step
         # or an earlier segment left)
         for r, b in own_buf.items():
             arena.write_from(self.addr[("s", r)], b, len(b) * b.itemsize)
 
+    def _bound_addr(self, r, n, vals):
+        """Where bound root slot ``r`` (``n`` bytes a table touches) lives in the arena."""
+        return self.arena.alloc(n)
+
     def run(self, seg, vals):
         arena = self.arena
-        for r, is_const, resident in seg.checks:
+        resident = self.resident
+        for r, is_const, mode in seg.checks:
             b = vals[r]._buf
             if is_const and b is not seg.seen[r]:
                 raise _Stale(f"the buffer of constant slot {r} was replaced")
-            if resident:
+            if mode == 1:
+                continue
+            if mode == 2:
+                resident[r].to_shared()
                 continue
             self.check(r, b)
             arena.write_from(self.addr[("s", r)], b, self.need[r][1])
         self.execute(seg, vals)
         for r in seg.writes:
-            arena.read_into(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
+            if r in resident:
+                resident[r].shared_wrote()
+            else:
+                arena.read_into(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
         for r in seg.out_own:
             b = self.own_buf[r]
             arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
@@ -982,7 +1014,9 @@ class ArenaSpace(_Space):
                 arena.write_from(self.addr[key], b, n)
         for s in st.ins:   # inputs it may have written in place
             r = rep.rootof(s)
-            if r in seg.bound:
+            if r in self.resident:
+                self.resident[r].to_shared()
+            elif r in seg.bound:
                 arena.write_from(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
 
     def close(self) -> None:
@@ -1023,6 +1057,16 @@ class TeamSpace(ArenaSpace):
                         if ref[0] == "p" and wr:
                             big = max(big, hi)
         team.ensure_scratch(big)
+
+    def _bound_addr(self, r, n, vals):
+        # a constant a table writes in place (a KV cache): one resident copy in the shared memory
+        # for every plan that binds the same buffer, copied only when Python used it in between
+        if r in self.const_slots and self.need[r][2] and vals[r] is not None and _is_array(vals[r]._buf):
+            b = vals[r]._buf
+            self.check(r, b)
+            res = self.resident[r] = self.arena.team.resident(b)
+            return res.addr
+        return self.arena.alloc(n)
 
 
 def _team_epoch() -> int:

@@ -76,6 +76,20 @@ def module_bytes() -> bytes:
                           f"lld)") from e
 
 
+# id(array) -> its resident copy in the thread team's shared memory (``team.Resident``): a
+# constant that a replayed plan's tables write in place (a KV cache) lives there while the team
+# runs them; an eager kernel call on such an array first brings Python's copy up to date.
+RESIDENT: dict = {}
+
+
+def _resident_use(args) -> None:
+    for a in args:
+        if isinstance(a, R):
+            ent = RESIDENT.get(id(a.buf))
+            if ent is not None:
+                ent.python_use(a.writes)
+
+
 class PyodideRuntime:
     """Kernels on Pyodide's memory (zero copy)."""
 
@@ -117,6 +131,8 @@ class PyodideRuntime:
 
     def call(self, name, *args):
         f = self._fns.get(name) or self.fn(name)
+        if RESIDENT:
+            _resident_use(args)
         conv = []
         app = conv.append
         for a in args:

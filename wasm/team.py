@@ -9,8 +9,8 @@ arena, ``plan_exec.ArenaSpace``). The second is what runs here: when threads are
 command tables, its intermediates, its parameter arrays and its constants (weights, copied once
 when the table is built) live in the shared memory; per replay only the inputs are copied in and
 the outputs out (one ``TypedArray.set`` each). For MiniLM 8 × 64 that is ~4 KB in and 786 KB out
-around a 100+ ms forward; an LLM decode step copies a few KB per token, but a KV cache the table
-writes in place is copied in and out around each segment (see *Limits*). Eager (not compiled) ops
+around a 100+ ms forward; an LLM decode step copies a few KB per token (its KV cache stays in
+the shared memory, see below). Eager (not compiled) ops
 stay on one thread on Pyodide's memory: copying a GEMM's operands per call costs about what a
 second core saves below ~256³.
 
@@ -32,9 +32,12 @@ gives the same bits (tests/test_wasm_threads.py, 1-4 threads, every op case).
 CPython under wasmtime; a JS host without workers) everything runs on one thread as before and
 ``ember.wasm.info()`` says why.
 
+A constant a table writes in place (a KV cache) is *resident*: one copy in the shared memory for
+every plan that binds it, synced with Python's array only when Python uses it (``Resident``).
+
 **Limits.** Threads help only compiled plans (``ember.compile``, ONNX sessions, ``ember.llm``'s
-steps). A constant a table writes in place (a KV cache) is copied in before and out after each
-segment that writes it. Workers are started once and never stopped (``set_threads(1)`` parks
+steps). A resident array read by Python code other than a wasm kernel call (``tolist``, a
+python-backend kernel) may show values from before the last replays. Workers are started once and never stopped (``set_threads(1)`` parks
 them); they start asynchronously: the first replays after ``set_threads`` may run on fewer
 threads (the same results), ``await ember.wasm.init()`` waits for them.
 """
@@ -248,6 +251,66 @@ class Team:
 
     def run(self, table_addr: int, start: int) -> int:
         return self._run(table_addr, start, self.ctl)
+
+    def resident(self, buf) -> "Resident":
+        """The resident copy of array ``buf`` (made on first use, freed with ``buf``)."""
+        from .runtime import RESIDENT
+
+        ent = RESIDENT.get(id(buf))
+        if ent is None or ent.buf() is not buf:
+            ent = Resident(self, buf)
+        return ent
+
+
+class Resident:
+    """A constant that tables write in place (a KV cache), kept in the shared memory between
+    replays instead of being copied in and out around every segment. Whichever side wrote last
+    is the current one: ``to_shared`` before a table reads it, ``python_use`` before an eager
+    kernel call (``runtime.PyodideRuntime.call``) or a one-thread table touches Python's array.
+    Python code that reads such an array by other means (``tolist``, a python-backend kernel)
+    may see values from before the last replays."""
+
+    SAME, PY_NEWER, SHARED_NEWER = 0, 1, 2
+
+    def __init__(self, team: "Team", buf):
+        import weakref
+
+        from .runtime import RESIDENT
+
+        self.team = team
+        self.nbytes = len(buf) * buf.itemsize
+        self.addr = team.alloc(self.nbytes)
+        self.buf = weakref.ref(buf)
+        team.write_from(self.addr, buf, self.nbytes)
+        self.state = self.SAME
+        key = id(buf)
+        RESIDENT[key] = self
+        weakref.finalize(buf, Resident._drop, RESIDENT, key, self, team, self.addr, self.nbytes)
+
+    @staticmethod
+    def _drop(registry, key, ent, team, addr, nbytes):
+        if registry.get(key) is ent:
+            del registry[key]
+        team.release(addr, nbytes)
+
+    def to_shared(self) -> None:
+        if self.state == self.PY_NEWER:
+            b = self.buf()
+            if b is not None:
+                self.team.write_from(self.addr, b, self.nbytes)
+            self.state = self.SAME
+
+    def shared_wrote(self) -> None:
+        self.state = self.SHARED_NEWER
+
+    def python_use(self, writes: bool) -> None:
+        if self.state == self.SHARED_NEWER:
+            b = self.buf()
+            if b is not None:
+                self.team.read_into(self.addr, b, self.nbytes)
+            self.state = self.SAME
+        if writes:
+            self.state = self.PY_NEWER
 
 
 class TeamArena:
