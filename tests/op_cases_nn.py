@@ -149,6 +149,9 @@ ACTIVATIONS = {
     "leaky_relu": (lambda e, x: e.leaky_relu(x, 0.1),
                    lambda np, x: np.where(x < 0, x.astype(np.float64) * 0.1, x).astype(x.dtype)),
     "sigmoid": (lambda e, x: e.sigmoid(x), _np_sigmoid),
+    # ember.nn's ReLU6 / Hardtanh (EfficientNet-Lite, MobileNet): clip, NaN kept
+    "relu6": (lambda e, x: e.nn.functional.relu6(x), lambda np, x: np.clip(x, 0, 6).astype(x.dtype)),
+    "hardtanh": (lambda e, x: e.nn.functional.hardtanh(x, -2.5, 4.0), lambda np, x: np.clip(x, -2.5, 4.0).astype(x.dtype)),
     "silu": (lambda e, x: e.silu(x), lambda np, x: x * _np_sigmoid(np, x)),
     "gelu": (lambda e, x: e.gelu(x), lambda np, x: _np_gelu(np, x, "none")),
     "gelu_tanh": (lambda e, x: e.gelu(x, approximate="tanh"), lambda np, x: _np_gelu(np, x, "tanh")),

@@ -20,11 +20,23 @@ from ..ops import (adaptive_avg_pool2d, avg_pool2d, conv2d, conv_transpose2d, cr
 from ..ops.losses import REDUCTIONS
 from ..tensor import Tensor
 
-__all__ = ["relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "conv2d",
+__all__ = ["relu", "relu6", "hardtanh", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "conv2d",
            "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "embedding", "layer_norm",
            "batch_norm", "scaled_dot_product_attention", "pad", "dropout", "one_hot", "cross_entropy", "nll_loss",
            "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "kl_div"]
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    """``clip(input, min_val, max_val)`` (``inplace`` is accepted and ignored: tensors are values)."""
+    if not min_val <= max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})")
+    return ember.clip(input, float(min_val), float(max_val))
+
+
+def relu6(input, inplace: bool = False):
+    """``min(max(input, 0), 6)``."""
+    return ember.clip(input, 0.0, 6.0)
 
 
 def softmax(input, dim: int = -1, axis: int | None = None):

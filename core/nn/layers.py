@@ -37,7 +37,7 @@ from . import init
 from .module import Module, Parameter
 
 __all__ = ["manual_seed", "Identity", "Linear", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d",
-           "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "SiLU",
+           "AdaptiveAvgPool2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout", "ReLU", "ReLU6", "Hardtanh", "GELU", "SiLU",
            "Sigmoid", "Tanh", "Softmax", "Flatten", "Sequential", "ModuleList"]
 
 # ---- initialisation -------------------------------------------------------------------------------
@@ -518,6 +518,45 @@ class ReLU(_Activation):
 
     def forward(self, x: Tensor) -> Tensor:
         return ember.relu(x)
+
+
+class Hardtanh(_Activation):
+    """``clip(x, min_val, max_val)`` (PyTorch's ``Hardtanh``; NaN stays NaN).
+
+    >>> import ember
+    >>> from ember import nn
+    >>> nn.Hardtanh()(ember.tensor([-2.0, 0.5, 3.0])).tolist()
+    [-1.0, 0.5, 1.0]
+    """
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
+        super().__init__(inplace)
+        if not min_val <= max_val:
+            raise ValueError(f"{type(self).__name__}: min_val ({min_val}) must not exceed max_val ({max_val})")
+        self.min_val, self.max_val = float(min_val), float(max_val)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ember.clip(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        s = f"min_val={self.min_val}, max_val={self.max_val}"
+        return s + (", inplace=True" if self.inplace else "")
+
+
+class ReLU6(Hardtanh):
+    """``min(max(x, 0), 6)``: MobileNet's and EfficientNet-Lite's activation.
+
+    >>> import ember
+    >>> from ember import nn
+    >>> nn.ReLU6()(ember.tensor([-1.0, 3.0, 7.5])).tolist()
+    [0.0, 3.0, 6.0]
+    """
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class GELU(Module):
