@@ -126,6 +126,32 @@ for dev in ("python", "webgpu"):
     res[dev] = [p.tolist() for p in ps]
 out["adamw"] = res
 
+# issue 20: a compiled plan replays as one prebuilt dispatch stream (one JavaScript call encodes
+# every dispatch); the same bits as the step-by-step replay; an index guard still raises
+from ember.webgpu import replay
+W1, W2 = ember.tensor(mat(20, 16, 40), device="webgpu"), ember.tensor(mat(16, 8, 41), device="webgpu")
+tbl = ember.tensor(mat(10, 8, 42), device="webgpu")
+ar = ember.arange(3, dtype="int32", device="webgpu")
+def step(x, pos):
+    h = ember.gelu(x @ W1) @ W2
+    return ember.softmax(h, axis=-1) + ember.take(tbl, pos + ar, axis=0).sum(axis=0)
+res = {}
+for on in (True, False):
+    replay.ENABLED = on
+    f = ember.compile(step)
+    xs = [ember.tensor(mat(3, 20, 50 + i), device="webgpu") for i in range(4)]
+    res["stream" if on else "steps"] = [f(x, ember.tensor([i], dtype="int32", device="webgpu")).tolist()
+                                        for i, x in enumerate(xs)]
+    if on:
+        res["describe"] = f.plan_for(xs[0], ember.tensor([0], dtype="int32", device="webgpu")).fast.describe()
+        try:
+            f(xs[0], ember.tensor([8], dtype="int32", device="webgpu"))
+            res["guard"] = None
+        except Exception as e:
+            res["guard"] = type(e).__name__
+replay.ENABLED = True
+out["stream"] = res
+
 # device loss (GPUDevice.destroy()): a typed DeviceLostError, and init() opens a new device
 x = ember.tensor([1.0, 2.0], device="webgpu")
 dev = wg.get_runtime().driver._dev
@@ -217,3 +243,11 @@ def test_device_loss_is_typed_and_init_reopens_in_the_page(page_result):
     kind, msg = page_result["lost"]
     assert kind == "DeviceLostError" and "lost" in msg
     assert page_result["after_lost"] == [3.0, 6.0]
+
+
+def test_plan_replays_as_one_dispatch_stream_in_the_page(page_result):
+    r = page_result["stream"]
+    d = r["describe"]
+    assert d["stream"] and d["replays"] >= 2 and d["dispatches"] >= 3 and d["guards"] >= 1, d
+    assert r["stream"] == r["steps"]            # the same floats, bit for bit
+    assert r["guard"] == "IndexingError"

@@ -271,3 +271,60 @@ class BrowserDriver(BatchingDriver):
     def flush(self) -> None:
         super().flush()
         self._raise_errors("flush")
+
+    # ---- prebuilt dispatch streams (ember.webgpu.replay) -------------------------------------
+    # One JavaScript function encodes a replayed plan's whole dispatch list from prebuilt arrays:
+    # one call across the bridge per replay instead of three per dispatch.
+    _ENCODE_JS = ("for (let i = 0; i < groups.length; i++) {"
+                  " const p = pipes[i]; if (p) pass.setPipeline(p);"
+                  " pass.setBindGroup(0, groups[i]);"
+                  " pass.dispatchWorkgroups(grid[3 * i], grid[3 * i + 1], grid[3 * i + 2]); }")
+    _encode_fn = None
+
+    def uniform_alloc(self, nbytes: int):
+        """A uniform buffer of ``nbytes`` (a replayed plan's uniforms, written once)."""
+        U = self._U
+        return self._dev.createBuffer(_obj(self._ffi, self._js, {"size": (int(nbytes) + 15) // 16 * 16,
+                                                                  "usage": U.UNIFORM | U.COPY_DST}))
+
+    def stream_prepare(self, cmds):
+        """``cmds`` [(pipeline, bind group, grid)] as JS arrays (a pipeline only where it
+        changes) and a Uint32Array of grids, for one call of the encoding function per replay."""
+        from array import array
+
+        js = self._js
+        if self._encode_fn is None:
+            self._encode_fn = js.Function.new("pass", "pipes", "groups", "grid", self._ENCODE_JS)
+        pipes, groups = js.Array.new(), js.Array.new()
+        words = array("I")
+        last = None
+        for pipe, bg, (x, y, z) in cmds:
+            pipes.push(None if pipe is last else pipe)
+            last = pipe
+            groups.push(bg)
+            words.extend((int(x), int(y), int(z)))
+        grid = js.Uint32Array.new(len(words))
+        if len(words):
+            grid.set(self._ffi.to_js(memoryview(words)))
+        return (pipes, groups, grid, cmds)
+
+    def stream_copy(self, copies) -> None:
+        """Submit buffer-to-buffer copies [(src, src offset, dst, dst offset, nbytes)] now."""
+        self.stream_submit(None, copies, ())
+
+    def stream_submit(self, prepared, copies_in, copies_out) -> None:
+        """One command buffer: ``copies_in``, the prebuilt dispatches in one compute pass
+        (encoded by one JavaScript call), ``copies_out``."""
+        self._alive("submitting GPU work")
+        self.flush()
+        enc = self._dev.createCommandEncoder()
+        for src, so, dst, do, n in copies_in:
+            enc.copyBufferToBuffer(src, so, dst, do, n)
+        if prepared is not None:
+            pipes, groups, grid, _ = prepared
+            cpass = enc.beginComputePass()
+            self._encode_fn(cpass, pipes, groups, grid)
+            cpass.end()
+        for src, so, dst, do, n in copies_out:
+            enc.copyBufferToBuffer(src, so, dst, do, n)
+        self._dev.queue.submit(self._ffi.to_js([enc.finish()]))

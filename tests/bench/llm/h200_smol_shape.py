@@ -113,14 +113,51 @@ def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int) -> d
         out[f"prefill_{label}"] = {"tokens": n, "s": tp, "tok_s": n / tp}
     ids = rng.integers(0, CFG["vocab"], n_prompt).tolist()
     tok, tp = prefill(ids)
+    rt = timer = None
+    if device == "webgpu":
+        from ember.webgpu.runtime import get_runtime
+
+        rt = get_runtime()
+        rt.reset_stats()
+        timer = _timer(rt)
+        if timer is not None:
+            timer.start()
     w = time.perf_counter()
     toks, t_call, t_read = decode(tok, n_prompt, n_new - 1)
     wall = time.perf_counter() - w
     steps = n_new - 1
     out["decode"] = {"steps": steps, "wall_s": wall, "tok_s": steps / wall, "ms_per_tok": 1e3 * wall / steps,
                      "host_call_ms_per_tok": 1e3 * t_call / steps, "readback_wait_ms_per_tok": 1e3 * t_read / steps,
-                     "first_ids": toks[:8]}
+                     "first_ids": toks[:8], "ids": toks}
+    if rt is not None:
+        d = out["decode"]
+        d["reads_per_tok"] = rt.stats["reads"] / steps
+        d["dispatches_per_tok"] = rt.stats["dispatches"] / steps
+        d["host_us_per_dispatch"] = 1e3 * d["host_call_ms_per_tok"] / max(d["dispatches_per_tok"], 1)
+        if timer is not None:
+            g = timer.seconds()
+            d["gpu_ms_per_tok"] = None if g is None else 1e3 * g / steps
+            d["gpu_passes_per_tok"] = timer.passes() / steps
+            if g is not None and g > wall * 1.05:
+                d["BENCHMARK_FAILURE"] = f"GPU time {g:.3f} s > wall {wall:.3f} s"
+        plan = step.plan_for(tensor([tok], dtype="int32", device=device), tensor([0], dtype="int32", device=device))
+        fast = getattr(plan, "fast", None)
+        d["replay"] = fast.describe() if hasattr(fast, "describe") else str(fast)
     return out
+
+
+def _timer(rt):
+    """bench_webgpu's PassTimer (GPU timestamps of every pass, summed), None where unavailable."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    try:
+        from bench_webgpu import PassTimer
+    except ImportError:
+        return None
+    if getattr(rt.driver, "timer", None) is not None:
+        return rt.driver.timer
+    return PassTimer.install(rt)
 
 
 def torch_job(dirp: Path, n_prompt: int, n_new: int) -> Path:
@@ -148,6 +185,8 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--prefill", type=int, default=200)
     ap.add_argument("--torch-job", action="store_true", help="also write w.npz + job.json for torch_peer.py")
+    ap.add_argument("--compare-steps", action="store_true",
+                    help="webgpu: also decode with EMBER_WEBGPU_STREAM off (step-by-step replay) and compare ids")
     a = ap.parse_args()
     d = Path(a.out); d.mkdir(parents=True, exist_ok=True)
     if a.torch_job:
@@ -155,7 +194,15 @@ def main() -> None:
     p = d / "smol_shape.gguf"
     t = time.perf_counter(); write_gguf(p)
     print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s", flush=True)
-    print(json.dumps(run(a.device, p, a.prompt, a.new, a.prefill), indent=1), flush=True)
+    res = run(a.device, p, a.prompt, a.new, a.prefill)
+    print(json.dumps(res, indent=1), flush=True)
+    if a.compare_steps and a.device == "webgpu":
+        from ember.webgpu import replay
+
+        replay.ENABLED = False
+        steps = run(a.device, p, a.prompt, a.new, a.prefill)
+        print("step-by-step replay:", json.dumps(steps["decode"], indent=1), flush=True)
+        print("same ids (stream vs step by step):", steps["decode"]["ids"] == res["decode"]["ids"], flush=True)
 
 
 if __name__ == "__main__":

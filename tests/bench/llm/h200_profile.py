@@ -1,0 +1,100 @@
+"""Where a replayed SmolLM2-shaped decode step spends its time on a GPU (webgpu, native): the
+GPU time of each kernel of the step's dispatch stream (each dispatch replayed in a pass of its
+own between GPU timestamps, summed per pipeline) and a cProfile of the host side of 64 steps.
+
+    python tests/bench/llm/h200_profile.py [--out /tmp/smol]   (after h200_smol_shape.py wrote the GGUF)
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="/tmp/smol")
+    a = ap.parse_args()
+    import ember
+    from ember import ops as F
+    from ember.io.gguf import load_gguf
+    from ember.nn.llama import Llama
+    from ember.tensor import tensor
+    from ember.webgpu.runtime import get_runtime
+    from bench_webgpu import PassTimer
+    from h200_smol_shape import write_gguf
+
+    p = Path(a.out) / "smol_shape.gguf"
+    if not p.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_gguf(p)
+    m = Llama.from_gguf(load_gguf(str(p)), device="webgpu", context=1024)
+    step = ember.compile(lambda ids, pos: F.argmax(m.forward(ids, pos), axis=-1))
+    tok = 5
+    for pos in range(4):
+        tok = int(step(tensor([tok], dtype="int32", device="webgpu"), tensor([pos], dtype="int32", device="webgpu")).tolist()[0])
+    rt = get_runtime()
+    plan = step.plan_for(tensor([tok], dtype="int32", device="webgpu"), tensor([0], dtype="int32", device="webgpu"))
+    stream = plan.fast.stream
+    names = {id(v): (k[0] if isinstance(k, tuple) else str(k)) + ("/" + str(k[1]) if isinstance(k, tuple) and len(k) > 1 and isinstance(k[1], str) else "")
+             for k, v in rt.pipelines.items()}
+    # per-kernel GPU time: each dispatch in a pass of its own
+    timer = PassTimer.install(rt)
+    drv = rt.driver
+    dev = drv._dev
+    per = {}
+    for rep in range(3):
+        timer.start()
+        enc = dev.create_command_encoder()
+        for pipe, bg, grid in stream.cmds:
+            cp = enc.begin_compute_pass(timestamp_writes=timer.writes())
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, bg)
+            cp.dispatch_workgroups(*grid)
+            cp.end()
+            timer.resolve(enc)
+        dev.queue.submit([enc.finish()])
+        import numpy as np
+        raw = np.frombuffer(dev.queue.read_buffer(timer.buf, 0, timer.n * timer.SLOT), np.uint64)
+        t = raw.reshape(timer.n, timer.SLOT // 8)[:, :2].astype(np.int64)
+        d = (t[:, 1] - t[:, 0]) * 1e-3
+        if rep == 2:
+            for (pipe, bg, grid), us in zip(stream.cmds, d):
+                k = names.get(id(pipe), "?")
+                c = per.setdefault(k, [0, 0.0, grid])
+                c[0] += 1
+                c[1] += us
+    total = sum(v[1] for v in per.values())
+    print(f"GPU time per kernel, each dispatch in its own pass ({len(stream.cmds)} dispatches, {total:.0f} us in all):")
+    for k, (n, us, grid) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {us:9.1f} us  {n:4d} x {us / n:7.2f} us  grid {grid}  {k}")
+    # the same stream in one pass (as a replay runs it)
+    timer.start()
+    t0 = time.perf_counter()
+    for pos in range(4, 36):
+        r = step(tensor([tok], dtype="int32", device="webgpu"), tensor([pos], dtype="int32", device="webgpu"))
+    r.tolist()
+    wall = time.perf_counter() - t0
+    print(f"one pass per step: GPU {timer.seconds() / 32 * 1e3:.3f} ms/step, wall {wall / 32 * 1e3:.3f} ms/step")
+    drv.timer = None
+    pr = cProfile.Profile()
+    pr.enable()
+    for pos in range(36, 100):
+        r = step(tensor([tok], dtype="int32", device="webgpu"), tensor([pos], dtype="int32", device="webgpu"))
+        int(r.tolist()[0])
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+    print(s.getvalue())
+
+
+if __name__ == "__main__":
+    main()

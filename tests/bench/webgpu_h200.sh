@@ -1,0 +1,27 @@
+#!/bin/bash
+# ember webgpu on the lent GPU machine (one NVIDIA H200, wgpu-py over Vulkan): every figure of
+# issue 20 / issue 18's GPU goals in one run, logs under $OUT. Needs, carried: .gl (the Vulkan
+# loader's Debian packages, recipe in the device tool's README) and .whl (wgpu-py 0.32 and its
+# needs, gguf and its needs, for Python 3.12). Run from the repository root:
+#   bash tests/bench/webgpu_h200.sh [sections...]   (default: all)
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+# ember as an import package without building the wheel (pyproject's package-dir, by links)
+mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
+for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
+export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
+S=${*:-"info smol torch replay qlinear matmul train"}
+run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
+  timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"; echo "=== $name: rc ${PIPESTATUS[0]}, $(python3 -c "print(round($(date +%s.%N)-$a,1))") s"; }
+for s in $S; do case $s in
+  info) nvidia-smi -L; run info 60 python3 -c "import ember.webgpu as wg, json; print(json.dumps(wg.info(), default=str))" ;;
+  smol) run smol 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --torch-job --compare-steps ;;
+  torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
+  replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
+  qlinear) run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qshapes 4096x4096,576x1536,1536x576 ;;
+  matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
+  train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;
+esac; done
