@@ -120,6 +120,7 @@ class Capture:
         self.tainted: set = set()     # slots whose values derive from the inputs
         self.consts: list = []        # (slot, tensor) the plan holds: weights, folded values
         self.const_slots: set = set()
+        self.outside: set = set()     # slots of tensors made before the capture (weights, constants)
         self.folded: set = set()      # slots of constant-folded results (held only if used)
         self.inputs = list(inputs)
         self.n = 0
@@ -144,11 +145,12 @@ class Capture:
         """The slot of ``t``; ``use``: a recorded step (or the result) reads it, so a constant
         must be held by the plan."""
         s = self.slot.get(id(t))
-        if s is None:   # made outside the capture (a weight, a constant): held by reference
+        if s is None:   # made outside the capture (a weight, a constant): held by reference once used
             s = self._new(t, tainted=self._variable(t))
-            self.consts.append((s, t))
-            self.const_slots.add(s)
-        elif use and s in self.folded and s not in self.const_slots:
+            self.outside.add(s)
+        if use and (s in self.folded or s in self.outside) and s not in self.const_slots:
+            # (one only a fold read stays out: an ONNX model's host-side copy of a weight that a
+            # fold moved to the device is no constant of the device's plan)
             self.consts.append((s, t))
             self.const_slots.add(s)
         return s
@@ -217,7 +219,7 @@ class Capture:
     def on_set(self, target, new) -> None:
         """``target._set_(new)`` while capturing: the replay swaps the value in at this point."""
         ts, s = self._slot_of(target), self._slot_of(new)
-        if ts in self.fold_reads and ts in self.const_slots:
+        if ts in self.fold_reads and (ts in self.const_slots or ts in self.outside):
             self.retry.append(target)     # a fold read the old value: capture again, it is variable
         self.tainted.add(ts)
 

@@ -28,7 +28,7 @@ from .. import dtypes as _dt
 from ..errors import OnnxError
 from ..tensor import Tensor
 from . import proto
-from .runtime import DEVICE, HOST, analyze, const_device, read_model, tensor_from_proto
+from .runtime import DEVICE, HOST, HOST_LIMIT, analyze, const_device, read_model, tensor_from_proto
 
 
 class Unrenderable(Exception):
@@ -99,6 +99,7 @@ class Recorder:
 
     def _reset(self):
         self.exprs = []             # intermediate n -> expr template
+        self.lengths = []           # intermediate n -> its length if the call returned a tuple
         self.bad = False
 
     def _v(self, name):
@@ -170,6 +171,7 @@ class Recorder:
             return
         n = len(self.exprs)
         self.exprs.append(pending)
+        self.lengths.append(len(out) if isinstance(out, (tuple, list)) else None)
         ph = f"\x00T{n}\x00"
         if isinstance(out, (tuple, list)):
             self.known[id(out)] = (out, ph)
@@ -199,9 +201,10 @@ class Recorder:
         lines = []
         m = re.fullmatch("\x00T(\\d+)\x00\\[0\\]", targets.get(names[0], "")) if names else None
         unpack = None
-        if m and len(names) > 0:
+        if m and len(names) > 1:    # (one name: `y = f(...)[0]`, the call may return (y,) or (y, s))
             k = int(m.group(1))
-            if all(targets[nm] == f"\x00T{k}\x00[{i}]" for i, nm in enumerate(names)) and uses[k] == len(names):
+            if all(targets[nm] == f"\x00T{k}\x00[{i}]" for i, nm in enumerate(names)) and uses[k] == len(names) \
+                    and self.lengths[k] == len(names):
                 unpack = k
         hoist = {n for n, u in enumerate(uses) if u > 1 and n != unpack}
 
@@ -391,6 +394,16 @@ def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | No
             var[name] = ids.new(name, "v")
         return var[name]
 
+    def host_ref(name):
+        """A generic node's input: a small integer constant (starts, ends, axes, a shape part) is
+        written as a literal on the host, as the loader keeps it there (int64 ends such as
+        2**63 - 1 have no place on a GPU, which holds int64 as int32); onnxf.node moves what the
+        op computes on to the data's device."""
+        c = an.consts.get(unalias(name))
+        if c is not None and c.dtype.kind in "iub" and c.size <= HOST_LIMIT:
+            return f"ember.tensor({_literal_list(c.tolist())}, dtype=ember.{c.dtype.name}, device='python')"
+        return ref(name)
+
     for node in an.plan:
         tmpl = an.templates.get(node.index)
         shape_c = ", ".join(s for s in (_shape_text(env_a.get(o), env_b.get(o), an.symbols)
@@ -407,7 +420,7 @@ def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | No
             continue
         if tmpl is None:
             n_generic += 1
-            args = ", ".join(ref(i) if i else "None" for i in node.inputs)
+            args = ", ".join(host_ref(i) if i else "None" for i in node.inputs)
             kw = ", ".join(f"{k!r}: {_attr_literal(a)}" for k, a in sorted(node.attrs.items()))
             outs = [ref(o) if o else "_" for o in node.outputs]
             lhs = ", ".join(outs) + ("," if len(outs) == 1 and len(node.outputs) > 1 else "")

@@ -144,10 +144,10 @@ class Ctx:
                     if v is _MISSING:
                         raise OnnxError(f"{self.where()}: subgraph node {node.label} reads {name!r}, which is "
                                         f"not defined in the subgraph or the enclosing graph")
+                    if rec is not None and isinstance(v, Tensor) and id(v) not in rec.known:
+                        rec.known[id(v)] = (v, rec._v(name))       # an enclosing graph's value
                 if v is UNKNOWN:
                     raise NeedsData(name)
-                if rec is not None and isinstance(v, Tensor) and id(v) not in rec.known:
-                    rec.known[id(v)] = (v, rec._v(name))       # an enclosing graph's value
                 ins.append(v)
             if self.tracing:
                 outs = run_handler(handler, sub, ins)
