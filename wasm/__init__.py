@@ -104,7 +104,9 @@ def _threads_info() -> dict:
 def info() -> dict:
     """What device "wasm" runs on: ``runtime`` ("pyodide" or "wasmtime"), ``threads`` (used now),
     ``threads_wanted``, ``max_threads`` (hardwareConcurrency / cores), ``shared_memory`` (whether
-    a team of workers can exist here) and, when it runs on one thread, a ``note`` saying why.
+    a team of workers can exist here) and, when it runs on one thread, a ``note`` saying why;
+    plus ``boot_info()``: ``snapshot`` (whether this Pyodide was restored from a memory snapshot)
+    and ``snapshot_note``.
 
     >>> import ember
     >>> sorted(k for k in ember.wasm.info() if k in ("runtime", "threads"))   # doctest: +SKIP
@@ -115,6 +117,7 @@ def info() -> dict:
     rt = _runtime[0]
     out = {"runtime": rt.kind if rt is not None else ("pyodide" if is_pyodide() else "wasmtime")}
     out.update(_threads_info())
+    out.update(boot_info())
     return out
 
 

@@ -39,7 +39,8 @@
 //       info = {version, webgpu, webgpuError, wasm, wasmError, devices, timings, manifest, snapshot}:
 //       snapshot = {used, note, bytes, ms, saving}: whether this boot restored a snapshot and why
 //       not (Python sees the same in `ember.wasm.boot_info()`);
-//       timings = {pyodideReady, emberImported, wasmReady, webgpuReady} in ms since loadEmber;
+//       timings = {pyodideReady, emberImported, wasmReady, webgpuReady} in ms since loadEmber
+//                 (and pyc: whether the site's precompiled modules were installed, manifest "wheel_pyc");
 //       devices is `ember.devices()`. The wheel's import is checked at load time.
 //       Calling it twice returns the same instance (one Pyodide per page and per mode).
 //
@@ -322,6 +323,11 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     return fetchBytesInfo(v.url, { label: "Downloading ember", cache: v.versioned });
   })));
   extrasP.catch(() => {});
+  // ember's modules precompiled by this Pyodide (site.py, manifest "wheel_pyc"), for this wheel only.
+  const pycP = manifestP.then((manifest) => manifest.wheel_pyc && manifest.wheel_pyc_for === manifest.wheel_sha256
+    ? fetchBytesInfo(versionedUrl(new URL(manifest.wheel_pyc, base).href, manifest, base).url,
+                     { label: "Downloading ember", cache: true }).then((r) => r.bytes, () => null)
+    : null);
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
   // From a memory snapshot after `import ember` when one is stored (snapshot.js), else as usual.
   const { pyodide, snapshot: snap } = await startPyodide(loadPyodide, indexURL, base, manifestP, snapshot);
@@ -337,6 +343,9 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
   pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
   for (const extra of await extrasP) pyodide.unpackArchive(extra.bytes, "wheel", { extractDir: sitePackages });
+  const pyc = await pycP;
+  if (pyc) pyodide.unpackArchive(pyc, "zip", { extractDir: sitePackages });
+  timings.pyc = !!pyc;
   // Check the import here: a broken install must fail loudly at load time, not in a demo.
   if (snap.used) {
     try {
@@ -377,7 +386,7 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   info.devices = JSON.parse(info.devices);
   pyodide.ember = info;
   tellPython(pyodide, snap);
-  scheduleSnapshot(base, manifest, [wheel, ...(await extrasP).map((x) => x.bytes)], snap);
+  scheduleSnapshot(base, manifest, [wheel, ...(await extrasP).map((x) => x.bytes), ...(pyc ? [pyc] : [])], snap);
   progress(1, "Ready");
   return pyodide;
 }

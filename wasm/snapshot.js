@@ -18,11 +18,13 @@
 // - The file system is not part of a snapshot: ember.js unpacks the wheels again after the
 //   restore (the modules are in memory already; lazy imports and package data need the files).
 //
-// What happened is in the page's info: `info.snapshot = {used, note, bytes, ms}` (ember.js
+// What happened is in the page's info: `info.snapshot = {used, note, bytes, ms, readMs,
+// checkedMs}` (ms: from loadPyodide's call to a restored Python; readMs / checkedMs: the entry
+// read from the Cache API / and its SHA-256 checked, from the same start) (ember.js
 // passes it on to Python, `ember.wasm.boot_info()`).
 
 const CACHE = "ember-snapshot";
-const FORMAT = 1;                                 // bump when what a snapshot holds changes
+const FORMAT = 2;                                 // bump when what a snapshot holds changes
 const MAKER_NAME = "ember-snapshot-maker";
 // Imported before the snapshot is taken (each one that fails to import is skipped): what
 // `ember.wasm.init()`, loading safetensors weights, `ember.nn` models and `ember.compile`
@@ -30,7 +32,7 @@ const MAKER_NAME = "ember-snapshot-maker";
 // can restore only JS globals by their path).
 export const PRELOAD = [
   "ember.nn", "ember.io", "ember.io.safetensors", "ember.wasm.runtime", "ember.wasm.backend",
-  "ember.wasm.plan_exec", "ember.backends.python", "importlib.resources", "importlib.readers",
+  "ember.wasm.plan_exec", "ember.wasm.team", "ember.backends.python", "importlib.resources", "importlib.readers",
   "ember.onnx", "ember.webgpu",
 ];
 
@@ -44,6 +46,61 @@ export function snapshotMeta(manifest) {
   for (const w of manifest.extra_wheels || []) extras[w] = (manifest.files || {})[w] || null;
   return { format: FORMAT, pyodide_version: manifest.pyodide_version, ember_version: manifest.ember_version,
            wheel_sha256: manifest.wheel_sha256, extras, preload: PRELOAD };
+}
+
+// Stored body: the heap without its all-zero pages (about half of it after `import ember`):
+// u32 PACK_MAGIC, u32 page size, u32 snapshot length, u32 page count, one byte per page (1:
+// stored), then the stored pages in order.
+const PACK_MAGIC = 0x454d5331;   // "EMS1"
+const PAGE = 65536;
+
+function pack(snap) {
+  const n = Math.ceil(snap.length / PAGE);
+  const keep = new Uint8Array(n);
+  let kept = 0;
+  for (let i = 0; i < n; i++) {
+    const page = snap.subarray(i * PAGE, Math.min(snap.length, (i + 1) * PAGE));
+    const words = new Uint32Array(page.buffer, page.byteOffset, page.length >> 2);
+    let zero = words.every((w) => w === 0);
+    for (let j = words.length << 2; zero && j < page.length; j++) zero = page[j] === 0;
+    if (!zero) {
+      keep[i] = 1;
+      kept += page.length;
+    }
+  }
+  const head = 16 + n;
+  const out = new Uint8Array(head + kept);
+  new DataView(out.buffer).setUint32(0, PACK_MAGIC, true);
+  new DataView(out.buffer).setUint32(4, PAGE, true);
+  new DataView(out.buffer).setUint32(8, snap.length, true);
+  new DataView(out.buffer).setUint32(12, n, true);
+  out.set(keep, 16);
+  let at = head;
+  for (let i = 0; i < n; i++) {
+    if (!keep[i]) continue;
+    const page = snap.subarray(i * PAGE, Math.min(snap.length, (i + 1) * PAGE));
+    out.set(page, at);
+    at += page.length;
+  }
+  return out;
+}
+
+function unpack(body) {
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  if (body.length < 16 || dv.getUint32(0, true) !== PACK_MAGIC) throw new Error("not a packed snapshot");
+  const page = dv.getUint32(4, true), length = dv.getUint32(8, true), n = dv.getUint32(12, true);
+  if (n !== Math.ceil(length / page) || body.length < 16 + n) throw new Error("a packed snapshot's header is inconsistent");
+  const out = new Uint8Array(length);
+  let at = 16 + n;
+  for (let i = 0; i < n; i++) {
+    if (!body[16 + i]) continue;
+    const len = Math.min(length, (i + 1) * page) - i * page;
+    if (at + len > body.length) throw new Error("a packed snapshot is shorter than its header says");
+    out.set(body.subarray(at, at + len), i * page);
+    at += len;
+  }
+  if (at !== body.length) throw new Error("a packed snapshot is longer than its header says");
+  return out;
 }
 
 function sameMeta(a, b) {
@@ -86,6 +143,7 @@ export async function dropSnapshot(base) {
  *  none to use (`note` says why; a stale entry is deleted), else a promise of the snapshot that
  *  rejects (and deletes the entry) when its length or SHA-256 is not what was stored. */
 export async function findSnapshot(base, manifest) {
+  const timing = {};
   const why = unavailable();
   if (why) return { bytes: null, note: why };
   const cache = await openCache();
@@ -104,16 +162,34 @@ export async function findSnapshot(base, manifest) {
     await dropSnapshot(base);
     return { bytes: null, note: "the stored snapshot was made for another ember or Pyodide: dropped" };
   }
-  const bytes = (async () => {
-    const b = new Uint8Array(await resp.arrayBuffer());
-    if (b.length !== stored.bytes || (await sha256Hex(b)) !== stored.sha256) {
+  // The SHA-256 check (WebCrypto, off this thread) runs while the body is unpacked; the heap is
+  // handed to Pyodide only once both are done: Python never runs on bytes that failed it.
+  const t = performance.now();
+  const body = resp.arrayBuffer().then((b) => new Uint8Array(b));
+  const checked = body.then(async (b) => {
+    const ok = b.length === stored.body && (await sha256Hex(b)) === stored.sha256;
+    timing.checkedMs = performance.now() - t;
+    if (!ok) {
       await dropSnapshot(base);
       throw new Error("the stored snapshot was corrupt (its length or SHA-256 differs): dropped");
     }
-    return b;
-  })();
-  bytes.catch(() => {});   // the caller awaits it (through loadPyodide)
-  return { bytes, note: "booted from a memory snapshot" };
+  });
+  const bytes = body.then(async (b) => {
+    timing.readMs = performance.now() - t;
+    let heap, error;
+    try {
+      heap = unpack(b);
+    } catch (e) {
+      error = e;
+    }
+    timing.unpackedMs = performance.now() - t;
+    await checked;   // a corrupt body says so first
+    if (error) throw error;
+    return heap;
+  });
+  bytes.catch(() => {});   // the caller awaits both (bytes through loadPyodide)
+  checked.catch(() => {});
+  return { bytes, checked, note: "booted from a memory snapshot", timing };
 }
 
 /** Make and store a snapshot in a Worker of its own; resolves to {ok, bytes, ms, error}. */
@@ -159,12 +235,14 @@ export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode 
     const t = performance.now();
     try {
       const pyodide = await loadPyodide({ indexURL, packages: [], _loadSnapshot: found.bytes });
+      await found.checked;
       snapshot.used = true;
       snapshot.bytes = (await found.bytes).length;
-      snapshot.ms = performance.now() - t;
+      snapshot.ms = performance.now() - t;     // read + checked + restored (with Pyodide's wasm start)
+      Object.assign(snapshot, found.timing);
       return { pyodide, snapshot };
     } catch (e) {
-      if (!/corrupt/.test(String(e.message))) await dropSnapshot(base);
+      await dropSnapshot(base);
       snapshot.note = /corrupt/.test(String(e.message)) ? e.message
         : `the stored snapshot did not restore (${String(e.message || e).split("\n")[0]}): dropped`;
     }
@@ -213,13 +291,14 @@ async function make({ base, manifest, wheels }) {
   py.globals.set("_ember_preload", py.toPy(PRELOAD));
   py.runPython("import importlib\nfor _m in _ember_preload:\n    try:\n        importlib.import_module(_m)\n" +
                "    except Exception:\n        pass\ndel _m, _ember_preload");
-  const bytes = py.makeMemorySnapshot();
-  const stored = { meta: snapshotMeta(manifest), bytes: bytes.length, sha256: await sha256Hex(bytes) };
+  const heap = py.makeMemorySnapshot();
+  const body = pack(heap);
+  const stored = { meta: snapshotMeta(manifest), bytes: heap.length, body: body.length, sha256: await sha256Hex(body) };
   const cache = await openCache();
   if (!cache) throw new Error("the Cache API is not usable here");
-  await cache.put(snapshotUrl(base), new Response(bytes, { headers: {
+  await cache.put(snapshotUrl(base), new Response(body, { headers: {
     "Content-Type": "application/octet-stream", "X-Ember-Snapshot": JSON.stringify(stored) } }));
-  return { ok: true, bytes: bytes.length, ms: performance.now() - t0 };
+  return { ok: true, bytes: heap.length, stored: body.length, ms: performance.now() - t0 };
 }
 
 if (typeof WorkerGlobalScope !== "undefined" && globalThis instanceof WorkerGlobalScope &&

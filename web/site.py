@@ -15,6 +15,10 @@ Site layout (every URL is a plain file under the output folder):
     /pyodide/               the npm `pyodide` package's runtime files (pyodide.mjs, pyodide.asm.mjs,
                             pyodide.asm.wasm, python_stdlib.zip, pyodide-lock.json, ...)
     /wheels/ember-<version>-py3-none-any.whl
+    /wheels/ember-<sha16>-pyc.zip
+                            ember's modules compiled by the served Pyodide (unchecked-hash .pyc,
+                            made with Node at build time; manifest "wheel_pyc"), unpacked over
+                            the wheel by the loader: a first visit imports without compiling
     /wheels/<other>-py3-none-any.whl
                             extra pure-Python wheels ember needs in the page (e.g. jinja2 and
                             markupsafe for chat templates): every such wheel of the extra wheels
@@ -64,6 +68,62 @@ DEFAULT_DEMOS = REPO / "demos"
 # Extra pure-Python wheels the site serves and the loader installs next to ember (dependencies
 # Pyodide does not ship, e.g. jinja2): every *-py3-none-any.whl found here.
 DEFAULT_EXTRA_WHEELS = Path(os.environ.get("EMBER_CACHE", REPO / ".cache")) / "site-wheels"
+
+PYC_CACHE = Path(os.environ.get("EMBER_CACHE", REPO / ".cache")) / "site-pyc"
+# Run inside Pyodide (Node) by precompile_wheel: compiles the ember modules a page imports on its
+# way to a first answer (`import ember` and wasm/snapshot.js's PRELOAD list) to unchecked-hash
+# .pyc files (valid whatever the sources' mtimes after the page unpacks the wheel) and zips them.
+# Modules imported later compile from source as before (a smaller download).
+_PYC_SCRIPT = """
+import importlib, os, py_compile, site, sys, zipfile
+sp = site.getsitepackages()[0]
+for m in ["ember"] + sys.argv[2].split(","):
+    try:
+        importlib.import_module(m)
+    except Exception:
+        pass
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+    for name, mod in sorted(sys.modules.items()):
+        src = getattr(mod, "__file__", None) or ""
+        if (name == "ember" or name.startswith("ember.")) and src.endswith(".py") and src.startswith(sp):
+            pyc = py_compile.compile(src, doraise=True,
+                                     invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            z.write(pyc, os.path.relpath(pyc, sp))
+"""
+# wasm/snapshot.js's PRELOAD (the imports a snapshot holds beyond `import ember`).
+_PYC_PRELOAD = ("ember.nn,ember.io,ember.io.safetensors,ember.wasm.runtime,ember.wasm.backend,"
+                "ember.wasm.plan_exec,ember.wasm.team,ember.backends.python,ember.onnx,ember.webgpu")
+
+
+def precompile_wheel(wheel: Path, sha: str) -> Path | None:
+    """A zip of ember's modules compiled by the Pyodide the site serves (its Python, its magic
+    number), to unpack over the wheel in the page: a first visit then imports ember without
+    compiling its sources (`import ember` ~3x faster). Made with Node (wasm/run_pyodide.mjs)
+    once per wheel content, cached in ``PYC_CACHE``; None (with a note) when Node or the
+    runner is missing or the compilation fails -- the page then compiles as before."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    out = PYC_CACHE / f"ember-{sha[:16]}-pyc.zip"
+    if out.is_file():
+        return out
+    node, runner = shutil.which("node"), WASM_DIR / "run_pyodide.mjs"
+    if not node or not runner.is_file():
+        print("[site] no .pyc bundle: node or wasm/run_pyodide.mjs is missing", flush=True)
+        return None
+    PYC_CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "pyc.py"
+        script.write_text(_PYC_SCRIPT)
+        r = subprocess.run([node, str(runner), "--wheel", str(wheel), "--mount", f"{tmp}:/out",
+                            str(script), "/out/pyc.zip", _PYC_PRELOAD], capture_output=True, text=True, timeout=600)
+        if r.returncode or not (Path(tmp) / "pyc.zip").is_file():
+            print(f"[site] no .pyc bundle: compiling in Pyodide failed: {(r.stderr or r.stdout)[-300:]}", flush=True)
+            return None
+        shutil.move(str(Path(tmp) / "pyc.zip"), out)
+    return out
+
 
 # The npm package also ships docs, typings and a console page; the runtime needs none of them.
 PYODIDE_SKIP = ("README.md", "*.d.ts", "*.html")
@@ -265,10 +325,13 @@ def _sync(out: Path, files: dict) -> None:
 def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
                pyodide_dir: str | os.PathLike = DEFAULT_PYODIDE,
                demos_dir: str | os.PathLike = DEFAULT_DEMOS,
-               extra_wheels_dir: str | os.PathLike | None = None) -> Path:
+               extra_wheels_dir: str | os.PathLike | None = None, precompile: bool = False) -> Path:
     """Assemble the site into `out` and return its path. `extra_wheels_dir`: a folder whose
     ``*-py3-none-any.whl`` files are served too and installed next to ember by the loader (the
     command line's default is ``DEFAULT_EXTRA_WHEELS``; None or a missing folder: none).
+    `precompile`: also serve ember's modules compiled by this Pyodide (``precompile_wheel``;
+    the command line's default), listed in the manifest as ``wheel_pyc`` together with the
+    wheel's sha256 it was made from (``wheel_pyc_for``); the loader uses it for that wheel only.
 
     >>> # build_site("dist/ember-0.1.0-py3-none-any.whl", "site")  # doctest: +SKIP
     """
@@ -317,8 +380,14 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
                 demos.append(info)
     demos.sort(key=lambda d: d["kind"] != "demo")   # the demos first, then examples (stable: by name)
 
+    wheel_sha = _sha256(wheel)
+    pyc = precompile_wheel(wheel, wheel_sha) if precompile else None
+    if pyc is not None:
+        files[f"wheels/{pyc.name}"] = pyc
+        hashes[f"wheels/{pyc.name}"] = _sha256(pyc)[:16]
     manifest = {"ember_version": wheel.name.split("-")[1], "wheel": f"wheels/{wheel.name}",
-                "wheel_sha256": _sha256(wheel), "extra_wheels": extra_wheels,
+                "wheel_sha256": wheel_sha, "extra_wheels": extra_wheels,
+                **({"wheel_pyc": f"wheels/{pyc.name}", "wheel_pyc_for": wheel_sha} if pyc else {}),
                 "pyodide_version": pyodide_version,
                 "pyodide_python": python_version,
                 "demos": demos, "files": hashes}
@@ -344,9 +413,11 @@ def main(argv=None) -> int:
     ap.add_argument("--demos", default=str(DEFAULT_DEMOS), help="the demos folder")
     ap.add_argument("--extra-wheels", default=str(DEFAULT_EXTRA_WHEELS),
                     help="folder of extra py3-none-any wheels to serve and install next to ember")
+    ap.add_argument("--no-precompile", action="store_true",
+                    help="do not serve ember's modules precompiled by Pyodide (needs node)")
     a = ap.parse_args(argv)
     out = build_site(a.wheel, a.out, pyodide_dir=a.pyodide, demos_dir=a.demos,
-                     extra_wheels_dir=a.extra_wheels)
+                     extra_wheels_dir=a.extra_wheels, precompile=not a.no_precompile)
     n = sum(len(fs) for _, _, fs in os.walk(out))
     print(f"[site] {out} ({n} files)", flush=True)
     return 0

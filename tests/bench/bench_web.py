@@ -533,6 +533,25 @@ def start_table(starts: dict) -> str:
                 how.append("snapshot" if snap.get("used") else "normal boot")
         cells += [""] * (n - len(cells))
         out.append(f"| {label[eid]} | " + " | ".join(cells) + f" | {', '.join(how) or '—'} |")
+    ember = [(eid, i, v) for eid, vs in starts.items() if eid.startswith("ember") for i, v in enumerate(vs)
+             if v["status"] == "ok"]
+    if ember:
+        out += ["", "Where ember's start goes (ms, each step's own duration): the page and /wasm/ember.js "
+                "loading; Pyodide ready (a normal boot, or the snapshot read, checked and restored); the "
+                "wheels unpacked and `import ember` (with a snapshot: only unpacked and checked); "
+                "`ember.wasm.init()` (the kernel module compiled); the bench's set-up (model.py, weights, "
+                "model built, `ember.compile`); the first forward.", "",
+                "| engine · visit | page + loader | Pyodide ready | wheel + import ember | wasm init "
+                "| model loaded | first answer | total |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for eid, i, v in ember:
+            ph = v.get("phases", {})
+            marks = [ph.get(k) for k in ("loader_called", "pyodide_ready", "ember_imported", "wasm_ready",
+                                         "model_loaded")] + [v.get("cold_ms")]
+            if any(m is None for m in marks):
+                continue
+            steps = [marks[0]] + [b - a for a, b in zip(marks, marks[1:])]
+            out.append(f"| {label[eid]} · {'first visit' if i == 0 else f'revisit {i}'} | "
+                       + " | ".join(fmt_ms(x) for x in steps) + f" | {fmt_ms(marks[-1])} |")
     return "\n".join(out) + "\n"
 
 

@@ -51,6 +51,8 @@ async function emberEngine(inputs) {
   const tm = py.ember.timings;
   Object.assign(phases, { pyodide_ready: t0 + tm.pyodideReady, ember_imported: t0 + tm.emberImported });
   if (tm.webgpuReady !== undefined) phases.webgpu_ready = t0 + tm.webgpuReady;
+  if (tm.wasmReady !== undefined) phases.wasm_ready = t0 + tm.wasmReady;
+  phases.loader_called = t0;
   const src = await (await fetch("ember_bench.py", { cache: "no-cache" })).text();
   py.FS.mkdirTree("/bench");
   py.FS.writeFile("/bench/ember_bench.py", src);

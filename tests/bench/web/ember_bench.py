@@ -65,6 +65,11 @@ async def _set_threads(threads: int) -> str:
     r = set_threads(threads)
     if inspect.isawaitable(r):
         await r
+    try:   # the team's workers start in the background: time nothing before they are up
+        from ember.wasm.team import init_async
+        await init_async(60.0)
+    except ImportError:
+        pass
     got = getattr(ember.wasm, "threads", lambda: threads)()
     return str(got)
 
