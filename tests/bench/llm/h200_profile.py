@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/smol")
+    ap.add_argument("--small", action="store_true", help="2 layers, vocabulary 1024 (a smoke test on a CPU adapter)")
     a = ap.parse_args()
     import ember
     from ember import ops as F
@@ -33,6 +34,11 @@ def main() -> None:
     from h200_smol_shape import write_gguf
 
     p = Path(a.out) / "smol_shape.gguf"
+    if a.small:
+        import h200_smol_shape
+
+        h200_smol_shape.CFG.update(n_layers=2, vocab=1024)
+        p = Path(a.out) / "small_shape.gguf"
     if not p.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
         write_gguf(p)
@@ -44,8 +50,7 @@ def main() -> None:
     rt = get_runtime()
     plan = step.plan_for(tensor([tok], dtype="int32", device="webgpu"), tensor([0], dtype="int32", device="webgpu"))
     stream = plan.fast.stream
-    names = {id(v): (k[0] if isinstance(k, tuple) else str(k)) + ("/" + str(k[1]) if isinstance(k, tuple) and len(k) > 1 and isinstance(k[1], str) else "")
-             for k, v in rt.pipelines.items()}
+    names = {id(v): repr(k)[:110] for k, v in rt.pipelines.items()}
     # per-kernel GPU time: each dispatch in a pass of its own
     timer = PassTimer.install(rt)
     drv = rt.driver
@@ -68,14 +73,14 @@ def main() -> None:
         d = (t[:, 1] - t[:, 0]) * 1e-3
         if rep == 2:
             for (pipe, bg, grid), us in zip(stream.cmds, d):
-                k = names.get(id(pipe), "?")
+                k = (names.get(id(pipe), "?"), tuple(grid))
                 c = per.setdefault(k, [0, 0.0, grid])
                 c[0] += 1
                 c[1] += us
     total = sum(v[1] for v in per.values())
     print(f"GPU time per kernel, each dispatch in its own pass ({len(stream.cmds)} dispatches, {total:.0f} us in all):")
     for k, (n, us, grid) in sorted(per.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {us:9.1f} us  {n:4d} x {us / n:7.2f} us  grid {grid}  {k}")
+        print(f"  {us:9.1f} us  {n:4d} x {us / n:7.2f} us  grid {grid}  {k[0]}")
     # the same stream in one pass (as a replay runs it)
     timer.start()
     t0 = time.perf_counter()
