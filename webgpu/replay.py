@@ -298,7 +298,7 @@ class _Stream:
         self.in_sizes = [nb for _, nb in own_in]
         self._in_storages = [st for st, _ in own_in]    # held: the plan's input buffers
         # constants: the GBuf each holds now and its storage (checked on every replay)
-        self.consts = [(t, t._buf, t._buf.storage) for _, t in plan.consts if isinstance(t, Tensor)]
+        self.consts = [(t, t._buf, getattr(t._buf, "storage", None)) for _, t in plan.consts if isinstance(t, Tensor)]
         const_bufs = {}
         for _, g, st in self.consts:
             if st is not None:
