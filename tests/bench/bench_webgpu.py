@@ -27,7 +27,14 @@ calls of one timing go into one compute pass timed by GPU timestamps, each into 
 
 Every timing runs the op once (pipeline compile, autotune), then records it ``reps`` times and
 times the submit and the wait (``ember.webgpu.synchronize``): GPU throughput, not per-call latency;
-on a GPU the best of three such runs. ``auto_e2e`` also counts the Python that records each call
+on a GPU the best of three such runs. GPU times are the timestamps of EVERY pass the timing
+submitted, summed (``PassTimer``), each checked against the wall time of the span that recorded,
+submitted and waited for them; every figure is checked against the device's fp32 and memory
+peaks (known for H100/H200, else ``--peak-tflops``/``--peak-gbs``). A figure that fails a check
+is printed with ``BENCHMARK FAILURE`` and listed at the end.
+
+``--replay``: host time of a replayed plan per dispatch, step by step against the prebuilt
+dispatch stream (``ember.webgpu.replay``), and the stream's encoding loop alone. ``auto_e2e`` also counts the Python that records each call
 (ember records a batch, then submits it, so that time adds up rather than overlapping the GPU's).
 Each variant's result is checked against numpy before it is timed.
 """
