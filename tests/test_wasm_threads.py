@@ -35,6 +35,7 @@ W.set_threads(4)
 out["init"] = await W.init(wait_threads=20)
 t = T.team(create=False)
 t.set_min_work(1)       # every split kernel splits, however small its work
+t.adaptive = False      # ... and runs on the team even where one thread would be faster
 t._set(T.SPIN, 2000)    # more threads than cores: sleep soon
 out["threads"] = W.threads()
 for name, sched in (("a", (4, 4, 2, 3, 4)), ("b", (4, 4, 1, 4, 3))):

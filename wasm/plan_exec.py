@@ -45,7 +45,8 @@ of the module on a memory of its own) where every table buffer has a fixed place
 are copied in before each segment and the ones it writes copied out after.
 
 **Limits.** Intermediates stay allocated between replays (no liveness-based sharing yet):
-plans over ``MAX_OWN_BYTES`` of them replay step by step, where kernels dominate anyway. A
+plans over ``MAX_OWN_BYTES`` of them replay step by step, where kernels dominate anyway (with a
+thread team, ``MAX_OWN_BYTES_TEAM``: tables are the only way onto the other cores). A
 contiguous slice, a float16 result, an op without a module kernel or a wrapper that reads a
 value in Python costs a segment boundary (one more ``ember_run`` call) and that step's Python.
 Large constants that a recorded call writes in place (a KV cache) are checked by perturbing a
@@ -88,6 +89,9 @@ ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
 # A plan whose table would keep more bytes of intermediates alive than this replays step by step
 # (its kernels dominate anyway); the recording stops holding them as soon as it passes this.
 MAX_OWN_BYTES = int(os.environ.get("EMBER_WASM_PLAN_TABLE_BYTES", str(64 << 20)))
+# ... and with a thread team, where tables are the only way onto the other cores (a MiniLM 8 x 64
+# forward keeps ~90 MB of intermediates)
+MAX_OWN_BYTES_TEAM = int(os.environ.get("EMBER_WASM_PLAN_TABLE_BYTES_TEAM", str(512 << 20)))
 MAX_RECORDS = 3          # recordings per plan (a replaced constant asks for a new one) before giving up
 FROZEN_MAX = 4096        # private read-only arrays up to this many bytes: the table keeps a copy
 MAGIC = 0x54424D45       # kernels/exec.c TABLE_MAGIC
@@ -324,6 +328,12 @@ class WasmPlanReplay:
         own_bytes = 0
         written_ext = set()   # ids of input/constant buffers that recorded calls write
         abandon = None
+        limit = MAX_OWN_BYTES
+        if self.rt.kind == "pyodide" and MAX_OWN_BYTES_TEAM > limit:
+            from .team import team
+
+            if team() is not None:
+                limit = MAX_OWN_BYTES_TEAM
         for i, st in enumerate(plan.steps):
             if st.multi == _HOST:
                 st.kernel(vals)
@@ -358,8 +368,8 @@ class WasmPlanReplay:
                 info[i] = self._no_calls(i, ins, bufs, str(e))
             if info[i][0] == "table":
                 own_bytes += sum(b.buffer_info()[1] * b.itemsize for b in info[i][3])
-                if own_bytes > MAX_OWN_BYTES:
-                    abandon = (f"its intermediates need more than {MAX_OWN_BYTES >> 20} MB "
+                if own_bytes > limit:
+                    abandon = (f"its intermediates need more than {limit >> 20} MB "
                                f"(EMBER_WASM_PLAN_TABLE_BYTES)")
                     info = None
         if abandon is not None:
@@ -1057,6 +1067,35 @@ class TeamSpace(ArenaSpace):
                         if ref[0] == "p" and wr:
                             big = max(big, hi)
         team.ensure_scratch(big)
+        self.team = team
+        self.serial = team.exports.ember_run
+
+    # Threads pay only where a segment's split kernels outweigh the barriers (and where the cores
+    # are free): each segment times a few runs on the team and on thread 0 alone (same memory,
+    # same bits) and keeps the faster, measured again every REPROBE runs.
+    PROBES = 3
+    REPROBE = 256
+
+    def execute(self, seg, vals):
+        team = self.team
+        if not team.adaptive:
+            self.run_fn = team.run
+            return super().execute(seg, vals)
+        st = getattr(seg, "team_stats", None)
+        if st is None or st["n"] >= self.REPROBE:
+            st = seg.team_stats = {"n": 0, True: [], False: [], "use": None}
+        st["n"] += 1
+        use = st["use"]
+        if use is not None:
+            self.run_fn = team.run if use else self.serial
+            return super().execute(seg, vals)
+        use = len(st[True]) <= len(st[False])
+        self.run_fn = team.run if use else self.serial
+        t0 = _now()
+        super().execute(seg, vals)
+        st[use].append(_now() - t0)
+        if len(st[True]) >= self.PROBES and len(st[False]) >= self.PROBES:
+            st["use"] = min(st[True]) < 0.95 * min(st[False])
 
     def _bound_addr(self, r, n, vals):
         # a constant a table writes in place (a KV cache): one resident copy in the shared memory
@@ -1067,6 +1106,12 @@ class TeamSpace(ArenaSpace):
             res = self.resident[r] = self.arena.team.resident(b)
             return res.addr
         return self.arena.alloc(n)
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
 
 
 def _team_epoch() -> int:

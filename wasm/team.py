@@ -51,13 +51,15 @@ from ..errors import BoundsError, DeviceError
 PAGE = 65536
 MAX_PAGES = 32768          # 2 GiB: the shared memory's maximum (reserved up front by the engine)
 MAX_THREADS = 8            # the default never uses more (hardwareConcurrency is capped here)
-CTL_WORDS = 80             # kernels/team.h TEAM_WORDS
+CTL_WORDS = 88             # kernels/team.h TEAM_WORDS
 # kernels/team.h word indices
-RUN_GEN, THREADS_W, SCRATCH, SCRATCH_STRIDE, MIN_WORK, SPIN, RUNS, READY = 0, 12, 9, 10, 11, 13, 14, 16
+RUN_GEN, THREADS_W, SCRATCH, SCRATCH_STRIDE, MIN_WORK, SPIN, RUNS, MAIN_WAIT, READY = 0, 12, 9, 10, 11, 13, 14, 16, 24
 QUIT = 8
 # a kernel splits only work of at least this many multiply-adds per thread (a barrier costs ~1 us)
 DEFAULT_MIN_WORK = int(os.environ.get("EMBER_WASM_MIN_WORK", "65536"))
-DEFAULT_SPIN = 200000
+# spins before a waiting thread sleeps (memory.atomic.wait): long enough to cover a kernel's
+# imbalance on idle cores, short enough to hand a busy machine's cores back
+DEFAULT_SPIN = 20000
 
 _WORKER_NODE = """
 const { workerData: d } = require('node:worker_threads');
@@ -119,6 +121,12 @@ def environment() -> dict:
     return {"shareable": True, "max_threads": max(1, cores), "why": None}
 
 
+def _on_page_main_thread() -> bool:
+    import js
+
+    return hasattr(js.globalThis, "document") or hasattr(js.globalThis, "window")
+
+
 class Team:
     """The shared memory, the main thread's instance of the module on it, the control block and
     the workers. One per process (``team()``)."""
@@ -138,9 +146,14 @@ class Team:
         self.ctl = self.alloc(CTL_WORDS * 4)
         self.scratch_addr, self.scratch_stride, self.scratch_slots = 0, 0, 0
         self.wanted = 1
+        # plan_exec.TeamSpace times each segment on the team and on one thread and keeps the
+        # faster; False: always the team (tests of the split kernels)
+        self.adaptive = True
         self._set(MIN_WORK, DEFAULT_MIN_WORK)
         self._set(SPIN, DEFAULT_SPIN)
         self._set(THREADS_W, 1)
+        # a page's main thread may not block in memory.atomic.wait: there thread 0 only spins
+        self._set(MAIN_WAIT, 0 if _on_page_main_thread() else 1)
         self._run = self.exports.ember_team_run
 
     # ---- the control block -------------------------------------------------------------------

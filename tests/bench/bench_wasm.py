@@ -1,7 +1,7 @@
 """wasm benchmark: ember's WebAssembly SIMD kernels (device "wasm") next to the pure-Python
 backend, inside Pyodide under Node (V8, the engine Chromium uses), single-threaded.
 
-    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear] [--llm] [--replay]
+    python build.py bench wasm            # or: .venv/bin/python tests/bench/bench_wasm.py [--quick] [--python-all] [--qlinear] [--llm] [--replay] [--threads=N]
     .venv/bin/python tests/bench/bench_wasm.py --replay --page   # the replay rows in headless Chromium
 
 Run with CPython, this script builds the kernel module and the wheel (into a temporary folder)
@@ -31,6 +31,13 @@ Pyodide it prints one table:
   a compiled function), the MNIST demo CNN and a 2-layer random llama decode step. With
   ``--page`` these rows run in a headless Chromium page (main thread, ``await ember.wasm.init()``)
   instead of Node; they are timed in batches of calls (the page's clock is coarse).
+
+``--threads-scan=1,2,4`` prints only compiled MiniLM-L6 (8 x 64, 1 x 8; random weights), a
+SmolLM2-135M-shaped decode step (random weights) and a 512^3 matmul at each thread count, with the
+team's adaptive choice and forced onto the team (``threads_rows``).
+``--threads=N`` runs compiled plans (the replay and LLM rows) on ember's wasm thread team of N
+threads (``ember.wasm.set_threads``; default 1: Node would otherwise use every core); eager
+kernel calls stay on one thread.
 
 Each case runs once to warm up, then until ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have
 passed; the table shows the median (and the best run for the GEMMs). The pure-Python backend
@@ -79,7 +86,8 @@ def host_main(argv) -> int:
         (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
         if "--page" in argv:
             return page_main(root, whl, tmp)
-        mounts = ["--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist"]
+        mounts = ["--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist",
+                  "--mount", f"{os.path.join(root, 'demos', 'minilm')}:/minilm"]
         for kind, guest in (("Q4_1", "/llm/q4_1"), ("Q8_0", "/llm/q8_0")):
             path = find_llm(root, kind)
             if path:
@@ -390,6 +398,137 @@ def llm_rows(argv, quick: bool) -> list:
     return rows
 
 
+def _random_floats(n: int, seed: int):
+    """n float32 values of magnitude 2^-9..2^-7 with random signs and mantissas (no subnormals,
+    no NaN: the kernels' speed does not depend on the values then), made with byte slicing."""
+    import random
+    from array import array
+
+    rng = random.Random(seed)
+    raw = bytearray(rng.randbytes(4 * n))
+    raw[3::4] = bytes(rng.choice((0x3B, 0xBB)) for _ in range(256)) * (n // 256) + bytes(0x3B for _ in range(n % 256))
+    return array("f", bytes(raw))
+
+
+def _random_q(qtype: str, n: int, k: int, seed: int) -> bytes:
+    """n rows of k random weights in GGUF blocks (Q4_1: f16 scale and min, Q8_0: f16 scale) with
+    small normal scales (no inf/NaN blocks, which the kernels would send to their exact path)."""
+    import random
+
+    rng = random.Random(seed)
+    bs, head = {"Q4_1": (20, b"\x00\x20\x00\xa0"), "Q8_0": (34, b"\x00\x20")}[qtype]
+    nblk = n * k // 32
+    raw = bytearray(rng.randbytes(bs * nblk))
+    for j, byte in enumerate(head):
+        raw[j::bs] = bytes([byte]) * nblk
+    return bytes(raw)
+
+
+def threads_rows(argv, counts) -> list:
+    """Compiled plans on 1..N threads of ember's wasm team (``--threads-scan=1,2,4``): MiniLM-L6
+    (demos/minilm/model.py, random weights) on 8 x 64 and 1 x 8 tokens, a SmolLM2-135M-shaped
+    llama (random Q4_1 layers, Q8_0 tied embedding, context 512) greedy decode step, and a
+    512^3 matmul; each with the team's choice (adaptive: team or one thread per segment, as
+    users get it) and, for the team, forced onto every thread. Outputs checked equal across
+    thread counts."""
+    import statistics
+    import time
+    from array import array
+
+    import ember
+    import ember.wasm as W
+    from ember import ops as F
+    from ember.nn.llama import Llama, LlamaConfig
+    from ember.plan import Plan
+    from ember.quant import QTensor
+    from ember.wasm import team as T
+
+    sys.path.insert(0, "/minilm")
+    import model as minilm
+
+    def wait(n):
+        W.set_threads(n)
+        end = time.monotonic() + 10
+        while W.threads() < n and time.monotonic() < end:
+            time.sleep(0.01)
+
+    wait(max(counts))
+    cases = {}
+    net = minilm.MiniLM()
+    sd = {}
+    for k, (name, t) in enumerate(net.state_dict().items()):
+        sd[name] = (ember.from_bytes(_random_floats(t.size, k).tobytes(), t.shape, "float32", device="wasm")
+                    if t.dtype.name == "float32" else t.to("wasm"))
+    net.load_state_dict(sd, strict=True, assign=True)
+    net = net.eval()
+    for b, n in ((8, 64), (1, 8)):
+        ids = ember.from_bytes(array("q", [(i * 7919) % 29000 + 1000 for i in range(b * n)]).tobytes(), (b, n),
+                               "int64", device="wasm")
+        mask = ember.from_bytes(array("q", [1] * (b * n)).tobytes(), (b, n), "int64", device="wasm")
+        cases[f"MiniLM-L6 {b} x {n} tokens (random weights)"] = (lambda net=net: ember.compile(net.sentence_embedding),
+                                                                 (ids, mask), 5 if b == 8 else 30)
+    cfg = LlamaConfig(n_layers=30, dim=576, n_heads=9, n_kv_heads=3, ffn_dim=1536, vocab_size=49152,
+                      rope_base=100000.0)
+    w = {"token_embd.weight": QTensor.from_bytes(_random_q("Q8_0", 49152, 576, 1), "q8_0", (49152, 576), device="wasm"),
+         "output_norm.weight": ember.ones((576,), device="wasm")}
+    seed = 2
+    for i in range(30):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = ember.ones((576,), device="wasm")
+        w[p + "ffn_norm.weight"] = ember.ones((576,), device="wasm")
+        for part, (rows, cols) in (("attn_q", (576, 576)), ("attn_k", (192, 576)), ("attn_v", (192, 576)),
+                                   ("attn_output", (576, 576)), ("ffn_gate", (1536, 576)), ("ffn_up", (1536, 576)),
+                                   ("ffn_down", (576, 1536))):
+            seed += 1
+            w[p + part + ".weight"] = QTensor.from_bytes(_random_q("Q4_1", rows, cols, seed), "q4_1", (rows, cols),
+                                                         device="wasm")
+    llm = Llama(cfg, w, context=512, device="wasm")
+    llm.reset()
+    pos = [0]
+
+    def decode_args():
+        pos[0] = pos[0] % 500 + 1
+        return (ember.tensor([pos[0] * 31 % 49152], dtype="int32", device="wasm"),
+                ember.tensor([pos[0]], dtype="int32", device="wasm"))
+    cases["SmolLM2-135M-shaped decode step (random Q4_1, argmax)"] = (
+        lambda: ember.compile(lambda ids, p: F.argmax(llm.forward(ids, p), axis=-1)), decode_args, 30)
+    a = ember.from_bytes(_random_floats(512 * 512, 99).tobytes(), (512, 512), "float32", device="wasm")
+    cases["matmul 512^3 + relu"] = (lambda: ember.compile(lambda x, y: ember.relu(x @ y)), (a, a), 20)
+
+    rows = []
+    team = None
+    for name, (make, args, runs) in cases.items():
+        ref = None
+        for nt in counts:
+            for adaptive in ((True, False) if nt > 1 else (True,)):
+                wait(nt)
+                team = T.team(create=False)
+                if team is not None:
+                    team.adaptive = adaptive
+                fn = make()
+                get = args if callable(args) else (lambda args=args: args)
+                for _ in range(3 + (2 * 3 if adaptive else 0)):   # capture, record, the team's probes
+                    out = fn(*get())
+                ts = []
+                for _ in range(runs):
+                    call = get()
+                    t0 = time.perf_counter()
+                    out = fn(*call)
+                    out.tolist() if out.size < 64 else None
+                    ts.append(time.perf_counter() - t0)
+                got = bytes(memoryview(out._buf).cast("B")) if not callable(args) else None
+                ref = ref if ref is not None else got
+                plan = next((p for p in fn.plans.values() if isinstance(p, Plan)), None)
+                space = plan.fast.describe().get("space") if plan is not None and plan.fast else "-"
+                label = f"{nt} thread" + ("s" if nt > 1 else "") + ("" if nt == 1 else (", adaptive" if adaptive else ", forced"))
+                rows.append(("threads", f"{name}: {label} [{space}]{'' if got == ref else ' DIFFERS'}",
+                             f"{statistics.median(ts) * 1e3:.2f} ({min(ts) * 1e3:.2f})", "-", "ms", None))
+                del fn
+    if team is not None:
+        team.adaptive = True
+    return rows
+
+
 def print_rows(rows) -> None:
     width = max(len(r[1]) for r in rows)
     print()
@@ -398,6 +537,26 @@ def print_rows(rows) -> None:
     for _, name, w, p, unit, ratio in rows:
         r = f"{ratio:.0f}x" if ratio else "-"
         print(f"| {name:<{width}} | {w:>24} | {p:>10} | {unit:<7} | {r:>11} |")
+
+
+def _use_threads(n: int) -> None:
+    """ember.wasm.set_threads(n) and wait (up to 10 s) until its workers are ready (Node starts
+    them on their own threads)."""
+    import time
+
+    import ember.wasm
+
+    ember.wasm.set_threads(n)
+    end = time.monotonic() + 10
+    while ember.wasm.threads() < n and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def _threads_note() -> str:
+    import ember.wasm
+
+    info = ember.wasm.info()
+    return f"{info['threads']} thread(s) for compiled plans" + (f" ({info['note']})" if "note" in info else "")
 
 
 def guest_main(argv) -> int:
@@ -413,7 +572,9 @@ def guest_main(argv) -> int:
         MIN_TIME, MIN_RUNS = 0.3, 3
     python_all = "--python-all" in argv
     info = get_backend("wasm").available()
-    print(f"ember wasm benchmark: Pyodide {sys.version.split()[0]}, {info[1]}")
+    threads = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--threads=")), 1)
+    _use_threads(threads)
+    print(f"ember wasm benchmark: Pyodide {sys.version.split()[0]}, {info[1]}, {_threads_note()}")
     rng = random.Random(0)
 
     def rand(shape, scale=1.0):
@@ -429,6 +590,10 @@ def guest_main(argv) -> int:
         return max(abs(x - y) for x, y in zip(fa, fb)) / scale
 
     rows = []   # (group, case, wasm, python, unit)
+    scan = next((a.split("=", 1)[1] for a in argv if a.startswith("--threads-scan=")), None)
+    if scan:
+        print_rows(threads_rows(argv, [int(c) for c in scan.split(",")]))
+        return 0
     if "--qlinear" in argv or "--llm" in argv:
         part = qlinear_rows("--quick" in argv) if "--qlinear" in argv else []
         print_rows(part + (llm_rows(argv, "--quick" in argv) if "--llm" in argv else []))

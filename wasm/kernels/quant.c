@@ -781,9 +781,9 @@ static void float_linear(i32 qt, const u8 *w, i32 rb, const f32 *x, f32 *y, i32 
  *   integer formats: xq (M * K / 2) | xs (M * K / 8) | tile (64 nb + 16 nb) | 4 (touch sink)
  *   float formats:   FLOAT_ROWS * K | FLOAT_ROWS * K (packed panels, M > 16)
  * Returns 0, QERR_QTYPE or QERR_SHAPE. */
-/* One thread's share (see team.h): x's rows quantized by thread 0's share of rows, a barrier, then
- * the output features split in groups of four rows of w (FLOAT_ROWS for float formats); each
- * thread's tile (or float rows) in its own scratch. */
+/* One thread's share (see team.h): the output features split in groups of four rows of w
+ * (FLOAT_ROWS for float formats); each thread quantizes x and decodes its tiles (or float rows) in
+ * its own scratch. */
 i32 q_linear_team(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 *prm, i32 *ctl, i32 tid, i32 nt) {
   const u8 *w = (const u8 *)wv;
   const i32 qt = prm[QL_QTYPE], M = prm[QL_M], N = prm[QL_N], K = prm[QL_K];
@@ -799,18 +799,14 @@ i32 q_linear_team(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 
     return 0;
   }
   const i32 nb = K / 32;
-  i16 *xq = (i16 *)scratch;
-  f32 *xs = scratch + M * K / 2, *tile = xs + M * nb * 4, *sink = tile + 80 * nb;
-  i32 m0, m1;
-  team_range(M, 1, tid, width, &m0, &m1);
-  for (i32 i = m0; i < m1; i++) quantize_row(x + i * K, K, xq + i * K, xs + i * nb * 4);
-  if (width > 1) {
-    team_sync(ctl, tid, nt);
-    tile = (f32 *)team_scratch(ctl, tid, tile);
-    sink = tile + 80 * nb;
-  }
   team_range(N, 4, tid, width, &n0, &n1);
   if (n0 >= n1) return 0;
+  /* every thread quantizes x itself, into its own scratch when there is a team (M * K work
+   * against M * N * K: cheaper than a barrier) */
+  if (width > 1) scratch = (f32 *)team_scratch(ctl, tid, scratch);
+  i16 *xq = (i16 *)scratch;
+  f32 *xs = scratch + M * K / 2, *tile = xs + M * nb * 4, *sink = tile + 80 * nb;
+  for (i32 i = 0; i < M; i++) quantize_row(x + i * K, K, xq + i * K, xs + i * nb * 4);
   const u8 *wn = w + n0 * rb;
   if (M <= FUSED_MAX_M && (blk == 32 || qt == QT_Q4_K)) {
     i32 touch = 0;

@@ -33,7 +33,8 @@ enum {
   TEAM_SPIN,        /* spins before a worker sleeps */
   TEAM_RUNS,        /* runs started (statistics) */
   TEAM_IDLE,        /* workers asleep between runs */
-  TEAM_READY = 16,  /* READY + t: worker t entered ember_team_worker */
+  TEAM_MAIN_WAIT,   /* thread 0 may sleep in barriers too (not a page's main thread) */
+  TEAM_READY = 24,  /* READY + t: worker t entered ember_team_worker */
   TEAM_MAX = 64,
   TEAM_WORDS = TEAM_READY + TEAM_MAX
 };
@@ -52,7 +53,7 @@ static void team_sync(i32 *ctl, i32 tid, i32 nt) {
     if (A_LOAD(&ctl[TEAM_WAITERS])) __builtin_wasm_memory_atomic_notify(&ctl[TEAM_BAR_GEN], (u32)-1);
     return;
   }
-  i32 spins = tid ? A_LOAD(&ctl[TEAM_SPIN]) : -1;
+  i32 spins = tid || ctl[TEAM_MAIN_WAIT] ? A_LOAD(&ctl[TEAM_SPIN]) : -1;
   while (A_LOAD(&ctl[TEAM_BAR_GEN]) == gen) {
     if (spins > 0) spins--;
     else if (spins == 0) {
