@@ -159,6 +159,42 @@ def test_logits_match_pytorch(device, models):
         assert [t["index"] for t in vision.top_k(got)] == ref["top5"], f"{name} on {device}"
 
 
+def test_fused_batchnorm_keeps_the_logits(models, weights):
+    """``fuse_batchnorm`` (BatchNorm folded into the convolutions, what the page runs) gives
+    PyTorch's logits too (numpy backend; the folding itself is checked on every backend below)."""
+    pytest.importorskip("numpy")
+    m = efficientnet_lite0().to("numpy")
+    m.load_state_dict(ember.load_torch(weights, device="numpy"))
+    m.fuse_batchnorm()
+    assert not any(k.endswith("running_mean") for k in m.state_dict())
+    rgba, w, h = _rgba("coffee")
+    got = m(vision.imagenet_preprocess(rgba, w, h, device="numpy")).tolist()[0]
+    assert _max_diff(got, GOLDEN["images"]["coffee"]["logits"]) < LOGIT_ATOL
+
+
+@pytest.mark.parametrize("groups, bias, affine", [(1, True, True), (3, False, True), (6, False, False)])
+def test_fuse_conv_bn_eval(device, groups, bias, affine):
+    from ember import nn
+
+    ember.manual_seed(groups)
+    conv = nn.Conv2d(6, 6, 3, stride=2, padding=1, groups=groups, bias=bias)
+    bn = nn.BatchNorm2d(6, eps=1e-3, affine=affine)
+    stats = {"running_mean": ember.rand(6) - 0.5, "running_var": ember.rand(6) + 0.5}
+    if affine:
+        stats.update(weight=ember.rand(6) + 0.5, bias=ember.rand(6) - 0.5)
+    bn.load_state_dict({**bn.state_dict(), **stats})
+    conv, bn = conv.to(device), bn.to(device).eval()
+    x = (ember.rand(2, 6, 7, 9) * 4.0 - 2.0).to(device)
+    fused = nn.utils.fuse_conv_bn_eval(conv, bn)
+    assert fused.bias is not None and (conv.bias is None) == (not bias)     # conv itself unchanged
+    assert fused.weight.device == device
+    assert _max_diff(fused(x).reshape((-1,)).tolist(), bn(conv(x)).reshape((-1,)).tolist()) < 1e-5
+    with pytest.raises(ValueError, match="running statistics"):
+        nn.utils.fuse_conv_bn_eval(conv, nn.BatchNorm2d(6, track_running_stats=False))
+    with pytest.raises(ValueError, match="output channels"):
+        nn.utils.fuse_conv_bn_eval(conv, nn.BatchNorm2d(4).eval())
+
+
 def test_predictions_make_sense():
     cats = set(range(281, 286))             # tabby, tiger cat, Persian, Siamese, Egyptian cat
     top = {n: GOLDEN["images"][n]["top5_labels"][0] for n in IMAGES}

@@ -33,8 +33,9 @@ import ember
 
 from ..errors import ShapeError
 from ..tensor import Tensor
-from .layers import BatchNorm2d, Conv2d, Dropout, Linear, ModuleList, ReLU6
+from .layers import BatchNorm2d, Conv2d, Dropout, Identity, Linear, ModuleList, ReLU6
 from .module import Module
+from .utils import fuse_conv_bn_eval
 
 __all__ = ["Conv2dSame", "MBConvBlock", "EfficientNetLite", "efficientnet_lite0", "LITE0_STAGES"]
 
@@ -133,6 +134,22 @@ class EfficientNetLite(Module):
     def forward(self, x: Tensor) -> Tensor:
         h = self.features(x).mean(axis=(2, 3))                    # (B, 1280)
         return self._fc(self._dropout(h))                         # (B, num_classes)
+
+    def fuse_batchnorm(self) -> "EfficientNetLite":
+        """For inference: fold every BatchNorm into the convolution before it
+        (``nn.utils.fuse_conv_bn_eval``) and put an Identity in its place: the same outputs (to
+        float32 rounding) with a pass over each activation less. Call it after loading the
+        weights; the state_dict then has the folded convolutions' weights and biases instead of
+        the BatchNorm keys. Returns self, in eval mode."""
+        self.eval()
+        pairs = [(self, "_conv_stem", "_bn0"), (self, "_conv_head", "_bn1")]
+        for b in self._blocks:
+            pairs += [(b, "_expand_conv", "_bn0"), (b, "_depthwise_conv", "_bn1"), (b, "_project_conv", "_bn2")]
+        for owner, conv, bn in pairs:
+            if conv in owner._modules and isinstance(owner._modules[bn], BatchNorm2d):
+                setattr(owner, conv, fuse_conv_bn_eval(owner._modules[conv], owner._modules[bn]))
+                setattr(owner, bn, Identity())
+        return self
 
 
 def efficientnet_lite0(num_classes: int = 1000, dropout: float = 0.2) -> EfficientNetLite:

@@ -16,7 +16,7 @@ import ember
 from ..tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector",
-           "vector_to_parameters"]
+           "vector_to_parameters", "fuse_conv_bn_eval"]
 
 
 def _params(parameters):
@@ -84,3 +84,45 @@ def vector_to_parameters(vec, parameters) -> None:
             n = p.size
             p.copy_(vec[start:start + n].reshape(p.shape))
             start += n
+
+
+def fuse_conv_bn_eval(conv, bn):
+    """A copy of ``conv`` (a Conv2d, or a subclass such as ``Conv2dSame``) that computes
+    ``bn(conv(x))`` with ``bn`` in eval mode, as ``torch.nn.utils.fusion.fuse_conv_bn_eval``:
+    per output channel ``s = gamma / sqrt(running_var + eps)``, weight ``w * s``, bias
+    ``(b - running_mean) * s + beta``. One pass over the output instead of two at inference.
+    ``conv`` and ``bn`` are left as they are.
+
+    >>> import ember
+    >>> from ember import nn
+    >>> conv, bn = nn.Conv2d(2, 3, 3, bias=False), nn.BatchNorm2d(3).eval()
+    >>> fused = nn.utils.fuse_conv_bn_eval(conv, bn)
+    >>> x = ember.ones((1, 2, 5, 5))
+    >>> fused.bias is not None, abs(fused(x) - bn(conv(x))).max().item() < 1e-5
+    (True, True)
+    """
+    from collections import OrderedDict
+
+    from .module import Parameter
+
+    if bn.running_mean is None or bn.running_var is None:
+        raise ValueError("fuse_conv_bn_eval: the BatchNorm has no running statistics "
+                         "(track_running_stats=False normalises with each batch's own)")
+    o = conv.weight.shape[0]
+    if bn.num_features != o:
+        raise ValueError(f"fuse_conv_bn_eval: the convolution has {o} output channels, the BatchNorm "
+                         f"{bn.num_features}")
+    fused = object.__new__(type(conv))
+    fused.__dict__.update(conv.__dict__)
+    for slot in ("_parameters", "_buffers", "_modules"):
+        fused.__dict__[slot] = OrderedDict(conv.__dict__[slot])
+    with ember.no_grad():
+        scale = (bn.running_var + bn.eps).sqrt()
+        scale = bn.weight / scale if bn.weight is not None else 1.0 / scale                 # (O,)
+        shift = bn.bias if bn.bias is not None else ember.zeros_like(scale)
+        bias = conv.bias if conv.bias is not None else ember.zeros_like(scale)
+        weight = conv.weight * scale.reshape((o,) + (1,) * (conv.weight.ndim - 1))         # (O, C/g, kh, kw)
+        bias = (bias - bn.running_mean) * scale + shift                                   # (O,)
+    fused.register_parameter("weight", Parameter(weight.astype(conv.weight.dtype), conv.weight.requires_grad))
+    fused.register_parameter("bias", Parameter(bias.astype(conv.weight.dtype), conv.weight.requires_grad))
+    return fused
