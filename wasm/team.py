@@ -441,23 +441,36 @@ def wanted() -> int:
 
 async def init_async(wait: float = 0.0) -> None:
     """Start the team where threads are possible (a page's main thread needs this: asynchronous
-    compilation). Its workers start in the background; ``wait`` > 0 waits up to that many seconds
-    for all of them (plans replay on the threads that are ready meanwhile)."""
+    compilation). With ``wait`` == 0 it compiles and starts in the background (the page's start
+    does not wait for it; plans made meanwhile move to the team once it is there); ``wait`` > 0
+    waits up to that many seconds for the team and all its workers."""
     import asyncio
     import time
 
     if wanted() <= 1 or not _env()["shareable"]:
         return
     if _STATE["team"] is None:
-        try:
-            _start(await _make_team_async())
-        except Exception as e:  # noqa: BLE001
-            _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
+        if _STATE["pending"] is None:
+            _STATE["pending"] = asyncio.ensure_future(_create())
+        if wait <= 0:
             return
+        await _STATE["pending"]
     t = _STATE["team"]
+    if t is None:
+        return
     end = time.monotonic() + wait
     while t.ready() < t.wanted and time.monotonic() < end:
         await asyncio.sleep(0.005)
+
+
+async def _create() -> None:
+    try:
+        t = await _make_team_async()
+    except Exception as e:  # noqa: BLE001
+        _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
+        return
+    if _STATE["team"] is None:
+        _start(t)
 
 
 def set_threads(n) -> None:
