@@ -10,7 +10,10 @@ How a model is loaded (no ``onnx`` package, no numpy: this runs in Pyodide):
    first call. Nodes whose inputs are all known run for real: constant subgraphs (the
    ``Shape -> Gather -> Concat -> Reshape`` chains exporters write) are folded once.
 3. Graphs with symbolic dimensions (``batch``, ``seq``) are traced twice with different sizes;
-   only values equal in both traces are folded, so the model keeps working for any size.
+   only values equal in both traces *and* computed from nothing an input gives (its values, its
+   symbolic dims; ``_dependence``) are folded, so the model keeps working for any size.
+   At run time, calls on constants only run once per set of arguments (``RunCtx.call``): no
+   value derived from one call's inputs is reused for another.
 4. ``model(...)`` runs the remaining nodes in order on the model's device.
 
 >>> import ember, ember.onnx
