@@ -123,7 +123,7 @@
 //     console.log(await ember.runPython("import ember; str(ember.tensor([1.0, 2.0]) * 3)"));
 //   </script>
 
-import { startPyodide, checkRestored, scheduleSnapshot, snapshotSaved } from "./snapshot.js";
+import { startPyodide, checkRestored, scheduleSnapshot, snapshotSaved, unzip, writeFiles } from "./snapshot.js";
 export { snapshotSaved };
 
 const HERE = new URL(".", import.meta.url);        // .../wasm/
@@ -328,6 +328,9 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     ? fetchBytesInfo(versionedUrl(new URL(manifest.wheel_pyc, base).href, manifest, base).url,
                      { label: "Downloading ember", cache: true }).then((r) => r.bytes, () => null)
     : null);
+  // The wheels unzipped by the browser while Pyodide starts (snapshot.js); null: Pyodide unpacks them.
+  const unzippedP = Promise.all([wheelP, extrasP, pycP]).then(([w, ex, pyc]) =>
+    Promise.all([w.bytes, ...ex.map((x) => x.bytes), ...(pyc ? [pyc] : [])].map(unzip))).catch(() => null);
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
   // From a memory snapshot after `import ember` when one is stored (snapshot.js), else as usual.
   const { pyodide, snapshot: snap } = await startPyodide(loadPyodide, indexURL, base, manifestP, snapshot);
@@ -341,10 +344,14 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   timings.wheelCached = wheelCached;
   progress(0.85, "Installing ember");
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
-  pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
-  for (const extra of await extrasP) pyodide.unpackArchive(extra.bytes, "wheel", { extractDir: sitePackages });
   const pyc = await pycP;
-  if (pyc) pyodide.unpackArchive(pyc, "zip", { extractDir: sitePackages });
+  const unzipped = await unzippedP;
+  if (unzipped) for (const files of unzipped) writeFiles(pyodide, sitePackages, files);
+  else {
+    pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
+    for (const extra of await extrasP) pyodide.unpackArchive(extra.bytes, "wheel", { extractDir: sitePackages });
+    if (pyc) pyodide.unpackArchive(pyc, "zip", { extractDir: sitePackages });
+  }
   timings.pyc = !!pyc;
   // Check the import here: a broken install must fail loudly at load time, not in a demo.
   if (snap.used) {
