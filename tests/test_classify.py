@@ -116,7 +116,7 @@ def test_preprocess_errors(args, words):
 
 def test_state_dict_keys_are_the_checkpoints(weights):
     sd = ember.load_torch(weights)
-    model = efficientnet_lite0()
+    model = ember.nn.utils.skip_init(efficientnet_lite0)
     assert list(model.state_dict()) == list(sd)
     assert all(tuple(model.state_dict()[k].shape) == tuple(v.shape) for k, v in sd.items())
     assert model.load_state_dict(sd).missing_keys == []
@@ -128,7 +128,7 @@ def models(weights):
 
     def get(device):
         if device not in cache:
-            m = efficientnet_lite0().eval().to(device)
+            m = ember.nn.utils.skip_init(efficientnet_lite0).eval().to(device)
             m.load_state_dict(ember.load_torch(weights, device=device), strict=True)
             cache[device] = m
         return cache[device]
@@ -163,7 +163,7 @@ def test_fused_batchnorm_keeps_the_logits(models, weights):
     """``fuse_batchnorm`` (BatchNorm folded into the convolutions, what the page runs) gives
     PyTorch's logits too (numpy backend; the folding itself is checked on every backend below)."""
     pytest.importorskip("numpy")
-    m = efficientnet_lite0().to("numpy")
+    m = ember.nn.utils.skip_init(efficientnet_lite0).to("numpy")
     m.load_state_dict(ember.load_torch(weights, device="numpy"))
     m.fuse_batchnorm()
     assert not any(k.endswith("running_mean") for k in m.state_dict())
@@ -193,6 +193,20 @@ def test_fuse_conv_bn_eval(device, groups, bias, affine):
         nn.utils.fuse_conv_bn_eval(conv, nn.BatchNorm2d(6, track_running_stats=False))
     with pytest.raises(ValueError, match="output channels"):
         nn.utils.fuse_conv_bn_eval(conv, nn.BatchNorm2d(4).eval())
+
+
+def test_skip_init_draws_nothing_and_restores_initialisation():
+    from ember import nn
+
+    lin = nn.utils.skip_init(nn.Linear, 4, 3)
+    assert lin.weight.tolist() == [[0.0] * 4] * 3 and lin.bias.tolist() == [0.0] * 3
+    assert lin.weight.requires_grad
+    with pytest.raises(TypeError):
+        nn.utils.skip_init(nn.Linear, 4)               # a constructor error goes through...
+    ember.manual_seed(0)
+    a = nn.Linear(4, 3).weight.tolist()                # ...and initialisation is back afterwards
+    ember.manual_seed(0)
+    assert a == nn.Linear(4, 3).weight.tolist() and any(v != 0.0 for row in a for v in row)
 
 
 def test_predictions_make_sense():

@@ -59,6 +59,12 @@ def _fan(tensor, mode):
     return fan_in if mode == "fan_in" else fan_out
 
 
+# True inside ``nn.utils.skip_init``: the random fills leave their tensor as it is (drawing
+# millions of numbers in pure Python is most of building a large model whose weights are loaded
+# next anyway).
+_SKIP = [False]
+
+
 def _fill(tensor, value):
     with no_grad():
         if value.dtype is not tensor.dtype:
@@ -76,12 +82,16 @@ def _unit(tensor):
 
 def uniform_(tensor, a: float = 0.0, b: float = 1.0):
     """Fill with values uniform in [a, b)."""
+    if _SKIP[0]:
+        return tensor
     with no_grad():
         return _fill(tensor, (_unit(tensor) - 1.5) * (b - a) + (a + b) / 2)
 
 
 def normal_(tensor, mean: float = 0.0, std: float = 1.0):
     """Fill with values from N(mean, std^2)."""
+    if _SKIP[0]:
+        return tensor
     from ..random import randn
     with no_grad():
         return _fill(tensor, randn(tensor.shape, device=tensor.device) * std + mean)
@@ -89,6 +99,8 @@ def normal_(tensor, mean: float = 0.0, std: float = 1.0):
 
 def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0):
     """Fill with N(mean, std^2) values truncated to [a, b] (inverse-CDF sampling, as PyTorch)."""
+    if _SKIP[0]:
+        return tensor
     with no_grad():
         def cdf(x):
             return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0

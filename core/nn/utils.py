@@ -16,7 +16,7 @@ import ember
 from ..tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "parameters_to_vector",
-           "vector_to_parameters", "fuse_conv_bn_eval"]
+           "vector_to_parameters", "fuse_conv_bn_eval", "skip_init"]
 
 
 def _params(parameters):
@@ -126,3 +126,22 @@ def fuse_conv_bn_eval(conv, bn):
     fused.register_parameter("weight", Parameter(weight.astype(conv.weight.dtype), conv.weight.requires_grad))
     fused.register_parameter("bias", Parameter(bias.astype(conv.weight.dtype), conv.weight.requires_grad))
     return fused
+
+
+def skip_init(module_cls, *args, **kwargs):
+    """``module_cls(*args, **kwargs)`` without drawing its random initial weights, as
+    ``torch.nn.utils.skip_init``: for a model whose weights are loaded right after (building
+    EfficientNet-Lite0 takes seconds of pure-Python random numbers otherwise). Parameters keep
+    their constructor's fill (zeros; ones for norm weights) until loaded.
+
+    >>> from ember import nn
+    >>> nn.utils.skip_init(nn.Linear, 3, 2).weight.tolist()
+    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    from . import init
+
+    saved, init._SKIP[0] = init._SKIP[0], True
+    try:
+        return module_cls(*args, **kwargs)
+    finally:
+        init._SKIP[0] = saved

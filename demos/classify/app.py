@@ -106,7 +106,7 @@ def net(backend: str):
         else:
             if _state["weights"] is None:
                 raise RuntimeError("the EfficientNet-Lite0 weights are not loaded yet: call load(weights) first")
-            m = efficientnet_lite0().eval()
+            m = ember.nn.utils.skip_init(efficientnet_lite0).eval()     # the weights are loaded next
             m.load_state_dict({k: v.to(DEVICES[backend]) for k, v in _state["weights"].items()}, strict=True)
             # BatchNorm folded into the convolutions: 143 WebGPU dispatches a forward instead of
             # 199, the same logits to 1e-5 (tests/test_classify.py)
