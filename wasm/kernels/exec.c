@@ -115,6 +115,40 @@ static i64 team_dispatch(i32 id, const i32 *a, i32 *ctl, i32 tid, i32 nt, i32 ru
                                                              P_(const f32 *, 2), P_(f32 *, 3), P_(f32 *, 4),
                                                              P_(const i32 *, 5), P_(f32 *, 6), P_(f32 *, 7),
                                                              P_(const i32 *, 8), ember_word_f32(a[9]), ctl, tid, nt);
+    /* elementwise maps and same-shape binary ops: ranges of elements (grains of 64: every
+     * element goes through the same lanes' code as in one call); layer_norm: ranges of rows */
+#define TEAM_MAP(NAME, COST)                                                                    \
+    case EMBER_KID_##NAME:                                                                      \
+      if (run) {                                                                                \
+        i32 lo, hi;                                                                             \
+        team_range(a[2], 64, tid, team_width(ctl, nt, (i64)a[2] * COST), &lo, &hi);             \
+        if (lo < hi) NAME(P_(const f32 *, 0) + lo, P_(f32 *, 1) + lo, hi - lo);                 \
+      }                                                                                         \
+      return 0;
+#define TEAM_VV(NAME)                                                                           \
+    case EMBER_KID_##NAME:                                                                      \
+      if (run) {                                                                                \
+        i32 lo, hi;                                                                             \
+        team_range(a[3], 64, tid, team_width(ctl, nt, (i64)a[3] * 2), &lo, &hi);                \
+        if (lo < hi) NAME(P_(const f32 *, 0) + lo, P_(const f32 *, 1) + lo, P_(f32 *, 2) + lo, hi - lo); \
+      }                                                                                         \
+      return 0;
+    TEAM_MAP(gelu_f32, 24) TEAM_MAP(gelu_tanh_f32, 24) TEAM_MAP(erf_f32, 16) TEAM_MAP(exp_f32, 12)
+    TEAM_MAP(tanh_f32, 16) TEAM_MAP(sigmoid_f32, 12) TEAM_MAP(silu_f32, 12) TEAM_MAP(log_f32, 12)
+    TEAM_MAP(relu_f32, 2) TEAM_MAP(sqrt_f32, 4)
+    TEAM_VV(add_f32_vv) TEAM_VV(subtract_f32_vv) TEAM_VV(multiply_f32_vv) TEAM_VV(divide_f32_vv)
+#undef TEAM_MAP
+#undef TEAM_VV
+    case EMBER_KID_layer_norm_f32:
+      if (run) {
+        const i32 rows = a[4], m = a[5];
+        i32 r0, r1;
+        team_range(rows, 1, tid, team_width(ctl, nt, (i64)rows * m * 8), &r0, &r1);
+        if (r0 < r1)
+          layer_norm_f32(P_(const f32 *, 0) + r0 * m, P_(const f32 *, 1), P_(const f32 *, 2), P_(f32 *, 3) + r0 * m,
+                         r1 - r0, m, ember_word_f32(a[6]));
+      }
+      return 0;
     default: return -1;
   }
 }
