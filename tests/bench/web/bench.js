@@ -76,7 +76,7 @@ async function emberEngine(inputs) {
   const pyRun = py.runPython("ember_bench.run");
   return {
     phases,
-    snapshotSaved: cfg.snapshot ? () => mod.snapshotSaved() : null,
+    snapshotSaved: cfg.snapshot && mod.snapshotSaved ? () => mod.snapshotSaved() : null,
     async run(name) {
       const out = await pyRun(name);
       const flat = Float32Array.from(out.toJs());
