@@ -61,6 +61,14 @@ def test_async_init_on_the_main_thread(page_result):
     assert "wasm" in page_result["devices"]
 
 
+def test_without_isolation_one_thread_and_a_note(page_result):
+    """This page has no COOP/COEP headers: no SharedArrayBuffer, so the wasm thread team cannot
+    exist; everything runs on one thread (the op cases below still pass) and info says why."""
+    init = page_result["init"]
+    assert init["threads"] == 1 and init["shared_memory"] is False, init
+    assert "cross-origin isolated" in init["note"], init
+
+
 def test_op_cases_pass_on_wasm_in_chromium(page_result):
     results = page_result["results"]
     ids = [c.id for c in op_cases.all_cases()]
