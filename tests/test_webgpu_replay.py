@@ -169,3 +169,36 @@ def test_llm_decode_stream_matches_step_by_step_with_one_read_per_token(rt, tmp_
         step(ids, ember.tensor([m.context], dtype="int32", device="webgpu"))
     del lg_stream
     gc.collect()
+
+
+def test_decoded_token_fed_back_on_the_gpu(rt, tmp_path):
+    """argmax's output carries its index range, so a step fed its previous step's token (never
+    read back) replays its stream with the embedding's guard satisfied: no read per token, and
+    the same tokens as a loop that reads each one back."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from llm_fixtures import write_tiny_gguf
+    import ember.llm
+    from ember import ops as F
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    want = []
+    m = ember.llm.load(str(path), device="webgpu")
+    step = ember.compile(lambda i, p: F.argmax(m.model.forward(i, p), axis=-1))
+    tok = 3
+    for p in range(8):
+        tok = int(step(ember.tensor([tok], dtype="int32", device="webgpu"),
+                       ember.tensor([p], dtype="int32", device="webgpu")).tolist()[0])
+        want.append(tok)
+    # (the same positions again: each step rewrites the cache row it then attends to)
+    r = ember.tensor([3], dtype="int32", device="webgpu")
+    outs = []
+    rt.reset_stats()
+    for p in range(8):
+        r = step(r, ember.tensor([p], dtype="int32", device="webgpu"))    # int32 ids, then int64 ones
+        outs.append(r)
+    reads = rt.stats["reads"]
+    assert [int(o.tolist()[0]) for o in outs] == want
+    assert reads == 0
+    fed = step.plan_for(outs[0], ember.tensor([0], dtype="int32", device="webgpu")).fast.describe()
+    assert fed["stream"] and fed["replays"] >= 5, fed      # guards met by argmax's range: no fallback

@@ -429,7 +429,12 @@ def _argreduce(rt, name):
     op = _REDUCE_OP[name]
 
     def kernel(out, x, *, axis, keepdims=False, **_):
-        return reduce_all(rt, out, x._buf, op, (axis,), arg=True)
+        g = reduce_all(rt, out, x._buf, op, (axis,), arg=True)
+        if x.shape[axis]:
+            # an index along the axis: its range is known, so a take/embedding of it (a decoded
+            # token fed back as the next input) is checked without a read
+            g.bounds = (0, x.shape[axis] - 1)
+        return g
     return kernel
 
 

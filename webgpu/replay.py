@@ -247,7 +247,9 @@ class StreamReplay:
             rec.reason = str(e)
             result, outs = None, []
         drv.flush()
-        out_spec = [(g.storage.buf, g.offset * 4, g.size * 4, g.shape, g.dtype, t.shape, t.dtype) for g, t in outs]
+        # (an output's range, when it is a constant one such as argmax's, goes with every copy)
+        out_spec = [(g.storage.buf, g.offset * 4, g.size * 4, g.shape, g.dtype, t.shape, t.dtype,
+                     _const_bounds(t._buf.bounds if t._buf.bounds is not None else g.bounds)) for g, t in outs]
         # drop the recording's tensors (lazy ones sit in reference cycles) so that every
         # intermediate buffer is back in the pool, where the stream takes it from
         result = outs = g = t = None
@@ -269,15 +271,24 @@ class StreamReplay:
                 if cls is not None:
                     held.append((sbuf, cls))
         copies, fresh = [], []
-        for sbuf, off, nb, gshape, gdtype, shape, dtype in out_spec:
+        for sbuf, off, nb, gshape, gdtype, shape, dtype, bounds in out_spec:
             st = rt.alloc(max(nb, 4), "a replayed plan's output")
             if nb:
                 copies.append((sbuf, off, st.buf, 0, nb))
-            fresh.append(Tensor._wrap(GBuf(rt, gshape, gdtype, storage=st), shape, dtype, "webgpu"))
+            og = GBuf(rt, gshape, gdtype, storage=st)
+            og.bounds = bounds
+            fresh.append(Tensor._wrap(og, shape, dtype, "webgpu"))
         if copies:
             drv.stream_copy(copies)
         _give_back(rt.pool, held)
         return unflatten(plan.out_tree, fresh)
+
+
+def _const_bounds(b):
+    """``b`` when it is a range every replay's output has (not one derived from an input)."""
+    if b is None or getattr(b, "src", None) is not None:
+        return None
+    return (b[0], b[1])
 
 
 def _flat_outputs(plan, result) -> list:
@@ -413,11 +424,13 @@ class _Stream:
             check(b[0] + dlo, b[1] + dhi)
         wrap = Tensor._wrap
         fresh, copies_out = [], []
-        for sbuf, off, nb, gshape, gdtype, shape, dtype in self.out_spec:
+        for sbuf, off, nb, gshape, gdtype, shape, dtype, bounds in self.out_spec:
             st = rt.alloc(max(nb, 4), "a replayed plan's output")
             if nb:
                 copies_out.append((sbuf, off, st.buf, 0, nb))
-            fresh.append(wrap(GBuf(rt, gshape, gdtype, storage=st), shape, dtype, "webgpu"))
+            og = GBuf(rt, gshape, gdtype, storage=st)
+            og.bounds = bounds
+            fresh.append(wrap(og, shape, dtype, "webgpu"))
         self.drv.stream_submit(self.prepared, copies_in, copies_out)
         rt.stats["dispatches"] += len(self.cmds)
         return unflatten(self._tree, fresh)

@@ -18,7 +18,7 @@ run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N
   timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"; echo "=== $name: rc ${PIPESTATUS[0]}, $(python3 -c "print(round($(date +%s.%N)-$a,1))") s"; }
 for s in $S; do case $s in
   info) nvidia-smi -L; run info 60 python3 -c "import ember.webgpu as wg, json; print(json.dumps(wg.info(), default=str))" ;;
-  smol) run smol 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --torch-job --compare-steps ;;
+  smol) run smol 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --torch-job --compare-steps --feedback ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
   qlinear) run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qshapes 4096x4096,576x1536,1536x576 ;;

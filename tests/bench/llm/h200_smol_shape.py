@@ -69,7 +69,7 @@ def write_gguf(path: Path, seed: int = 0) -> None:
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
-def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int) -> dict:
+def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int, feedback: bool = False) -> dict:
     import ember
     from ember import ops as F
     from ember.io.gguf import load_gguf
@@ -103,6 +103,18 @@ def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int) -> d
             t_call += b - a; t_read += c - b
             toks.append(tok); pos += 1
         return toks, t_call, t_read
+
+    def decode_fed(tok, pos, n):
+        """The token stays on the GPU: each step is fed the previous step's argmax tensor (its
+        range is known, so the embedding's guard needs no read) and the tokens are read once at
+        the end: the host encodes step t+1 while the GPU runs step t."""
+        r = tensor([tok], dtype="int32", device=device)
+        outs = []
+        for _ in range(n):
+            r = step(r, tensor([pos], dtype="int32", device=device))
+            outs.append(r)
+            pos += 1
+        return [int(o.tolist()[0]) for o in outs]
 
     # warm-up: compile the step, the prefill shapes
     tok, out["warm_prefill_s"] = prefill(rng.integers(0, CFG["vocab"], 20).tolist())
@@ -143,6 +155,14 @@ def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int) -> d
         plan = step.plan_for(tensor([tok], dtype="int32", device=device), tensor([0], dtype="int32", device=device))
         fast = getattr(plan, "fast", None)
         d["replay"] = fast.describe() if hasattr(fast, "describe") else str(fast)
+    if device == "webgpu" and feedback:
+        decode_fed(tok, 20, 3)       # warm-up: the step's plan for int64 ids
+        tok, tp = prefill(ids)
+        w = time.perf_counter()
+        fed = decode_fed(tok, n_prompt, n_new - 1)
+        wall_f = time.perf_counter() - w
+        out["decode_fed"] = {"steps": steps, "wall_s": wall_f, "tok_s": steps / wall_f,
+                             "ms_per_tok": 1e3 * wall_f / steps, "same_ids": fed == toks}
     return out
 
 
@@ -185,6 +205,8 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--prefill", type=int, default=200)
     ap.add_argument("--torch-job", action="store_true", help="also write w.npz + job.json for torch_peer.py")
+    ap.add_argument("--feedback", action="store_true",
+                    help="webgpu: also decode with each token fed back on the GPU, read at the end")
     ap.add_argument("--compare-steps", action="store_true",
                     help="webgpu: also decode with EMBER_WEBGPU_STREAM off (step-by-step replay) and compare ids")
     a = ap.parse_args()
@@ -194,7 +216,7 @@ def main() -> None:
     p = d / "smol_shape.gguf"
     t = time.perf_counter(); write_gguf(p)
     print(f"wrote {p} ({p.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s", flush=True)
-    res = run(a.device, p, a.prompt, a.new, a.prefill)
+    res = run(a.device, p, a.prompt, a.new, a.prefill, feedback=a.feedback)
     print(json.dumps(res, indent=1), flush=True)
     if a.compare_steps and a.device == "webgpu":
         from ember.webgpu import replay
