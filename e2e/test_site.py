@@ -24,7 +24,7 @@ def test_index_lists_the_demos(page, server, site_dir, screenshot):
     assert links == [d["url"] for d in manifest["demos"]]
     assert "demos/embed/" in links
     # the demos come first, the how-to example after them
-    assert {"demos/chat/", "demos/minilm/", "demos/mnist/"} <= set(links[:-1]), links
+    assert {"demos/chat/", "demos/classify/", "demos/minilm/", "demos/mnist/"} <= set(links[:-1]), links
     assert links[-1] == "demos/embed/", links
     screenshot(page, "index")
 
