@@ -135,3 +135,27 @@ def test_snapshot_false_never_reads_or_makes_one(visitor, server):
     assert info["saved"] is None
     assert not _stored(p)
     p.close()
+
+
+def test_worker_mode_makes_and_uses_the_snapshot(visitor, server):
+    """The demos boot ember in a Worker (loadEmber({worker: true})): the snapshot is made from
+    there (a Worker of the Worker) and restored there."""
+    boot = """async () => {
+        const mod = await import("/wasm/ember.js");
+        const w = await mod.loadEmber({ worker: true });
+        const out = await w.runPythonAsync(`import ember, ember.wasm, json
+json.dumps({"boot": ember.wasm.info()["snapshot"], "mm": ember.tensor([[1.0, 2.0]], device="wasm").sum().item()})`);
+        const saved = await w.snapshotSaved();
+        return { snapshot: w.info.snapshot, out: JSON.parse(out), saved };
+    }"""
+    results = []
+    for _ in range(2):
+        p = visitor.new_page()
+        p.set_default_timeout(240_000)
+        p.goto(server)
+        results.append(p.evaluate(boot))
+        p.close()
+    first, again = results
+    assert first["snapshot"]["used"] is False and first["saved"]["ok"], first
+    assert again["snapshot"]["used"] is True and again["saved"] is None, again
+    assert first["out"] == {"boot": False, "mm": 3.0} and again["out"] == {"boot": True, "mm": 3.0}
