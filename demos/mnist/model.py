@@ -59,7 +59,7 @@ class MnistNet(nn.Module):
 
 def load_model(weights, device: str = "python") -> MnistNet:
     """``MnistNet`` in eval mode with the weights from a safetensors path or bytes, on ``device``."""
-    net = MnistNet()
+    net = nn.utils.skip_init(MnistNet)   # no random weights: all of them are loaded next
     # assign=True keeps the tensors where load_safetensors put them: one copy onto the device.
     net.load_state_dict(ember.load_safetensors(weights, device=device), strict=True, assign=True)
     return net.eval()
