@@ -23,15 +23,6 @@ def rt():
     return get_runtime()
 
 
-@pytest.fixture
-def no_stream(monkeypatch):
-    from ember.webgpu import replay
-
-    def off():
-        monkeypatch.setattr(replay, "ENABLED", False)
-    return off
-
-
 def _model(rt):
     ember.manual_seed(0)
     from ember import nn

@@ -337,29 +337,24 @@ class _Stream:
     def _claim(self, rec, pool, const_bufs, out_spec) -> None:
         in_ids = {id(b) for b in self.in_bufs}
         claimed = set()
+
+        def claim(buf, what):
+            i = id(buf)
+            if i in in_ids or i in const_bufs or i in claimed:
+                return
+            if i not in rec.acquired:
+                raise _Fail(f"{what} is neither the plan's nor a constant's")
+            cls = pool.claim(buf)
+            if cls is None:
+                raise _Fail(f"{what} is still held outside the plan")
+            claimed.add(i)
+            self.owned.append((buf, cls))
         for pipe, bufs, info, grid in rec.dispatches:
             for b in bufs:
-                buf = b[0] if type(b) is tuple else b
-                i = id(buf)
-                if i in in_ids or i in const_bufs or i in claimed:
-                    continue
-                if i not in rec.acquired:
-                    raise _Fail("a dispatch binds a buffer that is neither the plan's nor a constant's")
-                cls = pool.claim(buf)
-                if cls is None:
-                    raise _Fail("a buffer of the recording is still held outside the plan")
-                claimed.add(i)
-                self.owned.append((buf, cls))
+                claim(b[0] if type(b) is tuple else b, "a buffer a dispatch binds")
         for sbuf, off, nb, *_ in out_spec:
-            i = id(sbuf)
-            if nb and not (i in in_ids or i in const_bufs or i in claimed):
-                if i not in rec.acquired:
-                    raise _Fail("an output lies in a buffer the plan does not own")
-                cls = pool.claim(sbuf)
-                if cls is None:
-                    raise _Fail("an output's buffer is still held outside the plan")
-                claimed.add(i)
-                self.owned.append((sbuf, cls))
+            if nb:
+                claim(sbuf, "an output's buffer")
 
     def _build(self, rt, rec) -> None:
         # uniforms: one buffer, one aligned slot per dispatch that has any
