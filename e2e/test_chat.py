@@ -35,7 +35,8 @@ def _open(page) -> dict:
     info = page.evaluate("""async () => {
         const i = await window.emberDemo.ready;
         return {worker: i.worker, devices: i.devices, readyMs: i.readyMs, loadMs: i.loadMs, steps: i.steps,
-                modelCached: i.modelCached, modelBytes: i.modelBytes, download: i.download, context: i.context};
+                modelCached: i.modelCached, modelBytes: i.modelBytes, download: i.download, context: i.context,
+                heapBefore: i.heapBefore, heapAfter: i.heapAfter, weightsBytes: i.weightsBytes};
     }""")
     info["open_to_ready_ms"] = (time.perf_counter() - t0) * 1000
     return info
@@ -56,12 +57,14 @@ def chat_page(_opened, shared_page, request):
 
 @pytest.fixture
 def fast_cpu(chat_page):
-    """Skip unless ember's wasm backend runs the quantized matmul natively: on the pure-Python
-    fallback one token of this model takes minutes."""
+    """The page's CPU backend is ember's wasm module with its quantized matmul and the decode
+    step replayed as command tables: these run in every Chromium (WebAssembly SIMD), so the
+    generation tests run for real, never skip (on the pure-Python fallback a token of this
+    model would take minutes: a failure here means the module did not load)."""
     native = chat_page.evaluate("""() => window.emberDemo.worker.runPython(
-        "from ember.backends import get_backend\\n'qlinear' in getattr(get_backend('wasm'), 'native', ())")""")
-    if chat_page.open_info["devices"]["cpu"] != "wasm" or not native:
-        pytest.skip("ember's wasm backend has no qlinear kernel here: pure Python takes minutes per token")
+        "from ember.backends import get_backend\\nsorted({'qlinear', 'take', 'attention_cached'} & get_backend('wasm').native)")""")
+    assert chat_page.open_info["devices"]["cpu"] == "wasm", chat_page.open_info["devices"]
+    assert native == ["attention_cached", "qlinear", "take"], native
     return chat_page
 
 
@@ -86,8 +89,12 @@ def test_page_loads_the_model_with_progress(chat_page, site_dir):
     footer = page.inner_text("#attribution")
     assert "SmolLM2-135M-Instruct" in footer and "Apache-2.0" in footer and "Hugging Face" in footer
     assert page.is_checked("#backend-cpu") and page.is_enabled("#send")
+    # The model holds its tensors at their block size (nothing expanded, no second copy).
+    assert 0.9 * size <= info["weightsBytes"] <= 1.02 * size, (info["weightsBytes"], size)
     print(f"\nchat page: ready in {info['open_to_ready_ms'] / 1000:.1f} s (steps {info['steps']}), "
-          f"model load {info['loadMs']:.0f} ms")
+          f"model load {info['loadMs']:.0f} ms; WebAssembly memory {info['heapBefore'] / 1e6:.0f} -> "
+          f"{info['heapAfter'] / 1e6:.0f} MB over the load ({(info['heapAfter'] - info['heapBefore']) / size:.2f}x "
+          f"the file)")
 
 
 def test_greedy_generation_matches_transformers(fast_cpu):
@@ -100,6 +107,19 @@ def test_greedy_generation_matches_transformers(fast_cpu):
     assert r["prefillMs"] > 0 and r["decodeTokensPerSecond"] > 0
     assert r["text"] == case["text"], (r["text"], case["text"])
     print(f"\nchat page: prompt {r['promptTokens']} tokens in {r['prefillMs']:.0f} ms, decode {r['decodeTokensPerSecond']:.1f} tokens/s on {info['devices']['cpu']}")
+
+
+def test_greedy_page_output_equals_native_numpy(fast_cpu, site_dir):
+    # The same GGUF, the same prompt, greedy: the page's wasm backend (replayed decode plan)
+    # and ember's numpy backend in this process give the same tokens.
+    import ember.llm
+
+    prompt = "List three colours of the rainbow:"
+    native = ember.llm.load(str(site_dir / "demos" / "chat" / GGUF), device="numpy", context=256)
+    want = native.generate(prompt, max_tokens=12, temperature=0)
+    r = _generate(fast_cpu, prompt, maxTokens=12, temperature=0, backend="cpu")
+    assert r["device"] == "wasm" and r["tokens"] == native.stats["tokens"], (r, native.stats)
+    assert r["text"] == want, (r["text"], want)
 
 
 def test_chat_uses_the_models_template(fast_cpu):

@@ -35,12 +35,13 @@ def vocabulary():
     return tokens, merges, types
 
 
-def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0")):
-    """Write the tiny model to ``path``; returns {name: float32 array (dequantized)}."""
+def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | None = None):
+    """Write the tiny model to ``path`` (``cfg`` overrides entries of ``CFG``); returns {name:
+    float32 array (dequantized)}."""
     import gguf
 
     rng = np.random.default_rng(seed)
-    c = CFG
+    c = dict(CFG, **(cfg or {}))
     tokens, merges, types = vocabulary()
     V, D, hd = len(tokens), c["dim"], c["dim"] // c["n_heads"]
     w = gguf.GGUFWriter(str(path), "llama")

@@ -10,7 +10,12 @@ first, uint32 ggml type, uint64 offset into the data section); padding to ``gene
 Reading is lazy: ``load_gguf`` parses and checks the header (metadata and tensor infos); a file
 is memory-mapped, so a tensor's bytes are only touched when it is used, and on the numpy device
 a tensor *is* a view of the mapping (no copy: loading a whole model costs about the file's size
-of memory). Every length, count, offset and dimension is checked against the bytes left before
+of memory). Where mapping would copy the file into memory (Pyodide, whose file system lives in
+JavaScript) or is missing, a path is read instead: the header first (more of it only if it runs
+on), then each tensor's bytes straight into its buffer when it is built. On the python and wasm
+devices a quantized tensor's int32 words are filled with one copy from the file or the caller's
+bytes (``readinto``/a slice assignment), never through intermediate ``bytes``: a model held by
+ember costs its tensors' bytes, whatever it was loaded from. Every length, count, offset and dimension is checked against the bytes left before
 it is used (a count is only believed if ``count * smallest element`` fits), and any problem
 raises ``ember.errors.GGUFError`` naming the key or tensor and the byte offset.
 
@@ -39,6 +44,8 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from math import prod
 from typing import NamedTuple
 
@@ -73,6 +80,7 @@ _OTHER_SIZES = {
     34: (256, 54), 35: (256, 66), 39: (32, 17),
 }
 
+_ZERO_WORD = bytes(4)
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -105,13 +113,24 @@ class GGUFTensorInfo(NamedTuple):
         return self.ggml_type in BY_GGML_TYPE
 
 
+class _NeedMore(Exception):
+    """The header runs past the bytes read so far from a file: read up to ``upto``, parse again."""
+
+    def __init__(self, upto: int):
+        super().__init__(upto)
+        self.upto = upto
+
+
 class _Reader:
-    """A cursor over the file's bytes; every read checks the bytes left first."""
+    """A cursor over the file's bytes; every read checks the bytes left first. ``mv`` may be the
+    first ``avail`` bytes of a longer file of ``size`` bytes: a read past them (but within the
+    file) raises ``_NeedMore``."""
 
-    __slots__ = ("mv", "pos", "size", "where")
+    __slots__ = ("mv", "pos", "size", "avail", "where")
 
-    def __init__(self, mv: memoryview, where: str):
-        self.mv, self.pos, self.size, self.where = mv, 0, mv.nbytes, where
+    def __init__(self, mv: memoryview, where: str, size: int | None = None):
+        self.mv, self.pos, self.avail, self.where = mv, 0, mv.nbytes, where
+        self.size = mv.nbytes if size is None else size
 
     def fail(self, what: str, msg: str, at: int | None = None):
         raise GGUFError(f"{self.where}: {what} (byte {self.pos if at is None else at}): {msg}")
@@ -120,6 +139,8 @@ class _Reader:
         if n > self.size - self.pos:
             self.fail(what, f"needs {n} bytes but the file ends after {self.size - self.pos} more "
                             f"(file size {self.size}; truncated?)")
+        if n > self.avail - self.pos:
+            raise _NeedMore(self.pos + n)
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -139,6 +160,8 @@ class _Reader:
         if n > self.size - self.pos:
             self.fail(what, f"string length {n} runs past the end of the file ({self.size - self.pos} "
                             f"bytes left, file size {self.size})", at)
+        if n > self.avail - self.pos:
+            raise _NeedMore(self.pos + n)
         raw = self.mv[self.pos:self.pos + n]
         self.pos += n
         try:
@@ -175,6 +198,8 @@ class _Reader:
                             f"only {left} are left (file size {self.size})", at)
         if spec[1] is not None:                        # fixed-size elements: one unpack
             n = count * spec[2]
+            if n > self.avail - self.pos:
+                raise _NeedMore(self.pos + n)
             if etype == _BOOL:
                 out = [b != 0 for b in self.mv[self.pos:self.pos + n]]
             else:
@@ -187,31 +212,42 @@ class _Reader:
 
     def _strings(self, count: int, what: str) -> list:
         # the hot loop of a tokenizer's vocabulary (~50,000 strings): locals only
-        mv, size, pos = self.mv, self.size, self.pos
+        mv, size, avail, pos = self.mv, self.size, self.avail, self.pos
         unpack = _U64.unpack_from
         out = []
         append = out.append
         for i in range(count):
-            if size - pos < 8:
+            if avail - pos < 8:
                 self.pos = pos
                 self.need(8, f"{what}[{i}] length")
             n = unpack(mv, pos)[0]
             pos += 8
-            if n > size - pos:
+            if n > avail - pos:
                 self.pos = pos
-                self.fail(f"{what}[{i}]", f"string length {n} runs past the end of the file "
-                                          f"({size - pos} bytes left, file size {size})", pos - 8)
+                if n > size - pos:
+                    self.fail(f"{what}[{i}]", f"string length {n} runs past the end of the file "
+                                              f"({size - pos} bytes left, file size {size})", pos - 8)
+                raise _NeedMore(pos + n)
             append(str(mv[pos:pos + n], "utf-8", "surrogateescape"))
             pos += n
         self.pos = pos
         return out
 
 
+# Where a memory map would be a copy of the file in memory (Emscripten maps a file by reading
+# it into the heap), a path is read piece by piece instead.
+_MAP_FILES = sys.platform != "emscripten"
+_FIRST_READ = 4 << 20     # header bytes read first from an unmapped file (more when it runs on)
+
+
 class _Source:
-    """The file's bytes: a read-only memory map of a path, or the caller's bytes."""
+    """The file's bytes: a read-only memory map of a path, the caller's bytes, or (no map) an
+    open file read on demand: ``mv`` is then only the header's bytes read so far and ``f`` the
+    file; ``size`` is the file's size either way."""
 
     def __init__(self, src):
         self._mm = None
+        self.f = None
         if isinstance(src, (bytes, bytearray, memoryview)):
             mv = memoryview(src)
             self.mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
@@ -220,20 +256,61 @@ class _Source:
             path = os.fspath(src)
             self.name = repr(path)
             try:
-                with open(path, "rb") as f:
-                    try:
-                        import mmap
-
-                        self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                        self.mv = memoryview(self._mm)
-                    except (ImportError, OSError, ValueError):   # empty file, or no mmap (some wasm)
-                        self.mv = memoryview(f.read())
+                f = open(path, "rb")
             except OSError as e:
                 raise GGUFError(f"gguf {self.name}: cannot open ({e.strerror or e})") from e
+            try:
+                if _MAP_FILES:
+                    import mmap
+
+                    self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self.mv = memoryview(self._mm)
+                    f.close()
+            except (ImportError, OSError, ValueError):   # an empty file, or no mmap
+                pass
+            if self._mm is None:
+                self.f = f
+                self.mv = memoryview(b"")
+                self.size = os.fstat(f.fileno()).st_size
+                self.read_header(min(self.size, _FIRST_READ))
+                return
         else:
             raise TypeError(f"load_gguf: expected a path or a bytes-like object, not {type(src).__name__}")
+        self.size = self.mv.nbytes
+
+    def read_header(self, upto: int) -> None:
+        """(unmapped file) Hold the file's first ``upto`` bytes in ``mv``."""
+        f = self.f
+        f.seek(0)
+        self.mv = memoryview(f.read(upto))
+
+    def read_into(self, offset: int, dst: memoryview) -> None:
+        """Copy the file's bytes from ``offset`` into ``dst`` (a writable byte view), whole."""
+        n = dst.nbytes
+        if self.f is None:
+            dst[:] = self.mv[offset:offset + n]
+            return
+        f = self.f
+        f.seek(offset)
+        got = 0
+        while got < n:
+            k = f.readinto(dst[got:])
+            if not k:
+                raise GGUFError(f"gguf {self.name}: the file ended at byte {offset + got} while reading "
+                                f"{n} bytes from byte {offset} (it changed after it was opened?)")
+            got += k
+
+    def bytes_at(self, offset: int, n: int) -> memoryview:
+        """``n`` bytes from ``offset``: a view of the map or of the caller's bytes, or read."""
+        if self.f is None:
+            return self.mv[offset:offset + n]
+        buf = bytearray(n)
+        self.read_into(offset, memoryview(buf))
+        return memoryview(buf)
 
     def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
         if self._mm is not None:
             try:
                 self.mv.release()
@@ -251,9 +328,22 @@ class GGUFFile:
 
     def __init__(self, source):
         self._src = src = _Source(source)
-        where = f"gguf {src.name}"
         self.name = src.name
-        r = _Reader(src.mv, where)
+        while True:
+            try:
+                self._parse(src)
+                break
+            except _NeedMore as e:      # (an unmapped file) the header runs on: read more of it
+                src.read_header(min(src.size, max(e.upto + (1 << 20), 2 * src.mv.nbytes)))
+            except BaseException:
+                src.close()
+                raise
+        if src.f is not None:
+            src.mv = memoryview(b"")    # the header's bytes are parsed: let them go
+
+    def _parse(self, src: _Source) -> None:
+        where = f"gguf {src.name}"
+        r = _Reader(src.mv, where, src.size)
         magic = bytes(src.mv[:4])
         if magic != MAGIC:
             raise GGUFError(f"{where}: bad magic {magic!r} at byte 0 (a GGUF file starts with b'GGUF'; "
@@ -284,7 +374,7 @@ class GGUFFile:
                 r.fail(f"metadata key {key!r}", f"unknown value type {vt} (GGUF defines 0..12)", r.pos - 4)
             what = f"metadata key {key!r}"
             if vt == _ARRAY:
-                etype = _U32.unpack_from(src.mv, r.pos)[0] if r.size - r.pos >= 4 else None
+                etype = _U32.unpack_from(src.mv, r.pos)[0] if r.avail - r.pos >= 4 else None
                 self.metadata_types[key] = f"ARRAY[{VALUE_TYPES.get(etype, ('?',))[0]}]"
             else:
                 self.metadata_types[key] = VALUE_TYPES[vt][0]
@@ -361,12 +451,16 @@ class GGUFFile:
             raise KeyError(f"gguf {self.name}: no tensor {name!r}") from None
 
     def raw(self, name: str) -> memoryview:
-        """The bytes of tensor ``name`` (a view of the file, no copy)."""
+        """The bytes of tensor ``name`` (a view of the file, no copy; read from an unmapped file)."""
+        info = self._sized(name)
+        return self._src.bytes_at(info.offset, info.nbytes)
+
+    def _sized(self, name: str) -> GGUFTensorInfo:
         info = self._info(name)
         if info.nbytes is None:
             raise UnsupportedOp(f"gguf {self.name}: tensor {name!r} has ggml type {info.ggml_type}, which ggml "
                                 f"does not define (or ember does not know its size)")
-        return self._src.mv[info.offset:info.offset + info.nbytes]
+        return info
 
     def tensor(self, name: str, device: str | None = None, dequantize: bool = False):
         """Tensor ``name`` on ``device``: a float32 ``Tensor`` for F32 and for 1-D F16/BF16, an
@@ -382,13 +476,32 @@ class GGUFFile:
         device = device or default_device()
         shape, qt = info.shape, info.qtype
         what = f"tensor {name!r}"
-        raw = self.raw(name)
         if qt == "f32" or (qt in ("f16", "bf16") and (len(shape) <= 1 or dequantize)):
             _limits.check_alloc("load_gguf", shape, _dt.float32, what=what)
-            return _float_tensor(raw, qt, shape, device)
+            return _float_tensor(self.raw(name), qt, shape, device)
         _limits.check_alloc("load_gguf", (-(-info.nbytes // 4),), _dt.int32, what=what)
-        q = QTensor(_words(raw, device), qt, shape if shape else (1,))
+        q = QTensor(self._words(info, device), qt, shape if shape else (1,))
         return q.dequantize() if dequantize else q
+
+    def _words(self, info: GGUFTensorInfo, device: str):
+        """The int32 word tensor of a quantized tensor's bytes (zero padded to a whole word): a
+        view of the map on numpy; on array-backed devices (python, wasm) one array filled with
+        a single copy from the file."""
+        from ..backends import get_backend
+        from ..backends.python import PythonBackend
+        from ..tensor import Tensor
+
+        n = info.nbytes
+        if isinstance(get_backend(device), PythonBackend) and sys.byteorder == "little":
+            src = self._src
+            if src.f is None and n % 4 == 0:        # bytes in memory or mapped: one copy
+                words = array("i")
+                words.frombytes(src.mv[info.offset:info.offset + n])
+            else:                                   # read from the file into the zeroed words
+                words = array("i", _ZERO_WORD) * (-(-n // 4))
+                src.read_into(info.offset, memoryview(words).cast("B")[:n])
+            return Tensor._wrap(words, (len(words),), _dt.int32, device)
+        return _words(self._src.bytes_at(info.offset, n), device)
 
     # ---- misc ---------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -48,23 +48,32 @@ def _as_dict(values) -> dict:
     return values.to_py() if hasattr(values, "to_py") else dict(values)
 
 
-def _read(source, remove: bool) -> bytes:
-    """GGUF bytes from a path (removed after reading when ``remove``: the page's download, whose
-    copy in Pyodide's memory is no longer needed), a JS Uint8Array (a JsProxy) or bytes."""
-    if isinstance(source, str):
-        with open(source, "rb") as f:
-            data = f.read()
-        if remove:
-            os.remove(source)
-        return data
-    return source.to_bytes() if hasattr(source, "to_bytes") else bytes(source)
+def heap_bytes() -> int | None:
+    """The size of Pyodide's WebAssembly memory (it never shrinks: its high-water mark), or None
+    outside Pyodide."""
+    try:
+        import pyodide_js
+    except ImportError:
+        return None
+    return int(pyodide_js._module.HEAP8.length)
 
 
 def _build(backend: str, source, remove: bool) -> float:
+    """Load the model on ``backend`` from a path (the page's download in Pyodide's file system,
+    which lives in JavaScript's memory: ember reads the header, then each tensor's bytes
+    straight into its buffer, so the whole file never sits in the WebAssembly heap; removed
+    after when ``remove``), a JS Uint8Array (a JsProxy) or bytes."""
     t0 = time.perf_counter()
-    data = _read(source, remove)
-    _models[backend] = ember.llm.load(data, device=DEVICES[backend], context=CONTEXT)
-    del data
+    if isinstance(source, str):
+        try:
+            _models[backend] = ember.llm.load(source, device=DEVICES[backend], context=CONTEXT)
+        finally:
+            if remove:
+                os.remove(source)
+    else:
+        data = source.to_bytes() if hasattr(source, "to_bytes") else bytes(source)
+        _models[backend] = ember.llm.load(data, device=DEVICES[backend], context=CONTEXT)
+        del data
     return (time.perf_counter() - t0) * 1000
 
 
@@ -77,16 +86,34 @@ def load(source, backends=("cpu",), remove: bool = False) -> dict:
         if b not in DEVICES:
             raise ValueError(f"load: unknown backend {b!r}; use 'cpu' or 'webgpu'")
     size = os.path.getsize(source) if isinstance(source, str) else len(source)
+    heap_before = heap_bytes()
     _models.clear()
     ms = {}
     for i, b in enumerate(backends):
         ms[b] = _build(b, source, remove and i == len(backends) - 1)
     m = next(iter(_models.values()))
+    held = sum(_held_bytes(mm) for mm in _models.values())
     _info.update({"backends": list(_models), "devices": dict(DEVICES), "bytes": size, "load_ms": ms,
+                  "heap_before": heap_before, "heap_after": heap_bytes(), "weights_bytes": held,
                   "context": m.context, "vocab": m.model.cfg.vocab_size,
                   "name": str(m.metadata.get("general.name", "")),
                   "chat_template": bool(m.metadata.get("tokenizer.chat_template"))})
     return dict(_info)
+
+
+def _held_bytes(m) -> int:
+    """Bytes of the buffers a loaded model holds (weights, RoPE tables; the key/value cache once
+    a generation allocated it)."""
+    def size(t):
+        b = t._buf
+        return b.nbytes if hasattr(b, "nbytes") else len(b) * getattr(b, "itemsize", 1)
+    model = m.model
+    total = 0
+    for w in model.w.values():
+        total += size(w.data if hasattr(w, "qtype") else w)
+    for t in [model.cos, model.sin] + list(model.k_cache or []) + list(model.v_cache or []):
+        total += size(t)
+    return total
 
 
 async def start_webgpu(source, remove: bool = False) -> dict:

