@@ -671,8 +671,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-start", action="store_true",
                     help="skip the start-up rows (first visit and revisits, MNIST)")
     ap.add_argument("--start-only", action="store_true", help="only the start-up rows")
-    ap.add_argument("--start-visits", type=int, default=START_VISITS,
-                    help=f"visits per fresh profile in the start-up rows (default {START_VISITS})")
+    ap.add_argument("--start-visits", type=int, default=None,
+                    help=f"visits per fresh profile in the start-up rows (default {START_VISITS}; "
+                         "2 with --quick)")
     a = ap.parse_args(argv)
     t_start = time.monotonic()
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -717,7 +718,8 @@ def main(argv=None) -> int:
                 for eng in engines:
                     plan = plan_for(eng[0], [w for w in wls if WORKLOADS[w][0] == m], a)
                     results[(eng[0], m)] = run_page(browser, base, eng, m, plan, a.timeout, a.autotune)
-            starts = {eid: run_start(pw, base, next(e for e in ENGINES if e[0] == eid), a.timeout, a.start_visits)
+            visits = a.start_visits or (2 if a.quick else START_VISITS)
+            starts = {eid: run_start(pw, base, next(e for e in ENGINES if e[0] == eid), a.timeout, visits)
                       for eid in start_ids}
             manifest = json.loads((site / "manifest.json").read_text())
             meta = {"date": time.strftime("%Y-%m-%d"), "chromium": browser.version,
