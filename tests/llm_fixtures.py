@@ -35,9 +35,11 @@ def vocabulary():
     return tokens, merges, types
 
 
-def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | None = None):
-    """Write the tiny model to ``path`` (``cfg`` overrides entries of ``CFG``); returns {name:
-    float32 array (dequantized)}."""
+def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | None = None,
+                    mix: dict | None = None):
+    """Write the tiny model to ``path`` (``cfg`` overrides entries of ``CFG``; ``mix`` maps a
+    tensor name to its type, e.g. Q6_K for some layers as llama.cpp's Q4_K_M does); returns
+    {name: float32 array (dequantized)}."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -62,18 +64,20 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
     w.add_eos_token_id(2)
     w.add_add_bos_token(False)
     w.add_chat_template(CHATML)
-    layer_q, embd_q = (getattr(gguf.GGMLQuantizationType, q) for q in qtypes)
+    layer_q, embd_q = qtypes
+    mix = mix or {}
     ref = {}
 
     def add(name, shape, qtype=None, scale=0.3, ones=False):
         a = (1.0 + 0.05 * rng.standard_normal(shape) if ones else scale * rng.standard_normal(shape)).astype(np.float32)
+        qtype = mix.get(name, qtype)
         if qtype is None:
             w.add_tensor(name, a)
             ref[name] = a
         else:
-            q = gguf.quants.quantize(a, qtype)
-            w.add_tensor(name, q, raw_dtype=qtype)
-            ref[name] = gguf.quants.dequantize(q, qtype).reshape(shape).astype(np.float32)
+            q, t = quantize(a, qtype)
+            w.add_tensor(name, q, raw_dtype=t)
+            ref[name] = gguf.quants.dequantize(q, t).reshape(shape).astype(np.float32)
 
     add("token_embd.weight", (V, D), embd_q, scale=1.0)
     add("output_norm.weight", (D,), ones=True)
@@ -95,11 +99,11 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
     return ref
 
 
-def reference_logits(ref: dict, ids: list) -> np.ndarray:
+def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarray:
     """float64 llama forward over all of ``ids`` from position 0: logits (T, V). Written from
     the architecture's definition (RMSNorm, adjacent-pair RoPE, causal GQA, SiLU-gated MLP,
-    tied head), independently of ember."""
-    c = CFG
+    tied head), independently of ember. ``cfg``: as given to ``write_tiny_gguf``."""
+    c = dict(CFG, **(cfg or {}))
     D, hq, hkv = c["dim"], c["n_heads"], c["n_kv_heads"]
     hd = D // hq
     T = len(ids)
@@ -137,3 +141,69 @@ def reference_logits(ref: dict, ids: list) -> np.ndarray:
         gg, u = h @ f[p + "ffn_gate.weight"].T, h @ f[p + "ffn_up.weight"].T
         x = x + (gg / (1 + np.exp(-gg)) * u) @ f[p + "ffn_down.weight"].T
     return norm(x, f["output_norm.weight"]) @ f["token_embd.weight"].T
+
+
+# ---- K-quants (Q4_K, Q6_K): the gguf package dequantizes them but does not quantize ----------
+# Plain round-to-nearest quantizers in numpy (llama.cpp searches scales harder; any valid blocks
+# do for tests: ember's results are compared with gguf's dequantization of these same blocks).
+
+def _f16(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float16)
+
+
+def quantize_q4_k(a: np.ndarray) -> np.ndarray:
+    """(rows, k) float32, k % 256 == 0 -> (rows, k // 256 * 144) uint8 of Q4_K blocks: per
+    block d, dmin (f16), 8 sub-blocks of 32 with 6-bit scales and mins (packed in 12 bytes),
+    4-bit quants; x = d * sc * q - dmin * m."""
+    rows, k = a.shape
+    x = a.reshape(-1, 8, 32).astype(np.float32)                      # (blocks, sub, 32)
+    mn = np.minimum(x.min(axis=2), 0.0)
+    sc_v = (x.max(axis=2) - mn) / 15.0
+    m_v = -mn
+    d = _f16(sc_v.max(axis=1) / 63.0)
+    dmin = _f16(m_v.max(axis=1) / 63.0)
+    df, dminf = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
+    sc = np.where(df > 0, np.rint(sc_v / np.where(df > 0, df, 1)), 0).clip(0, 63).astype(np.uint8)
+    m = np.where(dminf > 0, np.rint(m_v / np.where(dminf > 0, dminf, 1)), 0).clip(0, 63).astype(np.uint8)
+    step = (df * sc)[:, :, None]
+    q = np.where(step > 0, np.rint((x + (dminf * m)[:, :, None]) / np.where(step > 0, step, 1)), 0)
+    q = q.clip(0, 15).astype(np.uint8)                               # (blocks, 8, 32)
+    scales = np.zeros((x.shape[0], 12), np.uint8)
+    scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    scales[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)     # sub-blocks 2j (low), 2j+1 (high)
+    out = np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), scales, qs], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize_q6_k(a: np.ndarray) -> np.ndarray:
+    """(rows, k) float32, k % 256 == 0 -> (rows, k // 256 * 210) uint8 of Q6_K blocks: 6-bit
+    quants (low 4 bits in ql, high 2 in qh), 16 int8 sub-block scales, d (f16)."""
+    rows, k = a.shape
+    x = a.reshape(-1, 16, 16).astype(np.float32)
+    sub = np.abs(x).max(axis=2) / 31.0
+    d = _f16(sub.max(axis=1) / 127.0)
+    df = d.astype(np.float32)[:, None]
+    sc = np.where(df > 0, np.rint(sub / np.where(df > 0, df, 1)), 0).clip(-128, 127).astype(np.int8)
+    step = (df * sc.astype(np.float32))[:, :, None]
+    q = np.where(step != 0, np.rint(x / np.where(step != 0, step, 1)), 0).clip(-32, 31).astype(np.int32) + 32
+    q = q.reshape(-1, 2, 4, 32).astype(np.uint8)     # (blocks, half, quarter, l): element 128h + 32j + l
+    ql = np.concatenate([(q[:, :, 0] & 0xF) | ((q[:, :, 2] & 0xF) << 4),
+                         (q[:, :, 1] & 0xF) | ((q[:, :, 3] & 0xF) << 4)], axis=2).reshape(-1, 128)
+    qh = ((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6))
+    qh = qh.reshape(-1, 64)
+    out = np.concatenate([ql, qh, sc.view(np.uint8), d.view(np.uint8).reshape(-1, 2)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize(a: np.ndarray, qtype: str):
+    """(raw blocks, ggml type) of float32 ``a`` in ``qtype`` (a GGMLQuantizationType name)."""
+    import gguf
+
+    t = getattr(gguf.GGMLQuantizationType, qtype)
+    if qtype == "Q4_K":
+        return quantize_q4_k(a), t
+    if qtype == "Q6_K":
+        return quantize_q6_k(a), t
+    return gguf.quants.quantize(a, t), t

@@ -503,6 +503,11 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
     """An interpreter with llama-cpp-python: --llama-cpp-python, else the bench's own venv,
     built on demand. Returns (python or None, message)."""
     if a.llama_cpp_python:
+        r = subprocess.run([a.llama_cpp_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+            return None, f"llama-cpp-python not available in {a.llama_cpp_python} ({tail[:120]})"
         return a.llama_cpp_python, "given"
     py = LLAMA_CPP_VENV / "bin" / "python"
     check = [str(py), "-c", "import llama_cpp; print(llama_cpp.__version__)"]
