@@ -5,8 +5,9 @@ cross-origin isolated page (Web Workers); a page without isolation runs on one t
 (tests/test_wasm_browser.py). Kernels split here however small their work (min work 1), and
 workers sleep soon (4 threads on a 2-core machine).
 
-Each op case is compiled with the team at 4 threads, then its three table replays run with
-2, 3, 4 threads (pass a) and 1, 4, 3 threads (pass b): every case, every thread count.
+Each op case is compiled with the team at 4 threads, then its three table replays run with 2, 3
+and 4 threads; one thread on the whole list is tests/test_wasm_plan.py's Pyodide run (and the
+llama step runs at 1-4 threads here): every case, every thread count, one pass (CI time).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ t.set_min_work(1)       # every split kernel splits, however small its work
 t.adaptive = False      # ... and runs on the team even where one thread would be faster
 t._set(T.SPIN, 2000)    # more threads than cores: sleep soon
 out["threads"] = W.threads()
-for name, sched in (("a", (4, 4, 2, 3, 4)), ("b", (4, 4, 1, 4, 3))):
+for name, sched in (("a", (4, 4, 2, 3, 4)),):   # threads per call: capture, record, 3 replays
     runs0 = t.runs()
     r = C.op_cases(ember, op_cases, before_call=lambda k, s=sched: W.set_threads(s[k]))
     out["pass_" + name] = {"cases": r["cases"], "tables": r["tables"], "failures": r["failures"][:30],
@@ -72,7 +73,7 @@ def _check(res, where):
     assert res["zero"] == "ValueError"
     assert res["info_before"]["shared_memory"] is True, res["info_before"]
     assert res["threads"] == 4, (where, res["init"])
-    for name in ("pass_a", "pass_b"):
+    for name in ("pass_a",):
         p = res[name]
         assert p["cases"] > 2000 and not p["failures"], (where, name, p["failures"])
         assert p["tables"] > 0.9 * p["cases"] and set(p["spaces"]) == {"threads"}, (where, p)
@@ -120,7 +121,8 @@ def test_chromium_isolated_page_any_thread_count_gives_the_same_bits(tmp_path_fa
     res = run_page(tmp_path_factory.mktemp("ember-threads-site"), PAGE_CODE, isolated=True,
                    links={"tests": str(REPO / "tests")},
                    files=["tests/op_cases.py", "tests/op_cases_nn.py", "tests/op_cases_array_api.py",
-                          "tests/golden/nn_ops.safetensors", "tests/wasm_plan_checks.py"])
+                          "tests/golden/nn_ops.safetensors", "tests/wasm_plan_checks.py"],
+                   timeout_ms=1_500_000)
     _check(res, "chromium")
 
 
