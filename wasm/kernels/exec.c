@@ -166,7 +166,10 @@ static i32 last_split(const i32 *t, i32 start) {
 /* Thread tid's walk of a (checked) table: split kernels by every thread with a barrier after
  * each (and before one that follows commands of thread 0 alone), the rest by thread 0. A
  * guarded result that differs stops every thread (ctl[TEAM_STOP] = command + 1). */
-static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt) {
+#define STOPPED() (A_LOAD(&ctl[TEAM_STOP_RUN]) == run)
+#define STOP_AT(c) (A_STORE(&ctl[TEAM_STOP], (c) + 1), A_STORE(&ctl[TEAM_STOP_RUN], run))
+
+static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt, i32 run) {
   const i32 last = last_split(t, start);
   i32 at = HEADER, pending = 0;
   for (i32 c = 0; c < t[2]; c++) {
@@ -177,17 +180,17 @@ static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt) {
       const i64 split = team_dispatch(id, a, ctl, tid, nt, 0);
       if (split >= 0) {
         if (pending) team_sync(ctl, tid, nt);
-        if (A_LOAD(&ctl[TEAM_STOP])) return;
+        if (STOPPED()) return;
         pending = 0;
         const i64 r = team_dispatch(id, a, ctl, tid, nt, 1);
-        if (tid == 0 && (r >> 32) && (i32)r != t[at + 2]) A_STORE(&ctl[TEAM_STOP], c + 1);
+        if (tid == 0 && (r >> 32) && (i32)r != t[at + 2]) STOP_AT(c);
         team_sync(ctl, tid, nt);
-        if (A_LOAD(&ctl[TEAM_STOP])) return;
+        if (STOPPED()) return;
       } else if (tid == 0) {
         pending = 1;
         const i64 r = ember_dispatch(id, a, nargs, 1);
         if ((r >> 32) && (i32)r != t[at + 2]) {
-          A_STORE(&ctl[TEAM_STOP], c + 1);
+          STOP_AT(c);
           if (c < last) team_sync(ctl, tid, nt);   /* the others wait before the next split command */
           return;
         }
@@ -210,14 +213,13 @@ EXPORT(ember_team_run) i32 ember_team_run(const i32 *t, i32 start, i32 *ctl) {
   if (nt == 1 || last_split(t, start) < 0) return ember_run(t, start);
   A_STORE(&ctl[TEAM_TABLE], (i32)(__UINTPTR_TYPE__)t);
   A_STORE(&ctl[TEAM_START], start);
-  A_STORE(&ctl[TEAM_STOP], 0);
   A_ADD(&ctl[TEAM_RUNS], 1);
   /* generation and thread count in one word: a worker reads both at once */
-  const i32 gen = (A_LOAD(&ctl[TEAM_RUN_GEN]) & ~0xFF) + 0x100;
-  A_STORE(&ctl[TEAM_RUN_GEN], gen | nt);
+  const i32 run = ((A_LOAD(&ctl[TEAM_RUN_GEN]) & ~0xFF) + 0x100) | nt;
+  A_STORE(&ctl[TEAM_RUN_GEN], run);
   if (A_LOAD(&ctl[TEAM_IDLE])) __builtin_wasm_memory_atomic_notify(&ctl[TEAM_RUN_GEN], (u32)-1);
-  team_walk(t, start, ctl, 0, nt);
-  return A_LOAD(&ctl[TEAM_STOP]);
+  team_walk(t, start, ctl, 0, nt, run);
+  return STOPPED() ? A_LOAD(&ctl[TEAM_STOP]) : 0;
 }
 
 /* A worker's life (in a Web Worker / worker_threads, never a page's main thread): wait for a run,
@@ -243,7 +245,7 @@ EXPORT(ember_team_worker) void ember_team_worker(i32 *ctl, i32 tid) {
      * so the table and start read here belong to run g */
     if (tid < (g & 0xFF))
       team_walk((const i32 *)(__UINTPTR_TYPE__)(u32)A_LOAD(&ctl[TEAM_TABLE]), A_LOAD(&ctl[TEAM_START]), ctl, tid,
-                g & 0xFF);
+                g & 0xFF, g);
   }
   A_STORE(&ctl[TEAM_READY + tid], 0);
 }
