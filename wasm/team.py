@@ -127,6 +127,68 @@ def _on_page_main_thread() -> bool:
     return hasattr(js.globalThis, "document") or hasattr(js.globalThis, "window")
 
 
+class Spans:
+    """The shared memory's allocator: a free list of (address, size) sorted by address over a bump
+    pointer. ``have()`` is the memory's size in bytes, ``grow(pages)`` adds pages.
+
+    Spans are released by finalizers (``weakref.finalize`` on a plan's replay, which sits in a
+    reference cycle with its space, and on a resident array), and the garbage collector runs
+    those at whatever allocation triggers it, also one in the middle of ``alloc`` or ``release``
+    walking the free list: a release there used to rebuild the list under the walk, and two live
+    spans could end up sharing bytes (a plan's buffers or table header overwritten by another's,
+    threads' scratch over a KV cache). So ``release`` only queues the span (one ``list.append``)
+    and the free list changes only in ``alloc``, which takes the queue first."""
+
+    def __init__(self, have, grow):
+        self.have, self.grow = have, grow
+        self.free = []       # [(addr, size)] sorted by address
+        self.top = 64        # bump pointer past everything allocated
+        self.released = []   # spans released since the last alloc
+
+    def release(self, addr: int, nbytes: int) -> None:
+        self.released.append((addr, max(16, (nbytes + 15) & ~15)))
+
+    def _take_released(self) -> None:
+        # pop() and append() are single steps: a finalizer run in between only queues more
+        while self.released:
+            self._free(*self.released.pop())
+
+    def _free(self, addr: int, nbytes: int) -> None:
+        spans = sorted(self.free + [(addr, nbytes)])
+        merged = []
+        for a, n in spans:
+            if merged and merged[-1][0] + merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((a, n))
+        if merged and merged[-1][0] + merged[-1][1] == self.top:
+            self.top = merged.pop()[0]
+        self.free = merged
+
+    def alloc(self, nbytes: int, align: int = 16) -> int:
+        self._take_released()
+        nbytes = max(16, (nbytes + 15) & ~15)
+        for k, (a, n) in enumerate(self.free):
+            at = (a + align - 1) & -align
+            if at + nbytes <= a + n:
+                rest = []
+                if at > a:
+                    rest.append((a, at - a))
+                if a + n > at + nbytes:
+                    rest.append((at + nbytes, a + n - at - nbytes))
+                self.free[k:k + 1] = rest
+                return at
+        at = (self.top + align - 1) & -align
+        end = at + nbytes
+        have = self.have()
+        if end > have:
+            self.grow((end - have + PAGE - 1) // PAGE)
+        if at > self.top:
+            self._free(self.top, at - self.top)
+        self.top = end
+        return at
+
+
 class Team:
     """The shared memory, the main thread's instance of the module on it, the control block and
     the workers. One per process (``team()``)."""
@@ -141,8 +203,7 @@ class Team:
         self._spawn = js.Function.new("return " + _SPAWN)()
         self._copy = js.Function.new("return " + _COPY)()
         self.workers = []
-        self.free = []                    # [(addr, size)] sorted by address
-        self.top = 64                     # bump pointer past everything allocated
+        self.spans = Spans(lambda: int(self.memory.buffer.byteLength), self._grow)
         self.ctl = self.alloc(CTL_WORDS * 4)
         self.scratch_addr, self.scratch_stride, self.scratch_slots = 0, 0, 0
         self.wanted = 1
@@ -196,43 +257,16 @@ class Team:
         return self._get(RUNS)
 
     # ---- memory ------------------------------------------------------------------------------
+    def _grow(self, pages: int) -> None:
+        if int(self.memory.buffer.byteLength) // PAGE + pages > MAX_PAGES:
+            raise DeviceError(f"wasm threads: the shared memory would pass {MAX_PAGES * PAGE >> 20} MB")
+        self.memory.grow(pages)
+
     def alloc(self, nbytes: int, align: int = 16) -> int:
-        nbytes = max(16, (nbytes + 15) & ~15)
-        for k, (a, n) in enumerate(self.free):
-            at = (a + align - 1) & -align
-            if at + nbytes <= a + n:
-                rest = []
-                if at > a:
-                    rest.append((a, at - a))
-                if a + n > at + nbytes:
-                    rest.append((at + nbytes, a + n - at - nbytes))
-                self.free[k:k + 1] = rest
-                return at
-        at = (self.top + align - 1) & -align
-        end = at + nbytes
-        have = int(self.memory.buffer.byteLength)
-        if end > have:
-            pages = (end - have + PAGE - 1) // PAGE
-            if have // PAGE + pages > MAX_PAGES:
-                raise DeviceError(f"wasm threads: the shared memory would pass {MAX_PAGES * PAGE >> 20} MB")
-            self.memory.grow(pages)
-        if at > self.top:
-            self.release(self.top, at - self.top)
-        self.top = end
-        return at
+        return self.spans.alloc(nbytes, align)
 
     def release(self, addr: int, nbytes: int) -> None:
-        nbytes = max(16, (nbytes + 15) & ~15)
-        spans = sorted(self.free + [(addr, nbytes)])
-        merged = []
-        for a, n in spans:
-            if merged and merged[-1][0] + merged[-1][1] == a:
-                merged[-1] = (merged[-1][0], merged[-1][1] + n)
-            else:
-                merged.append((a, n))
-        if merged and merged[-1][0] + merged[-1][1] == self.top:
-            self.top = merged.pop()[0]
-        self.free = merged
+        self.spans.release(addr, nbytes)
 
     def _check(self, addr: int, buf, nbytes: int) -> None:
         if addr < 0 or addr + nbytes > int(self.memory.buffer.byteLength) or nbytes > len(buf) * buf.itemsize:
