@@ -482,15 +482,17 @@ EMBER_PAGE_JS = """async (cfg) => {
 }"""
 CHAT_GGUF = "/demos/chat/SmolLM2-135M-Instruct.Q4_1.gguf"   # the file the chat page fetches
 # The page opened again in the same browser context (the GGUF now in the Cache API): from
-# navigation start (performance.now() is 0 there) to the first streamed piece of a short reply.
+# navigation start (performance.now() is 0 there) to the first streamed piece of a short chat
+# reply (the chat template: a raw question may end at once with an end-of-text token).
 FIRST_TOKEN_JS = """async (cfg) => {
   const d = window.emberDemo;
   try {
     const info = await d.ready;
     const ready = performance.now();
     let first = null;
-    const r = await d.generate(cfg.prompt, {maxTokens: 4, temperature: 0, backend: "cpu",
-                                            onToken: () => { if (first === null) first = performance.now(); }});
+    const r = await d.chat([{role: "user", content: cfg.prompt}],
+                           {maxTokens: 4, temperature: 0, backend: "cpu",
+                            onToken: () => { if (first === null) first = performance.now(); }});
     return {status: "ok", first_token_ms: first, ready_ms: ready, cached: info.modelCached,
             heap_before: info.heapBefore, heap_after: info.heapAfter, weights_bytes: info.weightsBytes,
             model_bytes: info.modelBytes, tokens: r.tokens};
@@ -785,10 +787,12 @@ def goals(rows: list) -> list:
                        f"({'met' if x >= 2 else 'not met'}; goal ≥ 2×)")
     for r in em:
         ro = r["extra"].get("reopen") or {}
-        if ro.get("status") == "ok" and ro.get("first_token_ms"):
-            t = ro["first_token_ms"] / 1000
-            out.append(f"- page open → first streamed token, model cached ({FILE_LABEL.get(r['file'])}): {t:.1f} s "
-                       f"(ready {ro['ready_ms'] / 1000:.1f} s; {'met' if t <= 8 else 'not met'}; goal ≤ 8 s)"
+        if ro.get("status") == "ok":
+            t = (ro.get("first_token_ms") or 0) / 1000
+            out.append(f"- page open → first streamed token, model cached ({FILE_LABEL.get(r['file'])}): "
+                       + (f"{t:.1f} s ({'met' if t <= 8 else 'not met'}; goal ≤ 8 s)" if t else
+                          "no token streamed (the reply ended at once)")
+                       + f"; page open → model ready {ro['ready_ms'] / 1000:.1f} s"
                        + ("" if ro.get("cached") else " — the model did NOT come from the cache"))
             if ro.get("heap_after") and ro.get("model_bytes"):
                 grow = (ro["heap_after"] - ro["heap_before"]) / ro["model_bytes"]
