@@ -52,7 +52,8 @@ def _booted(module_page, load_ember):
     page = module_page
     # Every request must stay on the site: the loader must never reach for a CDN.
     page.outside = []
-    page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "data:"))
+    # (blob: URLs of the site's own origin are in-memory: the wasm thread team's worker script)
+    page.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "data:", "blob:http://127.0.0.1"))
             else page.outside.append(r.url))
     page.ember_info = load_ember(page, "/")
     return page
