@@ -81,7 +81,9 @@ def test_samples_on_webgpu(classify_page):
     w = page.evaluate("() => window.emberDemo.webgpuReady")
     assert w["ok"], w
     times = {}
-    for sample in SAMPLES:
+    # Two samples: the browser's WebGPU here is SwiftShader (~30-50 s per image on 2 cores); the
+    # CPU test covers all three, tests/test_classify.py checks the logits natively on webgpu.
+    for sample in SAMPLES[:2]:
         r = _classify(page, sample, "webgpu")
         _check(r, sample, "webgpu")
         times[sample] = r["ms"]
