@@ -395,7 +395,7 @@ def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | No
         return var[name]
 
     def host_ref(name):
-        """A generic node's input: a small integer constant (starts, ends, axes, a shape part) is
+        """A generic node's parameter input: a small integer constant (starts, ends, axes, a shape part) is
         written as a literal on the host, as the loader keeps it there (int64 ends such as
         2**63 - 1 have no place on a GPU, which holds int64 as int32); onnxf.node moves what the
         op computes on to the data's device."""
@@ -420,7 +420,10 @@ def generate(model, out_dir, *, name: str | None = None, input_shapes: dict | No
             continue
         if tmpl is None:
             n_generic += 1
-            args = ", ".join(host_ref(i) if i else "None" for i in node.inputs)
+            # the data (input 0) stays a module buffer on the model's device, so the node's result
+            # is there too; its parameters (starts, ends, axes, shapes...) are host literals
+            args = ", ".join("None" if not i else ref(i) if k == 0 else host_ref(i)
+                             for k, i in enumerate(node.inputs))
             kw = ", ".join(f"{k!r}: {_attr_literal(a)}" for k, a in sorted(node.attrs.items()))
             outs = [ref(o) if o else "_" for o in node.outputs]
             lhs = ", ".join(outs) + ("," if len(outs) == 1 and len(node.outputs) > 1 else "")
