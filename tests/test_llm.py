@@ -121,6 +121,41 @@ def test_tiny_stop_from_the_stream(tiny):
     assert m.stats["finish_reason"] in ("stopped", "stop") and m.stats["tokens"] <= 4
 
 
+def test_tiny_webgpu_run_ahead(tiny, monkeypatch):
+    """webgpu greedy decoding feeds each step's argmax to the next on the GPU and reads tokens in
+    batches: the same tokens as one step and one read at a time, stops still honoured."""
+    from conftest import _skip_reason
+
+    if _skip_reason("webgpu"):
+        pytest.skip("webgpu backend unavailable on this machine")
+    from ember.webgpu.runtime import get_runtime
+
+    path, _ = tiny
+    m = ember.llm.load(str(path), device="webgpu", context=64)
+    rt = get_runtime()
+    monkeypatch.setattr(ember.llm, "RUN_AHEAD", 1)          # off: one step, one read per token
+    base = m.generate("the", max_tokens=11)
+    short = {n: m.generate("the", max_tokens=n) for n in (1, 2, 5)}
+    monkeypatch.setattr(ember.llm, "RUN_AHEAD", 4)
+    reads = rt.stats["reads"]
+    assert m.generate("the", max_tokens=11) == base and m.stats["tokens"] == 11
+    assert rt.stats["reads"] - reads <= 1 + 4            # the prompt's logits + batches of 2, 4, 4, 1
+    assert "".join(m.generate("the", max_tokens=11, stream=True)) == base
+    for n, text in short.items():                           # max_tokens inside a batch
+        assert m.generate("the", max_tokens=n) == text
+    if len(base) > 3:                                       # a stop string inside a batch
+        s = base[2:4]
+        assert m.generate("the", max_tokens=11, stop=s) == base[:base.find(s)]
+    n = 0
+    for _ in m.generate("the", max_tokens=11, stream=True):
+        n += 1
+        if n == 3:
+            m.stop()
+    assert m.stats["finish_reason"] == "stopped" and m.stats["tokens"] <= 5     # (a piece can hold 2 tokens)
+    # the cache rows written past the stop are harmless: the next generation matches again
+    assert m.generate("the", max_tokens=11) == base
+
+
 def test_cli_chat(tiny):
     path, _ = tiny
     r = subprocess.run([sys.executable, "-m", "ember", "chat", str(path), "--device", "numpy", "--raw",

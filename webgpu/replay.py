@@ -447,3 +447,24 @@ def compile_plan(backend, plan):
         return None
     r = StreamReplay(backend, plan)
     return r
+
+
+def read_ints(ts: list) -> list:
+    """The first value of each of the int32/int64 tensors ``ts`` (decode steps' argmax outputs),
+    gathered into one buffer by GPU copies and read back in ONE read: a decode loop that ran
+    several steps ahead reads their tokens together (a read waits for the queue to drain)."""
+    from array import array
+
+    gs = [contiguous(realize(t._buf)) for t in ts]
+    if not gs:
+        return []
+    rt = gs[0].rt
+    drv = rt.driver
+    if not hasattr(drv, "stream_copy") or len(gs) == 1:
+        return [int(t.tolist()[0]) for t in ts]
+    st = rt.alloc(4 * len(gs), "gathered token ids")
+    drv.stream_copy([(g.storage.buf, g.offset * 4, st.buf, 4 * i, 4) for i, g in enumerate(gs)])
+    vals = array("i", rt.read(st, 4 * len(gs)))
+    if vals.itemsize != 4:       # pragma: no cover - every platform ember runs on has 4-byte ints
+        raise RuntimeError("read_ints: array('i') is not 4 bytes here")
+    return [int(v) for v in vals]

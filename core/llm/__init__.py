@@ -13,7 +13,12 @@ batched forward (in chunks of ``PREFILL_CHUNK``), which fills the key/value cach
 first token; every further token is one replay of a plan captured once (``ember.compile`` of the
 one-token step, whose inputs are the token id and its position, both tensors): no model code,
 no shape rules and no op lookups per token. Greedy decoding without a repetition penalty asks the
-device for the argmax only (4 bytes read back instead of the vocabulary's logits).
+device for the argmax only (4 bytes read back instead of the vocabulary's logits). On device
+``"webgpu"`` that argmax stays on the GPU: each step's output tensor is the next step's token
+input, so up to ``RUN_AHEAD`` steps are enqueued before their tokens are read back in one read
+(the GPU runs step t while the host encodes step t+1). Tokens past a stop (an end token, a stop
+string, ``max_tokens``, ``stop()``) are computed but dropped; the cache rows they wrote lie past
+every position a later step reads before writing it again (positions are inputs).
 
 Options of ``generate``/``chat``: ``max_tokens`` (default 256), ``temperature`` (0 = greedy,
 the default), ``top_k`` (40 when sampling unless given; 0 = none), ``top_p``, ``min_p``,
@@ -33,6 +38,7 @@ from .sampling import DEFAULT_TOP_K, Sampler, SamplingError  # noqa: F401
 __all__ = ["load", "load_async", "LLM", "Sampler", "SamplingError"]
 
 PREFILL_CHUNK = 256      # prompt tokens per batched forward (bounds the activations' memory)
+RUN_AHEAD = 16           # webgpu greedy: the most decode steps enqueued before their tokens are read
 
 # Token texts that end a turn in common chat formats (llama.cpp treats them the same way when
 # the file marks them as control tokens and names no end-of-turn id of its own).
@@ -187,6 +193,10 @@ class LLM:
         pos = n_prompt
         steps = 0
         t_dec = 0.0
+        timer = [0.0]
+        fed = None
+        if dev == "webgpu" and not sampler.needs_logits and RUN_AHEAD > 1:
+            fed = self._fed_tokens(step_argmax, token, pos, max_tokens - 1, timer)
         while True:
             if token in self.eog:
                 stats["finish_reason"] = "stop"
@@ -216,6 +226,10 @@ class LLM:
             if stats["tokens"] >= max_tokens or self._stop:
                 stats["finish_reason"] = "stopped" if self._stop else "length"
                 break
+            if fed is not None:
+                token = next(fed)
+                steps += 1
+                continue
             ts = time.perf_counter()
             args = (tensor([token], dtype="int32", device=dev), tensor([pos], dtype="int32", device=dev))
             if sampler.needs_logits:
@@ -232,5 +246,40 @@ class LLM:
                 tail = tail[:min(hits)]
             if tail:
                 yield tail
+        if fed is not None:
+            fed.close()
+            t_dec = timer[0]
         stats["decode_ms"] = t_dec * 1000.0
         stats["decode_tokens_per_second"] = steps / t_dec if t_dec > 0 else 0.0
+
+    def _fed_tokens(self, step, token: int, pos: int, n: int, timer: list):
+        """The next ``n`` greedy tokens (an iterator), each step fed the previous step's argmax
+        tensor on the GPU: batches of steps (2, 4, ... ``RUN_AHEAD``, so the first tokens still
+        stream early) are enqueued, then their tokens read back together. ``timer[0]`` gathers
+        the seconds spent enqueuing and reading. Closing it early drops the enqueued steps."""
+        dev = self.device
+        # int64 like argmax's output: every step replays one plan (one input signature)
+        r = tensor([token], dtype="int64", device=dev)
+        batch = 2
+        while n > 0:
+            t0 = time.perf_counter()
+            outs = []
+            for _ in range(min(batch, n)):
+                r = step(r, tensor([pos], dtype="int32", device=dev))
+                outs.append(r)
+                pos += 1
+            toks = _read_tokens(outs)
+            timer[0] += time.perf_counter() - t0
+            n -= len(outs)
+            batch = min(2 * batch, RUN_AHEAD)
+            yield from toks
+
+
+def _read_tokens(outs: list) -> list:
+    """The one integer each of ``outs`` (tensors of shape (1,)) holds, in one GPU read where the
+    device can gather them (``ember.webgpu.replay.read_ints``)."""
+    if outs and outs[0].device == "webgpu":
+        from ..webgpu.replay import read_ints
+
+        return read_ints(outs)
+    return [int(o.tolist()[0]) for o in outs]
