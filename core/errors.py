@@ -99,3 +99,13 @@ class GGUFError(WeightsError):
     """A malformed GGUF file: bad magic or version, a length, count, offset or dimension that
     runs past the end of the file or overflows, overlapping or misaligned tensor data. The
     message names the key or tensor and the byte offset."""
+
+
+class ShaderError(EmberError, ValueError):
+    """A user's WGSL kernel (``ember.webgpu.custom_op``) that does not compile, or a custom
+    kernel that broke its op's contract. ``op``, ``line``, ``column`` (1-based, where the
+    compiler gave them) and ``compiler_message`` say which and where; the device stays usable."""
+
+    def __init__(self, message="", *, op=None, line=None, column=None, compiler_message=None):
+        super().__init__(message)
+        self.op, self.line, self.column, self.compiler_message = op, line, column, compiler_message

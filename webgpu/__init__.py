@@ -31,6 +31,9 @@ emulate a smaller GPU). A lost device (``GPUDevice.lost``, a driver reset) raise
 
 Optimizers: a float32 parameter's ``SGD``/``Adam``/``AdamW`` step is one kernel (``optim.py``).
 
+Your own kernels: ``custom_op(name, wgsl, shape=..., dtype=...)`` declares a registry op whose
+webgpu kernel is your WGSL (``custom.py`` has the binding convention).
+
 Introspection: ``stats()`` (counters), ``reset_stats()``, ``info()`` (adapter, limits, features).
 ``evaluate(*tensors)`` runs pending lazy work without reading it back; ``synchronize()`` waits
 for the GPU. ``set_fusion(False)`` or ``EMBER_FUSION=off`` turns fusion off; ``EMBER_AUTOTUNE=off``
@@ -39,11 +42,12 @@ makes matmul use its default variant without benchmarking (choices are cached pe
 """
 from __future__ import annotations
 
+from .custom import custom_op
 from .fusion import fusion_enabled, set_fusion
 from .runtime import get_runtime, init_runtime
 
 __all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "evaluate", "synchronize",
-           "set_limits"]
+           "set_limits", "custom_op"]
 
 
 async def init(power_preference: str = "high-performance") -> dict:
