@@ -34,7 +34,7 @@ PYODIDE_DIR = os.path.join(ROOT, "wasm", "node_modules", "pyodide")
 
 # What each job needs in the virtual environment. torch is never a runtime or test dependency:
 # it only produced committed golden files and the demo weights (see demos/*/train.py).
-REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "setuptools>=68", "wheel", "jinja2>=3.1.6"]
+REQ_DEMO = ["starlette>=0.40", "uvicorn>=0.30", "websockets>=13", "setuptools>=68", "wheel", "jinja2>=3.1.6"]
 REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "onnxruntime",
                        "wgpu==0.32.0", "httpx", "playwright", "wasmtime==50.0.1",
                        "sympy",  # onnxruntime.transformers (optimizer tests) needs it

@@ -2,6 +2,7 @@
 
     ember import model.onnx -o OUTDIR [--name NAME] [--shape input=1,3,224,224] [--quiet]
     ember chat model.gguf [--device D] [--prompt TEXT] [--system TEXT] [--max-tokens N] [--temperature T]
+    ember serve --device webgpu|numpy|wasm [--host 127.0.0.1] [--port 8765] --token-file FILE
 
 writes ``OUTDIR/model.py`` (a readable ember ``nn.Module``, its class named after the model file)
 and ``OUTDIR/model.safetensors``; ``--name NAME`` writes ``OUTDIR/NAME.py`` and
@@ -48,8 +49,22 @@ def main(argv=None) -> int:
     ch.add_argument("--repetition-penalty", type=float, default=1.0)
     ch.add_argument("--seed", type=int, default=None)
     ch.add_argument("--context", type=int, default=None, help="positions of the key/value cache")
+    sv = sub.add_parser("serve", help="serve a device to ember.remote clients over WebSocket (loopback by default)")
+    sv.add_argument("--device", default="numpy", help="webgpu | numpy | wasm | python (default numpy)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8765, help="port (0: a free one, printed on stdout)")
+    sv.add_argument("--token-file", required=True, help="file holding the token clients must send")
+    sv.add_argument("--ssl-certfile", help="TLS certificate (PEM): serve wss://")
+    sv.add_argument("--ssl-keyfile", help="TLS private key (PEM)")
+    sv.add_argument("--max-connection-bytes", type=int, default=None, help="memory ceiling per connection")
+    sv.add_argument("--max-total-bytes", type=int, default=None, help="memory ceiling of the whole server")
+    sv.add_argument("--max-message", type=int, default=None, help="largest frame accepted, in bytes")
+    sv.add_argument("--idle-seconds", type=float, default=None, help="close a connection idle this long")
+    sv.add_argument("--max-queue", type=int, default=None, help="requests waiting at most; more are refused as busy")
     args = ap.parse_args(argv)
 
+    if args.cmd == "serve":
+        return _serve(args)
     if args.cmd == "chat":
         return _chat(args)
     if args.cmd == "import":
@@ -69,6 +84,25 @@ def main(argv=None) -> int:
                   f"shapes are symbolic; --shape NAME=D1,D2,... gives fixed, plainer code", file=sys.stderr)
         return 0
     return 2
+
+
+def _serve(args) -> int:
+    from .errors import EmberError
+    from .remote.server import Limits, serve
+
+    lim = Limits()
+    for key in ("max_connection_bytes", "max_total_bytes", "max_message", "idle_seconds", "max_queue"):
+        if getattr(args, key) is not None:
+            setattr(lim, key, getattr(args, key))
+    try:
+        serve(args.device, args.host, args.port, args.token_file, limits=lim, ssl_certfile=args.ssl_certfile,
+              ssl_keyfile=args.ssl_keyfile)
+    except (EmberError, OSError, ValueError) as e:
+        print(f"ember serve: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def _chat(args) -> int:
