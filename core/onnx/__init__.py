@@ -17,3 +17,7 @@ def import_model(path, out_dir, **kw):
     from .codegen import generate
     return generate(path, out_dir, **kw)
 from .budget import get_limits, limits, set_limits  # noqa: F401,E402
+
+# The exporter lives in ember.onnx.exporter: a submodule named "export" would replace this
+# function as the package attribute the first time it is imported.
+from .exporter import export  # noqa: F401,E402
