@@ -72,7 +72,7 @@ _BY_NAME.update({"bool_": bool_, "float": float32, "int": int64, "half": float16
 
 # dtypes only the python and numpy backends hold; other devices refuse them (check_device)
 WIDE = frozenset((float64, int8, int16, uint16, uint32, uint64))
-FULL_DEVICES = frozenset(("python", "numpy", "meta"))
+FULL_DEVICES = {"python", "numpy", "meta"}   # a set: ember.remote.connect adds a remote device whose server holds them
 
 
 def check_device(dtype: "DType", device: str) -> None:

@@ -33,6 +33,7 @@ def connect(url: str, token: str | None = None, *, name: str | None = None, open
     an unreachable server raises ``RemoteError``. Connecting a name again replaces the old
     connection (its tensors are gone)."""
     from ..backends import _INSTANCES, register_backend
+    from ..dtypes import FULL_DEVICES
     from .client import Connection, RemoteBackend
 
     dev = "remote" if not name else f"remote:{name}"
@@ -41,6 +42,8 @@ def connect(url: str, token: str | None = None, *, name: str | None = None, open
     conn = Connection(url, token or "", dev, open_timeout=open_timeout)
     register_backend(dev, "ember.remote:_not_connected")
     _INSTANCES[dev] = RemoteBackend(dev, conn)
+    if conn.info.get("wide_dtypes"):   # the server's device holds float64, int8... (numpy): so does this one
+        FULL_DEVICES.add(dev)
     _CONNECTIONS[dev] = conn
     return dev
 
@@ -48,7 +51,9 @@ def connect(url: str, token: str | None = None, *, name: str | None = None, open
 def disconnect(device: str = "remote") -> None:
     """Close the connection of ``device``; the server frees everything it held for it."""
     from ..backends import reset_backend
+    from ..dtypes import FULL_DEVICES
 
+    FULL_DEVICES.discard(device)
     conn = _CONNECTIONS.pop(device, None)
     if conn is not None:
         conn.close()

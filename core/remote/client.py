@@ -39,8 +39,9 @@ class _NativeTransport:
             raise P.RemoteError("ember.remote needs the 'websockets' package natively "
                                 "(pip install websockets)") from e
         try:
+            # (entered as a context manager: websockets 17 warns on a bare connect(); close() ends it)
             self.ws = connect(url, max_size=max_message + (1 << 20), compression=None, open_timeout=open_timeout,
-                              close_timeout=2)
+                              close_timeout=2).__enter__()
         except Exception as e:   # noqa: BLE001 - refused, DNS, TLS, HTTP status...
             raise P.RemoteError(f"remote: cannot connect to {url}: {type(e).__name__}: {e}") from None
 

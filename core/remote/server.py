@@ -91,7 +91,9 @@ class Server:
 
     def welcome(self) -> dict:
         lim = self.limits
-        return {"device": self.device, "ops": self.ops, "pid": os.getpid(),
+        from ..dtypes import FULL_DEVICES
+
+        return {"device": self.device, "ops": self.ops, "pid": os.getpid(), "wide_dtypes": self.device in FULL_DEVICES,
                 "limits": {"max_message": lim.max_message, "max_connection_bytes": lim.max_connection_bytes,
                            "max_cmds": lim.max_cmds}}
 
@@ -522,7 +524,7 @@ def serve(device: str = "numpy", host: str = "127.0.0.1", port: int = 8765, toke
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.set_inheritable(True)
+    sock.listen(2048)   # before the line below: a client reading it may connect at once
     port = sock.getsockname()[1]
     cfg = uvicorn.Config(app, log_level=log_level, ws_max_size=lim.max_message + (1 << 20), ws_per_message_deflate=False,
                          ws_ping_interval=None, lifespan="off", ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
@@ -532,3 +534,34 @@ def serve(device: str = "numpy", host: str = "127.0.0.1", port: int = 8765, toke
               f"in clear; pass --ssl-certfile/--ssl-keyfile", file=sys.stderr)
     print(f"ember serve: device {device} on {scheme}://{host}:{port}/ (pid {os.getpid()})", flush=True)
     uvicorn.Server(cfg).run(sockets=[sock])
+
+
+def spawn(device: str = "numpy", *, token: str, host: str = "127.0.0.1", port: int = 0, args=(), env=None,
+          timeout: float = 60.0):
+    """Start ``ember serve`` in a child process (tests, benchmarks, ``build.py demo --remote``);
+    returns ``(process, url)`` once it listens. The token goes through a private temporary file
+    (removed when the server has read it). Stop it with ``process.terminate()``."""
+    import subprocess
+    import tempfile
+    import time
+
+    fd, path = tempfile.mkstemp(prefix="ember-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    cmd = [sys.executable, "-m", "ember", "serve", "--device", device, "--host", host, "--port", str(port),
+           "--token-file", path, *args]
+    err = tempfile.TemporaryFile()   # never a pipe nobody reads: a full one would block the server
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                            env=env if env is not None else dict(os.environ))
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            line = proc.stdout.readline()
+            if "ember serve:" in line and "://" in line:
+                return proc, line.split(" on ", 1)[1].split()[0]
+            if not line or time.monotonic() > deadline:
+                proc.kill()
+                err.seek(0)
+                raise RuntimeError(f"ember serve did not start: {err.read()[-2000:].decode(errors='replace')}")
+    finally:
+        os.unlink(path)
