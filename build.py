@@ -4,7 +4,7 @@
     python build.py demo [--host 127.0.0.1] [--port 8000]   install what is missing, build, serve the demos
     python build.py test [pytest args...]                   install what is missing, run the whole suite
     python build.py bench core|webgpu|web|wasm|train|llm    benchmarks, side by side with the peers
-    python build.py fuzz [--minutes N]                      mutation fuzzers for safetensors, ONNX, .pt, GGUF
+    python build.py fuzz [--minutes N]                      mutation fuzzers for safetensors, ONNX, .pt, GGUF, remote frames
     python build.py onnx-report                             ONNX conformance table (onnx.backend.test)
     python build.py wheel                                   build dist/ember-*.whl
     python build.py site                                    build the wheel and assemble site/
@@ -271,8 +271,8 @@ HELP = {
     "wheel": "python build.py wheel\nBuild dist/ember-*.whl (with the WebAssembly kernels; needs clang + lld).",
     "site": "python build.py site\nBuild the wheel and assemble site/ (what 'demo' serves).",
     "setup": "python build.py setup [--no-system]\nOnly install what is missing (--no-system: skip apt).",
-    "fuzz": "python build.py fuzz [--minutes N] [--cases N] [--formats safetensors,onnx,pt,gguf] [--jobs J] [--seed S]\n"
-            "Mutation fuzzers for the safetensors, ONNX, .pt and GGUF readers, each case in a forked child under an\n"
+    "fuzz": "python build.py fuzz [--minutes N] [--cases N] [--formats safetensors,onnx,pt,gguf,remote] [--jobs J] [--seed S]\n"
+            "Mutation fuzzers for the safetensors, ONNX, .pt and GGUF readers and ember serve's frames (remote), each case in a forked child under an\n"
             "address-space cap and a timeout (tests/fuzz/fuzz.py); --jobs J splits the run over J forked worker\n"
             "shards (one per core; --cases is per format); prints the figures, saves findings.",
 }

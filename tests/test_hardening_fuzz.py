@@ -46,7 +46,7 @@ def report(tmp_path_factory):
     return rep
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "pt", "gguf"])
+@pytest.mark.parametrize("fmt", ["safetensors", "pt", "gguf", "remote"])
 def test_weights_readers_give_only_ember_errors_fast(report, fmt):
     s = report["formats"][fmt]
     assert s["cases"] == CASES

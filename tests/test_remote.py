@@ -138,7 +138,7 @@ HOSTILE = [
     P.encode_frame(P.BATCH, 4, {"cmds": [["put", 900001, [2], "float32", 0], ["put", 900002, [3], "float32", 1],
                                          ["op", "add", [900001, 900002], [3], {}]]}, [b"\0" * 8, b"\0" * 12]),
     P.encode_frame(P.BATCH, 6, {"cmds": [["op", "full", [], [9], {"shape": {"t": [1 << 20, 1 << 20]},
-                                                                  "fill_value": 1.0}]]}),   # over the ceiling
+                                                                  "value": 1.0}]]}),   # over the ceiling
     P.encode_frame(P.BATCH, 7, {"cmds": [["op", "full", [], [9], {"shape": {"x": 1}}]]}),  # unknown tag
     P.encode_frame(P.BATCH, 8, {"cmds": [["plan", 1, {"n_slots": 2, "n_inputs": 1, "consts": [], "outs": [1],
                                                       "steps": [["exp", [5], [1], {}]]}]]}),  # slot out of range

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
 
+from ..errors import EmberError
 from . import protocol as P
 
 
@@ -185,12 +186,26 @@ class _ServerPlan:
         return outs
 
 
+# What a registry rule or kernel raises on attributes no public ember function would pass it
+# (a missing keyword, an axis out of range that the public wrapper normalizes): the client's
+# request is refused with a typed error, the server goes on.
+_REJECTED = (TypeError, ValueError, IndexError, KeyError, AttributeError, OverflowError, ZeroDivisionError,
+             RecursionError)
+
+
+def _rejected(name, attrs, e) -> "P.RemoteError":
+    return P.RemoteError(f"{name}: the server's registry refused the request (attributes {sorted(attrs)}): "
+                         f"{type(e).__name__}: {str(e)[:300]}")
+
+
 def _show(sig) -> str:
     return ", ".join(f"{d.name}{list(s)}" for s, d in sig) if sig else "()"
 
 
 class Session:
     """One connection's tensors and plans."""
+
+    reraise = False   # the fuzzer sets it: errors that are not EmberErrors propagate (findings)
 
     def __init__(self, server: Server):
         self.server = server
@@ -250,7 +265,10 @@ class Session:
         attrs.pop("device", None)
         if not inputs:
             attrs["device"] = self.server.device
-        return registry.apply(name, *inputs, **attrs)
+        try:
+            return registry.apply(name, *inputs, **attrs)
+        except _REJECTED as e:
+            raise _rejected(name, attrs, e) from e
 
     def _out_bytes(self, name, inputs, attrs) -> int:
         """Bytes of the outputs of ``name`` by the registry's rules (before running it)."""
@@ -258,15 +276,21 @@ class Session:
 
         d = registry.OPS[name]
         attrs = {k: v for k, v in attrs.items() if k != "device"}
-        shapes = d.shape(*[t.shape for t in inputs], **attrs)
-        dts = d.dtype(*[t.dtype for t in inputs], **attrs)
+        try:
+            shapes = d.shape(*[t.shape for t in inputs], **attrs)
+            dts = d.dtype(*[t.dtype for t in inputs], **attrs)
+        except _REJECTED as e:
+            raise _rejected(name, attrs, e) from e
+        from ..dtypes import DType
+        from ..limits import check_shape
+
         if d.outputs == 1:
             shapes, dts = (shapes,), (dts,)
         total = 0
         for s, dt in zip(shapes, dts):
-            from ..limits import check_shape
-
             check_shape(name, s)
+            if not isinstance(dt, DType):
+                raise P.RemoteError(f"{name}: the dtype rule gave {dt!r} for these attributes")
             total += prod(s) * dt.itemsize
         return total
 
@@ -393,6 +417,8 @@ class Session:
                 else:
                     raise P.ProtocolError(f"unknown command {c[:40]!r}")
             except Exception as e:   # noqa: BLE001 - every failure goes back to this client, typed
+                if self.reraise and not isinstance(e, EmberError):
+                    raise
                 for later in cmds[k + 1:]:
                     if isinstance(later, list) and len(later) == 2 and later[0] == "free":
                         self.free(later[1])

@@ -1,6 +1,6 @@
 """Mutation fuzzers for ember's file readers: safetensors, ONNX, PyTorch checkpoints and GGUF.
 
-    python tests/fuzz/fuzz.py [--minutes N | --cases N] [--formats safetensors,onnx,pt,gguf] [--jobs 2]
+    python tests/fuzz/fuzz.py [--minutes N | --cases N] [--formats safetensors,onnx,pt,gguf,remote] [--jobs 2]
                               [--seed S] [--mem-mib 1024] [--timeout 10] [--json report.json]
     python build.py fuzz [--minutes N] ...          (the same, through the entry point)
 
@@ -10,7 +10,8 @@ plus ``--mem-mib``; ember's per-tensor ceiling is set to a quarter of that, as e
 compute it in such a process) and a timeout (the child is killed past ``--timeout`` seconds,
 after printing where it was). A case is run the way a user would: ``load_safetensors`` and
 reading every tensor; ``load_torch``; ``ember.onnx.load`` and, when that works, one call on
-zeros of the declared input shapes; ``load_gguf``, its metadata and every tensor, dequantized.
+zeros of the declared input shapes; ``load_gguf``, its metadata and every tensor, dequantized;
+``remote``: one ember serve frame handled as the server does (tests/fuzz/fuzz_remote.py).
 
 What counts: a case *passes* when it finishes within 2 seconds, either loading or raising an
 ``EmberError``. Anything else -- another exception (``TypeError``, a bare ``MemoryError``, ...),
@@ -50,6 +51,8 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import fuzz_remote  # noqa: E402  (the ember serve frame format)
 
 
 def _import_ember():
@@ -68,7 +71,7 @@ def _import_ember():
     sys.modules["ember"] = mod
     spec.loader.exec_module(mod)
 
-FORMATS = ("safetensors", "onnx", "pt", "gguf")
+FORMATS = ("safetensors", "onnx", "pt", "gguf", "remote")
 SLOW_SECONDS = 2.0
 INTERESTING_INTS = [0, 1, 2, 3, 4, 7, 8, 16, 63, 64, 65, 127, 128, 255, 256, 1000, 4096, 65535, 65536,
                     10 ** 5, 10 ** 6, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1, 2 ** 32, 10 ** 10, 10 ** 12,
@@ -91,7 +94,7 @@ def load_seeds() -> dict:
                                  limit=20_000),
             "onnx": files("tests/fuzz/seeds/onnx/*.onnx", "tests/fixtures/onnx/*.onnx"),
             "pt": files("tests/fuzz/seeds/pt/*.pt", "tests/fixtures/**/*.pt", limit=20_000),
-            "gguf": gguf_seeds()}
+            "gguf": gguf_seeds(), "remote": fuzz_remote.seeds()}
 
 
 # ---- byte-level havoc -------------------------------------------------------------------------
@@ -667,7 +670,8 @@ def mutate_pt(rng: random.Random, data: bytes, seeds) -> bytes:
     return buf.getvalue()
 
 
-MUTATORS = {"safetensors": mutate_safetensors, "onnx": mutate_onnx, "pt": mutate_pt, "gguf": mutate_gguf}
+MUTATORS = {"safetensors": mutate_safetensors, "onnx": mutate_onnx, "pt": mutate_pt, "gguf": mutate_gguf,
+            "remote": lambda rng, data, seeds: fuzz_remote.mutate(rng, data, seeds, havoc)}
 
 
 def mutate(fmt: str, rng: random.Random, data: bytes, seeds) -> bytes:
@@ -709,6 +713,8 @@ def run_case(fmt: str, data: bytes) -> str:
     if fmt == "pt":
         obj = ember.load_torch(data)
         return type(obj).__name__
+    if fmt == "remote":
+        return fuzz_remote.run(data)
     if fmt == "gguf":
         f = ember.load_gguf(data)
         repr(f.metadata)
@@ -1108,7 +1114,7 @@ def fuzz(formats=FORMATS, *, cases: int | None = None, minutes: float | None = N
             data = shrink_onnx(data, f["sig"], (mem_mib << 20, timeout))
         name = "_".join(x for x in f["sig"] if x)
         name = "".join(c if c.isalnum() or c in "-." else "_" for c in name)[:120]
-        ext = {"safetensors": ".safetensors", "onnx": ".onnx", "pt": ".pt", "gguf": ".gguf"}[fmt]
+        ext = {"safetensors": ".safetensors", "onnx": ".onnx", "pt": ".pt", "gguf": ".gguf", "remote": ".frame"}[fmt]
         path = os.path.join(folder, name + ext)
         with open(path, "wb") as fh:
             fh.write(data)
