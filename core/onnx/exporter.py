@@ -371,6 +371,29 @@ def _logical(g, a, outs, x, y):
     return g.node(op, [g.cast(x, _dt.bool_), g.cast(y, _dt.bool_)])
 
 
+@emits("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_invert")
+def _bitwise(g, a, outs, x, y=None):
+    dt = outs[0].dtype
+    ins = [g.cast(v, dt) for v in (x, y) if v is not None]
+    if dt.kind == "b":
+        return g.node({"bitwise_and": "And", "bitwise_or": "Or", "bitwise_xor": "Xor", "bitwise_invert": "Not"}[g.op], ins)
+    if g.opset < 18:
+        raise UnsupportedOp(f"onnx export: {g.op} on {dt.name} needs opset 18 or later (exporting opset {g.opset})")
+    return g.node({"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor",
+                   "bitwise_invert": "BitwiseNot"}[g.op], ins)
+
+
+@emits("bitwise_left_shift", "bitwise_right_shift")
+def _shift(g, a, outs, x, y):
+    # ONNX's BitShift takes unsigned types only: x * 2**y, and floor(x / 2**y) for signed ones
+    dt = outs[0].dtype
+    xs = g.cast(x, dt)
+    p = g.node("Pow", [g.scalar(2, dt), g.cast(y, dt)])
+    if g.op == "bitwise_left_shift":
+        return g.node("Mul", [xs, p])
+    return g.node("Div", [g.node("Sub", [xs, g.node("Mod", [xs, p], fmod=0)]), p])
+
+
 @emits("not_equal")
 def _ne(g, a, outs, x, y):
     dt = _dt.result_type(x.dtype, y.dtype)
@@ -787,12 +810,29 @@ def _qembedding(g, a, outs, ids, w):
 # ---- capture -----------------------------------------------------------------------------------
 
 def _capture(fn, inputs):
-    """The ember.compile plan of ``fn(*inputs)`` (grad off), or UnsupportedOp saying why none."""
-    from ..autograd import no_grad
-    from ..plan import Compiled
+    """The plan of ``fn(*inputs)`` (grad off), or UnsupportedOp saying why there is none.
 
-    c = Compiled(fn)
+    ember.compile's capture, with one change: tensors made outside the call (weights) count as
+    variables, so nothing computed from them is folded into a new constant; a weight's slice or
+    transpose stays an op of the graph (one initializer per weight, and slices of a position
+    table follow a dynamic length). Only creation ops without inputs are folded. Where that
+    capture fails (the model reads a weight's values while it runs), ember.compile's own is used."""
+    from ..autograd import no_grad
+    from ..plan import Capture, Compiled, out_leaves, out_structure
+
+    class _Unfolded(Capture):
+        def _variable(self, t):
+            return True
+
     with no_grad():
+        cap = _Unfolded(inputs).start()
+        try:
+            result = fn(*inputs)
+        finally:
+            cap.stop()
+        if cap.reason is None and not cap.retry:
+            return cap.plan(out_leaves(result, []), out_structure(result))
+        c = Compiled(fn)
         for _ in range(4):      # in-place updates found on a capture make compile capture again
             c(*inputs)
             p = c.plan_for(*inputs)
@@ -828,12 +868,33 @@ def _walk_attrs(base, others, fit):
     return base
 
 
+def _canon(p) -> dict:
+    """slot -> its number in order of first use (inputs first): two captures of the same code
+    number their slots alike even where a tensor was made inside one and outside the other."""
+    ids = {i: i for i in range(p.n_inputs)}
+    for st in p.steps:
+        for s in st.ins + st.outs:
+            ids.setdefault(s, len(ids))
+    for s in p.out_slots:
+        ids.setdefault(s, len(ids))
+    return ids
+
+
 def _same_structure(p, q) -> bool:
-    if len(p.steps) != len(q.steps) or p.n_inputs != q.n_inputs or p.out_slots != q.out_slots:
+    if len(p.steps) != len(q.steps) or p.n_inputs != q.n_inputs:
         return False
-    if [s for s, _ in p.consts] != [s for s, _ in q.consts]:
+    cp, cq = _canon(p), _canon(q)
+    if [cp[s] for s in p.out_slots] != [cq[s] for s in q.out_slots]:
         return False
-    return all(a.name == b.name and a.ins == b.ins and a.outs == b.outs for a, b in zip(p.steps, q.steps))
+    return all(a.name == b.name and [cp[s] for s in a.ins + a.outs] == [cq[s] for s in b.ins + b.outs]
+               for a, b in zip(p.steps, q.steps))
+
+
+def _const_of(p, q):
+    """For each constant of plan ``p``, the tensor at the same place in plan ``q``."""
+    cp, cq = _canon(p), _canon(q)
+    by_id = {cq[s]: t for s, t in q.consts if s in cq}
+    return [by_id.get(cp.get(s)) for s, _ in p.consts]
 
 
 # ---- export --------------------------------------------------------------------------------------
@@ -1059,8 +1120,11 @@ def _dynamic(fn, inputs, in_names, dyn, sizes, plan):
     attrs = [_walk_attrs(st.attrs, [o.steps[i].attrs for o in others], fitter(f"op {st.name!r} (step {i})"))
              for i, st in enumerate(plan.steps)]
     consts = {}
+    other_consts = [_const_of(plan, o) for o in others]
     for ci, (s, t) in enumerate(plan.consts):
-        shapes = [o.consts[ci][1].shape for o in others]
+        shapes = [m[ci].shape if m[ci] is not None else None for m in other_consts]
+        if None in shapes:
+            raise UnsupportedOp(f"onnx export: a constant of shape {t.shape} is missing from a capture at another size")
         if all(sh == t.shape for sh in shapes):
             continue
         dims = _walk_attrs(tuple(t.shape), shapes, fitter(f"a constant of shape {t.shape}"))
@@ -1078,7 +1142,7 @@ def _dynamic(fn, inputs, in_names, dyn, sizes, plan):
     outs = {}
     for k, s in enumerate(plan.out_slots):
         base = _out_shape(plan, s)
-        shapes = [_out_shape(o, s) for o in others]
+        shapes = [_out_shape(o, o.out_slots[k]) for o in others]
         if base is None or any(sh is None for sh in shapes):
             continue
         dims = {}
