@@ -64,6 +64,9 @@ _LAZY = {
     "llm": ("ember.llm", None),
     "tokenizers": ("ember.tokenizers", None),
     "vision": ("ember.vision", None),
+    "records": ("ember.records", None),
+    "save": ("ember.records", "save"),
+    "load": ("ember.records", "load"),
 }
 
 

@@ -84,11 +84,40 @@ def _shape_in(state_dict: Mapping, key: str):
     return v.shape if isinstance(v, Tensor) else None
 
 
+# [callable or None]: called with each module whose construction starts (ember.records bounds
+# how many modules a file's constructor arguments may build while it loads one).
+ON_CONSTRUCT: list = [None]
+
+
+def _recording(init):
+    import functools
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        d = self.__dict__
+        if "_init_args" not in d:
+            d["_init_args"] = (args, kwargs)
+            if ON_CONSTRUCT[0] is not None:
+                ON_CONSTRUCT[0](self)
+        init(self, *args, **kwargs)
+    __init__._records_args = True
+    return __init__
+
+
 class Module:
     """Base class of layers and models: subclass it, assign layers/tensors in ``__init__`` (after
     ``super().__init__()``) and define ``forward``. Calling the module calls ``forward``."""
 
     training: bool
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # Each subclass's own __init__ records the arguments of the outermost constructor call
+        # (``self._init_args``): ``ember.save`` writes them, so ``ember.load`` rebuilds the model
+        # without its constructor call (see ``ember.records``).
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not hasattr(init, "_records_args"):
+            cls.__init__ = _recording(init)
 
     def __init__(self) -> None:
         d = self.__dict__
