@@ -45,7 +45,8 @@ REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
 APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
 APT = {**APT_BUILD, "/usr/bin/chromium": "chromium",
-       "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc": "fonts-wqy-zenhei"}
+       "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc": "fonts-wqy-zenhei",
+       "/usr/sbin/haproxy": "haproxy"}   # ember.remote's many-server set-up (tests/test_remote.py)
 
 
 def log(msg: str) -> None:

@@ -235,3 +235,59 @@ def test_disconnect_frees_everything(server):
     with pytest.raises(ember.errors.DeviceError):
         ember.ones((2,), device=dev)
     del xs
+
+
+def test_two_replicas_behind_haproxy():
+    """Two ember serve processes behind Debian's HAProxy (leastconn, health checks): clients are
+    spread over both, each connection stays on its replica, and a replica that dies is taken
+    out of the rotation while the other keeps serving."""
+    import socket
+    import time
+
+    from ember.remote import cluster
+
+    if cluster.find_haproxy() is None:
+        pytest.skip("haproxy is not installed (build.py setup installs Debian's haproxy package; "
+                    "without apt-get it cannot be)")
+    reps = [spawn("numpy", token=TOKEN) for _ in range(2)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hp = cluster.run_haproxy(port, [("127.0.0.1", int(u.rsplit(":", 1)[1].strip("/"))) for _, u in reps])
+    url = f"ws://127.0.0.1:{port}/"
+    devs = []
+    try:
+        for _ in range(100):   # until HAProxy listens and has seen both replicas healthy
+            try:
+                urllib.request.urlopen(url.replace("ws://", "http://") + "health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(1.2)
+        devs = [ember.remote.connect(url, token=TOKEN, name=f"h{k}") for k in range(4)]
+        pids = {ember.remote.info(d)["pid"] for d in devs}
+        assert pids == {p.pid for p, _ in reps}
+        a = [[1.0, 2.0], [3.0, 4.0]]
+        for d in devs:
+            assert (ember.tensor(a, device=d) @ ember.tensor(a, device=d)).tolist() == [[7.0, 10.0], [15.0, 22.0]]
+        dead = reps[0][0]
+        dead.terminate()
+        dead.wait(10)
+        for d in devs:
+            if ember.remote.info(d)["pid"] == dead.pid:
+                with pytest.raises(ember.remote.RemoteError):
+                    ember.ones((2,), device=d).tolist()
+        time.sleep(1.5)   # a failed check (inter 1s, fall 1) takes the replica out
+        for k in range(3):
+            d = ember.remote.connect(url, token=TOKEN, name=f"n{k}")
+            devs.append(d)
+            assert ember.remote.info(d)["pid"] == reps[1][0].pid
+            assert ember.ones((2,), device=d).sum().item() == 2.0
+    finally:
+        for d in devs:
+            ember.remote.disconnect(d)
+        hp.terminate()
+        hp.wait(10)
+        for p, _ in reps:
+            p.terminate()
+            p.wait(10)
