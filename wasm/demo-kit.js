@@ -41,6 +41,33 @@ export function inputError(message) {
   return Object.assign(new Error(message), { name: "InputError" });
 }
 
+/** {width, height, rgba: Uint8Array} of an encoded image (a Blob, or its bytes as a Uint8Array)
+ *  decoded by the browser; an InputError when it is empty, larger than `maxBytes` or `maxPixels`,
+ *  or not an image the browser can decode. */
+export async function decodeImage(image, { maxBytes, maxPixels }) {
+  const blob = image instanceof Uint8Array ? new Blob([image]) : image;
+  if (!(blob instanceof Blob)) throw inputError("give the image as a Blob (a File) or its bytes as a Uint8Array");
+  if (blob.size === 0) throw inputError("the file is empty");
+  if (blob.size > maxBytes) throw inputError(`the file is too large (${(blob.size / 1e6).toFixed(0)} MB; at most ${maxBytes / 1e6} MB)`);
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(blob);
+  } catch (e) {
+    throw inputError("this is not an image the browser can decode (PNG, JPEG, WebP, GIF or BMP), or the file is truncated");
+  }
+  const { width, height } = bitmap;
+  if (!width || !height) throw inputError("the image has no pixels");
+  if (width * height > maxPixels) {
+    bitmap.close();
+    throw inputError(`the image is too large (${width}×${height}; at most ${maxPixels / 1e6} megapixels)`);
+  }
+  const canvas = new OffscreenCanvas(width, height);
+  const ctx = canvas.getContext("2d", { willReadFrequently: true });
+  ctx.drawImage(bitmap, 0, 0);
+  bitmap.close();
+  return { width, height, rgba: new Uint8Array(ctx.getImageData(0, 0, width, height).data.buffer) };
+}
+
 /** True for errors that describe bad input rather than a failure of the page. */
 function isInputError(e) {
   return !!e && (e.name === "InputError" || e.pythonType === "ValueError" || e.pythonType === "TypeError");

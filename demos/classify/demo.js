@@ -29,7 +29,7 @@
 
 import { loadEmber } from "../../wasm/ember.js";
 import { $, progressBar, showError, clearError, inputError, loadFailed, Backends, pageReady, startApp,
-         serially } from "../../wasm/demo-kit.js";
+         serially, decodeImage as decodeImageBytes } from "../../wasm/demo-kit.js";
 
 const PY_DIR = "/home/pyodide/classify";
 const WEIGHTS = "efficientnet-lite0-57934424.pth";
@@ -65,25 +65,7 @@ async function decodeImage(image) {
     image = await resp.blob();
   }
   if (!(image instanceof Blob)) throw inputError("classify: give an ImageData, a Blob (a File) or an image's URL");
-  if (image.size === 0) throw inputError("the file is empty");
-  if (image.size > MAX_BYTES) throw inputError(`the file is too large (${(image.size / 1e6).toFixed(0)} MB; at most ${MAX_BYTES / 1e6} MB)`);
-  let bitmap;
-  try {
-    bitmap = await createImageBitmap(image);
-  } catch (e) {
-    throw inputError("this is not an image the browser can decode (PNG, JPEG, WebP, GIF or BMP), or the file is truncated");
-  }
-  const { width, height } = bitmap;
-  if (!width || !height) throw inputError("the image has no pixels");
-  if (width * height > MAX_PIXELS) {
-    bitmap.close();
-    throw inputError(`the image is too large (${width}×${height}; at most ${MAX_PIXELS / 1e6} megapixels)`);
-  }
-  const canvas = new OffscreenCanvas(width, height);
-  const ctx = canvas.getContext("2d", { willReadFrequently: true });
-  ctx.drawImage(bitmap, 0, 0);
-  bitmap.close();
-  return { width, height, rgba: new Uint8Array(ctx.getImageData(0, 0, width, height).data.buffer) };
+  return decodeImageBytes(image, { maxBytes: MAX_BYTES, maxPixels: MAX_PIXELS });
 }
 
 // ---- the model ----------------------------------------------------------------------------

@@ -29,7 +29,7 @@
 
 import { loadEmber } from "../../wasm/ember.js";
 import { $, progressBar, showError, clearError, inputError, loadFailed, Backends, pageReady, startApp,
-         serially } from "../../wasm/demo-kit.js";
+         serially, decodeImage as decodeImageBytes } from "../../wasm/demo-kit.js";
 
 const PY_DIR = "/home/pyodide/ocr";
 const MODELS = ["ch_PP-OCRv4_det_infer.onnx", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx"];
@@ -49,26 +49,7 @@ let shownUrl = null;
  *  image the browser can decode. */
 async function decodeImage(bytes) {
   if (!(bytes instanceof Uint8Array)) throw inputError("read: give the image's bytes as a Uint8Array");
-  if (bytes.length === 0) throw inputError("the file is empty");
-  if (bytes.length > MAX_BYTES) throw inputError(`the file is too large (${(bytes.length / 1e6).toFixed(0)} MB; at most ${MAX_BYTES / 1e6} MB)`);
-  let bitmap;
-  try {
-    bitmap = await createImageBitmap(new Blob([bytes]));
-  } catch (e) {
-    throw inputError("this is not an image the browser can decode (PNG, JPEG, WebP, GIF or BMP), or the file is truncated");
-  }
-  const { width, height } = bitmap;
-  if (!width || !height) throw inputError("the image has no pixels");
-  if (width * height > MAX_PIXELS) {
-    bitmap.close();
-    throw inputError(`the image is too large (${width}×${height}; at most ${MAX_PIXELS / 1e6} megapixels)`);
-  }
-  const canvas = new OffscreenCanvas(width, height);
-  const ctx = canvas.getContext("2d", { willReadFrequently: true });
-  ctx.drawImage(bitmap, 0, 0);
-  bitmap.close();
-  const rgba = new Uint8Array(ctx.getImageData(0, 0, width, height).data.buffer);
-  return { width, height, rgba };
+  return decodeImageBytes(bytes, { maxBytes: MAX_BYTES, maxPixels: MAX_PIXELS });
 }
 
 // ---- the models ---------------------------------------------------------------------------
