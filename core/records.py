@@ -145,7 +145,8 @@ def _spec(m) -> dict:
     args, kwargs = m.__dict__.get("_init_args", ((), {}))
     where = f"{cls.__name__}"
     return {"class": name, "args": [_encode(a, f"{where} argument {i}") for i, a in enumerate(args)],
-            "kwargs": {k: _encode(v, f"{where} argument {k!r}") for k, v in kwargs.items()}}
+            # the device is ember.load's to choose: a record is the same file on every backend
+            "kwargs": {k: _encode(v, f"{where} argument {k!r}") for k, v in kwargs.items() if k != "device"}}
 
 
 class _Decoder:
@@ -199,6 +200,9 @@ class _Decoder:
                               f"register it (ember never imports a module a file names)")
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise RecordError(f"ember.load: {where}: {name}'s args must be a list and kwargs an object")
+        if "device" in kwargs:
+            raise RecordError(f"ember.load: {where}: {name}'s arguments name a device; a record's device is "
+                              f"ember.load's device argument")
         a = [self.value(x, depth + 1, f"{name} argument {i}") for i, x in enumerate(args)]
         kw = {k: self.value(x, depth + 1, f"{name} argument {k!r}") for k, x in kwargs.items()}
         from .nn.utils import skip_init
