@@ -109,3 +109,9 @@ class ShaderError(EmberError, ValueError):
     def __init__(self, message="", *, op=None, line=None, column=None, compiler_message=None):
         super().__init__(message)
         self.op, self.line, self.column, self.compiler_message = op, line, column, compiler_message
+
+
+class DatasetError(EmberError, ValueError):
+    """A data file that does not match what was asked of it (``ember.train.CsvDataset``: a value
+    that does not parse as its column's type, a missing column, a short row). The message names
+    the file, the line and the column."""

@@ -4,7 +4,8 @@
 trains with the given optimizer and scheduler (stepped per epoch or per batch;
 ``ReduceLROnPlateau`` on each epoch's validation loss, or training loss without validation), optional
 gradient clipping, records the metrics of every epoch in ``history`` (loss, accuracy,
-valid_loss, valid_accuracy, lr, throughput in samples/s, seconds), saves a checkpoint after
+valid_loss, valid_accuracy, lr, throughput in samples/s, seconds; no accuracies when the
+targets are floats, a regression), saves a checkpoint after
 every epoch when ``checkpoint_dir`` is set (``fit(..., resume=True)`` continues from the
 latest, to the same batches and the same numbers), stops early on a stalled metric, and shows
 a live dashboard on a terminal (plain lines elsewhere). ``q`` or Ctrl+C saves a checkpoint of
@@ -167,6 +168,7 @@ class Learner:
         epoch, done = start, 0
         seen = correct = 0
         loss_sum = 0.0
+        classify = "accuracy" in self.history    # integer targets seen: report accuracy
         try:
             for epoch in range(start, epochs):
                 self.epoch = epoch
@@ -189,8 +191,11 @@ class Learner:
                     correct += accuracy(out, y)
                     seen += n
                     done = i + 1
-                    dash.batch(self, epoch, epochs, i, self._batches,
-                               {"loss": lv, "accuracy": correct / seen, "lr": self._lr()})
+                    classify = classify or y.dtype.kind in "iu"
+                    bm = {"loss": lv, "accuracy": correct / seen, "lr": self._lr()}
+                    if not classify:      # a regression (float targets): no accuracy to show
+                        del bm["accuracy"]
+                    dash.batch(self, epoch, epochs, i, self._batches, bm)
                     if dash.stop_requested():
                         raise _Stop
                 skip = 0
@@ -200,6 +205,9 @@ class Learner:
                 if valid is not None:
                     v = self.evaluate(valid)
                     m["valid_loss"], m["valid_accuracy"] = v["loss"], v["accuracy"]
+                if not classify:
+                    m.pop("accuracy")
+                    m.pop("valid_accuracy", None)
                 if isinstance(self.scheduler, ReduceLROnPlateau):   # steps on the epoch's loss
                     self.scheduler.step(m.get("valid_loss", m["loss"]))
                 elif self.scheduler is not None and self.scheduler_step == "epoch":
