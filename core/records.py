@@ -150,7 +150,7 @@ def _spec(m) -> dict:
 
 
 class _Decoder:
-    def __init__(self, allowed: dict, budget: int):
+    def __init__(self, allowed: dict, budget: list):
         self.allowed = allowed
         self.budget = budget
 
@@ -221,6 +221,44 @@ def _short(v) -> str:
     return s if len(s) <= 200 else s[:200] + "..."
 
 
+def _build(spec, allowed: dict, n_tensors: int, device, what: str):
+    """The module of ``spec`` on ``device`` (None: the default device), its weights not drawn.
+    Builds at most as many modules as a file of ``n_tensors`` tensors could fill (with room for
+    parameter-free layers): a hostile "1e9 layers" stops there, not after the memory is gone."""
+    from .backends import default_device, set_default_device
+    from .nn import module as _module
+
+    budget = [16 * n_tensors + 10_000]
+
+    def count(_m):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise RecordError(f"{what}: the constructor arguments build more modules than a file with "
+                              f"{n_tensors} tensors can fill; refused")
+
+    prev, saved_hook = default_device(), _module.ON_CONSTRUCT[0]
+    _module.ON_CONSTRUCT[0] = count
+    try:
+        if device is not None:
+            set_default_device(device)
+        return _Decoder(allowed, budget).module(spec, 0, "the record")
+    finally:
+        set_default_device(prev)
+        _module.ON_CONSTRUCT[0] = saved_hook
+
+
+def _probe(spec, allowed: dict, shapes: dict, what: str) -> None:
+    """Build ``spec`` on the meta device and check its tensors against ``shapes`` {name: shape}."""
+    probe = _build(spec, allowed, len(shapes), "meta", what)
+    want = {k: tuple(v.shape) for k, v in probe.state_dict().items() if v is not None}
+    if want != shapes:
+        missing = sorted(set(want) - set(shapes))[:5]
+        extra = sorted(set(shapes) - set(want))[:5]
+        wrong = [f"{k}: {want[k]} vs {shapes[k]}" for k in sorted(set(want) & set(shapes)) if want[k] != shapes[k]][:5]
+        raise RecordError(f"{what}: the constructor arguments build a {type(probe).__name__} whose tensors differ "
+                          f"from the saved ones (missing {missing}, unexpected {extra}, shapes {wrong})")
+
+
 # ---- save / load -----------------------------------------------------------------------------------
 
 def save(module, path=None):
@@ -246,6 +284,10 @@ def save(module, path=None):
     meta = {"ember.format": str(FORMAT_VERSION), "ember.version": __version__, "ember.class": spec["class"],
             "ember.args": json.dumps(spec, sort_keys=True), "ember.training": "1" if module.training else "0"}
     sd = {k: v for k, v in module.state_dict().items() if v is not None}
+    # The arguments must rebuild this very structure (not so after fuse_batchnorm, or after
+    # layers were swapped in place): checked now, on the meta device, rather than at load.
+    allowed = {**_allowed(), **{_name_of(type(m)): type(m) for m in module.modules()}}
+    _probe(spec, allowed, {k: tuple(v.shape) for k, v in sd.items()}, "ember.save")
     return save_safetensors(sd, path, metadata=meta)
 
 
@@ -269,9 +311,7 @@ def load(source, device: str | None = None):
     (0.001, (4,))
     """
     from . import __version__
-    from .backends import default_device, set_default_device
     from .io.safetensors import load_safetensors
-    from .nn import module as _module
 
     sd = load_safetensors(source, device=device)
     meta = sd.metadata
@@ -302,41 +342,8 @@ def load(source, device: str | None = None):
                           f"ember.args {str(spec.get('class'))[:200]!r}")
     names = list(sd.keys())
     shapes = {k: tuple(sd.shape(k)) for k in names}
-    # Bound the modules the arguments may build: no more than the file could fill, with room for
-    # parameter-free layers (a hostile "1e9 layers" stops here, not after the memory is gone).
-    budget = [16 * len(names) + 10_000]
-
-    def count(_m):
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise RecordError(f"{what}: the constructor arguments build more modules than a file with "
-                              f"{len(names)} tensors can fill; refused")
-
-    prev, dev = default_device(), default_device() if device is None else device
     allowed = _allowed()
-    saved_hook = _module.ON_CONSTRUCT[0]
-    _module.ON_CONSTRUCT[0] = count
-    try:
-        set_default_device("meta")             # shapes only: nothing allocated for the check
-        try:
-            probe = _Decoder(allowed, budget).module(spec, 0, "the record")
-        finally:
-            set_default_device(prev)
-        want = {k: tuple(v.shape) for k, v in probe.state_dict().items() if v is not None}
-        if want != shapes:
-            missing = sorted(set(want) - set(shapes))[:5]
-            extra = sorted(set(shapes) - set(want))[:5]
-            wrong = [f"{k}: {want[k]} vs file {shapes[k]}" for k in sorted(set(want) & set(shapes))
-                     if want[k] != shapes[k]][:5]
-            raise RecordError(f"{what}: the arguments build a {type(probe).__name__} whose tensors do not match "
-                              f"the file's (missing {missing}, unexpected {extra}, shapes {wrong})")
-        budget[0] = 16 * len(names) + 10_000
-        set_default_device(dev)
-        try:
-            model = _Decoder(allowed, budget).module(spec, 0, "the record")
-        finally:
-            set_default_device(prev)
-    finally:
-        _module.ON_CONSTRUCT[0] = saved_hook
+    _probe(spec, allowed, shapes, what)                  # shapes only: nothing allocated for the check
+    model = _build(spec, allowed, len(names), device, what)
     model.load_state_dict(sd, strict=True)
     return model.train(meta.get("ember.training") == "1")
