@@ -130,3 +130,34 @@ def test_attention_cached_replays_with_new_positions(device):
         rk[p], rv[p] = k[0], v[0]
         np.testing.assert_allclose(_np(y), ref_attention(q.astype(np.float64), rk, rv, p), rtol=2e-5, atol=2e-5)
     assert step.stats()["plans"] == 1 and step.stats()["replays"] == C - 1
+
+
+@pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
+def test_qlinear_rms_and_residual(device, qtype):
+    """The folded decode products (RMSNorm before, silu(gate) * up and a residual add around a
+    quantized product) against float64 numpy over the dequantized weight; rows 1 and 3 run the
+    webgpu matrix-vector kernel's prologues/epilogue, 9 the decomposition."""
+    from ember.ops.llm import qlinear_residual, qlinear_rms
+    from ember.quant import QTensor
+
+    rng = np.random.default_rng(1)
+    n, k = 24, 64
+    w = QTensor.quantize(_t(rng.standard_normal((n, k)), "python"), qtype)
+    wd = np.asarray(w.dequantize().tolist(), dtype=np.float64)
+    wv = w.to(device)
+    nw = rng.standard_normal(k)
+    tol = 5e-2 if device == "wasm" else 1e-3      # (wasm: 8-bit activations per block)
+    for M in (1, 3, 9):
+        x = rng.standard_normal((M, k))
+        r = rng.standard_normal((M, n))
+        gu = rng.standard_normal((M, 2 * k))
+        xn = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * nw
+        got = qlinear_rms(_t(x, device), _t(nw, device), wv, eps=1e-5)
+        np.testing.assert_allclose(_np(got), xn @ wd.T, rtol=tol, atol=tol)
+        got = qlinear_residual(_t(x, device), wv, _t(r, device))
+        np.testing.assert_allclose(_np(got), x @ wd.T + r, rtol=tol, atol=tol)
+        g, u = gu[:, :k], gu[:, k:]
+        got = qlinear_residual(_t(gu, device), wv, _t(r, device), glu=True)
+        np.testing.assert_allclose(_np(got), (g / (1 + np.exp(-g)) * u) @ wd.T + r, rtol=tol, atol=tol)
+    with pytest.raises(ShapeError, match="residual"):
+        qlinear_residual(_t(np.ones((1, k)), device), wv, _t(np.ones((1, 3)), device))

@@ -193,6 +193,50 @@ def _shared(rt) -> int:
     return int(rt.limits.get("max_compute_workgroup_storage_size", 16384))
 
 
+def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float = 0.0, gres=None) -> None:
+    """One ``gemv`` dispatch into ``st``: out (M, n) = x' @ dequantize(w).T (+ residual), x'
+    the x rows as they are (``pro`` 0), RMS-normalised by ``gnw`` (1) or silu(gate) * up of
+    rows of 2k (2). ``gres`` (M, n): a residual added to the outputs."""
+    params = _prelude_params(qtype, k, gw)
+    xstride = 2 * k if pro == 2 else k
+    words = [M, n, k, row_bytes(qtype, k), gw.offset * 4, gx.offset, (k + 7) // 8, xstride,
+             gnw.offset if gnw is not None else 0, gres.offset if gres is not None else 0, f32_bits(eps)]
+    info, info_n = _info(words)
+    bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
+    decl = []
+    nw4, res = "return vec4<f32>(0.0);", "return 0.0;"
+    if gnw is not None:
+        decl.append(f"@group(0) @binding({len(bufs)}) var<storage, read> nwb: array<f32>;")
+        bufs.append(_whole(gnw))
+        nw4 = "let o = u(8u) + e; return vec4<f32>(nwb[o], nwb[o + 1u], nwb[o + 2u], nwb[o + 3u]);"
+    if gres is not None:
+        decl.append(f"@group(0) @binding({len(bufs)}) var<storage, read> resb: array<f32>;")
+        bufs.append(_whole(gres))
+        res = "return resb[u(9u) + i];"
+    mt = 1 << (M - 1).bit_length()
+    lanes, rb, u = gemv_shape(n, k, mt)
+    red = WG * mt * rb
+    # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
+    # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
+    xsh = pro == 0 and (k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1")
+    if xsh:
+        xs = min(4096, (_shared(rt) - red * 4) // 4 // (64 * mt) * (64 * mt))
+        kc = xs // mt
+    else:
+        xs, kc = 4, 0x7FFFFFC0
+    vec = gx.offset % 4 == 0 and k % 4 == 0
+    params.update(INFO=info_n, WG=WG, LANES=lanes, RB=rb, U=u, MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc, RED=red,
+                  ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
+                  X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
+                  X4="return xin[i / 4u];" if vec else
+                  "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
+                  DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
+                  NW4=nw4, RES=res)
+    pipe = _pipe(rt, "quant", "gemv", params)
+    per_wg = WG // lanes * rb
+    rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
+
+
 def qlinear(rt, out, x, w, *, qtype, n, k, **_):
     """The ``qlinear`` kernel: ``x @ dequantize(w).T`` without expanding ``w``."""
     _check_format("qlinear", qtype, n, k, w)
@@ -211,26 +255,7 @@ def qlinear(rt, out, x, w, *, qtype, n, k, **_):
     params["INFO"] = info_n
     bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
     if M <= GEMV_MAX_M:
-        mt = 1 << (M - 1).bit_length()
-        lanes, rb, u = gemv_shape(n, k, mt)
-        red = WG * mt * rb
-        # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
-        # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
-        xsh = k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1"
-        if xsh:
-            xs = min(4096, (_shared(rt) - red * 4) // 4 // (64 * mt) * (64 * mt))
-            kc = xs // mt
-        else:
-            xs, kc = 4, 0x7FFFFFC0
-        vec = gx.offset % 4 == 0 and k % 4 == 0
-        params.update(WG=WG, LANES=lanes, RB=rb, U=u, MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc, RED=red,
-                      ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
-                      X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
-                      X4="return xin[i / 4u];" if vec else
-                      "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);")
-        pipe = _pipe(rt, "quant", "gemv", params)
-        per_wg = WG // lanes * rb
-        rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
+        _gemv(rt, st, M, n, k, qtype, gx, gw)
     elif os.environ.get("EMBER_QLINEAR_PROMPT") == "dequant":
         # (opt-in, for comparisons: the weight expanded to float32, then the autotuned matmul)
         from ..registry import OPS
@@ -433,6 +458,39 @@ def rope(rt, out, x, cos, sin, *, mode="pairs", **_):
     return res
 
 
+def _fusable(x, k, M) -> bool:
+    """A decode-sized product whose x the gemv prologues can read (float32, k % 8 == 0)."""
+    return x.dtype is _dt.float32 and k % 8 == 0 and 0 < M <= GEMV_MAX_M
+
+
+def qlinear_rms(rt, out, x, nw, w, *, eps, qtype, n, k, **_):
+    """The ``qlinear_rms`` kernel: the RMSNorm folded into one ``gemv`` dispatch (decode); the
+    composite (``rms_norm`` + ``qlinear``) for more rows."""
+    from ..registry import OPS
+
+    M = prod(x.shape[:-1])
+    if not _fusable(x, k, M) or nw.dtype is not _dt.float32 or n == 0:
+        return OPS["qlinear_rms"].decompose(x, nw, w, eps=eps, qtype=qtype, n=n, k=k)._buf
+    _check_format("qlinear_rms", qtype, n, k, w)
+    st = rt.alloc(M * n * 4)
+    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps)
+    return GBuf(rt, out.shape, _dt.float32, storage=st)
+
+
+def qlinear_residual(rt, out, x, w, r, *, glu, qtype, n, k, **_):
+    """The ``qlinear_residual`` kernel: silu(gate) * up (``glu``) and the residual add folded
+    into one ``gemv`` dispatch (decode); the composite for more rows."""
+    from ..registry import OPS
+
+    M = prod(x.shape[:-1])
+    if not _fusable(x, k, M) or r.dtype is not _dt.float32 or n == 0:
+        return OPS["qlinear_residual"].decompose(x, w, r, glu=glu, qtype=qtype, n=n, k=k)._buf
+    _check_format("qlinear_residual", qtype, n, k, w)
+    st = rt.alloc(M * n * 4)
+    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=2 if glu else 0, gres=_f32(rt, r._buf))
+    return GBuf(rt, out.shape, _dt.float32, storage=st)
+
+
 def build_kernels(rt) -> dict:
     """Entries for the backend's kernel table (``kernel(out, *inputs, **attrs) -> GBuf``)."""
     def bind(f):
@@ -443,4 +501,5 @@ def build_kernels(rt) -> dict:
 
     return {name: bind(f) for name, f in (("qlinear", qlinear), ("dequantize", dequantize),
                                           ("qembedding", qembedding), ("attention_cached", attention_cached),
-                                          ("rms_norm", rms_norm), ("rope", rope))}
+                                          ("rms_norm", rms_norm), ("rope", rope),
+                                          ("qlinear_rms", qlinear_rms), ("qlinear_residual", qlinear_residual))}

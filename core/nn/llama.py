@@ -99,6 +99,10 @@ def _linear(x: Tensor, w, b=None) -> Tensor:
     return y if b is None else y + b
 
 
+def _quantized(w) -> bool:
+    return not isinstance(w, Tensor)
+
+
 def _embedding(ids: Tensor, w) -> Tensor:
     if isinstance(w, Tensor):
         return F.take(w, ids, axis=0)
@@ -128,6 +132,11 @@ class Llama:
         self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device)
         self.k_cache = self.v_cache = None
         self._arange = {}
+        # webgpu: Q/K/V and gate/up stacked into one weight each, norms and residual adds folded
+        # into the products (``_fuse``): a decode layer is 6 dispatches instead of 15
+        self._stacked: dict = {}
+        if self.device == "webgpu":
+            self._fuse()
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -164,6 +173,31 @@ class Llama:
                       p + "ffn_gate.weight": mat(f, d), p + "ffn_up.weight": mat(f, d), p + "ffn_down.weight": mat(d, f)})
         return cls(cfg, w, context=context, device=device)
 
+    def _fuse(self) -> None:
+        """Stack each layer's Q, K, V (and gate, up) quantized weights into one (their raw rows
+        back to back: one product instead of three) where they share a format and whole words,
+        and no bias. ``self.w`` keeps each part as a view of the stacked words (no second copy
+        on a backend whose slices are views, as webgpu's are)."""
+        from ..quant import QTensor
+
+        w = self.w
+        for i in range(self.cfg.n_layers):
+            b = f"blk.{i}."
+            for name, parts in (("qkv", ("attn_q", "attn_k", "attn_v")), ("gate_up", ("ffn_gate", "ffn_up"))):
+                ws = [w[b + p + ".weight"] for p in parts]
+                if (not all(isinstance(t, QTensor) and t.ndim == 2 for t in ws) or len({t.qtype for t in ws}) != 1
+                        or len({t.k for t in ws}) != 1 or any(t.nbytes % 4 for t in ws)
+                        or any(b + p + ".bias" in w for p in parts)):
+                    continue
+                data = F.concat([t.data for t in ws], axis=0)
+                stacked = QTensor(data, ws[0].qtype, (sum(t.n for t in ws), ws[0].k))
+                at = 0
+                for p, t in zip(parts, ws):
+                    nw = t.data.shape[0]
+                    w[b + p + ".weight"] = QTensor(data[at:at + nw], t.qtype, t.shape)
+                    at += nw
+                self._stacked[b + name] = stacked
+
     # ---- state ----------------------------------------------------------------------------------
 
     def reset(self) -> None:
@@ -197,24 +231,52 @@ class Llama:
         cos = F.take(self.cos, p, axis=0)                                # (T, rope_dim/2)
         sin = F.take(self.sin, p, axis=0)
         x = _embedding(ids, w["token_embd.weight"])                      # (T, D)
+        fold = bool(self._stacked)           # (webgpu: norms and residual adds folded in)
         for i in range(c.n_layers):
             b = f"blk.{i}."
-            h = F.rms_norm(x, w[b + "attn_norm.weight"], eps=c.rms_eps)
-            q = _linear(h, w[b + "attn_q.weight"], w.get(b + "attn_q.bias")).reshape((T, hq, hd))
-            k = _linear(h, w[b + "attn_k.weight"], w.get(b + "attn_k.bias")).reshape((T, hkv, hd))
-            v = _linear(h, w[b + "attn_v.weight"], w.get(b + "attn_v.bias")).reshape((T, hkv, hd))
-            q = self._rope(q, cos, sin)
-            k = self._rope(k, cos, sin)
+            qkv = self._stacked.get(b + "qkv")
+            if qkv is not None:
+                y = F.llm.qlinear_rms(x, w[b + "attn_norm.weight"], qkv, eps=c.rms_eps)   # (T, (Hq+2Hkv)*hd)
+                nqk = (hq + hkv) * hd
+                qk = self._rope(y[:, :nqk].reshape((T, hq + hkv, hd)), cos, sin)        # q and k: one rope
+                q, k = qk[:, :hq], qk[:, hq:]
+                v = y[:, nqk:].reshape((T, hkv, hd))
+            else:
+                h = F.rms_norm(x, w[b + "attn_norm.weight"], eps=c.rms_eps)
+                q = _linear(h, w[b + "attn_q.weight"], w.get(b + "attn_q.bias")).reshape((T, hq, hd))
+                k = _linear(h, w[b + "attn_k.weight"], w.get(b + "attn_k.bias")).reshape((T, hkv, hd))
+                v = _linear(h, w[b + "attn_v.weight"], w.get(b + "attn_v.bias")).reshape((T, hkv, hd))
+                q = self._rope(q, cos, sin)
+                k = self._rope(k, cos, sin)
             a = F.attention_cached(q, k, v, self.k_cache[i], self.v_cache[i], pos)   # (T, Hq, hd)
-            x = x + _linear(a.reshape((T, hq * hd)), w[b + "attn_output.weight"])
-            h = F.rms_norm(x, w[b + "ffn_norm.weight"], eps=c.rms_eps)
-            g = _linear(h, w[b + "ffn_gate.weight"])                     # (T, ffn)
-            u = _linear(h, w[b + "ffn_up.weight"])
-            x = x + _linear(F.silu(g) * u, w[b + "ffn_down.weight"])
+            x = self._residual(a.reshape((T, hq * hd)), w[b + "attn_output.weight"], x, fold)
+            gu = self._stacked.get(b + "gate_up")
+            if gu is not None:
+                y = F.llm.qlinear_rms(x, w[b + "ffn_norm.weight"], gu, eps=c.rms_eps)    # (T, 2 * ffn)
+                wd = w[b + "ffn_down.weight"]
+                if _quantized(wd):
+                    x = F.llm.qlinear_residual(y, wd, x, glu=True)
+                    continue
+                f = c.ffn_dim
+                g, u = y[:, :f], y[:, f:]
+            else:
+                h = F.rms_norm(x, w[b + "ffn_norm.weight"], eps=c.rms_eps)
+                g = _linear(h, w[b + "ffn_gate.weight"])                     # (T, ffn)
+                u = _linear(h, w[b + "ffn_up.weight"])
+            x = self._residual(F.silu(g) * u, w[b + "ffn_down.weight"], x, fold)
         if not all_logits and T > 1:
             x = x[T - 1:]                                                # (1, D): only the next token
+        if fold and _quantized(self.head):
+            return F.llm.qlinear_rms(x, w["output_norm.weight"], self.head, eps=c.rms_eps)
         x = F.rms_norm(x, w["output_norm.weight"], eps=c.rms_eps)
         return _linear(x, self.head)                                     # (1 or T, vocab)
+
+    @staticmethod
+    def _residual(x: Tensor, wt, r: Tensor, fold: bool) -> Tensor:
+        """``r + x @ wt.T``: one folded product where ``fold`` and the weight is quantized."""
+        if fold and _quantized(wt):
+            return F.llm.qlinear_residual(x, wt, r)
+        return r + _linear(x, wt)
 
     __call__ = forward
 

@@ -13,6 +13,12 @@ a preallocated key/value cache.
   for query ``t``. ``pos`` is an int32 tensor of shape ``(1,)``, read by the kernel when it
   runs, so a compiled decoding step replays unchanged for every position. A primitive: each
   backend has a kernel (the python one below is the specification).
+- ``qlinear_rms(x, norm_weight, w, eps=, qtype=, n=, k=)``: ``qlinear(rms_norm(x, norm_weight), w)``;
+  ``qlinear_residual(x, w, residual, glu=, qtype=, n=, k=)``: ``qlinear(x', w) + residual``
+  with ``x' = silu(x[..., :k]) * x[..., k:]`` when ``glu`` (a gated MLP's gate and up halves,
+  from one product with their rows stacked), else ``x``. Composites: a decode step's norm, MLP
+  gate and residual add folded into the quantized products around them (the webgpu backend runs
+  each as ONE matrix-vector dispatch; elsewhere they decompose into exactly those ops).
 
 >>> import ember
 >>> x = ember.tensor([[[1.0, 0.0]]])                 # T=1, H=1, D=2
@@ -31,7 +37,7 @@ from ..errors import DTypeError, ShapeError
 from ..registry import apply, op
 from ..tensor import Tensor
 
-__all__ = ["rms_norm", "rope", "attention_cached"]
+__all__ = ["rms_norm", "rope", "attention_cached", "qlinear_rms", "qlinear_residual"]
 
 
 def _ops():
@@ -197,6 +203,86 @@ def attention_cached(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: 
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     return apply("attention_cached", q, k, v, k_cache, v_cache, pos, scale=float(scale))
+
+
+# ---- quantized products with their neighbours folded in (decode) ---------------------------------
+
+def _qshape(name, xs, ws, k_in, *, qtype, n, k):
+    from .quant import _check_weight
+
+    _check_weight(name, ws, qtype=qtype, n=n, k=k)
+    if not xs or xs[-1] != k_in:
+        raise ShapeError(f"{name}: x {tuple(xs)} must end in {k_in} features for a {qtype} weight (n={n}, k={k})")
+    return tuple(xs[:-1]) + (n,)
+
+
+def _qrms_shape(xs, nws, ws, *, eps, qtype, n, k):
+    if tuple(nws) != (k,):
+        raise ShapeError(f"qlinear_rms: norm weight {tuple(nws)} must be ({k},)")
+    return _qshape("qlinear_rms", xs, ws, k, qtype=qtype, n=n, k=k)
+
+
+def _qrms_dtype(xt, nwt, wt, **_):
+    if xt is not _dt.float32 or nwt is not _dt.float32:
+        raise DTypeError(f"qlinear_rms: x and the norm weight must be float32, got {xt.name}, {nwt.name}")
+    return _dt.float32
+
+
+def _qrms_decompose(x, nw, w, *, eps, qtype, n, k):
+    return apply("qlinear", apply("rms_norm", x, nw, eps=eps), w, qtype=qtype, n=n, k=k)
+
+
+op("qlinear_rms", kind="composite", shape=_qrms_shape, dtype=_qrms_dtype, decompose=_qrms_decompose,
+   doc="qlinear(rms_norm(x, norm_weight), w): a pre-norm folded into the quantized product")
+
+
+def _qres_shape(xs, ws, rs, *, glu, qtype, n, k):
+    out = _qshape("qlinear_residual", xs, ws, 2 * k if glu else k, qtype=qtype, n=n, k=k)
+    if tuple(rs) != out:
+        raise ShapeError(f"qlinear_residual: residual {tuple(rs)} must be the product's shape {out}")
+    return out
+
+
+def _qres_dtype(xt, wt, rt, **_):
+    if xt is not _dt.float32 or rt is not _dt.float32:
+        raise DTypeError(f"qlinear_residual: x and the residual must be float32, got {xt.name}, {rt.name}")
+    return _dt.float32
+
+
+def _qres_decompose(x, w, r, *, glu, qtype, n, k):
+    o = _ops()
+    if glu:
+        x = o.silu(x[..., :k]) * x[..., k:]
+    return apply("qlinear", x, w, qtype=qtype, n=n, k=k) + r
+
+
+op("qlinear_residual", kind="composite", shape=_qres_shape, dtype=_qres_dtype, decompose=_qres_decompose,
+   doc="qlinear(x, w) + residual, x optionally silu(gate) * up from one stacked product")
+
+
+def qlinear_rms(x: Tensor, norm_weight: Tensor, w, *, eps: float = 1e-5) -> Tensor:
+    """``qlinear(rms_norm(x, norm_weight, eps), w)`` for a ``QTensor`` ``w`` (n, k).
+
+    >>> import ember
+    >>> from ember.quant import QTensor
+    >>> w = QTensor.quantize(ember.ones((2, 32)), "q8_0")
+    >>> [round(v, 2) for v in ember.ops.llm.qlinear_rms(ember.full((1, 32), 3.0), ember.ones((32,)), w).tolist()[0]]
+    [32.0, 32.0]
+    """
+    return apply("qlinear_rms", x, norm_weight, w.data, eps=float(eps), qtype=w.qtype, n=w.n, k=w.k)
+
+
+def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False) -> Tensor:
+    """``qlinear(x, w) + residual``; with ``glu`` x holds ``2k`` features, gate then up, and the
+    product is of ``silu(gate) * up`` (a SiLU-gated MLP's down projection).
+
+    >>> import ember
+    >>> from ember.quant import QTensor
+    >>> w = QTensor.quantize(ember.ones((1, 32)), "q8_0")
+    >>> round(ember.ops.llm.qlinear_residual(ember.ones((1, 32)), w, ember.ones((1, 1))).tolist()[0][0], 2)
+    33.0
+    """
+    return apply("qlinear_residual", x, w.data, residual, glu=bool(glu), qtype=w.qtype, n=w.n, k=w.k)
 
 
 def check_pos(pos: int, T: int, C: int) -> None:

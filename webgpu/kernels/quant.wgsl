@@ -238,10 +238,28 @@ fn item_or_zero(row: u32, i: u32, N: u32, nitems: u32) -> Item {
 
 //// gemv
 @group(0) @binding(2) var<storage, read> xin: array<{{XT}}>;
-@group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+{{DECL}}
+@group(0) @binding({{IB}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 fn x1(i: u32) -> f32 { {{X1}} }             // x element i
 fn x4(i: u32) -> vec4<f32> { {{X4}} }       // x elements i..i+3
+
+// Folded neighbours (ops qlinear_rms / qlinear_residual), info 7 x row stride, 8 norm weight
+// offset, 9 residual offset, 10 eps (f32 bits). PRO 0: x as it is; 1 (RMSNorm): x times
+// 1/rms of its row (every workgroup sums its row's squares first: K floats, cached) times the
+// norm weight; 2 (gated MLP): silu(gate) * up, the halves of a row of 2K. EPI: a residual added
+// to each output.
+const PRO: u32 = {{PRO}}u;
+const EPI: bool = {{EPI}};
+var<private> nrm: array<f32, {{MT}}>;
+fn nw4(e: u32) -> vec4<f32> { {{NW4}} }
+fn res_at(i: u32) -> f32 { {{RES}} }
+fn xrow(m: u32, e: u32) -> vec4<f32> {
+  let b = u(5u) + m * u(7u);
+  if (PRO == 1u) { return x4(b + e) * nrm[m] * nw4(e); }
+  if (PRO == 2u) { let g = x4(b + e); return g / (1.0 + exp(-g)) * x4(b + u(2u) + e); }
+  return x4(b + e);
+}
 
 // ---- gemv: out (M, N) = x (M, K) @ dequantize(w).T for M <= MT ----------------------------------
 // Threads come in groups of LANES consecutive ones; a group owns RB consecutive weight rows, so a
@@ -263,7 +281,7 @@ var<workgroup> red: array<f32, {{RED}}>;
 
 fn xget(m: u32, k0: u32, e: u32, M: u32, K: u32) -> vec4<f32> {
   if (XSH) { return xs[m * (KC / 4u) + (e - k0) / 4u]; }
-  return x4(u(5u) + min(m, M - 1u) * K + e);
+  return xrow(min(m, M - 1u), e);
 }
 
 @compute @workgroup_size({{WG}})
@@ -277,6 +295,25 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let rbytes = u(3u);
   var rb: array<u32, {{RB}}>;
   for (var r = 0u; r < RB; r = r + 1u) { rb[r] = u(4u) + min(row0 + r, N - 1u) * rbytes; }
+  if (PRO == 1u) {
+    // 1 / rms of each x row: the workgroup's threads sum squares, one tree per row
+    for (var m = 0u; m < MT; m = m + 1u) {
+      var s = 0.0;
+      if (m < M) {
+        for (var e = t * 4u; e < K; e = e + {{WG}}u * 4u) { let v = x4(u(5u) + m * u(7u) + e); s = s + dot(v, v); }
+      }
+      red[m * {{WG}}u + t] = s;
+    }
+    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
+      workgroupBarrier();
+      if (t < s) {
+        for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = red[m * {{WG}}u + t] + red[m * {{WG}}u + t + s]; }
+      }
+    }
+    workgroupBarrier();
+    for (var m = 0u; m < MT; m = m + 1u) { nrm[m] = 1.0 / sqrt(red[m * {{WG}}u] / f32(K) + bitcast<f32>(u(10u))); }
+    workgroupBarrier();
+  }
   var acc: array<f32, {{ACC}}>;
   for (var k0 = 0u; k0 < K; k0 = k0 + KC) {
     if (XSH) {
@@ -322,7 +359,11 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (lane == 0u) {
     for (var r = 0u; r < RB; r = r + 1u) {
       if (row0 + r < N) {
-        for (var m = 0u; m < M; m = m + 1u) { out[m * N + row0 + r] = red[(m * RB + r) * {{WG}}u + t]; }
+        for (var m = 0u; m < M; m = m + 1u) {
+          var v = red[(m * RB + r) * {{WG}}u + t];
+          if (EPI) { v = v + res_at(m * N + row0 + r); }
+          out[m * N + row0 + r] = v;
+        }
       }
     }
   }
