@@ -129,3 +129,12 @@ def test_bad_wgsl_is_a_shader_error_with_its_line_and_the_gpu_survives():
     assert e.value.line == 9 and e.value.column and "y" in e.value.compiler_message, str(e.value)
     assert "test_bad" not in ember.registry.OPS           # nothing half-declared
     assert (ember.tensor([1.0, 2.0], device="webgpu") * 2).tolist() == [2.0, 4.0]
+
+
+def test_docstring_example():
+    import doctest
+
+    import ember.webgpu.custom as mod
+
+    result = doctest.testmod(mod)
+    assert result.attempted and not result.failed

@@ -60,3 +60,12 @@ def test_split_shuffle_map_and_loader():
     assert [b[0].shape for b in batches] == [(16, 2), (16, 2), (8, 2)]
     with pytest.raises(DatasetError, match="map them to tuples"):
         tr.to_tensors()
+
+
+@pytest.mark.parametrize("module", ["ember.train.dataset", "ember.examples", "ember.examples.png"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted and not result.failed

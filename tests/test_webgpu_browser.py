@@ -152,6 +152,37 @@ for on in (True, False):
 replay.ENABLED = True
 out["stream"] = res
 
+# issue 23: a user's WGSL kernel (ember.webgpu.custom_op) through the browser driver: forward,
+# its grad rule, a compiled replay, and bad WGSL as a ShaderError with Chromium's line and column
+from ember.errors import ShaderError
+CUBE = """
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<uniform> info: array<vec4<u32>, 2>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= info[1].x) { return; }
+  out[i] = x[i] * x[i] * x[i];
+}"""
+cube = wg.custom_op("page_cube", CUBE, shape="same", dtype="same", grad=lambda g, y, x, **_: g * 3.0 * x * x,
+                    python=lambda x: x * x * x)
+res = both(lambda x: cube(x * 0.5 + 0.25), vals(300, 60))
+xg = ember.tensor(vals(300, 61), device="webgpu", requires_grad=True)
+cube(xg).sum().backward()
+res["grad"] = xg.grad.tolist()
+res["grad_want"] = [3 * v * v for v in vals(300, 61)]
+fc = ember.compile(lambda x: cube(x) + 1.0)
+res["replay"] = [fc(ember.tensor(vals(300, 62 + i), device="webgpu")).tolist() for i in range(3)][-1]
+res["replay_want"] = [v ** 3 + 1 for v in vals(300, 64)]
+try:
+    wg.custom_op("page_bad", CUBE.replace("x[i] * x[i] * x[i]", "x[i] * y[i]"), shape="same", dtype="same")
+    res["error"] = None
+except ShaderError as e:
+    res["error"] = [e.line, e.column, str(e)]
+res["after_error"] = (ember.tensor([1.0, 2.0], device="webgpu") * 2).tolist()
+out["custom_op"] = res
+
 # device loss (GPUDevice.destroy()): a typed DeviceLostError, and init() opens a new device
 x = ember.tensor([1.0, 2.0], device="webgpu")
 dev = wg.get_runtime().driver._dev
@@ -251,3 +282,12 @@ def test_plan_replays_as_one_dispatch_stream_in_the_page(page_result):
     assert d["stream"] and d["replays"] >= 2 and d["dispatches"] >= 3 and d["guards"] >= 1, d
     assert r["stream"] == r["steps"]            # the same floats, bit for bit
     assert r["guard"] == "IndexingError"
+
+
+def test_custom_wgsl_op_in_the_page(page_result):
+    r = page_result["custom_op"]
+    _close(r["webgpu"], r["python"])
+    _close(r["grad"], r["grad_want"], rtol=1e-4)
+    _close(r["replay"], r["replay_want"], rtol=1e-4)
+    assert r["error"] is not None and r["error"][0] == 9 and r["error"][1], r["error"]
+    assert "page_bad" in r["error"][2] and r["after_error"] == [2.0, 4.0]
