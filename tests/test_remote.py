@@ -113,6 +113,19 @@ def test_lazy_reads_and_kernel_errors_at_the_read(remote):
     assert (x + 1).tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]   # still serving this client
 
 
+def test_connect_async_and_data_async(server):
+    import asyncio
+
+    async def main():
+        dev = await ember.remote.connect_async(server, token=TOKEN, name="aio")
+        try:
+            x = ember.arange(4, device=dev).astype("float32")
+            return await (x * x).data_async()
+        finally:
+            ember.remote.disconnect(dev)
+    assert asyncio.run(main()) == [0.0, 1.0, 4.0, 9.0]
+
+
 def test_token_checks(server):
     with pytest.raises(ember.remote.AuthError):
         ember.remote.connect(server, token="wrong", name="t")

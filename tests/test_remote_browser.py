@@ -28,8 +28,10 @@ try:
 except ember.remote.AuthError as e:
     auth = type(e).__name__
 info = ember.remote.info(dev)
+dev2 = await ember.remote.connect_async(URL, token=TOKEN, name="a")   # no JSPI needed on this path
+v = await (ember.ones((3,), device=dev2) * 2).data_async()
 json.dumps({"y": y, "r": r, "auth": auth, "replays": f.stats()["replays"], "server": info["device"],
-            "round_trips": info["round_trips"]})
+            "round_trips": info["round_trips"], "async": v})
 """
 
 
@@ -48,4 +50,5 @@ def test_page_python_runs_on_a_remote_server(tmp_path):
     x = ember.tensor([[1.0, 2.0], [3.0, 4.0]], device="numpy")
     assert res["y"] == (x @ x).softmax(-1).tolist()
     assert res["r"] == [ember.relu(x @ x - 5.0).sum(axis=-1).tolist()] * 3
+    assert res["async"] == [2.0, 2.0, 2.0]
     assert res["auth"] == "AuthError" and res["replays"] == 2 and res["server"] == "numpy", json.dumps(res)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .protocol import AuthError, ProtocolError, RemoteError
 
-__all__ = ["connect", "disconnect", "connected", "RemoteError", "AuthError", "ProtocolError", "info"]
+__all__ = ["connect", "connect_async", "flush_async", "disconnect", "connected", "RemoteError", "AuthError", "ProtocolError", "info"]
 
 _CONNECTIONS: dict = {}
 
@@ -31,15 +31,43 @@ def connect(url: str, token: str | None = None, *, name: str | None = None, open
     return its device name: ``"remote"``, or ``"remote:NAME"`` with ``name=`` (several servers
     at once). A wrong or missing token raises ``AuthError`` (an ``ember.errors.EmberError``);
     an unreachable server raises ``RemoteError``. Connecting a name again replaces the old
-    connection (its tensors are gone)."""
-    from ..backends import _INSTANCES, register_backend
-    from ..dtypes import FULL_DEVICES
-    from .client import Connection, RemoteBackend
+    connection (its tensors are gone). In the page this needs JSPI (code entered through
+    ``runPythonAsync``); ``await connect_async(...)`` does not."""
+    from .client import Connection
 
+    dev = _name(name)
+    return _register(dev, Connection.open(url, token or "", dev, open_timeout=open_timeout))
+
+
+async def connect_async(url: str, token: str | None = None, *, name: str | None = None,
+                        open_timeout: float = 15.0) -> str:
+    """``connect`` that awaits the handshake: in a page's Worker without JSPI, ops on the device
+    are queued and ``await t.data_async()`` (or ``await flush_async()``) sends them."""
+    from .client import Connection
+
+    dev = _name(name)
+    return _register(dev, await Connection.open_async(url, token or "", dev, open_timeout=open_timeout))
+
+
+async def flush_async(device: str = "remote") -> None:
+    """Send the work queued for ``device`` now and await the server's answer."""
+    from ..backends import get_backend
+
+    await get_backend(device).conn.flush_async()
+
+
+def _name(name) -> str:
     dev = "remote" if not name else f"remote:{name}"
     if dev in _CONNECTIONS:
         disconnect(dev)
-    conn = Connection(url, token or "", dev, open_timeout=open_timeout)
+    return dev
+
+
+def _register(dev: str, conn) -> str:
+    from ..backends import _INSTANCES, register_backend
+    from ..dtypes import FULL_DEVICES
+    from .client import RemoteBackend
+
     register_backend(dev, "ember.remote:_not_connected")
     _INSTANCES[dev] = RemoteBackend(dev, conn)
     if conn.info.get("wide_dtypes"):   # the server's device holds float64, int8... (numpy): so does this one

@@ -45,8 +45,20 @@ class _NativeTransport:
         except Exception as e:   # noqa: BLE001 - refused, DNS, TLS, HTTP status...
             raise P.RemoteError(f"remote: cannot connect to {url}: {type(e).__name__}: {e}") from None
 
+    def can_sync(self) -> bool:
+        return True
+
+    def opened(self) -> None:
+        pass
+
+    async def opened_async(self) -> None:
+        pass
+
     def send(self, data: bytes) -> None:
         self.ws.send(data)
+
+    async def recv_async(self) -> bytes:
+        return self.recv()
 
     def recv(self) -> bytes:
         data = self.ws.recv()
@@ -85,32 +97,54 @@ _JS_SOCKET = """
 
 
 class _BrowserTransport:
-    """The browser's WebSocket from Pyodide: replies are awaited with JSPI
-    (``pyodide.ffi.run_sync``), as the WebGPU driver's synchronous readback is, so model code
-    stays synchronous in a Worker entered through ``runPythonAsync``."""
+    """The browser's WebSocket from Pyodide. Synchronous reads wait for the reply with JSPI
+    (``pyodide.ffi.run_sync``), as the WebGPU driver's synchronous readback does, in code
+    entered through ``runPythonAsync``; elsewhere ``await t.data_async()`` (and
+    ``connect_async``) need no JSPI."""
 
     def __init__(self, url: str, max_message: int, open_timeout: float):
         from pyodide.code import run_js
-        from pyodide.ffi import can_run_sync, run_sync
 
-        if not can_run_sync():
-            raise P.RemoteError("remote: synchronous calls need JSPI here (enter the code with runPythonAsync "
-                                "in a browser that has WebAssembly.Suspending)")
-        self._run_sync = run_sync
+        self.url = url
         self.js = run_js(_JS_SOCKET)(url)
-        if not run_sync(self.js.opened):
-            raise P.RemoteError(f"remote: cannot connect to {url}: {self.js.failure() or 'timed out'}")
+
+    def can_sync(self) -> bool:
+        from pyodide.ffi import can_run_sync
+
+        return bool(can_run_sync())
+
+    def _sync(self, promise):
+        from pyodide.ffi import run_sync
+
+        if not self.can_sync():
+            raise P.RemoteError("remote: a synchronous read needs JSPI here (code entered through "
+                                "pyodide.runPythonAsync); use 'await t.data_async()' and "
+                                "'await ember.remote.connect_async(...)' instead")
+        return run_sync(promise)
+
+    def opened(self) -> None:
+        if not self._sync(self.js.opened):
+            raise P.RemoteError(f"remote: cannot connect to {self.url}: {self.js.failure() or 'timed out'}")
+
+    async def opened_async(self) -> None:
+        if not await self.js.opened:
+            raise P.RemoteError(f"remote: cannot connect to {self.url}: {self.js.failure() or 'timed out'}")
 
     def send(self, data: bytes) -> None:
         from pyodide.ffi import to_js
 
         self.js.send(to_js(memoryview(data)))
 
-    def recv(self) -> bytes:
-        got = self._run_sync(self.js.recv())
+    def _got(self, got) -> bytes:
         if got is None:
             raise P.RemoteError(f"remote: connection {self.js.failure()}")
         return got.to_bytes()
+
+    def recv(self) -> bytes:
+        return self._got(self._sync(self.js.recv()))
+
+    async def recv_async(self) -> bytes:
+        return self._got(await self.js.recv())
 
     def close(self) -> None:
         self.js.close()
@@ -144,10 +178,10 @@ class RemoteBuf:
 
 
 class Connection:
-    """One WebSocket to a server: the pending batch, ids and the request/reply exchange."""
+    """One WebSocket to a server: the pending batch, ids and the request/reply exchange. Made
+    by ``open`` (or ``await open_async``), which sends the token and reads the server's WELCOME."""
 
-    def __init__(self, url: str, token: str, device: str, *, open_timeout: float = 15.0,
-                 max_message: int = P.MAX_MESSAGE):
+    def __init__(self, url: str, device: str, *, open_timeout: float = 15.0, max_message: int = P.MAX_MESSAGE):
         self.url = url
         self.device = device
         self.closed = False
@@ -161,79 +195,129 @@ class Connection:
         self.rids = itertools.count(1)
         self.plans = itertools.count(1)
         self.stats = {"round_trips": 0, "cmds": 0, "bytes_sent": 0, "bytes_received": 0}
+        self.max_message = max_message
+        self.info: dict = {}
         T = _BrowserTransport if _in_pyodide() else _NativeTransport
         self.t = T(url, max_message, open_timeout)
-        kind, _, meta, _ = self._exchange(P.encode_frame(P.HELLO, 0, {"token": token or "", "version": P.VERSION}))
+
+    @classmethod
+    def open(cls, url: str, token: str, device: str, **kw) -> "Connection":
+        c = cls(url, device, **kw)
+        c.t.opened()
+        c._welcome(c._exchange(c._hello(token)))
+        return c
+
+    @classmethod
+    async def open_async(cls, url: str, token: str, device: str, **kw) -> "Connection":
+        c = cls(url, device, **kw)
+        await c.t.opened_async()
+        c._welcome(await c._exchange_async(c._hello(token)))
+        return c
+
+    def _hello(self, token):
+        return P.encode_frame(P.HELLO, 0, {"token": token or "", "version": P.VERSION})
+
+    def _welcome(self, reply) -> None:
+        kind, _, meta, _ = reply
         if kind != P.WELCOME:
-            raise P.ProtocolError(f"remote: expected WELCOME from {url}, got {P.TYPES.get(kind, kind)}")
+            raise P.ProtocolError(f"remote: expected WELCOME from {self.url}, got {P.TYPES.get(kind, kind)}")
         self.info = meta
-        self.max_message = int(meta.get("limits", {}).get("max_message", max_message))
+        self.max_message = int(meta.get("limits", {}).get("max_message", self.max_message))
 
     def _exchange(self, frame: bytes):
         try:
             self.t.send(frame)
             data = self.t.recv()
-        except P.RemoteError:
-            self._broken()
-            raise
         except Exception as e:   # noqa: BLE001 - the transport's own connection errors
-            self._broken()
-            raise P.RemoteError(f"remote: connection to {self.url} lost: {type(e).__name__}: {e}") from None
+            raise self._lost(e) from None
+        return self._reply(frame, data)
+
+    async def _exchange_async(self, frame: bytes):
+        try:
+            self.t.send(frame)
+            data = await self.t.recv_async()
+        except Exception as e:   # noqa: BLE001
+            raise self._lost(e) from None
+        return self._reply(frame, data)
+
+    def _lost(self, e) -> P.RemoteError:
+        self.closed = True
+        self.t.close()
+        if isinstance(e, P.RemoteError):
+            return e
+        return P.RemoteError(f"remote: connection to {self.url} lost: {type(e).__name__}: {e}")
+
+    def _reply(self, frame, data):
         self.stats["round_trips"] += 1
         self.stats["bytes_sent"] += len(frame)
         self.stats["bytes_received"] += len(data)
-        kind, rid, meta, blobs = P.decode_frame(data, max_message=self.max_message + (1 << 20)
-                                                if hasattr(self, "max_message") else P.MAX_MESSAGE)
+        kind, rid, meta, blobs = P.decode_frame(data, max_message=self.max_message + (1 << 20))
         if kind == P.ERROR:
             raise P.error_from_meta(meta)
         return kind, rid, meta, blobs
-
-    def _broken(self) -> None:
-        self.closed = True
-        self.t.close()
 
     def new_id(self) -> RemoteBuf:
         return RemoteBuf(self, next(self.ids))
 
     def push(self, cmd, blob=None) -> None:
-        """Queue a command (``blob``: raw bytes it refers to); round-trip when the batch is full."""
+        """Queue a command (``blob``: raw bytes it refers to); round-trip when the batch is full
+        (where a synchronous round trip is possible: in a page without JSPI the batch grows until
+        the next ``await``ed read or ``flush_async``, up to the message limit)."""
         if self.closed:
             raise P.RemoteError(f"remote: the connection to {self.url} is closed")
         with self.lock:
             if blob is not None:
-                if len(blob) > self.max_message - (1 << 16):
-                    raise P.RemoteError(f"remote: a tensor of {len(blob)} bytes is over the server's "
-                                        f"{self.max_message}-byte message limit")
-                if self.pending_bytes + len(blob) > _FLUSH_BYTES and self.cmds:
+                if self.pending_bytes + len(blob) > self.max_message - (1 << 20):
+                    if not self.cmds or not self.t.can_sync():
+                        raise P.RemoteError(f"remote: {self.pending_bytes + len(blob)} bytes pending, over the "
+                                            f"server's {self.max_message}-byte message limit"
+                                            + ("" if not self.cmds else "; await ember.remote.flush_async() first"))
+                    self.flush()
+                elif self.pending_bytes + len(blob) > _FLUSH_BYTES and self.cmds and self.t.can_sync():
                     self.flush()
                 cmd[-1] = len(self.blobs)
                 self.blobs.append(blob)
                 self.pending_bytes += len(blob)
             self.cmds.append(cmd)
-            if len(self.cmds) >= _FLUSH_CMDS or len(self.freed) >= _FLUSH_CMDS:
+            if (len(self.cmds) >= _FLUSH_CMDS or len(self.freed) >= _FLUSH_CMDS) and self.t.can_sync():
                 self.flush()
+
+    def _batch(self, gets):
+        """The pending commands as one BATCH frame (None when there is nothing to send)."""
+        cmds, blobs = self.cmds, self.blobs
+        self.cmds, self.blobs, self.pending_bytes = [], [], 0
+        if self.freed:
+            freed, self.freed = self.freed, []
+            cmds.append(["free", freed])
+        while self.unplans:
+            cmds.append(["unplan", self.unplans.pop()])
+        cmds.extend(["get", i] for i in gets)
+        if not cmds:
+            return None
+        if self.closed:
+            raise P.RemoteError(f"remote: the connection to {self.url} is closed")
+        self.stats["cmds"] += len(cmds)
+        return P.encode_frame(P.BATCH, next(self.rids), {"cmds": cmds}, blobs)
+
+    @staticmethod
+    def _gets(reply, gets) -> list:
+        got = reply[3]
+        if len(got) != len(gets):
+            raise P.ProtocolError(f"remote: asked for {len(gets)} tensors, the reply holds {len(got)}")
+        return [bytes(b) for b in got]
 
     def flush(self, gets=()) -> list:
         """Send the pending batch (plus ``["get", id]`` for each id in ``gets``) and wait for
         the reply; returns the bytes of the tensors asked for."""
         with self.lock:
-            cmds, blobs = self.cmds, self.blobs
-            self.cmds, self.blobs, self.pending_bytes = [], [], 0
-            if self.freed:
-                freed, self.freed = self.freed, []
-                cmds.append(["free", freed])
-            while self.unplans:
-                cmds.append(["unplan", self.unplans.pop()])
-            cmds.extend(["get", i] for i in gets)
-            if not cmds:
-                return []
-            if self.closed:
-                raise P.RemoteError(f"remote: the connection to {self.url} is closed")
-            self.stats["cmds"] += len(cmds)
-            _, _, meta, got = self._exchange(P.encode_frame(P.BATCH, next(self.rids), {"cmds": cmds}, blobs))
-            if len(got) != len(gets):
-                raise P.ProtocolError(f"remote: asked for {len(gets)} tensors, the reply holds {len(got)}")
-            return [bytes(b) for b in got]
+            frame = self._batch(gets)
+            return [] if frame is None else self._gets(self._exchange(frame), gets)
+
+    async def flush_async(self, gets=()) -> list:
+        """``flush`` that awaits the reply (no JSPI needed in the page)."""
+        with self.lock:
+            frame = self._batch(gets)
+            return [] if frame is None else self._gets(await self._exchange_async(frame), gets)
 
     def close(self) -> None:
         if not self.closed:
@@ -293,7 +377,7 @@ class RemoteBackend:
         return self.conn.flush([buf.id])[0]
 
     async def to_bytes_async(self, buf, shape, dtype):
-        return self.to_bytes(buf, shape, dtype)
+        return (await self.conn.flush_async([buf.id]))[0]
 
     def flush(self) -> None:
         """Send the pending work now and raise what the server reports."""

@@ -267,6 +267,8 @@ class Session:
             attrs["device"] = self.server.device
         try:
             return registry.apply(name, *inputs, **attrs)
+        except EmberError:
+            raise
         except _REJECTED as e:
             raise _rejected(name, attrs, e) from e
 
@@ -279,6 +281,8 @@ class Session:
         try:
             shapes = d.shape(*[t.shape for t in inputs], **attrs)
             dts = d.dtype(*[t.dtype for t in inputs], **attrs)
+        except EmberError:
+            raise
         except _REJECTED as e:
             raise _rejected(name, attrs, e) from e
         from ..dtypes import DType
