@@ -47,6 +47,15 @@ def _check(path, fn, feeds: dict, rtol=1e-4, atol=1e-5):
     return got
 
 
+def _back(path, tmp_path, feeds: dict, want, rtol=1e-4, atol=1e-5):
+    """The exported file back in ember: the run-time loader and the generated module (ember import)."""
+    args = [ember.from_numpy(a, device="numpy") for a in feeds.values()]
+    loaded = ember.onnx.load(str(path), device="numpy")(*args)
+    np.testing.assert_allclose(loaded.numpy(), want, rtol=rtol, atol=atol)
+    mod, _ = import_generated(str(path), str(tmp_path / "gen"), name=os.path.basename(str(path))[:-5] + "_back")
+    np.testing.assert_allclose(mod.load(device="numpy")(*args).numpy(), want, rtol=rtol, atol=atol)
+
+
 def _load_demo(name, folder):
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "demos", folder, "model.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -95,11 +104,7 @@ def test_mnist_cnn_round_trip(tmp_path):
     assert m.opset_import[0].version == 17
     x5 = np.random.default_rng(2).random((5, 1, 28, 28), dtype=np.float32)   # another batch size
     want = _check(path, net, {"image": x5})[0]
-    # back into ember: the run-time loader, and the generated module (ember import)
-    back = ember.onnx.load(str(path), device="numpy")
-    np.testing.assert_allclose(back(ember.from_numpy(x5)).numpy(), want, rtol=1e-4, atol=1e-5)
-    mod, info = import_generated(str(path), str(tmp_path / "gen"), name="mnist_back")
-    np.testing.assert_allclose(mod.load(device="numpy")(ember.from_numpy(x5)).numpy(), want, rtol=1e-4, atol=1e-5)
+    _back(path, tmp_path, {"image": x5}, want)
 
 
 def test_minilm_round_trip(tmp_path):
@@ -120,7 +125,8 @@ def test_minilm_round_trip(tmp_path):
     ids3 = rng.integers(0, 40, (3, 7)).astype(np.int64)
     mask3 = np.ones((3, 7), np.int64)
     mask3[1, 4:] = 0                                                      # padding
-    _check(path, net, {"input_ids": ids3, "attention_mask": mask3})
+    feeds = {"input_ids": ids3, "attention_mask": mask3}
+    _back(path, tmp_path, feeds, _check(path, net, feeds)[0])
 
 
 def test_efficientnet_lite0_round_trip(tmp_path):
@@ -133,6 +139,8 @@ def test_efficientnet_lite0_round_trip(tmp_path):
     x2 = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
     got = _check(path, net, {"x": x2}, rtol=1e-3, atol=1e-6)[0]
     assert got.shape == (2, 10)
+    np.testing.assert_allclose(ember.onnx.load(str(path), device="numpy")(ember.from_numpy(x2)).numpy(), got,
+                               rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.parametrize("quantized", [False, True], ids=["float", "q8_0"])
@@ -158,7 +166,8 @@ def test_llama_block_round_trip(tmp_path, quantized):
     if quantized:
         assert not any("q8" in o.lower() for o in r["ops"])
     ids5 = np.array([5, 9, 2, 6, 5], np.int32)
-    _check(path, step, {"ids": ids5, "pos": np.array([0], np.int32)}, rtol=1e-4, atol=1e-5)
+    feeds = {"ids": ids5, "pos": np.array([0], np.int32)}
+    _back(path, tmp_path, feeds, _check(path, step, feeds)[0])
 
 
 # ---- every op of the op cases that ONNX can express -------------------------------------------------

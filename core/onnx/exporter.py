@@ -6,8 +6,8 @@ registry op name with its attributes, plus the constants it reads (weights, fold
 One table, ``EMITTERS``, maps each op name to a function that writes the ONNX nodes for it;
 constants become initializers. An op without an entry raises ``UnsupportedOp`` naming it.
 
-The protobuf is written here, in pure Python (about 60 lines of wire format): export then needs
-neither the ``onnx`` package nor numpy, and works in Pyodide, like ember's ONNX reader
+The protobuf is written in pure Python (the small writer of ``ember.onnx.testing``): export then
+needs neither the ``onnx`` package nor numpy, and works in Pyodide, like ember's ONNX reader
 (``ember.onnx.proto``). When the initializers pass 2 GB (protobuf's limit for one message),
 every initializer of 1 KiB or more is written to ``<file>.data`` beside the model (ONNX's
 external data: location, offset, length).
@@ -55,72 +55,10 @@ ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int
               "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
 
 
-# ---- protobuf wire format ----------------------------------------------------------------------
+# ---- protobuf wire format: the writer of ember.onnx.testing ----------------------------------------
 
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64          # int64 fields: two's complement, ten bytes
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _f_int(field: int, v: int) -> bytes:
-    return _varint(field << 3) + _varint(int(v))
-
-
-def _f_bytes(field: int, payload) -> bytes:
-    payload = payload.encode() if isinstance(payload, str) else bytes(payload)
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _f_float(field: int, v: float) -> bytes:
-    return _varint(field << 3 | 5) + struct.pack("<f", v)
-
-
-def _f_ints(field: int, vals) -> bytes:
-    return _f_bytes(field, b"".join(_varint(int(v)) for v in vals)) if vals else b""
-
-
-def _entry(key: str, value: str) -> bytes:    # StringStringEntryProto
-    return _f_bytes(1, key) + _f_bytes(2, value)
-
-
-def _tensor_proto(name, dtype_name, shape, raw=None, external=None) -> bytes:
-    out = _f_ints(1, shape) + _f_int(2, ONNX_TYPES[dtype_name]) + _f_bytes(8, name)
-    if external is None:
-        return out + _f_bytes(9, raw)
-    loc, off, n = external
-    return (out + b"".join(_f_bytes(13, _entry(k, str(v))) for k, v in
-                           (("location", loc), ("offset", off), ("length", n))) + _f_int(14, 1))
-
-
-def _attribute(name: str, v) -> bytes:
-    out = _f_bytes(1, name)
-    if isinstance(v, bool) or isinstance(v, int):
-        return out + _f_int(3, int(v)) + _f_int(20, 2)
-    if isinstance(v, float):
-        return out + _f_float(2, v) + _f_int(20, 1)
-    if isinstance(v, str):
-        return out + _f_bytes(4, v) + _f_int(20, 3)
-    if isinstance(v, _Init):     # a tensor attribute (ConstantOfShape's value)
-        return out + _f_bytes(5, _tensor_proto("", v.dtype, v.shape, v.raw)) + _f_int(20, 4)
-    v = list(v)
-    if all(isinstance(x, int) for x in v):
-        return out + _f_ints(8, v) + _f_int(20, 7)
-    return out + b"".join(_f_float(7, float(x)) for x in v) + _f_int(20, 6)
-
-
-def _value_info(name, dtype_name, dims) -> bytes:
-    shape = b"".join(_f_bytes(1, _f_bytes(2, d) if isinstance(d, str) else _f_int(1, d)) for d in dims)
-    ttype = _f_int(1, ONNX_TYPES[dtype_name]) + _f_bytes(2, shape)
-    return _f_bytes(1, name) + _f_bytes(2, _f_bytes(1, ttype))
+from .testing import _int, _len, _str, node as _node_proto, tensor_proto as _tensor_proto  # noqa: E402
+from .testing import value_info as _value_info_proto  # noqa: E402
 
 
 class _Init:
@@ -223,10 +161,8 @@ class Graph:
     def node(self, op_type, inputs, n_out=1, **attrs):
         outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
         self.op_types.add(op_type)
-        body = b"".join(_f_bytes(1, i) for i in inputs) + b"".join(_f_bytes(2, o) for o in outs)
-        body += _f_bytes(3, f"{self.op}/{outs[0]}") + _f_bytes(4, op_type)
-        body += b"".join(_f_bytes(5, _attribute(k, v)) for k, v in attrs.items() if v is not None)
-        self.nodes.append(body)
+        self.nodes.append(_node_proto(op_type, inputs, outs, f"{self.op}/{outs[0]}",
+                                      **{k: v for k, v in attrs.items() if v is not None}))
         return outs[0] if n_out == 1 else outs
 
     def init(self, raw, dtype_name, shape, hint="const") -> str:
@@ -951,8 +887,19 @@ def export(model_or_fn, example_inputs, path, *, opset: int = 17, input_names=No
     if not all(isinstance(t, Tensor) for t in inputs):
         raise TypeError("onnx export: example_inputs must be a Tensor or a tuple of Tensors")
     in_names = _names(input_names, len(inputs), _default_input_names(model_or_fn, len(inputs)), "input_names")
-    if hasattr(model_or_fn, "eval") and getattr(model_or_fn, "training", False):
-        model_or_fn.eval()
+    training = getattr(model_or_fn, "training", False) is True and hasattr(model_or_fn, "train")
+    if training:
+        model_or_fn.eval()           # exported in inference mode, as torch.onnx.export does; restored after
+    try:
+        return _export(model_or_fn, inputs, in_names, path, opset, output_names, dynamic_axes)
+    finally:
+        if training:
+            model_or_fn.train(True)
+
+
+def _export(model_or_fn, inputs, in_names, path, opset, output_names, dynamic_axes) -> dict:
+    from .. import __version__
+
     plan = _capture(model_or_fn, inputs)
     n_out = len(plan.out_slots)
     out_names = _names(output_names, n_out, ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)],
@@ -1025,21 +972,20 @@ def export(model_or_fn, example_inputs, path, *, opset: int = 17, input_names=No
     out_infos = []
     for k, (s, name) in enumerate(zip(plan.out_slots, out_names)):
         v = vals[s]
-        body = _f_bytes(1, v.name) + _f_bytes(2, name) + _f_bytes(3, f"output/{name}") + _f_bytes(4, "Identity")
-        g.nodes.append(body)
+        g.nodes.append(_node_proto("Identity", [v.name], [name], f"output/{name}"))
         dims = list(v.shape)
         for ax, sym in out_dims.get(k, {}).items():
             dims[ax] = sym
         for ax, sym in dyn.get(name, {}).items():
             if -len(dims) <= ax < len(dims):
                 dims[ax % len(dims)] = sym
-        out_infos.append(_value_info(name, v.dtype.name, dims))
+        out_infos.append(_value_info_proto(name, ONNX_TYPES[v.dtype.name], dims))
     in_infos = []
     for name, t in zip(in_names, inputs):
         dims = list(t.shape)
         for ax, sym in dyn.get(name, {}).items():
             dims[ax % t.ndim] = sym
-        in_infos.append(_value_info(name, t.dtype.name, dims))
+        in_infos.append(_value_info_proto(name, ONNX_TYPES[t.dtype.name], dims))
     # initializers, inline or as external data
     total = sum(len(i.raw) for i in g.inits)
     external = path is not None and total > EXTERNAL_LIMIT
@@ -1053,17 +999,19 @@ def export(model_or_fn, example_inputs, path, *, opset: int = 17, input_names=No
                 fh.write(b"\0" * pad)
                 offset += pad
                 fh.write(i.raw)
-                init_bytes.append(_f_bytes(5, _tensor_proto(i.name, i.dtype, i.shape, external=(data_name, offset, len(i.raw)))))
+                init_bytes.append(_tensor_proto(i.name, i.shape, ONNX_TYPES[i.dtype], external={
+                    "location": data_name, "offset": offset, "length": len(i.raw)}))
                 offset += len(i.raw)
             else:
-                init_bytes.append(_f_bytes(5, _tensor_proto(i.name, i.dtype, i.shape, i.raw)))
+                init_bytes.append(_tensor_proto(i.name, i.shape, ONNX_TYPES[i.dtype], raw=i.raw))
     finally:
         if fh is not None:
             fh.close()
-    graph = (b"".join(_f_bytes(1, n) for n in g.nodes) + _f_bytes(2, "ember") + b"".join(init_bytes)
-             + b"".join(_f_bytes(11, i) for i in in_infos) + b"".join(_f_bytes(12, o) for o in out_infos))
-    model = (_f_int(1, _IR[opset]) + _f_bytes(2, "ember") + _f_bytes(3, __version__) + _f_bytes(7, graph)
-             + _f_bytes(8, _f_bytes(1, "") + _f_int(2, opset)))
+    graph = (b"".join(_len(1, n) for n in g.nodes) + _str(2, "ember") + b"".join(_len(5, t) for t in init_bytes)
+             + b"".join(_len(11, i) for i in in_infos) + b"".join(_len(12, o) for o in out_infos))
+    # ModelProto: ir_version, producer name and version, graph, opset_import {domain "", version}
+    model = (_int(1, _IR[opset]) + _str(2, "ember") + _str(3, __version__) + _len(7, graph)
+             + _len(8, _str(1, "") + _int(2, opset)))
     result = {"path": None if path is None else str(path), "nodes": len(g.nodes), "initializers": len(g.inits),
               "inputs": in_names, "outputs": out_names, "external": data_name,
               "ops": sorted(g.op_types)}
