@@ -432,6 +432,16 @@ class Session:
         return {"held": self.held}, out
 
 
+INLINE = [os.environ.get("EMBER_SERVE_INLINE", "1") != "0"]
+
+
+def _small(meta: dict, nbytes: int) -> bool:
+    """A batch cheap enough to run on the event loop: few commands, no plan to capture."""
+    cmds = meta.get("cmds")
+    return (isinstance(cmds, list) and len(cmds) <= 16 and nbytes <= 1 << 20
+            and not any(isinstance(c, list) and c and c[0] == "plan" for c in cmds))
+
+
 def create_app(device: str, token: str, limits: Limits | None = None):
     """The Starlette app of ``ember serve`` (WebSocket at ``/``, ``/health`` for load balancers).
 
@@ -496,11 +506,16 @@ def create_app(device: str, token: str, limits: Limits | None = None):
                     await send_error(ws, rid, P.error_meta(P.RemoteError(
                         f"remote: the server is busy ({server.waiting} requests queued); retry later")))
                     continue
-                server.waiting += 1
-                try:
-                    rmeta, rblobs = await loop.run_in_executor(server.executor, session.run_batch, meta, blobs)
-                finally:
-                    server.waiting -= 1
+                if server.waiting == 0 and _small(meta, len(data)) and INLINE[0]:
+                    # nothing queued, so the executor is idle: a small batch (a replay, a read) runs
+                    # here, on the event loop's thread, saving two thread switches per round trip
+                    rmeta, rblobs = session.run_batch(meta, blobs)
+                else:
+                    server.waiting += 1
+                    try:
+                        rmeta, rblobs = await loop.run_in_executor(server.executor, session.run_batch, meta, blobs)
+                    finally:
+                        server.waiting -= 1
                 del data, blobs
                 if rblobs is None:
                     await send_error(ws, rid, rmeta)
