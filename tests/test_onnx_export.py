@@ -286,3 +286,37 @@ def test_softmax_reductions_opset_18_and_21(tmp_path):
         path = tmp_path / f"o{opset}.onnx"
         ember.onnx.export(f, ember.from_numpy(x), path, opset=opset)
         _check(path, f, {"a": x})
+
+
+PYODIDE_DRIVER = '''
+import json, sys
+import ember, ember.onnx
+from ember import nn
+ember.manual_seed(3)
+net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                    nn.Linear(4 * 4 * 4, 5), nn.Softmax(dim=-1)).eval()
+x = ember.tensor([[[[((i * 7 + j * 3) % 11) / 5.0 - 1.0 for j in range(8)] for i in range(8)]]])
+r = ember.onnx.export(net, x, "/io/net.onnx", input_names=["x"], dynamic_axes={"x": [0]})
+ember.save(net, "/io/net.safetensors")
+json.dump({"numpy": "numpy" in sys.modules, "y": net(x).tolist(), "ops": r["ops"]}, open("/io/out.json", "w"))
+'''
+
+
+def test_export_and_save_in_pyodide(tmp_path_factory):
+    """Inside Pyodide (no numpy, no onnx package): export and ember.save write files that
+    onnxruntime and ember.load read here."""
+    from test_pyodide import _wheel, need_node, run_driver
+
+    node = need_node()
+    io = tmp_path_factory.mktemp("export-pyodide-io")
+    proc = run_driver(node, _wheel(tmp_path_factory), io, PYODIDE_DRIVER, {io: "/io"})
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    out = __import__("json").loads((io / "out.json").read_text())
+    assert not out["numpy"] and "Conv" in out["ops"]
+    x = np.array([[[[((i * 7 + j * 3) % 11) / 5.0 - 1.0 for j in range(8)] for i in range(8)]]], np.float32)
+    got = _session(io / "net.onnx").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, np.array(out["y"], np.float32), rtol=1e-5, atol=1e-6)
+    back = ember.load(str(io / "net.safetensors"), device="numpy")
+    with ember.no_grad():
+        np.testing.assert_allclose(back(ember.from_numpy(np.concatenate([x, x]))).numpy()[1], got[0],
+                                   rtol=1e-5, atol=1e-6)
