@@ -28,8 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def data_path(name: str) -> str:
-    """A file shipped with the examples (``data/<name>``)."""
-    return os.path.join(HERE, "data", name)
+    """A data file shipped with the examples (``diabetes.csv``)."""
+    return os.path.join(HERE, name)
 
 
 def source_root() -> str | None:

@@ -1,5 +1,5 @@
 """``python -m ember.examples regression``: an MLP predicts diabetes progression from ten
-baseline variables (442 patients; ``data/diabetes.csv``, from scikit-learn, Efron et al. 2004).
+baseline variables (442 patients; ``diabetes.csv`` here, from scikit-learn, Efron et al. 2004).
 
 The data goes through ``ember.train``'s dataset API: ``CsvDataset`` reads the CSV with typed
 columns, ``split`` shuffles deterministically and cuts 80/20, the features are standardised with
