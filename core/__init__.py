@@ -67,6 +67,8 @@ _LAZY = {
     "records": ("ember.records", None),
     "save": ("ember.records", "save"),
     "load": ("ember.records", "load"),
+    "router": ("ember.router", None),          # callable: ember.router("webgpu", "numpy")
+    "router_stats": ("ember.router", "router_stats"),
 }
 
 

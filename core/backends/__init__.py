@@ -58,6 +58,11 @@ def get_backend(name: str):
     if b is not None:
         return b
     if name not in _FACTORIES:
+        if name == "auto" or name.startswith("router:"):   # a router over member devices (ember.router)
+            from ..router import create_backend
+
+            b = _INSTANCES[name] = create_backend(name)
+            return b
         raise DeviceError(f"unknown device {name!r}; known devices: {', '.join(_FACTORIES)}")
     if name in _UNAVAILABLE:
         raise DeviceError(f"device {name!r} is not available here: {_UNAVAILABLE[name]}")
