@@ -19,7 +19,11 @@ def main(argv=None) -> int:
     except KeyError as e:
         print(f"ember.examples: {e.args[0]}", file=sys.stderr)
         return 2
-    return mod.main(argv[1:])
+    try:
+        return mod.main(argv[1:])
+    except FileNotFoundError as e:     # data or demos missing (an installed wheel has no demos/)
+        print(f"ember.examples {argv[0]}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
