@@ -108,6 +108,7 @@ class CustomOp:
 
         if len(inputs) == 1 and not attrs and callable(inputs[0]) and not isinstance(inputs[0], Tensor):
             self.python = inputs[0]      # @custom_op(...) on the reference implementation
+            self.__doc__ = inputs[0].__doc__ or self.__doc__
             return self
         if self.n_inputs is not None and len(inputs) != self.n_inputs:
             raise TypeError(f"{self.name}: expects {self.n_inputs} tensor inputs, got {len(inputs)}")
@@ -202,7 +203,7 @@ class CustomOp:
     def kernel_for(self, dev: str, backend):
         if dev == "webgpu":
             return self.webgpu_kernel(backend.rt)
-        if dev == "meta":
+        if dev not in ("python", "numpy", "wasm"):
             return None
         fn = self.wasm if dev == "wasm" and self.wasm is not None else self.python
         if fn is None:
@@ -295,7 +296,7 @@ def custom_op(name: str, wgsl: str, *, shape, dtype, grad: Callable | None = Non
     from ..backends import _INSTANCES
 
     for dev, b in list(_INSTANCES.items()):     # backends already created get their kernel now
-        k = spec.kernel_for(dev, b) if dev != "meta" else None
+        k = spec.kernel_for(dev, b)
         if k is not None:
             b.kernels[name] = k
     return spec
