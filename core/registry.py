@@ -67,6 +67,10 @@ CAPTURE: list = [None]
 GRAD: list = [False]
 GRAD_HOOK: list = [None]
 
+# A kernel may return DECOMPOSE instead of a buffer: apply then runs the op's decomposition (the
+# router device does so when its members' primitives beat the one member's fused kernel).
+DECOMPOSE = object()
+
 # kinds: 'unary' and 'binary' (elementwise, fusable), 'ternary' (where), 'reduce', 'movement',
 # 'create', 'other' (matmul, conv...), 'composite' (has a decomposition)
 KINDS = ("unary", "binary", "ternary", "reduce", "movement", "create", "other", "composite")
@@ -113,12 +117,16 @@ def apply(name: str, *inputs, **attrs):
     if d.outputs == 1:
         meta = Meta(tuple(out_shape), out_dtype)
         buf = kernel(meta, *inputs, **attrs)
+        if buf is DECOMPOSE:
+            return d.decompose(*inputs, **attrs)
         out = Tensor._wrap(buf, out_shape, out_dtype, dev)
         if CAPTURE[0] is not None:
             CAPTURE[0].record(name, kernel, inputs, meta, attrs, (out,), False)
         return out
     metas = tuple(Meta(tuple(s), t) for s, t in zip(out_shape, out_dtype))
     bufs = kernel(metas, *inputs, **attrs)
+    if bufs is DECOMPOSE:
+        return d.decompose(*inputs, **attrs)
     outs = tuple(Tensor._wrap(b, m.shape, m.dtype, dev) for b, m in zip(bufs, metas))
     if CAPTURE[0] is not None:
         CAPTURE[0].record(name, kernel, inputs, metas, attrs, outs, True)

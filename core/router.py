@@ -41,11 +41,12 @@ import types
 from . import dtypes as _dt
 from .backends import _INSTANCES, get_backend
 from .errors import DeviceError, DTypeError, UnsupportedOp
-from .registry import CAPTURE, OPS
+from .registry import CAPTURE, DECOMPOSE, OPS
 
 __all__ = ["router", "router_stats", "RouterBackend", "auto_members"]
 
 PREFIX = "router:"
+DECOMPOSED = "decomposed"    # the choice "run the op's decomposition, each primitive routed"
 # Ops that write into some inputs in place (KV caches): they run where those inputs live, and
 # the other copies of those inputs are dropped afterwards.
 MUTATES = {"attention_cached": (3, 4)}
@@ -98,6 +99,10 @@ def _wait(buf) -> None:
     expression and read 4 bytes back); CPU buffers are ready already."""
     if isinstance(buf, (tuple, list)):
         for b in buf:
+            _wait(b)
+        return
+    if isinstance(buf, RBuf):
+        for b in buf.copies.values():
             _wait(b)
         return
     if not (hasattr(buf, "expr") and hasattr(buf, "rt")):
@@ -210,6 +215,9 @@ class RouterBackend:
                 self.cands.setdefault(op_name, [])
         for op_name, lst in self.cands.items():
             lst.extend(m for m in members if op_name in self.be[m].kernels)
+            d = OPS.get(op_name)
+            if d is not None and d.decompose is not None and len(lst) < len(members):
+                lst.append(DECOMPOSED)   # a composite fused on one member only: its primitives may win
             self.kernels[op_name] = self._routed(op_name)
 
     def _member_id(self, m: str) -> str:
@@ -249,7 +257,7 @@ class RouterBackend:
         if not cands:
             raise UnsupportedOp(f"{name}: no member of {self.name!r} ({', '.join(self.members)}) has a kernel for it")
         if any(t.dtype in _dt.WIDE for t in inputs) or any(m.dtype in _dt.WIDE for m in _metas(meta)):
-            cands = [m for m in cands if m in self.full]
+            cands = [m for m in cands if m in self.full or m == DECOMPOSED]
             if not cands:
                 raise UnsupportedOp(f"{name}: no member of {self.name!r} ({', '.join(self.members)}) holds "
                                     f"{', '.join(sorted({t.dtype.name for t in inputs}))}")
@@ -285,6 +293,10 @@ class RouterBackend:
 
     def run_on(self, m: str, name: str, meta, inputs, attrs):
         """Run kernel ``name`` on member ``m``, moving the inputs there first."""
+        if m == DECOMPOSED:   # registry.apply runs the decomposition, each primitive routed
+            c = self.calls.setdefault(name, {})
+            c[m] = c.get(m, 0) + 1
+            return DECOMPOSE
         kernel = self.be[m].kernels.get(name)
         if kernel is None:
             raise UnsupportedOp(f"{name}: member {m!r} of {self.name!r} has no kernel for it")
@@ -333,6 +345,8 @@ class RouterBackend:
     # ---- costs ------------------------------------------------------------------------------
     def _move_cost(self, inputs, m: str) -> float:
         total = 0.0
+        if m == DECOMPOSED:
+            return 0.0   # (its measured time includes the moves its primitives made)
         for t in inputs:
             copies = t._buf.copies
             if m not in copies:
@@ -377,6 +391,9 @@ class RouterBackend:
         for m in cands:
             if m in costs:
                 continue
+            if m == DECOMPOSED:
+                costs[m] = self._time_decomposition(name, inputs, attrs)
+                continue
             kernel = self.be[m].kernels[name]
             try:
                 args = [self._on(t, m, name, keep=False) for t in inputs]
@@ -399,6 +416,23 @@ class RouterBackend:
         self.costs[ck] = costs     # (a kernel's own error, bad indices say, left nothing measured)
         _save(self)
         return costs
+
+    def _time_decomposition(self, name: str, inputs, attrs) -> float:
+        """Seconds the op's decomposition takes on this router (the second of two runs: the
+        first measures its primitives' new shape classes)."""
+        from .autograd import no_grad
+        from .plan import paused
+
+        decompose = OPS[name].decompose
+        best = float("inf")
+        with paused(), no_grad():
+            for _ in range(2):
+                t0 = _clock()
+                out = decompose(*inputs, **attrs)
+                for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                    _wait(t._buf)
+                best = min(best, _clock() - t0)
+        return best
 
     # ---- explaining -------------------------------------------------------------------------
     def stats(self) -> dict:

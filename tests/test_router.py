@@ -42,11 +42,11 @@ def test_op_cases_equal_numpy_and_both_members_work():
     assert not bad, f"{len(bad)} of {len(cases)} cases differ:\n" + "\n".join(bad[:30])
     st = ember.router_stats(dev)
     used = {m for op in st["ops"].values() for m in op.get("calls", {})}
-    assert used == {"numpy", "python"}, used          # each member won some ops
+    assert {"numpy", "python"} <= used <= {"numpy", "python", "decomposed"}, used   # each member won some ops
     assert st["moves"], "no tensor ever crossed between the members"
     for op, entry in st["ops"].items():               # every decision is explained
         for shape, d in entry["shapes"].items():
-            assert d["device"] in ("numpy", "python") and set(d["cost_us"]) <= {"numpy", "python"}, (op, shape, d)
+            assert d["device"] in d["cost_us"] and set(d["cost_us"]) <= {"numpy", "python", "decomposed"}, (op, d)
 
 
 def test_a_plan_replays_with_the_routing_of_its_capture():
