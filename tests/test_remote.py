@@ -229,6 +229,23 @@ def test_connection_memory_ceiling(server):
         ember.remote.disconnect(dev)
 
 
+def test_a_plans_constant_stays_counted_after_its_id_is_freed(server):
+    n = 6 << 20      # bytes per tensor (under the module's 8 MiB message limit)
+    blob = bytes(n)
+    plan = {"n_slots": 3, "n_inputs": 1, "consts": [[1, 1]], "outs": [2], "steps": [["add", [0, 1], [2], {}]]}
+    with _raw(server) as ws:
+        assert _hello(ws)[0] == P.WELCOME
+
+        def batch(cmds, blobs=()):
+            ws.send(P.encode_frame(P.BATCH, 1, {"cmds": cmds}, list(blobs)))
+            return P.decode_frame(ws.recv(timeout=30))
+        assert batch([["put", 1, [n // 4], "float32", 0], ["plan", 1, plan], ["free", [1]]], [blob])[0] == P.REPLY
+        kinds = [batch([["put", 10 + k, [n // 4], "float32", 0]], [blob]) for k in range(CONN_BYTES // n)]
+        assert kinds[-1][0] == P.ERROR and "ceiling" in kinds[-1][2]["message"], kinds[-1][2]
+        assert all(k[0] == P.REPLY for k in kinds[:-1])
+        assert batch([["unplan", 1], ["put", 99, [n // 4], "float32", 0]], [blob])[0] == P.REPLY
+
+
 def test_disconnect_frees_everything(server):
     import time
 

@@ -102,7 +102,7 @@ class Server:
 class _ServerPlan:
     """A client's plan description, checked; captured into an ``ember.plan.Plan`` at its first run."""
 
-    __slots__ = ("n_slots", "n_inputs", "consts", "steps", "outs", "plan", "sig", "out_bytes")
+    __slots__ = ("n_slots", "n_inputs", "consts", "steps", "outs", "plan", "sig", "out_bytes", "pinned")
 
     def __init__(self, desc, session):
         srv = session.server
@@ -150,6 +150,7 @@ class _ServerPlan:
         self.plan = None
         self.sig = None
         self.out_bytes = None
+        self.pinned = 0
 
     def run(self, session, inputs):
         """The output tensors for ``inputs`` (the first run captures the plan)."""
@@ -255,7 +256,8 @@ class Session:
     def close(self) -> None:
         """Free everything this session holds (the connection ended)."""
         self.free(list(self.tensors))
-        self.plans.clear()
+        for pid in list(self.plans):
+            self.unplan(pid)
 
     # ---- commands --------------------------------------------------------------------------
     def apply(self, name, inputs, attrs):
@@ -365,7 +367,17 @@ class Session:
             raise P.ProtocolError(f"plan: bad or repeated plan id {pid!r}")
         if len(self.plans) >= self.server.limits.max_plans:
             raise P.RemoteError(f"remote: more than {self.server.limits.max_plans} plans on this connection")
-        self.plans[pid] = _ServerPlan(cmd[2], self)
+        plan = _ServerPlan(cmd[2], self)
+        # The plan holds its constants even after the client frees their ids: count them
+        # (again) until the plan goes, so that freeing cannot get around the ceilings.
+        plan.pinned = sum({id(t): t.nbytes for _, t in plan.consts}.values())
+        self.server.reserve(self, plan.pinned)
+        self.plans[pid] = plan
+
+    def unplan(self, pid) -> None:
+        plan = self.plans.pop(pid, None) if type(pid) is int else None
+        if plan is not None:
+            self.server.release(self, plan.pinned)
 
     def cmd_run(self, cmd):
         if len(cmd) != 4 or not isinstance(cmd[2], list) or not isinstance(cmd[3], list):
@@ -398,6 +410,7 @@ class Session:
             return P.error_meta(P.ProtocolError(f"a batch needs 'cmds', a list of at most "
                                                 f"{self.server.limits.max_cmds} commands")), None
         out = []
+        sent = 0
         for k, cmd in enumerate(cmds):
             try:
                 if not isinstance(cmd, list) or not cmd or not isinstance(cmd[0], str):
@@ -411,13 +424,18 @@ class Session:
                     self.free(cmd[1] if len(cmd) == 2 else None)
                 elif c == "get":
                     t = self.tensor(cmd[1] if len(cmd) == 2 else None)
+                    sent += t.nbytes
+                    if sent > self.server.limits.max_message - (1 << 20):
+                        raise P.RemoteError(f"remote: reading {sent} bytes in one reply is over the "
+                                            f"{self.server.limits.max_message}-byte message limit; read "
+                                            f"slices of the tensor")
                     out.append(bytes(self.server.backend.to_bytes(t._buf, t.shape, t.dtype)))
                 elif c == "run":
                     self.cmd_run(cmd)
                 elif c == "plan":
                     self.cmd_plan(cmd)
                 elif c == "unplan":
-                    self.plans.pop(cmd[1] if len(cmd) == 2 and type(cmd[1]) is int else None, None)
+                    self.unplan(cmd[1] if len(cmd) == 2 else None)
                 else:
                     raise P.ProtocolError(f"unknown command {c[:40]!r}")
             except Exception as e:   # noqa: BLE001 - every failure goes back to this client, typed
