@@ -42,6 +42,9 @@ from . import dtypes as _dt
 from .backends import _INSTANCES, get_backend
 from .errors import DeviceError, DTypeError, UnsupportedOp
 from .registry import CAPTURE, DECOMPOSE, OPS
+from .tensor import Tensor
+
+_wrap = Tensor._wrap
 
 __all__ = ["router", "router_stats", "RouterBackend", "auto_members"]
 
@@ -205,7 +208,7 @@ class RouterBackend:
         self.costs: dict = {k: dict(v) for k, v in saved.get("ops", {}).items() if isinstance(v, dict)}
         self.xfer: dict = {k: list(v) for k, v in saved.get("moves", {}).items() if isinstance(v, list)}
         self.decide: dict = {}       # exact (op, meta, input shapes/dtypes/places) -> member
-        self.calls: dict = {}        # op -> {member: calls}
+        self.calls: dict = {}        # (op, member) -> calls
         self.moves: dict = {}        # op -> [moves, bytes]
         self.pairs: dict = {}        # "a>b" -> [moves, bytes]
         self.kernels = _Kernels(self)
@@ -294,16 +297,21 @@ class RouterBackend:
     def run_on(self, m: str, name: str, meta, inputs, attrs):
         """Run kernel ``name`` on member ``m``, moving the inputs there first."""
         if m == DECOMPOSED:   # registry.apply runs the decomposition, each primitive routed
-            c = self.calls.setdefault(name, {})
-            c[m] = c.get(m, 0) + 1
+            self.calls[(name, m)] = self.calls.get((name, m), 0) + 1
             return DECOMPOSE
         kernel = self.be[m].kernels.get(name)
         if kernel is None:
             raise UnsupportedOp(f"{name}: member {m!r} of {self.name!r} has no kernel for it")
-        args = [self._on(t, m, name) for t in inputs]
+        args = []
+        for t in inputs:   # (inlined _on: this loop is the router's per-op cost)
+            rb = t._buf
+            buf = rb.copies.get(m)
+            if buf is None:
+                buf = rb.copies[m] = self._move(rb, t.shape, t.dtype, m, name)
+            args.append(_wrap(buf, t.shape, t.dtype, m))
         out = kernel(meta, *args, **attrs)
-        c = self.calls.setdefault(name, {})
-        c[m] = c.get(m, 0) + 1
+        k = (name, m)
+        self.calls[k] = self.calls.get(k, 0) + 1
         if name in MUTATES:   # the member's copy changed in place: it is the only valid one now
             for i in MUTATES[name]:
                 rb = inputs[i]._buf
@@ -317,15 +325,13 @@ class RouterBackend:
 
     def _on(self, t, m: str, op: str, keep: bool = True):
         """``t`` (a router tensor) as a tensor of member ``m``, moved there if it is not yet."""
-        from .tensor import Tensor
-
         rb = t._buf
         buf = rb.copies.get(m)
         if buf is None:
             buf = self._move(rb, t.shape, t.dtype, m, op)
             if keep:
                 rb.copies[m] = buf
-        return Tensor._wrap(buf, t.shape, t.dtype, m)
+        return _wrap(buf, t.shape, t.dtype, m)
 
     def _move(self, rb: RBuf, shape, dtype, dst: str, op: str):
         src = min(rb.copies, key=lambda s: self._pair_cost(s, dst, 1 << 16))
@@ -436,20 +442,23 @@ class RouterBackend:
 
     # ---- explaining -------------------------------------------------------------------------
     def stats(self) -> dict:
+        calls: dict = {}
+        for (op_name, m), n in self.calls.items():
+            calls.setdefault(op_name, {})[m] = n
         ops: dict = {}
         for ck, costs in sorted(self.costs.items()):
             op_name, _, rest = ck.partition("|")
-            if op_name not in self.calls:
+            if op_name not in calls:
                 continue
             entry = ops.setdefault(op_name, {"shapes": {}})
             finite = {m: c for m, c in costs.items() if c != float("inf")}
             entry["shapes"][rest] = {"device": min(finite, key=finite.get) if finite else None,
                                      "cost_us": {m: (round(c * 1e6, 2) if c != float("inf") else None)
                                                  for m, c in costs.items()}}
-        for op_name, calls in sorted(self.calls.items()):
+        for op_name, c in sorted(calls.items()):
             entry = ops.setdefault(op_name, {"shapes": {}})
             mv = self.moves.get(op_name, [0, 0])
-            entry.update(device=max(calls, key=calls.get), calls=dict(calls), moves=mv[0], bytes_moved=mv[1])
+            entry.update(device=max(c, key=c.get), calls=c, moves=mv[0], bytes_moved=mv[1])
         return {"device": self.name, "members": list(self.members), "ops": ops,
                 "moves": {k: {"count": v[0], "bytes": v[1]} for k, v in sorted(self.pairs.items())},
                 "move_cost_us": {k: {"latency": round(v[0] * 1e6, 2), "per_mb": round(v[1] * 1e12, 2)}
