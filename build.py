@@ -3,7 +3,7 @@
 
     python build.py demo [--host 127.0.0.1] [--port 8000]   install what is missing, build, serve the demos
     python build.py test [pytest args...]                   install what is missing, run the whole suite
-    python build.py bench core|webgpu|web|wasm|train|llm|remote    benchmarks, side by side with the peers
+    python build.py bench core|webgpu|web|wasm|train|llm|remote|router    benchmarks, side by side with the peers
     python build.py fuzz [--minutes N]                      mutation fuzzers for safetensors, ONNX, .pt, GGUF, remote frames
     python build.py onnx-report                             ONNX conformance table (onnx.backend.test)
     python build.py wheel                                   build dist/ember-*.whl
@@ -264,7 +264,7 @@ HELP = {
     "test": "python build.py test [pytest args...]\n"
             "Install what is missing (also Chromium and lavapipe through apt), build the site, run the\n"
             "whole suite (unit, Pyodide under Node, browser e2e). Extra arguments go to pytest.",
-    "bench": "python build.py bench core|webgpu|web|wasm|train|llm|remote [args...]\n"
+    "bench": "python build.py bench core|webgpu|web|wasm|train|llm|remote|router [args...]\n"
              "Benchmarks next to the peers, in one run (tests/bench/bench_NAME.py; see its docstring).\n"
              "llm: ember.llm vs wllama in the page, llama-cpp-python and PyTorch natively (SmolLM2 Q4_1 / Q8_0);\n"
              "its options: python3 tests/bench/bench_llm.py --help.",
