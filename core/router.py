@@ -87,11 +87,16 @@ class RBuf:
     """A router tensor's buffer: the member that produced it (``home``) and its copies by member
     (``home`` first; more appear as ops on other members read it)."""
 
-    __slots__ = ("home", "copies")
+    __slots__ = ("home", "copies", "where")
 
     def __init__(self, home: str, buf):
         self.home = home
         self.copies = {home: buf}
+        self.where = home      # the members holding a copy, as one string (part of routing keys)
+
+    def add(self, m: str, buf) -> None:
+        self.copies[m] = buf
+        self.where = "+".join(self.copies)
 
     def __repr__(self) -> str:
         return f"RBuf(on {', '.join(self.copies)})"
@@ -212,6 +217,9 @@ class RouterBackend:
         self.moves: dict = {}        # op -> [moves, bytes]
         self.pairs: dict = {}        # "a>b" -> [moves, bytes]
         self.kernels = _Kernels(self)
+        self.last = None             # the member the previous op ran on
+        self.flushers = {m: b.rt.driver.flush for m, b in self.be.items()
+                         if hasattr(getattr(getattr(b, "rt", None), "driver", None), "flush")}
         self.cands: dict = {}        # op -> members with a kernel for it, in member order
         for m in members:
             for op_name in self.be[m].kernels:
@@ -268,7 +276,7 @@ class RouterBackend:
 
     def choose(self, name: str, meta, inputs, attrs) -> str:
         """The member to run ``name`` on for these inputs (measuring on first sight)."""
-        key = (name, meta, tuple((t.shape, t.dtype, tuple(t._buf.copies)) for t in inputs))
+        key = (name, meta, tuple([(t.shape, t.dtype, t._buf.where) for t in inputs]))
         try:
             m = self.decide.get(key)
         except TypeError:   # an unhashable meta (never in practice): route without the memo
@@ -302,12 +310,20 @@ class RouterBackend:
         kernel = self.be[m].kernels.get(name)
         if kernel is None:
             raise UnsupportedOp(f"{name}: member {m!r} of {self.name!r} has no kernel for it")
+        if m != self.last:
+            # leaving a GPU member: submit what it has recorded, so it computes while the CPU
+            # member works (WebGPU batches dispatches until a read or a flush)
+            flush = self.flushers.get(self.last)
+            self.last = m
+            if flush is not None:
+                flush()
         args = []
         for t in inputs:   # (inlined _on: this loop is the router's per-op cost)
             rb = t._buf
             buf = rb.copies.get(m)
             if buf is None:
-                buf = rb.copies[m] = self._move(rb, t.shape, t.dtype, m, name)
+                buf = self._move(rb, t.shape, t.dtype, m, name)
+                rb.add(m, buf)
             args.append(_wrap(buf, t.shape, t.dtype, m))
         out = kernel(meta, *args, **attrs)
         k = (name, m)
@@ -318,7 +334,7 @@ class RouterBackend:
                 buf = rb.copies[m]
                 rb.copies.clear()
                 rb.copies[m] = buf
-                rb.home = m
+                rb.home = rb.where = m
         if meta and hasattr(meta[0], "dtype"):
             return tuple(RBuf(m, b) for b in out)
         return RBuf(m, out)
@@ -330,7 +346,7 @@ class RouterBackend:
         if buf is None:
             buf = self._move(rb, t.shape, t.dtype, m, op)
             if keep:
-                rb.copies[m] = buf
+                rb.add(m, buf)
         return _wrap(buf, t.shape, t.dtype, m)
 
     def _move(self, rb: RBuf, shape, dtype, dst: str, op: str):

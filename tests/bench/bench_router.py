@@ -3,6 +3,7 @@ single member device and on a router of them, as ratios, plus the router's decis
 
     .venv/bin/python tests/bench/bench_router.py [--workloads mlp,ocr,gpu] [--reps 5] [--json out.json]
                                                  [--python-ocr] [--gpu-size 1024]
+    (--workloads survey: every op case through numpy + python, where each member wins by most)
 
 Workloads (each timed as the best of ``--reps`` calls after a first call, which is reported on its
 own: on a router it includes measuring each new shape class on every member):
@@ -179,6 +180,27 @@ def decisions(router, top=12):
     return st
 
 
+def survey(router, top=15):
+    """Every op case (tests/op_cases*.py) through ``router``; the shape classes where each member
+    beats the other by the most (measured kernel times)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from op_cases import all_cases, run_case
+
+    r = ember.get_backend(router)
+    a, b = r.members[:2]
+    for case in all_cases():
+        if a not in case.skip and b not in case.skip:
+            run_case(ember, case, router)
+    rows = sorted(((c[a] - c[b], k, c[a], c[b]) for k, c in r.costs.items()
+                   if a in c and b in c and max(c[a], c[b]) < 1e29), key=lambda x: x[0])
+    print(f"\n== survey: op cases through {router}: {len(rows)} shape classes, {b} faster in "
+          f"{sum(1 for x in rows if x[0] > 0)}")
+    for title, part in ((f"{a} faster by most", rows[:top]), (f"{b} faster by most", rows[::-1][:top])):
+        print(f"  {title}:")
+        for d, k, ca, cb in part:
+            print(f"    {abs(d) * 1e6:9.1f} us   {a} {ca * 1e6:9.1f}  {b} {cb * 1e6:9.1f}   {k}")
+
+
 def main():
     os.environ.setdefault("EMBER_ROUTER_CACHE", "off")   # measure afresh: the first call shows the cost
     out = {}
@@ -203,6 +225,8 @@ def main():
             report(f"gpu: 4 x {size}^2 batched matmuls + 12 tiny controller steps "
                    f"({ember.get_backend('webgpu').available()[1]})", rows, gpu)
             out["gpu"] = {"rows": rows, "stats": decisions(gpu)}
+    if "survey" in WORKLOADS:
+        survey(ember.router("numpy", "python"))
     path = arg("--json", None)
     if path:
         with open(path, "w") as f:
