@@ -48,6 +48,7 @@ class Limits:
     max_plans: int = 256
     max_plan_steps: int = 1 << 16
     max_cmds: int = 1 << 16
+    max_connections: int = 256       # open WebSockets (uvicorn answers 503 past it)
 
 
 class Server:
@@ -589,8 +590,11 @@ def serve(device: str = "numpy", host: str = "127.0.0.1", port: int = 8765, toke
     sock.bind((host, port))
     sock.listen(2048)   # before the line below: a client reading it may connect at once
     port = sock.getsockname()[1]
-    cfg = uvicorn.Config(app, log_level=log_level, ws_max_size=lim.max_message + (1 << 20), ws_per_message_deflate=False,
-                         ws_ping_interval=None, lifespan="off", ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
+    # ws_max_queue: frames a connection may have read ahead while one runs (each up to the
+    # message limit): a client pipelining many big frames cannot pile them up in memory.
+    cfg = uvicorn.Config(app, log_level=log_level, ws_max_size=lim.max_message + (1 << 20), ws_max_queue=2,
+                         ws_per_message_deflate=False, ws_ping_interval=None, lifespan="off",
+                         limit_concurrency=lim.max_connections, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
     scheme = "wss" if ssl_certfile else "ws"
     if host not in ("127.0.0.1", "::1", "localhost") and not ssl_certfile:
         print(f"ember serve: WARNING: listening on {host} without TLS: the token and tensors cross the network "
