@@ -161,3 +161,31 @@ def test_qlinear_rms_and_residual(device, qtype):
         np.testing.assert_allclose(_np(got), (g / (1 + np.exp(-g)) * u) @ wd.T + r, rtol=tol, atol=tol)
     with pytest.raises(ShapeError, match="residual"):
         qlinear_residual(_t(np.ones((1, k)), device), wv, _t(np.ones((1, 3)), device))
+
+
+def test_qlinear_rms_rope(device):
+    """Stacked q/k/v rows normalised, multiplied and the q/k heads turned at positions pos..:
+    against float64 numpy (1 and 3 rows: webgpu's one-dispatch epilogue; 9: the decomposition)."""
+    from ember.ops.llm import qlinear_rms_rope, rope_tables
+    from ember.quant import QTensor
+
+    rng = np.random.default_rng(2)
+    hd, heads, n, k, pos = 8, 3, 32, 64, 2           # rows 0..23: 3 heads turned, 24..31 not
+    w = QTensor.quantize(_t(rng.standard_normal((n, k)), "python"), "q8_0")
+    wd = np.asarray(w.dequantize().tolist(), dtype=np.float64)
+    nw = rng.standard_normal(k)
+    cos, sin = rope_tables(16, hd, 10000.0, device=device)
+    cn, sn = _np(cos), _np(sin)
+    tol = 5e-2 if device == "wasm" else 1e-3
+    for M in (1, 3, 9):
+        x = rng.standard_normal((M, k))
+        y = (x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * nw) @ wd.T
+        want = y.copy()
+        for t in range(M):
+            c, s = cn[pos + t], sn[pos + t]
+            q = y[t, :heads * hd].reshape(heads, hd // 2, 2)
+            want[t, :heads * hd] = np.stack([q[..., 0] * c - q[..., 1] * s, q[..., 0] * s + q[..., 1] * c],
+                                            -1).reshape(-1)
+        got = qlinear_rms_rope(_t(x, device), _t(nw, device), w.to(device), cos, sin,
+                               _t([pos], device, "int32"), rope_rows=heads * hd, head_dim=hd)
+        np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol)

@@ -193,18 +193,29 @@ def _shared(rt) -> int:
     return int(rt.limits.get("max_compute_workgroup_storage_size", 16384))
 
 
-def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float = 0.0, gres=None) -> None:
+def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float = 0.0, gres=None,
+          rope=None) -> None:
     """One ``gemv`` dispatch into ``st``: out (M, n) = x' @ dequantize(w).T (+ residual), x'
     the x rows as they are (``pro`` 0), RMS-normalised by ``gnw`` (1) or silu(gate) * up of
-    rows of 2k (2). ``gres`` (M, n): a residual added to the outputs."""
+    rows of 2k (2). ``gres`` (M, n): a residual added to the outputs. ``rope``: (rows, half,
+    cos GBuf, sin GBuf, pos GBuf): outputs 0..rows of each x row rotated ("pairs" mode)."""
     params = _prelude_params(qtype, k, gw)
     xstride = 2 * k if pro == 2 else k
     words = [M, n, k, row_bytes(qtype, k), gw.offset * 4, gx.offset, (k + 7) // 8, xstride,
              gnw.offset if gnw is not None else 0, gres.offset if gres is not None else 0, f32_bits(eps)]
+    if rope is not None:
+        words += [rope[0], rope[1], rope[2].offset, rope[3].offset, rope[4].offset]
     info, info_n = _info(words)
     bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
     decl = []
     nw4, res = "return vec4<f32>(0.0);", "return 0.0;"
+    rope_cs = "return vec2<f32>(1.0, 0.0);"
+    if rope is not None:
+        for name, g, ty in (("cosb", rope[2], "f32"), ("sinb", rope[3], "f32"), ("posb", rope[4], "i32")):
+            decl.append(f"@group(0) @binding({len(bufs)}) var<storage, read> {name}: array<{ty}>;")
+            bufs.append(_whole(g))
+        rope_cs = ("let j = u32(posb[u(15u)] + i32(m)) * u(12u) + i; "
+                   "return vec2<f32>(cosb[u(13u) + j], sinb[u(14u) + j]);")
     if gnw is not None:
         decl.append(f"@group(0) @binding({len(bufs)}) var<storage, read> nwb: array<f32>;")
         bufs.append(_whole(gnw))
@@ -231,7 +242,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   X4="return xin[i / 4u];" if vec else
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
-                  NW4=nw4, RES=res)
+                  NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs)
     pipe = _pipe(rt, "quant", "gemv", params)
     per_wg = WG // lanes * rb
     rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
@@ -477,6 +488,25 @@ def qlinear_rms(rt, out, x, nw, w, *, eps, qtype, n, k, **_):
     return GBuf(rt, out.shape, _dt.float32, storage=st)
 
 
+def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_dim, qtype, n, k, **_):
+    """The ``qlinear_rms_rope`` kernel: RMSNorm, the product and the rotation of the q/k rows in
+    one ``gemv`` dispatch (decode); the composite for more rows. The position is read on the GPU
+    (its range checks: ``attention_cached``'s, whose cache is as long as the tables)."""
+    from ..registry import OPS
+
+    M = prod(x.shape[:-1])
+    ok = (_fusable(x, k, M) and nw.dtype is _dt.float32 and n > 0 and cos.dtype is _dt.float32
+          and sin.dtype is _dt.float32 and pos.dtype.kind == "i" and WG // gemv_shape(n, k, 1)[0] % 2 == 0)
+    if not ok:
+        return OPS["qlinear_rms_rope"].decompose(x, nw, w, cos, sin, pos, eps=eps, rope_rows=rope_rows,
+                                                 head_dim=head_dim, qtype=qtype, n=n, k=k)._buf
+    _check_format("qlinear_rms_rope", qtype, n, k, w)
+    st = rt.alloc(M * n * 4)
+    rope = (rope_rows, head_dim // 2, _f32(rt, cos._buf), _f32(rt, sin._buf), contiguous(realize(pos._buf)))
+    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps, rope=rope)
+    return GBuf(rt, out.shape, _dt.float32, storage=st)
+
+
 def qlinear_residual(rt, out, x, w, r, *, glu, qtype, n, k, **_):
     """The ``qlinear_residual`` kernel: silu(gate) * up (``glu``) and the residual add folded
     into one ``gemv`` dispatch (decode); the composite for more rows."""
@@ -502,4 +532,5 @@ def build_kernels(rt) -> dict:
     return {name: bind(f) for name, f in (("qlinear", qlinear), ("dequantize", dequantize),
                                           ("qembedding", qembedding), ("attention_cached", attention_cached),
                                           ("rms_norm", rms_norm), ("rope", rope),
-                                          ("qlinear_rms", qlinear_rms), ("qlinear_residual", qlinear_residual))}
+                                          ("qlinear_rms", qlinear_rms), ("qlinear_residual", qlinear_residual),
+                                          ("qlinear_rms_rope", qlinear_rms_rope))}

@@ -132,8 +132,8 @@ class Llama:
         self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device)
         self.k_cache = self.v_cache = None
         self._arange = {}
-        # webgpu: Q/K/V and gate/up stacked into one weight each, norms and residual adds folded
-        # into the products (``_fuse``): a decode layer is 6 dispatches instead of 15
+        # webgpu: Q/K/V and gate/up stacked into one weight each, norms, the q/k rotation and the
+        # residual adds folded into the products (``_fuse``): a decode layer is 5 dispatches, not 15
         self._stacked: dict = {}
         if self.device == "webgpu":
             self._fuse()
@@ -227,18 +227,26 @@ class Llama:
         self.reset()
         T = ids.shape[0]
         hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
-        p = self._positions(pos, T)
-        cos = F.take(self.cos, p, axis=0)                                # (T, rope_dim/2)
-        sin = F.take(self.sin, p, axis=0)
+        fold = bool(self._stacked)           # (webgpu: norms, rope and residual adds folded in)
+        # the q/k rotation folded into the stacked product reads the tables at pos itself
+        turn = c.rope_mode == "pairs" and c.rope_dim == hd
+        if not fold or not turn or len(self._stacked) < 2 * c.n_layers:
+            p = self._positions(pos, T)
+            cos = F.take(self.cos, p, axis=0)                            # (T, rope_dim/2)
+            sin = F.take(self.sin, p, axis=0)
         x = _embedding(ids, w["token_embd.weight"])                      # (T, D)
-        fold = bool(self._stacked)           # (webgpu: norms and residual adds folded in)
+        nqk = (hq + hkv) * hd
         for i in range(c.n_layers):
             b = f"blk.{i}."
             qkv = self._stacked.get(b + "qkv")
             if qkv is not None:
-                y = F.llm.qlinear_rms(x, w[b + "attn_norm.weight"], qkv, eps=c.rms_eps)   # (T, (Hq+2Hkv)*hd)
-                nqk = (hq + hkv) * hd
-                qk = self._rope(y[:, :nqk].reshape((T, hq + hkv, hd)), cos, sin)        # q and k: one rope
+                if turn:
+                    y = F.llm.qlinear_rms_rope(x, w[b + "attn_norm.weight"], qkv, self.cos, self.sin, pos,
+                                               rope_rows=nqk, head_dim=hd, eps=c.rms_eps)  # (T, (Hq+2Hkv)*hd)
+                    qk = y[:, :nqk].reshape((T, hq + hkv, hd))
+                else:
+                    y = F.llm.qlinear_rms(x, w[b + "attn_norm.weight"], qkv, eps=c.rms_eps)
+                    qk = self._rope(y[:, :nqk].reshape((T, hq + hkv, hd)), cos, sin)    # q and k: one rope
                 q, k = qk[:, :hq], qk[:, hq:]
                 v = y[:, nqk:].reshape((T, hkv, hd))
             else:

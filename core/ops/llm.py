@@ -19,6 +19,9 @@ a preallocated key/value cache.
   from one product with their rows stacked), else ``x``. Composites: a decode step's norm, MLP
   gate and residual add folded into the quantized products around them (the webgpu backend runs
   each as ONE matrix-vector dispatch; elsewhere they decompose into exactly those ops).
+  ``qlinear_rms_rope(x, norm_weight, w, cos, sin, pos, eps=, rope_rows=, head_dim=, ...)``:
+  ``qlinear_rms`` whose first ``rope_rows`` outputs (stacked q and k heads) are then rotated
+  (``"pairs"`` mode) at positions ``pos .. pos+T-1`` of the tables ``cos``/``sin``.
 
 >>> import ember
 >>> x = ember.tensor([[[1.0, 0.0]]])                 # T=1, H=1, D=2
@@ -37,7 +40,7 @@ from ..errors import DTypeError, ShapeError
 from ..registry import apply, op
 from ..tensor import Tensor
 
-__all__ = ["rms_norm", "rope", "attention_cached", "qlinear_rms", "qlinear_residual"]
+__all__ = ["rms_norm", "rope", "attention_cached", "qlinear_rms", "qlinear_residual", "qlinear_rms_rope"]
 
 
 def _ops():
@@ -258,6 +261,57 @@ def _qres_decompose(x, w, r, *, glu, qtype, n, k):
 
 op("qlinear_residual", kind="composite", shape=_qres_shape, dtype=_qres_dtype, decompose=_qres_decompose,
    doc="qlinear(x, w) + residual, x optionally silu(gate) * up from one stacked product")
+
+
+def _qrr_shape(xs, nws, ws, cs, ss, ps, *, eps, rope_rows, head_dim, qtype, n, k):
+    out = _qrms_shape(xs, nws, ws, eps=eps, qtype=qtype, n=n, k=k)
+    if len(xs) != 2 or head_dim % 2 or rope_rows % head_dim or rope_rows > n:
+        raise ShapeError(f"qlinear_rms_rope: x must be (T, k) and rope_rows ({rope_rows}) whole heads of an even "
+                         f"head_dim ({head_dim}) within n={n}; got x {tuple(xs)}")
+    if len(cs) != 2 or cs[1] != head_dim // 2 or tuple(ss) != tuple(cs) or tuple(ps) != (1,):
+        raise ShapeError(f"qlinear_rms_rope: cos/sin must be (positions, {head_dim // 2}) and pos (1,); got "
+                         f"{tuple(cs)}, {tuple(ss)}, {tuple(ps)}")
+    return out
+
+
+def _qrr_dtype(xt, nwt, wt, ct, st, pt, **_):
+    if pt is not _dt.int32:
+        raise DTypeError(f"qlinear_rms_rope: pos must be int32, got {pt.name}")
+    return _qrms_dtype(xt, nwt, wt)
+
+
+def _qrr_decompose(x, nw, w, cos, sin, pos, *, eps, rope_rows, head_dim, qtype, n, k):
+    o = _ops()
+    y = apply("qlinear_rms", x, nw, w, eps=eps, qtype=qtype, n=n, k=k)
+    T = x.shape[0]
+    p = pos if T == 1 else pos + o.arange(T, dtype="int32", device=x.device)
+    c, s = o.take(cos, p, axis=0), o.take(sin, p, axis=0)                     # (T, head_dim/2)
+    r = apply("rope", o.reshape(y[:, :rope_rows], (T, rope_rows // head_dim, head_dim)), c, s, mode="pairs")
+    return o.concat([o.reshape(r, (T, rope_rows)), y[:, rope_rows:]], axis=-1)
+
+
+op("qlinear_rms_rope", kind="composite", shape=_qrr_shape, dtype=_qrr_dtype, decompose=_qrr_decompose,
+   doc="qlinear_rms whose first rope_rows outputs are rotated (rope, pairs) at positions pos..")
+
+
+def qlinear_rms_rope(x: Tensor, norm_weight: Tensor, w, cos: Tensor, sin: Tensor, pos: Tensor, *,
+                     rope_rows: int, head_dim: int, eps: float = 1e-5) -> Tensor:
+    """``qlinear_rms(x, norm_weight, w)`` (x ``(T, k)``) with its first ``rope_rows`` outputs,
+    heads of ``head_dim``, rotated in ``"pairs"`` mode by the rows ``pos .. pos+T-1`` of the
+    tables ``cos``/``sin`` (``(positions, head_dim // 2)``, ``rope_tables``): llama's q and k
+    projections stacked, normalised, multiplied and turned at once.
+
+    >>> import ember
+    >>> from ember.quant import QTensor
+    >>> w = QTensor.quantize(ember.ones((4, 32)), "q8_0")
+    >>> c, s = ember.ops.llm.rope_tables(8, 2)
+    >>> y = qlinear_rms_rope(ember.ones((1, 32)), ember.ones((32,)), w, c, s, ember.tensor([0], dtype="int32"),
+    ...                      rope_rows=2, head_dim=2)
+    >>> [round(v, 2) for v in y.tolist()[0]]          # position 0: no turn
+    [32.0, 32.0, 32.0, 32.0]
+    """
+    return apply("qlinear_rms_rope", x, norm_weight, w.data, cos, sin, pos, eps=float(eps), rope_rows=int(rope_rows),
+                 head_dim=int(head_dim), qtype=w.qtype, n=w.n, k=w.k)
 
 
 def qlinear_rms(x: Tensor, norm_weight: Tensor, w, *, eps: float = 1e-5) -> Tensor:

@@ -13,12 +13,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
 for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
 export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
-S=${*:-"info smol torch replay qlinear matmul train"}
+S=${*:-"info smol torch profile replay qlinear matmul train"}
 run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
   timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"; echo "=== $name: rc ${PIPESTATUS[0]}, $(python3 -c "print(round($(date +%s.%N)-$a,1))") s"; }
 for s in $S; do case $s in
   info) nvidia-smi -L; run info 60 python3 -c "import ember.webgpu as wg, json; print(json.dumps(wg.info(), default=str))" ;;
   smol) run smol 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --torch-job --compare-steps --feedback ;;
+  profile) run profile 150 python3 tests/bench/llm/h200_profile.py --out /tmp/smol ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
   qlinear) run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qshapes 4096x4096,576x1536,1536x576 ;;

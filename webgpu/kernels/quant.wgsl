@@ -251,6 +251,12 @@ fn x4(i: u32) -> vec4<f32> { {{X4}} }       // x elements i..i+3
 // to each output.
 const PRO: u32 = {{PRO}}u;
 const EPI: bool = {{EPI}};
+// ROPE: outputs 0 .. info 11 of each x row m rotated as llama's q and k rows ("pairs": rows 2i,
+// 2i+1 of a head of 2 * info 12 rows turn by angle i of position pos + m; cos / sin tables at
+// info 13 / 14, pos at info 15). A pair's two rows are always in one workgroup (it owns an even
+// number of consecutive rows), so the epilogue reads the partner's sum from workgroup memory.
+const ROPE: bool = {{ROPE}};
+fn rope_cs(m: u32, i: u32) -> vec2<f32> { {{ROPE_CS}} }
 var<private> nrm: array<f32, {{MT}}>;
 fn nw4(e: u32) -> vec4<f32> { {{NW4}} }
 fn res_at(i: u32) -> f32 { {{RES}} }
@@ -357,10 +363,17 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   }
   workgroupBarrier();
   if (lane == 0u) {
+    let wrow0 = (wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) * RB;
     for (var r = 0u; r < RB; r = r + 1u) {
       if (row0 + r < N) {
         for (var m = 0u; m < M; m = m + 1u) {
           var v = red[(m * RB + r) * {{WG}}u + t];
+          if (ROPE && row0 + r < u(11u)) {
+            let lr = (row0 + r) ^ 1u;                      // the partner row, same workgroup
+            let pv = red[(m * RB + (lr - wrow0) % RB) * {{WG}}u + ((lr - wrow0) / RB) * LANES];
+            let cs = rope_cs(m, ((row0 + r) % (2u * u(12u))) / 2u);
+            v = select(v * cs.x + pv * cs.y, v * cs.x - pv * cs.y, (row0 + r) % 2u == 0u);
+          }
           if (EPI) { v = v + res_at(m * N + row0 + r); }
           out[m * N + row0 + r] = v;
         }

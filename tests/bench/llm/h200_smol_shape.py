@@ -163,6 +163,20 @@ def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int, feed
         wall_f = time.perf_counter() - w
         out["decode_fed"] = {"steps": steps, "wall_s": wall_f, "tok_s": steps / wall_f,
                              "ms_per_tok": 1e3 * wall_f / steps, "same_ids": fed == toks}
+        # ember.llm's own loop (LLM._fed_tokens: batches of 2, 4 .. RUN_AHEAD steps, one read each)
+        import ember.llm as L
+
+        class _Host:
+            device = "webgpu"
+        tok, tp = prefill(ids)
+        rt.reset_stats()
+        timer_s = [0.0]
+        w = time.perf_counter()
+        got = list(L.LLM._fed_tokens(_Host(), step, tok, n_prompt, steps, timer_s))
+        wall_l = time.perf_counter() - w
+        out["decode_llm"] = {"steps": steps, "run_ahead": L.RUN_AHEAD, "wall_s": wall_l, "tok_s": steps / wall_l,
+                             "ms_per_tok": 1e3 * wall_l / steps, "reads": rt.stats["reads"],
+                             "dispatches_per_tok": rt.stats["dispatches"] / steps, "same_ids": got == toks}
     return out
 
 
