@@ -92,6 +92,22 @@ def test_attention_cached(device, T, pos):
     np.testing.assert_array_equal(_np(vc), rv)
 
 
+@pytest.mark.parametrize("d,T,pos", [(64, 1, 520), (64, 2, 300), (260, 1, 40)])
+def test_attention_cached_long(device, d, T, pos):
+    """Past one chunk of cache rows (webgpu: 256 per pass, value rows split in slices, loads 8 at
+    a time) and a head wider than a workgroup's slices."""
+    rng = np.random.default_rng(d + pos)
+    C, hq, hkv = pos + T + 3, 2, 1
+    kc0 = rng.standard_normal((C, hkv, d)).astype(np.float32)
+    vc0 = rng.standard_normal((C, hkv, d)).astype(np.float32)
+    q, k, v = (rng.standard_normal((T, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
+    y = ember.attention_cached(_t(q, device), _t(k, device), _t(v, device), _t(kc0, device), _t(vc0, device),
+                               _t([pos], device, "int32"))
+    rk, rv = kc0.copy(), vc0.copy()
+    rk[pos:pos + T], rv[pos:pos + T] = k, v
+    np.testing.assert_allclose(_np(y), ref_attention(q.astype(np.float64), rk, rv, pos), rtol=1e-4, atol=1e-4)
+
+
 def test_attention_cached_full_context_raises(device):
     C, h, d = 4, 1, 2
     kc, vc = ember.zeros((C, h, d), device=device), ember.zeros((C, h, d), device=device)

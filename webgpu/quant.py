@@ -347,7 +347,7 @@ def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
 
 # ---- llama ops -----------------------------------------------------------------------------
 
-ATTN_WG = 64
+ATTN_WG = 256     # threads per (query, head): a chunk of 256 cache rows scored at once
 
 
 def _cache(op, t, name, shape) -> GBuf:
@@ -401,10 +401,11 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     if gq.storage in caches:
         gq = _copy(gq)
     dpt = (D + ATTN_WG - 1) // ATTN_WG
+    ns = max(1, ATTN_WG // D) if D else 1
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     info, info_n = _info(words)
     pipe = _pipe(rt, "llm", "attn", dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0],
-                                         INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG))
+                                         INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG, NS=ns))
     rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk),
                        _whole(gv), _whole(gp)], info, grid_1d(T * Hq, rt.max_groups))
     return res

@@ -42,9 +42,48 @@ fn kc_set(i: u32, v: f32) { {{KC_SET}} }
 // info: 0 T, 1 Hq, 2 Hkv, 3 D, 4 C, 5 scale (f32 bits), 6 q offset, 7 k_cache offset,
 //       8 v_cache offset, 9 pos offset, 10 k offset, 11 v offset
 var<workgroup> qsh: array<f32, {{QS}}>;
-var<workgroup> ssh: array<f32, {{WG}}>;
-var<workgroup> psh: array<f32, {{WG}}>;
+var<workgroup> ssh: array<f32, {{WG}}>;     // a chunk's scores, then its weights exp(s - max)
+var<workgroup> rsh: array<f32, {{WG}}>;     // tree reductions (the chunk's max, its sum)
+var<workgroup> ash: array<f32, {{WG}}>;     // NS > 1: each slice's output rows, summed at the end
 var<workgroup> wpos: i32;
+
+// NS > 1 (D <= WG / 2): the value rows of a chunk are split between NS slices of D threads (thread
+// t: slice t / D, head dim t % D), each slice summing its share of the rows, 8 rows' loads issued
+// together; NS = 1: a thread per head dim (DPT dims per thread), all rows of the chunk.
+const NS: u32 = {{NS}}u;
+
+fn tree_max(t: u32) -> f32 {
+  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
+    workgroupBarrier();
+    if (t < w) { rsh[t] = max(rsh[t], rsh[t + w]); }
+  }
+  return workgroupUniformLoad(&rsh[0]);
+}
+fn tree_sum(t: u32) -> f32 {
+  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
+    workgroupBarrier();
+    if (t < w) { rsh[t] = rsh[t] + rsh[t + w]; }
+  }
+  return workgroupUniformLoad(&rsh[0]);
+}
+
+// sum of ssh[c] * (value row j0 + c, head dim d) over chunk rows c0 .. c1: rows before pos from the
+// cache (vo: its offset for this kv head), rows from pos on from the new v (vno)
+fn vsum(a0: f32, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32, rs: u32) -> f32 {
+  var a = a0;
+  let nc = u32(clamp(pos - i32(j0), i32(c0), i32(c1)));
+  var c = c0;
+  for (; c + 8u <= nc; c = c + 8u) {
+    let b = vo + (j0 + c) * rs + d;
+    let v0 = vc[b]; let v1 = vc[b + rs]; let v2 = vc[b + 2u * rs]; let v3 = vc[b + 3u * rs];
+    let v4 = vc[b + 4u * rs]; let v5 = vc[b + 5u * rs]; let v6 = vc[b + 6u * rs]; let v7 = vc[b + 7u * rs];
+    a = a + (ssh[c] * v0 + ssh[c + 1u] * v1) + (ssh[c + 2u] * v2 + ssh[c + 3u] * v3)
+          + (ssh[c + 4u] * v4 + ssh[c + 5u] * v5) + (ssh[c + 6u] * v6 + ssh[c + 7u] * v7);
+  }
+  for (; c < nc; c = c + 1u) { a = a + ssh[c] * vc[vo + (j0 + c) * rs + d]; }
+  for (; c < c1; c = c + 1u) { a = a + ssh[c] * vin[vno + u32(i32(j0 + c) - pos) * rs + d]; }
+  return a;
+}
 
 @compute @workgroup_size({{WG}})
 fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -82,6 +121,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // row j >= pos is new token j - pos: element e at (j - pos) * rs + hk * D + e of k / v
   let kno = u(10u) + hk * D;
   let vno = u(11u) + hk * D;
+  let sl = t / D;
   for (var j0 = 0u; j0 < S; j0 = j0 + {{WG}}u) {
     let j = j0 + t;
     var s = -f_inf();
@@ -92,44 +132,45 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         s = kdot_c(ko + j * rs, D);
       }
     }
-    ssh[t] = s;
-    workgroupBarrier();
-    let cnt = min({{WG}}u, S - j0);
-    var mx = m;
-    for (var c = 0u; c < cnt; c = c + 1u) { mx = max(mx, ssh[c]); }
+    rsh[t] = s;
+    let mx = max(m, tree_max(t));
     // the first chunk has m = -inf: its correction multiplies zeros
     let corr = select(exp(m - mx), 0.0, m == -f_inf());
-    psh[t] = select(0.0, exp(s - mx), j < S);
+    let p = select(0.0, exp(s - mx), j < S);
+    ssh[t] = p;
     workgroupBarrier();
-    var ps = 0.0;
-    for (var c = 0u; c < cnt; c = c + 1u) { ps = ps + psh[c]; }
-    l = l * corr + ps;
-    // cached rows first, 8 at a time with their loads issued together (one row at a time, each
-    // add waited for its load: ~13 us per chunk of 64 rows on an H200), then the new rows
-    let nc = u32(clamp(pos - i32(j0), 0, i32(cnt)));
-    for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
-      let d = t + dd * {{WG}}u;
-      if (d < D) {
-        var a = acc[dd] * corr;
-        var c = 0u;
-        for (; c + 8u <= nc; c = c + 8u) {
-          let b = vo + (j0 + c) * rs + d;
-          let v0 = vc[b]; let v1 = vc[b + rs]; let v2 = vc[b + 2u * rs]; let v3 = vc[b + 3u * rs];
-          let v4 = vc[b + 4u * rs]; let v5 = vc[b + 5u * rs]; let v6 = vc[b + 6u * rs]; let v7 = vc[b + 7u * rs];
-          a = a + (psh[c] * v0 + psh[c + 1u] * v1) + (psh[c + 2u] * v2 + psh[c + 3u] * v3)
-                + (psh[c + 4u] * v4 + psh[c + 5u] * v5) + (psh[c + 6u] * v6 + psh[c + 7u] * v7);
-        }
-        for (; c < nc; c = c + 1u) { a = a + psh[c] * vc[vo + (j0 + c) * rs + d]; }
-        for (; c < cnt; c = c + 1u) { a = a + psh[c] * vin[vno + u32(i32(j0 + c) - pos) * rs + d]; }
-        acc[dd] = a;
+    rsh[t] = p;
+    l = l * corr + tree_sum(t);
+    let cnt = min({{WG}}u, S - j0);
+    if (NS > 1u) {
+      if (sl < NS) {
+        let per = (cnt + NS - 1u) / NS;
+        let c0 = min(cnt, sl * per);
+        acc[0] = vsum(acc[0] * corr, j0, c0, min(cnt, c0 + per), pos, t % D, vo, vno, rs);
+      }
+    } else {
+      for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
+        let d = t + dd * {{WG}}u;
+        if (d < D) { acc[dd] = vsum(acc[dd] * corr, j0, 0u, cnt, pos, d, vo, vno, rs); }
       }
     }
     m = mx;
+    workgroupBarrier();     // (ssh and rsh are rewritten by the next chunk)
   }
   let inv = select(1.0 / l, 0.0, S == 0u);
-  for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
-    let d = t + dd * {{WG}}u;
-    if (d < D) { out[row * D + d] = acc[dd] * inv; }
+  if (NS > 1u) {
+    if (sl < NS) { ash[t] = acc[0]; }
+    workgroupBarrier();
+    if (t < D) {
+      var a = 0.0;
+      for (var k = 0u; k < NS; k = k + 1u) { a = a + ash[k * D + t]; }
+      out[row * D + t] = a * inv;
+    }
+  } else {
+    for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
+      let d = t + dd * {{WG}}u;
+      if (d < D) { out[row * D + d] = acc[dd] * inv; }
+    }
   }
 }
 
