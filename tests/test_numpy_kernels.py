@@ -142,3 +142,52 @@ def test_clip_kernel(dtype, lo, hi):
     got, want = both(lambda t: ember.clip(t, lo, hi), a)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+# ---- the numpy device's compiled plan replay (core/backends/numpy_plan.py) -----------------------
+
+def _mobile_block(x, w1, b1, wd, bd, ws1, bs1, ws2, bs2):
+    """1x1 conv + hard swish, depthwise conv + hard swish, squeeze-excite (mean, 1x1 conv, relu,
+    1x1 conv, hard sigmoid, multiply), residual add: the chains the replay fuses and runs in place."""
+    from ember.onnx import functional as F
+    y = F.hard_swish(ember.conv2d(x, w1, b1))
+    y = F.hard_swish(ember.conv2d(y, wd, bd, padding=1, groups=y.shape[1]))
+    s = ember.mean(y, axis=(2, 3), keepdims=True)
+    s = F.hard_sigmoid(ember.conv2d(ember.relu(ember.conv2d(s, ws1, bs1)), ws2, bs2), 1.0 / 6.0, 0.5)
+    return ember.add(ember.conv2d(ember.multiply(y, s), ember.permute_dims(w1, (1, 0, 2, 3))), x)
+
+
+def test_plan_replay_fuses_and_runs_in_place_bit_exact():
+    arrays = [f32(1, 4, 6, 6), f32(8, 4, 1, 1), f32(8), f32(8, 1, 3, 3), f32(8), f32(4, 8, 1, 1), f32(4),
+              f32(8, 4, 1, 1), f32(8)]
+    ts = [ember.from_numpy(a.copy(), device="numpy") for a in arrays]
+    eager = _mobile_block(*ts).numpy()
+    f = ember.compile(_mobile_block)
+    f(*ts)
+    got = [f(*ts).numpy() for _ in range(2)]                 # replays (the first builds the replay)
+    fast = f.plan_for(*ts).fast
+    assert fast.fused == 3 and fast.in_place >= 3, [(o.name, o.inplace) for o in fast.ops]
+    for g in got:
+        np.testing.assert_array_equal(g, eager)             # same float32 operations, same order
+    for t, a in zip(ts, arrays):
+        np.testing.assert_array_equal(t.numpy(), a)         # inputs and weights never written
+    want = _mobile_block(*[ember.from_numpy(a, device="python") for a in arrays]).numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_plan_replay_never_writes_memory_a_live_value_shares():
+    w = ember.from_numpy(f32(3, 2, 1, 1), device="numpy")
+
+    def fn(x):
+        y = ember.conv2d(x, w)
+        v = ember.reshape(y, (3, -1))               # a view of y's array, read after relu(y)
+        z = ember.relu(y)                           # y's last reader: in place only if v were dead
+        return ember.add(v, 1.0), z, ember.clip(ember.multiply(x, 2.0), 0.0, 1.0)
+
+    x = ember.from_numpy(f32(1, 2, 4, 4), device="numpy")
+    want = [t.numpy() for t in fn(x)]
+    f = ember.compile(fn)
+    f(x)
+    for _ in range(2):
+        for g, e in zip(f(x), want):
+            np.testing.assert_array_equal(g.numpy(), e)

@@ -72,6 +72,12 @@ class NumpyBackend:
     def available():
         return True, f"numpy {np.__version__}"
 
+    def compile_plan(self, plan):
+        """A replay of ``plan`` with activation chains fused and elementwise steps in place
+        (``numpy_plan``), or None."""
+        from .numpy_plan import compile_plan
+        return compile_plan(plan)
+
     def from_bytes(self, data, shape, dtype):
         if dtype is _dt.bool_:  # any nonzero byte is True
             return (np.frombuffer(bytes(data), dtype=np.uint8) != 0).reshape(shape)
@@ -355,10 +361,13 @@ def _matmul(out, a, b):
     ct = np_dtype(out.dtype)
     if ct is np.float16:
         ct = np.float32
-    if out.dtype.kind in "iu" and A.size and B.size and _exact_in_f64(A, B):
-        # numpy's integer matmul is a plain loop, no BLAS: float64 BLAS is exact here (every
-        # partial sum stays below 2**53) and many times faster (int8 models' MatMulInteger)
-        return _out(np.matmul(A.astype(np.float64), B.astype(np.float64)), out)
+    if out.dtype.kind in "iu" and A.size and B.size:
+        ft = _exact_float(A, B)
+        if ft is not None:
+            # numpy's integer matmul is a plain loop, no BLAS: float BLAS is exact here (every
+            # partial sum is an integer below 2**24 / 2**53) and many times faster (int8 models'
+            # MatMulInteger: |a - zp| <= 255, |w| <= 128 and k <= 514 fit float32)
+            return _out(_int_matmul_as(A, B, ft), out)
     A, B = A.astype(ct, copy=False), B.astype(ct, copy=False)
     with np.errstate(all="ignore"):
         if A.ndim > 2 and B.ndim == 2 and A.flags.c_contiguous:
@@ -375,12 +384,35 @@ def _rows(a) -> int:
     return r
 
 
-def _exact_in_f64(A, B) -> bool:
+def max_abs(a) -> float:
+    """max |a| of a non-empty integer array, with no temporary array (-min, not abs: no
+    wrap-around at the type's minimum)."""
+    return max(float(a.max()), -float(a.min()))
+
+
+def exact_float_type(k: int, amax: float, bmax: float):
+    """float32 or float64 when a length-``k`` dot product of integers bounded by ``amax`` and
+    ``bmax`` is exact in it (every partial sum below 2**24 / 2**53), else None."""
+    bound = amax * bmax * k
+    return np.float32 if bound < 2.0 ** 24 else np.float64 if bound < 2.0 ** 53 else None
+
+
+def _exact_float(A, B):
     k = A.shape[-1]
-    if A.dtype.itemsize <= 2 and B.dtype.itemsize <= 2:
-        return k < 2 ** 21
-    bound = float(np.abs(A).max()) * float(np.abs(B).max()) * k
-    return bound < 2.0 ** 53
+    if A.dtype.itemsize == 1 and B.dtype.itemsize == 1:
+        amax, bmax = 255.0, 255.0            # (the type's bound is a cheaper test than a pass)
+    else:
+        amax, bmax = max_abs(A), max_abs(B)
+    return exact_float_type(k, amax, bmax)
+
+
+def _int_matmul_as(A, B, ft):
+    """The integer product A @ B computed with ``ft`` BLAS (exact: see exact_float_type),
+    leading axes of A folded into one GEMM."""
+    A, B = A.astype(ft), B.astype(ft, copy=False)
+    if A.ndim > 2 and B.ndim == 2:
+        return np.matmul(A.reshape(_rows(A), A.shape[-1]), B).reshape(A.shape[:-1] + B.shape[-1:])
+    return np.matmul(A, B)
 
 
 # ---- movement --------------------------------------------------------------------------------

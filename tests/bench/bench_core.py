@@ -24,6 +24,16 @@ backend measured on a chain of 200 tiny nodes.
 
     .venv/bin/python tests/bench/bench_core.py --only onnx      # just that section (--only micro: the first)
 
+Last, the held-out graphs section (``--only graphs``; two threads unless ``--threads N``): ember's
+numpy backend against onnxruntime on graphs PyTorch exports (a MobileNetV3-small-style CNN at
+224², a 4-layer pre-norm encoder at 8 x 32 x 128 and its int8 form from onnxruntime's
+``quantize_dynamic``), PP-OCRv4's detector and recogniser and the MNIST demo CNN, runs
+alternating, with the slowest ops of each side. torch comes from ``--torch-python PATH`` when
+this interpreter has none (default: ../refvenv/bin/python beside the repository).
+
+The whole bench runs with OpenBLAS's own kernel choice: ``OPENBLAS_CORETYPE`` and
+``OPENBLAS_L2_SIZE`` are removed from this process's environment before numpy loads.
+
 Every case runs once to warm up (caches, first-call costs), then repeatedly until at least
 ``MIN_TIME`` seconds and ``MIN_RUNS`` runs have passed (fewer for the slowest), and reports the
 median. Ratios > 1 mean the left one is slower. The python/numpy/torch outputs are checked
@@ -37,13 +47,20 @@ import statistics
 import sys
 import time
 
-THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+ONLY = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+# the graphs section compares with onnxruntime on two threads (the issue's setting) unless told
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else (2 if ONLY == "graphs" else 1)
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)   # before numpy loads its BLAS
+# OpenBLAS picks its own kernels here: these machines pin OPENBLAS_CORETYPE=Haswell and an
+# OPENBLAS_L2_SIZE that slow numpy's BLAS (CI keeps them; a comparison with native peers must not)
+OPENBLAS_UNSET = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.pop(v, None) is not None]
+EXPORTING = "--export-to" in sys.argv     # run by an interpreter with torch and without ember
 
 import numpy as np  # noqa: E402
 
-import ember  # noqa: E402
+if not EXPORTING:
+    import ember  # noqa: E402
 
 MIN_TIME = 1.0
 MIN_RUNS = 5
@@ -323,6 +340,302 @@ def overhead_table(modes, n=200) -> None:
     for label, t in cols:
         print(f"  {label:<28} {t / n * 1e6:>8.2f} us/node   ({t * 1e3:.3f} ms per call)")
 
+# ---- held-out graphs exported with PyTorch: ember numpy vs onnxruntime, per-op profiles -------
+#
+# ``--only graphs`` (two threads unless ``--threads``): a MobileNetV3-style CNN at 224², a 4-layer
+# pre-norm transformer encoder (8 x 32 x 128) and the same encoder int8 (onnxruntime's
+# ``quantize_dynamic``), PP-OCRv4's detector and recogniser (rapidocr-onnxruntime's files) and
+# the MNIST demo CNN. The PyTorch graphs are exported once by an interpreter that has torch
+# (this one, or ``--torch-python PATH``; default ../refvenv/bin/python next to the repository)
+# into ~/.cache/ember/bench_core/, random weights from a fixed seed. Runs alternate (ember,
+# onnxruntime, ember, ...), onnxruntime's intra-op threads do not spin, and the slowest ops of
+# each side are listed (ember: the replayed plan's kernels timed one by one; onnxruntime: its
+# profiler's node events).
+
+GRAPHS_VERSION = 1
+GRAPH_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "ember", "bench_core", f"graphs-v{GRAPHS_VERSION}")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def export_graphs(folder: str) -> None:
+    """Export the PyTorch graphs into ``folder`` (runs where torch is importable)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+
+    def bn(c):
+        b = nn.BatchNorm2d(c)
+        with torch.no_grad():        # non-trivial statistics, so folding them matters
+            b.running_mean.uniform_(-0.2, 0.2)
+            b.running_var.uniform_(0.5, 1.5)
+            b.weight.uniform_(0.5, 1.5)
+            b.bias.uniform_(-0.2, 0.2)
+        return b
+
+    def div8(v):
+        return max(8, int(v + 4) // 8 * 8)
+
+    class ConvBN(nn.Sequential):
+        def __init__(self, cin, cout, k, s=1, groups=1, act=None):
+            layers = [nn.Conv2d(cin, cout, k, s, (k - 1) // 2, groups=groups, bias=False), bn(cout)]
+            if act is not None:
+                layers.append(act())
+            super().__init__(*layers)
+
+    class SE(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            mid = div8(c // 4)
+            self.fc1, self.fc2 = nn.Conv2d(c, mid, 1), nn.Conv2d(mid, c, 1)
+
+        def forward(self, x):
+            s = F.adaptive_avg_pool2d(x, 1)
+            return x * F.hardsigmoid(self.fc2(F.relu(self.fc1(s))))
+
+    class Block(nn.Module):
+        def __init__(self, cin, k, exp, cout, se, act, s):
+            super().__init__()
+            layers = [] if exp == cin else [ConvBN(cin, exp, 1, act=act)]
+            layers.append(ConvBN(exp, exp, k, s, groups=exp, act=act))
+            if se:
+                layers.append(SE(exp))
+            layers.append(ConvBN(exp, cout, 1))
+            self.body, self.res = nn.Sequential(*layers), s == 1 and cin == cout
+
+        def forward(self, x):
+            y = self.body(x)
+            return x + y if self.res else y
+
+    class MobileNetV3Small(nn.Module):        # torchvision's mobilenet_v3_small layout
+        CFG = [(3, 16, 16, True, nn.ReLU, 2), (3, 72, 24, False, nn.ReLU, 2), (3, 88, 24, False, nn.ReLU, 1),
+               (5, 96, 40, True, nn.Hardswish, 2), (5, 240, 40, True, nn.Hardswish, 1),
+               (5, 240, 40, True, nn.Hardswish, 1), (5, 120, 48, True, nn.Hardswish, 1),
+               (5, 144, 48, True, nn.Hardswish, 1), (5, 288, 96, True, nn.Hardswish, 2),
+               (5, 576, 96, True, nn.Hardswish, 1), (5, 576, 96, True, nn.Hardswish, 1)]
+
+        def __init__(self):
+            super().__init__()
+            layers, c = [ConvBN(3, 16, 3, 2, act=nn.Hardswish)], 16
+            for k, exp, out, se, act, s in self.CFG:
+                layers.append(Block(c, k, exp, out, se, act, s))
+                c = out
+            layers.append(ConvBN(c, 576, 1, act=nn.Hardswish))
+            self.features = nn.Sequential(*layers)
+            self.head = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, 1000))
+
+        def forward(self, x):
+            return self.head(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+    class EncoderLayer(nn.Module):            # pre-norm: x + attn(ln(x)), x + mlp(ln(x))
+        def __init__(self, d=128, heads=4, ff=512):
+            super().__init__()
+            self.h = heads
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            a = torch.softmax(q @ k.transpose(-1, -2) * (d // self.h) ** -0.5, dim=-1) @ v   # (b, h, t, dh)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class Encoder(nn.Module):
+        def __init__(self, layers=4, d=128):
+            super().__init__()
+            self.layers = nn.Sequential(*[EncoderLayer(d) for _ in range(layers)])
+            self.ln = nn.LayerNorm(d)
+
+        def forward(self, x):
+            return self.ln(self.layers(x))
+
+    os.makedirs(folder, exist_ok=True)
+    for name, model, shape in (("mobilenetv3_small", MobileNetV3Small(), (1, 3, 224, 224)),
+                               ("encoder4", Encoder(), (8, 32, 128))):
+        model.eval()
+        kw = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
+        tmp = os.path.join(folder, name + ".onnx.part")
+        torch.onnx.export(model, (torch.randn(*shape),), tmp, opset_version=17, input_names=["x"],
+                          output_names=["y"], do_constant_folding=True, **kw)
+        os.replace(tmp, os.path.join(folder, name + ".onnx"))
+
+
+def _torch_python() -> str | None:
+    if "--torch-python" in sys.argv:
+        return sys.argv[sys.argv.index("--torch-python") + 1]
+    if torch is not None:
+        return sys.executable
+    ref = os.path.join(os.path.dirname(ROOT), "refvenv", "bin", "python")
+    return ref if os.path.exists(ref) else None
+
+
+def ensure_graphs() -> str | None:
+    """The folder holding the exported graphs (exported now if missing), or None with the reason printed."""
+    import subprocess
+    done = os.path.join(GRAPH_CACHE, "encoder4_int8.onnx")
+    if os.path.exists(done):
+        return GRAPH_CACHE
+    py = _torch_python()
+    if py is None:
+        print("(PyTorch graphs skipped: no interpreter with torch; pass --torch-python PATH, e.g. a venv made with "
+              "`python3 -m venv ../refvenv && ../refvenv/bin/pip install torch onnx`)")
+        return None
+    if not os.path.exists(os.path.join(GRAPH_CACHE, "encoder4.onnx")):
+        r = subprocess.run([py, os.path.abspath(__file__), "--export-to", GRAPH_CACHE], capture_output=True, text=True)
+        if r.returncode:
+            print(f"(PyTorch graphs skipped: the export with {py} failed:\n{r.stderr[-2000:]})")
+            return None
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    tmp = done + ".part.onnx"
+    quantize_dynamic(os.path.join(GRAPH_CACHE, "encoder4.onnx"), tmp, weight_type=QuantType.QInt8)
+    os.replace(tmp, done)
+    return GRAPH_CACHE
+
+
+def _graph_cases():
+    """(name, model bytes, feeds, error tolerance relative to the output's largest magnitude)."""
+    rng = np.random.default_rng(0)
+    out = []
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_models as M
+    out.append(("MNIST demo CNN, 1x1x28x28", M.mnist_onnx(M.mnist_weights()),
+                {"x": rng.random((1, 1, 28, 28), dtype=np.float32)}, 1e-4))
+    folder = ensure_graphs()
+    if folder is not None:
+        def read(name):
+            with open(os.path.join(folder, name), "rb") as f:
+                return f.read()
+        out.append(("MobileNetV3-small-style CNN, 1x3x224x224", read("mobilenetv3_small.onnx"),
+                    {"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}, 1e-4))
+        enc = {"x": rng.standard_normal((8, 32, 128)).astype(np.float32)}
+        out.append(("pre-norm encoder, 4 layers, 8x32x128", read("encoder4.onnx"), enc, 1e-4))
+        # int8: a 1-step difference in a dynamically quantized activation moves outputs by a
+        # quantization step; ember follows onnxruntime's rounding, so this stays small
+        out.append(("same encoder, int8 (quantize_dynamic)", read("encoder4_int8.onnx"), enc, 2e-2))
+    try:
+        import rapidocr_onnxruntime
+    except ImportError:
+        print("(PP-OCRv4 rows skipped: rapidocr-onnxruntime is not installed)")
+    else:
+        models = os.path.join(os.path.dirname(rapidocr_onnxruntime.__file__), "models")
+        for name, file, shape in (("PP-OCRv4 detector, 1x3x480x640", "ch_PP-OCRv4_det_infer.onnx", (1, 3, 480, 640)),
+                                  ("PP-OCRv4 recogniser, 1x3x48x320", "ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320))):
+            with open(os.path.join(models, file), "rb") as f:
+                raw = f.read()
+            out.append((name, raw, {"x": rng.random(shape, dtype=np.float32)}, 1e-3))
+    return out
+
+
+def _ort_session_quiet(raw, profile=False):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if profile:
+        import tempfile
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="ember-bench-"), "ort")
+    return ort.InferenceSession(raw, so, providers=["CPUExecutionProvider"])
+
+
+def ort_profile(raw, feeds, runs: int) -> dict:
+    """{op type: seconds per run} from onnxruntime's profiler over ``runs`` runs."""
+    import json
+    sess = _ort_session_quiet(raw, profile=True)
+    sess.run(None, feeds)
+    path = sess.end_profiling()
+    sess = _ort_session_quiet(raw, profile=True)
+    for _ in range(runs):
+        sess.run(None, feeds)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    out: dict = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            op = e.get("args", {}).get("op_name", "?")
+            out[op] = out.get(op, 0.0) + e["dur"] * 1e-6 / runs
+    return out
+
+
+def ember_profile(model, tensors, runs: int) -> dict:
+    """{kernel name: seconds per run}: the replayed plan's kernels timed one by one (a backend's
+    compiled replay that offers ``profile(inputs, times)`` times its own steps)."""
+    from ember import plan as P
+    times: dict = {}
+    pl = model._compiled.plan_for(*tensors) if model._compiled is not None else None
+    if pl is None:
+        return {"(eager: no plan to profile)": 0.0}
+    fast = pl.fast if pl.fast is not None else P._compiled_replay(pl)
+    for _ in range(runs):
+        if fast is not False and hasattr(fast, "profile"):
+            fast.profile(list(tensors), times)
+            continue
+        wrap = ember.Tensor._wrap
+        vals = [None] * pl.n_slots
+        vals[:pl.n_inputs] = tensors
+        for s, t in pl.consts:
+            vals[s] = t
+        for step, (kernel, ins, o, meta, attrs, dev, multi, free) in zip(pl.steps, pl._program):
+            t0 = time.perf_counter()
+            if multi is False:
+                vals[o] = wrap(kernel(meta, *[vals[i] for i in ins], **attrs), meta.shape, meta.dtype, dev)
+            elif multi is True:
+                for s, b, m in zip(o, kernel(meta, *[vals[i] for i in ins], **attrs), meta):
+                    vals[s] = wrap(b, m.shape, m.dtype, dev)
+            else:
+                kernel(vals)
+            times[step.name] = times.get(step.name, 0.0) + time.perf_counter() - t0
+            for s in free:
+                vals[s] = None
+    return {k: v / runs for k, v in times.items()}
+
+
+def _top(prof: dict, n: int) -> list:
+    return sorted(prof.items(), key=lambda kv: -kv[1])[:n]
+
+
+def graphs_section() -> None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("\n(graphs section skipped: onnxruntime is not installed; `python3 build.py setup` installs it)")
+        return
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nheld-out graphs: ember numpy (compiled plan) vs onnxruntime {ort.__version__}, {THREADS} threads each, "
+          f"runs alternating, onnxruntime spinning off; OpenBLAS picks its kernels"
+          f"{' (unset: ' + ', '.join(OPENBLAS_UNSET) + ')' if OPENBLAS_UNSET else ''}; load average {load:.1f}")
+    rows = []
+    for name, raw, feeds, tol in _graph_cases():
+        sess = _ort_session_quiet(raw)
+        ref = sess.run(None, feeds)[0]
+        m = _load(raw, "numpy", True)
+        ts = [ember.from_numpy(v, device="numpy") for v in feeds.values()]
+        err = float(np.abs(m(*ts).numpy() - ref).max()) / max(1.0, float(np.abs(ref).max()))
+        if err > tol:
+            raise SystemExit(f"{name}: ember differs from onnxruntime by {err:.3g} (relative to the largest output)")
+        t = interleaved({"ember": lambda: m(*ts), "ort": lambda: sess.run(None, feeds)})
+        runs = max(2, min(20, int(0.5 / max(t["ember"], 1e-4))))
+        rows.append((name, t["ember"], t["ort"], err, ember_profile(m, ts, runs), ort_profile(raw, feeds, runs)))
+    head = f"{'graph':<44} {'ember ms':>9} {'onnxrt ms':>9} {'ember/ort':>9} {'max err':>8}"
+    print(head)
+    print("-" * len(head))
+    for name, te, to, err, _, _ in rows:
+        print(f"{name:<44} {te * 1e3:>9.2f} {to * 1e3:>9.2f} {te / to:>8.2f}x {err:>8.1e}")
+    print("\nslowest ops per graph (ms per run; ember: plan kernels timed one by one, onnxruntime: profiler node times)")
+    for name, te, to, _, pe, po in rows:
+        print(f"  {name}")
+        le, lo = _top(pe, 8), _top(po, 8)
+        for i in range(max(len(le), len(lo))):
+            a = f"{le[i][0]:<30} {le[i][1] * 1e3:>7.2f}" if i < len(le) else " " * 38
+            b = f"{lo[i][0]:<26} {lo[i][1] * 1e3:>7.2f}" if i < len(lo) else ""
+            print(f"    {a}   | {b}")
+
 
 def main() -> int:
     print(f"ember bench core: CPython {platform.python_version()} on {platform.machine()}, "
@@ -331,9 +644,12 @@ def main() -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"median wall time per call (ms); ratio = left / right; load average {load:.1f} "
           f"(other processes on a loaded machine inflate wall times, multi-threaded peers most)\n")
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    only = ONLY
     if only == "onnx":
         onnx_section()
+        return 0
+    if only == "graphs":
+        graphs_section()
         return 0
     rows = []
     for name, arrays, efn, tfn in cases():
@@ -378,8 +694,18 @@ def main() -> int:
     print("\n(cpu) = CPU time of the pure-Python run: what its wall time is on an idle core")
     if only != "micro":
         onnx_section()
+        # on two threads (the peers' setting there), in a process of its own: the BLAS thread
+        # count is fixed when numpy loads
+        import subprocess
+        extra = ["--quick"] if QUICK else []
+        if "--torch-python" in sys.argv:
+            extra += ["--torch-python", sys.argv[sys.argv.index("--torch-python") + 1]]
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--only", "graphs", *extra])
     return 0
 
 
 if __name__ == "__main__":
+    if EXPORTING:
+        export_graphs(sys.argv[sys.argv.index("--export-to") + 1])
+        sys.exit(0)
     sys.exit(main())

@@ -1,0 +1,333 @@
+"""The numpy device's compiled replay of an execution plan (``NumpyBackend.compile_plan``).
+
+A plan replayed step by step allocates a new array for every kernel call and makes one pass over
+memory per primitive: the activations exporters write as chains of primitives (HardSwish:
+multiply, add, clip, multiply) cost four passes and four arrays. Knowing the whole plan, this
+replay does two things on top of the recorded kernels, with results identical bit for bit (the
+same float32 operations in the same order, only the destination arrays differ):
+
+- **activation chains** ``clip(x * a + b, 0, 1)`` (hard sigmoid) and ``x * clip(x * a + b, 0, 1)``
+  (hard swish), with ``a``, ``b`` scalar constants, become one step: one temporary at most;
+- **in place**: an elementwise step (add, subtract, multiply, divide, relu, clip, the fused
+  activations) writes into one of its float32 inputs when that array is the plan's own (made by
+  a kernel that always returns a new array, never an input, a constant or an output), has the
+  output's shape, and no value still to be read shares its memory (a reshape of it, say).
+
+``EMBER_NUMPY_PLAN=off`` turns it off (the plan then replays step by step).
+
+>>> import ember, numpy as np
+>>> f = ember.compile(lambda x: ember.relu(ember.add(ember.multiply(x, 2.0), 1.0)))
+>>> x = ember.from_numpy(np.array([-1.0, 0.5], np.float32), device="numpy")
+>>> f(x).tolist(), f(x).tolist()
+([0.0, 2.0], [0.0, 2.0])
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+# kernels whose result is always a new array (never an input's buffer or a view of one)
+FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
+                   "relu", "clip", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "batch_norm",
+                   "max_pool2d", "avg_pool2d", "concat", "exp", "tanh", "sqrt", "erf", "hard_swish", "hard_sigmoid"})
+_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide}
+_F32 = np.dtype(np.float32)
+
+
+class _Op:
+    """One step of the compiled program: a recorded kernel call, or a fused/in-place one."""
+
+    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi")
+
+    def __init__(self, name, ins, out, meta, run, multi=False):
+        self.name, self.ins, self.out, self.meta, self.run, self.multi = name, ins, out, meta, run, multi
+        self.inplace = None
+        self.free = ()
+
+
+def _const_scalar(consts: dict, slot):
+    """The float32 0-d array of a scalar float32 constant slot, else None."""
+    t = consts.get(slot)
+    if t is None or t.dtype.name != "float32" or t.size != 1:
+        return None
+    return np.asarray(t._buf, dtype=np.float32).reshape(())
+
+
+class NumpyReplay:
+    """A plan's steps rewritten as described in the module docstring; call it with the inputs."""
+
+    def __init__(self, plan):
+        from ..plan import HOST
+        from ..tensor import Tensor
+        self.plan = plan
+        self._wrap = Tensor._wrap
+        steps = plan.steps
+        if any(st.multi == HOST for st in steps):
+            raise ValueError("host steps")           # they may touch any slot: replay as recorded
+        consts = dict(plan.consts)
+        readers: dict = {}
+        for i, st in enumerate(steps):
+            for s in st.ins:
+                readers.setdefault(s, []).append(i)
+        protected = set(plan.out_slots) | set(consts) | set(range(plan.n_inputs))
+        ops = self._fuse(steps, consts, readers, protected)
+        self._inplace(ops, protected)
+        # after each op, the slots nobody reads any more
+        last = {}
+        for i, op in enumerate(ops):
+            for s in op.ins:
+                last[s] = i
+        frees = [[] for _ in ops]
+        for s, i in last.items():
+            if s not in protected:
+                frees[i].append(s)
+        for op, f in zip(ops, frees):
+            op.free = tuple(f)
+        self.ops = ops
+        self.fused = sum(1 for op in ops if op.name.startswith("hard_"))
+        self.in_place = sum(1 for op in ops if op.inplace is not None)
+
+    # ---- rewriting -------------------------------------------------------------------------------
+    def _fuse(self, steps, consts, readers, protected) -> list:
+        """Recorded steps as _Ops, with hard sigmoid / hard swish chains made one op each."""
+        ops, skip = [], set()
+        only = lambda s, i: readers.get(s) == [i] and s not in protected   # noqa: E731
+        for i, st in enumerate(steps):
+            if i in skip:
+                continue
+            chain = self._hard_chain(steps, i, consts, readers, only)
+            if chain is not None:
+                name, x, a, b, last = chain
+                skip.update(last[1:])       # (later steps: a chain reads only its own results)
+                ops.append(_Op(name, (x,), steps[last[-1]].outs[0], steps[last[-1]].meta,
+                               _hard(name == "hard_swish", a, b)))
+                continue
+            ops.append(_Op(st.name, st.ins, st.outs if st.multi else st.outs[0], st.meta, _recorded(st),
+                           bool(st.multi)))
+        return ops
+
+    @staticmethod
+    def _hard_chain(steps, i, consts, readers, only):
+        """``(name, x slot, a, b, [step indices])`` when steps i.. are multiply(x, a), add(., b),
+        clip(., 0, 1)[, multiply(x, .)] on float32 with every intermediate read only by the
+        next step; else None."""
+        st = steps[i]
+        if st.name != "multiply" or st.multi or st.meta.dtype.name != "float32":
+            return None
+        x, c = st.ins
+        a = _const_scalar(consts, c)
+        if a is None:
+            x, c = c, x
+            a = _const_scalar(consts, c)
+        if a is None or x in consts:
+            return None
+        t1 = st.outs[0]
+        r = readers.get(t1, [])
+        if len(r) != 1 or not only(t1, r[0]):
+            return None
+        i_add = r[0]
+        add = steps[i_add]
+        if add.name != "add" or add.multi:
+            return None
+        b = _const_scalar(consts, add.ins[1] if add.ins[0] == t1 else add.ins[0])
+        if b is None:
+            return None
+        t2 = add.outs[0]
+        r = readers.get(t2, [])
+        if len(r) != 1 or not only(t2, r[0]):
+            return None
+        i_cl = r[0]
+        cl = steps[i_cl]
+        if cl.name != "clip" or cl.attrs.get("min") != 0.0 or cl.attrs.get("max") != 1.0 \
+                or cl.meta.dtype.name != "float32":
+            return None
+        idx = [i, i_add, i_cl]
+        t3 = cl.outs[0]
+        r = readers.get(t3, [])
+        if len(r) == 1 and only(t3, r[0]):
+            m2 = steps[r[0]]
+            if m2.name == "multiply" and not m2.multi and sorted(m2.ins) == sorted((x, t3)) and x != t3 \
+                    and tuple(m2.meta.shape) == tuple(st.meta.shape):
+                return "hard_swish", x, a, b, idx + [r[0]]
+        if tuple(cl.meta.shape) != tuple(st.meta.shape):
+            return None
+        return "hard_sigmoid", x, a, b, idx
+
+    def _inplace(self, ops, protected) -> None:
+        """Mark elementwise ops that may write into one of their inputs (see the docstring)."""
+        group: dict = {}           # slot -> the set of slots sharing its memory (may alias)
+        fresh: set = set()         # slots holding arrays the plan made and owns
+        shape: dict = {}           # slot -> (shape, dtype name)
+        last: dict = {}
+        for i, op in enumerate(ops):
+            for s in op.ins:
+                last[s] = i
+        for i, op in enumerate(ops):
+            outs = op.out if op.multi else (op.out,)
+            metas = op.meta if op.multi else (op.meta,)
+            for s, m in zip(outs, metas):
+                shape[s] = (tuple(m.shape), m.dtype.name)
+            target = None
+            if op.name in _BINARY or op.name in ("relu", "clip", "hard_swish", "hard_sigmoid"):
+                want = (tuple(op.meta.shape), "float32")
+                for s in op.ins:
+                    if s in fresh and s not in protected and shape.get(s) == want and \
+                            all(last.get(t, -1) <= i and t not in protected for t in group.get(s, {s})):
+                        target = s
+                        break
+            if target is not None and len(outs) == 1 and shape[outs[0]][1] == "float32":
+                op.inplace = op.ins.index(target)
+                op.run = _inplace_run(op)
+                g = group.setdefault(target, {target})
+                g.add(outs[0])
+                group[outs[0]] = g
+                fresh.add(outs[0])
+                continue
+            if op.name in FRESH and len(outs) == 1:
+                fresh.add(outs[0])
+                group[outs[0]] = {outs[0]}
+                continue
+            # anything else may return (a view of) an input: its outputs share the inputs' memory
+            g = set(outs)
+            for s in op.ins:
+                g |= group.get(s, {s})
+            for s in g:
+                group[s] = g
+
+    # ---- running ---------------------------------------------------------------------------------
+    def _setup(self, inputs):
+        plan = self.plan
+        vals = [None] * plan.n_slots
+        vals[:plan.n_inputs] = inputs
+        for s, t in plan.consts:
+            vals[s] = t
+        return vals
+
+    def __call__(self, inputs):
+        from ..plan import unflatten
+        vals = self._setup(inputs)
+        with np.errstate(all="ignore"):
+            for op in self.ops:
+                op.run(vals, op)
+                for s in op.free:
+                    vals[s] = None
+        return unflatten(self.plan.out_tree, [vals[s] for s in self.plan.out_slots])
+
+    def profile(self, inputs, times: dict) -> None:
+        """Run once, adding each op's wall time to ``times[name]`` (in-place ops as ``name (in place)``)."""
+        vals = self._setup(inputs)
+        clock = time.perf_counter
+        with np.errstate(all="ignore"):
+            for op in self.ops:
+                t = clock()
+                op.run(vals, op)
+                key = op.name if op.inplace is None else op.name + " (in place)"
+                times[key] = times.get(key, 0.0) + clock() - t
+                for s in op.free:
+                    vals[s] = None
+
+
+def _recorded(st):
+    kernel, attrs, dev = st.kernel, st.attrs, st.device
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    if st.multi:
+        def run(vals, op):
+            bufs = kernel(op.meta, *[vals[i] for i in op.ins], **attrs)
+            for s, b, m in zip(op.out, bufs, op.meta):
+                vals[s] = wrap(b, m.shape, m.dtype, dev)
+        return run
+
+    def run(vals, op):
+        vals[op.out] = wrap(kernel(op.meta, *[vals[i] for i in op.ins], **attrs), op.meta.shape, op.meta.dtype, dev)
+    run.attrs, run.device = attrs, dev
+    return run
+
+
+def _hard(swish: bool, a, b):
+    """hard sigmoid ``clip(x * a + b, 0, 1)`` / hard swish ``x * that`` as one op, out of place."""
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    lo, hi = np.float32(0.0), np.float32(1.0)
+
+    def run(vals, op, out=None):
+        xt = vals[op.ins[0]]
+        x = xt._buf.astype(np.float32, copy=False)     # (float16 / ints: computed in float32, as recorded)
+        t = np.multiply(x, a, out=out)
+        t += b
+        np.clip(t, lo, hi, out=t)
+        if swish:
+            t *= x          # x * clip(...): the same product as multiply(x, clip) (commutative)
+        vals[op.out] = wrap(t, op.meta.shape, op.meta.dtype, xt.device)
+    run.hard = (swish, a, b)
+    return run
+
+
+def _inplace_run(op):
+    """The op's run writing into input ``op.inplace``'s array."""
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    j = op.inplace
+    name = op.name
+    lo_hi = None
+    if name == "relu":
+        lo_hi = (np.float32(0.0), np.float32(np.inf))
+    elif name == "clip":
+        attrs = op.run.attrs
+        lo = attrs.get("min")
+        hi = attrs.get("max")
+        lo_hi = (np.float32(-np.inf if lo is None else lo), np.float32(np.inf if hi is None else hi))
+    if lo_hi is not None:
+        lo, hi = lo_hi
+        dev = op.run.device
+
+        def run(vals, op):
+            y = vals[op.ins[0]]._buf
+            np.clip(y, lo, hi, out=y)
+            vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
+        return run
+    if name in _BINARY:
+        fn = _BINARY[name]
+        dev = op.run.device
+
+        def run(vals, op):
+            A, B = vals[op.ins[0]]._buf, vals[op.ins[1]]._buf
+            y = A if j == 0 else B
+            if A.dtype != _F32 or B.dtype != _F32:    # (float16 / int operands: as recorded)
+                vals[op.out] = wrap(np.asarray(fn(A, B), np.float32).reshape(op.meta.shape), op.meta.shape,
+                                    op.meta.dtype, dev)
+                return
+            fn(A, B, out=y)
+            vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
+        return run
+    # hard_swish / hard_sigmoid: the temporary is the input itself for hard sigmoid; hard swish
+    # needs x after the clip, so it keeps one temporary and multiplies into x
+    swish, a, b = op.run.hard
+    lo, hi = np.float32(0.0), np.float32(1.0)
+
+    def run(vals, op):
+        xt = vals[op.ins[0]]
+        x = xt._buf
+        if swish:
+            t = x * a
+            t += b
+            np.clip(t, lo, hi, out=t)
+            x *= t
+        else:
+            x *= a
+            x += b
+            np.clip(x, lo, hi, out=x)
+        vals[op.out] = wrap(x, op.meta.shape, op.meta.dtype, xt.device)
+    return run
+
+
+def compile_plan(plan):
+    """A NumpyReplay of ``plan``, or None (``EMBER_NUMPY_PLAN=off``, or a plan with host steps)."""
+    if os.environ.get("EMBER_NUMPY_PLAN", "on") == "off":
+        return None
+    try:
+        return NumpyReplay(plan)
+    except ValueError:
+        return None
