@@ -205,3 +205,17 @@ def test_qlinear_rms_rope(device):
         got = qlinear_rms_rope(_t(x, device), _t(nw, device), w.to(device), cos, sin,
                                _t([pos], device, "int32"), rope_rows=heads * hd, head_dim=hd)
         np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol)
+
+
+def test_greedy_tokens(device):
+    """argmax over a vocabulary split in parts (webgpu: 1024 logits per workgroup), first index
+    of ties, NaN winning, as ember.argmax does."""
+    from ember.ops.llm import greedy_tokens
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 2500)).astype(np.float32)
+    x[1, 1500] = x[1, 2100] = 9.0                        # a tie across parts: the first wins
+    x[2, 7] = np.nan
+    got = greedy_tokens(_t(x, device))
+    assert got.tolist() == [int(np.argmax(x[0])), 1500, 7] == ember.argmax(_t(x, device), axis=-1).tolist()
+    assert got.dtype == ember.int64

@@ -108,7 +108,7 @@ class LLM:
 
             m = self.model
             self._step_logits = ember.compile(lambda ids, pos: m.forward(ids, pos))
-            self._step_argmax = ember.compile(lambda ids, pos: F.argmax(m.forward(ids, pos), axis=-1))
+            self._step_argmax = ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))
         return self._step_logits, self._step_argmax
 
     @property

@@ -22,6 +22,9 @@ a preallocated key/value cache.
   ``qlinear_rms_rope(x, norm_weight, w, cos, sin, pos, eps=, rope_rows=, head_dim=, ...)``:
   ``qlinear_rms`` whose first ``rope_rows`` outputs (stacked q and k heads) are then rotated
   (``"pairs"`` mode) at positions ``pos .. pos+T-1`` of the tables ``cos``/``sin``.
+- ``greedy_tokens(logits)``: ``argmax(logits, axis=-1)`` of ``(rows, vocab)`` logits, the
+  greedy step's token (a composite: webgpu splits the vocabulary over many workgroups, where a
+  general argmax gives each output row one).
 
 >>> import ember
 >>> x = ember.tensor([[[1.0, 0.0]]])                 # T=1, H=1, D=2
@@ -40,7 +43,8 @@ from ..errors import DTypeError, ShapeError
 from ..registry import apply, op
 from ..tensor import Tensor
 
-__all__ = ["rms_norm", "rope", "attention_cached", "qlinear_rms", "qlinear_residual", "qlinear_rms_rope"]
+__all__ = ["rms_norm", "rope", "attention_cached", "qlinear_rms", "qlinear_residual", "qlinear_rms_rope",
+           "greedy_tokens"]
 
 
 def _ops():
@@ -337,6 +341,34 @@ def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False) -> Te
     33.0
     """
     return apply("qlinear_residual", x, w.data, residual, glu=bool(glu), qtype=w.qtype, n=w.n, k=w.k)
+
+
+def _greedy_shape(xs):
+    if len(xs) != 2 or not xs[1]:
+        raise ShapeError(f"greedy_tokens: logits must be (rows, vocab) with a vocabulary, got {tuple(xs)}")
+    return (xs[0],)
+
+
+def _greedy_dtype(xt, **_):
+    if xt.kind != "f":
+        raise DTypeError(f"greedy_tokens: logits must be floating point, got {xt.name}")
+    return _dt.int64
+
+
+op("greedy_tokens", kind="composite", shape=_greedy_shape, dtype=_greedy_dtype,
+   decompose=lambda x: _ops().argmax(x, axis=-1),
+   doc="argmax over the vocabulary of (rows, vocab) logits: a greedy decoding step's tokens")
+
+
+def greedy_tokens(logits: Tensor) -> Tensor:
+    """The index (int64) of the first largest logit of each row of ``logits`` ``(rows, vocab)``:
+    ``argmax(logits, axis=-1)``, as a greedy decoding step picks its token.
+
+    >>> import ember
+    >>> greedy_tokens(ember.tensor([[0.5, 2.0, 2.0], [3.0, -1.0, 0.0]])).tolist()
+    [1, 0]
+    """
+    return apply("greedy_tokens", logits)
 
 
 def check_pos(pos: int, T: int, C: int) -> None:

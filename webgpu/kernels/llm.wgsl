@@ -227,3 +227,58 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   out[ia] = x0 * c - x1 * s;
   out[ib] = x0 * s + x1 * c;
 }
+
+//// amax_part
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+#include amax_common
+
+// ---- greedy_tokens, pass 1: workgroup (row r, part g) finds the first largest of elements
+// [g * CH, (g + 1) * CH) of row r (NaN counting as the largest), stored as (value bits, index)
+// at out[2 * (r * G + g)]. info: 0 rows, 1 n, 2 G (parts per row), 3 CH, 4 x offset
+@compute @workgroup_size({{WG}})
+fn amax_part(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) t: u32) {
+  let o = wid.x + wid.y * nwg.x;
+  let valid = o < u(0u) * u(2u);
+  let r = o / u(2u);
+  let g = o % u(2u);
+  var bv = 0.0;
+  var bi = NONE;
+  if (valid) {
+    let e1 = min(u(1u), (g + 1u) * u(3u));
+    for (var e = g * u(3u) + t; e < e1; e = e + {{WG}}u) {
+      let v = x[u(4u) + r * u(1u) + e];
+      if (better(v, e, bv, bi)) { bv = v; bi = e; }
+    }
+  }
+  let w = amax_tree(t, bv, bi);
+  if (valid && t == 0u) { out[2u * o] = bitcast<u32>(w.x); out[2u * o + 1u] = bitcast<u32>(w.y); }
+}
+
+//// amax_fin
+@group(0) @binding(0) var<storage, read_write> out: array<i32>;
+@group(0) @binding(1) var<storage, read> part: array<u32>;
+@group(0) @binding(2) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+#include amax_common
+
+// ---- greedy_tokens, pass 2: one workgroup per row reduces its G (value, index) pairs
+@compute @workgroup_size({{WG}})
+fn amax_fin(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) t: u32) {
+  let r = wid.x + wid.y * nwg.x;
+  let valid = r < u(0u);
+  var bv = 0.0;
+  var bi = NONE;
+  if (valid) {
+    for (var g = t; g < u(2u); g = g + {{WG}}u) {
+      let k = 2u * (r * u(2u) + g);
+      let v = bitcast<f32>(part[k]);
+      let i = part[k + 1u];
+      if (better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+  }
+  let w = amax_tree(t, bv, bi);
+  if (valid && t == 0u) { out[r] = i32(bitcast<u32>(w.y)); }
+}

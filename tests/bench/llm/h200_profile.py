@@ -43,7 +43,7 @@ def main() -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         write_gguf(p)
     m = Llama.from_gguf(load_gguf(str(p)), device="webgpu", context=1024)
-    step = ember.compile(lambda ids, pos: F.argmax(m.forward(ids, pos), axis=-1))
+    step = ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))   # as ember.llm's step
     tok = 5
     for pos in range(4):
         tok = int(step(tensor([tok], dtype="int32", device="webgpu"), tensor([pos], dtype="int32", device="webgpu")).tolist()[0])

@@ -80,7 +80,7 @@ def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int, feed
     t = time.perf_counter()
     m = Llama.from_gguf(load_gguf(str(path)), device=device, context=1024)
     out = {"load_s": time.perf_counter() - t}
-    step = ember.compile(lambda ids, pos: F.argmax(m.forward(ids, pos), axis=-1))
+    step = ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))   # as ember.llm's step
     rng = np.random.default_rng(1)
 
     def prefill(ids):
