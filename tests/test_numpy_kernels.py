@@ -191,3 +191,48 @@ def test_plan_replay_never_writes_memory_a_live_value_shares():
     for _ in range(2):
         for g, e in zip(f(x), want):
             np.testing.assert_array_equal(g.numpy(), e)
+
+
+def _quantized_linear_model(k=16, n=8, w_zp=0):
+    """DynamicQuantizeLinear -> MatMulInteger (int8 weight, a zero point) -> Cast -> Mul -> Add:
+    onnxruntime's quantize_dynamic layout of a linear layer, built by hand."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+    w = rng.integers(-64, 64, (k, n)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(w_zp, np.int8), "w_zp"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "w_scale"),
+             numpy_helper.from_array(f32(n), "b")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("Mul", ["xs", "w_scale"], ["s"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "w_zp"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT),
+             helper.make_node("Mul", ["accf", "s"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"])]
+    g = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, k])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3, n])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString(), w.astype(np.float64) - w_zp
+
+
+@pytest.mark.parametrize("w_zp", [0, 3])
+def test_plan_replay_int8_linear_fused_and_exact(w_zp):
+    """The replay runs DynamicQuantizeLinear as one op and MatMulInteger + Cast on float32 BLAS
+    (a float32 copy of the weight made once): equal bit for bit to the step-by-step replay, and
+    to the exact integer arithmetic."""
+    import ember.onnx
+    raw, wc = _quantized_linear_model(w_zp=w_zp)
+    m = ember.onnx.load(raw, device="numpy")
+    for scale in (1.0, 3.0, 0.0):                          # all zeros: scale 1, zero point 0
+        a = f32(2, 3, 16) * scale
+        x = ember.from_numpy(a, device="numpy")
+        got = [m(x).numpy() for _ in range(3)][-1]
+        np.testing.assert_array_equal(got, m._execute(x)["y"].numpy())
+        lo, hi = min(float(a.min()), 0.0), max(float(a.max()), 0.0)
+        s = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255)) or np.float32(1)
+        zp = np.clip(np.rint(-(np.float32(lo) / s)), 0, 255)
+        q = np.clip(np.rint(a / s) + zp, 0, 255)
+        want = ((q - zp) @ wc).astype(np.float32) * (s * np.float32(0.02))
+        np.testing.assert_allclose(got - m._consts["b"].numpy(), want, rtol=1e-5, atol=1e-5)
+    names = [op.name for op in m._compiled.plan_for(x).fast.ops]
+    assert names[:3] == ["dynamic_quantize_linear", "multiply", "matmul_integer"] and len(names) == 5, names

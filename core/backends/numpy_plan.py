@@ -31,7 +31,8 @@ import numpy as np
 # kernels whose result is always a new array (never an input's buffer or a view of one)
 FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
                    "relu", "clip", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "batch_norm",
-                   "max_pool2d", "avg_pool2d", "concat", "exp", "tanh", "sqrt", "erf", "hard_swish", "hard_sigmoid"})
+                   "max_pool2d", "avg_pool2d", "concat", "exp", "tanh", "sqrt", "erf", "hard_swish", "hard_sigmoid",
+                   "matmul_integer"})
 _BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide}
 _F32 = np.dtype(np.float32)
 
@@ -94,8 +95,24 @@ class NumpyReplay:
         """Recorded steps as _Ops, with hard sigmoid / hard swish chains made one op each."""
         ops, skip = [], set()
         only = lambda s, i: readers.get(s) == [i] and s not in protected   # noqa: E731
+        dtypes = {s: t.dtype.name for s, t in consts.items()}
+        for st in steps:
+            for s, m in zip(st.outs, st.meta if st.multi else (st.meta,)):
+                dtypes[s] = m.dtype.name
         for i, st in enumerate(steps):
             if i in skip:
+                continue
+            dq = _dynamic_quantize(steps, i, consts, readers, only)
+            if dq is not None:
+                op, used = dq
+                skip.update(used)
+                ops.append(op)
+                continue
+            qm = _integer_matmul(steps, i, consts, readers, only, dtypes)
+            if qm is not None:
+                op, used = qm
+                skip.update(used)
+                ops.append(op)
                 continue
             chain = self._hard_chain(steps, i, consts, readers, only)
             if chain is not None:
@@ -321,6 +338,133 @@ def _inplace_run(op):
             np.clip(x, lo, hi, out=x)
         vals[op.out] = wrap(x, op.meta.shape, op.meta.dtype, xt.device)
     return run
+
+
+# ---- int8 graphs: DynamicQuantizeLinear and MatMulInteger ---------------------------------------
+#
+# ember.onnx.quant writes DynamicQuantizeLinear as 20 primitive steps (13 of them on scalars) and
+# MatMulInteger as casts, a subtraction and an integer matmul: a quantized linear layer replays as
+# ~28 kernel calls. Both are recognised by their exact data flow and run as one op each.
+
+_DQ = ("min", "minimum", "max", "maximum", "subtract", "divide", "equal", "where", "divide", "negative", "round",
+       "clip", "cast", "divide", "round", "cast", "add", "round", "clip", "cast")
+
+
+def _dynamic_quantize(steps, i, consts, readers, only):
+    """(op, step indices) when steps i..i+19 are ember.onnx.quant.dynamic_quantize_linear of a
+    float32 ``x``, else None. The op's outputs: y (uint8), scale, zero point (uint8)."""
+    if i + len(_DQ) > len(steps) or steps[i].name != "min":
+        return None
+    seq = steps[i:i + len(_DQ)]
+    if tuple(st.name for st in seq) != _DQ or any(st.multi for st in seq):
+        return None
+    o = [st.outs[0] for st in seq]
+    x = seq[0].ins[0]
+    c = lambda st, k: _const_scalar(consts, st.ins[k])   # noqa: E731
+    want = [(x,), (o[0], None), (x,), (o[2], None), (o[3], o[1]), (o[4], None), (o[5], None), (o[6], None, o[5]),
+            (o[1], o[7]), (o[8],), (o[9],), (o[10],), (o[11],), (x, o[7]), (o[13],), (o[12],), (o[14], o[15]),
+            (o[16],), (o[17],), (o[18],)]
+    for st, w in zip(seq, want):
+        if len(st.ins) != len(w) or any(a is not None and a != b for a, b in zip(w, st.ins)):
+            return None
+        if any(a is None and c(st, k) is None for k, a in enumerate(w)):
+            return None
+    if seq[0].meta.dtype.name != "float32" or seq[0].meta.shape != () or seq[2].meta.shape != () \
+            or seq[12].meta.dtype.name != "uint8" or seq[19].meta.dtype.name != "uint8" \
+            or seq[15].meta.dtype.name != "float32" or seq[13].meta.dtype.name != "float32":
+        return None
+    # every intermediate is read only inside the pattern: then only y, scale and zp survive it
+    inside = set(range(i, i + len(_DQ)))
+    keep = {19: o[19], 7: o[7], 12: o[12]}
+    for k, s in enumerate(o):
+        if k not in keep and not set(readers.get(s, [])) <= inside:
+            return None
+    lo0, hi0, n255, zero, one = c(seq[1], 1), c(seq[3], 1), c(seq[5], 1), c(seq[6], 1), c(seq[7], 1)
+    zlo, zhi = seq[11].attrs.get("min"), seq[11].attrs.get("max")
+    ylo, yhi = seq[18].attrs.get("min"), seq[18].attrs.get("max")
+    if None in (zlo, zhi, ylo, yhi):
+        return None
+    zlo, zhi, ylo, yhi = (np.float32(v) for v in (zlo, zhi, ylo, yhi))
+    cast_zp, cast_y, dev = seq[12].kernel, seq[19].kernel, seq[0].device
+    zp_attrs, y_attrs = seq[12].attrs, seq[19].attrs
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    metas = (seq[19].meta, seq[7].meta, seq[12].meta)
+
+    def run(vals, op):
+        xt = vals[op.ins[0]]
+        a = xt._buf
+        lo = np.minimum(a.min(), lo0) if a.size else np.minimum(np.float32(0), lo0)
+        hi = np.maximum(a.max(), hi0) if a.size else np.maximum(np.float32(0), hi0)
+        scale = np.true_divide(np.subtract(hi, lo), n255)
+        scale = np.asarray(one if scale == zero else scale, np.float32)
+        zf = np.clip(np.rint(np.negative(np.true_divide(lo, scale))), zlo, zhi)
+        zt = wrap(np.asarray(zf, np.float32).reshape(()), (), metas[1].dtype, dev)
+        zp = cast_zp(metas[2], zt, **zp_attrs)                                 # (the recorded cast: NaN -> 0)
+        y = np.true_divide(a, scale)
+        np.rint(y, out=y)
+        y += zp.astype(np.float32)
+        np.rint(y, out=y)
+        np.clip(y, ylo, yhi, out=y)
+        q = cast_y(metas[0], wrap(y, metas[0].shape, seq[18].meta.dtype, dev), **y_attrs)
+        vals[op.out[0]] = wrap(q, metas[0].shape, metas[0].dtype, dev)
+        vals[op.out[1]] = wrap(scale.reshape(()), (), metas[1].dtype, dev)
+        vals[op.out[2]] = wrap(zp, (), metas[2].dtype, dev)
+    return _Op("dynamic_quantize_linear", (x,), (o[19], o[7], o[12]), metas, run, True), list(range(i, i + len(_DQ)))
+
+
+def _integer_matmul(steps, i, consts, readers, only, dtypes):
+    """(op, step indices) for cast(a -> int32), cast(zp -> int32), subtract, matmul(., W) [,
+    cast(-> float32)] with W a constant int32 matrix and a uint8: ``(a - zp) @ W`` on float32 BLAS
+    with a float32 copy of W made once (exact when k * 255 * max|W| < 2**24, else float64 BLAS),
+    straight to float32 when the next step casts the int32 result to it."""
+    if i + 4 > len(steps):
+        return None
+    ca, cz, sub, mm = steps[i:i + 4]
+    if (ca.name, cz.name, sub.name, mm.name) != ("cast", "cast", "subtract", "matmul") or \
+            any(st.multi for st in (ca, cz, sub, mm)):
+        return None
+    a, z = ca.outs[0], cz.outs[0]
+    if sub.ins != (a, z) or ca.meta.dtype.name != "int32" or cz.meta.dtype.name != "int32" or cz.meta.shape != () \
+            or sub.meta.dtype.name != "int32" or mm.ins[0] != sub.outs[0] or mm.meta.dtype.name != "int32":
+        return None
+    w = consts.get(mm.ins[1])
+    if dtypes.get(ca.ins[0]) != "uint8" or dtypes.get(cz.ins[0]) != "uint8" or w is None or w.dtype.name != "int32" or w.ndim != 2 or not (only(a, i + 2) and only(z, i + 2)) \
+            or not only(sub.outs[0], i + 3) or mm.ins[0] == mm.ins[1]:
+        return None
+    wb = np.asarray(w._buf)
+    if not wb.size:
+        return None
+    from .numpy_backend import exact_float_type, max_abs
+    ft = exact_float_type(wb.shape[0], 255.0, max_abs(wb))
+    if ft is None:
+        return None
+    wf = wb.astype(ft)                       # once, when the plan is compiled
+    used = [i, i + 1, i + 2, i + 3]
+    out, meta = mm.outs[0], mm.meta
+    r = readers.get(out, [])
+    if len(r) == 1 and only(out, r[0]) and steps[r[0]].name == "cast" and steps[r[0]].meta.dtype.name == "float32" \
+            and r[0] == i + 4 and ft is np.float32:
+        used.append(i + 4)
+        out, meta = steps[i + 4].outs[0], steps[i + 4].meta
+    dev = mm.device
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    ins = (ca.ins[0], cz.ins[0])
+
+    def run(vals, op):
+        at, zt = vals[op.ins[0]], vals[op.ins[1]]
+        A, Z = at._buf, zt._buf                         # uint8 both (checked when compiled)
+        x = A.astype(ft)
+        x -= ft(Z)                                      # exact: integers below 256
+        if x.ndim > 2:
+            y = np.matmul(x.reshape(-1, x.shape[-1]), wf).reshape(op.meta.shape)
+        else:
+            y = np.matmul(x, wf)
+        if op.meta.dtype.name != "float32":
+            y = y.astype(np.int32)
+        vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
+    return _Op("matmul_integer", ins, out, meta, run), used
 
 
 def compile_plan(plan):
