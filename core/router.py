@@ -50,6 +50,9 @@ __all__ = ["router", "router_stats", "RouterBackend", "auto_members"]
 
 PREFIX = "router:"
 DECOMPOSED = "decomposed"    # the choice "run the op's decomposition, each primitive routed"
+INF = float("inf")
+SLOW = {"python"}            # interpreted kernels: measured last, and only on small inputs
+SLOW_LIMIT = 1 << 15         # elements (inputs + outputs) above which they are not run to be timed
 # Ops that write into some inputs in place (KV caches): they run where those inputs live, and
 # the other copies of those inputs are dropped afterwards.
 MUTATES = {"attention_cached": (3, 4)}
@@ -67,6 +70,13 @@ def _pow2(n: int) -> int:
     while p < n:
         p *= 2
     return p
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _metas(meta) -> tuple:
@@ -210,9 +220,12 @@ class RouterBackend:
         self.full = {m for m in members if m in _dt.FULL_DEVICES}
         self.section = "+".join(self._member_id(m) for m in members)
         saved = _load().get(self.section, {})
-        self.costs: dict = {k: dict(v) for k, v in saved.get("ops", {}).items() if isinstance(v, dict)}
+        self.costs: dict = {k: {m: (INF if c >= 1e29 else float(c)) for m, c in v.items()}
+                            for k, v in saved.get("ops", {}).items() if isinstance(v, dict)}
         self.xfer: dict = {k: list(v) for k, v in saved.get("moves", {}).items() if isinstance(v, list)}
         self.decide: dict = {}       # exact (op, meta, input shapes/dtypes/places) -> member
+        self.sizes: dict = {}        # (op, member) -> [(elements, seconds)] measured this session
+        self.estimated: set = set()  # (shape class, member) whose cost was estimated, not measured
         self.calls: dict = {}        # (op, member) -> calls
         self.moves: dict = {}        # op -> [moves, bytes]
         self.pairs: dict = {}        # "a>b" -> [moves, bytes]
@@ -276,6 +289,15 @@ class RouterBackend:
 
     def choose(self, name: str, meta, inputs, attrs) -> str:
         """The member to run ``name`` on for these inputs (measuring on first sight)."""
+        if not inputs:
+            # a creation op (a scalar operand, zeros): made where the work is now, so the op that
+            # takes it finds it in place; large ones on the host member
+            cands = self._candidates(name, meta, inputs)
+            small = all(_numel(x.shape) <= 64 for x in _metas(meta))
+            for m in ((self.last, self.host) if small else (self.host,)):
+                if m in cands:
+                    return m
+            return cands[0]
         key = (name, meta, tuple([(t.shape, t.dtype, t._buf.where) for t in inputs]))
         try:
             m = self.decide.get(key)
@@ -295,7 +317,7 @@ class RouterBackend:
             if costs is None or any(c not in costs for c in cands):
                 costs = self._measure(name, ck, meta, inputs, attrs, cands)
             m = min(cands, key=lambda c: costs[c] + self._move_cost(inputs, c))
-            if costs[m] == float("inf"):
+            if costs[m] == INF:
                 raise UnsupportedOp(f"{name}: no member of {self.name!r} ({', '.join(cands)}) can run it "
                                     f"on {[t.dtype.name for t in inputs]} {[t.shape for t in inputs]}")
         if key is not None:
@@ -396,7 +418,7 @@ class RouterBackend:
         times = {}
         for n in (small, big):
             buf = b_src.from_bytes(bytes(n), (n // 4,), _dt.float32)
-            best = float("inf")
+            best = INF
             for _ in range(3):
                 t0 = _clock()
                 _wait(b_dst.from_bytes(b_src.to_bytes(buf, (n // 4,), _dt.float32), (n // 4,), _dt.float32))
@@ -406,38 +428,64 @@ class RouterBackend:
         return [times[small], per_byte]
 
     def _measure(self, name: str, ck: str, meta, inputs, attrs, cands) -> dict:
-        """Run ``name`` once (a few times when fast) on every candidate member and time it,
-        the inputs already in place (their moves are costed separately)."""
+        """Run ``name`` on every candidate member and time it (twice: the first run warms or
+        compiles a kernel; more when fast), the inputs already in place (their moves are costed
+        separately). Slow members go last, and a member is not run where it cannot win: when its
+        time extrapolated from a smaller shape class of the op is far above the best measured
+        (then that estimate is its cost), or, for pure Python, on more than ``SLOW_LIMIT``
+        elements with nothing to extrapolate from (a large convolution would take minutes)."""
         costs = dict(self.costs.get(ck, {}))
+        size = sum(t.size for t in inputs) + sum(_numel(m.shape) for m in _metas(meta))
         first_error = None
-        for m in cands:
+        for m in sorted(cands, key=lambda c: c in SLOW):
             if m in costs:
                 continue
             if m == DECOMPOSED:
                 costs[m] = self._time_decomposition(name, inputs, attrs)
                 continue
+            best_other = min((c for c in costs.values() if c != INF), default=None)
+            if best_other is not None:
+                est = self._extrapolate(name, m, size)
+                if est is not None and est > max(50 * best_other, 0.01):
+                    costs[m] = est
+                    self.estimated.add((ck, m))
+                    continue
+                if est is None and m in SLOW and size > SLOW_LIMIT:
+                    costs[m] = INF
+                    self.estimated.add((ck, m))
+                    continue
             kernel = self.be[m].kernels[name]
             try:
                 args = [self._on(t, m, name, keep=False) for t in inputs]
                 for t in args:
                     _wait(t._buf)
-                best, spent, n = float("inf"), 0.0, 0
-                while n < 2 or (spent < 1e-3 and n < 5):   # the first run warms (compiles) a kernel
+                best, spent, n = INF, 0.0, 0
+                while n < 2 or (spent < 1e-3 and n < 5):
                     t0 = _clock()
                     _wait(kernel(meta, *args, **attrs))
                     dt = _clock() - t0
                     best, spent, n = min(best, dt), spent + dt, n + 1
-                    if dt > 0.05:   # slow: one run tells enough
+                    if dt > 0.5:   # slow: one run tells enough
                         break
                 costs[m] = best
+                self.sizes.setdefault((name, m), []).append((size, best))
             except (UnsupportedOp, DTypeError) as e:
-                costs[m] = float("inf")     # this member cannot run it for these inputs
+                costs[m] = INF     # this member cannot run it for these inputs
                 first_error = first_error or e
-        if first_error is not None and all(costs[c] == float("inf") for c in cands):
+        if first_error is not None and all(costs[c] == INF for c in cands):
             raise first_error
         self.costs[ck] = costs     # (a kernel's own error, bad indices say, left nothing measured)
         _save(self)
         return costs
+
+    def _extrapolate(self, name: str, m: str, size: int):
+        """Member ``m``'s time for ``name`` on ``size`` elements, scaled linearly from the largest
+        smaller shape class measured on it (None if none)."""
+        below = [(s, c) for s, c in self.sizes.get((name, m), ()) if s <= size and s > 0]
+        if not below:
+            return None
+        s, c = max(below)
+        return c * size / s
 
     def _time_decomposition(self, name: str, inputs, attrs) -> float:
         """Seconds the op's decomposition takes on this router (the second of two runs: the
@@ -446,7 +494,7 @@ class RouterBackend:
         from .plan import paused
 
         decompose = OPS[name].decompose
-        best = float("inf")
+        best = INF
         with paused(), no_grad():
             for _ in range(2):
                 t0 = _clock()
@@ -467,10 +515,13 @@ class RouterBackend:
             if op_name not in calls:
                 continue
             entry = ops.setdefault(op_name, {"shapes": {}})
-            finite = {m: c for m, c in costs.items() if c != float("inf")}
+            finite = {m: c for m, c in costs.items() if c != INF}
             entry["shapes"][rest] = {"device": min(finite, key=finite.get) if finite else None,
-                                     "cost_us": {m: (round(c * 1e6, 2) if c != float("inf") else None)
+                                     "cost_us": {m: (round(c * 1e6, 2) if c != INF else None)
                                                  for m, c in costs.items()}}
+            est = [m for m in costs if (ck, m) in self.estimated]
+            if est:
+                entry["shapes"][rest]["not_run"] = est   # estimated (or ruled out) without running
         for op_name, c in sorted(calls.items()):
             entry = ops.setdefault(op_name, {"shapes": {}})
             mv = self.moves.get(op_name, [0, 0])
@@ -526,7 +577,7 @@ def _save(r: RouterBackend, force: bool = False) -> None:
     _LAST_SAVE[0] = now
     data = _load()
     for section, rr in list(_FILE.items()):
-        data[section] = {"ops": {k: {m: (c if c != float("inf") else 1e30) for m, c in v.items()}
+        data[section] = {"ops": {k: {m: (c if c != INF else 1e30) for m, c in v.items()}
                                  for k, v in rr.costs.items()}, "moves": rr.xfer}
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

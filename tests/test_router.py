@@ -100,6 +100,17 @@ def test_modules_onnx_and_moves():
     np.testing.assert_allclose(out[m.output_names[0]].numpy(), 0.5 * a @ b + 1, rtol=1e-5, atol=1e-6)
 
 
+def test_large_ops_are_not_timed_on_pure_python():
+    dev = _fresh("numpy", "python")
+    r = ember.get_backend(dev)
+    x = ember.ones((256, 256), device=dev)
+    assert (x @ x).tolist()[0][0] == 256.0          # python would take seconds: it is not run
+    entry = ember.router_stats(dev)["ops"]["matmul"]
+    (shape, d), = entry["shapes"].items()
+    assert d["device"] == "numpy" and d["not_run"] == ["python"] and d["cost_us"]["python"] is None
+    assert ("matmul", "python") not in r.sizes
+
+
 def test_errors_are_typed():
     with pytest.raises(DeviceError, match="unknown member device 'cuda'"):
         ember.router("numpy", "cuda")
