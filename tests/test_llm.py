@@ -154,6 +154,11 @@ def test_tiny_webgpu_run_ahead(tiny, monkeypatch):
     assert m.stats["finish_reason"] == "stopped" and m.stats["tokens"] <= 5     # (a piece can hold 2 tokens)
     # the cache rows written past the stop are harmless: the next generation matches again
     assert m.generate("the", max_tokens=11) == base
+    # the fed-back step is one prebuilt dispatch stream of 5 dispatches per layer (norms, rope,
+    # residual adds folded into the quantized products), the embedding, the head, the argmax (2)
+    _, step = m._steps()
+    plan = step.plan_for(ember.tensor([1], dtype="int64", device="webgpu"), ember.tensor([0], dtype="int32", device="webgpu"))
+    assert plan.fast.describe()["dispatches"] == 5 * m.model.cfg.n_layers + 4
 
 
 def test_cli_chat(tiny):

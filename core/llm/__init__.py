@@ -38,7 +38,7 @@ from .sampling import DEFAULT_TOP_K, Sampler, SamplingError  # noqa: F401
 __all__ = ["load", "load_async", "LLM", "Sampler", "SamplingError"]
 
 PREFILL_CHUNK = 256      # prompt tokens per batched forward (bounds the activations' memory)
-RUN_AHEAD = 16           # webgpu greedy: the most decode steps enqueued before their tokens are read
+RUN_AHEAD = 32           # webgpu greedy: the most decode steps enqueued before their tokens are read
 
 # Token texts that end a turn in common chat formats (llama.cpp treats them the same way when
 # the file marks them as control tokens and names no end-of-turn id of its own).
