@@ -480,8 +480,10 @@ class RouterBackend:
 
     def _extrapolate(self, name: str, m: str, size: int):
         """Member ``m``'s time for ``name`` on ``size`` elements, scaled linearly from the largest
-        smaller shape class measured on it (None if none)."""
-        below = [(s, c) for s, c in self.sizes.get((name, m), ()) if s <= size and s > 0]
+        smaller shape class measured on it (None if none near enough)."""
+        # (only from a class within 64x of this one: at a few elements a kernel's fixed cost
+        # dominates, and scaling it up would rule a fast member out)
+        below = [(s, c) for s, c in self.sizes.get((name, m), ()) if size // 64 <= s <= size and s > 0]
         if not below:
             return None
         s, c = max(below)
