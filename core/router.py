@@ -253,6 +253,69 @@ class RouterBackend:
     def available():
         return True, "routes each op to one of its member devices"
 
+    # ---- compiled plans -----------------------------------------------------------------------
+    def compile_plan(self, plan):
+        """A plan captured through this router, replayed as one sub-plan per run of consecutive
+        steps on the same member, each through that member's own compiled replay where it has
+        one (WebGPU's prebuilt dispatch stream, numpy's): the routing of the capture, with
+        members' replay speed. None (step by step) for plans with host steps or in-place ops."""
+        from .plan import HOST, Plan, Step, unflatten
+
+        steps = plan.steps
+        if not steps or any(st.multi == HOST or not isinstance(st.kernel, _Pinned) or st.kernel.member not in self.be
+                            or st.name in MUTATES for st in steps):
+            return None
+        runs: list = []
+        for st in steps:
+            m = st.kernel.member
+            if runs and runs[-1][0] == m:
+                runs[-1][1].append(st)
+            else:
+                runs.append((m, [st]))
+        needed = set(plan.out_slots)     # slots read after each run, walking backwards
+        after = []
+        for m, sts in reversed(runs):
+            after.append(set(needed))
+            for st in sts:
+                needed.update(st.ins)
+        after.reverse()
+        segments = []
+        for (m, sts), later in zip(runs, after):
+            made = {o for st in sts for o in st.outs}
+            ins = list(dict.fromkeys(i for st in sts for i in st.ins if i not in made))
+            local = {g: k for k, g in enumerate(ins)}
+            for st in sts:
+                for o in st.outs:
+                    local[o] = len(local)
+            outs = [o for st in sts for o in st.outs if o in later]
+            sub_steps = [Step(self.be[m].kernels[st.name], st.name, tuple(local[i] for i in st.ins),
+                              tuple(local[o] for o in st.outs), st.meta, st.attrs, m, st.multi) for st in sts]
+            sub = Plan(sub_steps, len(local), len(ins), [], tuple(local[o] for o in outs),
+                       ("list", tuple("T" for _ in outs)))
+            fast = None
+            make = getattr(self.be[m], "compile_plan", None)
+            if make is not None:
+                try:
+                    fast = make(sub)
+                except Exception:   # a member's replay that cannot take this sub-plan: step by step
+                    fast = None
+            segments.append((m, ins, outs, fast or sub._run_steps, [(st.name, m) for st in sts]))
+        consts, out_slots, out_tree, name, calls = plan.consts, plan.out_slots, plan.out_tree, self.name, self.calls
+
+        def run(inputs):
+            vals = dict(enumerate(inputs))
+            for s, t in consts:
+                vals[s] = t
+            for m, ins, outs, fn, counted in segments:
+                res = fn([self._on(vals[i], m, "(plan input)") for i in ins])
+                for s, t in zip(outs, res):
+                    vals[s] = _wrap(RBuf(m, t._buf), t.shape, t.dtype, name)
+                for k in counted:
+                    calls[k] = calls.get(k, 0) + 1
+            return unflatten(out_tree, [vals[s] for s in out_slots])
+        run.segments = segments
+        return run
+
     # ---- the backend protocol ---------------------------------------------------------------
     def from_bytes(self, data, shape, dtype) -> RBuf:
         m = self.host if (dtype not in _dt.WIDE or self.host in self.full) else next(iter(sorted(self.full)))

@@ -67,6 +67,7 @@ def test_a_plan_replays_with_the_routing_of_its_capture():
     x2 = ember.tensor(np.full((2, 3), 2.0, np.float32), device=dev)
     got = f(x2).tolist()
     assert f.stats()["replays"] == 1
+    assert {m for m, *_ in plan.fast.segments} == set(pinned.values())   # one sub-plan per run of a member
     assert {op: set(c["calls"]) for op, c in ember.router_stats(dev)["ops"].items() if "calls" in c} == \
         {op: {m} for op, m in pinned.items()}
     ref = np.maximum(np.full((2, 3), 2.0) @ (np.arange(12).reshape(3, 4) / 10) - 0.5, 0).sum(-1)
