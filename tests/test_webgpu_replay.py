@@ -132,7 +132,12 @@ def test_llm_decode_stream_matches_step_by_step_with_one_read_per_token(rt, tmp_
     again = m.generate([1, 5, 7], max_tokens=10)
     assert again == first
     n = m.stats["tokens"]
-    assert rt.stats["reads"] == n        # the prompt's logits, then one argmax per decode step
+    # the prompt's logits, then the fed-back steps' tokens in batches of 2, 4, 3 (ember.llm.RUN_AHEAD)
+    assert n == 10 and rt.stats["reads"] == 4
+    monkeypatch.setattr(ember.llm, "RUN_AHEAD", 1)
+    rt.reset_stats()
+    assert m.generate([1, 5, 7], max_tokens=10) == first
+    assert rt.stats["reads"] == n        # run-ahead off: then one argmax per decode step
     plan = next(iter(m._step_argmax.plans.values()))
     d = plan.fast.describe()
     assert d["stream"] and d["guards"] >= 2, d
