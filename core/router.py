@@ -439,8 +439,19 @@ class RouterBackend:
         b_src, b_dst = self.be[src], self.be[dst]
         if getattr(b_src, "storage", None) == "array" and getattr(b_dst, "storage", None) == "array":
             return rb.copies[src]   # python <-> wasm: the same immutable array.array buffers
+        t0 = _clock()
         raw = b_src.to_bytes(rb.copies[src], shape, dtype)
         buf = b_dst.from_bytes(raw, shape, dtype)
+        n = len(raw)
+        if n >= 1 << 20:
+            # a large move teaches the bandwidth (a GPU's big readbacks are slower than the
+            # calibration's 4 MB); slower than assumed: decisions are made again
+            k = f"{src}>{dst}"
+            lb = self.xfer.get(k)
+            seen = max(_clock() - t0 - (lb[0] if lb else 0.0), 0.0) / n
+            if lb is not None and seen > 1.5 * lb[1]:
+                lb[1] = seen
+                self.decide.clear()
         mv = self.moves.setdefault(op, [0, 0])
         mv[0] += 1
         mv[1] += len(raw)
