@@ -51,6 +51,7 @@ __all__ = ["router", "router_stats", "RouterBackend", "auto_members"]
 PREFIX = "router:"
 DECOMPOSED = "decomposed"    # the choice "run the op's decomposition, each primitive routed"
 INF = float("inf")
+REUSE = 4                    # a reused tensor's move is counted as paid over this many reads
 SLOW = {"python"}            # interpreted kernels: measured last, and only on small inputs
 SLOW_LIMIT = 1 << 15         # elements (inputs + outputs) above which they are not run to be timed
 # Ops that write into some inputs in place (KV caches): they run where those inputs live, and
@@ -97,12 +98,13 @@ class RBuf:
     """A router tensor's buffer: the member that produced it (``home``) and its copies by member
     (``home`` first; more appear as ops on other members read it)."""
 
-    __slots__ = ("home", "copies", "where")
+    __slots__ = ("home", "copies", "where", "reused")
 
     def __init__(self, home: str, buf):
         self.home = home
         self.copies = {home: buf}
         self.where = home      # the members holding a copy, as one string (part of routing keys)
+        self.reused = False    # read by an op before: likely read again (a weight), moves amortise
 
     def add(self, m: str, buf) -> None:
         self.copies[m] = buf
@@ -361,7 +363,7 @@ class RouterBackend:
                 if m in cands:
                     return m
             return cands[0]
-        key = (name, meta, tuple([(t.shape, t.dtype, t._buf.where) for t in inputs]))
+        key = (name, meta, tuple([(t.shape, t.dtype, t._buf.where, t._buf.reused) for t in inputs]))
         try:
             m = self.decide.get(key)
         except TypeError:   # an unhashable meta (never in practice): route without the memo
@@ -405,6 +407,7 @@ class RouterBackend:
         args = []
         for t in inputs:   # (inlined _on: this loop is the router's per-op cost)
             rb = t._buf
+            rb.reused = True
             buf = rb.copies.get(m)
             if buf is None:
                 buf = self._move(rb, t.shape, t.dtype, m, name)
@@ -469,7 +472,9 @@ class RouterBackend:
             copies = t._buf.copies
             if m not in copies:
                 n = t.size * t.dtype.itemsize
-                total += min(self._pair_cost(s, m, n) for s in copies)
+                c = min(self._pair_cost(s, m, n) for s in copies)
+                # a tensor read before (a weight) is read again: its copy serves later calls too
+                total += c / REUSE if t._buf.reused else c
         return total
 
     def _pair_cost(self, src: str, dst: str, nbytes: int) -> float:
