@@ -30,6 +30,14 @@ q4_k, q5_k, q6_k, f16, bf16, f32.
 >>> ember.qlinear(x, w, qtype="q8_0", n=4, k=32).tolist()         # doctest: +SKIP
 [[32.0, 32.0, 32.0, 32.0]]
 
+**Folded decode ops** (``qlinear_rms``, ``qlinear_rms_rope``, ``qlinear_residual``: registry
+composites, see ``ember.ops.llm``): for up to ``GEMV_MAX_M`` rows each is ONE ``gemv`` dispatch
+whose prologue normalises x (every workgroup sums its row's squares first: 576 floats for
+SmolLM2, cached) or forms silu(gate) * up from a stacked row of 2k, and whose epilogue adds a
+residual or turns llama's q/k rows (a pair's partner row is always in the same workgroup). More
+rows take the decompositions. ``greedy_tokens``: two dispatches (``AMAX_CH`` logits per workgroup,
+then one workgroup per row).
+
 **attention_cached and the caches.** ONE dispatch (``attn``, a workgroup per (query, head))
 writes k, v into ``k_cache``/``v_cache`` IN PLACE at rows ``pos..pos+T-1`` and runs causal
 grouped-query attention (online softmax over rows ``0..pos+t``). One workgroup per kv group

@@ -3,8 +3,9 @@
 // Every position comes from the pos buffer at run time (never from Python), so a recorded plan
 // replays these dispatches unchanged with a new pos. Rows outside [0, C) are never written.
 //
-// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), KT,
-// KDOT_C, KDOT_N, KIN_AT, KC_SET (keys read and written as vec4 or as floats), INFO.
+// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), NS
+// (attn: value-row slices, WG / D), KT, KDOT_C, KDOT_N, KIN_AT, KC_SET (keys read and written as
+// vec4 or as floats), INFO. amax_part / amax_fin: greedy_tokens' two passes.
 //
 // The file is a prelude and one section per entry point ("//// name" lines): ember.webgpu.quant
 // compiles the prelude with one section, so each entry declares exactly the bindings it uses
