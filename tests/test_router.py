@@ -172,3 +172,10 @@ def test_webgpu_member_tiny():
     np.testing.assert_allclose(y.numpy(), np.maximum(a @ a.T + 1, 0), rtol=1e-4, atol=1e-4)
     costs = ember.router_stats(dev)["ops"]["matmul"]["shapes"]
     assert all(set(d["cost_us"]) == {"webgpu", "numpy"} for d in costs.values())
+
+
+def test_docstring_examples():
+    import doctest
+
+    reset_backend("router:numpy+python")     # the examples count calls from a fresh router
+    assert doctest.testmod(R).failed == 0
