@@ -52,6 +52,17 @@ def test_conv2d_paths(xs, ws, kw, bias):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("xs,ws,kw", CONVS, ids=[f"{x}-{w}-{k}" for x, w, k in CONVS])
+def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, monkeypatch):
+    """Columns over numpy_nn._COLS_BYTES are made and multiplied a slice at a time (bands of
+    output rows; depthwise: a few channels): with a tiny limit every case takes that path."""
+    from ember.backends import numpy_nn
+    monkeypatch.setattr(numpy_nn, "_COLS_BYTES", 64)
+    arrays = [f32(*xs), f32(*ws), f32(ws[0])]
+    got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 POOLS = [
     ("max", (2, 3, 8, 8), dict(kernel_size=2)),
     ("max", (1, 2, 9, 7), dict(kernel_size=3, stride=2, padding=1)),

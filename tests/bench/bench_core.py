@@ -484,7 +484,12 @@ def ensure_graphs() -> str | None:
               "`python3 -m venv ../refvenv && ../refvenv/bin/pip install torch onnx`)")
         return None
     if not os.path.exists(os.path.join(GRAPH_CACHE, "encoder4.onnx")):
-        r = subprocess.run([py, os.path.abspath(__file__), "--export-to", GRAPH_CACHE], capture_output=True, text=True)
+        try:
+            r = subprocess.run([py, os.path.abspath(__file__), "--export-to", GRAPH_CACHE], capture_output=True,
+                               text=True)
+        except OSError as exc:
+            print(f"(PyTorch graphs skipped: cannot run {py}: {exc})")
+            return None
         if r.returncode:
             print(f"(PyTorch graphs skipped: the export with {py} failed:\n{r.stderr[-2000:]})")
             return None
