@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ember's one entry point: set up, build the wheel, assemble the site, serve, test, bench.
 
-    python build.py demo [--host 127.0.0.1] [--port 8000]   install what is missing, build, serve the demos
+    python build.py demo [--host 127.0.0.1] [--port 8000] [--remote URL --remote-token-file F]   build, serve the demos
     python build.py test [pytest args...]                   install what is missing, run the whole suite
     python build.py bench core|webgpu|web|wasm|train|llm|remote|router    benchmarks, side by side with the peers
     python build.py fuzz [--minutes N]                      mutation fuzzers for safetensors, ONNX, .pt, GGUF, remote frames
@@ -145,12 +145,22 @@ def prepare_demo_data() -> None:
         log("WARNING: demos/classify/prepare.py failed: the classify page will have no weights")
 
 
-def build_site() -> str:
-    """Assemble site/: the wheel, the npm Pyodide files, the JS loader, the demos."""
+def build_site(remote: dict | None = None) -> str:
+    """Assemble site/: the wheel, the npm Pyodide files, the JS loader, the demos, and
+    remote.json (``{"url": null}``, or the ember serve URL and token of ``demo --remote``: the
+    MiniLM page then offers that server's device as a backend)."""
     prepare_demo_data()
     whl = build_wheel()
     subprocess.run([PY, "-m", "ember.web.site", "--wheel", whl, "--out", SITE], check=True)
+    write_remote_config(remote)
     return SITE
+
+
+def write_remote_config(remote: dict | None) -> None:
+    import json
+
+    with open(os.path.join(SITE, "remote.json"), "w") as f:
+        json.dump(remote or {"url": None}, f)
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -181,6 +191,10 @@ def _demo_args(args):
     ap.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1: "
                     "this machine only; 0.0.0.0 exposes the demos to the network)")
     ap.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    ap.add_argument("--remote", metavar="URL", help="an ember serve process (ws://HOST:PORT/) the MiniLM page offers "
+                    "as its 'server GPU' backend")
+    ap.add_argument("--remote-token-file", metavar="FILE", help="that server's token (handed to the pages: "
+                    "serve the site on loopback only)")
     return ap.parse_args(args)
 
 
@@ -214,7 +228,11 @@ def cmd_demo(args) -> int:
     ensure_system(APT_BUILD)
     ensure_venv(REQ_DEMO)
     ensure_pyodide()
-    build_site()
+    remote = None
+    if a.remote:
+        token = open(a.remote_token_file, encoding="utf-8").read().strip() if a.remote_token_file else ""
+        remote = {"url": a.remote, "token": token}
+    build_site(remote)
     # exec, not a child: the PID the user started is the server's, so stopping it stops serving.
     sys.stdout.flush()
     os.chdir(ROOT)

@@ -113,7 +113,7 @@ export function loadFailed(e) {
 
 // ---- backends -------------------------------------------------------------------------------
 
-export const BACKENDS = ["webgpu", "cpu", "python"];
+export const BACKENDS = ["webgpu", "cpu", "python", "server"];   // server: ember serve (build.py demo --remote)
 export const DEVICE_LABELS = { webgpu: "WebGPU", wasm: "CPU (WebAssembly SIMD)", python: "CPU (pure Python)" };
 
 /** The page's backends: which ones run now, which one is selected, the WebGPU start-up.
@@ -148,16 +148,46 @@ export class Backends {
 
   /** The device label of a page backend ("CPU (WebAssembly SIMD)"...). */
   label(name) {
+    if (name === "server") return this.serverLabel || "Server GPU";
     return DEVICE_LABELS[this.devices[name]] || name;
+  }
+
+  /** The page's site was started with a server (``build.py demo --remote URL``, its
+   *  ``remote.json``): `start()` connects the worker to it and warms the model up there; then
+   *  "server" can be picked, labelled with where the work runs. Resolves to {ok, error, info}. */
+  async startServer(start) {
+    const cfg = await fetch(new URL("/remote.json", location.href), { cache: "no-store" }).then((r) => (r.ok ? r.json() : null)).catch(() => null);
+    if (!cfg || !cfg.url) return { ok: false, error: "no server", info: null };
+    $("server-choice").hidden = false;
+    $("server-state").textContent = "(connecting…)";
+    try {
+      const info = await start(cfg.url, cfg.token || "");
+      this.devices.server = "remote";
+      this.serverLabel = `Server GPU (${info.server_device} at ${cfg.url})`;
+      this.info.server = info;
+      $("server-label").textContent = this.serverLabel;
+      $("server-state").textContent = "";
+      $("backend-server").disabled = false;
+      return { ok: true, error: null, info };
+    } catch (e) {
+      const error = String(e.pythonMessage || e.message || e).trim().split("\n").pop();
+      this.info.serverError = error;
+      $("server-state").textContent = `(not available: ${error})`;
+      $("server-choice").classList.add("unavailable");
+      return { ok: false, error, info: null };
+    }
   }
 
   /** Why `which` cannot run the model now (a message), or null when it can. */
   check(which) {
-    if (!BACKENDS.includes(which)) return `unknown backend ${JSON.stringify(which)}: use "webgpu", "cpu" or "python"`;
+    if (!BACKENDS.includes(which)) return `unknown backend ${JSON.stringify(which)}: use "webgpu", "cpu", "python" or "server"`;
     if (which === "webgpu" && this.webgpu === "starting") {
       return 'WebGPU is still starting (compiling its kernels); use backend "cpu" or await emberDemo.webgpuReady';
     }
     if (which === "webgpu" && this.webgpu === "failed") return 'WebGPU is not available in this browser; use backend "cpu"';
+    if (which === "server" && !this.devices.server) {
+      return 'no server backend: start the site with build.py demo --remote URL (and wait for emberDemo.serverReady)';
+    }
     return null;
   }
 

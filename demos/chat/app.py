@@ -6,7 +6,8 @@ generate(prompt, options)`` for every reply, and ``await start_webgpu(path)`` wh
 first picked. Plain ``ember.llm``: the test suite can run it in CPython too.
 
 Backends are the page's names: "cpu" runs on ember's WebAssembly SIMD backend ("wasm") where it
-exists, else on the pure-Python one; "webgpu" the GPU. Inside the worker, the reply streams to
+exists, else on the pure-Python one; "webgpu" the GPU; "server" an ``ember serve`` process's
+device (``await start_remote(url, token, path)``, when the site was started with a server). Inside the worker, the reply streams to
 the page as it is decoded: every piece of text is one ``ember_worker.progress`` message
 (``{piece, tokens, prefill_ms, ...}``), and a cancel from the page (the Stop button) makes the
 model stop after the token being computed (``LLM.stop``); the call then returns what was made.
@@ -131,6 +132,23 @@ async def start_webgpu(source, remove: bool = False) -> dict:
             "fallback_adapter": ember.webgpu.info().get("adapter_type") == "fallback"}
 
 
+async def start_remote(url: str, token: str, source, remove: bool = False) -> dict:
+    """The "server" backend: connect to an ``ember serve`` process (``build.py demo --remote
+    URL``), load the model there from ``source`` (its quantized blocks go up once; the key/value
+    cache is made on the server) and make two tokens. ``{"load_ms", "warm_ms", "server_device",
+    "url"}``."""
+    import ember.remote
+
+    dev = await ember.remote.connect_async(url, token=token)
+    DEVICES["server"] = dev
+    load_ms = _build("server", source, remove)
+    t0 = time.perf_counter()
+    _models["server"].generate("Hi", max_tokens=2, temperature=0)
+    _info["backends"] = list(_models)
+    return {"load_ms": load_ms, "warm_ms": (time.perf_counter() - t0) * 1000,
+            "server_device": ember.remote.info(dev)["device"], "url": url}
+
+
 def _number(opts: dict, name: str, default, lo, hi, kind=float):
     v = opts.get(name, default)
     if v is None:
@@ -154,7 +172,7 @@ def _options(options) -> tuple[str, dict, dict]:
         raise ValueError(f"unknown option(s) {', '.join(extra)}")
     backend = o.get("backend") or "cpu"
     if backend not in DEVICES:
-        raise ValueError(f"unknown backend {backend!r}: use 'cpu' or 'webgpu'")
+        raise ValueError(f"unknown backend {backend!r}: use 'cpu', 'webgpu' or 'server'")
     if backend not in _models:
         raise RuntimeError(f"the model is not loaded on {backend!r} yet")
     gen = {"max_tokens": _number(o, "max_tokens", 256, 1, MAX_TOKENS, int),

@@ -27,7 +27,7 @@
 //                                                after the current token (its promise resolves
 //                                                with the text so far, finishReason "stopped")
 //   window.emberDemo.newChat()                   the "New chat" button
-//   window.emberDemo.setBackend(name)            the radio buttons ("cpu" | "webgpu")
+//   window.emberDemo.setBackend(name)            the radio buttons ("cpu" | "webgpu" | "server")
 //   window.emberDemo.lastResult, .info, .worker  the last reply's figures, load info, the EmberWorker
 
 import { loadEmber } from "../../wasm/ember.js";
@@ -54,7 +54,11 @@ let running = null;         // the AbortController of the generation in progress
 let history = [];           // the conversation so far: [{role, content}]
 const ggufUrl = new URL(GGUF, location.href).href;
 
-const label = (name) => (name === "cpu" ? LABELS[info?.devices?.cpu] || LABELS.wasm : LABELS.webgpu);
+// The "server" backend: an ember serve process named by the site's remote.json (build.py demo --remote URL).
+const server = { state: "none", url: null, token: "", label: "Server GPU", loading: null };  // none | available | ready | failed
+
+const label = (name) => (name === "server" ? server.label
+  : name === "cpu" ? LABELS[info?.devices?.cpu] || LABELS.wasm : LABELS.webgpu);
 
 // ---- errors ------------------------------------------------------------------------------------
 
@@ -140,14 +144,63 @@ async function checkWebGPU() {
   return { ok: r.ok, error: info.webgpuError, fallbackAdapter: !!info.webgpuFallback };
 }
 
+// ---- the server -----------------------------------------------------------------------------
+
+async function checkServer() {
+  const cfg = await fetch(new URL("/remote.json", location.href), { cache: "no-store" })
+    .then((r) => (r.ok ? r.json() : null)).catch(() => null);
+  if (!cfg || !cfg.url) return { ok: false, error: "no server" };
+  Object.assign(server, { state: "available", url: cfg.url, token: cfg.token || "", label: `Server GPU (${cfg.url})` });
+  $("server-label").textContent = server.label;
+  $("server-state").textContent = "(the model loads onto the server when picked)";
+  $("server-choice").hidden = false;
+  return { ok: true, error: null };
+}
+
+/** Load the model onto the server (once; the GGUF comes from the browser's cache) and warm it up. */
+function ensureServer() {
+  if (server.state === "ready") return Promise.resolve(info.server);
+  if (server.state !== "available") return Promise.reject(inputError('no server backend: start the site with build.py demo --remote URL'));
+  if (server.loading) return server.loading;
+  server.loading = (async () => {
+    $("server-state").textContent = "(loading the model onto the server…)";
+    await worker.fetchFile(ggufUrl, GGUF_PATH);
+    info.server = await worker.call("app", "start_remote", [server.url, server.token, GGUF_PATH, true]);
+    server.state = "ready";
+    server.label = `Server GPU (${info.server.server_device} at ${server.url})`;
+    $("server-label").textContent = server.label;
+    $("server-state").textContent = "";
+    if (backend === "server") $("backend-name").textContent = server.label;
+    return info.server;
+  })().catch((e) => {
+    server.loading = null;
+    server.state = "failed";
+    $("server-state").textContent = `(not available: ${String(e.pythonMessage || e.message || e).trim().split("\n").pop()})`;
+    $("server-choice").classList.add("unavailable");
+    throw e;
+  });
+  return server.loading;
+}
+
 function setBackend(name) {
-  if (name !== "cpu" && name !== "webgpu") throw inputError(`unknown backend ${JSON.stringify(name)}: use "cpu" or "webgpu"`);
+  if (name !== "cpu" && name !== "webgpu" && name !== "server") {
+    throw inputError(`unknown backend ${JSON.stringify(name)}: use "cpu", "webgpu" or "server"`);
+  }
+  if (name === "server" && server.state !== "available" && server.state !== "ready") {
+    throw inputError('no server backend here: start the site with build.py demo --remote URL');
+  }
   if (name === "webgpu" && (gpu.state === "unavailable" || gpu.state === "failed")) {
     throw inputError(`WebGPU is not available here (${gpu.error}); use backend "cpu"`);
   }
   backend = name;
   $(`backend-${name}`).checked = true;
   $("backend-name").textContent = label(name);
+  if (name === "server" && worker) {
+    serially(() => ensureServer()).catch((e) => {
+      showError(readable(e));
+      setBackend("cpu");
+    });
+  }
   if (name === "webgpu" && worker) {
     serially(() => ensureWebGPU()).catch((e) => {
       showError(readable(e));
@@ -176,8 +229,8 @@ function pyOptions(options, extra) {
     throw inputError(`temperature must be a number from 0 (greedy) to 5, got ${JSON.stringify(t)}`);
   }
   o.backend = o.backend ?? backend;
-  if (o.backend !== "cpu" && o.backend !== "webgpu") {
-    throw inputError(`unknown backend ${JSON.stringify(o.backend)}: use "cpu" or "webgpu"`);
+  if (o.backend !== "cpu" && o.backend !== "webgpu" && o.backend !== "server") {
+    throw inputError(`unknown backend ${JSON.stringify(o.backend)}: use "cpu", "webgpu" or "server"`);
   }
   o.yield_each_token = !info.cancelFlags;   // without SharedArrayBuffer a cancel needs the event loop
   return o;
@@ -440,10 +493,11 @@ async function main() {
   $("prompt").focus();
 
   checkWebGPU().then(webgpuDone);
+  checkServer().then(serverChecked);
   return info;
 }
 
-let webgpuDone;
+let webgpuDone, serverChecked;
 window.emberDemo = {
   generate: (prompt, options) => api("generate", prompt, options),
   chat: (messages, options) => api("chat", messages, options),
@@ -455,11 +509,14 @@ window.emberDemo = {
   info: null,
   worker: null,
   webgpuReady: new Promise((resolve) => { webgpuDone = resolve; }),
+  serverChecked: new Promise((resolve) => { serverChecked = resolve; }),   // {ok, error}: a server is named
+  startServer: () => serially(() => ensureServer()),   // the model onto the server -> {server_device, ...}
 };
 window.emberDemo.ready = main().catch((e) => {
   loadError = e.pythonMessage || e.message || String(e);
   worker = null;
   gpuChecked();
   webgpuDone({ ok: false, error: `the page did not load: ${loadError}` });
+  serverChecked({ ok: false, error: `the page did not load: ${loadError}` });
   return loadFailed(readable(e));
 });

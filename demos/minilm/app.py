@@ -8,7 +8,7 @@ the test suite runs it in CPython too.
 
 Backends are the page's names: "cpu" runs on ember's WebAssembly SIMD backend ("wasm") where it
 exists, else on the pure-Python one; "python" is always pure Python (for comparison); "webgpu"
-the GPU. Inside the worker, a long ``embed`` reports progress per batch and stops between
+the GPU; "server" an ``ember serve`` process's device (``await start_remote(url, token)``). Inside the worker, a long ``embed`` reports progress per batch and stops between
 batches and between layers when the page cancels it (``ember_worker``, see /wasm/ember.js).
 """
 from __future__ import annotations
@@ -123,6 +123,28 @@ async def start_webgpu() -> dict:
     return {"load_ms": load_ms, "warm_ms": (time.perf_counter() - t0) * 1000,
             "pipelines": ember.webgpu.stats()["pipelines_compiled"],
             "fallback_adapter": ember.webgpu.info().get("adapter_type") == "fallback"}
+
+
+async def start_remote(url: str, token: str) -> dict:
+    """The "server" backend: connect to an ``ember serve`` process (``build.py demo --remote
+    URL``), put the model there (the weights go up once) and embed one sentence. Awaits every
+    reply (``connect_async``, ``flush_async``, ``data_async``), so no JSPI is needed.
+    ``{"load_ms", "warm_ms", "server_device", "url"}``."""
+    import ember.remote
+
+    if _tok is None:
+        raise RuntimeError("start_remote: call load() first")
+    t0 = time.perf_counter()
+    dev = await ember.remote.connect_async(url, token=token)
+    DEVICES["server"] = dev
+    BATCH["server"] = 16
+    _build("server")
+    await ember.remote.flush_async(dev)   # the weights, in one batch
+    load_ms = (time.perf_counter() - t0) * 1000
+    t1 = time.perf_counter()
+    await embed(["Warming up the server."], "server")
+    return {"load_ms": load_ms, "warm_ms": (time.perf_counter() - t1) * 1000,
+            "server_device": ember.remote.info(dev)["device"], "url": url}
 
 
 async def embed(sentences, backend: str = "cpu") -> dict:

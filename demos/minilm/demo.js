@@ -246,10 +246,12 @@ async function main() {
 
   // Now WebGPU, in the background: the page already answers on the CPU meanwhile.
   backends.startWebGPU(worker, () => worker.call("app", "start_webgpu"), t0).then(webgpuDone);
+  // And an ember serve process's device, when the site was started with one (build.py demo --remote URL).
+  backends.startServer((url, token) => worker.call("app", "start_remote", [url, token])).then(serverDone);
   return info;
 }
 
-let webgpuDone;
+let webgpuDone, serverDone;
 window.emberDemo = window.emberMiniLM = {
   embed,
   compare,
@@ -259,8 +261,10 @@ window.emberDemo = window.emberMiniLM = {
   info: null,
   worker: null,
   webgpuReady: new Promise((resolve) => { webgpuDone = resolve; }),
+  serverReady: new Promise((resolve) => { serverDone = resolve; }),   // {ok, error, info}
 };
 window.emberDemo.ready = main().catch((e) => {
   webgpuDone({ ok: false, error: `the page did not load: ${e.message || e}`, ms: 0 });
+  serverDone({ ok: false, error: `the page did not load: ${e.message || e}`, info: null });
   return loadFailed(e);
 });
