@@ -9,12 +9,13 @@ float in memory (``dequantize`` excepted, which is asked to). Formats: q8_0, q4_
 q4_k, q5_k, q6_k, f16, bf16, f32.
 
 - ``qlinear`` with few rows of x (``M <= GEMV_MAX_M``, decode): ``gemv``. Groups of LANES
-  threads own RB weight rows each; lanes take runs of U consecutive 8-element items (U = 4: one
-  32-block), so neighbouring threads read neighbouring words and each word is read once; x is
+  threads own RB weight rows each; each step a lane takes U 8-element items, interleaved with
+  its neighbours' (large weights: at each load the lanes read consecutive words) or as a run
+  (U = 4: one 32-block), each word read once; x is
   read straight from its buffer (cached: staging it in every workgroup cost as much traffic as
   the weight), each x vector serving the RB rows; one tree reduction per workgroup.
   ``gemv_shape`` picks the layout from the shape; ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` /
-  ``_XSH=1`` (x staged in workgroup memory) force it (``tests/bench/bench_webgpu.py --qlinear``
+  ``_IL`` / ``_XSH=1`` (x staged in workgroup memory) force it (``tests/bench/bench_webgpu.py --qlinear``
   sweeps them on a GPU).
 - more rows (prompt): ``tiled4``, 64x64 output tiles, 4x4 per thread read from workgroup memory
   as vec4s, the weight tile decoded once per 64-wide slice of k (``tiled``: the same with scalar
@@ -173,28 +174,34 @@ def _prelude_params(qtype, k, gw) -> dict:
 
 
 def gemv_shape(n: int, k: int, mt: int) -> tuple:
-    """(LANES, RB, U) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x: LANES
-    consecutive threads share a group of RB weight rows and take runs of U consecutive items
-    (U = 4: one 32-element block, 16 quant bytes of a 256-block). LANES gives each lane about
-    3 runs (8 to 64 lanes); two rows per group for tall weights with few x rows, so each x
-    vector loaded serves two rows (per item x is 32 bytes of floats against 4 of quants).
-    ``EMBER_QLINEAR_LANES`` / ``EMBER_QLINEAR_RB`` / ``EMBER_QLINEAR_U`` force them (benchmarks)."""
+    """(LANES, RB, U, IL) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x: LANES
+    consecutive threads share a group of RB weight rows; each step a lane takes U items, a run of
+    consecutive ones (IL false) or interleaved with the other lanes' (IL true: item l + j *
+    LANES, so each of the U loads reads consecutive words across the lanes). Small decode weights
+    (n * k <= 4M, one x row) take 64 lanes of one item; larger ones 4 interleaved items per lane
+    and about two steps per lane (8 to 64 lanes), one row per group.
+    ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` / ``_IL`` force them (benchmarks)."""
     env = os.environ
     # A decode step's small weights (a SmolLM2 layer's: n * k <= 4M) are latency-bound, not
     # bandwidth-bound (each product waits for the one before): 64 lanes of one item each finish
     # soonest (H200, one token's 450 dependent dispatches: GPU 3.30 -> 2.48 ms; a q4_1
-    # 1536x576 product alone 12.3 -> 8.4 us); large weights keep the streaming layout.
+    # 1536x576 product alone 12.3 -> 8.4 us); large weights stream: U interleaved items per
+    # lane keep more bytes in flight (H200, 4096^2: runs of 4 items at 2 rows per group read
+    # 260 GB/s of q8_0, one row 890; the run's loads spread over 4x the cache lines).
     small = mt == 1 and n * k <= (1 << 22)
     u = int(env.get("EMBER_QLINEAR_U") or (1 if small else 4))
     runs = (k + 8 * u - 1) // (8 * u)
-    lanes = 64 if small else 1 << (min(64, max(8, runs // 3)).bit_length() - 1)
-    rb = 2 if n >= 2048 and mt <= 4 else 1
+    lanes = 64 if small else 1 << (min(64, max(8, runs // 2)).bit_length() - 1)
+    rb = 1
+    il = not small
     if env.get("EMBER_QLINEAR_LANES"):
         lanes = int(env["EMBER_QLINEAR_LANES"])
     if env.get("EMBER_QLINEAR_RB"):
         rb = int(env["EMBER_QLINEAR_RB"])
+    if env.get("EMBER_QLINEAR_IL"):
+        il = env["EMBER_QLINEAR_IL"] == "1"
     # at most 8 partial sums per thread: the tree needs WG * mt * rb floats of workgroup memory
-    return lanes, max(1, min(rb, 8 // mt)), u
+    return lanes, max(1, min(rb, 8 // mt)), u, il
 
 
 def _shared(rt) -> int:
@@ -233,7 +240,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         bufs.append(_whole(gres))
         res = "return resb[u(9u) + i];"
     mt = 1 << (M - 1).bit_length()
-    lanes, rb, u = gemv_shape(n, k, mt)
+    lanes, rb, u, il = gemv_shape(n, k, mt)
     red = WG * mt * rb
     # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
     # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
@@ -244,7 +251,8 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     else:
         xs, kc = 4, 0x7FFFFFC0
     vec = gx.offset % 4 == 0 and k % 4 == 0
-    params.update(INFO=info_n, WG=WG, LANES=lanes, RB=rb, U=u, MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc, RED=red,
+    params.update(INFO=info_n, WG=WG, LANES=lanes, RB=rb, U=u, IL="true" if il else "false", MT=mt, XS=xs,
+                  XS4=max(1, xs // 4), KC=kc, RED=red,
                   ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
                   X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
                   X4="return xin[i / 4u];" if vec else

@@ -386,10 +386,20 @@ def gelu_rows(n, budget):
 QL_SHAPES = ((4096, 4096), (576, 1536), (1536, 576))   # (n, k): out x in
 QL_PASS_BYTES = 256 << 20   # weights cycled per timing: past a large L2 (the H200 has 50 MB)
 QL_MIN_REPS = 64
-# matrix-vector layouts swept at batch 1
-# (lanes per row group, rows per group, items per run, x staged)
-GEMV_LAYOUTS = ((16, 1, 4, 0), (32, 1, 4, 0), (64, 1, 4, 0), (16, 2, 4, 0), (32, 2, 4, 0), (32, 4, 4, 0),
-                (32, 1, 1, 0), (64, 1, 1, 0), (64, 2, 1, 0), (32, 2, 2, 0), (32, 1, 4, 1), (32, 2, 4, 1))
+# matrix-vector layouts swept at batch 1, named "<lanes>x<rows per group>u<items per step>" plus
+# "i" (the items interleaved across the lanes, else a run of consecutive ones) and "s" (x staged in
+# workgroup memory); --qlayouts picks some ("none": no sweep)
+GEMV_LAYOUTS = ("16x1u4", "32x1u4", "32x2u4", "32x1u1", "64x1u1", "32x1u4s", "16x1u4i", "32x1u4i", "64x1u4i",
+                "128x1u4i", "64x1u8i", "32x1u8i", "64x2u4i", "32x2u4i", "16x2u4i", "8x1u4i")
+
+
+def _layout_env(name: str) -> dict:
+    """The EMBER_QLINEAR_* settings of a layout name such as "64x1u4i" (see GEMV_LAYOUTS)."""
+    lanes, rest = name.split("x")
+    rb, rest = rest.split("u")
+    u = rest.rstrip("is")
+    return {"EMBER_QLINEAR_LANES": lanes, "EMBER_QLINEAR_RB": rb, "EMBER_QLINEAR_U": u,
+            "EMBER_QLINEAR_IL": "1" if "i" in rest else "0", "EMBER_QLINEAR_XSH": "1" if "s" in rest else "0"}
 
 
 # where each block keeps its f16 scales (set to small values so the random blocks stay finite)
@@ -430,6 +440,10 @@ def _one_pass_timed(calls, cpu_adapter):
     best = float("inf")
     try:
         for _ in range(TRIALS[0]):
+            # (~30 ms of other GPU work first: the GPU at its clocks when the timed pass starts; the
+            # first format a process timed read 94 GB/s of q4_1 without it, 538 after a q8_0 run)
+            if BUSY[0] is not None:
+                BUSY[0]()
             t_all = time.perf_counter()
             if TIMER[0] is not None:
                 TIMER[0].start()
@@ -452,8 +466,10 @@ def _evaluated(t):
     return t
 
 
-def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
-    """Decode (M = 1) and prompt (M = 128) qlinear timings; see the module docstring."""
+def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True):
+    """Decode (M = 1) and prompt (M = 128) qlinear timings; see the module docstring. A format
+    whose block does not divide k (a K-quant's 256 at k = 576) is left out of that shape."""
+    from ember.quant import FORMATS
     from ember.registry import Meta
     from ember.webgpu import quant as wq
 
@@ -470,6 +486,9 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
         xp = rng.standard_normal((128, k)).astype(np.float32)
         tx1, txp = ember.from_numpy(x1, device="webgpu"), ember.from_numpy(xp, device="webgpu")
         for qt in qtypes:
+            if k % FORMATS[qt].block:
+                print(f"(qlinear {qt} {n}x{k} left out: k is not a multiple of its {FORMATS[qt].block}-element block)")
+                continue
             words, ref = _ql_weight(qt, n, k, rng)
             nbytes = words.nbytes
             # (at most 512 copies, 2048 calls: the uniform arena of one pass holds ~4096 dispatches)
@@ -488,25 +507,28 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=True):
 
             def decode_calls(reps=reps):
                 return [lambda w=ws[i % copies]: ember.qlinear(tx1, w, qtype=qt, n=n, k=k) for i in range(reps)]
-            lanes, rb, u = wq.gemv_shape(n, k, 1)
-            row["default"] = f"{lanes}x{rb}u{u}"
+            lanes, rb, u, il = wq.gemv_shape(n, k, 1)
+            row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}"
             dt = _one_pass_timed(decode_calls(), cpu_adapter)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9
             row["fail"] = check_rate(f"qlinear decode {qt} {n}x{k}", flop=2.0 * n * k, nbytes=nbytes, seconds=dt)
             if layouts and not cpu_adapter:
                 row["layouts"] = {}
-                for lanes_, rb_, u_, xsh in GEMV_LAYOUTS:
-                    os.environ.update(EMBER_QLINEAR_LANES=str(lanes_), EMBER_QLINEAR_RB=str(rb_),
-                                      EMBER_QLINEAR_U=str(u_), EMBER_QLINEAR_XSH=str(xsh))
+                for name in layouts:
+                    env = _layout_env(name)
+                    os.environ.update(env)
                     try:
                         dt = _one_pass_timed(decode_calls(), cpu_adapter)
                     finally:
-                        for v in ("EMBER_QLINEAR_LANES", "EMBER_QLINEAR_RB", "EMBER_QLINEAR_U", "EMBER_QLINEAR_XSH"):
+                        for v in env:
                             os.environ.pop(v, None)
-                    row["layouts"][f"{lanes_}x{rb_}u{u_}{'s' if xsh else ''}"] = nbytes / dt / 1e9
-                    row["fail"] += check_rate(f"qlinear decode {qt} {n}x{k} layout {lanes_}x{rb_}u{u_}",
-                                              nbytes=nbytes, seconds=dt)
+                    row["layouts"][name] = nbytes / dt / 1e9
+                    row["fail"] += check_rate(f"qlinear decode {qt} {n}x{k} layout {name}", nbytes=nbytes, seconds=dt)
+            if not prompt:
+                del ws
+                rows.append(row)
+                continue
             preps = 2 if cpu_adapter else max(QL_MIN_REPS // 4, copies)
             pcalls = [lambda w=ws[i % copies]: ember.qlinear(txp, w, qtype=qt, n=n, k=k) for i in range(preps)]
             dt = _one_pass_timed(pcalls, cpu_adapter)
@@ -577,7 +599,7 @@ def print_qlinear(rows, peak):
     print("\nqlinear batch-1 decode (matrix-vector kernel): GB/s of weight read per call"
           + (f", % of {peak:.0f} GB/s" if peak else "") + "; prompt: 128 rows, tiled kernel, GFLOP/s")
     print(f"{'shape':>11} {'qtype':>10} {'MB':>7} {'copies':>6} {'us/call':>9} {'GB/s':>8}"
-          + (f" {'%peak':>6}" if peak else "") + f" {'layout':>9} {'prompt':>9}  layouts (lanes x rows u items [s = x staged]: GB/s)")
+          + (f" {'%peak':>6}" if peak else "") + f" {'layout':>9} {'prompt':>9}  layouts (lanes x rows u items [i interleaved, s x staged]: GB/s)")
     for r in rows:
         pct = f" {100 * r['GBs'] / peak:>5.1f}%" if peak else ""
         extra = ""
@@ -693,6 +715,9 @@ def main(argv=None):
     p.add_argument("--qlinear", action="store_true", help="only the quantized linear section")
     p.add_argument("--qtypes", default="q4_1,q8_0", help="qlinear formats (default q4_1,q8_0)")
     p.add_argument("--qshapes", default=None, help="qlinear (n)x(k) shapes, e.g. 4096x4096,576x1536")
+    p.add_argument("--qlayouts", default=None, help="qlinear batch-1 layouts swept, e.g. 16x1u4,64x1u4i "
+                   "(default: all of GEMV_LAYOUTS; none: no sweep)")
+    p.add_argument("--no-qprompt", action="store_true", help="qlinear: batch-1 decode only (no 128-row prompt)")
     p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's memory bandwidth (H200: 4800)")
     p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's fp32 peak (H200: 67)")
     p.add_argument("--replay", action="store_true", help="only the replayed-plan host-time section")
@@ -724,7 +749,8 @@ def main(argv=None):
 
     if args.qlinear:
         shapes = QL_SHAPES if not args.qshapes else [tuple(int(v) for v in sh.split("x")) for sh in args.qshapes.split(",")]
-        print_qlinear(qlinear_rows(shapes, args.qtypes.split(","), cpu), args.peak_gbs)
+        lays = GEMV_LAYOUTS if args.qlayouts is None else [v for v in args.qlayouts.split(",") if v and v != "none"]
+        print_qlinear(qlinear_rows(shapes, args.qtypes.split(","), cpu, lays, not args.no_qprompt), args.peak_gbs)
         tok = smol_token(cpu, layers=2 if cpu else 30)
         print(f"\none SmolLM2-135M decode token's qlinear products ({tok['products']} dispatches, "
               f"{tok['MB']:.1f} MB of weights, every weight distinct, one pass): {tok['ms']:.3f} ms of GPU time, "

@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
 for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
 export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
-S=${*:-"info smol torch profile replay qlinear matmul train"}
+S=${*:-"info smol torch profile replay qlinear qprompt matmul train"}
 run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
   timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"; echo "=== $name: rc ${PIPESTATUS[0]}, $(python3 -c "print(round($(date +%s.%N)-$a,1))") s"; }
 for s in $S; do case $s in
@@ -22,9 +22,11 @@ for s in $S; do case $s in
   profile) run profile 150 python3 tests/bench/llm/h200_profile.py --out /tmp/smol ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
-  # (the first format a bench process times reads low, the GPU not yet at its clocks: q8_0 leads twice)
-  qlinear) run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs 4800
-           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096,49152x576,576x1536,1536x576 --peak-gbs 4800 ;;
+  # (decode only, a short layout sweep; every timed pass starts after ~30 ms of other GPU work)
+  qlinear) L=16x1u4,32x2u4,32x1u1,16x1u4i,32x1u4i,64x1u4i,128x1u4i,64x1u8i,32x1u8i,64x2u4i,8x1u4i,8x2u4i
+           run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs 4800 --no-qprompt --qlayouts $L
+           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576,1536x576 --peak-gbs 4800 --no-qprompt --qlayouts $L ;;
+  qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs 4800 --qlayouts none ;;
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
   train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;
 esac; done

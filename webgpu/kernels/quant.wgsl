@@ -269,10 +269,13 @@ fn xrow(m: u32, e: u32) -> vec4<f32> {
 
 // ---- gemv: out (M, N) = x (M, K) @ dequantize(w).T for M <= MT ----------------------------------
 // Threads come in groups of LANES consecutive ones; a group owns RB consecutive weight rows, so a
-// workgroup owns (WG / LANES) * RB rows. Lanes take runs of U consecutive items (the row's words
-// front to back: neighbouring threads read neighbouring words or blocks, each word read once;
-// the U items' loads are independent, so more of them are in flight) and each x vector they
-// load serves the RB rows. x is read straight from its buffer (XSH false: cached, one pass
+// workgroup owns (WG / LANES) * RB rows. Each step a lane takes U items whose loads are
+// independent (more bytes in flight per thread): with IL false a run of U consecutive items
+// (lane l: items lU .. lU+U-1, neighbouring lanes read neighbouring blocks), with IL true
+// ("interleaved") items l, l + LANES, .. l + (U-1) LANES, so that at each of the U loads the
+// group's lanes read consecutive items: consecutive quant words and consecutive x vectors (one
+// memory transaction serves many lanes; runs of blocks spread a warp's loads over U times as
+// many cache lines). Each x vector loaded serves the RB rows. x is read straight from its buffer (XSH false: cached, one pass
 // over k) or staged in workgroup memory XS floats at a time (XSH true: KC = XS / MT columns of
 // every x row per pass; rows of x past M and columns past K are zeros). The lanes' partial
 // sums meet in one tree in workgroup memory.
@@ -280,6 +283,9 @@ const XSH: bool = {{XSH}};
 const RB: u32 = {{RB}}u;
 const LANES: u32 = {{LANES}}u;
 const U: u32 = {{U}}u;
+const IL: bool = {{IL}};
+const LS: u32 = select(U, 1u, IL);      // a lane's first item, in lanes
+const US: u32 = select(1u, LANES, IL);  // the items of one step, apart
 const MT: u32 = {{MT}}u;
 const KC: u32 = {{KC}}u;
 var<workgroup> xs: array<vec4<f32>, {{XS4}}>;
@@ -335,17 +341,18 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (row0 < N) {
       let i1 = min(nitems, (k0 + min(KC, K - k0) + 7u) / 8u);
       // U consecutive items per lane and step (U = 4: a whole 32-block), their loads independent
-      for (var i0 = k0 / 8u + lane * U; i0 < i1; i0 = i0 + LANES * U) {
+      for (var i0 = k0 / 8u + lane * LS; i0 < i1; i0 = i0 + LANES * U) {
         for (var uu = 0u; uu < U; uu = uu + 1u) {
-          let i = min(i0 + uu, i1 - 1u);
-          let live_item = i0 + uu < i1;
-          var its: array<Item, {{RB}}>;
-          for (var r = 0u; r < RB; r = r + 1u) { its[r] = item(rb[r], i); }
-          for (var m = 0u; m < MT; m = m + 1u) {
-            let xa = xget(m, k0, its[0].e0, M, K);
-            let xb = xget(m, k0, its[0].e1, M, K);
-            for (var r = 0u; r < RB; r = r + 1u) {
-              let d = dot(its[r].w0, xa) + dot(its[r].w1, xb);
+          let iu = i0 + uu * US;
+          let i = min(iu, i1 - 1u);
+          let live_item = iu < i1;
+          // (no array of the RB rows' items: one item at a time, its x vectors at positions
+          // known from i alone, re-read per row from the cache)
+          let p = item_pos(i);
+          for (var r = 0u; r < RB; r = r + 1u) {
+            let it = item(rb[r], i);
+            for (var m = 0u; m < MT; m = m + 1u) {
+              let d = dot(it.w0, xget(m, k0, p.x, M, K)) + dot(it.w1, xget(m, k0, p.y, M, K));
               acc[m * RB + r] = acc[m * RB + r] + select(0.0, d, live_item);
             }
           }
