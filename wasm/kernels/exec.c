@@ -25,6 +25,8 @@
 #include "ember.h"
 #include "team.h"
 
+typedef unsigned long long u64;
+
 INLINE f32 ember_word_f32(i32 w) {
   union { i32 i; f32 f; } u;
   u.i = w;
@@ -153,53 +155,169 @@ static i64 team_dispatch(i32 id, const i32 *a, i32 *ctl, i32 tid, i32 nt, i32 ru
   }
 }
 
+/* ---- barriers: only where a command may touch what another thread did since the last one ------
+ *
+ * A command "splits" when its team version would use more than one thread (team_width: tiny
+ * maps, residual adds and products run on thread 0 alone, with the same instructions as ember_run).
+ * Every thread walks the whole table and takes the same decisions, from the table and ctl alone.
+ * A barrier is owed after a split command (the others' shares) and after thread 0's commands
+ * before a split one; it is skipped when the next command's memory is known and touches none of
+ * what the commands since the last barrier wrote (nor writes what they read): the Q, K and V
+ * products, gate and up meet at one barrier. Kernels whose memory this file cannot name
+ * (everything but q_linear, the elementwise maps and the same-shape binary ops) always meet. */
+
+static i32 cmd_width(i32 id, const i32 *a, const i32 *ctl, i32 nt) {
+  switch (id) {
+    case EMBER_KID_gemm: case EMBER_KID_conv2d_gemm: case EMBER_KID_sdpa_f32: case EMBER_KID_attention_cached_f32:
+      return nt;
+    case EMBER_KID_q_linear: return q_linear_width(P_(const i32 *, 4), ctl, nt);
+/* (the empty asm keeps clang from turning the costs into a lookup table: the module has no data) */
+#define W_MAP(NAME, COST) \
+    case EMBER_KID_##NAME: { i32 c_ = COST; __asm__("" : "+r"(c_)); return team_width(ctl, nt, (i64)a[2] * c_); }
+#define W_VV(NAME) case EMBER_KID_##NAME: return team_width(ctl, nt, (i64)a[3] * 2);
+    W_MAP(gelu_f32, 24) W_MAP(gelu_tanh_f32, 24) W_MAP(erf_f32, 16) W_MAP(exp_f32, 12)
+    W_MAP(tanh_f32, 16) W_MAP(sigmoid_f32, 12) W_MAP(silu_f32, 12) W_MAP(log_f32, 12)
+    W_MAP(relu_f32, 2) W_MAP(sqrt_f32, 4)
+    W_VV(add_f32_vv) W_VV(subtract_f32_vv) W_VV(multiply_f32_vv) W_VV(divide_f32_vv)
+#undef W_MAP
+#undef W_VV
+    case EMBER_KID_layer_norm_f32: return team_width(ctl, nt, (i64)a[4] * a[5] * 8);
+    default: return 0;   /* thread 0's */
+  }
+}
+
+/* A byte span [lo, hi) packed as lo | hi << 32 (0: none). No arrays or structs: the module has no
+ * stack, so these stay scalars. */
+INLINE u64 span_of(i32 p, i64 n) {
+  const u64 lo = (u32)p, hi = lo + (u64)n;
+  return n <= 0 ? 0 : lo | (hi > 0xFFFFFFFFull ? 0xFFFFFFFFull : hi) << 32;
+}
+
+/* Span k of the memory command (id, a) touches on `width` threads: k = 0..2 what it reads, 3..4
+ * what it writes (0: none); k = -1 answers whether they are known (1) or not (0). */
+static u64 cmd_span(i32 id, const i32 *a, i32 width, i32 k) {
+  switch (id) {
+    case EMBER_KID_q_linear: {
+      const i32 *prm = P_(const i32 *, 4);
+      const i64 wb = q_linear_extent(prm, 0);
+      if (k < 0) return wb >= 0;
+      const i64 M = prm[1], N = prm[2], K = prm[3];
+      switch (k) {
+        case 0: return span_of(a[0], wb);
+        case 1: return span_of(a[1], 4 * M * K);
+        case 2: return span_of(a[4], 16);
+        case 3: return span_of(a[2], 4 * M * N);
+        case 4: return width <= 1 ? span_of(a[3], q_linear_extent(prm, 1)) : 0;   /* its own scratch */
+        default: return 0;
+      }
+    }
+#define S_MAP(NAME) case EMBER_KID_##NAME:
+    S_MAP(gelu_f32) S_MAP(gelu_tanh_f32) S_MAP(erf_f32) S_MAP(exp_f32) S_MAP(tanh_f32) S_MAP(sigmoid_f32)
+    S_MAP(silu_f32) S_MAP(log_f32) S_MAP(relu_f32) S_MAP(sqrt_f32)
+      if (k < 0) return a[2] >= 0;
+      return k == 0 ? span_of(a[0], 4 * (i64)a[2]) : k == 3 ? span_of(a[1], 4 * (i64)a[2]) : 0;
+    S_MAP(add_f32_vv) S_MAP(subtract_f32_vv) S_MAP(multiply_f32_vv) S_MAP(divide_f32_vv)
+      if (k < 0) return a[3] >= 0;
+      return k == 0 ? span_of(a[0], 4 * (i64)a[3]) : k == 1 ? span_of(a[1], 4 * (i64)a[3])
+           : k == 3 ? span_of(a[2], 4 * (i64)a[3]) : 0;
+#undef S_MAP
+    default: return 0;
+  }
+}
+
+INLINE i32 overlap(u64 x, u64 y) {
+  return x && y && (u32)x < (u32)(y >> 32) && (u32)y < (u32)(x >> 32);
+}
+
+/* 1 when the memory of command (id, a) on w threads is known and it writes none of what it reads
+ * (an in-place command would not give the same result twice: a stopped run's commands that ran
+ * past the stop, below, are run again when Python resumes the table) */
+static i32 cmd_known(i32 id, const i32 *a, i32 w) {
+  if (!cmd_span(id, a, w, -1)) return 0;
+  for (i32 k = 3; k < 5; k++) {
+    const u64 x = cmd_span(id, a, w, k);
+    for (i32 j = 0; j < 3; j++) if (overlap(x, cmd_span(id, a, w, j))) return 0;
+  }
+  return 1;
+}
+
+#define INDEPENDENT_MAX 16   /* commands since the last barrier that a check looks back over */
+
+/* 1 when command (id, a) of width w needs no barrier after the commands from word `from` (the
+ * first after the last barrier) up to word `upto`: every one of them and it have known memory,
+ * and it writes nothing they touched and reads nothing they wrote. */
+static i32 independent(const i32 *t, i32 from, i32 upto, i32 id, const i32 *a, i32 w, const i32 *ctl, i32 nt) {
+  if (!cmd_known(id, a, w)) return 0;
+  i32 n = 0;
+  for (i32 at = from; at < upto; at += 3 + t[at + 1]) {
+    const i32 jd = t[at], *b = t + at + 3, wj = cmd_width(jd, b, ctl, nt);
+    if (++n > INDEPENDENT_MAX || !cmd_known(jd, b, wj)) return 0;
+    for (i32 k = 3; k < 5; k++) {
+      const u64 x = cmd_span(id, a, w, k);
+      for (i32 j = 0; j < 5; j++) if (overlap(x, cmd_span(jd, b, wj, j))) return 0;
+    }
+    for (i32 k = 0; k < 3; k++) {
+      const u64 x = cmd_span(id, a, w, k);
+      for (i32 j = 3; j < 5; j++) if (overlap(x, cmd_span(jd, b, wj, j))) return 0;
+    }
+  }
+  return 1;
+}
+
 /* Index of the last command >= start that splits (-1: none). */
-static i32 last_split(const i32 *t, i32 start) {
+static i32 last_split(const i32 *t, i32 start, const i32 *ctl, i32 nt) {
   i32 at = HEADER, last = -1;
   for (i32 c = 0; c < t[2]; c++) {
-    if (c >= start && team_dispatch(t[at], t + at + 3, 0, 0, 1, 0) >= 0) last = c;
+    if (c >= start && cmd_width(t[at], t + at + 3, ctl, nt) > 1) last = c;
     at += 3 + t[at + 1];
   }
   return last;
 }
 
-/* Thread tid's walk of a (checked) table: split kernels by every thread with a barrier after
- * each (and before one that follows commands of thread 0 alone), the rest by thread 0. A
- * guarded result that differs stops every thread (ctl[TEAM_STOP] = command + 1). */
+/* Thread tid's walk of a (checked) table: split commands by every thread, the rest by thread 0,
+ * barriers as above. A guarded result that differs stops every thread at the next barrier
+ * (ctl[TEAM_STOP] = command + 1); thread 0 runs nothing more meanwhile. */
 #define STOPPED() (A_LOAD(&ctl[TEAM_STOP_RUN]) == run)
 #define STOP_AT(c) (A_STORE(&ctl[TEAM_STOP], (c) + 1), A_STORE(&ctl[TEAM_STOP_RUN], run))
 
 static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt, i32 run) {
-  const i32 last = last_split(t, start);
-  i32 at = HEADER, pending = 0;
+  const i32 last = last_split(t, start, ctl, nt);
+  i32 at = HEADER, from = HEADER, owed = 0, pending = 0, dry = 0;   /* from: the first command after
+                                         the last barrier; owed: split work since; pending: thread 0's */
   for (i32 c = 0; c < t[2]; c++) {
-    const i32 id = t[at], nargs = t[at + 1];
+    const i32 id = t[at], nargs = t[at + 1], here = at;
     const i32 *a = t + at + 3;
-    if (c >= start) {
-      if (tid && c > last) return;
-      const i64 split = team_dispatch(id, a, ctl, tid, nt, 0);
-      if (split >= 0) {
-        if (pending) team_sync(ctl, tid, nt);
-        if (STOPPED()) return;
-        pending = 0;
-        const i64 r = team_dispatch(id, a, ctl, tid, nt, 1);
-        if (tid == 0 && (r >> 32) && (i32)r != t[at + 2]) STOP_AT(c);
-        team_sync(ctl, tid, nt);
-        if (STOPPED()) return;
-      } else if (tid == 0) {
-        pending = 1;
-        const i64 r = ember_dispatch(id, a, nargs, 1);
-        if ((r >> 32) && (i32)r != t[at + 2]) {
-          STOP_AT(c);
-          if (c < last) team_sync(ctl, tid, nt);   /* the others wait before the next split command */
-          return;
-        }
-      } else {
-        pending = 1;
+    at += 3 + nargs;
+    if (c < start) {
+      from = at;
+      continue;
+    }
+    if (tid && c > last && !owed) return;
+    const i32 width = cmd_width(id, a, ctl, nt), split = width > 1;
+    if ((split ? owed || pending : owed) && !independent(t, from, here, id, a, width, ctl, nt)) {
+      team_sync(ctl, tid, nt);
+      if (STOPPED()) return;
+      owed = pending = 0;
+      from = here;
+    }
+    /* after a stop, split commands before the next barrier still run on every thread (their
+     * memory is known, they are not in place and touch nothing the stopped one wrote: running
+     * them again when Python resumes gives the same bits; the kernels of unknown memory, some
+     * with barriers inside, never come before the barrier) */
+    if (split) {
+      owed = 1;
+      const i64 res = team_dispatch(id, a, ctl, tid, nt, 1);
+      if (tid == 0 && !dry && (res >> 32) && (i32)res != t[here + 2]) STOP_AT(c), dry = 1;
+    } else {
+      pending = 1;
+      if (tid == 0 && !dry) {
+        const i64 res = ember_dispatch(id, a, nargs, 1);
+        if ((res >> 32) && (i32)res != t[here + 2]) STOP_AT(c), dry = 1;
       }
     }
-    at += 3 + nargs;
+    if (dry && !owed && c >= last) return;   /* thread 0 stopped and no barrier is left to meet */
   }
+  if (owed) team_sync(ctl, tid, nt);
 }
 
 /* ember_run with the team of ctl: the workers that are ready, up to ctl[TEAM_THREADS] threads
@@ -210,7 +328,7 @@ EXPORT(ember_team_run) i32 ember_team_run(const i32 *t, i32 start, i32 *ctl) {
   i32 nt = 1;
   const i32 want = ctl[TEAM_THREADS] < TEAM_MAX ? ctl[TEAM_THREADS] : TEAM_MAX;
   while (nt < want && A_LOAD(&ctl[TEAM_READY + nt])) nt++;
-  if (nt == 1 || last_split(t, start) < 0) return ember_run(t, start);
+  if (nt == 1 || last_split(t, start, ctl, nt) < 0) return ember_run(t, start);
   A_STORE(&ctl[TEAM_TABLE], (i32)(__UINTPTR_TYPE__)t);
   A_STORE(&ctl[TEAM_START], start);
   A_ADD(&ctl[TEAM_RUNS], 1);

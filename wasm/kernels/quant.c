@@ -776,6 +776,38 @@ static void float_linear(i32 qt, const u8 *w, i32 rb, const f32 *x, f32 *y, i32 
 
 /* ---- the entry point ------------------------------------------------------------------------- */
 
+/* How many of nt threads share a q_linear: work of at least MIN_WORK / 2 multiply-adds each (a
+ * product next to other independent ones meets them at one barrier, exec.c, so the split costs
+ * less than MIN_WORK assumes). */
+i32 q_linear_width(const i32 *prm, const i32 *ctl, i32 nt) {
+  return team_width(ctl, nt, (i64)prm[QL_M] * prm[QL_N] * prm[QL_K] * 2);
+}
+
+/* The bytes of the weight a q_linear reads (scratch = 0) or of its own scratch it writes when it
+ * runs on one thread (scratch = 1), for exec.c's barrier rule; -1 for a table it would refuse or
+ * a float format (whose team version uses the team's scratch even on one thread). */
+i64 q_linear_extent(const i32 *prm, i32 scratch) {
+  const i32 qt = prm[QL_QTYPE], M = prm[QL_M], N = prm[QL_N], K = prm[QL_K];
+  /* (each size through an empty asm: clang would make the switch a lookup table, i.e. data) */
+#define OPQ(v) ({ i32 v_ = (v); __asm__("" : "+r"(v_)); v_; })
+  i32 blk = 32, nbytes;
+  switch (qt) {
+    case QT_Q4_0: nbytes = OPQ(18); break;
+    case QT_Q4_1: nbytes = OPQ(20); break;
+    case QT_Q5_0: nbytes = OPQ(22); break;
+    case QT_Q8_0: nbytes = OPQ(34); break;
+    case QT_Q4_K: nbytes = OPQ(144); blk = 256; break;
+    case QT_Q5_K: nbytes = OPQ(176); blk = 256; break;
+    case QT_Q6_K: nbytes = OPQ(210); blk = 256; break;
+    default: return -1;
+  }
+#undef OPQ
+  if (M < 0 || N < 0 || K < 0 || K % blk) return -1;
+  const i64 nb = K / 32;
+  if (scratch) return 4 * ((i64)M * K / 2 + (i64)M * nb * 4 + 80 * nb + 4);
+  return (i64)N * (K / blk) * nbytes;
+}
+
 /* y (M, N) = x (M, K) . dequantize(w)^T for N rows of K elements of the format prm[QL_QTYPE].
  * scratch (floats; ops_quant.scratch_floats computes the same):
  *   integer formats: xq (M * K / 2) | xs (M * K / 8) | tile (64 nb + 16 nb) | 4 (touch sink)
@@ -791,7 +823,7 @@ i32 q_linear_team(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 
   if (!blk) return QERR_QTYPE;
   if (K % blk) return QERR_SHAPE;
   const i32 rb = K / blk * q_nbytes(qt);
-  const i32 width = team_width(ctl, nt, (i64)M * N * K);
+  const i32 width = q_linear_width(prm, ctl, nt);
   i32 n0, n1;
   if (blk == 1) {
     team_range(N, FLOAT_ROWS, tid, width, &n0, &n1);

@@ -94,6 +94,8 @@ INLINE void *team_scratch(const i32 *ctl, i32 tid, void *own) {
 void gemm_team(const f32 *A, const f32 *B, f32 *S, f32 *C, const f32 *bias, const i32 *prm, i32 *ctl, i32 tid,
                i32 nt);
 i32 q_linear_team(const void *wv, const f32 *x, f32 *y, f32 *scratch, const i32 *prm, i32 *ctl, i32 tid, i32 nt);
+i32 q_linear_width(const i32 *prm, const i32 *ctl, i32 nt);
+i64 q_linear_extent(const i32 *prm, i32 scratch);
 void sdpa_f32_team(const f32 *q, const f32 *k, const f32 *v, const void *mask, f32 *out, f32 *scratch,
                    const i32 *prm, f32 scale, i32 *ctl, i32 tid, i32 nt);
 void conv2d_gemm_team(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 *scratch, const i32 *prm,
