@@ -79,6 +79,94 @@ def fold_batch_norms(graph, consts: dict, protected=()) -> int:
     return folded
 
 
+def _per_channel(consts, name, channels: int, spatial: int):
+    """A float32 constant that multiplies or adds per output channel of a convolution: one
+    element, or shape (C, 1, ..) / (1, C, 1, ..) (``spatial`` trailing ones); as a (C,) or
+    one-element Tensor, else None."""
+    t = consts.get(name)
+    if t is None or t.dtype is not _dt.float32 or t.ndim > spatial + 2:    # (more axes: a wider result)
+        return None
+    if t.size == 1:
+        return E.reshape(t, (1,))
+    shape = tuple(t.shape)
+    while len(shape) > spatial + 1 and shape[0] == 1:
+        shape = shape[1:]
+    if shape != (channels,) + (1,) * spatial:
+        return None
+    return E.reshape(t, (channels,))
+
+
+def fold_conv_affine(graph, consts: dict, protected=()) -> int:
+    """Fold ``Mul`` and then ``Add`` by per-channel (or one-element) constants that follow a Conv
+    with constant weights into it, as onnxruntime's ConvMulFusion / ConvAddFusion do:
+    ``(conv(x, w) + b) * s + t = conv(x, w * s) + (b * s + t)``. PaddleOCR's PP-LCNetV3 writes
+    such a scale and shift after most of its convolutions; each was two more passes over the
+    activations. Returns how many Mul/Add nodes were folded."""
+    producer, readers = {}, {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            producer[o] = n
+        for i in n.inputs:
+            if i:
+                readers.setdefault(i, []).append(n)
+    graph_inputs = {vi.name for vi in graph.inputs} - set(consts)
+    protected = set(protected)
+    drop, folded = set(), 0
+
+    def onnx_op(n, op):
+        return n is not None and n.op_type == op and (n.domain or "ai.onnx") in ("ai.onnx", "onnx") \
+            and len(n.inputs) == 2 and len(n.outputs) == 1 and id(n) not in drop
+
+    for conv in graph.nodes:
+        if conv.op_type != "Conv" or (conv.domain or "ai.onnx") not in ("ai.onnx", "onnx") or len(conv.outputs) != 1:
+            continue
+        w_name = conv.inputs[1] if len(conv.inputs) > 1 else None
+        b_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        w = consts.get(w_name)
+        if w is None or w_name in graph_inputs or w.dtype is not _dt.float32 or w.ndim < 3 or \
+                (b_name and (b_name not in consts or b_name in graph_inputs or consts[b_name].shape != (w.shape[0],))):
+            continue
+        c, spatial = w.shape[0], w.ndim - 2
+        wt = w
+        bt = consts[b_name] if b_name else None
+        out, changed = conv.outputs[0], False
+        for op in ("Mul", "Add"):
+            r = readers.get(out, [])
+            if len(r) != 1 or out in protected or not onnx_op(r[0], op):
+                break
+            node = r[0]
+            other = node.inputs[1] if node.inputs[0] == out else node.inputs[0]
+            if other == out or other in graph_inputs:
+                break
+            v = _per_channel(consts, other, c, spatial)
+            if v is None:
+                break
+            v = v.to(wt.device)
+            if op == "Mul":
+                wt = E.multiply(wt, E.reshape(v, (v.shape[0],) + (1,) * (w.ndim - 1)))
+                if bt is not None:
+                    bt = E.multiply(bt.to(wt.device), v)
+            else:
+                bt = E.add(bt.to(wt.device), v) if bt is not None else E.add(E.zeros((c,), device=wt.device), v)
+            drop.add(id(node))
+            out, changed = node.outputs[0], True
+            folded += 1
+        if not changed:
+            continue
+        tag = out
+        consts[f"{tag}::conv_w"] = wt
+        conv.inputs = [conv.inputs[0], f"{tag}::conv_w"]
+        if bt is not None:
+            consts[f"{tag}::conv_b"] = bt
+            conv.inputs.append(f"{tag}::conv_b")
+        conv.outputs = [out]
+    if folded:
+        graph.nodes = [n for n in graph.nodes if id(n) not in drop]
+        for i, n in enumerate(graph.nodes):
+            n.index = i
+    return folded
+
+
 def _scalar(consts, name):
     """The value of a one-element float constant, else None."""
     t = consts.get(name)
@@ -206,12 +294,39 @@ def fuse_linear(graph, consts: dict, protected=()) -> int:
     return len(new)
 
 
+def hoist_constants(graph, consts: dict, protected=()) -> int:
+    """Float32 ``Constant`` nodes become initializers (entries of ``consts``, on the host as the
+    Constant handler makes them), so the rewrites after this one see their values: Paddle2ONNX
+    writes every weight of PP-OCR's models as a Constant node. Returns how many were hoisted."""
+    from . import proto
+    from .runtime import HOST, tensor_from_proto
+    protected = set(protected)
+    keep, n = [], 0
+    for node in graph.nodes:
+        a = node.attrs.get("value") if node.op_type == "Constant" else None
+        if a is None or (node.domain or "ai.onnx") not in ("ai.onnx", "onnx") or set(node.attrs) != {"value"} \
+                or len(node.outputs) != 1 or not node.outputs[0] or node.outputs[0] in protected \
+                or node.outputs[0] in consts or not isinstance(a.value, proto.TensorProto) \
+                or a.value.data_type != proto.FLOAT:
+            keep.append(node)
+            continue
+        consts[node.outputs[0]] = tensor_from_proto(a.value, HOST, what=f"Constant {node.outputs[0]!r}")
+        n += 1
+    if n:
+        graph.nodes = keep
+        for i, node in enumerate(graph.nodes):
+            node.index = i
+    return n
+
+
 def fuse_graph(graph, consts: dict, protected=()) -> dict:
     """Every rewrite of this module, in order; returns how many of each were made."""
     import os
     if os.environ.get("EMBER_ONNX_FUSE", "on") == "off":
         return {}
-    return {"batch_norm": _guarded(fold_batch_norms, graph, consts, protected),
+    return {"constants": _guarded(hoist_constants, graph, consts, protected),
+            "batch_norm": _guarded(fold_batch_norms, graph, consts, protected),
+            "conv_affine": _guarded(fold_conv_affine, graph, consts, protected),
             "gelu": _guarded(fuse_gelu, graph, consts, protected),
             "linear": _guarded(fuse_linear, graph, consts, protected)}
 
