@@ -41,6 +41,8 @@ CONVS = [
     ((2, 6, 8, 8), (4, 3, 3, 3), {"groups": 2, "stride": (2, 1), "padding": 1}),  # grouped
     ((2, 3, 8, 7), (5, 3, 3, 2), {"padding": ((1, 0), (2, 1)), "dilation": (1, 2)}),
     ((1, 1, 28, 28), (16, 1, 3, 3), {"padding": 1}),
+    ((1, 64, 5, 6), (64, 1, 5, 5), {"groups": 64, "padding": 2}),                   # depthwise, channels last
+    ((2, 64, 7, 7), (64, 1, 5, 5), {"groups": 64, "padding": ((2, 1), (0, 2)), "stride": 2, "dilation": (1, 2)}),
 ]
 
 
@@ -247,3 +249,31 @@ def test_plan_replay_int8_linear_fused_and_exact(w_zp):
         np.testing.assert_allclose(got - m._consts["b"].numpy(), want, rtol=1e-5, atol=1e-5)
     names = [op.name for op in m._compiled.plan_for(x).fast.ops]
     assert names[:3] == ["dynamic_quantize_linear", "multiply", "matmul_integer"] and len(names) == 5, names
+
+
+def test_conv_scale_shift_folded_like_onnxruntime():
+    """Conv whose weight and bias are Constant nodes (Paddle2ONNX's way), then Mul by a scalar
+    and Add of a per-channel shift (PP-LCNetV3's learnable affine): ember.onnx.fuse hoists the
+    constants and folds both into the convolution, as onnxruntime does; results match it."""
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    import ember.onnx
+
+    def const(name, a):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(a, name + "_v"))
+
+    nodes = [const("w", f32(6, 3, 3, 3)), const("b", f32(6)), const("s", np.array([1.7], np.float32)),
+             const("t", f32(1, 6, 1, 1)),
+             helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["s", "c"], ["m"]), helper.make_node("Add", ["m", "t"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    g = helper.make_graph(nodes, "affine", [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 6, 8, 8])])
+    raw = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    x = f32(1, 3, 8, 8)
+    want = ort.InferenceSession(raw, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    m = ember.onnx.load(raw, device="numpy")
+    assert [n.op_type for n in m._plan] == ["Conv", "Relu"]
+    np.testing.assert_allclose(m(ember.from_numpy(x, device="numpy")).numpy(), want, rtol=1e-5, atol=1e-5)

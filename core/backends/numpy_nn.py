@@ -447,8 +447,10 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     ``mult`` outputs per input channel (output c*mult + m reads input channel c). Columns
     larger than _COLS_BYTES are made a few channels at a time (see there)."""
     n, c = a.shape[:2]
-    ap = _padded(a, padding)
     k = kh * kw
+    if mult == 1 and k >= 25 and oh * ow <= 400 and c >= 64:
+        return _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation)
+    ap = _padded(a, padding)
     wm = w.reshape(c, mult, k)                                                     # (c, mult, k)
     step = max(1, _COLS_BYTES // (n * k * oh * ow * 4))
     if step >= c:
@@ -461,6 +463,30 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
         cols = _cols(ap[:, c0:c1], oh, ow, kh, kw, stride, dilation)
         np.matmul(wm[c0:c1], cols.reshape(n, c1 - c0, k, oh * ow), out=y[:, c0:c1])
     return y.reshape(n, c * mult, oh, ow)
+
+
+def _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation):
+    """Depthwise with many channels on a small image and a large kernel (MobileNetV3's 5x5 at
+    7x7 and 14x14): channels last, so each tap is one multiply-add of (oh, ow, C) views whose
+    inner axis is C contiguous values, against that tap's C weights. Per channel the columns
+    would be a few dozen values, and one product per channel costs more than its arithmetic."""
+    n, c, h, wd = a.shape
+    (pt, pb), (pl, pr) = padding
+    ap = np.zeros((n, h + pt + pb, wd + pl + pr, c), a.dtype)
+    ap[:, pt:pt + h, pl:pl + wd, :] = a.transpose(0, 2, 3, 1)
+    wt = np.ascontiguousarray(w.reshape(c, kh * kw).T)                           # (taps, c)
+    (sh, sw), (dh, dw) = stride, dilation
+    y = np.empty((n, oh, ow, c), a.dtype)
+    tmp = np.empty_like(y)
+    for i in range(kh):
+        for j in range(kw):
+            v = ap[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
+            if i == j == 0:
+                np.multiply(v, wt[0], out=y)
+            else:
+                np.multiply(v, wt[i * kw + j], out=tmp)
+                y += tmp
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
 
 
 def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
