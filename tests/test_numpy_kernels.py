@@ -236,11 +236,15 @@ def test_plan_replay_int8_linear_fused_and_exact(w_zp):
     import ember.onnx
     raw, wc = _quantized_linear_model(w_zp=w_zp)
     m = ember.onnx.load(raw, device="numpy")
-    for scale in (1.0, 3.0, 0.0):                          # all zeros: scale 1, zero point 0
-        a = f32(2, 3, 16) * scale
+    for scale in (1.0, 3.0, 0.0, np.nan):                  # all zeros: scale 1, zero point 0
+        a = f32(2, 3, 16) * np.float32(1.0 if np.isnan(scale) else scale)
+        if np.isnan(scale):
+            a[0, 1, 2] = np.nan                            # NaN: the recorded casts' NaN -> 0
         x = ember.from_numpy(a, device="numpy")
         got = [m(x).numpy() for _ in range(3)][-1]
         np.testing.assert_array_equal(got, m._execute(x)["y"].numpy())
+        if np.isnan(scale):
+            continue
         lo, hi = min(float(a.min()), 0.0), max(float(a.max()), 0.0)
         s = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255)) or np.float32(1)
         zp = np.clip(np.rint(-(np.float32(lo) / s)), 0, 255)

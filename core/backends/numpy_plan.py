@@ -308,13 +308,13 @@ def _inplace_run(op):
     if name in _BINARY:
         fn = _BINARY[name]
         dev = op.run.device
+        recorded = op.run
 
         def run(vals, op):
             A, B = vals[op.ins[0]]._buf, vals[op.ins[1]]._buf
             y = A if j == 0 else B
-            if A.dtype != _F32 or B.dtype != _F32:    # (float16 / int operands: as recorded)
-                vals[op.out] = wrap(np.asarray(fn(A, B), np.float32).reshape(op.meta.shape), op.meta.shape,
-                                    op.meta.dtype, dev)
+            if A.dtype != _F32 or B.dtype != _F32:    # (a float16 / int operand: the recorded kernel)
+                recorded(vals, op)
                 return
             fn(A, B, out=y)
             vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
@@ -406,7 +406,10 @@ def _dynamic_quantize(steps, i, consts, readers, only):
         y += zp.astype(np.float32)
         np.rint(y, out=y)
         np.clip(y, ylo, yhi, out=y)
-        q = cast_y(metas[0], wrap(y, metas[0].shape, seq[18].meta.dtype, dev), **y_attrs)
+        if np.isfinite(scale) and np.isfinite(lo) and np.isfinite(hi):
+            q = y.astype(np.uint8)        # integers in [0, 255] already: the cast's other cases cannot occur
+        else:                             # NaN / inf in x: the recorded cast (NaN -> 0, saturation)
+            q = cast_y(metas[0], wrap(y, metas[0].shape, seq[18].meta.dtype, dev), **y_attrs)
         vals[op.out[0]] = wrap(q, metas[0].shape, metas[0].dtype, dev)
         vals[op.out[1]] = wrap(scale.reshape(()), (), metas[1].dtype, dev)
         vals[op.out[2]] = wrap(zp, (), metas[2].dtype, dev)
