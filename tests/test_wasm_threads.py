@@ -7,7 +7,9 @@ workers sleep soon (4 threads on a 2-core machine).
 
 Each op case is compiled with the team at 4 threads, then its three table replays run with 2, 3
 and 4 threads; one thread on the whole list is tests/test_wasm_plan.py's Pyodide run (and the
-llama step runs at 1-4 threads here): every case, every thread count, one pass (CI time).
+llama step runs at 1-4 threads here, and at 2 and 3 with a minimum work that leaves the smallest
+commands to thread 0 between split ones: the barrier rule of kernels/exec.c): every case, every
+thread count, one pass (CI time).
 """
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ llama = {}
 for n in (1, 2, 3, 4):
     W.set_threads(n)
     llama[n] = C.llama_decode(ember)
+t.set_min_work(300)     # a mix: the smallest commands run on thread 0 alone, between split ones
+for n in (2, 3):
+    W.set_threads(n)
+    llama[f"{n}, mixed widths"] = C.llama_decode(ember)
+t.set_min_work(1)
 out["llama"] = llama
 W.set_threads(2)
 runs0 = t.runs()

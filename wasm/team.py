@@ -54,6 +54,7 @@ MAX_THREADS = 8            # the default never uses more (hardwareConcurrency is
 CTL_WORDS = 88             # kernels/team.h TEAM_WORDS
 # kernels/team.h word indices
 RUN_GEN, THREADS_W, SCRATCH, SCRATCH_STRIDE, MIN_WORK, SPIN, RUNS, MAIN_WAIT, READY = 0, 12, 9, 10, 11, 13, 14, 16, 24
+BARRIERS = 18
 QUIT = 8
 # a kernel splits only work of at least this many multiply-adds per thread (a barrier costs ~1 us)
 DEFAULT_MIN_WORK = int(os.environ.get("EMBER_WASM_MIN_WORK", "65536"))
@@ -255,6 +256,11 @@ class Team:
 
     def runs(self) -> int:
         return self._get(RUNS)
+
+    def barriers(self) -> int:
+        """Barriers between table commands that thread 0 met so far (a kernel's own inside it
+        aside): with ``runs()``, how often a replay's threads wait for each other."""
+        return self._get(BARRIERS)
 
     # ---- memory ------------------------------------------------------------------------------
     def _grow(self, pages: int) -> None:
@@ -544,5 +550,6 @@ def describe() -> dict:
         out["note"] = why
     if t is not None:
         out["team_runs"] = t.runs()
+        out["team_barriers"] = t.barriers()
         out["shared_memory_bytes"] = int(t.memory.buffer.byteLength)
     return out

@@ -295,6 +295,7 @@ static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt, i32 ru
     if (tid && c > last && !owed) return;
     const i32 width = cmd_width(id, a, ctl, nt), split = width > 1;
     if ((split ? owed || pending : owed) && !independent(t, from, here, id, a, width, ctl, nt)) {
+      if (!tid) A_ADD(&ctl[TEAM_BARRIERS], 1);
       team_sync(ctl, tid, nt);
       if (STOPPED()) return;
       owed = pending = 0;
@@ -317,7 +318,10 @@ static void team_walk(const i32 *t, i32 start, i32 *ctl, i32 tid, i32 nt, i32 ru
     }
     if (dry && !owed && c >= last) return;   /* thread 0 stopped and no barrier is left to meet */
   }
-  if (owed) team_sync(ctl, tid, nt);
+  if (owed) {
+    if (!tid) A_ADD(&ctl[TEAM_BARRIERS], 1);
+    team_sync(ctl, tid, nt);
+  }
 }
 
 /* ember_run with the team of ctl: the workers that are ready, up to ctl[TEAM_THREADS] threads

@@ -36,6 +36,7 @@ enum {
   TEAM_MAIN_WAIT,   /* thread 0 may sleep in barriers too (not a page's main thread) */
   TEAM_STOP_RUN,    /* the run (its RUN_GEN word) that TEAM_STOP belongs to: never reset, so a
                        worker late out of a stopped run's barrier cannot miss the stop */
+  TEAM_BARRIERS,    /* barriers between a table's commands that thread 0 met (statistics) */
   TEAM_READY = 24,  /* READY + t: worker t entered ember_team_worker */
   TEAM_MAX = 64,
   TEAM_WORDS = TEAM_READY + TEAM_MAX
