@@ -131,11 +131,14 @@ def test_qembedding_ids_checked_without_a_read():
                                  {"EMBER_QLINEAR_RB": "4", "EMBER_QLINEAR_LANES": "32", "EMBER_QLINEAR_XSH": "1",
                                   "EMBER_QLINEAR_U": "2"},
                                  {"EMBER_QLINEAR_RB": "2", "EMBER_QLINEAR_LANES": "8", "EMBER_QLINEAR_U": "4",
-                                  "EMBER_QLINEAR_IL": "1"},
+                                  "EMBER_QLINEAR_IL": "1", "EMBER_QLINEAR_WG": "64"},
+                                 {"EMBER_QLINEAR_RB": "1", "EMBER_QLINEAR_LANES": "4", "EMBER_QLINEAR_U": "4",
+                                  "EMBER_QLINEAR_IL": "1", "EMBER_QLINEAR_WG": "32", "EMBER_QLINEAR_XSH": "1"},
                                  {"EMBER_QLINEAR_PROMPT": "tiled"}, {"EMBER_QLINEAR_PROMPT": "dequant"}])
 def test_qlinear_variants(monkeypatch, env):
     """The matrix-vector kernel's layouts (x staged in workgroup memory; several rows per
-    thread group; few lanes; runs of 1, 2 or 4 items; 4 items interleaved across the lanes) and the prompt paths (the scalar tiled
+    thread group; few lanes; runs of 1, 2 or 4 items; 4 items interleaved across the lanes; workgroups of
+    32 or 64 threads) and the prompt paths (the scalar tiled
     kernel of adapters with little workgroup memory; dequantize + matmul) give the same
     products, for rows of a ragged number of groups and tiles."""
     for k_, v in env.items():

@@ -174,34 +174,35 @@ def _prelude_params(qtype, k, gw) -> dict:
 
 
 def gemv_shape(n: int, k: int, mt: int) -> tuple:
-    """(LANES, RB, U, IL) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x: LANES
-    consecutive threads share a group of RB weight rows; each step a lane takes U items, a run of
-    consecutive ones (IL false) or interleaved with the other lanes' (IL true: item l + j *
-    LANES, so each of the U loads reads consecutive words across the lanes). Small decode weights
-    (n * k <= 4M, one x row) take 64 lanes of one item; larger ones 4 interleaved items per lane
-    and about two steps per lane (8 to 64 lanes), one row per group.
-    ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` / ``_IL`` force them (benchmarks)."""
+    """(LANES, RB, U, IL, WG) of ``gemv`` for an (n, k) weight and ``mt`` (padded) rows of x:
+    workgroups of WG threads, LANES consecutive ones sharing a group of RB weight rows; each step
+    a lane takes U items, a run of consecutive ones (IL false) or interleaved with the other
+    lanes' (IL true: item l + j * LANES, so each of the U loads reads consecutive words across
+    the lanes). Small decode weights (n * k <= 4M, one x row) take 64 lanes of one item in
+    workgroups of 256; larger ones 8 lanes (4 where k < 2048) of 4 interleaved items, 2 rows per
+    group, workgroups of 64 threads.
+    ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` / ``_IL`` / ``_WG`` force them (benchmarks)."""
     env = os.environ
     # A decode step's small weights (a SmolLM2 layer's: n * k <= 4M) are latency-bound, not
     # bandwidth-bound (each product waits for the one before): 64 lanes of one item each finish
     # soonest (H200, one token's 450 dependent dispatches: GPU 3.30 -> 2.48 ms; a q4_1
-    # 1536x576 product alone 12.3 -> 8.4 us); large weights stream: U interleaved items per
-    # lane keep more bytes in flight (H200, 4096^2: runs of 4 items at 2 rows per group read
-    # 260 GB/s of q8_0, one row 890; the run's loads spread over 4x the cache lines).
+    # 1536x576 product alone 12.3 -> 8.4 us). Large weights stream (H200, GB/s of q8_0 at
+    # 4096^2: runs of 4 items 16x1u4 869; interleaved 64x1u4i 1120, 8x2u4i(w64) 1290, 4x2u4iw64
+    # 1240; at 49152x576: 8x2u4iw64 987, 4x2u4iw64 1230). The workgroup size hardly matters
+    # (32: 1160, 64 to 256: 1290-1300); x staged in workgroup memory reads 200-400.
     small = mt == 1 and n * k <= (1 << 22)
     u = int(env.get("EMBER_QLINEAR_U") or (1 if small else 4))
-    runs = (k + 8 * u - 1) // (8 * u)
-    lanes = 64 if small else 1 << (min(64, max(8, runs // 2)).bit_length() - 1)
-    rb = 1
-    il = not small
+    lanes, rb, il, wg = (64, 1, False, WG) if small else (8 if k >= 2048 else 4, 2, True, 64)
     if env.get("EMBER_QLINEAR_LANES"):
         lanes = int(env["EMBER_QLINEAR_LANES"])
     if env.get("EMBER_QLINEAR_RB"):
         rb = int(env["EMBER_QLINEAR_RB"])
     if env.get("EMBER_QLINEAR_IL"):
         il = env["EMBER_QLINEAR_IL"] == "1"
-    # at most 8 partial sums per thread: the tree needs WG * mt * rb floats of workgroup memory
-    return lanes, max(1, min(rb, 8 // mt)), u, il
+    if env.get("EMBER_QLINEAR_WG"):
+        wg = int(env["EMBER_QLINEAR_WG"])
+    # at most 8 partial sums per thread: the tree needs wg * mt * rb floats of workgroup memory
+    return min(lanes, wg), max(1, min(rb, 8 // mt)), u, il, wg
 
 
 def _shared(rt) -> int:
@@ -240,8 +241,8 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         bufs.append(_whole(gres))
         res = "return resb[u(9u) + i];"
     mt = 1 << (M - 1).bit_length()
-    lanes, rb, u, il = gemv_shape(n, k, mt)
-    red = WG * mt * rb
+    lanes, rb, u, il, wg = gemv_shape(n, k, mt)
+    red = wg * mt * rb
     # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
     # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
     xsh = pro == 0 and (k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1")
@@ -251,7 +252,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     else:
         xs, kc = 4, 0x7FFFFFC0
     vec = gx.offset % 4 == 0 and k % 4 == 0
-    params.update(INFO=info_n, WG=WG, LANES=lanes, RB=rb, U=u, IL="true" if il else "false", MT=mt, XS=xs,
+    params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, U=u, IL="true" if il else "false", MT=mt, XS=xs,
                   XS4=max(1, xs // 4), KC=kc, RED=red,
                   ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
                   X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
@@ -260,7 +261,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs)
     pipe = _pipe(rt, "quant", "gemv", params)
-    per_wg = WG // lanes * rb
+    per_wg = wg // lanes * rb
     rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
 
 
@@ -505,6 +506,12 @@ def qlinear_rms(rt, out, x, nw, w, *, eps, qtype, n, k, **_):
     return GBuf(rt, out.shape, _dt.float32, storage=st)
 
 
+def _rows_per_group(n, k) -> int:
+    """Weight rows of one ``gemv`` workgroup at one x row (even: the rope epilogue's pairs)."""
+    lanes, rb, _, _, wg = gemv_shape(n, k, 1)
+    return wg // lanes * rb
+
+
 def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_dim, qtype, n, k, **_):
     """The ``qlinear_rms_rope`` kernel: RMSNorm, the product and the rotation of the q/k rows in
     one ``gemv`` dispatch (decode); the composite for more rows. The position is read on the GPU
@@ -513,7 +520,7 @@ def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_d
 
     M = prod(x.shape[:-1])
     ok = (_fusable(x, k, M) and nw.dtype is _dt.float32 and n > 0 and cos.dtype is _dt.float32
-          and sin.dtype is _dt.float32 and pos.dtype.kind == "i" and WG // gemv_shape(n, k, 1)[0] % 2 == 0)
+          and sin.dtype is _dt.float32 and pos.dtype.kind == "i" and _rows_per_group(n, k) % 2 == 0)
     if not ok:
         return OPS["qlinear_rms_rope"].decompose(x, nw, w, cos, sin, pos, eps=eps, rope_rows=rope_rows,
                                                  head_dim=head_dim, qtype=qtype, n=n, k=k)._buf

@@ -387,18 +387,21 @@ QL_SHAPES = ((4096, 4096), (576, 1536), (1536, 576))   # (n, k): out x in
 QL_PASS_BYTES = 256 << 20   # weights cycled per timing: past a large L2 (the H200 has 50 MB)
 QL_MIN_REPS = 64
 # matrix-vector layouts swept at batch 1, named "<lanes>x<rows per group>u<items per step>" plus
-# "i" (the items interleaved across the lanes, else a run of consecutive ones) and "s" (x staged in
-# workgroup memory); --qlayouts picks some ("none": no sweep)
-GEMV_LAYOUTS = ("16x1u4", "32x1u4", "32x2u4", "32x1u1", "64x1u1", "32x1u4s", "16x1u4i", "32x1u4i", "64x1u4i",
-                "128x1u4i", "64x1u8i", "32x1u8i", "64x2u4i", "32x2u4i", "16x2u4i", "8x1u4i")
+# "i" (the items interleaved across the lanes, else a run of consecutive ones), "s" (x staged in
+# workgroup memory) and "w<n>" (workgroups of n threads, else 256); --qlayouts picks some
+# ("none": no sweep)
+GEMV_LAYOUTS = ("16x1u4", "32x2u4", "32x1u1", "64x1u1", "32x1u4s", "64x1u4i", "16x1u4i", "8x2u4i", "8x2u4iw64",
+                "8x2u4iw128", "8x1u4iw64", "4x2u4iw64", "8x4u4iw64", "16x2u4iw64", "8x2u8iw64", "8x2u4isw64")
 
 
 def _layout_env(name: str) -> dict:
-    """The EMBER_QLINEAR_* settings of a layout name such as "64x1u4i" (see GEMV_LAYOUTS)."""
+    """The EMBER_QLINEAR_* settings of a layout name such as "64x1u4i" or "8x2u4iw64" (see
+    GEMV_LAYOUTS; "w<n>": workgroups of n threads, else 256)."""
+    name, _, wgs = name.partition("w")
     lanes, rest = name.split("x")
     rb, rest = rest.split("u")
     u = rest.rstrip("is")
-    return {"EMBER_QLINEAR_LANES": lanes, "EMBER_QLINEAR_RB": rb, "EMBER_QLINEAR_U": u,
+    return {"EMBER_QLINEAR_LANES": lanes, "EMBER_QLINEAR_RB": rb, "EMBER_QLINEAR_U": u, "EMBER_QLINEAR_WG": wgs or "256",
             "EMBER_QLINEAR_IL": "1" if "i" in rest else "0", "EMBER_QLINEAR_XSH": "1" if "s" in rest else "0"}
 
 
@@ -507,8 +510,8 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
 
             def decode_calls(reps=reps):
                 return [lambda w=ws[i % copies]: ember.qlinear(tx1, w, qtype=qt, n=n, k=k) for i in range(reps)]
-            lanes, rb, u, il = wq.gemv_shape(n, k, 1)
-            row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}"
+            lanes, rb, u, il, wgs = wq.gemv_shape(n, k, 1)
+            row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}" + (f"w{wgs}" if wgs != wq.WG else "")
             dt = _one_pass_timed(decode_calls(), cpu_adapter)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9

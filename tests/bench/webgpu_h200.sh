@@ -23,9 +23,9 @@ for s in $S; do case $s in
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
   # (decode only, a short layout sweep; every timed pass starts after ~30 ms of other GPU work)
-  qlinear) L=16x1u4,32x2u4,32x1u1,16x1u4i,32x1u4i,64x1u4i,128x1u4i,64x1u8i,32x1u8i,64x2u4i,8x1u4i,8x2u4i
+  qlinear) L=16x1u4,64x1u4i,8x2u4i,8x2u4iw64,8x2u4iw128,8x2u4iw32,8x1u4iw64,4x2u4iw64,4x4u4iw64,8x4u4iw64,16x2u4iw64,8x2u8iw64,8x2u2iw64,8x2u4isw64,16x2u4isw128
            run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs 4800 --no-qprompt --qlayouts $L
-           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576,1536x576 --peak-gbs 4800 --no-qprompt --qlayouts $L ;;
+           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576 --peak-gbs 4800 --no-qprompt --qlayouts $L ;;
   qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs 4800 --qlayouts none ;;
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
   train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;

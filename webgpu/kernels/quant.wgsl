@@ -347,8 +347,18 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
           let i = min(iu, i1 - 1u);
           let live_item = iu < i1;
           // (no array of the RB rows' items: one item at a time, its x vectors at positions
-          // known from i alone, re-read per row from the cache)
+          // known from i alone: loaded once for one x row (decode; a prologue's x costs more
+          // than a load), else re-read per row from the cache)
           let p = item_pos(i);
+          if (MT == 1u) {
+            let xa = xget(0u, k0, p.x, M, K);
+            let xb = xget(0u, k0, p.y, M, K);
+            for (var r = 0u; r < RB; r = r + 1u) {
+              let it = item(rb[r], i);
+              acc[r] = acc[r] + select(0.0, dot(it.w0, xa) + dot(it.w1, xb), live_item);
+            }
+            continue;
+          }
           for (var r = 0u; r < RB; r = r + 1u) {
             let it = item(rb[r], i);
             for (var m = 0u; m < MT; m = m + 1u) {
