@@ -18,9 +18,13 @@ second core saves below ~256³.
 (thread 0) with the table's address and the team's control block (``kernels/team.h``): it
 publishes the run in the control block and wakes the workers, and every thread walks the same
 table. Kernels that split (``gemm``, ``q_linear``, ``conv2d_gemm``, ``sdpa_f32``,
-``attention_cached_f32``) take their share of output rows / panels / heads by thread index, with
-a barrier after each; every other command runs on thread 0 alone. One wake-up per segment, not
-per op. Workers spin a little between runs, then sleep in ``memory.atomic.wait``; thread 0 only
+``attention_cached_f32``, the elementwise maps) take their share of output rows / panels / heads
+by thread index when their work is worth more than one thread; every other command runs on
+thread 0 alone. Threads meet at a barrier only where a command may touch what another thread
+wrote since the last one (or write what it read): commands whose memory the table names
+(``q_linear``, maps, same-shape binary ops) and that touch none of it run on without one, so a
+llama layer's Q/K/V products meet once, gate and up once (9 barriers per SmolLM2 layer, was 16;
+``Team.barriers()`` counts them). One wake-up per segment, not per op. Workers spin a little between runs, then sleep in ``memory.atomic.wait``; thread 0 only
 spins (a page's main thread may not wait).
 
 **Identical results.** The module's code is the same bytes on Pyodide's memory and on the shared
