@@ -14,6 +14,13 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
     os.chmod(_d, 0o700)
     os.environ["XDG_RUNTIME_DIR"] = _d
 
+# WebGPU autotune benchmarks every matmul/conv variant on the first call of each shape class: on
+# lavapipe with a fresh cache (CI) that was most of a webgpu test's time (ocr_rec's first eager
+# run: 564 of 610 s). Tests use the default variant; each variant is checked against numpy with
+# autotune.force and autotune itself is tested with it switched on (tests/test_webgpu.py).
+# Set before ember is imported (the module reads it once); EMBER_AUTOTUNE=on turns it back on.
+os.environ.setdefault("EMBER_AUTOTUNE", "off")
+
 ALL_DEVICES = ("python", "numpy", "webgpu", "wasm")
 
 

@@ -244,6 +244,7 @@ def test_matmul_variants_match_numpy(variant):
 
 
 def test_autotune_caches_the_winner_per_adapter(tmp_path, monkeypatch):
+    monkeypatch.setitem(autotune._STATE, "enabled", True)   # tests/conftest.py turns it off
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(autotune, "_MEMORY", {})
     monkeypatch.setattr(autotune, "_LOADED", [False])
