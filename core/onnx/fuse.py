@@ -13,6 +13,18 @@ import ember as E
 from .. import dtypes as _dt
 
 
+def _links(graph) -> tuple[dict, dict]:
+    """``producer[name]``: the node writing value ``name``; ``readers[name]``: the nodes reading it."""
+    producer, readers = {}, {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            producer[o] = n
+        for i in n.inputs:
+            if i:
+                readers.setdefault(i, []).append(n)
+    return producer, readers
+
+
 def _float_attr(node, name, default):
     a = node.attrs.get(name)
     return default if a is None or a.value is None else float(a.value)
@@ -102,13 +114,7 @@ def fold_conv_affine(graph, consts: dict, protected=()) -> int:
     ``(conv(x, w) + b) * s + t = conv(x, w * s) + (b * s + t)``. PaddleOCR's PP-LCNetV3 writes
     such a scale and shift after most of its convolutions; each was two more passes over the
     activations. Returns how many Mul/Add nodes were folded."""
-    producer, readers = {}, {}
-    for n in graph.nodes:
-        for o in n.outputs:
-            producer[o] = n
-        for i in n.inputs:
-            if i:
-                readers.setdefault(i, []).append(n)
+    producer, readers = _links(graph)
     graph_inputs = {vi.name for vi in graph.inputs} - set(consts)
     protected = set(protected)
     drop, folded = set(), 0
@@ -185,13 +191,7 @@ def fuse_gelu(graph, consts: dict, protected=()) -> int:
     its usual arrangements (Div by sqrt 2 or Mul by 1/sqrt 2; the 0.5 first or last), into one
     ``com.microsoft`` Gelu node: one kernel instead of five passes over the activations."""
     from .proto import Node
-    producer, readers = {}, {}
-    for n in graph.nodes:
-        for o in n.outputs:
-            producer[o] = n
-        for i in n.inputs:
-            if i:
-                readers.setdefault(i, []).append(n)
+    producer, readers = _links(graph)
     protected = set(protected)
 
     def only_reader(name):
@@ -257,13 +257,7 @@ def fuse_linear(graph, consts: dict, protected=()) -> int:
     vector of its width becomes one ``ai.ember`` Linear node (``linear(x, W.T, b)``: one GEMM
     with the bias added in place, one node instead of two)."""
     from .proto import Node
-    producer, readers = {}, {}
-    for n in graph.nodes:
-        for o in n.outputs:
-            producer[o] = n
-        for i in n.inputs:
-            if i:
-                readers.setdefault(i, []).append(n)
+    producer, readers = _links(graph)
     protected = set(protected)
     drop, new = set(), {}
     for add in graph.nodes:
