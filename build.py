@@ -179,7 +179,9 @@ def cmd_test(args) -> int:
     ensure_pyodide()
     build_site()
     env = dict(os.environ, EMBER_SITE=SITE, PYTHONUNBUFFERED="1")
-    rc = subprocess.run([PY, "-m", "pytest", "tests", "e2e", *args], cwd=ROOT, env=env).returncode
+    # the whole suite prints its slowest tests, so CI's log says where its time goes
+    extra = [] if args else ["--durations=25"]
+    rc = subprocess.run([PY, "-m", "pytest", "tests", "e2e", *extra, *args], cwd=ROOT, env=env).returncode
     log(f"tests finished in {time.time() - t0:.0f} s with exit code {rc}")
     return rc
 
