@@ -124,6 +124,20 @@ def test_gelu_accuracy():
     assert np.abs(got - ref).max() < 5e-7
 
 
+def test_gelu_special_values_and_chunks():
+    # NaN, infinities, huge and tiny magnitudes, signed zeros (as x * Phi(x) gives them), and an
+    # input longer than one chunk of the float32 kernel, against the pure-Python backend
+    xs = np.array([np.nan, np.inf, -np.inf, -1e30, 1e30, 1e-30, -1e-30, 0.0, -0.0, -5.0, 5.0, -12.0], np.float32)
+    got = ember.gelu(ember.from_numpy(xs, device="numpy")).numpy()
+    assert np.isnan(got[0]) and got[1] == np.inf and np.isnan(got[2])
+    assert got[3] == 0 and got[4] == 1e30 and got[5] == np.float32(5e-31) and got[6] == np.float32(-5e-31)
+    assert got[7] == 0 and got[8] == 0 and abs(got[11]) < 1e-30       # (-12 Phi(-12) = -2e-32)
+    long = np.linspace(-7, 7, 70007).astype(np.float32).reshape(7, 10001)
+    got = ember.gelu(ember.from_numpy(long, device="numpy")).numpy()
+    want = ember.gelu(ember.from_numpy(long[:, ::97].copy(), device="python")).numpy()
+    np.testing.assert_allclose(got[:, ::97], want, rtol=0, atol=5e-7)
+
+
 @pytest.mark.parametrize("case", ["plain", "bool_mask", "float_mask", "causal", "dead_rows", "broadcast"])
 def test_attention(case):
     q, k, v = f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5)

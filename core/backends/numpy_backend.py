@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..errors import IndexingError
+from .numpy_blas import matmul
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "bool": np.bool_, "float64": np.float64, "int8": np.int8, "int16": np.int16,
@@ -372,8 +373,8 @@ def _matmul(out, a, b):
     with np.errstate(all="ignore"):
         if A.ndim > 2 and B.ndim == 2 and A.flags.c_contiguous:
             # (..., M, K) @ (K, N): one GEMM over all the rows, not one per leading index
-            return _out(np.matmul(A.reshape(_rows(A), A.shape[-1]), B), out)
-        return _out(np.matmul(A, B), out)
+            return _out(matmul(A.reshape(_rows(A), A.shape[-1]), B), out)
+        return _out(matmul(A, B), out)
 
 
 def _rows(a) -> int:
@@ -411,8 +412,8 @@ def _int_matmul_as(A, B, ft):
     leading axes of A folded into one GEMM."""
     A, B = A.astype(ft), B.astype(ft, copy=False)
     if A.ndim > 2 and B.ndim == 2:
-        return np.matmul(A.reshape(_rows(A), A.shape[-1]), B).reshape(A.shape[:-1] + B.shape[-1:])
-    return np.matmul(A, B)
+        return matmul(A.reshape(_rows(A), A.shape[-1]), B).reshape(A.shape[:-1] + B.shape[-1:])
+    return matmul(A, B)
 
 
 # ---- movement --------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .numpy_blas import matmul
+
 # numpy_backend imports this module for its KERNELS, so the dtype map is not imported from there
 # (importing this module first would otherwise be circular)
 _NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8,
@@ -114,20 +116,55 @@ def erf_f32(a):
     return _chunked(_erf_chunk, a)
 
 
-def _gelu_chunk(x):
-    y = _erf_chunk(x * (1.0 / math.sqrt(2.0)))
-    y += 1.0
-    y *= x
-    y *= 0.5
-    # below -3.92 sqrt 2, 1 + erf is clipped at ~2e-8 while x Phi(x) < 5e-8: -0 there (x * 0:
-    # NaN for -inf, as x * Phi(x) gives)
-    np.copyto(y, x * 0.0, where=x < -_ERF_CLIP * math.sqrt(2.0))
-    return y
+# GELU x * Phi(x) in float32: Phi(x) = 1 - e for x >= 0 and e for x < 0, e = erfc(|x| / sqrt 2) / 2
+# = exp(-u^2) * erfcx(u) / 2 (u = |x| / sqrt 2), erfcx (smooth, 1 at 0, ~1 / (u sqrt pi) far out)
+# a (3, 4) rational in u fitted for this file (weighted least squares, 1 at 0 exactly, relative
+# error 1e-7 on [0, 4]; u is capped at 4 in it, where e < 1e-8 already). Neither branch subtracts nearly equal
+# numbers, so the float32 result stays within ~1 ulp (+ 2e-8 absolute) of x * Phi(x): ~2.5x faster
+# than the float64 erf route with the same accuracy (tests/test_numpy_kernels.py).
+_ERFCX_P = (1.0, 0.9420847270927264, 0.41487576921672764, 0.07622781612448834)
+_ERFCX_Q = (1.0, 2.0704592552081644, 1.751205275180856, 0.7336917478949382, 0.13520000394925644)
+# (in terms of |x|: u = |x| / sqrt 2 folded into the coefficients, the 1/2 of e into P's)
+_GP = tuple(np.float32(v * 0.5 * 0.5 ** (k / 2)) for k, v in enumerate(_ERFCX_P))
+_GQ = tuple(np.float32(v * 0.5 ** (k / 2)) for k, v in enumerate(_ERFCX_Q))
+_GELU_CAP = np.float32(4.0 * math.sqrt(2.0))
+_GELU_CHUNK = 32768
+
+
+def _gelu_chunk(x, out):
+    """GELU of a float32 chunk into ``out`` (as above)."""
+    u = np.abs(x)
+    ex = np.multiply(u, u)
+    ex *= np.float32(-0.5)
+    np.exp(ex, out=ex)                                    # exp(-x^2 / 2); 0 for huge |x|
+    np.minimum(u, _GELU_CAP, out=u)
+    num = u * _GP[3]
+    den = u * _GQ[4]
+    for i in (2, 1):
+        num += _GP[i]
+        num *= u
+        den += _GQ[i + 1]
+        den *= u
+    num += _GP[0]
+    den += _GQ[1]
+    den *= u
+    den += _GQ[0]
+    num /= den
+    num *= ex                                             # e
+    # Phi = (x >= 0) - copysign(e, x): 1 - e or e, one rounding (a masked ufunc is ~30x slower)
+    np.copysign(num, x, out=num)
+    np.subtract(x >= 0, num, out=num)
+    np.multiply(num, x, out=out)                          # x * Phi(x): NaN for NaN and -inf
 
 
 def _gelu_erf(a):
-    """x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), in float64 per chunk, rounded once."""
-    return _chunked(_gelu_chunk, a)
+    """x * Phi(x) in float32, a cache-sized chunk at a time (see above)."""
+    x = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+    out = np.empty(x.shape, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, x.size, _GELU_CHUNK):
+            _gelu_chunk(x[i:i + _GELU_CHUNK], out[i:i + _GELU_CHUNK])
+    return out.reshape(np.shape(a))
 
 
 def _gelu(out, x, *, approximate):
@@ -308,7 +345,7 @@ def _linear(out, x, weight, bias=None):
     a, w = _f(x), _f(weight)
     if a.ndim > 2 and a.flags.c_contiguous:
         a = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
-    y = np.matmul(a, w.T)
+    y = matmul(a, w.T)
     if bias is not None:
         y += _f(bias)
     return _out(y.reshape(out.shape), out)
@@ -320,7 +357,7 @@ def _sdpa(out, q, k, v, mask=None, *, is_causal, scale):
     Q, K, V = _f(q), _f(k), _f(v)
     if 0 in out.shape or K.shape[-2] == 0:
         return np.zeros(out.shape, np_dtype(out.dtype))
-    s = np.matmul(Q, np.swapaxes(K, -1, -2))                                     # (..., L, S)
+    s = matmul(Q, np.swapaxes(K, -1, -2))                                     # (..., L, S)
     s *= np.float32(scale)
     if is_causal:
         L, S = s.shape[-2:]
@@ -342,7 +379,7 @@ def _sdpa(out, q, k, v, mask=None, *, is_causal, scale):
     if dead.any():
         den[dead] = 1
     s /= den
-    return _out(np.matmul(s, V), out)
+    return _out(matmul(s, V), out)
 
 
 # ---- convolution ------------------------------------------------------------------------------
@@ -409,9 +446,9 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
             cols = _cols(ap, oh, ow, kh, kw, stride, dilation).reshape(n, g, cg * kh * kw, oh * ow)
         wm = w.reshape(g, og, cg * kh * kw)
         if n == 1 and g == 1:
-            y = wm[0] @ cols[0, 0]                                                # one GEMM
+            y = matmul(wm[0], cols[0, 0])                                          # one GEMM
         else:
-            y = np.matmul(wm, cols)                                               # (n, g, og, oh*ow)
+            y = matmul(wm, cols)                                                  # (n, g, og, oh*ow)
         y = y.reshape(n, o, oh, ow)
     if bias is not None:
         y += _f(bias).reshape(1, o, 1, 1)
@@ -436,7 +473,7 @@ def _conv_tiled(ap, wm, oh, ow, kh, kw, stride, dilation):
         r1 = min(oh, r0 + rows)
         band = ap[:, :, r0 * sh:]
         cols = _cols(band, r1 - r0, ow, kh, kw, stride, dilation).reshape(kk, (r1 - r0) * ow)
-        np.matmul(wm, cols, out=y[:, r0 * ow:r1 * ow])
+        matmul(wm, cols, out=y[:, r0 * ow:r1 * ow])
     return y.reshape(1, o, oh, ow)
 
 
@@ -455,13 +492,13 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     step = max(1, _COLS_BYTES // (n * k * oh * ow * 4))
     if step >= c:
         cols = _cols(ap, oh, ow, kh, kw, stride, dilation)
-        y = np.matmul(wm, cols.reshape(n, c, k, oh * ow))                           # (n, c, mult, oh*ow)
+        y = matmul(wm, cols.reshape(n, c, k, oh * ow))                              # (n, c, mult, oh*ow)
         return y.reshape(n, c * mult, oh, ow)
     y = np.empty((n, c, mult, oh * ow), np.float32 if ap.dtype != np.float64 else ap.dtype)
     for c0 in range(0, c, step):
         c1 = min(c, c0 + step)
         cols = _cols(ap[:, c0:c1], oh, ow, kh, kw, stride, dilation)
-        np.matmul(wm[c0:c1], cols.reshape(n, c1 - c0, k, oh * ow), out=y[:, c0:c1])
+        matmul(wm[c0:c1], cols.reshape(n, c1 - c0, k, oh * ow), out=y[:, c0:c1])
     return y.reshape(n, c * mult, oh, ow)
 
 
@@ -497,7 +534,7 @@ def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padd
     (sh, sw), (dh, dw) = stride, dilation
     a = _f(x).reshape(n, g, cg, h * w).transpose(0, 1, 3, 2)                     # (n, g, hw, cg)
     wt = _f(weight).reshape(g, cg, og * kh * kw)
-    y = np.matmul(a, wt).reshape(n, g, h, w, og, kh, kw)                         # every input x tap
+    y = matmul(a, wt).reshape(n, g, h, w, og, kh, kw)                            # every input x tap
     y = y.transpose(0, 1, 4, 5, 6, 2, 3)                                         # (n, g, og, kh, kw, h, w)
     (pt, pb), (pl, pr) = padding
     full_h = max((h - 1) * sh + dh * (kh - 1) + 1, pt + oh)

@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from .numpy_blas import matmul
+
 # kernels whose result is always a new array (never an input's buffer or a view of one)
 FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
                    "relu", "clip", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "batch_norm",
@@ -461,9 +463,9 @@ def _integer_matmul(steps, i, consts, readers, only, dtypes):
         x = A.astype(ft)
         x -= ft(Z)                                      # exact: integers below 256
         if x.ndim > 2:
-            y = np.matmul(x.reshape(-1, x.shape[-1]), wf).reshape(op.meta.shape)
+            y = matmul(x.reshape(-1, x.shape[-1]), wf).reshape(op.meta.shape)
         else:
-            y = np.matmul(x, wf)
+            y = matmul(x, wf)
         if op.meta.dtype.name != "float32":
             y = y.astype(np.int32)
         vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
