@@ -253,6 +253,28 @@ def test_qlinear_inf_and_nan_scales(qtype):
     np.testing.assert_array_equal(y1, q_linear(qtype, words(bad), x, n, k)[0])   # the tiled path agrees
 
 
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q4_0"))
+def test_qlinear_every_half_scale(qtype):
+    # the fused path (one row of x) converts a block's half scales with a shift trick and finds
+    # exponent 31 from the fields' maximum; the tiled path (4 rows) converts each half exactly:
+    # every one of the 65536 halves as d (and, reversed, as q4_1's m) gives the same bits
+    k, n = 64, 1 << 16
+    raw, x = _linear_case(qtype, 4, k, n, seed=21)
+    bs = gguf.GGML_QUANT_SIZES[GGUF_TYPE[qtype]][1]
+    halves = np.arange(n, dtype=np.uint32).astype(np.uint16)
+    rows = raw.reshape(n, 2, bs)
+    rows[:, 0, 0:2] = halves.view(np.uint8).reshape(n, 2)               # block 0: d = every half
+    rows[:, 1, 0:2] = np.array([0.01], np.float16).view(np.uint8)       # block 1: a finite d
+    if qtype == "q4_1":
+        rows[:, 1, 2:4] = halves[::-1].copy().view(np.uint8).reshape(n, 2)   # block 1: m = every half
+    w = words(raw)
+    fused = q_linear(qtype, w, x[:1], n, k)[0]
+    tiled = q_linear(qtype, w, x, n, k)[0]
+    nan = np.isnan(tiled)
+    assert nan.any() and (np.isnan(fused) == nan).all()
+    assert fused[~nan].tobytes() == tiled[~nan].tobytes()
+
+
 def test_qlinear_zero_activation_blocks():
     k, n = 96, 5
     raw, x = _linear_case("q4_0", 2, k, n, seed=4)

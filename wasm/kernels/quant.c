@@ -402,35 +402,37 @@ INLINE void block_scales(const i32 QT, const u8 *p0, const u8 *p1, const u8 *p2,
   else *C = wasm_f32x4_splat(0.f);
 }
 
-/* the fast conversion: exact except for exponent 31 (inf/NaN), which callers detect with
- * h_em(h) >= 0x0F800000 and then redo exactly */
-INLINE v128_t h_em(v128_t h) { return wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat(0x0FFFE000)); }
-INLINE f32x4 h2f4_fast(v128_t h, v128_t em) {
-  const v128_t s = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
-  return wasm_v128_or(wasm_f32x4_mul(em, wasm_f32x4_splat(0x1p112f)), s);
+/* The fast conversion, of halves held in the upper 16 bits of 32-bit lanes (the lower 16 bits
+ * may hold anything): an arithmetic shift right by 3 moves exponent and mantissa to float's
+ * places (bits 13..27) and copies the sign into bits 28..31; the sign and bits 13..27 kept, the
+ * product with 2^112 (exact) is the half's value, subnormals and signed zeros included, the same
+ * bits as h2f4. Exponent 31 (inf, NaN) comes out finite and wrong: callers keep the u16 maximum
+ * of the exponent fields (H_EXP) and redo a group where it reached 0x7C00 (h_bad). */
+#define H_EXP 0x7C00
+INLINE f32x4 h2f4_hi(v128_t hi) {
+  return wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shr(hi, 3), wasm_i32x4_splat((i32)0x8FFFE000)), wasm_f32x4_splat(0x1p112f));
 }
+INLINE v128_t h_exp_max(v128_t bad, v128_t h) { return wasm_u16x8_max(bad, wasm_v128_and(h, wasm_i16x8_splat(H_EXP))); }
+INLINE i32 h_bad(v128_t bad) { return wasm_v128_any_true(wasm_i16x8_eq(bad, wasm_i16x8_splat(H_EXP))); }
 
 INLINE void block_scales_fast(const i32 QT, const u8 *p0, const u8 *p1, const u8 *p2, const u8 *p3, f32x4 *D,
                               f32x4 *C, v128_t *bad) {
   if (QT == QT_Q4_1) {
-    v128_t dm = wasm_v128_load32_zero(p0);
+    v128_t dm = wasm_v128_load32_zero(p0);   /* d in the low 16 bits of a lane, m in the high */
     dm = wasm_v128_load32_lane(p1, dm, 1);
     dm = wasm_v128_load32_lane(p2, dm, 2);
     dm = wasm_v128_load32_lane(p3, dm, 3);
-    const v128_t hd = wasm_v128_and(dm, wasm_i32x4_splat(0xFFFF)), hm = wasm_u32x4_shr(dm, 16);
-    const v128_t ed = h_em(hd), emm = h_em(hm);
-    *bad = wasm_u32x4_max(*bad, wasm_u32x4_max(ed, emm));
-    *D = h2f4_fast(hd, ed);
-    *C = h2f4_fast(hm, emm);
+    *bad = h_exp_max(*bad, dm);
+    *D = h2f4_hi(wasm_i32x4_shl(dm, 16));
+    *C = h2f4_hi(dm);
     return;
   }
-  v128_t h = wasm_v128_load16_lane(p0, wasm_i32x4_splat(0), 0);
-  h = wasm_v128_load16_lane(p1, h, 2);
-  h = wasm_v128_load16_lane(p2, h, 4);
-  h = wasm_v128_load16_lane(p3, h, 6);
-  const v128_t e = h_em(h);
-  *bad = wasm_u32x4_max(*bad, e);
-  *D = h2f4_fast(h, e);
+  v128_t h = wasm_v128_load16_lane(p0, wasm_i32x4_splat(0), 1);   /* each half in a lane's high 16 bits */
+  h = wasm_v128_load16_lane(p1, h, 3);
+  h = wasm_v128_load16_lane(p2, h, 5);
+  h = wasm_v128_load16_lane(p3, h, 7);
+  *bad = h_exp_max(*bad, h);
+  *D = h2f4_hi(h);
   if (QT == QT_Q4_0) *C = wasm_f32x4_mul(*D, wasm_f32x4_splat(-8.f));
   else if (QT == QT_Q5_0) *C = wasm_f32x4_mul(*D, wasm_f32x4_splat(-16.f));
   else *C = wasm_f32x4_splat(0.f);
@@ -467,7 +469,7 @@ INLINE void store_rows(f32 *y, f32x4 v, i32 nr) {
 /* rows n..n+nr-1 (nr <= 4) of W . x; returns nonzero when the fast half conversion met an inf/NaN
  * scale (EXACT = 0), in which case the caller redoes the group with EXACT = 1 */
 INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n, i32 nr, i32 nb, const i16 *xq,
-                       const f32 *xs, f32 *y, u32 ahead, u32 last, i32 *touch) {
+                       const f32 *xs, f32 *y, u32 ahead, i32 *touch) {
   const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : 34;
   const u8 *w0 = w + n * rb;
   const u8 *w1 = nr > 1 ? w0 + rb : w0, *w2 = nr > 2 ? w1 + rb : w1, *w3 = nr > 3 ? w2 + rb : w2;
@@ -476,15 +478,11 @@ INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n
   i32 t = 0;
   for (i32 b = 0; b < nb; b++) {
     const i32 o = b * bs;
-    if (!EXACT) {
-      u32 a = ahead + 4 * (u32)o;
-      t ^= w[a < last ? a : last];
-      a += 64;
-      t ^= w[a < last ? a : last];
-      if (bs > 32) {
-        a += 64;
-        t ^= w[a < last ? a : last];
-      }
+    if (!EXACT) {   /* (fused_rows keeps these inside the weight) */
+      const u32 a = ahead + 4 * (u32)o;
+      t ^= w[a];
+      t ^= w[a + 64];
+      if (bs > 32) t ^= w[a + 128];
     }
     const i16 *xb = xq + 32 * b;
     v128_t qa, qb, qc, qd;
@@ -504,7 +502,7 @@ INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n
     if (QT != QT_Q8_0) accm = wasm_f32x4_add(accm, wasm_f32x4_mul(C, wasm_v128_load32_splat(xs + 4 * b + 3)));
   }
   *touch ^= t;
-  if (!EXACT && !wasm_i32x4_all_true(wasm_u32x4_lt(bad, wasm_i32x4_splat(0x0F800000)))) return 1;
+  if (!EXACT && h_bad(bad)) return 1;
   store_rows(y + n, QT != QT_Q8_0 ? wasm_f32x4_add(acc, accm) : acc, nr);
   return 0;
 }
@@ -513,12 +511,17 @@ INLINE void fused_rows(const i32 QT, const u8 *w, i32 N, i32 nb, const i16 *xq, 
                        i32 *touch) {
   const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : 34;
   const i32 rb = nb * bs;
-  const u32 last = (u32)(N * rb) - 1;   /* offsets, not pointers: nothing past the weight is formed */
+  /* the touches of a group reach less than 4 rows + 128 bytes past `ahead` (offsets, not
+   * pointers: nothing past the weight is formed); a weight smaller than that is read exactly,
+   * without them */
+  const u32 total = (u32)(N * rb), span = 4 * (u32)rb + 128;
+  const i32 tiny = total <= span;
   for (i32 n = 0; n < N; n += 4) {
     const i32 nr = N - n < 4 ? N - n : 4;
-    const u32 ahead = (u32)((n + 4 * AHEAD_GROUPS) * rb);
-    if (fused_group(QT, 0, w, rb, n, nr, nb, xq, xs, y, ahead, last, touch))
-      fused_group(QT, 1, w, rb, n, nr, nb, xq, xs, y, ahead, last, touch);
+    u32 ahead = (u32)((n + 4 * AHEAD_GROUPS) * rb);
+    if (!tiny && ahead > total - span) ahead = total - span;
+    if (tiny || fused_group(QT, 0, w, rb, n, nr, nb, xq, xs, y, ahead, touch))
+      fused_group(QT, 1, w, rb, n, nr, nb, xq, xs, y, ahead, touch);
   }
 }
 
