@@ -234,16 +234,21 @@ class NumpyReplay:
                     vals[s] = None
         return unflatten(self.plan.out_tree, [vals[s] for s in self.plan.out_slots])
 
-    def profile(self, inputs, times: dict) -> None:
-        """Run once, adding each op's wall time to ``times[name]`` (in-place ops as ``name (in place)``)."""
+    def profile(self, inputs, times: dict, steps: list | None = None) -> None:
+        """Run once, adding each op's wall time to ``times[name]`` (in-place ops as ``name (in place)``);
+        with ``steps``, also append ``(name, seconds)`` per op in order (so that a caller can keep
+        each op's fastest run over several: on a loaded machine the sums are mostly waiting)."""
         vals = self._setup(inputs)
         clock = time.perf_counter
         with np.errstate(all="ignore"):
             for op in self.ops:
                 t = clock()
                 op.run(vals, op)
+                dt = clock() - t
                 key = op.name if op.inplace is None else op.name + " (in place)"
-                times[key] = times.get(key, 0.0) + clock() - t
+                times[key] = times.get(key, 0.0) + dt
+                if steps is not None:
+                    steps.append((key, dt))
                 for s in op.free:
                     vals[s] = None
 
@@ -406,11 +411,14 @@ def _dynamic_quantize(steps, i, consts, readers, only):
         y = np.true_divide(a, scale)
         np.rint(y, out=y)
         y += zp.astype(np.float32)
-        np.rint(y, out=y)
-        np.clip(y, ylo, yhi, out=y)
         if np.isfinite(scale) and np.isfinite(lo) and np.isfinite(hi):
-            q = y.astype(np.uint8)        # integers in [0, 255] already: the cast's other cases cannot occur
-        else:                             # NaN / inf in x: the recorded cast (NaN -> 0, saturation)
+            # |y| <= 255 + 255: integers already, so the recorded second rint changes nothing, and
+            # the clipped values are integers in [0, 255]: clipped straight into the uint8 result
+            q = np.empty(y.shape, np.uint8)
+            np.clip(y, ylo, yhi, out=q, casting="unsafe")
+        else:                             # NaN / inf in x: the recorded steps and cast (NaN -> 0, saturation)
+            np.rint(y, out=y)
+            np.clip(y, ylo, yhi, out=y)
             q = cast_y(metas[0], wrap(y, metas[0].shape, seq[18].meta.dtype, dev), **y_attrs)
         vals[op.out[0]] = wrap(q, metas[0].shape, metas[0].dtype, dev)
         vals[op.out[1]] = wrap(scale.reshape(()), (), metas[1].dtype, dev)
