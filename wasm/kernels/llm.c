@@ -134,8 +134,11 @@ INLINE void pv_heads(const i32 NH, const f32 *sc, i32 C, const f32 *vb, i32 row,
  * heads at once. scratch: G * (C + 1) floats (a group's scores, then 1 / their sums). Returns 0,
  * or AC_ERR_POS before
  * anything is written. */
-/* One thread's share (team.h): thread 0 writes the cache rows, a barrier, then the (token, kv
- * head) pairs split among threads, each with its scores in its own scratch. */
+/* One thread's share (team.h): thread 0 writes the cache rows, a barrier, then the (token, query
+ * head) pairs split among threads in contiguous ranges (a decoded token has 9 heads over 3 key/value
+ * heads here: 5 + 4 on two threads, where whole groups gave 1 + 2); each range runs as groups of
+ * consecutive heads that share a key/value head, with their scores in the thread's own scratch.
+ * A head's scores, softmax and output take the same operations whichever heads go with it. */
 i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc, const i32 *pos,
                               f32 *out, f32 *scratch, const i32 *prm, f32 scale, i32 *ctl, i32 tid, i32 nt) {
   const i32 T = prm[AC_T], Hq = prm[AC_HQ], Hkv = prm[AC_HKV], D = prm[AC_D], C = prm[AC_C];
@@ -143,7 +146,7 @@ i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc,
   if (p < 0 || p > C - T) return AC_ERR_POS;
   const i32 row = Hkv * D, G = Hq / Hkv;
   i32 width = team_width(ctl, nt, (i64)T * Hq * D * (p + T)), u0, u1;
-  if (width > T * Hkv) width = T * Hkv;
+  if (width > T * Hq) width = T * Hq;
   if (tid == 0)
     for (i32 i = 0; i < T * row; i += 4) {
       wasm_v128_store(kc + p * row + i, wasm_v128_load(k + i));
@@ -153,19 +156,21 @@ i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc,
     team_sync(ctl, tid, nt);
     scratch = (f32 *)team_scratch(ctl, tid, scratch);
   }
-  team_range(T * Hkv, 1, tid, width, &u0, &u1);
+  team_range(T * Hq, 1, tid, width, &u0, &u1);
   const f32x4 vscale = F4(scale);
-  for (i32 u = u0; u < u1; u++) {
-    const i32 t = u / Hkv, g = u % Hkv;
+  for (i32 u = u0; u < u1;) {
+    const i32 t = u / Hq, h0 = u % Hq, g = h0 / G;
+    const i32 NH = (g + 1) * G - h0 < u1 - u ? (g + 1) * G - h0 : u1 - u;   /* heads h0 .. h0+NH-1 */
+    u += NH;
     const i32 L = p + t + 1;
     {
       const f32 *kb = kc + g * D, *vb = vc + g * D;
-      const f32 *qg = q + (t * Hq + g * G) * D;
-      /* scores of the group's heads: head hh's at scratch + hh * C */
+      const f32 *qg = q + (t * Hq + h0) * D;
+      /* scores of the run's heads: head hh's at scratch + hh * C */
       i32 j = 0;
       for (; j + 4 <= L; j += 4) {
         const f32 *k0 = kb + j * row;
-        for (i32 hh = 0; hh < G; hh++) {
+        for (i32 hh = 0; hh < NH; hh++) {
           const f32 *qh = qg + hh * D;
           const f32x4 s = wasm_f32x4_mul(hsum4x4(dot_d(qh, k0, D), dot_d(qh, k0 + row, D), dot_d(qh, k0 + 2 * row, D),
                                                  dot_d(qh, k0 + 3 * row, D)),
@@ -174,10 +179,10 @@ i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc,
         }
       }
       for (; j < L; j++)
-        for (i32 hh = 0; hh < G; hh++) scratch[hh * C + j] = hsum(dot_d(qg + hh * D, kb + j * row, D)) * scale;
+        for (i32 hh = 0; hh < NH; hh++) scratch[hh * C + j] = hsum(dot_d(qg + hh * D, kb + j * row, D)) * scale;
       /* softmax numerators in place; 1 / their sum per head into rz */
       f32 *rz = scratch + G * C;
-      for (i32 hh = 0; hh < G; hh++) {
+      for (i32 hh = 0; hh < NH; hh++) {
         f32 *sc = scratch + hh * C;
         f32x4 vmax = F4(-__builtin_inff());
         for (j = 0; j + 4 <= L; j += 4) vmax = wasm_f32x4_max(vmax, wasm_v128_load(sc + j));
@@ -199,9 +204,9 @@ i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc,
         rz[hh] = 1.f / z;
       }
       /* out = e . v / z, up to three heads per pass over the values */
-      for (i32 hh = 0; hh < G; hh += 3) {
-        const i32 nh = G - hh < 3 ? G - hh : 3;
-        f32 *o0 = out + (t * Hq + g * G + hh) * D;
+      for (i32 hh = 0; hh < NH; hh += 3) {
+        const i32 nh = NH - hh < 3 ? NH - hh : 3;
+        f32 *o0 = out + (t * Hq + h0 + hh) * D;
         const f32 *sc = scratch + hh * C;
         if (nh == 3) pv_heads(3, sc, C, vb, row, L, D, rz + hh, o0, o0 + D, o0 + 2 * D);
         else if (nh == 2) pv_heads(2, sc, C, vb, row, L, D, rz + hh, o0, o0 + D, o0);
