@@ -295,3 +295,18 @@ def test_conv_scale_shift_folded_like_onnxruntime():
     m = ember.onnx.load(raw, device="numpy")
     assert [n.op_type for n in m._plan] == ["Conv", "Relu"]
     np.testing.assert_allclose(m(ember.from_numpy(x, device="numpy")).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(8, 4, 32, 32), (300, 7), (2, 3, 5), (1, 40, 700)])
+def test_softmax_short_rows(shape):
+    # short last axes take the transposed-max / matrix-vector-sum route: against float64
+    a = (f32(*shape) * 5).astype(np.float32)
+    if len(shape) == 4:
+        a[0, 0, 0, 3] = np.nan                     # a NaN row stays NaN
+        a[0, 1, 2, :] = -np.inf                    # a row of -inf: NaN, as max-shifting gives
+    got = ember.softmax(ember.from_numpy(a, device="numpy"), axis=-1).numpy()
+    with np.errstate(invalid="ignore"):
+        e = np.exp(a.astype(np.float64) - a.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert np.isnan(got).sum() == np.isnan(want).sum()
