@@ -106,7 +106,8 @@ def test_greedy_generation_matches_transformers(fast_cpu):
     assert r["promptTokens"] == len(case["prompt_ids"])
     assert r["prefillMs"] > 0 and r["decodeTokensPerSecond"] > 0
     assert r["text"] == case["text"], (r["text"], case["text"])
-    print(f"\nchat page: prompt {r['promptTokens']} tokens in {r['prefillMs']:.0f} ms, decode {r['decodeTokensPerSecond']:.1f} tokens/s on {info['devices']['cpu']}")
+    assert isinstance(r["threads"], int) and r["threads"] >= 1, r   # the wasm team's choice (1: one thread)
+    print(f"\nchat page: prompt {r['promptTokens']} tokens in {r['prefillMs']:.0f} ms, decode {r['decodeTokensPerSecond']:.1f} tokens/s on {info['devices']['cpu']}, {r['threads']} thread(s)")
 
 
 def test_greedy_page_output_equals_native_numpy(fast_cpu, site_dir):

@@ -70,6 +70,10 @@ def test_tiny_greedy_generation_matches_reference(device, tiny):
     st = m.stats
     assert st["prompt_tokens"] == len(prompt) and st["tokens"] == 8 and st["device"] == device
     assert st["decode_tokens_per_second"] > 0 and st["prefill_ms"] > 0
+    if device == "wasm":   # under wasmtime: no thread team (test_wasm_threads has the team)
+        assert st["threads"] == 1
+    else:
+        assert "threads" not in st
     del got
 
 

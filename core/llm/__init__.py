@@ -251,6 +251,8 @@ class LLM:
             t_dec = timer[0]
         stats["decode_ms"] = t_dec * 1000.0
         stats["decode_tokens_per_second"] = steps / t_dec if t_dec > 0 else 0.0
+        if dev == "wasm":
+            stats["threads"] = _wasm_threads(step_logits if sampler.needs_logits else step_argmax)
 
     def _fed_tokens(self, step, token: int, pos: int, n: int, timer: list):
         """The next ``n`` greedy tokens (an iterator), each step fed the previous step's argmax
@@ -273,6 +275,23 @@ class LLM:
             n -= len(outs)
             batch = min(2 * batch, RUN_AHEAD)
             yield from toks
+
+
+def _wasm_threads(step) -> int:
+    """How many threads the wasm one-token step ran on last (the thread team's choice per
+    segment: ``ember.wasm.team``; 1 without a team)."""
+    from ..wasm.team import team
+
+    t = team(create=False)
+    if t is None:
+        return 1
+    for plan in step.plans.values():
+        fast = getattr(plan, "fast", None)
+        if getattr(getattr(fast, "space", None), "kind", None) != "threads":
+            continue
+        if not t.adaptive or any((getattr(s, "team_stats", None) or {}).get("use") for s in fast.segments):
+            return t.ready()
+    return 1
 
 
 def _read_tokens(outs: list) -> list:

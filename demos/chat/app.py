@@ -248,14 +248,16 @@ async def _run(kind: str, payload, options) -> dict:
             "prefill_ms": s["prefill_ms"], "decode_ms": s["decode_ms"],
             "decode_tokens_per_second": s["decode_tokens_per_second"],
             "finish_reason": s.get("finish_reason", "length"), "dropped": dropped,
-            "ms": (time.perf_counter() - t0) * 1000, "backend": backend, "device": DEVICES[backend]}
+            "ms": (time.perf_counter() - t0) * 1000, "backend": backend, "device": DEVICES[backend],
+            "threads": s.get("threads")}
 
 
 async def generate(prompt, options=None) -> dict:
     """Continue raw text (no chat template). ``options``: max_tokens (1..1024, default 256),
     temperature (0 = greedy, the default), top_k, top_p, min_p, repetition_penalty, seed,
     backend ("cpu" | "webgpu"). Returns ``{"text", "tokens", "prompt_tokens", "prefill_ms",
-    "decode_ms", "decode_tokens_per_second", "finish_reason", "ms", "backend", "device"}``.
+    "decode_ms", "decode_tokens_per_second", "finish_reason", "ms", "backend", "device", "threads"}``
+    (threads: how many the CPU backend's decode steps ran on, None elsewhere).
 
     >>> # await generate("The capital of France is", {"max_tokens": 8})["text"]  # doctest: +SKIP
     """

@@ -18,7 +18,8 @@
 //                  signal (an AbortSignal: generation stops after the current token)}
 //        -> {text, tokens (new tokens), promptTokens, prefillMs, decodeTokensPerSecond,
 //            backend ("cpu" | "webgpu"), device ("wasm" | "python" | "webgpu"), decodeMs,
-//            finishReason ("stop": end of turn, "length": maxTokens or the context, "stopped")}
+//            finishReason ("stop": end of turn, "length": maxTokens or the context, "stopped"),
+//            threads (the CPU backend's decode: 1, or the wasm thread team's size; null elsewhere)}
 //        Errors (a prompt longer than the context, bad options, the model not loaded) show on
 //        the page and reject the promise with the same message.
 //   await window.emberDemo.send(text)            the Send button with `text` (uses the page's
@@ -289,7 +290,8 @@ function run(kind, payload, options, { trim = false } = {}) {
       });
       const result = { text: r.text, tokens: r.tokens, promptTokens: r.prompt_tokens, prefillMs: r.prefill_ms,
                        decodeTokensPerSecond: r.decode_tokens_per_second, backend: r.backend, device: r.device,
-                       decodeMs: r.decode_ms, finishReason: r.finish_reason, dropped: r.dropped, ms: r.ms };
+                       decodeMs: r.decode_ms, finishReason: r.finish_reason, dropped: r.dropped, ms: r.ms,
+                       threads: r.threads };
       showStats(result);
       window.emberDemo.lastResult = result;
       return result;

@@ -1,0 +1,302 @@
+"""Where one decoded SmolLM2 token's time goes on device "wasm" (inside Pyodide under Node).
+
+    python tests/bench/llm_decode_profile.py [--threads=1,2] [--tokens=64] [--kernels-only]
+
+The host side builds the wheel (as bench_wasm.py does) and runs this file in Pyodide with the
+chat demo's Q4_1 GGUF (and the Q8_0 re-quantization when cached) mounted. Inside, for the page's
+set-up (context 2048, a ~200-token prompt):
+
+- ``generate``: decode tok/s as ``model.stats`` reports it, and the wall time per token of the
+  whole loop (sampling, tokenizer streaming, the generator) for 1 and 2 threads;
+- ``step``: the compiled one-token step alone (``step_argmax(ids, pos)`` + its 4-byte read);
+- ``kernels``: each kernel kind called directly (``rt.call``, its call cost subtracted) on the
+  model's own weights, times the calls per token: where a token's kernel time goes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else "."
+
+
+def host_main(argv) -> int:
+    import glob
+    import shutil
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(HERE))
+    sys.path.insert(0, os.path.join(root, "wasm"))
+    import build_kernels
+    sys.path.pop(0)
+    build_kernels.ensure()
+    sys.path.insert(0, HERE)
+    from bench_wasm import find_llm
+    with tempfile.TemporaryDirectory(prefix="ember-llm-prof-") as tmp:
+        src = os.path.join(tmp, "src")
+        skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
+        for name in ("core", "webgpu", "wasm", "web"):
+            shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(os.path.join(root, name), os.path.join(src, name))
+        py = os.path.join(root, ".venv", "bin", "python")
+        subprocess.run([py if os.path.exists(py) else sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--no-build-isolation", "-w", tmp, src], check=True, cwd=src)
+        (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
+        mounts = []
+        for kind in ("Q4_1", "Q8_0"):
+            path = find_llm(root, kind)
+            if path:
+                mounts += ["--mount", f"{os.path.dirname(path)}:/llm/{kind.lower()}"]
+                argv = [*argv, f"--llm-{kind.lower()}=/llm/{kind.lower()}/{os.path.basename(path)}"]
+        node = shutil.which("node")
+        cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
+               os.path.abspath(__file__), *argv]
+        return subprocess.run(cmd).returncode
+
+
+PARAGRAPH = (
+    "The lighthouse on the northern cape was built in 1874, after three ships were lost on the "
+    "rocks below it in a single winter. For more than a century a keeper and his family lived in "
+    "the small stone house at its foot, climbing the stairs every evening to light the lamp. The "
+    "work was lonely but never dull: storms broke windows, fog horns had to be sounded by hand, and "
+    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the "
+    "electricity network, and in 1989 the last keeper left, replaced by an automatic system that is "
+    "checked twice a year. Today the house is a small museum where visitors can see the keepers' "
+    "logbooks and photographs of the wrecks that made the light necessary.")
+
+
+def _arg(argv, name, default):
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), default)
+
+
+def wait_threads(n):
+    import ember.wasm as EW
+    EW.set_threads(n)
+    end = time.monotonic() + 10
+    while EW.threads() < n and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def kernel_rows(model, pos: int, reps: int = 30) -> list:
+    """(name, calls per token, µs per call) for each kernel kind of a decode step at ``pos``."""
+    from array import array
+
+    import ember
+    from ember.quant import FORMATS
+    from ember.wasm.ops_quant import scratch_floats
+    from ember.wasm.runtime import R, W, runtime
+
+    rt = runtime()
+    m = model.model
+    c = m.cfg
+    w = m.w
+
+    def timeit(fn, n=reps):
+        fn()
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n)
+        return best * 1e6
+
+    base = timeit(lambda: rt.call("ember_abi"), 200)
+    rows = [("(rt.call itself, subtracted below)", 0, base)]
+    x = array("f", [0.01 * ((i * 37) % 101 - 50) for i in range(max(c.ffn_dim, c.dim))])
+    shapes = {}
+    for part in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+        q = w[f"blk.0.{part}.weight"]
+        shapes.setdefault((q.qtype, q.shape), []).append(part)
+    head = m.head
+    shapes.setdefault((head.qtype, head.shape), []).append("output (head)")
+    for (qt, (n, k)), parts in shapes.items():
+        qw = w[f"blk.0.{parts[0]}.weight"] if parts[0] != "output (head)" else head
+        buf = qw.data._buf
+        y = array("f", bytes(4 * n))
+        scr = array("f", bytes(4 * scratch_floats(qt, 1, k)))
+        prm = array("i", [FORMATS[qt].ggml_type, 1, n, k])
+        us = timeit(lambda: rt.call("q_linear", R(buf, len(buf)), R(x, k), W(y, n), W(scr, len(scr)), R(prm, 4)))
+        per = len(parts) * (c.n_layers if parts[0] != "output (head)" else 1)
+        rows.append((f"q_linear {qt} {n}x{k} ({', '.join(parts)})", per, us - base))
+    # attention over pos cached rows (the cache of layer 0; rows past pos are whatever is there)
+    hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
+    C = m.context
+    kc, vc = m.k_cache[0]._buf, m.v_cache[0]._buf
+    qv = array("f", x[:hq * hd])
+    kv = array("f", x[:hkv * hd])
+    out = array("f", bytes(4 * hq * hd))
+    p = array("i", [pos])
+    scr = array("f", bytes(4 * (hq // hkv) * (C + 1)))
+    prm = array("i", [1, hq, hkv, hd, C])
+    us = timeit(lambda: rt.call("attention_cached_f32", R(qv, len(qv)), R(kv, len(kv)), R(kv, len(kv)),
+                                W(kc, len(kc)), W(vc, len(vc)), R(p, 1), W(out, len(out)), W(scr, len(scr)),
+                                R(prm, 5), 0.125))
+    rows.append((f"attention_cached (pos {pos}, context {C})", c.n_layers, us - base))
+    nw = w["blk.0.attn_norm.weight"]._buf
+    yd = array("f", bytes(4 * c.dim))
+    us = timeit(lambda: rt.call("rms_norm_f32", R(x, c.dim), R(nw, c.dim), W(yd, c.dim), 1, c.dim, 1e-5))
+    rows.append(("rms_norm 576", 2 * c.n_layers + 1, us - base))
+    cs = array("f", x[:hd // 2])
+    yq = array("f", bytes(4 * hq * hd))
+    us = timeit(lambda: rt.call("rope_f32", R(qv, len(qv)), R(cs, hd // 2), R(cs, hd // 2), W(yq, len(yq)),
+                                1, hq, hd, 0))
+    rows.append((f"rope q ({hq} heads)", c.n_layers, us - base))
+    us = timeit(lambda: rt.call("rope_f32", R(kv, len(kv)), R(cs, hd // 2), R(cs, hd // 2), W(yq, len(kv)),
+                                1, hkv, hd, 0))
+    rows.append((f"rope k ({hkv} heads)", c.n_layers, us - base))
+    del ember
+    return rows
+
+
+def table_rows(replay, reps: int = 10) -> list:
+    """(kernel name, commands, ms per token) from sub-tables of the step's own command table,
+    each holding only one kernel's commands (same buffers, same addresses; one thread): the
+    kernels' time inside the real step, weights streamed from memory as in decoding."""
+    from array import array
+
+    from ember.wasm.plan_exec import HEADER, MAGIC
+
+    names = {k: n for n, k in replay.disp.ids.items()}
+    run = replay.rt.fn("ember_run")
+    (seg,) = replay.segments
+    t = seg.table
+    cmds = []
+    at = HEADER
+    for _ in range(t[2]):
+        n = t[at + 1]
+        cmds.append((t[at], list(t[at:at + 3 + n])))
+        at += 3 + n
+    keep = []
+
+    def timed(words, ncmd):
+        tab = array("I", [MAGIC, replay.disp.abi, ncmd, 0] + words)
+        tab[3] = len(tab)
+        keep.append(tab)
+        addr = tab.buffer_info()[0]
+        run(addr, 0)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            rc = run(addr, 0)
+            best = min(best, time.perf_counter() - t0)
+        return best * 1000, rc
+
+    rows = []
+    allw = [w for _, c in cmds for w in c]
+    full, rc = timed(allw, len(cmds))
+    rows.append(("(the whole table)", len(cmds), full, rc))
+    for kid in sorted({k for k, _ in cmds}, key=lambda k: names[k]):
+        sub = [c for k, c in cmds if k == kid]
+        ms, rc = timed([w for c in sub for w in c], len(sub))
+        rows.append((names[kid], len(sub), ms, rc))
+    return rows
+
+
+def chat_prompt() -> str:
+    """bench_llm's prompt: the file's ChatML template with its default system prompt, written out
+    (Node's Pyodide has no jinja2)."""
+    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            "<|im_end|>\n<|im_start|>user\nRead the following paragraph and explain in your own words "
+            "what it says.\n\n" + PARAGRAPH + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+def profile_model(model, threads=(1, 2), n_tok: int = 64, kernels: bool = True, tables: bool = True) -> None:
+    """Print where a decoded token's time goes for ``model`` (an ember.llm.LLM on "wasm")."""
+    import ember
+    import ember.wasm as EW
+
+    ids = model.tokenizer.encode(chat_prompt())
+    print(f"prompt: {len(ids)} tokens; context {model.context}; {EW.info().get('threads')} threads now")
+    for nt in threads:
+        wait_threads(nt)
+        model.generate(ids, max_tokens=4)   # capture + record + the team's probes
+        model.generate(ids, max_tokens=8)
+        t0 = time.perf_counter()
+        n = 0
+        for _ in model.generate(ids, max_tokens=n_tok, stream=True):
+            n += 1
+        wall = time.perf_counter() - t0
+        s = model.stats
+        loop_ms = (wall * 1000 - s["prefill_ms"]) / max(s["tokens"] - 1, 1)
+        print(f"threads={nt}: prefill {s['prompt_tokens_per_second']:.1f} tok/s, decode "
+              f"{s['decode_tokens_per_second']:.1f} tok/s ({1000 / max(s['decode_tokens_per_second'], 1e-9):.2f}"
+              f" ms/token in steps) on {s.get('threads')} thread(s), loop {loop_ms:.2f} ms/token wall, "
+              f"{s['tokens']} tokens")
+        # the step alone, some positions past the prompt
+        step_logits, step_argmax = model._steps()
+        pos = len(ids) + 40
+        args = (ember.tensor([1234], dtype="int32", device="wasm"),
+                ember.tensor([pos], dtype="int32", device="wasm"))
+        for _ in range(3):
+            step_argmax(*args).tolist()
+        ts = []
+        for _ in range(20):
+            t1 = time.perf_counter()
+            step_argmax(*args).tolist()
+            ts.append(time.perf_counter() - t1)
+        ts.sort()
+        rep = step_argmax.plan_for(*args).fast
+        desc = rep.describe()
+        print(f"   step alone: min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms; "
+              f"segments {desc.get('segments')}, commands {desc.get('commands')}, "
+              f"python steps {len(desc.get('python_steps') or {})}, space {desc.get('space')}")
+        if desc.get("space") == "pyodide" and tables:
+            parts = 0.0
+            for name, nc, ms, rc in table_rows(rep):
+                print(f"   table {name:32s} {nc:4d} commands {ms:7.2f} ms" + (f" (rc {rc})" if rc else ""))
+                parts += ms if name[0] != "(" else 0
+            print(f"   table parts sum {parts:.2f} ms")
+        if desc.get("space") == "threads":
+            from ember.wasm import team as T
+            tm = T.team(create=False)
+            st = getattr(rep.segments[0], "team_stats", {})
+            b0 = tm.barriers()
+            step_argmax(*args).tolist()
+            print(f"   team chosen: {st.get('use')} (team {[round(t * 1000, 2) for t in st.get(True, [])]} ms,"
+                  f" one thread {[round(t * 1000, 2) for t in st.get(False, [])]} ms); "
+                  f"barriers per step {tm.barriers() - b0}")
+            tm.adaptive = False
+            ts = []
+            for _ in range(20):
+                t1 = time.perf_counter()
+                step_argmax(*args).tolist()
+                ts.append(time.perf_counter() - t1)
+            ts.sort()
+            tm.adaptive = True
+            print(f"   step alone, team forced: min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms")
+    if kernels:
+        wait_threads(1)
+        rows = kernel_rows(model, len(ids) + 64)
+        total = 0.0
+        print("kernels alone on one thread, weights in cache (us per call x calls per token):")
+        for name, per, us in rows:
+            print(f"   {name:55s} {us:8.1f} us x {per:3d} = {us * per / 1000:6.2f} ms")
+            total += us * per
+        print(f"   {'sum':55s} {total / 1000:29.2f} ms/token -> {1e6 / total:.1f} tok/s")
+
+
+def guest_main(argv) -> None:
+    import ember.llm
+
+    threads = [int(t) for t in _arg(argv, "threads", "1,2").split(",")]
+    n_tok = int(_arg(argv, "tokens", "64"))
+    for kind in ("q4_1", "q8_0"):
+        path = _arg(argv, f"llm-{kind}", None)
+        if path is None or kind not in _arg(argv, "files", "q4_1,q8_0"):
+            continue
+        t0 = time.perf_counter()
+        model = ember.llm.load(path, device="wasm", context=2048)
+        print(f"== {kind}: loaded in {time.perf_counter() - t0:.1f} s")
+        profile_model(model, threads, n_tok, kernels="--no-kernels" not in argv)
+        del model
+
+
+if __name__ == "__main__":
+    if sys.platform == "emscripten":
+        guest_main(sys.argv[1:])
+    else:
+        raise SystemExit(host_main(sys.argv[1:]))
