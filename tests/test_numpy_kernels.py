@@ -310,3 +310,33 @@ def test_softmax_short_rows(shape):
         want = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     assert np.isnan(got).sum() == np.isnan(want).sum()
+
+
+def _conv_ref(x, w, stride, pad, groups):
+    """float64 convolution by shifted views (an independent route), for the larger cases below."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    o, cg, kh, kw = w.shape
+    n, c, h, wd = x.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    y = np.zeros((n, o, oh, ow))
+    og = o // groups
+    for g in range(groups):
+        xs = x[:, g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                v = xs[:, :, i:i + (oh - 1) * stride + 1:stride, j:j + (ow - 1) * stride + 1:stride]
+                y[:, g * og:(g + 1) * og] += np.einsum("ncyx,oc->noyx", v, w[g * og:(g + 1) * og, :, i, j])
+    return y
+
+
+@pytest.mark.parametrize("case", ["tiled", "tiled_stride2", "depthwise_chunked", "pointwise_split"])
+def test_conv_band_and_chunk_loops(case):
+    # convolutions large enough for the im2col band loop (tiled), the depthwise channel-chunk loop
+    # and a large 1x1 GEMM, against an independent float64 route
+    c, o, k, s, g, hw = {"tiled": (16, 24, 3, 1, 1, 64), "tiled_stride2": (8, 16, 3, 2, 1, 96),
+                         "depthwise_chunked": (64, 64, 3, 1, 64, 64), "pointwise_split": (96, 128, 1, 1, 1, 48)}[case]
+    x = f32(1, c, hw, hw)
+    w = f32(o, c // g, k, k)
+    got = ember.conv2d(ember.from_numpy(x, device="numpy"), ember.from_numpy(w, device="numpy"),
+                       stride=s, padding=k // 2, groups=g).numpy()
+    np.testing.assert_allclose(got, _conv_ref(x, w, s, k // 2, g), rtol=1e-4, atol=1e-4)
