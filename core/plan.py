@@ -415,6 +415,9 @@ def _compiled_replay(plan):
 
 # ---- argument trees ---------------------------------------------------------------------------
 
+_NO_ITEMS = ("dict", ())   # flatten({}): the key part of every call without keyword arguments
+
+
 def flatten(obj, leaves: list):
     """(structure key, appended tensor leaves): tensors anywhere in tuples/lists/dicts become
     leaves; everything else is part of the key (must be hashable or repr-able)."""
@@ -422,9 +425,9 @@ def flatten(obj, leaves: list):
         leaves.append(obj)
         return ("T", obj.shape, obj.dtype.name, obj.device)
     if isinstance(obj, (tuple, list)):
-        return (type(obj).__name__, tuple(flatten(v, leaves) for v in obj))
+        return (type(obj).__name__, tuple([flatten(v, leaves) for v in obj]))
     if isinstance(obj, dict):
-        return ("dict", tuple((k, flatten(v, leaves)) for k, v in obj.items()))
+        return ("dict", tuple([(k, flatten(v, leaves)) for k, v in obj.items()])) if obj else _NO_ITEMS
     try:
         hash(obj)
         return ("V", obj)
@@ -495,7 +498,8 @@ class Compiled:
         # The default device and grad mode are part of the signature: creation ops inside fn
         # land on that device; with grad mode on and parameters that require grad, fn records
         # gradients, which a plan does not (that signature runs eagerly).
-        key = (flatten(args, leaves), flatten(kwargs, leaves), _default_device(), _grad_mode())
+        key = (flatten(args, leaves), flatten(kwargs, leaves) if kwargs else _NO_ITEMS, _default_device(),
+               _grad_mode())
         try:
             plan = self.plans.get(key)
         except TypeError:   # an unhashable argument: cannot key a plan on it

@@ -188,6 +188,10 @@ def _is_array(buf) -> bool:
     return isinstance(buf, array)
 
 
+# what a replay's program item is (WasmPlanReplay.prog)
+_SEG, _ALIAS, _PY, _HOST_STEP = "seg", "alias", "py", "host"
+
+
 class _Impure(Exception):
     """A step's wrapper is not pure (the message says why): it runs in Python."""
 
@@ -282,9 +286,11 @@ class WasmPlanReplay:
 
     # ---- public --------------------------------------------------------------------------------
     def __call__(self, inputs):
+        if self.ready and (self.team_epoch == _TEAM_STATE[0]["epoch"] or self.rt.kind != "pyodide"):
+            return self._replay(inputs)    # (ready implies _TEAM_STATE is set: see _build)
         if self.disabled is not None:
             return self.plan._run_steps(inputs)
-        if self.ready and self.team_epoch != _team_epoch() and self.rt.kind == "pyodide":
+        if self.ready:
             self._retarget()
         if not self.ready:
             return self._record(inputs)
@@ -592,6 +598,7 @@ class WasmPlanReplay:
         self.outs = [(s, own_buf.get(rootof(s))) for s in plan.out_slots]
         self.single = plan.out_tree == "T"
         self.info = info
+        self._compile_program()
         self.ready = True
 
     def _encode(self, i, st, inf, seg, rootof, kindof, privs):
@@ -664,10 +671,10 @@ class WasmPlanReplay:
         vals = self.base.copy()
         vals[:self.n_inputs] = inputs
         run = self.space.run
-        steps = self.plan.steps
         wrap = Tensor._wrap
-        for what, x in self.program:
-            if what == "seg":
+        # (self.prog: the program with what a replay needs resolved once, see _compile_program)
+        for what, x, aliases in self.prog:
+            if what is _SEG:
                 try:
                     run(x, vals)
                 except _Stale as e:
@@ -675,27 +682,54 @@ class WasmPlanReplay:
                     if self.records >= MAX_RECORDS:
                         self.disabled = f"recorded {self.records} times: {e}"
                     return self._finish_steps(x.steps[0], vals)
-                for a in x.aliases:
-                    self._alias(steps[a], vals, wrap)
-            elif what == "alias":
-                self._alias(steps[x], vals, wrap)
+                for st in aliases:
+                    _step(st, vals, wrap)
+            elif what is _ALIAS:
+                _step(x, vals, wrap)
             else:
                 if RESIDENT:   # Python reads these buffers: a team's resident copy may be newer
-                    _resident_use(steps[x], vals)
-                if what == "py":
-                    _step(steps[x], vals, wrap)
+                    _resident_use(x, vals)
+                if what is _PY:
+                    _step(x, vals, wrap)
                 else:
-                    steps[x].kernel(vals)
+                    x.kernel(vals)
         self.replays += 1
         # outputs: copies of own buffers (the next replay overwrites them), the rest as they are
-        copy, own_ids = self.space.copy_out, self.own_ids
+        own_ids = self.own_ids
+        if self.single:
+            s, own = self.outs[0]
+            t = vals[s]
+            if own is not None or id(t._buf) in own_ids:
+                t = wrap(t._buf[:], t.shape, t.dtype, t.device)
+            return t
         out = []
         for s, own in self.outs:
             t = vals[s]
             if own is not None or id(t._buf) in own_ids:
-                t = wrap(copy(t._buf), t.shape, t.dtype, t.device)
+                t = wrap(t._buf[:], t.shape, t.dtype, t.device)
             out.append(t)
-        return out[0] if self.single else unflatten(self.plan.out_tree, out)
+        return unflatten(self.plan.out_tree, out)
+
+    def _compile_program(self):
+        """``self.prog``: the program as ``_replay`` walks it: ``(_SEG, segment, its alias steps
+        that are not static)``, ``(_ALIAS, step, ())`` (not static), ``(_PY | _HOST, step, ())``.
+        An alias is *static* when the values a replay starts from already hold its outputs (an
+        alias of a constant or an own buffer: made once), so a replay skips it."""
+        steps, base = self.plan.steps, self.base
+
+        def dynamic(i):
+            return not all(base[s] is not None for s in steps[i].outs)
+
+        prog = []
+        for what, x in self.program:
+            if what == "seg":
+                prog.append((_SEG, x, tuple(steps[a] for a in x.aliases if dynamic(a))))
+            elif what == "alias":
+                if dynamic(x):
+                    prog.append((_ALIAS, steps[x], ()))
+            else:
+                prog.append((_PY if what == "py" else _HOST_STEP, steps[x], ()))
+        self.prog = prog
 
     @staticmethod
     def _alias(st, vals, wrap):
@@ -721,7 +755,7 @@ class WasmPlanReplay:
         for s in self.plan.out_slots:
             t = vals[s]
             if own_ids is not None and id(t._buf) in own_ids:
-                t = Tensor._wrap(self.space.copy_out(t._buf), t.shape, t.dtype, t.device)
+                t = Tensor._wrap(t._buf[:], t.shape, t.dtype, t.device)
             out.append(t)
         return unflatten(self.plan.out_tree, out)
 
@@ -817,9 +851,6 @@ class _Space:
             rc = self.run_fn(seg.addr, seg.first_cmd[seg.steps[nxt]])
             rep.runs += 1
 
-    def copy_out(self, buf):
-        return buf[:]
-
     def close(self) -> None:
         """Let go of what this space holds (a new recording replaces it)."""
 
@@ -858,9 +889,16 @@ class PyodideSpace(_Space):
             seg.table = array("I", words)
             seg.addr = seg.table.buffer_info()[0]
             seg.pin = memoryview(seg.table)
-            # bound slots: (slot, fields, is constant); their current binding (buffer_info / buffer)
+            # bound slots. Constants: the table holds their buffers' addresses as long as the same
+            # buffers stand in the same Tensors (pinned here): one identity test per constant and
+            # replay (a loop of ``is``: in Pyodide faster than a C-level map over them). The rest
+            # (inputs, Python steps' outputs): checked and patched in whenever its buffer's
+            # (address, length, item size) differs from the one checked last, i.e. once per
+            # buffer replacement, not per replay.
             seg.checks = [(r, tuple(slot_fields.get(r, ())), r in self.const_slots) for r in seg.bound]
+            seg.dyn = [(r, fields) for r, fields, is_const in seg.checks if not is_const]
             seg.seen = {}
+            const_ts, seg.const_rs = [], []
             for r, fields, is_const in seg.checks:
                 if vals[r] is None:      # a Python step's output already dropped: bound on first run
                     seg.seen[r] = None
@@ -868,9 +906,12 @@ class PyodideSpace(_Space):
                 b = vals[r]._buf
                 self.check(r, b)
                 self._patch(seg, r, fields, b)
-                seg.seen[r] = b if is_const else b.buffer_info()
+                seg.seen[r] = b.buffer_info() + (b.itemsize,)
                 if is_const:
                     self.pins.append(memoryview(b))
+                    const_ts.append(vals[r])
+                    seg.const_rs.append(r)
+            seg.const_pairs = tuple((t, t._buf) for t in const_ts)
 
     def close(self) -> None:
         for p in self.pins:
@@ -885,21 +926,21 @@ class PyodideSpace(_Space):
             tab[w] = addr + off
 
     def run(self, seg, vals):
-        seen = seg.seen
         if RESIDENT:   # a team's resident copy of a constant may be newer than Python's array
             for r, _, _ in seg.checks:
                 ent = RESIDENT.get(id(vals[r]._buf))
                 if ent is not None:
                     ent.python_use(r in seg.writes)
-        for r, fields, is_const in seg.checks:
+        for t, b in seg.const_pairs:
+            if t._buf is not b:
+                raise _stale_const(seg)
+        seen = seg.seen
+        for r, fields in seg.dyn:
             b = vals[r]._buf
-            if is_const:
-                if b is not seen[r]:
-                    raise _Stale(f"the buffer of constant slot {r} was replaced")
-            elif b.__class__ is not array or b.buffer_info() != seen[r]:
+            if b.__class__ is not array or b.buffer_info() + (b.itemsize,) != seen[r]:
                 self.check(r, b)     # raises BoundsError before anything runs
                 self._patch(seg, r, fields, b)
-                seen[r] = b.buffer_info()
+                seen[r] = b.buffer_info() + (b.itemsize,)
         self.execute(seg, vals)
 
     def _redo(self, seg, i, vals):
@@ -938,7 +979,6 @@ class ArenaSpace(_Space):
         for pid, b in privs.items():
             a = self.addr[("p", pid)] = arena.alloc(len(b) * b.itemsize)
             arena.write_from(a, b, len(b) * b.itemsize)   # parameter arrays; scratch contents unused
-        self.own_addr = {id(b): (self.addr[("s", r)], len(b) * b.itemsize) for r, b in own_buf.items()}
         self.own_buf = own_buf
         for item in program:
             if item[0] != "seg":
@@ -969,6 +1009,19 @@ class ArenaSpace(_Space):
                               for r, c in seg.checks]
             else:
                 seg.checks = [(r, c, 0) for r, c in seg.checks]
+            # what a run does, resolved once: constants checked by buffer identity, bound buffers
+            # copied in (mode 0) or resident copies synced (mode 2) before it; what it wrote
+            # copied back after it
+            consts = [(r, vals[r]) for r, c, _ in seg.checks if c and vals[r] is not None]
+            seg.const_rs = [r for r, _ in consts]
+            seg.const_pairs = tuple((t, t._buf) for _, t in consts)
+            seg.copy_in = [(r, self.addr[("s", r)], self.need[r][1]) for r, _, mode in seg.checks if mode == 0]
+            seg.residents = [self.resident[r] for r, _, mode in seg.checks if mode == 2]
+            seg.wrote_res = [self.resident[r] for r in seg.writes if r in self.resident]
+            seg.copy_back = [(r, self.addr[("s", r)], self.need[r][1]) for r in seg.writes
+                             if r not in self.resident]
+            seg.own_back = [(own_buf[r], self.addr[("s", r)], len(own_buf[r]) * own_buf[r].itemsize)
+                            for r in seg.out_own]
         # own buffers start with the recording's values (a segment may read one a Python step
         # or an earlier segment left)
         for r, b in own_buf.items():
@@ -979,28 +1032,31 @@ class ArenaSpace(_Space):
         return self.arena.alloc(n)
 
     def run(self, seg, vals):
-        arena = self.arena
-        resident = self.resident
-        for r, is_const, mode in seg.checks:
+        for t, b in seg.const_pairs:
+            if t._buf is not b:
+                raise _stale_const(seg)
+        for ent in seg.residents:
+            ent.to_shared()
+        write, read = self.write_from, self.read_into
+        for r, addr, n in seg.copy_in:
             b = vals[r]._buf
-            if is_const and b is not seg.seen[r]:
-                raise _Stale(f"the buffer of constant slot {r} was replaced")
-            if mode == 1:
-                continue
-            if mode == 2:
-                resident[r].to_shared()
-                continue
-            self.check(r, b)
-            arena.write_from(self.addr[("s", r)], b, self.need[r][1])
+            if b.__class__ is not array or n > len(b) * b.itemsize:
+                self.check(r, b)     # raises BoundsError before anything runs
+            write(addr, b, n)
         self.execute(seg, vals)
-        for r in seg.writes:
-            if r in resident:
-                resident[r].shared_wrote()
-            else:
-                arena.read_into(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
-        for r in seg.out_own:
-            b = self.own_buf[r]
-            arena.read_into(self.addr[("s", r)], b, len(b) * b.itemsize)
+        for ent in seg.wrote_res:
+            ent.shared_wrote()
+        for r, addr, n in seg.copy_back:
+            read(addr, vals[r]._buf, n)
+        for b, addr, n in seg.own_back:
+            read(addr, b, n)
+
+    def write_from(self, addr, buf, nbytes):
+        """Copy ``nbytes`` of array ``buf`` to ``addr`` in the arena (checked there)."""
+        self.arena.write_from(addr, buf, nbytes)
+
+    def read_into(self, addr, buf, nbytes):
+        self.arena.read_into(addr, buf, nbytes)
 
     def _redo(self, seg, i, vals):
         rep = self.replay
@@ -1031,12 +1087,6 @@ class ArenaSpace(_Space):
 
     def close(self) -> None:
         self.arena.close()
-
-    def copy_out(self, buf):
-        addr, n = self.own_addr[id(buf)]
-        out = array(buf.typecode, bytes(n))
-        self.arena.read_into(addr, out, n)
-        return out
 
     def sync_out(self, vals):
         """Bring every own buffer's Python copy up to date (before a step-by-step finish)."""
@@ -1069,6 +1119,33 @@ class TeamSpace(ArenaSpace):
         team.ensure_scratch(big)
         self.team = team
         self.serial = team.exports.ember_run
+        # copies in and out of a replay go straight to the team's copy function: every address
+        # here is an arena span, inside the shared memory for good (it only grows), so only the
+        # Python side of each copy needs a check (the team's own write_from/read_into also ask
+        # the memory for its size, a JS property read per copy: ~2.5 us of a ~5 us copy)
+        copy = getattr(team, "_copy", None)
+        if copy is not None and hasattr(team, "heap") and hasattr(team, "memory"):
+            self._cp = (copy, team.heap, team.memory)
+        else:   # (a team without them: its checked copies)
+            self._cp = None
+
+    def write_from(self, addr, buf, nbytes):
+        cp = self._cp
+        if cp is None or buf.__class__ is not array:
+            return self.arena.write_from(addr, buf, nbytes)
+        if nbytes > 0:
+            if nbytes > len(buf) * buf.itemsize:
+                raise BoundsError(f"wasm threads: {nbytes} bytes from a buffer of {len(buf) * buf.itemsize}")
+            cp[0](cp[1], cp[2], buf.buffer_info()[0], addr, nbytes, True)
+
+    def read_into(self, addr, buf, nbytes):
+        cp = self._cp
+        if cp is None or buf.__class__ is not array:
+            return self.arena.read_into(addr, buf, nbytes)
+        if nbytes > 0:
+            if nbytes > len(buf) * buf.itemsize:
+                raise BoundsError(f"wasm threads: {nbytes} bytes into a buffer of {len(buf) * buf.itemsize}")
+            cp[0](cp[1], cp[2], addr, buf.buffer_info()[0], nbytes, False)
 
     # Threads pay only where a segment's split kernels outweigh the barriers (and where the cores
     # are free): each segment times a few runs on the team and on thread 0 alone (same memory,
@@ -1106,6 +1183,14 @@ class TeamSpace(ArenaSpace):
             res = self.resident[r] = self.arena.team.resident(b)
             return res.addr
         return self.arena.alloc(n)
+
+
+def _stale_const(seg) -> "_Stale":
+    """The error for a segment whose constants' buffers are not all the ones it was built on."""
+    for r, (t, b) in zip(seg.const_rs, seg.const_pairs):
+        if t._buf is not b:
+            return _Stale(f"the buffer of constant slot {r} was replaced")
+    return _Stale("the buffer of a constant was replaced")
 
 
 def _now() -> float:

@@ -72,7 +72,8 @@ async function emberEngine(inputs) {
   }
   phases.model_loaded = performance.now();
   // Call the Python function directly, as a page calls its model (onnxruntime: session.run):
-  // runPythonAsync would parse and compile a code string on every run (~5 ms here).
+  // runPythonAsync would parse and compile a code string on every run (~5 ms here). It returns
+  // the output (CPU backends: read synchronously) or, on webgpu, a coroutine that is awaited.
   const pyRun = py.runPython("ember_bench.run");
   return {
     phases,
