@@ -28,7 +28,11 @@ Pyodide it prints one table:
   calls in command tables (``ember.wasm.plan_exec``: one ``ember_run`` call per segment) next
   to the step-by-step replay (tables off): a chain of 400 tiny elementwise steps (16 floats, so
   the kernels cost next to nothing) in µs per step, a one-step plan (the fixed cost of a call of
-  a compiled function), the MNIST demo CNN and a 2-layer random llama decode step. With
+  a compiled function), the MNIST demo CNN and a 2-layer random llama decode step; for MNIST
+  also the call a page makes (input from bytes, compiled call, ``tolist``) next to its one
+  ``ember_run`` alone and with the kernels stubbed (the host cost of a replay), and, last, the
+  same call made from JS (a plain function vs an ``async def`` awaited: JS awaiting a coroutine
+  pays a round through Pyodide's event loop per call). With
   ``--page`` these rows run in a headless Chromium page (main thread, ``await ember.wasm.init()``)
   instead of Node; they are timed in batches of calls (the page's clock is coarse).
 
@@ -357,6 +361,7 @@ def replay_rows(quick: bool, mnist_dir: str = "/mnist") -> list:
         rows.append(("replay", f"MNIST CNN forward, batch 1, ember.compile: tables ({d['steps']} steps, "
                                f"{d['runs_per_call']} call) / step by step",
                      f"{res[True][0] * 1e3:.3f} / {res[False][0] * 1e3:.3f}", "-", "ms", None))
+        rows += mnist_host_rows(net, img, mnist, timeit, min_time)
     from ember.nn.llama import Llama, LlamaConfig
 
     cfg = LlamaConfig(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn_dim=128, vocab_size=256)
@@ -368,6 +373,97 @@ def replay_rows(quick: bool, mnist_dir: str = "/mnist") -> list:
                            f"{d['segments']} segments, {len(d.get('python_steps', {}))} in Python) / step by step",
                  f"{res[True][0] * 1e3:.3f} / {res[False][0] * 1e3:.3f}", "-", "ms", None))
     return rows
+
+
+def mnist_host_rows(net, img, mnist, timeit, min_time) -> list:
+    """What a compiled MNIST forward costs around its one ``ember_run`` call: the whole call as a
+    page makes it (input from bytes, the compiled call, ``tolist()``), the table's call alone,
+    and the call with the kernels stubbed out (the Python of a replay, and under a thread team
+    the copies in and out of the shared memory)."""
+    import ember
+
+    f = ember.compile(net)
+    raw = bytes(img._buf)
+    shape = tuple(img.shape)
+
+    def whole():
+        return f(ember.from_bytes(raw, shape, "float32", device="wasm")).tolist()
+
+    for _ in range(3):
+        whole()
+    fast = f.plan_for(img).fast
+    if not fast or len(fast.segments) != 1:
+        return []
+    seg, space = fast.segments[0], fast.space
+    call = (space.serial if space.kind == "threads" else space.run_fn)
+    kern = timeit(lambda: call(seg.addr, 0), min_time)
+    full = timeit(whole, min_time)
+    # the same with the table's call replaced by a stub that returns 0: Python (and copies) only
+    saved = space.run_fn, getattr(space, "team", None) and space.team.adaptive
+    stub = lambda addr, start: 0   # noqa: E731
+    space.run_fn = stub
+    if space.kind == "threads":
+        space.team.adaptive, team_run = False, space.team.run
+        space.team.run = stub
+    try:
+        host = timeit(whole, min_time)
+    finally:
+        space.run_fn = saved[0]
+        if space.kind == "threads":
+            space.team.adaptive = saved[1]
+            space.team.run = team_run
+    rows = [("replay", f"  MNIST page call (from bytes, compiled call, tolist) / its ember_run alone [{space.kind}]",
+             f"{full[0] * 1e6:.1f} / {kern[0] * 1e6:.1f}", "-", "us", None),
+            ("replay", "  same call with the kernels stubbed: the host cost of one replay",
+             f"{host[0] * 1e6:.1f} ({host[1] * 1e6:.1f} best)", "-", "us", None)]
+    _JS_CALL[:] = [(whole, f, raw, shape)]   # timed from JS at the end (``js_rows_task``)
+    return rows
+
+
+_JS_CALL: list = []
+
+async def _js_calls(whole, f, raw, shape) -> str:
+    """Median µs of ``await fn()`` in a JS loop for a plain Python function and for an ``async
+    def`` doing the same with ``data_async`` (JS awaiting a coroutine: a round through Pyodide's
+    event loop per call), alternating batches."""
+    import statistics
+
+    import ember
+    import js
+    from pyodide.ffi import create_proxy
+
+    async def whole_async():
+        return await f(ember.from_bytes(raw, shape, "float32", device="wasm")).data_async()
+
+    loop = js.eval("(async (fn, n) => { const t = performance.now();"
+                   " for (let i = 0; i < n; i++) { const o = await fn(); o.destroy(); }"
+                   " return (performance.now() - t) / n; })")
+    fns = [create_proxy(whole), create_proxy(whole_async)]
+    times = ([], [])
+    try:
+        for _ in range(12):
+            for k in (0, 1):
+                times[k].append(await loop(fns[k], 25) * 1e3)
+    finally:
+        for p in fns:
+            p.destroy()
+    return f"{statistics.median(times[0]):.1f} / {statistics.median(times[1]):.1f}"
+
+
+def js_rows_task():
+    """Under Node: a task that times the MNIST page call from JS (``_js_calls``) and prints its
+    row. JS code can only be awaited, and the runner (run_pyodide.mjs) awaits the script's last
+    expression: the script ends with this task. None when there is nothing to time."""
+    if not _JS_CALL:
+        return None
+    import asyncio
+
+    async def run():
+        got = await _js_calls(*_JS_CALL[0])
+        print_rows([("replay", "MNIST page call from JS, as bench web's page makes it: a plain def "
+                               "returning the list / an async def (data_async) awaited", got, "-", "us", None)])
+
+    return asyncio.ensure_future(run())
 
 
 LLM_PROMPT = ("<|im_start|>user\nWrite a long story about a lighthouse keeper and his dog.<|im_end|>\n"
@@ -742,10 +838,14 @@ def guest_main(argv) -> int:
     return 0
 
 
+_JS_TASK = None
 if __name__ == "__main__":
     if sys.platform == "emscripten":
         _rc = guest_main(sys.argv[1:])
         if _rc:   # (a SystemExit(0) would end the Pyodide runner with a traceback)
             raise SystemExit(_rc)
+        if "--page" not in sys.argv:
+            _JS_TASK = js_rows_task()
     else:
         raise SystemExit(host_main(sys.argv[1:]))
+_JS_TASK   # (the script's value: run_pyodide.mjs awaits it)
