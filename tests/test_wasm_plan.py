@@ -86,6 +86,8 @@ def test_stale_or_out_of_bounds_tables_are_refused(wasm):
     assert res["records_after"] == res["records_before"] + 1, res
     assert res["short_input"].startswith("BoundsError"), res
     assert res["short_input_ran_nothing"] and res["last_intact"], res
+    assert res["narrow_input"].startswith("BoundsError") and res["narrow_input_ran_nothing"], res
+    assert res["new_inputs"] and res["same_values_swap"], res
     assert res["damaged"].startswith("refused"), res
     assert res["damaged_ran_nothing"], res
 
@@ -194,6 +196,8 @@ def test_pyodide_tables_on_pyodides_memory(pyodide):
     s = _ok(pyodide["stale"])
     assert s["after_swap"] and s["again"] and s["short_input"].startswith("BoundsError"), s
     assert s["short_input_ran_nothing"] and s["damaged"].startswith("refused") and s["damaged_ran_nothing"], s
+    assert s["narrow_input"].startswith("BoundsError") and s["narrow_input_ran_nothing"], s
+    assert s["new_inputs"] and s["same_values_swap"], s
     seg = _ok(pyodide["segments"])
     assert seg["same"] and seg["segments"] == 2 and seg["train_disabled"], seg
     gr = pyodide["growth"]

@@ -93,6 +93,8 @@ def _check(res, where):
     s = res["stale"]
     assert s["after_swap"] and s["again"] and s["short_input"].startswith("BoundsError"), (where, s)
     assert s["short_input_ran_nothing"] and s["damaged"].startswith("refused") and s["damaged_ran_nothing"], s
+    assert s["narrow_input"].startswith("BoundsError") and s["narrow_input_ran_nothing"], (where, s)
+    assert s["new_inputs"] and s["same_values_swap"], (where, s)
     assert res["info_after"]["threads_wanted"] == res["info_after"]["max_threads"] or \
         res["info_after"]["threads_wanted"] == 8, res["info_after"]
 

@@ -208,6 +208,25 @@ def stale_and_bounds(ember) -> dict:
         out["short_input"] = f"BoundsError: {e}"
     out["short_input_ran_nothing"] = fast.runs == r0 and own == _own(fast)
     out["last_intact"] = raw(last) == raw(fn(x))
+    # as many items as the input needs, but bytes ones: the check is on bytes, not items
+    narrow = Tensor._wrap(array("B", [1, 1]), (1, 2), x.dtype, "wasm")
+    try:
+        f(narrow)
+        out["narrow_input"] = "ran"
+    except BoundsError as e:
+        out["narrow_input"] = f"BoundsError: {e}"
+    out["narrow_input_ran_nothing"] = fast.runs == r0 and own == _own(fast)
+    # inputs whose buffers change from call to call (checked and patched in each time), then the
+    # first one again: each replay follows its own input
+    ys = [ember.tensor([[float(k), -2.0 * k]], device="wasm") for k in range(1, 4)]
+    out["new_inputs"] = all(raw(f(y)) == raw(fn(y)) for y in ys + [x] + ys[:1])
+    # a constant's buffer replaced while its table stands: the next replay notices (by identity,
+    # even when the new buffer holds the same values) and follows it
+    f(x)
+    r1 = fast.records
+    w._buf = w._buf[:]
+    out["same_values_swap"] = [raw(f(x)) == raw(fn(x)) for _ in range(2)] == [True, True] and \
+        fast.records == r1 + 1   # (the replay that noticed finished step by step; the next recorded)
     # a damaged table: an unknown kernel id in its last command; its first commands would write
     # own buffers, which are zeroed first and must stay zero
     seg = fast.segments[0]
