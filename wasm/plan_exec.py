@@ -1015,7 +1015,8 @@ class ArenaSpace(_Space):
             consts = [(r, vals[r]) for r, c, _ in seg.checks if c and vals[r] is not None]
             seg.const_rs = [r for r, _ in consts]
             seg.const_pairs = tuple((t, t._buf) for _, t in consts)
-            seg.copy_in = [(r, self.addr[("s", r)], self.need[r][1]) for r, _, mode in seg.checks if mode == 0]
+            seg.copy_in = [(r, self.addr[("s", r)], self.need[r][1])
+                           for r, _, mode in seg.checks if mode == 0]
             seg.residents = [self.resident[r] for r, _, mode in seg.checks if mode == 2]
             seg.wrote_res = [self.resident[r] for r in seg.writes if r in self.resident]
             seg.copy_back = [(r, self.addr[("s", r)], self.need[r][1]) for r in seg.writes
@@ -1149,8 +1150,12 @@ class TeamSpace(ArenaSpace):
 
     # Threads pay only where a segment's split kernels outweigh the barriers (and where the cores
     # are free): each segment times a few runs on the team and on thread 0 alone (same memory,
-    # same bits) and keeps the faster, measured again every REPROBE runs.
+    # same bits) and keeps the faster, measured again every REPROBE runs. The first WARMUP runs
+    # of each are not counted: a worker's first runs pay for waking and for the engine's optimizing
+    # compile of the kernels (seen: an LLM decode step's first team run ~2x the later ones, which
+    # made a page keep one thread).
     PROBES = 3
+    WARMUP = 2
     REPROBE = 256
 
     def execute(self, seg, vals):
@@ -1171,8 +1176,9 @@ class TeamSpace(ArenaSpace):
         t0 = _now()
         super().execute(seg, vals)
         st[use].append(_now() - t0)
-        if len(st[True]) >= self.PROBES and len(st[False]) >= self.PROBES:
-            st["use"] = min(st[True]) < 0.95 * min(st[False])
+        k = self.WARMUP
+        if len(st[True]) >= self.PROBES + k and len(st[False]) >= self.PROBES + k:
+            st["use"] = min(st[True][k:]) < 0.95 * min(st[False][k:])
 
     def _bound_addr(self, r, n, vals):
         # a constant a table writes in place (a KV cache): one resident copy in the shared memory
