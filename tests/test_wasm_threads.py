@@ -61,6 +61,19 @@ runs0 = t.runs()
 out["guard"] = C.guard(ember)
 out["stale"] = C.stale_and_bounds(ember)
 out["guard_team_runs"] = t.runs() - runs0
+t.adaptive = True       # a segment's probes: WARMUP + PROBES runs on the team and on thread 0 each, then a choice
+from ember.wasm.plan_exec import TeamSpace
+want = TeamSpace.WARMUP + TeamSpace.PROBES
+f = ember.compile(lambda a, b: ember.relu(a @ b))
+a = ember.ones((64, 64), device="wasm")
+for _ in range(2 + 2 * want - 1):   # capture, record, all probes but the last
+    f(a, a)
+st = C.fast_of(f).segments[0].team_stats
+probe = {"want": want, "decided_early": st["use"] is not None}
+f(a, a)
+probe.update(team=len(st[True]), one=len(st[False]), decided=st["use"] is not None and st["n"] == 2 * want)
+out["probe"] = probe
+t.adaptive = False
 W.set_threads(None)
 out["info_after"] = W.info()
 '''
@@ -95,6 +108,8 @@ def _check(res, where):
     assert s["short_input_ran_nothing"] and s["damaged"].startswith("refused") and s["damaged_ran_nothing"], s
     assert s["narrow_input"].startswith("BoundsError") and s["narrow_input_ran_nothing"], (where, s)
     assert s["new_inputs"] and s["same_values_swap"], (where, s)
+    p = res["probe"]
+    assert p["team"] == p["one"] == p["want"] and p["decided"] and not p["decided_early"], (where, p)
     assert res["info_after"]["threads_wanted"] == res["info_after"]["max_threads"] or \
         res["info_after"]["threads_wanted"] == 8, res["info_after"]
 
