@@ -116,45 +116,34 @@ def erf_f32(a):
     return _chunked(_erf_chunk, a)
 
 
-# GELU x * Phi(x) in float32: Phi(x) = 1 - e for x >= 0 and e for x < 0, e = erfc(|x| / sqrt 2) / 2
-# = exp(-u^2) * erfcx(u) / 2 (u = |x| / sqrt 2), erfcx (smooth, 1 at 0, ~1 / (u sqrt pi) far out)
-# a (3, 4) rational in u fitted for this file (weighted least squares, 1 at 0 exactly, relative
-# error 1e-7 on [0, 4]; u is capped at 4 in it, where e < 1e-8 already). Neither branch subtracts nearly equal
-# numbers, so the float32 result stays within ~1 ulp (+ 2e-8 absolute) of x * Phi(x): ~2.5x faster
-# than the float64 erf route with the same accuracy (tests/test_numpy_kernels.py).
-_ERFCX_P = (1.0, 0.9420847270927264, 0.41487576921672764, 0.07622781612448834)
-_ERFCX_Q = (1.0, 2.0704592552081644, 1.751205275180856, 0.7336917478949382, 0.13520000394925644)
-# (in terms of |x|: u = |x| / sqrt 2 folded into the coefficients, the 1/2 of e into P's)
-_GP = tuple(np.float32(v * 0.5 * 0.5 ** (k / 2)) for k, v in enumerate(_ERFCX_P))
-_GQ = tuple(np.float32(v * 0.5 ** (k / 2)) for k, v in enumerate(_ERFCX_Q))
-_GELU_CAP = np.float32(4.0 * math.sqrt(2.0))
+# GELU x * Phi(x) in float32 through Phi(x) = sigmoid(g(x)) = (1 + tanh(g / 2)) / 2, g the logit
+# of Phi: an odd, smooth function, g(x) = x * h(x^2) with h a degree-6 polynomial fitted for this
+# file (weighted least squares on [0, 7], the weight x Phi (1 - Phi) being what an error in g
+# costs the result; x^2 capped at 49, where tanh is +-1 in float32 already). numpy's float32
+# tanh is vectorised, so this is 18 float32 passes and no division: ~1.7x faster than the
+# erfcx rational it replaces. Error <= 5.5e-7 on [-8, 8] (~1.1 ulp at 5, from tanh's rounding
+# near 1; onnxruntime's Gelu: 4.5e-7, PyTorch's: 1.1e-6; tests/test_numpy_kernels.py).
+_GELU_H = (1.5957705441085075, 0.07266368556092255, -6.265928257091016e-05, -0.00011162366090392162,
+           8.108011042395364e-06, -2.7830116997680936e-07, 3.887201903180794e-09)
+_GH = tuple(np.float32(0.5 * v) for v in _GELU_H)      # (g / 2)
+_GELU_T_CAP = np.float32(49.0)
 _GELU_CHUNK = 32768
 
 
 def _gelu_chunk(x, out):
     """GELU of a float32 chunk into ``out`` (as above)."""
-    u = np.abs(x)
-    ex = np.multiply(u, u)
-    ex *= np.float32(-0.5)
-    np.exp(ex, out=ex)                                    # exp(-x^2 / 2); 0 for huge |x|
-    np.minimum(u, _GELU_CAP, out=u)
-    num = u * _GP[3]
-    den = u * _GQ[4]
-    for i in (2, 1):
-        num += _GP[i]
-        num *= u
-        den += _GQ[i + 1]
-        den *= u
-    num += _GP[0]
-    den += _GQ[1]
-    den *= u
-    den += _GQ[0]
-    num /= den
-    num *= ex                                             # e
-    # Phi = (x >= 0) - copysign(e, x): 1 - e or e, one rounding (a masked ufunc is ~30x slower)
-    np.copysign(num, x, out=num)
-    np.subtract(x >= 0, num, out=num)
-    np.multiply(num, x, out=out)                          # x * Phi(x): NaN for NaN and -inf
+    t = np.multiply(x, x)
+    np.minimum(t, _GELU_T_CAP, out=t)                    # (NaN stays NaN)
+    h = t * _GH[6]
+    for c in _GH[5:0:-1]:
+        h += c
+        h *= t
+    h += _GH[0]
+    h *= x                                               # g / 2
+    np.tanh(h, out=h)
+    half = np.multiply(x, np.float32(0.5), out=out)
+    h *= half
+    np.add(half, h, out=out)                             # x/2 + x/2 tanh: NaN for NaN and -inf
 
 
 def _gelu_erf(a):
