@@ -77,6 +77,23 @@ def test_tiny_greedy_generation_matches_reference(device, tiny):
     del got
 
 
+def test_tiny_warm_up_changes_no_reply(device, tiny):
+    # warm_up runs the compiled step (capture, the wasm table's recording) before any reply; the
+    # replies after it are the reference's, with and without sampling
+    path, ref = tiny
+    m = ember.llm.load(str(path), device=device, context=64)
+    w = m.warm_up()
+    assert w["steps"] == 2 and w["ms"] > 0          # no thread team here: capture + record
+    _, step = m._steps()
+    assert len(step.plans) == 1                      # the one-token step was captured
+    prompt = m.tokenizer.encode("on the tin")
+    assert m.generate(prompt, max_tokens=8) == m.tokenizer.decode(_greedy_ref(ref, prompt, 8))
+    fresh = ember.llm.load(str(path), device=device, context=64)
+    assert m.generate("the", max_tokens=10, temperature=0.8, seed=5) == \
+        fresh.generate("the", max_tokens=10, temperature=0.8, seed=5)
+    assert m.warm_up(3)["steps"] == 3 and m.warm_up(1000)["steps"] == 62   # at most context - 2
+
+
 def test_tiny_options(tiny):
     path, _ = tiny
     m = ember.llm.load(str(path), device="numpy", context=48)

@@ -111,6 +111,34 @@ class LLM:
             self._step_argmax = ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))
         return self._step_logits, self._step_argmax
 
+    def warm_up(self, steps: int | None = None) -> dict:
+        """Pay a first reply's one-time costs now: a one-token prompt forward, then ``steps``
+        greedy one-token steps through the compiled step (its capture, the recording of its
+        wasm command table, and the wasm thread team's probes of one thread against the team:
+        ``ember.wasm.team``; the default covers them). The key/value rows these write lie where
+        a later reply writes before it reads. Returns ``{"ms", "steps"}``.
+
+        A chat page calls it once after loading: on the CPU backend the first reply's decode
+        otherwise includes ~0.2-0.4 s of recording and probing."""
+        if steps is None:
+            steps = 2
+            if self.device == "wasm":
+                from ..wasm.plan_exec import TeamSpace
+                from ..wasm.team import team
+
+                if team(create=False) is not None:
+                    steps += 2 * (TeamSpace.WARMUP + TeamSpace.PROBES)
+        steps = max(0, min(int(steps), self.context - 2))
+        dev = self.device
+        t0 = time.perf_counter()
+        token = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
+        self.model.forward(tensor([token], dtype="int32", device=dev), tensor([0], dtype="int32", device=dev))
+        _, step = self._steps()
+        for pos in range(1, steps + 1):
+            token = int(step(tensor([token], dtype="int32", device=dev),
+                             tensor([pos], dtype="int32", device=dev)).tolist()[0])
+        return {"ms": (time.perf_counter() - t0) * 1000.0, "steps": steps}
+
     @property
     def context(self) -> int:
         return self.model.context

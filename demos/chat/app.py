@@ -80,7 +80,9 @@ def _build(backend: str, source, remove: bool) -> float:
 
 def load(source, backends=("cpu",), remove: bool = False) -> dict:
     """Load the GGUF (a path or bytes) on each of ``backends`` ("cpu", "webgpu"); ``remove``
-    deletes the file once read. Returns ``{"backends", "devices", "bytes", "load_ms",
+    deletes the file once read. On the WebAssembly CPU backend the model is warmed up
+    (``LLM.warm_up``: the decode step's capture, table and thread probes happen here, not in
+    the first reply). Returns ``{"backends", "devices", "bytes", "load_ms", "warm",
     "context", "vocab", "name", "chat_template"}``."""
     backends = _as_list(backends)
     for b in backends:
@@ -99,6 +101,9 @@ def load(source, backends=("cpu",), remove: bool = False) -> dict:
                   "context": m.context, "vocab": m.model.cfg.vocab_size,
                   "name": str(m.metadata.get("general.name", "")),
                   "chat_template": bool(m.metadata.get("tokenizer.chat_template"))})
+    # after the heap was measured: the first forward allocates the key/value cache (94 MB here)
+    cpu = _models.get("cpu")
+    _info["warm"] = cpu.warm_up() if cpu is not None and DEVICES["cpu"] == "wasm" else None
     return dict(_info)
 
 

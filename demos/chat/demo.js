@@ -476,6 +476,7 @@ async function main() {
   bar(0.1, `Loading the model (${(got.bytes / MB).toFixed(0)} MB) into ember`);
   const loaded = await worker.call("app", "load", [GGUF_PATH, ["cpu"], true]);
   info.loadMs = loaded.load_ms.cpu;
+  info.warm = loaded.warm;   // {ms, steps}: the CPU decode step warmed up in the load (app.py)
   // WebAssembly memory (its high-water mark) before and after the load, and what the model holds
   info.heapBefore = loaded.heap_before;
   info.heapAfter = loaded.heap_after;

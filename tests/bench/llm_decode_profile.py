@@ -279,6 +279,64 @@ def profile_model(model, threads=(1, 2), n_tok: int = 64, kernels: bool = True, 
         print(f"   {'sum':55s} {total / 1000:29.2f} ms/token -> {1e6 / total:.1f} tok/s")
 
 
+def team_rows(model, reps: int = 25) -> None:
+    """The decode step on the team (forced) under a few settings: what the team itself costs."""
+    import ember
+    from ember.wasm import team as T
+
+    wait_threads(2)
+    ids = model.tokenizer.encode(chat_prompt())
+    model.generate(ids, max_tokens=4)
+    _, step = model._steps()
+    args = (ember.tensor([1234], dtype="int32", device="wasm"),
+            ember.tensor([len(ids) + 40], dtype="int32", device="wasm"))
+    tm = T.team(create=False)
+    tm.adaptive = False
+
+    def timed():
+        for _ in range(3):
+            step(*args).tolist()
+        ts = []
+        for _ in range(reps):
+            t1 = time.perf_counter()
+            step(*args).tolist()
+            ts.append(time.perf_counter() - t1)
+        ts.sort()
+        return f"min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms"
+
+    for label, min_work, spin in (("default", T.DEFAULT_MIN_WORK, T.DEFAULT_SPIN),
+                                  ("nothing splits (min work 2^30)", 1 << 30, T.DEFAULT_SPIN),
+                                  ("spin 200000", T.DEFAULT_MIN_WORK, 200000),
+                                  ("min work 2^20", 1 << 20, T.DEFAULT_SPIN),
+                                  ("default again", T.DEFAULT_MIN_WORK, T.DEFAULT_SPIN)):
+        tm.set_min_work(min_work)
+        tm._set(T.SPIN, spin)
+        b0 = tm.barriers()
+        r = timed()
+        print(f"   team forced, {label:32s}: {r}; barriers per step {(tm.barriers() - b0) / (reps + 3):.0f}")
+    tm.set_min_work(T.DEFAULT_MIN_WORK)
+    tm._set(T.SPIN, T.DEFAULT_SPIN)
+    tm.adaptive = True
+
+
+def first_steps(model, n: int = 16) -> None:
+    """Milliseconds of each of the first decode steps of a fresh model: capture, the table's
+    recording, the team's probes, then steady replays."""
+    import ember
+
+    ids = model.tokenizer.encode(chat_prompt())
+    model.generate(ids, max_tokens=1)       # the prompt's forward (fills the cache), no step yet
+    _, step = model._steps()
+    ms = []
+    for i in range(n):
+        args = (ember.tensor([1234 + i], dtype="int32", device="wasm"),
+                ember.tensor([len(ids) + i], dtype="int32", device="wasm"))
+        t1 = time.perf_counter()
+        step(*args).tolist()
+        ms.append(round((time.perf_counter() - t1) * 1000, 1))
+    print(f"   first {n} steps (ms): {ms}")
+
+
 def guest_main(argv) -> None:
     import ember.llm
 
@@ -291,7 +349,28 @@ def guest_main(argv) -> None:
         t0 = time.perf_counter()
         model = ember.llm.load(path, device="wasm", context=2048)
         print(f"== {kind}: loaded in {time.perf_counter() - t0:.1f} s")
-        profile_model(model, threads, n_tok, kernels="--no-kernels" not in argv)
+        if "--sampling" in argv:
+            wait_threads(int(threads[-1]))
+            ids = model.tokenizer.encode(chat_prompt())
+            for temp in (0.0, 0.7, 0.0, 0.7):
+                model.generate(ids, max_tokens=16, temperature=temp, seed=1)
+                t0 = time.perf_counter()
+                model.generate(ids, max_tokens=48, temperature=temp, seed=1)
+                s = model.stats
+                wall = (time.perf_counter() - t0) * 1000 - s["prefill_ms"]
+                print(f"   temperature {temp}: decode {s['decode_tokens_per_second']:.1f} tok/s "
+                      f"({s['decode_ms'] / max(s['tokens'] - 1, 1):.2f} ms/token incl. sampling), "
+                      f"loop {wall / max(s['tokens'] - 1, 1):.2f} ms/token, {s['tokens']} tokens, threads {s.get('threads')}")
+        elif "--first" in argv:
+            for nt in threads:
+                wait_threads(nt)
+                print(f"threads={nt}")
+                model._step_logits = model._step_argmax = None
+                first_steps(model)
+        elif "--team" in argv:
+            team_rows(model)
+        else:
+            profile_model(model, threads, n_tok, kernels="--no-kernels" not in argv)
         del model
 
 

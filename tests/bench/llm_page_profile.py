@@ -56,7 +56,7 @@ def main(argv) -> int:
         page.wait_for_function("window.emberDemo && window.emberDemo.ready", timeout=60_000)
         info = page.evaluate("async () => { const i = await window.emberDemo.ready; return i; }")
         print(f"page ready in {time.monotonic() - t0:.1f} s; load {os.getloadavg()[0]:.2f}")
-        print(json.dumps({k: info.get(k) for k in ("devices", "threads", "wasm", "loadMs")}, default=str))
+        print(json.dumps({k: info.get(k) for k in ("devices", "loadMs", "warm", "readyMs")}, default=str))
         out = page.evaluate("async (code) => { try { return await window.emberDemo.worker.runPythonAsync(code); }"
                             " catch (e) { return 'ERROR ' + (e && (e.pythonMessage || e.message) || e); } }", code)
         print(out)
