@@ -73,6 +73,21 @@ probe = {"want": want, "decided_early": st["use"] is not None}
 f(a, a)
 probe.update(team=len(st[True]), one=len(st[False]), decided=st["use"] is not None and st["n"] == 2 * want)
 out["probe"] = probe
+# after the choice its runs are watched: slower than the other way's best probe -> probed again
+seg = C.fast_of(f).segments[0]
+st = seg.team_stats
+st["use"], st[False], st["watch"] = True, [1e-9] * want, [0, float("inf")]   # one thread "took" 1 ns
+for _ in range(TeamSpace.WATCH):
+    f(a, a)
+watch = {"reprobe": seg.team_stats["n"] >= TeamSpace.REPROBE}
+f(a, a)
+watch["fresh"] = seg.team_stats is not st and seg.team_stats["use"] is None
+st = seg.team_stats
+st["use"], st[True], st[False], st["n"] = True, [1e-9] * want, [1e3] * want, 2 * want   # a choice that holds
+for _ in range(TeamSpace.WATCH + 1):
+    f(a, a)
+watch["kept"] = seg.team_stats is st and st["use"] is True and st["n"] < TeamSpace.REPROBE
+out["watch"] = watch
 t.adaptive = False
 W.set_threads(None)
 out["info_after"] = W.info()
@@ -110,6 +125,7 @@ def _check(res, where):
     assert s["new_inputs"] and s["same_values_swap"], (where, s)
     p = res["probe"]
     assert p["team"] == p["one"] == p["want"] and p["decided"] and not p["decided_early"], (where, p)
+    assert res["watch"] == {"reprobe": True, "fresh": True, "kept": True}, (where, res["watch"])
     assert res["info_after"]["threads_wanted"] == res["info_after"]["max_threads"] or \
         res["info_after"]["threads_wanted"] == 8, res["info_after"]
 
