@@ -9,6 +9,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import IndexingError
 from .numpy_backend import NumpyBackend, np_dtype, tune_malloc
+from .numpy_blas import matmul
 from .numpy_nn import _quiet
 
 
@@ -142,7 +143,7 @@ def _conv2d_grad_weight(out, x, g, *, stride, padding, dilation, groups, kernel_
             cols[:, i, j] = at[:, :, y0:y0 + (oh - 1) * stride[0] + 1:stride[0], x0:x0 + (ow - 1) * stride[1] + 1:stride[1]]
     cols = cols.reshape(gr, cg * kh * kw, n * oh * ow)
     gm = np.ascontiguousarray(_f32(g).transpose(1, 0, 2, 3)).reshape(gr, og, n * oh * ow)
-    res = np.matmul(gm, cols.transpose(0, 2, 1)) if gr > 1 else (gm[0] @ cols[0].T)[None]
+    res = matmul(gm, cols.transpose(0, 2, 1)) if gr > 1 else matmul(gm[0], cols[0].T)[None]
     return res.reshape(o, cg, kh, kw).astype(np_dtype(out.dtype), copy=False)
 
 
@@ -161,7 +162,7 @@ def _conv2d_grad_input_stride1(gf, wf, groups, h, w, padding):
                                            writeable=False)).reshape(n, gr, og * kh * kw, h * w)
     # wf[o, c, i, j] -> (group, c, o, flipped i, flipped j): the GEMM's (cg, og*kh*kw) matrix
     wt = np.ascontiguousarray(wf.reshape(gr, og, cg, kh, kw)[:, :, :, ::-1, ::-1].transpose(0, 2, 1, 3, 4))
-    res = np.matmul(wt.reshape(gr, cg, og * kh * kw), cols)                # (n, gr, cg, h*w)
+    res = matmul(wt.reshape(gr, cg, og * kh * kw), cols)                # (n, gr, cg, h*w)
     return res.reshape(n, gr * cg, h, w)
 
 
@@ -180,7 +181,7 @@ def _conv2d_grad_input_shift(gf, wf, h, w, padding):
     L = oh * wp
     gp = np.zeros((o, n, oh, wp), dtype=gf.dtype)
     gp[:, :, :, :ow] = gf.transpose(1, 0, 2, 3)
-    cols = (wf.reshape(o, c * kh * kw).T @ gp.reshape(o, n * L)).reshape(c, kh, kw, n, L)
+    cols = matmul(wf.reshape(o, c * kh * kw).T, gp.reshape(o, n * L)).reshape(c, kh, kw, n, L)
     buf = np.zeros((c, n, (hp + 1) * wp), dtype=cols.dtype)
     for i in range(kh):
         for j in range(kw):
@@ -204,7 +205,7 @@ def _conv2d_grad_input(out, g, weight, *, stride, padding, dilation, groups, inp
             oh == h + pt + pb - kh + 1 and ow == w + pl + pr - kw + 1 and 0 <= pb < kh and 0 <= pr < kw:
         return _conv2d_grad_input_stride1(gf, wf, gr, h, w, padding).astype(np_dtype(out.dtype), copy=False)
     # columns = W^T g, then each kernel tap adds its columns back where the forward read them
-    cols = np.matmul(wf.reshape(gr, og, cg * kh * kw).transpose(0, 2, 1), gf.reshape(n, gr, og, oh * ow))
+    cols = matmul(wf.reshape(gr, og, cg * kh * kw).transpose(0, 2, 1), gf.reshape(n, gr, og, oh * ow))
     cols = cols.reshape(n, gr * cg, kh, kw, oh, ow)
     hp = max(h + pt + pb, _span(oh, stride[0], kh, dilation[0]))
     wp = max(w + pl + pr, _span(ow, stride[1], kw, dilation[1]))
@@ -283,7 +284,7 @@ def _linear_grad_weight(out, g, x, **_):
     # g^T x with BLAS reading g transposed in place (no copy of the transpose)
     g2 = _f32(g).reshape(-1, g.shape[-1])
     x2 = _f32(x).reshape(-1, x.shape[-1])
-    return (g2.T @ x2).astype(np_dtype(out.dtype), copy=False)
+    return matmul(g2.T, x2).astype(np_dtype(out.dtype), copy=False)
 
 
 KERNELS = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.llm import check_pos
+from .numpy_blas import matmul
 
 
 def _f32(t):
@@ -60,14 +61,14 @@ def _attention_cached(out, q, k, v, kc, vc, pos, *, scale):
         mask = np.repeat(mask, group, axis=0)                              # (T*group, n) in t-major order
     for g in range(hkv):
         qg = qa[:, g].reshape(T * group, d)                                # rows (t, head in group)
-        s = qg @ kb[:n, g, :].T
+        s = matmul(qg, kb[:n, g, :].T)
         s *= np.float32(scale)
         if mask is not None:
             s[mask] = -np.inf
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
-        res[:, g] = (s @ vb[:n, g, :]).reshape(T, group, d)
+        res[:, g] = matmul(s, vb[:n, g, :]).reshape(T, group, d)
     return res.reshape(T, hq, d)
 
 

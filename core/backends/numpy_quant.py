@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import IndexingError
 from ..quant import FORMATS, row_bytes
+from .numpy_blas import matmul
 
 _F32 = np.float32
 
@@ -273,17 +274,17 @@ class _FastPlan:
         d = _halves(C, nbytes, 0, nblk, "d")
         q = _quants(C, self.qtype, nblk)
         if self.small:
-            s = np.matmul(self.xb, q.reshape(r, nb, 32).transpose(1, 2, 0))   # (nb, M, r)
+            s = matmul(self.xb, q.reshape(r, nb, 32).transpose(1, 2, 0))   # (nb, M, r)
             np.multiply(s, d.reshape(r, nb).T[:, None, :], out=s)
             yc = s.sum(axis=0)                                                # (M, r)
         else:
             q2 = q.reshape(nblk, 32)
             np.multiply(q2, d.reshape(nblk, 1), out=q2)
-            yc = self.x @ q.reshape(r, self.k).T                              # (M, r)
+            yc = matmul(self.x, q.reshape(r, self.k).T)                               # (M, r)
         if self.qtype == "q4_1":
-            yc += self.xsum @ _halves(C, nbytes, 2, nblk, "m").reshape(r, nb).T
+            yc += matmul(self.xsum, _halves(C, nbytes, 2, nblk, "m").reshape(r, nb).T)
         elif self.qtype == "q4_0":
-            yc -= 8 * (self.xsum @ d.reshape(r, nb).T)
+            yc -= 8 * matmul(self.xsum, d.reshape(r, nb).T)
         y[:, r0:r1] = yc
 
 
@@ -334,7 +335,7 @@ def _qlinear(out, x, w, *, qtype, n, k, **_):
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         W = dequantize_rows(raw[r0 * rb:r1 * rb], qtype, r1 - r0, k)
-        np.matmul(x2, W.T, out=y[:, r0:r1])
+        matmul(x2, W.T, out=y[:, r0:r1])
     return y.reshape(out.shape)
 
 
