@@ -41,21 +41,45 @@ against each other before timing, so a fast wrong answer does not show up as a w
 """
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
 import sys
 import time
 
-ONLY = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's options (``--help`` prints them and exits before anything runs)."""
+    p = argparse.ArgumentParser(
+        prog="bench_core.py", description="ember CPU benchmark: the pure-Python and numpy backends next to "
+        "PyTorch and onnxruntime (see the module docstring for the sections).")
+    p.add_argument("--only", choices=("micro", "onnx", "graphs"), default=None,
+                   help="run one section: micro (the first table), onnx, or graphs (the held-out graphs)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="BLAS / PyTorch / onnxruntime threads (default: 2 for --only graphs, else 1)")
+    p.add_argument("--quick", action="store_true", help="fewer, shorter timing runs")
+    p.add_argument("--torch-python", metavar="PATH", default=None,
+                   help="an interpreter with torch for exporting the held-out graphs "
+                   "(default: this one if it has torch, else ../refvenv/bin/python beside the repository)")
+    p.add_argument("--export-to", metavar="DIR", default=None,
+                   help="(internal) export the PyTorch graphs into DIR and exit; run by the torch interpreter")
+    args = p.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    return args
+
+
+ARGS = parse_args(None if __name__ == "__main__" else [])
+ONLY = ARGS.only
 # the graphs section compares with onnxruntime on two threads (the issue's setting) unless told
-THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else (2 if ONLY == "graphs" else 1)
+THREADS = ARGS.threads if ARGS.threads is not None else (2 if ONLY == "graphs" else 1)
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)   # before numpy loads its BLAS
 # OpenBLAS picks its own kernels here: these machines pin OPENBLAS_CORETYPE=Haswell and an
 # OPENBLAS_L2_SIZE that slow numpy's BLAS (CI keeps them; a comparison with native peers must not)
 OPENBLAS_UNSET = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.pop(v, None) is not None]
-EXPORTING = "--export-to" in sys.argv     # run by an interpreter with torch and without ember
+EXPORTING = ARGS.export_to is not None     # run by an interpreter with torch and without ember
 
 import numpy as np  # noqa: E402
 
@@ -65,7 +89,7 @@ if not EXPORTING:
 MIN_TIME = 1.0
 MIN_RUNS = 5
 MAX_RUNS = 200
-QUICK = "--quick" in sys.argv
+QUICK = ARGS.quick
 if QUICK:
     MIN_TIME, MIN_RUNS = 0.2, 3
 
@@ -467,8 +491,8 @@ def export_graphs(folder: str) -> None:
 
 
 def _torch_python() -> str | None:
-    if "--torch-python" in sys.argv:
-        return sys.argv[sys.argv.index("--torch-python") + 1]
+    if ARGS.torch_python:
+        return ARGS.torch_python
     if torch is not None:
         return sys.executable
     ref = os.path.join(os.path.dirname(ROOT), "refvenv", "bin", "python")
@@ -733,14 +757,14 @@ def main() -> int:
         # count is fixed when numpy loads
         import subprocess
         extra = ["--quick"] if QUICK else []
-        if "--torch-python" in sys.argv:
-            extra += ["--torch-python", sys.argv[sys.argv.index("--torch-python") + 1]]
+        if ARGS.torch_python:
+            extra += ["--torch-python", ARGS.torch_python]
         subprocess.run([sys.executable, os.path.abspath(__file__), "--only", "graphs", *extra])
     return 0
 
 
 if __name__ == "__main__":
     if EXPORTING:
-        export_graphs(sys.argv[sys.argv.index("--export-to") + 1])
+        export_graphs(ARGS.export_to)
         sys.exit(0)
     sys.exit(main())
