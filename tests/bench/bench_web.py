@@ -484,7 +484,9 @@ def table(rows: list, meta: dict) -> str:
                        f"{fmt_ms(r['phases'].get('model_loaded'))} | {fmt_ms(r['cold_ms'])} |")
     out += ["", "Notes:",
             "- median ms: median of the timed runs after the warm-up (runs = how many; 0 means the "
-            "first run is the figure). One run = input tensors in, output read back into JS.",
+            "first run is the figure). One run = input tensors in, output read back into JS (ember on "
+            "wasm/python: a plain Python call that reads the output synchronously; on webgpu an awaited "
+            "readback; onnxruntime-web: `await session.run`).",
             "- × ort wasm 1t: this median over onnxruntime-web wasm 1-thread's median (> 1 is slower).",
             "- cold start: from navigation start to the first result of the page's first workload, in a fresh "
             "browser context (empty HTTP cache): page load, engine boot (ember: Pyodide boot, wheel install, "
