@@ -342,3 +342,62 @@ def test_conv_band_and_chunk_loops(case):
     got = ember.conv2d(ember.from_numpy(x, device="numpy"), ember.from_numpy(w, device="numpy"),
                        stride=s, padding=k // 2, groups=g).numpy()
     np.testing.assert_allclose(got, _conv_ref(x, w, s, k // 2, g), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
+@pytest.mark.parametrize("k", [(2, 2), (3, 3), (2, 3), (1, 2), (2, 1), (4, 2)])
+def test_max_pool_tiled_windows_exact(k, dtype):
+    """Windows that tile the input (kernel == stride): the flat row maxima read back through
+    reshaped views equal a plain reduction over each window, NaN included, bit for bit."""
+    kh, kw = k
+    n, c, oh, ow = 2, 3, 4, 5
+    x = rng.standard_normal((n, c, oh * kh, ow * kw)) * 100
+    if dtype != "int64":
+        x[0, 1, 2, 3] = np.nan
+        x[1, 2, 0, 0] = -np.inf
+        x[1, 0, 1, :] = -0.0
+    x = x.astype(dtype)
+    want = x.reshape(n, c, oh, kh, ow, kw).max(axis=(3, 5))
+    got = ember.max_pool2d(ember.from_numpy(x, device="numpy"), k).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_strided_view_is_read_only_and_matches_as_strided():
+    from numpy.lib.stride_tricks import as_strided
+
+    from ember.backends.numpy_nn import strided_view
+    a = f32(2, 3, 6, 6)
+    for src in (a, a[:, :, 1:5, ::2]):           # C-contiguous (ndarray constructor) and a strided view
+        s0, s1, s2, s3 = src.strides
+        shape, strides = src.shape[:2] + (2, 2, src.shape[2] - 1, src.shape[3] - 1), (s0, s1, s2, s3, s2, s3)
+        v = strided_view(src, shape, strides)
+        np.testing.assert_array_equal(v, as_strided(src, shape, strides))
+        assert not v.flags.writeable and np.shares_memory(v, src)
+
+
+def test_plan_replay_steps_quiet_and_exact():
+    """Replayed steps call the kernels without their own errstate (the replay holds one): no
+    floating-point warning escapes, and an MNIST-style CNN replays bit for bit like eager code."""
+    import warnings
+    w1, b1, w2, b2, fw, fb = (ember.from_numpy(a, device="numpy") for a in
+                              (f32(8, 1, 3, 3), f32(8), f32(16, 8, 3, 3), f32(16), f32(10, 16 * 7 * 7), f32(10)))
+
+    def net(x):
+        y = ember.max_pool2d(ember.relu(ember.conv2d(ember.divide(ember.subtract(x, 0.1), 0.3), w1, b1, padding=1)), 2)
+        y = ember.max_pool2d(ember.relu(ember.conv2d(y, w2, b2, padding=1)), 2)
+        z = ember.linear(ember.reshape(y, (1, -1)), fw, fb)
+        return z, ember.sqrt(ember.subtract(z, 1e30)), ember.divide(z, ember.multiply(z, 0.0))
+
+    x = ember.from_numpy(f32(1, 1, 28, 28), device="numpy")
+    with np.errstate(all="ignore"):
+        want = [t.numpy() for t in net(x)]
+    f = ember.compile(net)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            got = [t.numpy() for t in f(x)]
+            for g, e in zip(got, want):
+                np.testing.assert_array_equal(g, e)
+    assert np.isnan(got[1]).all() and np.isinf(got[2]).all()      # (invalid, divide by zero: no warning)
+    assert f.plan_for(x).fast is not None

@@ -254,7 +254,8 @@ class NumpyReplay:
 
 
 def _recorded(st):
-    kernel, attrs, dev = st.kernel, st.attrs, st.device
+    # the replay runs inside np.errstate(all="ignore") already: call a kernel without its own
+    kernel, attrs, dev = getattr(st.kernel, "__wrapped__", st.kernel), st.attrs, st.device
     from ..tensor import Tensor
     wrap = Tensor._wrap
     if st.multi:
@@ -264,8 +265,22 @@ def _recorded(st):
                 vals[s] = wrap(b, m.shape, m.dtype, dev)
         return run
 
-    def run(vals, op):
-        vals[op.out] = wrap(kernel(op.meta, *[vals[i] for i in op.ins], **attrs), op.meta.shape, op.meta.dtype, dev)
+    # the step's slots, shape and dtype bound once (its _Op carries the same ones)
+    ins, o, meta = tuple(st.ins), st.outs[0], st.meta
+    shape, dtype = meta.shape, meta.dtype
+    if len(ins) == 1:
+        i0, = ins
+
+        def run(vals, op):
+            vals[o] = wrap(kernel(meta, vals[i0], **attrs), shape, dtype, dev)
+    elif len(ins) == 2:
+        i0, i1 = ins
+
+        def run(vals, op):
+            vals[o] = wrap(kernel(meta, vals[i0], vals[i1], **attrs), shape, dtype, dev)
+    else:
+        def run(vals, op):
+            vals[o] = wrap(kernel(meta, *[vals[i] for i in ins], **attrs), shape, dtype, dev)
     run.attrs, run.device = attrs, dev
     return run
 

@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="BLAS / PyTorch / onnxruntime threads (default: 2 for --only graphs, else 1)")
     p.add_argument("--quick", action="store_true", help="fewer, shorter timing runs")
+    p.add_argument("--graph", metavar="TEXT", default=None,
+                   help="graphs section: only the graphs whose name contains TEXT (case-insensitive), e.g. MNIST")
     p.add_argument("--torch-python", metavar="PATH", default=None,
                    help="an interpreter with torch for exporting the held-out graphs "
                    "(default: this one if it has torch, else ../refvenv/bin/python beside the repository)")
@@ -664,6 +666,8 @@ def graphs_section() -> None:
           f"{' (unset: ' + ', '.join(OPENBLAS_UNSET) + ')' if OPENBLAS_UNSET else ''}; load average {load:.1f}")
     rows = []
     for name, raw, feeds, tol in _graph_cases():
+        if ARGS.graph is not None and ARGS.graph.lower() not in name.lower():
+            continue
         sess = _ort_session_quiet(raw)
         ref = sess.run(None, feeds)[0]
         m = _load(raw, "numpy", True)
