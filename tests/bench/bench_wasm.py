@@ -120,8 +120,10 @@ def page_main(root: str, whl: str, tmp: str) -> int:
         shutil.copy(os.path.join(root, "demos", "mnist", f), os.path.join(d, "mnist", f))
     with open(os.path.abspath(__file__)) as f:
         source = f.read().replace("from __future__ import annotations\n", "", 1)   # (not first here)
-    code = ("import ember.wasm\nawait ember.wasm.init()   # the page's main thread: asynchronous set-up\n"
-            "import sys\nsys.argv = ['bench_wasm.py', '--replay', '--page']\n" + source + "\n_PAGE_OUT\n")
+    extra = [a for a in sys.argv[1:] if a.startswith("--threads=") or a == "--quick"]
+    code = ("import ember.wasm\nawait ember.wasm.init(wait_threads=30)   # the page's main thread: "
+            "asynchronous set-up (and the thread team's workers, where --threads= asks for them)\n"
+            f"import sys\nsys.argv = ['bench_wasm.py', '--replay', '--page', *{extra!r}]\n" + source + "\n_PAGE_OUT\n")
     res = browser_page.run_page(d, code, files=["mnist/model.py", "mnist/mnist.safetensors"])
     print(f"ember wasm benchmark in headless Chromium: {res['info']}")
     print_rows([tuple(r) for r in res["rows"]])
