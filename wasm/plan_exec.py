@@ -1185,7 +1185,7 @@ class TeamSpace(ArenaSpace):
                 w[1] = dt
             w[0] += 1
             if w[0] >= self.WATCH:
-                if w[1] > self.SLACK * min(st[not use][self.WARMUP:]):
+                if w[1] > self.SLACK * min(st[not use][self.WARMUP:], default=float("inf")):
                     st["n"] = self.REPROBE   # the next run starts new probes
                 w[0], w[1] = 0, float("inf")
             return
