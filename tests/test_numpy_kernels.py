@@ -401,3 +401,24 @@ def test_plan_replay_steps_quiet_and_exact():
                 np.testing.assert_array_equal(g, e)
     assert np.isnan(got[1]).all() and np.isinf(got[2]).all()      # (invalid, divide by zero: no warning)
     assert f.plan_for(x).fast is not None
+
+
+@pytest.mark.parametrize("shape,offset", [((8, 32, 128), 0.0), ((8, 32, 128), 1e3), ((3, 384), 50.0), ((5, 2), 0.0),
+                                          ((4, 1), 0.0), ((0, 16), 0.0), ((6, 7, 33), -20.0)])
+def test_layer_norm_last_axis_against_float64(shape, offset):
+    """One normalized axis: row sums by BLAS, squared deviations by vecdot; rows far from zero
+    (offset, small spread) and a transposed (non-contiguous) input against float64."""
+    n = shape[-1]
+    x = (rng.standard_normal(shape) * 0.5 + offset).astype(np.float32)
+    w, b = f32(n), f32(n)
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * w + b
+    t = lambda a: ember.from_numpy(a, device="numpy")   # noqa: E731
+    got = ember.layer_norm(t(x), (n,), t(w), t(b), eps=1e-5).numpy()
+    # float32 rounds the mean at |offset| (an ulp there, over the spread 0.5, times the weight)
+    tol = 1e-5 + 4 * abs(offset) * 2 ** -23 / 0.5 * float(np.abs(w).max())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=tol)
+    if len(shape) == 3:
+        xt = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)       # same values, strided
+        got_t = ember.layer_norm(t(xt), (n,), t(w), t(b), eps=1e-5).numpy()
+        np.testing.assert_allclose(got_t, want, rtol=1e-5, atol=tol)
