@@ -422,3 +422,18 @@ def test_layer_norm_last_axis_against_float64(shape, offset):
         xt = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)       # same values, strided
         got_t = ember.layer_norm(t(xt), (n,), t(w), t(b), eps=1e-5).numpy()
         np.testing.assert_allclose(got_t, want, rtol=1e-5, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_clip_ufunc_equals_np_clip(dtype):
+    """numpy_nn.clip (the ufunc np.clip runs, without its argument checks): the same bits as
+    np.clip for NaN, signed zeros, infinities and ordinary values, with and without out=."""
+    from ember.backends.numpy_nn import clip
+    x = np.array([np.nan, -np.nan, -0.0, 0.0, -np.inf, np.inf, -1.5, 0.25, 7.0, 1e-30], dtype)
+    for lo, hi in ((0, np.inf), (0, 1), (-np.inf, 6), (-1, -1)):
+        lo, hi = x.dtype.type(lo), x.dtype.type(hi)
+        want = np.clip(x, lo, hi)
+        got = clip(x, lo, hi)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        buf = x.copy()
+        assert clip(buf, lo, hi, out=buf) is buf and buf.tobytes() == want.tobytes()

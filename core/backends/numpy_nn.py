@@ -37,12 +37,29 @@ def _out(a, out):
 
 # ---- activations, softmax, norms ----------------------------------------------------------------
 
+def _clip_ufunc():
+    """numpy's clip ufunc itself: what np.clip calls after ~2 us of Python argument checks
+    (a small activation's whole cost); np.clip where this numpy does not expose it."""
+    for mod in ("numpy._core.umath", "numpy.core.umath"):
+        try:
+            fn = getattr(__import__(mod, fromlist=["clip"]), "clip", None)
+        except ImportError:
+            continue
+        if isinstance(fn, np.ufunc):
+            return fn
+    return np.clip
+
+
+# clip(a, lo, hi[, out=]) for an array a and scalar bounds of its dtype (the same loop np.clip runs)
+clip = _clip_ufunc()
+
+
 def _relu(out, x):
     a = x._buf
     if a.dtype.kind == "f":
-        # np.clip with both bounds takes numpy's vectorised clip loop (~3x np.maximum(a, 0),
+        # clip with both bounds takes numpy's vectorised clip loop (~3x np.maximum(a, 0),
         # whose scalar operand misses the SIMD path); NaN stays NaN either way
-        return _out(np.clip(a, a.dtype.type(0), a.dtype.type(np.inf)), out)
+        return _out(clip(a, a.dtype.type(0), a.dtype.type(np.inf)), out)
     return _out(np.maximum(a, a.dtype.type(0)), out)
 
 

@@ -29,6 +29,7 @@ import time
 import numpy as np
 
 from .numpy_blas import matmul
+from .numpy_nn import clip
 
 # kernels whose result is always a new array (never an input's buffer or a view of one)
 FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
@@ -296,7 +297,7 @@ def _hard(swish: bool, a, b):
         x = xt._buf.astype(np.float32, copy=False)     # (float16 / ints: computed in float32, as recorded)
         t = np.multiply(x, a, out=out)
         t += b
-        np.clip(t, lo, hi, out=t)
+        clip(t, lo, hi, out=t)
         if swish:
             t *= x          # x * clip(...): the same product as multiply(x, clip) (commutative)
         vals[op.out] = wrap(t, op.meta.shape, op.meta.dtype, xt.device)
@@ -324,7 +325,7 @@ def _inplace_run(op):
 
         def run(vals, op):
             y = vals[op.ins[0]]._buf
-            np.clip(y, lo, hi, out=y)
+            clip(y, lo, hi, out=y)
             vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
         return run
     if name in _BINARY:
@@ -352,12 +353,12 @@ def _inplace_run(op):
         if swish:
             t = x * a
             t += b
-            np.clip(t, lo, hi, out=t)
+            clip(t, lo, hi, out=t)
             x *= t
         else:
             x *= a
             x += b
-            np.clip(x, lo, hi, out=x)
+            clip(x, lo, hi, out=x)
         vals[op.out] = wrap(x, op.meta.shape, op.meta.dtype, xt.device)
     return run
 
