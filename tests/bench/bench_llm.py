@@ -228,7 +228,7 @@ def _requantize(src: Path, out_name: str, file_type: str, pick) -> Path:
 
     r = load_gguf(str(src))
     CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".gguf.part")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.part")    # two test runs at once each write their own
     arch = r.metadata["general.architecture"]
     w = gguf.GGUFWriter(str(tmp), arch)
     for name, value in r.metadata.items():
