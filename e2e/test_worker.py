@@ -38,6 +38,24 @@ async def steps(n, spin_ms=20):
         ember_worker.progress((i + 1) / n, f"step {i + 1}", i=i + 1)
     return n
 
+def in_task():
+    # Whether this call runs as a task on Pyodide's event loop (it should not: a plain def is
+    # called directly, no macrotask round per call).
+    import asyncio
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:   # no running loop at all: not a task either
+        return False
+
+async def in_task_async():
+    import asyncio
+    return asyncio.current_task() is not None
+
+def deferred(n):
+    # A plain def returning a coroutine (as the MNIST page's predict does on WebGPU): awaited.
+    ember_worker.progress(0.5, "sync part", i=n)
+    return steps(n, 0)
+
 def busy(ms):
     t = time.perf_counter()
     while time.perf_counter() - t < ms / 1000:
@@ -116,6 +134,29 @@ def test_call_converts_values_both_ways(worker_page):
     }""")
     assert got == {"add": 5, "strs": "ab", "kinds": ["memoryview", "list", "dict", "str", "float", "z=list"],
                    "floats": ["f", [0.5, 1.5, -2.0]], "transferred": 0, "blob": ["Uint8Array", [0, 1, 2, 3, 4]]}
+
+
+def test_plain_functions_are_called_without_an_event_loop_round(worker_page):
+    got = worker_page.evaluate("""async () => {
+        const seen = [];
+        const ac = new AbortController();
+        const r = {
+            sync: await ew.call("mod", "in_task"),
+            async: await ew.call("mod", "in_task_async"),
+            // progress from the synchronous part and from the coroutine it returns, and two
+            // such calls interleaved: each reports to its own onProgress
+            both: await Promise.all([
+                ew.call("mod", "deferred", [2], { onProgress: (p) => seen.push(["a", p.label]) }),
+                ew.call("mod", "deferred", [1], { signal: ac.signal, onProgress: (p) => seen.push(["b", p.label]) }),
+            ]),
+        };
+        r.seen = seen;
+        return r;
+    }""")
+    assert got["sync"] is False and got["async"] is True
+    assert got["both"] == [2, 1]
+    assert sorted(got["seen"]) == sorted([["a", "sync part"], ["a", "step 1"], ["a", "step 2"],
+                                          ["b", "sync part"], ["b", "step 1"]]), got["seen"]
 
 
 def test_python_errors_carry_type_message_and_traceback(worker_page):

@@ -147,12 +147,19 @@ def test_page_app_module(monkeypatch):
     with pytest.raises(RuntimeError, match="not loaded"):
         app.net("cpu")
     assert app.load(WEIGHTS.read_bytes())["backends"] == ["cpu"]
-    r = asyncio.run(app.predict([b / 255 for b in DIGITS["images"][1]], "cpu"))
+    px = [b / 255 for b in DIGITS["images"][1]]
+    # The CPU backends answer synchronously (a plain dict, no coroutine for the worker to
+    # schedule on the event loop): the same probabilities as the model's own predict.
+    r = app.predict(px, "cpu")
+    assert isinstance(r, dict), type(r)
     assert r["digit"] == DIGITS["labels"][1] and r["backend"] == "cpu" and len(r["probs"]) == 10
+    ref = mnist.predict(mnist.load_model(WEIGHTS.read_bytes(), app.DEVICES["cpu"]), px, app.DEVICES["cpu"])
+    assert r["probs"] == pytest.approx(ref, abs=1e-6)
+    assert app.predict(px, "python")["probs"] == pytest.approx(ref, abs=1e-5)
     with pytest.raises(ValueError, match="784"):
-        asyncio.run(app.predict([0.0] * 10, "cpu"))
+        app.predict([0.0] * 10, "cpu")
     with pytest.raises(ValueError, match="unknown backend"):
-        asyncio.run(app.predict([0.0] * 784, "tpu"))
+        app.predict([0.0] * 784, "tpu")
 
 
 def test_idx_reader_rejects_malformed_files():
