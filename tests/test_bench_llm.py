@@ -49,9 +49,20 @@ def test_ratios_and_goals_compare_the_same_prompt_only(bench):
     assert got["long"]["prompt_tps"][0] == pytest.approx(100.0 / 16.0)
     assert got["short"]["decode_tps"][0] == pytest.approx(36.0 / 24.0)
     assert got["short"]["prompt_tps"][0] == pytest.approx(42.0 / 21.0)
+    for r in rows:
+        r["loadavg"] = 0.5
     lines = bench.goals(rows)
     assert any("decode (long prompt)" in s and "3.33×" in s and "(met" in s for s in lines), lines
-    assert any("decode (short prompt)" in s and "1.50×" in s and "not met" in s for s in lines), lines
+    # the short prompt is also held against issue 18's best anchor (29.7 decode, 32.9 prompt)
+    assert any("decode (short prompt)" in s and "1.50×" in s and "not met" in s and "anchor 29.7: 1.21×" in s
+               for s in lines), lines
+    assert any("prompt (short prompt)" in s and "anchor 32.9: 1.28×" in s for s in lines), lines
+    assert not any("NOT a valid claim" in s for s in lines), lines
+    rows[1]["loadavg"] = 4.7                               # the best long-prompt peer ran on a busy machine
+    lines = bench.goals(rows)
+    assert any("decode (long prompt)" in s and "NOT a valid claim: measured at load average 4.7" in s
+               for s in lines), lines
+    assert not any("short prompt" in s and "NOT a valid" in s for s in lines), lines
     meta = {"date": "d", "command": "c", "machine": "m", "versions": "v", "wall_s": 1.0, "prompt_note": "p",
             "max_tokens": 128, "prompt_tokens": "207 / 21", "notes": [], "commands": []}
     md = bench.table(rows, meta)
