@@ -64,6 +64,28 @@ out["guard_team_runs"] = t.runs() - runs0
 t.adaptive = True       # a segment's probes: WARMUP + PROBES runs on the team and on thread 0 each, then a choice
 from ember.wasm.plan_exec import TeamSpace
 want = TeamSpace.WARMUP + TeamSpace.PROBES
+# a small plan (64^3 = 262 k multiply-adds by its table) runs on one thread from its first
+# replay, with no probe on the team; a 256^3 one is probed from its first replay
+def mk(n):
+    return ember.tensor([[((i * 7 + j * 3) % 11 - 5) / 8 for j in range(n)] for i in range(n)], device="wasm")
+small_f = ember.compile(lambda a, b: ember.relu(a @ b))
+x = mk(64)
+ref = ember.relu(x @ x).tolist()
+runs0 = t.runs()
+got = [small_f(x, x).tolist() for _ in range(2 + 2 * want + 2)]   # capture, record, replays
+seg = C.fast_of(small_f).segments[0]
+st = seg.team_stats
+small = {"work": seg.team_work, "limit": TeamSpace.SMALL_WORK, "use": st["use"], "probes": len(st[True]) + len(st[False]),
+         "team_runs": t.runs() - runs0, "same": all(g == ref for g in got)}
+big_f = ember.compile(lambda a, b: ember.relu(a @ b))
+y = mk(256)
+ref = ember.relu(y @ y).tolist()
+got = [big_f(y, y).tolist() for _ in range(3)]
+seg = C.fast_of(big_f).segments[0]
+small["big"] = {"work": seg.team_work, "use": seg.team_stats["use"], "team_probes": len(seg.team_stats[True]),
+                "same": all(g == ref for g in got)}
+out["small"] = small
+TeamSpace.SMALL_WORK = 0   # the probes and the watch below, on a small plan
 f = ember.compile(lambda a, b: ember.relu(a @ b))
 a = ember.ones((64, 64), device="wasm")
 for _ in range(2 + 2 * want - 1):   # capture, record, all probes but the last
@@ -88,6 +110,7 @@ for _ in range(TeamSpace.WATCH + 1):
     f(a, a)
 watch["kept"] = seg.team_stats is st and st["use"] is True and st["n"] < TeamSpace.REPROBE
 out["watch"] = watch
+TeamSpace.SMALL_WORK = small["limit"]
 t.adaptive = False
 W.set_threads(None)
 out["info_after"] = W.info()
@@ -126,6 +149,12 @@ def _check(res, where):
     p = res["probe"]
     assert p["team"] == p["one"] == p["want"] and p["decided"] and not p["decided_early"], (where, p)
     assert res["watch"] == {"reprobe": True, "fresh": True, "kept": True}, (where, res["watch"])
+    sm = res["small"]
+    assert sm["work"] == 64 ** 3 + 64 * 64 and sm["work"] < sm["limit"], (where, sm)   # gemm + relu
+    assert sm["use"] is False and sm["probes"] == 0 and sm["team_runs"] == 0 and sm["same"], (where, sm)
+    big = sm["big"]
+    assert big["work"] == 256 ** 3 + 256 * 256 and big["work"] >= sm["limit"], (where, big)
+    assert big["use"] is None and big["team_probes"] == 1 and big["same"], (where, big)
     assert res["info_after"]["threads_wanted"] == res["info_after"]["max_threads"] or \
         res["info_after"]["threads_wanted"] == 8, res["info_after"]
 

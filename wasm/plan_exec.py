@@ -264,6 +264,41 @@ def _f32_bits(v: float) -> int:
         return 0xFF800000 if v < 0 else 0x7F800000
 
 
+# Kernels whose work grows faster than their data: a product of three sizes (rows, columns, depth).
+_CONTRACTIONS = frozenset(("gemm", "conv2d_gemm", "conv_transpose2d_gemm", "q_linear", "sdpa_f32",
+                           "attention_cached_f32"))
+
+
+def table_work(seg, names: dict) -> int:
+    """A rough count of a segment's multiply-adds (float32 units) from its command table alone,
+    to tell work too small for the thread team from work worth measuring it on. A contraction
+    with operands of a and b bytes and a result of c bytes does about sqrt(a*b*c)/8 (M*K, K*N
+    and M*N floats give M*N*K: exact for a GEMM, a third of a 3x3 convolution's, less for
+    quantized weights); any other command one per float it writes. ``names``: kernel id -> name.
+
+    >>> class C: pass
+    >>> c = C(); c.kid = 0; c.fields = [(0, None, 0, (0, 4 * 8 * 384, False)),
+    ...     (1, None, 0, (0, 4 * 384 * 384, False)), (2, None, 0, (0, 4 * 8 * 384, True))]
+    >>> s = C(); s.cmds = [c]
+    >>> table_work(s, {0: "gemm"}) == 8 * 384 * 384
+    True
+    """
+    total = 0
+    for c in seg.cmds:
+        reads, wrote = [], 0
+        for _, _, _, (lo, hi, wr) in c.fields:
+            if wr:
+                wrote = max(wrote, hi - lo)
+            else:
+                reads.append(hi - lo)
+        if names.get(c.kid) in _CONTRACTIONS and len(reads) >= 2:
+            reads.sort()
+            total += int((reads[-1] * reads[-2] * max(wrote, 4)) ** 0.5) >> 3
+        else:
+            total += wrote >> 2
+    return total
+
+
 class WasmPlanReplay:
     """The compiled replay of one ``Plan`` on device "wasm" (``Plan.run`` calls it). Records on
     its first call; ``describe()`` says what became tables."""
@@ -1164,6 +1199,12 @@ class TeamSpace(ArenaSpace):
     # every MNIST forward 0.40 ms instead of 0.17 ms on one thread, for up to REPROBE runs).
     WATCH = 16
     SLACK = 1.3
+    # A segment whose table does fewer multiply-adds than this (``table_work``) runs on one thread
+    # from its first run, never probed: the team's wake-up, barriers and copies cost about what a
+    # second core could save (MNIST batch 1, ~1.1 M: in the page, on a busy 2-core machine, 0.21
+    # ms a forward on the team vs 0.17 on one thread, and its probes were a tenth of the first
+    # timed runs). MiniLM 1 x 8 (~85 M), a 256^3 GEMM (~17 M) and an LLM decode step are probed.
+    SMALL_WORK = int(os.environ.get("EMBER_WASM_TEAM_SMALL_WORK", str(4 << 20)))
 
     def execute(self, seg, vals):
         team = self.team
@@ -1173,6 +1214,12 @@ class TeamSpace(ArenaSpace):
         st = getattr(seg, "team_stats", None)
         if st is None or st["n"] >= self.REPROBE:
             st = seg.team_stats = {"n": 0, True: [], False: [], "use": None, "watch": [0, float("inf")]}
+            work = getattr(seg, "team_work", None)
+            if work is None:
+                names = {k: n for n, k in self.replay.disp.ids.items()}
+                work = seg.team_work = table_work(seg, names)
+            if work < self.SMALL_WORK:
+                st["use"] = False   # one thread; no probe (so no team time to watch against)
         st["n"] += 1
         use = st["use"]
         if use is not None:
