@@ -213,7 +213,7 @@ class LLM:
             chunk = ids[start:start + PREFILL_CHUNK]
             logits = self.model.forward(tensor(chunk, dtype="int32", device=dev),
                                         tensor([start], dtype="int32", device=dev))
-        token = sampler(logits.tolist()[0], history)
+        token = sampler.pick(logits, history)
         t1 = time.perf_counter()
         stats["prefill_ms"] = (t1 - t0) * 1000.0
         stats["prompt_tokens_per_second"] = n_prompt / max(t1 - t0, 1e-9)
@@ -261,7 +261,7 @@ class LLM:
             ts = time.perf_counter()
             args = (tensor([token], dtype="int32", device=dev), tensor([pos], dtype="int32", device=dev))
             if sampler.needs_logits:
-                token = sampler(step_logits(*args).tolist()[0], history)
+                token = sampler.pick(step_logits(*args), history)
             else:
                 token = int(step_argmax(*args).tolist()[0])
             t_dec += time.perf_counter() - ts
