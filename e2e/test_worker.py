@@ -108,6 +108,11 @@ def test_worker_boots_and_runs_python_off_the_page_thread(worker_page):
         assert want in labels, labels
     fractions = [f for _, f in info["progress"]]
     assert fractions == sorted(fractions) and fractions[-1] == 1
+    # the start's steps, in ms since loadEmber (also performance marks "ember:<step>" in the worker)
+    tm = info["timings"]
+    order = ["boot", "pyodideImported", "pyodideReady", "wheelFetched", "installed", "emberImported", "wasmReady"]
+    assert [tm[k] for k in order] == sorted(tm[k] for k in order), tm
+    assert tm["boot"] < tm["manifest"] <= tm["pyodideReady"] and tm["asmCompiled"] > tm["boot"], tm
     # Pyodide is not on the page.
     assert page.evaluate("() => typeof window.pyodide === 'undefined' && typeof window.loadPyodide === 'undefined'")
     got = page.evaluate("""async () => [

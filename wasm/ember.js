@@ -39,8 +39,11 @@
 //       info = {version, webgpu, webgpuError, wasm, wasmError, devices, timings, manifest, snapshot}:
 //       snapshot = {used, note, bytes, ms, saving}: whether this boot restored a snapshot and why
 //       not (Python sees the same in `ember.wasm.boot_info()`);
-//       timings = {pyodideReady, emberImported, wasmReady, webgpuReady} in ms since loadEmber
-//                 (and pyc: whether the site's precompiled modules were installed, manifest "wheel_pyc");
+//       timings = {boot, manifest, pyodideImported, asmCompiled, pyodideReady, wheelFetched,
+//                 installed, emberImported, wasmReady, webgpuReady} in ms since loadEmber (each
+//                 also a performance mark "ember:<step>" in the page's or the worker's
+//                 timeline), plus pyc: whether the site's precompiled modules were installed
+//                 (manifest "wheel_pyc") and wheelCached;
 //       devices is `ember.devices()`. The wheel's import is checked at load time.
 //       Calling it twice returns the same instance (one Pyodide per page and per mode).
 //
@@ -307,11 +310,28 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     if (onProgress) onProgress({ fraction, label, ms: performance.now() - t0 });
   };
   const timings = {};
+  // Each step of the start, as performance marks ("ember:<step>", in the page's or the worker's
+  // timeline: a DevTools profile shows them) and in info.timings (ms since loadEmber's call).
+  const mark = (step) => {
+    timings[step] = performance.now() - t0;
+    try { performance.mark(`ember:${step}`); } catch (e) { /* no User Timing here */ }
+  };
+  mark("boot");
 
   progress(0, "Loading Python runtime");
   const indexURL = new URL("pyodide/", base).href;
+  // Pyodide's module (9.6 MB) compiled from the start, while the manifest, pyodide.mjs and the
+  // snapshot lookup are on their way: V8 compiles a module's bytes once per process (its native
+  // module cache: Pyodide's own instantiateStreaming of the same bytes waits for this compile or
+  // finds it done), and a streamed compile of an HTTP-cached response reuses V8's code cache
+  // on a revisit.
+  if (typeof WebAssembly.compileStreaming === "function" && globalThis.fetch) {
+    WebAssembly.compileStreaming(fetch(indexURL + "pyodide.asm.wasm"))
+      .then(() => mark("asmCompiled"), () => {});
+  }
   // The manifest, and then the wheel, download while Pyodide starts (no need to wait for it).
   const manifestP = readManifest(base);
+  manifestP.then(() => mark("manifest"), () => {});
   const wheelP = manifestP.then((manifest) => {
     if (onManifest) onManifest(manifest);
     return fetchBytesInfo(versionedUrl(new URL(manifest.wheel, base).href, manifest, base).url,
@@ -332,15 +352,17 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   const unzippedP = Promise.all([wheelP, extrasP, pycP]).then(([w, ex, pyc]) =>
     Promise.all([w.bytes, ...ex.map((x) => x.bytes), ...(pyc ? [pyc] : [])].map(unzip))).catch(() => null);
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
+  mark("pyodideImported");
   // From a memory snapshot after `import ember` when one is stored (snapshot.js), else as usual.
   const { pyodide, snapshot: snap } = await startPyodide(loadPyodide, indexURL, base, manifestP, snapshot);
   const manifest = await manifestP;
-  timings.pyodideReady = performance.now() - t0;
+  mark("pyodideReady");
   progress(0.7, "Downloading ember");
 
   // The wheel's name carries its version; the ?v= hash makes a rebuilt wheel of the same
   // version a new URL, which the browser keeps (Cache API) and the server lets it keep.
   const { bytes: wheel, cached: wheelCached } = await wheelP;
+  mark("wheelFetched");
   timings.wheelCached = wheelCached;
   progress(0.85, "Installing ember");
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
@@ -353,6 +375,7 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     if (pyc) pyodide.unpackArchive(pyc, "zip", { extractDir: sitePackages });
   }
   timings.pyc = !!pyc;
+  mark("installed");
   // Check the import here: a broken install must fail loudly at load time, not in a demo.
   if (snap.used) {
     try {
@@ -369,7 +392,7 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   } catch (e) {
     throw new Error(`ember: the wheel ${manifest.wheel} installed but 'import ember' failed: ${e}`);
   }
-  timings.emberImported = performance.now() - t0;
+  mark("emberImported");
   const info = { version: pyodide.runPython("ember.__version__"), webgpu: false,
                  webgpuError: null, wasm: false, wasmError: null, timings, manifest, snapshot: snap };
 
@@ -379,7 +402,7 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     const r = await initWasm(pyodide);
     info.wasm = r.ok;
     info.wasmError = r.error;
-    timings.wasmReady = performance.now() - t0;
+    mark("wasmReady");
   }
   if (webgpu) {
     progress(0.92, "Starting WebGPU");

@@ -139,20 +139,30 @@ export async function dropSnapshot(base) {
   }
 }
 
-/** Look for this site's snapshot for `manifest`: {bytes, note}. `bytes` is null when there is
- *  none to use (`note` says why; a stale entry is deleted), else a promise of the snapshot that
- *  rejects (and deletes the entry) when its length or SHA-256 is not what was stored. */
+/** Look for this site's snapshot for `manifest` (a manifest or a promise of one): {bytes, note}.
+ *  `bytes` is null when there is none to use (`note` says why; a stale entry is deleted), else a
+ *  promise of the snapshot that rejects (and deletes the entry) when its length or SHA-256 is
+ *  not what was stored. The entry is looked up and its body read while the manifest is still
+ *  on its way (a revisit's manifest request is revalidated: one round trip saved); nothing is
+ *  handed out before the entry's metadata matches the manifest. */
 export async function findSnapshot(base, manifest) {
   const timing = {};
   const why = unavailable();
   if (why) return { bytes: null, note: why };
   const cache = await openCache();
   if (!cache) return { bytes: null, note: "the Cache API is not usable here" };
-  const failed = await cache.match(snapshotUrl(base) + "?failed");
+  const failedP = cache.match(snapshotUrl(base) + "?failed");
+  const respP = cache.match(snapshotUrl(base));
+  const t = performance.now();
+  // the body's read starts as soon as the entry is found (the read is most of a revisit's wait)
+  const bodyP = respP.then((r) => (r ? r.arrayBuffer().then((b) => new Uint8Array(b)) : null));
+  bodyP.catch(() => {});
+  manifest = await manifest;
+  const failed = await failedP;
   if (failed && failed.headers.get("X-Ember-Snapshot") === JSON.stringify(snapshotMeta(manifest))) {
     return { bytes: null, note: `making a snapshot failed for this ember: ${await failed.text()}`, failed: true };
   }
-  const resp = await cache.match(snapshotUrl(base));
+  const resp = await respP;
   if (!resp) return { bytes: null, note: "no snapshot stored yet" };
   let stored = null;
   try {
@@ -164,8 +174,7 @@ export async function findSnapshot(base, manifest) {
   }
   // The SHA-256 check (WebCrypto, off this thread) runs while the body is unpacked; the heap is
   // handed to Pyodide only once both are done: Python never runs on bytes that failed it.
-  const t = performance.now();
-  const body = resp.arrayBuffer().then((b) => new Uint8Array(b));
+  const body = bodyP;
   const checked = body.then(async (b) => {
     const ok = b.length === stored.body && (await sha256Hex(b)) === stored.sha256;
     timing.checkedMs = performance.now() - t;
@@ -287,18 +296,14 @@ export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode 
   if (!mode) return { pyodide: await plain(), snapshot: { used: false, note: "snapshots off (snapshot: false)" } };
   let found;
   try {
-    found = await findSnapshot(base, await manifestP);
+    found = await findSnapshot(base, manifestP);
   } catch (e) {
     found = { bytes: null, note: `looking for a snapshot failed: ${e.message || e}` };
   }
   const snapshot = { used: false, note: found.note, failed: !!found.failed };
-  if (found.bytes) {
-    // Pyodide reads the whole snapshot before it starts compiling its module: start a compile of
-    // the same (HTTP-cached) bytes now, which V8 can share with Pyodide's through its native
-    // module cache. Measured on a loaded 2-core machine: restore after the read ~1.38 -> ~1.13 s
-    // (noisy); at worst a second compile.
-    WebAssembly.compileStreaming(fetch(indexURL + "pyodide.asm.wasm")).catch(() => {});
-  }
+  // (Pyodide reads the whole snapshot before it starts compiling its module: ember.js's boot has
+  // started a compile of the same bytes already, which V8 shares with Pyodide's. Measured on a
+  // loaded 2-core machine: restore after the read ~1.38 -> ~1.13 s, noisy.)
   if (found.bytes) {
     const t = performance.now();
     try {
