@@ -183,11 +183,11 @@ def test_generation_equals_the_full_path(device, tiny, monkeypatch):
     full = Sampler.pick
     picks = []
 
-    def spy(self, logits, history, peak=None):
-        tok = full(self, logits, history, peak)
+    def spy(self, logits, history):
+        tok = full(self, logits, history)
         picks.append((self.fast, self.full))
         return tok
-    monkeypatch.setattr(Sampler, "pick", lambda self, logits, history, peak=None: self(logits.tolist()[0], history))
+    monkeypatch.setattr(Sampler, "pick", lambda self, logits, history: self(logits.tolist()[0], history))
     want = [m.generate("the", max_tokens=10, **kw) for kw in cases]
     assert got == want
     monkeypatch.setattr(Sampler, "pick", spy)

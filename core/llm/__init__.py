@@ -16,7 +16,9 @@ no shape rules and no op lookups per token. Greedy decoding without a repetition
 device for the argmax only (4 bytes read back instead of the vocabulary's logits). On device
 ``"webgpu"`` that argmax stays on the GPU: each step's output tensor is the next step's token
 input, so up to ``RUN_AHEAD`` steps are enqueued before their tokens are read back in one read
-(the GPU runs step t while the host encodes step t+1). Tokens past a stop (an end token, a stop
+(the GPU runs step t while the host encodes step t+1). Sampling (temperature > 0, or a
+penalty) reads only the ids above a threshold the device compares against (``Sampler.pick``:
+the same tokens as visiting the whole row). Tokens past a stop (an end token, a stop
 string, ``max_tokens``, ``stop()``) are computed but dropped; the cache rows they wrote lie past
 every position a later step reads before writing it again (positions are inputs).
 

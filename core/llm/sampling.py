@@ -2,7 +2,8 @@
 
 The order is llama.cpp's and transformers': repetition penalty, then temperature (0 = greedy:
 the largest logit, lowest id on ties), then top-k, top-p (nucleus), min-p, and a draw from what
-is left with the generator's next number.
+is left with the generator's next number. ``Sampler.pick`` gives the same token from a device
+tensor of logits while visiting only the few ids that can matter (see there).
 
 >>> import random
 >>> s = Sampler(temperature=0)
@@ -97,7 +98,7 @@ class Sampler:
         their logits). ``complete=False``: ``cand`` is only the head of the full order, and
         every id after it has weight exactly 0 (``pick`` checks that); the result is then the
         same as over the full order, or None where that is the full order's last id (a draw
-        past the rounded total with nothing cut: the caller takes the full path)."""
+        past the rounded total with nothing cut: the caller finds it from the whole row)."""
         inv_t = 1.0 / self.temperature
         top = value[cand[0]]
         w = [math.exp((value[i] - top) * inv_t) for i in cand]
@@ -130,11 +131,11 @@ class Sampler:
 
     # ---- the same token from a device tensor ----------------------------------------------------
 
-    def pick(self, logits, history, peak: float | None = None) -> int:
+    def pick(self, logits, history) -> int:
         """``self(logits.tolist()[0], history)`` for a device tensor ``logits`` of shape
         ``(1, vocab)``, visiting only the ids whose logit is at least a threshold below the
         largest: the device compares (one op), Python reads one byte per id and the few values
-        above it. ``peak``: ``max(logits)`` when the caller has it (a compiled step's output).
+        above it.
 
         Only exact shortcuts (the draws from ``self.rng`` are the same too):
 
@@ -155,7 +156,7 @@ class Sampler:
         pen = ()
         if self.penalty != 1.0 and history:
             pen = sorted(t for t in set(history[-self.window:]) if 0 <= t < n)
-        mx = float(logits.max().item()) if peak is None else float(peak)
+        mx = float(logits.max().item())
         if not math.isfinite(mx):          # NaN anywhere (max propagates it), or an infinity
             return self._full(logits, history)
         if self.greedy:

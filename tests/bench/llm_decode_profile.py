@@ -352,15 +352,24 @@ def guest_main(argv) -> None:
         if "--sampling" in argv:
             wait_threads(int(threads[-1]))
             ids = model.tokenizer.encode(chat_prompt())
-            for temp in (0.0, 0.7, 0.0, 0.7):
+            # "row": every sampled token from the whole row of logits in Python (Sampler.__call__,
+            # the path before Sampler.pick), alternating with pick; same tokens either way
+            from ember.llm import Sampler
+            pick = Sampler.pick
+            row = lambda self, logits, history: self(logits.tolist()[0], history)  # noqa: E731
+            texts = {}
+            for temp, way in ((0.0, "pick"), (0.7, "pick"), (0.7, "row")) * 2:
+                Sampler.pick = pick if way == "pick" else row
                 model.generate(ids, max_tokens=16, temperature=temp, seed=1)
                 t0 = time.perf_counter()
-                model.generate(ids, max_tokens=48, temperature=temp, seed=1)
+                texts.setdefault(temp, set()).add(model.generate(ids, max_tokens=48, temperature=temp, seed=1))
                 s = model.stats
                 wall = (time.perf_counter() - t0) * 1000 - s["prefill_ms"]
-                print(f"   temperature {temp}: decode {s['decode_tokens_per_second']:.1f} tok/s "
+                print(f"   temperature {temp} ({way}): decode {s['decode_tokens_per_second']:.1f} tok/s "
                       f"({s['decode_ms'] / max(s['tokens'] - 1, 1):.2f} ms/token incl. sampling), "
                       f"loop {wall / max(s['tokens'] - 1, 1):.2f} ms/token, {s['tokens']} tokens, threads {s.get('threads')}")
+            Sampler.pick = pick
+            print(f"   same text for both ways: {all(len(v) == 1 for v in texts.values())}")
         elif "--first" in argv:
             for nt in threads:
                 wait_threads(nt)
