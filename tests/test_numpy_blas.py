@@ -5,6 +5,29 @@ import pytest
 from core.backends import numpy_blas as B
 
 
+@pytest.fixture
+def blas_at_two(monkeypatch):
+    """OpenBLAS set to 2 threads (restored after); yields (get, seen) where ``seen`` collects
+    (multiply-adds, OpenBLAS's thread count) of every np.matmul the code under test makes."""
+    fns = B.api()
+    if not fns:
+        pytest.skip("no OpenBLAS thread control in this numpy")
+    get, put = fns
+    n0 = get()
+    put(2)
+    seen = []
+    real = np.matmul
+
+    def spy(a, b, out=None):
+        seen.append((B.macs(a.shape, b.shape), get()))
+        return real(a, b, out=out)
+    monkeypatch.setattr(B.np, "matmul", spy)
+    try:
+        yield get, seen
+    finally:
+        put(n0)
+
+
 def test_matmul_matches_numpy():
     rng = np.random.default_rng(0)
     for sa, sb in [((3, 4), (4, 5)), ((64, 96), (96, 80)), ((2, 70, 64), (64, 90)), ((5,), (5, 3)), ((4, 5), (5,))]:
@@ -22,31 +45,16 @@ def test_macs():
     assert B.macs((3, 128), (128,)) == 3 * 128
 
 
-def test_mid_sized_products_run_on_one_thread_and_restore(monkeypatch):
-    fns = B.api()
-    if not fns:
-        pytest.skip("no OpenBLAS thread control in this numpy")
-    get, put = fns
-    n0 = get()
-    put(2)
-    try:
-        seen = []
-        real = np.matmul
-
-        def spy(a, b, out=None):
-            seen.append(get())
-            return real(a, b, out=out)
-        monkeypatch.setattr(B.np, "matmul", spy)
-        a = np.ones((256, 128), np.float32)
-        B.matmul(a, np.ones((128, 512), np.float32))          # 2**24 multiply-adds: one thread
-        B.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))   # tiny: OpenBLAS's own choice
-        assert seen == [1, 2]
-        assert get() == 2                                      # restored
-        with pytest.raises(ValueError):                        # restored after an error too
-            B.matmul(a, np.ones((64, 512), np.float32))        # (mismatched inner sizes)
-        assert get() == 2
-    finally:
-        put(n0)
+def test_mid_sized_products_run_on_one_thread_and_restore(blas_at_two):
+    get, seen = blas_at_two
+    a = np.ones((256, 128), np.float32)
+    B.matmul(a, np.ones((128, 512), np.float32))          # 2**24 multiply-adds: one thread
+    B.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))   # tiny: OpenBLAS's own choice
+    assert [n for _, n in seen] == [1, 2]
+    assert get() == 2                                      # restored
+    with pytest.raises(ValueError):                        # restored after an error too
+        B.matmul(a, np.ones((64, 512), np.float32))        # (mismatched inner sizes)
+    assert get() == 2
 
 
 def test_off_switch(monkeypatch):
@@ -54,67 +62,52 @@ def test_off_switch(monkeypatch):
     assert B._find() is False
 
 
-def test_training_llm_and_quant_kernels_use_the_thread_rule(monkeypatch):
+def test_training_llm_and_quant_kernels_use_the_thread_rule(blas_at_two):
     """Backward convolutions and linears, attention_cached's prefill and qlinear: every mid-sized
     product runs on one thread (a direct np.matmul would see OpenBLAS's two), results as numpy's."""
     import ember
     from ember import quant
     from tests.test_quant import make_weight
 
-    fns = B.api()
-    if not fns:
-        pytest.skip("no OpenBLAS thread control in this numpy")
-    get, put = fns
-    n0 = get()
-    put(2)
-    try:
-        seen = []
-        real = np.matmul
+    get, seen = blas_at_two
+    rng = np.random.default_rng(1)
 
-        def spy(a, b, out=None):
-            seen.append((B.macs(a.shape, b.shape), get()))
-            return real(a, b, out=out)
-        monkeypatch.setattr(B.np, "matmul", spy)
-        rng = np.random.default_rng(1)
+    def t(a, grad=False):
+        x = ember.from_numpy(np.asarray(a, np.float32), device="numpy")
+        return x.requires_grad_() if grad else x
 
-        def t(a, grad=False):
-            x = ember.from_numpy(np.asarray(a, np.float32), device="numpy")
-            return x.requires_grad_() if grad else x
-
-        # linear: grad of the weight is g^T x, (128 x 256) @ (256 x 512)
-        x0, w0 = rng.standard_normal((256, 512)), rng.standard_normal((128, 512))
-        x, w = t(x0, True), t(w0, True)
-        g0 = rng.standard_normal((256, 128))
-        (ember.linear(x, w) * t(g0)).sum().backward()
-        np.testing.assert_allclose(w.grad.numpy(), g0.T @ x0, rtol=1e-4, atol=1e-3)
-        np.testing.assert_allclose(x.grad.numpy(), g0 @ w0, rtol=1e-4, atol=1e-3)
-        # conv2d backward, 32 -> 32 channels 3x3 on 24x24, stride 1 and 2
-        for stride in (1, 2):
-            xc0, wc0 = rng.standard_normal((2, 32, 24, 24)), rng.standard_normal((32, 32, 3, 3))
-            xc, wc = t(xc0, True), t(wc0, True)
-            ember.conv2d(xc, wc, stride=stride, padding=1).sum().backward()
-            assert np.isfinite(wc.grad.numpy()).all() and np.isfinite(xc.grad.numpy()).all()
-        # attention_cached prefill: 64 tokens x 8 query heads over 2 key/value heads, d = 64
-        T, hq, hkv, d = 64, 8, 2, 64
-        q, k, v = (rng.standard_normal((T, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
-        kc, vc = t(np.zeros((T, hkv, d))), t(np.zeros((T, hkv, d)))
-        y = ember.attention_cached(t(q), t(k), t(v), kc, vc, ember.from_numpy(np.array([0], np.int32), device="numpy"))
-        qg = q.reshape(T, hkv, hq // hkv, d).astype(np.float64)
-        s = np.einsum("tgjd,sgd->tgjs", qg, k.astype(np.float64)) / np.sqrt(d)
-        s[np.triu(np.ones((T, T), bool), 1)[:, None, None, :].repeat(hkv, 1).repeat(hq // hkv, 2)] = -np.inf
-        p = np.exp(s - s.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        want = np.einsum("tgjs,sgd->tgjd", p, v.astype(np.float64)).reshape(T, hq, d)
-        np.testing.assert_allclose(y.numpy(), want, rtol=2e-5, atol=2e-5)
-        # qlinear, the fast (q8_0) path with 64 rows of x and the generic (q4_k) path
-        for qtype, kk in (("q8_0", 512), ("q4_k", 512)):
-            wq, ref = make_weight(qtype, 256, kk, "numpy", seed=3)
-            xq = rng.standard_normal((64, kk)).astype(np.float32)
-            got = quant.linear(t(xq), wq).numpy()
-            want = xq.astype(np.float64) @ ref.astype(np.float64).T
-            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
-        mid = [n for m, n in seen if B._OWN_SINGLE < m < B.PARALLEL_MACS]
-        assert len(mid) >= 8 and set(mid) == {1}, seen
-        assert get() == 2
-    finally:
-        put(n0)
+    # linear: grad of the weight is g^T x, (128 x 256) @ (256 x 512)
+    x0, w0 = rng.standard_normal((256, 512)), rng.standard_normal((128, 512))
+    x, w = t(x0, True), t(w0, True)
+    g0 = rng.standard_normal((256, 128))
+    (ember.linear(x, w) * t(g0)).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), g0.T @ x0, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(x.grad.numpy(), g0 @ w0, rtol=1e-4, atol=1e-3)
+    # conv2d backward, 32 -> 32 channels 3x3 on 24x24, stride 1 and 2
+    for stride in (1, 2):
+        xc0, wc0 = rng.standard_normal((2, 32, 24, 24)), rng.standard_normal((32, 32, 3, 3))
+        xc, wc = t(xc0, True), t(wc0, True)
+        ember.conv2d(xc, wc, stride=stride, padding=1).sum().backward()
+        assert np.isfinite(wc.grad.numpy()).all() and np.isfinite(xc.grad.numpy()).all()
+    # attention_cached prefill: 64 tokens x 8 query heads over 2 key/value heads, d = 64
+    T, hq, hkv, d = 64, 8, 2, 64
+    q, k, v = (rng.standard_normal((T, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
+    kc, vc = t(np.zeros((T, hkv, d))), t(np.zeros((T, hkv, d)))
+    y = ember.attention_cached(t(q), t(k), t(v), kc, vc, ember.from_numpy(np.array([0], np.int32), device="numpy"))
+    qg = q.reshape(T, hkv, hq // hkv, d).astype(np.float64)
+    s = np.einsum("tgjd,sgd->tgjs", qg, k.astype(np.float64)) / np.sqrt(d)
+    s[np.triu(np.ones((T, T), bool), 1)[:, None, None, :].repeat(hkv, 1).repeat(hq // hkv, 2)] = -np.inf
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = np.einsum("tgjs,sgd->tgjd", p, v.astype(np.float64)).reshape(T, hq, d)
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-5, atol=2e-5)
+    # qlinear, the fast (q8_0) path with 64 rows of x and the generic (q4_k) path
+    for qtype, kk in (("q8_0", 512), ("q4_k", 512)):
+        wq, ref = make_weight(qtype, 256, kk, "numpy", seed=3)
+        xq = rng.standard_normal((64, kk)).astype(np.float32)
+        got = quant.linear(t(xq), wq).numpy()
+        want = xq.astype(np.float64) @ ref.astype(np.float64).T
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    mid = [n for m, n in seen if B._OWN_SINGLE < m < B.PARALLEL_MACS]
+    assert len(mid) >= 8 and set(mid) == {1}, seen
+    assert get() == 2
