@@ -1188,10 +1188,10 @@ class TeamSpace(ArenaSpace):
     # are free): each segment times a few runs on the team and on thread 0 alone (same memory,
     # same bits) and keeps the faster, measured again every REPROBE runs. The first WARMUP runs
     # of each are not counted: a worker's first runs pay for waking and for the engine's optimizing
-    # compile of the kernels (seen: an LLM decode step's first team run ~2x the later ones, which
-    # made a page keep one thread).
+    # compile of the kernels (seen: an LLM decode step's first team runs 1.5-4.5x the later ones,
+    # which made a page keep one thread).
     PROBES = 3
-    WARMUP = 2
+    WARMUP = 4
     REPROBE = 256
     # After a choice its runs are watched: when the best of WATCH of them is over SLACK times the
     # other way's best probe, the segment is measured again at once (seen in a page on a busy
@@ -1236,7 +1236,10 @@ class TeamSpace(ArenaSpace):
                     st["n"] = self.REPROBE   # the next run starts new probes
                 w[0], w[1] = 0, float("inf")
             return
-        use = len(st[True]) <= len(st[False])
+        # the team's probes first, back to back, then thread 0's: alternating them put every team
+        # probe right after a one-thread run, its workers asleep (woken at each barrier: an LLM
+        # decode step measured 14-16 ms on the team that way, 7-8 ms when the team runs in a row)
+        use = len(st[True]) < self.PROBES + self.WARMUP
         self.run_fn = team.run if use else self.serial
         t0 = _now()
         super().execute(seg, vals)
