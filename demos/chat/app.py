@@ -220,6 +220,19 @@ def _fit(model, messages: list, room: int) -> tuple[list, int]:
         dropped += 1
 
 
+# the reply's text reaches the page at most this often (seconds): smooth to read, and the page's
+# main thread is not woken for every token
+STREAM_S = 0.04
+
+
+def _post(model, text: list, sent: int, decode_s: float) -> int:
+    """Post the pieces of ``text`` from ``sent`` on as one progress message; returns len(text)."""
+    s = model.stats
+    ember_worker.progress(None, None, piece="".join(text[sent:]), tokens=s["tokens"],
+                          prompt_tokens=s["prompt_tokens"], prefill_ms=s["prefill_ms"], decode_s=decode_s)
+    return len(text)
+
+
 async def _run(kind: str, payload, options) -> dict:
     backend, gen, page = _options(options)
     model = _models[backend]
@@ -236,18 +249,24 @@ async def _run(kind: str, payload, options) -> dict:
     text = []
     t0 = time.perf_counter()
     first = None
+    sent = 0        # pieces of text already posted to the page
+    last = 0.0
     for piece in pieces:
         text.append(piece)
         if ember_worker is not None:
-            s = model.stats
             now = time.perf_counter()
             first = first or now
-            ember_worker.progress(None, None, piece=piece, tokens=s["tokens"], prompt_tokens=s["prompt_tokens"],
-                                  prefill_ms=s["prefill_ms"], decode_s=now - first)
+            # at most one message per STREAM_S: every message is work for the page's main thread,
+            # which shares the cores with the decoding threads (per token it cost a fifth of the
+            # decode rate on a 2-core machine)
+            if now - last >= STREAM_S:
+                sent, last = _post(model, text, sent, now - first), now
             if ember_worker.cancelled():
                 model.stop()           # ends after this token
         if page["yield_each_token"]:
             await asyncio.sleep(0)     # lets a cancel message in (pages without SharedArrayBuffer)
+    if ember_worker is not None and sent < len(text):
+        _post(model, text, sent, time.perf_counter() - (first or t0))
     s = model.stats
     return {"text": "".join(text), "tokens": s["tokens"], "prompt_tokens": s["prompt_tokens"],
             "prefill_ms": s["prefill_ms"], "decode_ms": s["decode_ms"],
