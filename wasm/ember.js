@@ -814,7 +814,12 @@ function installWorker() {
       return toClonable(await py.runPythonAsync(msg.code), "runPythonAsync");
     },
     async call(msg, py) {
-      const r = await runCall(msg.id, msg.slot ?? -1, msg.module, msg.fn, msg.args || [], msg.kwargs || {});
+      const a = [msg.id, msg.slot ?? -1, msg.module, msg.fn, msg.args || [], msg.kwargs || {}];
+      // Where the engine has JS Promise integration, the call is entered with stack switching on
+      // (callPromising), as runPythonAsync's code is: a plain def may then block on a WebGPU or
+      // server read (pyodide.ffi.run_sync), e.g. the training page's weights(); no event-loop round.
+      const r = await (typeof WebAssembly.Suspending === "function" && runCall.callPromising
+        ? runCall.callPromising(...a) : runCall(...a));
       return toClonable(r, `${msg.module}.${msg.fn}`);
     },
     async initWebGPU(msg, py) {
