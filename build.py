@@ -123,7 +123,11 @@ def build_wheel() -> str:
     for old in glob.glob(os.path.join(DIST, "ember-*.whl")):
         os.remove(old)
     py = PY if os.path.exists(PY) else sys.executable
-    run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", DIST, ROOT])
+    # Every entry dated SOURCE_DATE_EPOCH (the dist-info files took the build's time): the same
+    # sources give the same wheel, so the site's .pyc bundle and prebuilt snapshot, keyed by the
+    # wheel's sha256, are made once per content, and browsers keep their cached copies.
+    run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", DIST, ROOT],
+        env={**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")})
     shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
     (whl,) = glob.glob(os.path.join(DIST, "ember-*-py3-none-any.whl"))
     log(f"wheel {os.path.basename(whl)} ({os.path.getsize(whl) / 1024:.0f} KiB)")
