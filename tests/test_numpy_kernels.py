@@ -43,6 +43,8 @@ CONVS = [
     ((1, 1, 28, 28), (16, 1, 3, 3), {"padding": 1}),
     ((1, 64, 5, 6), (64, 1, 5, 5), {"groups": 64, "padding": 2}),                   # depthwise, channels last
     ((2, 64, 7, 7), (64, 1, 5, 5), {"groups": 64, "padding": ((2, 1), (0, 2)), "stride": 2, "dilation": (1, 2)}),
+    ((1, 80, 9, 11), (80, 1, 7, 5), {"groups": 80, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
+    ((1, 96, 14, 14), (96, 1, 5, 5), {"groups": 96, "padding": 2, "stride": 2}),
 ]
 
 
@@ -54,12 +56,15 @@ def test_conv2d_paths(xs, ws, kw, bias):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("taps_bytes", [64, 3072])
 @pytest.mark.parametrize("xs,ws,kw", CONVS, ids=[f"{x}-{w}-{k}" for x, w, k in CONVS])
-def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, monkeypatch):
+def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, taps_bytes, monkeypatch):
     """Columns over numpy_nn._COLS_BYTES are made and multiplied a slice at a time (bands of
-    output rows; depthwise: a few channels): with a tiny limit every case takes that path."""
+    output rows; depthwise: a few channels; channels-last depthwise: bands of output rows per
+    _TAPS_BYTES): with tiny limits every case takes that path."""
     from ember.backends import numpy_nn
     monkeypatch.setattr(numpy_nn, "_COLS_BYTES", 64)
+    monkeypatch.setattr(numpy_nn, "_TAPS_BYTES", taps_bytes)  # channels-last depthwise: 1 row a band, or 2 (5x6 at 64: 2, 2, 1)
     arrays = [f32(*xs), f32(*ws), f32(ws[0])]
     got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
