@@ -227,9 +227,10 @@ def test_plan_replay_never_writes_memory_a_live_value_shares():
             np.testing.assert_array_equal(g.numpy(), e)
 
 
-def _quantized_linear_model(k=16, n=8, w_zp=0):
+def _quantized_linear_model(k=16, n=8, w_zp=0, expose_q=False):
     """DynamicQuantizeLinear -> MatMulInteger (int8 weight, a zero point) -> Cast -> Mul -> Add:
-    onnxruntime's quantize_dynamic layout of a linear layer, built by hand."""
+    onnxruntime's quantize_dynamic layout of a linear layer, built by hand (``expose_q``: the
+    quantized activations are a graph output too)."""
     from onnx import TensorProto as T
     from onnx import helper, numpy_helper
     w = rng.integers(-64, 64, (k, n)).astype(np.int8)
@@ -243,28 +244,45 @@ def _quantized_linear_model(k=16, n=8, w_zp=0):
              helper.make_node("Mul", ["accf", "s"], ["m"]),
              helper.make_node("Add", ["m", "b"], ["y"])]
     g = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, k])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3, n])], inits)
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3, n])]
+                          + ([helper.make_tensor_value_info("xq", T.UINT8, [2, 3, k])] if expose_q else []), inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m.SerializeToString(), w.astype(np.float64) - w_zp
 
 
-@pytest.mark.parametrize("w_zp", [0, 3])
-def test_plan_replay_int8_linear_fused_and_exact(w_zp):
+@pytest.mark.parametrize("w_zp,expose_q", [(0, False), (3, False), (3, True)])
+def test_plan_replay_int8_linear_fused_and_exact(w_zp, expose_q):
     """The replay runs DynamicQuantizeLinear as one op and MatMulInteger + Cast on float32 BLAS
     (a float32 copy of the weight made once): equal bit for bit to the step-by-step replay, and
-    to the exact integer arithmetic."""
+    to the exact integer arithmetic. When only the matmul reads the quantized activations, they
+    are handed over as ``q - zp`` in float32 ("centered"); as a graph output they stay uint8."""
     import ember.onnx
-    raw, wc = _quantized_linear_model(w_zp=w_zp)
+    raw, wc = _quantized_linear_model(w_zp=w_zp, expose_q=expose_q)
     m = ember.onnx.load(raw, device="numpy")
-    for scale in (1.0, 3.0, 0.0, np.nan):                  # all zeros: scale 1, zero point 0
-        a = f32(2, 3, 16) * np.float32(1.0 if np.isnan(scale) else scale)
+    for scale in (1.0, 3.0, 0.0, np.nan, np.inf, 1e-30, "tie"):    # all zeros: scale 1, zero point 0
+        if scale == "tie":
+            # range [-153.5, 101.5]: scale 1, zero point rint(153.5) = 154, and 101.5 rounds to 102:
+            # 102 + 154 = 256, so the upper clip to 255 takes effect
+            a = rng.uniform(-153.5, 101.5, (2, 3, 16)).astype(np.float32)
+            a[0, 0, :4] = [-153.5, 101.5, 101.5, 99.5]
+            scale = 1.0
+        else:
+            a = f32(2, 3, 16) * np.float32(1.0 if not np.isfinite(scale) else scale)
         if np.isnan(scale):
             a[0, 1, 2] = np.nan                            # NaN: the recorded casts' NaN -> 0
+        if np.isinf(scale):
+            a[1, 0, 3], a[0, 2, 5] = np.inf, -np.inf      # infinite range: scale inf, NaN quotients
         x = ember.from_numpy(a, device="numpy")
-        got = [m(x).numpy() for _ in range(3)][-1]
-        np.testing.assert_array_equal(got, m._execute(x)["y"].numpy())
-        if np.isnan(scale):
+        outs = [m(x) for _ in range(3)][-1]
+        want_all = m._execute(x)
+        if expose_q:
+            outs, q_got = outs
+            np.testing.assert_array_equal(q_got.numpy(), want_all["xq"].numpy())
+            assert q_got.numpy().dtype == np.uint8
+        got = outs.numpy()
+        np.testing.assert_array_equal(got, want_all["y"].numpy())
+        if not np.isfinite(scale):
             continue
         lo, hi = min(float(a.min()), 0.0), max(float(a.max()), 0.0)
         s = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255)) or np.float32(1)
@@ -272,8 +290,10 @@ def test_plan_replay_int8_linear_fused_and_exact(w_zp):
         q = np.clip(np.rint(a / s) + zp, 0, 255)
         want = ((q - zp) @ wc).astype(np.float32) * (s * np.float32(0.02))
         np.testing.assert_allclose(got - m._consts["b"].numpy(), want, rtol=1e-5, atol=1e-5)
-    names = [op.name for op in m._compiled.plan_for(x).fast.ops]
+    ops = m._compiled.plan_for(x).fast.ops
+    names = [op.name for op in ops]
     assert names[:3] == ["dynamic_quantize_linear", "multiply", "matmul_integer"] and len(names) == 5, names
+    assert [ops[0].mode, ops[2].mode] == ([None, "float32"] if expose_q else ["centered", "centered"])
 
 
 def test_conv_scale_shift_folded_like_onnxruntime():

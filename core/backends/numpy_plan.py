@@ -43,11 +43,12 @@ _F32 = np.dtype(np.float32)
 class _Op:
     """One step of the compiled program: a recorded kernel call, or a fused/in-place one."""
 
-    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi")
+    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode")
 
     def __init__(self, name, ins, out, meta, run, multi=False):
         self.name, self.ins, self.out, self.meta, self.run, self.multi = name, ins, out, meta, run, multi
         self.inplace = None
+        self.mode = None        # int8 ops: "centered" (see _centered_quantization)
         self.free = ()
 
 
@@ -126,6 +127,7 @@ class NumpyReplay:
                 continue
             ops.append(_Op(st.name, st.ins, st.outs if st.multi else st.outs[0], st.meta, _recorded(st),
                            bool(st.multi)))
+        _centered_quantization(ops, protected)
         return ops
 
     @staticmethod
@@ -426,8 +428,25 @@ def _dynamic_quantize(steps, i, consts, readers, only):
         zp = cast_zp(metas[2], zt, **zp_attrs)                                 # (the recorded cast: NaN -> 0)
         y = np.true_divide(a, scale)
         np.rint(y, out=y)
+        finite = np.isfinite(scale) and np.isfinite(lo) and np.isfinite(hi)
+        if op.mode == "centered":
+            # only integer matmuls read y, minus this zero point: give them y - zp in float32.
+            # clip(r + zp, 0, 255) - zp == clip(r, -zp, 255 - zp) exactly (integers below 2**24)
+            zpf = zp.astype(np.float32)
+            if finite:
+                clip(y, ylo - zpf, yhi - zpf, out=y)
+            else:
+                np.rint(y, out=y)
+                y += zpf
+                np.clip(y, ylo, yhi, out=y)
+                y = cast_y(metas[0], wrap(y, metas[0].shape, seq[18].meta.dtype, dev), **y_attrs).astype(np.float32)
+                y -= zpf
+            vals[op.out[0]] = wrap(y, metas[0].shape, metas[1].dtype, dev)
+            vals[op.out[1]] = wrap(scale.reshape(()), (), metas[1].dtype, dev)
+            vals[op.out[2]] = wrap(zp, (), metas[2].dtype, dev)
+            return
         y += zp.astype(np.float32)
-        if np.isfinite(scale) and np.isfinite(lo) and np.isfinite(hi):
+        if finite:
             # |y| <= 255 + 255: integers already, so the recorded second rint changes nothing, and
             # the clipped values are integers in [0, 255]: clipped straight into the uint8 result
             q = np.empty(y.shape, np.uint8)
@@ -483,9 +502,12 @@ def _integer_matmul(steps, i, consts, readers, only, dtypes):
 
     def run(vals, op):
         at, zt = vals[op.ins[0]], vals[op.ins[1]]
-        A, Z = at._buf, zt._buf                         # uint8 both (checked when compiled)
-        x = A.astype(ft)
-        x -= ft(Z)                                      # exact: integers below 256
+        if op.mode == "centered":
+            x = at._buf                                 # (a - zp) as float32 already
+        else:
+            A, Z = at._buf, zt._buf                     # uint8 both (checked when compiled)
+            x = A.astype(ft)
+            x -= ft(Z)                                  # exact: integers below 256
         if x.ndim > 2:
             y = matmul(x.reshape(-1, x.shape[-1]), wf).reshape(op.meta.shape)
         else:
@@ -493,7 +515,29 @@ def _integer_matmul(steps, i, consts, readers, only, dtypes):
         if op.meta.dtype.name != "float32":
             y = y.astype(np.int32)
         vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
-    return _Op("matmul_integer", ins, out, meta, run), used
+    op = _Op("matmul_integer", ins, out, meta, run)
+    op.mode = "float32" if ft is np.float32 else None    # (may become "centered")
+    return op, used
+
+
+def _centered_quantization(ops: list, protected) -> None:
+    """A dynamic_quantize_linear whose quantized result is read only by float32 matmul_integer
+    ops, each with that same zero point, writes ``y - zp`` as float32 for them (clipped to
+    [-zp, 255 - zp]; the same integers), and those read it as is: no uint8 array, and no cast and
+    subtraction per matmul (three passes fewer over the activations)."""
+    readers: dict = {}
+    for op in ops:
+        for s in op.ins:
+            readers.setdefault(s, []).append(op)
+    for op in ops:
+        if op.name != "dynamic_quantize_linear" or op.out[0] in protected:
+            continue
+        y, zp = op.out[0], op.out[2]
+        mms = readers.get(y, [])
+        if mms and all(m.name == "matmul_integer" and m.mode == "float32" and m.ins == (y, zp) for m in mms):
+            op.mode = "centered"
+            for m in mms:
+                m.mode = "centered"
 
 
 def compile_plan(plan):
