@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from math import isfinite
 
 import numpy as np
 
@@ -410,6 +411,7 @@ def _dynamic_quantize(steps, i, consts, readers, only):
     if None in (zlo, zhi, ylo, yhi):
         return None
     zlo, zhi, ylo, yhi = (np.float32(v) for v in (zlo, zhi, ylo, yhi))
+    zp_in_range = 0 <= zlo <= zhi <= 255
     cast_zp, cast_y, dev = seq[12].kernel, seq[19].kernel, seq[0].device
     zp_attrs, y_attrs = seq[12].attrs, seq[19].attrs
     from ..tensor import Tensor
@@ -423,12 +425,16 @@ def _dynamic_quantize(steps, i, consts, readers, only):
         hi = np.maximum(a.max(), hi0) if a.size else np.maximum(np.float32(0), hi0)
         scale = np.true_divide(np.subtract(hi, lo), n255)
         scale = np.asarray(one if scale == zero else scale, np.float32)
-        zf = np.clip(np.rint(np.negative(np.true_divide(lo, scale))), zlo, zhi)
-        zt = wrap(np.asarray(zf, np.float32).reshape(()), (), metas[1].dtype, dev)
-        zp = cast_zp(metas[2], zt, **zp_attrs)                                 # (the recorded cast: NaN -> 0)
+        zf = clip(np.rint(np.negative(np.true_divide(lo, scale))), zlo, zhi)
+        finite = isfinite(scale) and isfinite(lo) and isfinite(hi)
+        if finite and zp_in_range:
+            # an integer in [0, 255]: the recorded cast (truncation, saturation, NaN -> 0) is a plain one
+            zp = np.asarray(zf).astype(np.uint8).reshape(())
+        else:
+            zt = wrap(np.asarray(zf, np.float32).reshape(()), (), metas[1].dtype, dev)
+            zp = cast_zp(metas[2], zt, **zp_attrs)                             # (the recorded cast: NaN -> 0)
         y = np.true_divide(a, scale)
         np.rint(y, out=y)
-        finite = np.isfinite(scale) and np.isfinite(lo) and np.isfinite(hi)
         if op.mode == "centered":
             # only integer matmuls read y, minus this zero point: give them y - zp in float32.
             # clip(r + zp, 0, 255) - zp == clip(r, -zp, 255 - zp) exactly (integers below 2**24)
