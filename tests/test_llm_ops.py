@@ -219,3 +219,22 @@ def test_greedy_tokens(device):
     got = greedy_tokens(_t(x, device))
     assert got.tolist() == [int(np.argmax(x[0])), 1500, 7] == ember.argmax(_t(x, device), axis=-1).tolist()
     assert got.dtype == ember.int64
+
+
+def test_webgpu_reductions_with_and_without_subgroups(monkeypatch):
+    """The webgpu decode kernels (gemv with its RMS prologue and rope epilogue, attn) sum and
+    take maxima by subgroup shuffles where the adapter has subgroups and by trees in workgroup
+    memory elsewhere: both ways against the float64 references above."""
+    from ember.webgpu.runtime import get_runtime
+
+    try:
+        rt = get_runtime()
+    except Exception as e:   # pragma: no cover - CI has lavapipe
+        pytest.skip(f"no WebGPU adapter on this machine: {e}")
+    ways = ["0", "1"] if "subgroups" in rt.features else ["0"]
+    for way in ways:
+        monkeypatch.setenv("EMBER_WEBGPU_SUBGROUPS", way)
+        test_qlinear_rms_and_residual("webgpu", "q4_1")
+        test_qlinear_rms_rope("webgpu")
+        test_attention_cached_long("webgpu", 64, 1, 520)
+        test_attention_cached("webgpu", 3, 4)

@@ -115,12 +115,29 @@ def section_source(name: str, entry: str) -> str:
 _PIPES: dict = {}
 
 
+def _sg_params(rt) -> dict:
+    """Template values for a kernel's reductions: by subgroup shuffles where the adapter has
+    ``subgroups`` (``EMBER_WEBGPU_SUBGROUPS=0`` turns them off), else trees in workgroup memory
+    alone (``sg_sum`` returns its value, the subgroup size reads 1)."""
+    if "subgroups" in rt.features and os.environ.get("EMBER_WEBGPU_SUBGROUPS", "1") != "0":
+        return dict(SG="true", SG_ARGS=", @builtin(subgroup_size) sgs_in: u32", SGS="sgs_in",
+                    SG_SUM="fn sg_sum(v: f32, n: u32) -> f32 {\n  var s = v;\n"
+                           "  for (var o = 1u; o < n; o = o * 2u) { s = s + subgroupShuffleXor(s, o); }\n"
+                           "  return s;\n}\n"
+                           "fn sg_max(v: f32, n: u32) -> f32 {\n  var s = v;\n"
+                           "  for (var o = 1u; o < n; o = o * 2u) { s = max(s, subgroupShuffleXor(s, o)); }\n"
+                           "  return s;\n}")
+    return dict(SG="false", SG_ARGS="", SGS="1u", SG_SUM="fn sg_sum(v: f32, n: u32) -> f32 { return v; }\n"
+                                                        "fn sg_max(v: f32, n: u32) -> f32 { return v; }")
+
+
 def _pipe(rt, name: str, entry: str, params: dict):
     key = (name, entry, tuple(sorted(params.items())))
     p = _PIPES.get(key)
     if p is not None and p[0] is rt:
         return p[1]
-    pipe = rt.pipeline(("sections",) + key, lambda: render(section_source(name, entry), params), entry)
+    head = "enable subgroups;\n" if params.get("SG") == "true" else ""
+    pipe = rt.pipeline(("sections",) + key, lambda: head + render(section_source(name, entry), params), entry)
     _PIPES[key] = (rt, pipe)
     return pipe
 
@@ -260,6 +277,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs)
+    params.update(_sg_params(rt))
     pipe = _pipe(rt, "quant", "gemv", params)
     per_wg = wg // lanes * rb
     rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
@@ -422,7 +440,8 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     info, info_n = _info(words)
     pipe = _pipe(rt, "llm", "attn", dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0],
-                                         INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG, NS=ns))
+                                         INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG, NS=ns,
+                                         **_sg_params(rt)))
     rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk),
                        _whole(gv), _whole(gp)], info, grid_1d(T * Hq, rt.max_groups))
     return res

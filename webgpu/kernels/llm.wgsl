@@ -53,17 +53,24 @@ var<workgroup> wpos: i32;
 // together; NS = 1: a thread per head dim (DPT dims per thread), all rows of the chunk.
 const NS: u32 = {{NS}}u;
 
-fn tree_max(t: u32) -> f32 {
-  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
+// The workgroup's max / sum of rsh[t]: first across runs of min(WG, subgroup size) threads by
+// subgroup shuffles (adapters with subgroups; else runs of 1), then a tree over the runs.
+{{SG_SUM}}
+fn tree_max(t: u32, sgs: u32) -> f32 {
+  let span = min({{WG}}u, sgs);
+  rsh[t] = sg_max(rsh[t], span);
+  for (var w = {{WG}}u / 2u; w >= span; w = w / 2u) {
     workgroupBarrier();
-    if (t < w) { rsh[t] = max(rsh[t], rsh[t + w]); }
+    if (t < w && t % span == 0u) { rsh[t] = max(rsh[t], rsh[t + w]); }
   }
   return workgroupUniformLoad(&rsh[0]);
 }
-fn tree_sum(t: u32) -> f32 {
-  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
+fn tree_sum(t: u32, sgs: u32) -> f32 {
+  let span = min({{WG}}u, sgs);
+  rsh[t] = sg_sum(rsh[t], span);
+  for (var w = {{WG}}u / 2u; w >= span; w = w / 2u) {
     workgroupBarrier();
-    if (t < w) { rsh[t] = rsh[t] + rsh[t + w]; }
+    if (t < w && t % span == 0u) { rsh[t] = rsh[t] + rsh[t + w]; }
   }
   return workgroupUniformLoad(&rsh[0]);
 }
@@ -88,7 +95,8 @@ fn vsum(a0: f32, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32,
 
 @compute @workgroup_size({{WG}})
 fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) t: u32) {
+        @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
+  let sgs = {{SGS}};
   let row = wid.x + wid.y * nwg.x;
   let Hq = u(1u); let Hkv = u(2u); let D = u(3u); let C = u(4u);
   if (row >= u(0u) * Hq) { return; }
@@ -134,14 +142,14 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
     }
     rsh[t] = s;
-    let mx = max(m, tree_max(t));
+    let mx = max(m, tree_max(t, sgs));
     // the first chunk has m = -inf: its correction multiplies zeros
     let corr = select(exp(m - mx), 0.0, m == -f_inf());
     let p = select(0.0, exp(s - mx), j < S);
     ssh[t] = p;
     workgroupBarrier();
     rsh[t] = p;
-    l = l * corr + tree_sum(t);
+    l = l * corr + tree_sum(t, sgs);
     let cnt = min({{WG}}u, S - j0);
     if (NS > 1u) {
       if (sl < NS) {

@@ -243,6 +243,9 @@ fn item_or_zero(row: u32, i: u32, N: u32, nitems: u32) -> Item {
 fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 fn x1(i: u32) -> f32 { {{X1}} }             // x element i
 fn x4(i: u32) -> vec4<f32> { {{X4}} }       // x elements i..i+3
+// the sum of v over each aligned run of n lanes of a subgroup (n a power of two, at most the
+// subgroup's size), by butterfly shuffles; without subgroups n is 1 and v comes back as it is
+{{SG_SUM}}
 
 // Folded neighbours (ops qlinear_rms / qlinear_residual), info 7 x row stride, 8 norm weight
 // offset, 9 residual offset, 10 eps (f32 bits). PRO 0: x as it is; 1 (RMSNorm): x times
@@ -298,7 +301,8 @@ fn xget(m: u32, k0: u32, e: u32, M: u32, K: u32) -> vec4<f32> {
 
 @compute @workgroup_size({{WG}})
 fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) t: u32) {
+        @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
+  let sgs = {{SGS}};
   let M = u(0u); let N = u(1u); let K = u(2u);
   let grp = t / LANES;
   let lane = t % LANES;
@@ -314,11 +318,11 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       if (m < M) {
         for (var e = t * 4u; e < K; e = e + {{WG}}u * 4u) { let v = x4(u(5u) + m * u(7u) + e); s = s + dot(v, v); }
       }
-      red[m * {{WG}}u + t] = s;
+      red[m * {{WG}}u + t] = sg_sum(s, min({{WG}}u, sgs));
     }
-    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
+    for (var s = {{WG}}u / 2u; s >= min({{WG}}u, sgs); s = s / 2u) {
       workgroupBarrier();
-      if (t < s) {
+      if (t < s && t % sgs == 0u) {
         for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = red[m * {{WG}}u + t] + red[m * {{WG}}u + t + s]; }
       }
     }
@@ -371,10 +375,13 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     if (XSH) { workgroupBarrier(); }
   }
-  for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = acc[j]; }
-  for (var s = LANES / 2u; s > 0u; s = s / 2u) {
+  // the lanes' partial sums: first across each run of min(LANES, subgroup size) lanes by
+  // subgroup shuffles (adapters with subgroups; else runs of 1), then a tree over the runs
+  let span = min(LANES, sgs);
+  for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = sg_sum(acc[j], span); }
+  for (var s = LANES / 2u; s >= span; s = s / 2u) {
     workgroupBarrier();
-    if (lane < s) {
+    if (lane < s && lane % span == 0u) {
       for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = red[j * {{WG}}u + t] + red[j * {{WG}}u + t + s]; }
     }
   }
