@@ -1,10 +1,15 @@
-"""Booting a revisit from a Pyodide memory snapshot (wasm/snapshot.js, issue 19 part 3).
+"""Booting from a Pyodide memory snapshot (wasm/snapshot.js, issue 19 part 3).
 
-One browser context is one returning visitor: its first page boots the normal way and makes a
+The site serves a snapshot made when it was built (web/site.py, manifest "snapshot"): a first
+visit (a fresh context) restores it, keeps a copy in the Cache API, and the revisit restores
+that. A corrupt site snapshot, one made for another wheel and one Pyodide refuses are each
+refused, and the page boots the normal way with the same results and a note saying why.
+
+Without a site snapshot (these tests hide it by serving the manifest without "snapshot"), one
+browser context is one returning visitor: its first page boots the normal way and makes a
 snapshot in the background; the next page restores it. A corrupt entry, one made for another
-wheel and one Pyodide refuses are each dropped, and the page boots the normal way with the same
-results and a note saying why. The other e2e tests run with ``EMBER_SNAPSHOT = false``; these
-open their own context without it.
+wheel and one Pyodide refuses are each dropped, likewise. The other e2e tests run with
+``EMBER_SNAPSHOT = false``; these open their own context without it.
 """
 from __future__ import annotations
 
@@ -58,8 +63,50 @@ def _stored(page) -> bool:
         .match(new URL("%s", location.origin + "/").href))""" % ENTRY)
 
 
+def _edit_manifest(context, edit):
+    """Serve manifest.json to ``context`` as ``edit(manifest)`` leaves it (pages and workers)."""
+    def handle(route):
+        resp = route.fetch()
+        m = resp.json()
+        edit(m)
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in ("content-length", "content-encoding")}
+        route.fulfill(status=200, headers=headers, body=json.dumps(m))
+    context.route("**/manifest.json", handle)
+
+
+def _hide_site_snapshot(context):
+    _edit_manifest(context, lambda m: m.pop("snapshot", None))
+
+
+def _edit_site_snapshot(context, edit):
+    """Serve the site's snapshot file to ``context`` as ``edit(bytearray)`` leaves it."""
+    def handle(route):
+        resp = route.fetch()
+        body = bytearray(resp.body())
+        edit(body)
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in ("content-length", "content-encoding")}
+        route.fulfill(status=200, headers=headers, body=bytes(body))
+    context.route("**/*-snapshot.bin*", handle)
+
+
+def _site_snapshot(site_dir) -> dict:
+    snap = json.loads((site_dir / "manifest.json").read_text()).get("snapshot")
+    if not snap:
+        pytest.skip("this site has no prebuilt snapshot (web/site.py needs Playwright and Chromium)")
+    return snap
+
+
 @pytest.fixture
 def visitor(browser, server):
+    context = browser.new_context()
+    _hide_site_snapshot(context)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def newcomer(browser, server):
+    """A fresh context that sees the site as served (its prebuilt snapshot included)."""
     context = browser.new_context()
     yield context
     context.close()
@@ -67,12 +114,90 @@ def visitor(browser, server):
 
 @pytest.fixture(scope="module")
 def returning(browser, server):
-    """One returning visitor for the first two tests: the first leaves a fresh, valid snapshot
-    stored (its last visit makes one), which the second spoils in two ways; run alone, the
-    second makes its own. Saves a normal boot plus a snapshot (~15 s in CI)."""
+    """One returning visitor for the two tests below it: the first leaves a fresh, valid
+    snapshot stored (its last visit makes one), which the second spoils in two ways; run alone,
+    the second makes its own. Saves a normal boot plus a snapshot (~15 s in CI)."""
     context = browser.new_context()
+    _hide_site_snapshot(context)
     yield context
     context.close()
+
+
+OUT = {"sum": 4.0, "mm": [[7.0, 10.0], [15.0, 22.0]], "lazy": "ember"}   # CHECK's answers, whatever the boot
+
+
+def test_first_visit_boots_from_the_sites_snapshot_and_keeps_it(newcomer, server, site_dir, request_log):
+    snap = _site_snapshot(site_dir)
+    request_log.clear()
+    p1, first, out1 = _visit(newcomer, server)
+    assert first["snapshot"]["used"] is True and first["snapshot"]["source"] == "site", first
+    assert first["snapshot"]["bytes"] == snap["bytes"]
+    assert first["wasm"] is True, first["wasmError"]
+    assert out1["boot"] == {"snapshot": True, "snapshot_note": "booted from the site's memory snapshot"}
+    assert {k: v for k, v in out1.items() if k != "boot"} == OUT
+    asked = [r for r in request_log if r.split("?")[0] == "/" + snap["path"]]
+    assert asked == [f"/{snap['path']}?v={snap['sha256'][:16]}"], request_log
+    assert not any("-pyc.zip" in r for r in request_log)   # the snapshot holds those modules
+    # No snapshot is made: the site's is kept in the Cache API for the revisit.
+    saved = p1.evaluate("async () => (await import('/wasm/ember.js')).snapshotSaved()")
+    assert saved["ok"] and saved["copied"] and saved["stored"] == snap["body"], saved
+    assert _stored(p1)
+    p1.close()
+    request_log.clear()
+    p2, again, out2 = _visit(newcomer, server)
+    assert again["snapshot"]["used"] is True and again["snapshot"]["source"] == "browser", again
+    assert {k: v for k, v in out2.items() if k != "boot"} == OUT
+    assert not any(r.split("?")[0] == "/" + snap["path"] for r in request_log), request_log
+    assert p2.evaluate("async () => (await import('/wasm/ember.js')).snapshotSaved()") is None
+    p2.close()
+
+
+def test_a_corrupt_site_snapshot_is_refused(newcomer, server, site_dir):
+    _site_snapshot(site_dir)
+
+    def flip(body):
+        body[len(body) // 2] ^= 0x5A
+    _edit_site_snapshot(newcomer, flip)
+    p, info, out = _visit(newcomer, server)
+    assert info["snapshot"]["used"] is False, info
+    assert info["snapshot"]["note"] == "the site's snapshot was corrupt (its length or SHA-256 differs): not used"
+    assert out["boot"]["snapshot"] is False and {k: v for k, v in out.items() if k != "boot"} == OUT
+    assert info["wasm"] is True, info["wasmError"]
+    p.close()
+
+
+def test_a_site_snapshot_for_another_wheel_is_not_downloaded(newcomer, server, site_dir, request_log):
+    snap = _site_snapshot(site_dir)
+
+    def other(m):
+        m["snapshot"]["meta"]["wheel_sha256"] = "0" * 64
+    _edit_manifest(newcomer, other)
+    request_log.clear()
+    p, info, out = _visit(newcomer, server)
+    assert info["snapshot"]["used"] is False
+    assert info["snapshot"]["note"] == "the site's snapshot was made for another ember, Pyodide or loader: not used"
+    assert {k: v for k, v in out.items() if k != "boot"} == OUT
+    assert not any(r.split("?")[0] == "/" + snap["path"] for r in request_log), request_log
+    p.close()
+
+
+def test_a_site_snapshot_pyodide_refuses_is_not_used(newcomer, server, site_dir):
+    """Bytes that pass ember's checks (the manifest's length and hash made to match) but that
+    Pyodide refuses (its magic number, the heap's first 4 bytes, zeroed)."""
+    import hashlib
+    snap = _site_snapshot(site_dir)
+    body = bytearray((site_dir / snap["path"]).read_bytes())
+    n = int.from_bytes(body[12:16], "little")
+    body[16 + n:20 + n] = b"\0\0\0\0"
+    sha = hashlib.sha256(body).hexdigest()
+    _edit_manifest(newcomer, lambda m: m["snapshot"].update(sha256=sha))
+    _edit_site_snapshot(newcomer, lambda b: b.__setitem__(slice(None), body))
+    p, info, out = _visit(newcomer, server)
+    assert info["snapshot"]["used"] is False
+    assert info["snapshot"]["note"].startswith("the site's snapshot did not restore"), info
+    assert "magic" in info["snapshot"]["note"], info
+    assert {k: v for k, v in out.items() if k != "boot"} == OUT
+    p.close()
 
 
 def test_first_visit_makes_a_snapshot_and_the_revisit_boots_from_it(returning, server):
@@ -116,7 +241,7 @@ def test_stale_and_refused_snapshots_are_dropped(returning, server):
         p1.close()
         p1, _, _ = _visit(visitor, server)
         assert p1.evaluate("async () => (await import('/wasm/ember.js')).snapshotSaved()")["ok"]
-    out1 = {"sum": 4.0, "mm": [[7.0, 10.0], [15.0, 22.0]]}     # CHECK's answers, whatever the boot
+    out1 = OUT
     # Made for another wheel: never read, dropped.
     _edit_entry(p1, "meta.meta.wheel_sha256 = '0'.repeat(64); return [bytes, meta];")
     p1.close()
@@ -140,10 +265,12 @@ def test_stale_and_refused_snapshots_are_dropped(returning, server):
     p3.close()
 
 
-def test_snapshot_false_never_reads_or_makes_one(visitor, server):
+def test_snapshot_false_never_reads_or_makes_one(newcomer, server, site_dir, request_log):
+    visitor = newcomer   # the site's snapshot is not fetched either
     p = visitor.new_page()
     p.set_default_timeout(240_000)
     p.goto(server)
+    request_log.clear()
     info = p.evaluate("""async () => {
         const mod = await import("/wasm/ember.js");
         const py = await mod.loadEmber({ snapshot: false });
@@ -152,6 +279,7 @@ def test_snapshot_false_never_reads_or_makes_one(visitor, server):
     assert info["snapshot"]["used"] is False and info["snapshot"]["note"].startswith("snapshots off")
     assert info["saved"] is None
     assert not _stored(p)
+    assert not any("-snapshot.bin" in r for r in request_log), request_log
     p.close()
 
 

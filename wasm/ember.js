@@ -31,14 +31,17 @@
 //       snapshot:   "auto" (default) | false. "auto" boots from a memory snapshot taken after
 //                   `import ember` when this browser holds a valid one for this ember wheel and
 //                   Pyodide (snapshot.js: checked by length and SHA-256; a stale, corrupt or
-//                   refused one is dropped and the page boots the normal way), and otherwise
+//                   refused one is dropped and the page boots the normal way), else from the
+//                   site's prebuilt one (manifest "snapshot", made when the site was built:
+//                   the same checks; on any mismatch it is not used), and otherwise
 //                   makes one in a background Worker shortly after the boot (Cache API
 //                   "ember-snapshot"), for the next visit. The default can be set for a whole
 //                   page with `globalThis.EMBER_SNAPSHOT = false` before loadEmber runs (the
 //                   e2e suite does, so that its fresh contexts do not all make one).
 //       info = {version, webgpu, webgpuError, wasm, wasmError, devices, timings, manifest, snapshot}:
-//       snapshot = {used, note, bytes, ms, saving}: whether this boot restored a snapshot and why
-//       not (Python sees the same in `ember.wasm.boot_info()`);
+//       snapshot = {used, source, note, bytes, ms, saving}: whether this boot restored a snapshot
+//       (source "browser": the Cache API's, "site": the site's prebuilt one) and why not
+//       (Python sees the same in `ember.wasm.boot_info()`);
 //       timings = {boot, manifest, pyodideImported, asmCompiled, pyodideReady, wheelFetched,
 //                 installed, emberImported, wasmReady, webgpuReady} in ms since loadEmber (each
 //                 also a performance mark "ember:<step>" in the page's or the worker's
@@ -126,7 +129,7 @@
 //     console.log(await ember.runPython("import ember; str(ember.tensor([1.0, 2.0]) * 3)"));
 //   </script>
 
-import { startPyodide, checkRestored, scheduleSnapshot, snapshotSaved, unzip, writeFiles } from "./snapshot.js";
+import { lookForSnapshot, startPyodide, checkRestored, scheduleSnapshot, snapshotSaved, unzip, writeFiles } from "./snapshot.js";
 export { snapshotSaved };
 
 const HERE = new URL(".", import.meta.url);        // .../wasm/
@@ -343,8 +346,12 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     return fetchBytesInfo(v.url, { label: "Downloading ember", cache: v.versioned });
   })));
   extrasP.catch(() => {});
-  // ember's modules precompiled by this Pyodide (site.py, manifest "wheel_pyc"), for this wheel only.
-  const pycP = manifestP.then((manifest) => manifest.wheel_pyc && manifest.wheel_pyc_for === manifest.wheel_sha256
+  // The snapshot's lookup (and a first visit's download of the site's own) while pyodide.mjs loads.
+  const foundP = lookForSnapshot(base, manifestP, snapshot);
+  // ember's modules precompiled by this Pyodide (site.py, manifest "wheel_pyc"), for this wheel
+  // only, and not when a snapshot is to be restored (it holds those modules imported already).
+  const pycP = Promise.all([manifestP, foundP]).then(([manifest, found]) => !found.bytes && manifest.wheel_pyc
+    && manifest.wheel_pyc_for === manifest.wheel_sha256
     ? fetchBytesInfo(versionedUrl(new URL(manifest.wheel_pyc, base).href, manifest, base).url,
                      { label: "Downloading ember", cache: true }).then((r) => r.bytes, () => null)
     : null);
@@ -353,8 +360,8 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
     Promise.all([w.bytes, ...ex.map((x) => x.bytes), ...(pyc ? [pyc] : [])].map(unzip))).catch(() => null);
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
   mark("pyodideImported");
-  // From a memory snapshot after `import ember` when one is stored (snapshot.js), else as usual.
-  const { pyodide, snapshot: snap } = await startPyodide(loadPyodide, indexURL, base, manifestP, snapshot);
+  // From a memory snapshot after `import ember` when one is stored or served (snapshot.js), else as usual.
+  const { pyodide, snapshot: snap } = await startPyodide(loadPyodide, indexURL, base, manifestP, snapshot, foundP);
   const manifest = await manifestP;
   mark("pyodideReady");
   progress(0.7, "Downloading ember");

@@ -15,12 +15,19 @@
 //   these extra wheels, and its body has the recorded length and SHA-256. Anything else is
 //   deleted (stale or corrupt) and the page boots the normal way; so is an entry that Pyodide
 //   refuses (its build id, its magic number) or that restores into a Python without ember.
+// - A site may also serve a snapshot made when it was built (web/site.py: headless Chromium runs
+//   this file's maker on the built site; manifest "snapshot" = {path, bytes, body, sha256, meta}):
+//   a browser without a stored entry (a first visit) fetches it instead of booting Python, and
+//   uses it only when its recorded metadata names this Pyodide, ember wheel, extra wheels and
+//   this file's FORMAT/PRELOAD, and the body has the recorded length and SHA-256. Anything else
+//   is refused (nothing is run), and the page boots the normal way and makes its own entry.
 // - The file system is not part of a snapshot: ember.js unpacks the wheels again after the
 //   restore (the modules are in memory already; lazy imports and package data need the files).
 //
-// What happened is in the page's info: `info.snapshot = {used, note, bytes, ms, readMs,
-// checkedMs}` (ms: from loadPyodide's call to a restored Python; readMs / checkedMs: the entry
-// read from the Cache API / and its SHA-256 checked, from the same start) (ember.js
+// What happened is in the page's info: `info.snapshot = {used, source, note, bytes, ms, readMs,
+// checkedMs}` (source: "browser" for the Cache API entry, "site" for the site's prebuilt one;
+// ms: from loadPyodide's call to a restored Python; readMs / checkedMs: the entry read from the
+// Cache API or the site / and its SHA-256 checked, from the lookup's start) (ember.js
 // passes it on to Python, `ember.wasm.boot_info()`).
 
 const CACHE = "ember-snapshot";
@@ -139,51 +146,20 @@ export async function dropSnapshot(base) {
   }
 }
 
-/** Look for this site's snapshot for `manifest` (a manifest or a promise of one): {bytes, note}.
- *  `bytes` is null when there is none to use (`note` says why; a stale entry is deleted), else a
- *  promise of the snapshot that rejects (and deletes the entry) when its length or SHA-256 is
- *  not what was stored. The entry is looked up and its body read while the manifest is still
- *  on its way (a revisit's manifest request is revalidated: one round trip saved); nothing is
- *  handed out before the entry's metadata matches the manifest. */
-export async function findSnapshot(base, manifest) {
-  const timing = {};
-  const why = unavailable();
-  if (why) return { bytes: null, note: why };
-  const cache = await openCache();
-  if (!cache) return { bytes: null, note: "the Cache API is not usable here" };
-  const failedP = cache.match(snapshotUrl(base) + "?failed");
-  const respP = cache.match(snapshotUrl(base));
-  const t = performance.now();
-  // the body's read starts as soon as the entry is found (the read is most of a revisit's wait)
-  const bodyP = respP.then((r) => (r ? r.arrayBuffer().then((b) => new Uint8Array(b)) : null));
-  bodyP.catch(() => {});
-  manifest = await manifest;
-  const failed = await failedP;
-  if (failed && failed.headers.get("X-Ember-Snapshot") === JSON.stringify(snapshotMeta(manifest))) {
-    return { bytes: null, note: `making a snapshot failed for this ember: ${await failed.text()}`, failed: true };
-  }
-  const resp = await respP;
-  if (!resp) return { bytes: null, note: "no snapshot stored yet" };
-  let stored = null;
-  try {
-    stored = JSON.parse(resp.headers.get("X-Ember-Snapshot") || "null");
-  } catch (e) { /* unreadable metadata: dropped below */ }
-  if (!stored || !sameMeta(stored.meta, snapshotMeta(manifest))) {
-    await dropSnapshot(base);
-    return { bytes: null, note: "the stored snapshot was made for another ember or Pyodide: dropped" };
-  }
-  // The SHA-256 check (WebCrypto, off this thread) runs while the body is unpacked; the heap is
-  // handed to Pyodide only once both are done: Python never runs on bytes that failed it.
-  const body = bodyP;
-  const checked = body.then(async (b) => {
-    const ok = b.length === stored.body && (await sha256Hex(b)) === stored.sha256;
+/** The SHA-256 check (WebCrypto, off this thread) runs while the body is unpacked; the heap is
+ *  handed to Pyodide only once both are done: Python never runs on bytes that failed it.
+ *  `bodyP`: a promise of the packed body; `want`: {body, sha256}; on a mismatch `onBad()` runs
+ *  and both promises reject with the message `corrupt`. */
+function checkedHeap(bodyP, want, t, timing, onBad, corrupt) {
+  const checked = bodyP.then(async (b) => {
+    const ok = b.length === want.body && (await sha256Hex(b)) === want.sha256;
     timing.checkedMs = performance.now() - t;
     if (!ok) {
-      await dropSnapshot(base);
-      throw new Error("the stored snapshot was corrupt (its length or SHA-256 differs): dropped");
+      await onBad();
+      throw new Error(corrupt);
     }
   });
-  const bytes = body.then(async (b) => {
+  const bytes = bodyP.then(async (b) => {
     timing.readMs = performance.now() - t;
     let heap, error;
     try {
@@ -198,11 +174,87 @@ export async function findSnapshot(base, manifest) {
   });
   bytes.catch(() => {});   // the caller awaits both (bytes through loadPyodide)
   checked.catch(() => {});
-  return { bytes, checked, note: "booted from a memory snapshot", timing };
+  return { bytes, checked };
 }
 
-/** Make and store a snapshot in a Worker of its own; resolves to {ok, bytes, ms, error}. */
-export function makeSnapshot(base, manifest, wheels) {
+/** The site's prebuilt snapshot (manifest "snapshot", made by web/site.py) when it was made for
+ *  this manifest and this file: {bytes, checked, note, timing, source: "site"}, or {bytes: null,
+ *  note}. The download starts at once; nothing is handed out before its length and SHA-256
+ *  match the manifest's record. */
+export function siteSnapshot(base, manifest, t = performance.now()) {
+  const rec = manifest.snapshot;
+  if (!rec || typeof rec !== "object") return { bytes: null, note: "no snapshot stored yet" };
+  if (typeof rec.path !== "string" || !/^[0-9a-f]{64}$/.test(String(rec.sha256)) || !(rec.body > 0) ||
+      !sameMeta(rec.meta, snapshotMeta(manifest))) {
+    return { bytes: null, note: "the site's snapshot was made for another ember, Pyodide or loader: not used" };
+  }
+  const url = new URL(rec.path, base);
+  if (url.origin !== new URL(base).origin) return { bytes: null, note: "the site's snapshot is not on this site: not used" };
+  url.searchParams.set("v", rec.sha256.slice(0, 16));
+  const timing = {};
+  const bodyP = fetch(url.href).then(async (r) => {
+    if (!r.ok) throw new Error(`the site's snapshot could not be downloaded (HTTP ${r.status})`);
+    return new Uint8Array(await r.arrayBuffer());
+  });
+  bodyP.catch(() => {});
+  const { bytes, checked } = checkedHeap(bodyP, rec, t, timing, async () => {},
+                                         "the site's snapshot was corrupt (its length or SHA-256 differs): not used");
+  const record = { meta: rec.meta, bytes: rec.bytes, body: rec.body, sha256: rec.sha256 };
+  return { bytes, checked, note: "booted from the site's memory snapshot", timing, source: "site",
+           body: bodyP, record };
+}
+
+/** Look for a snapshot for `manifest` (a manifest or a promise of one): {bytes, note, source}.
+ *  The browser's own entry (Cache API) first, else the site's prebuilt one (siteSnapshot).
+ *  `bytes` is null when there is none to use (`note` says why; a stale entry is deleted), else a
+ *  promise of the snapshot that rejects (and deletes a stored entry) when its length or SHA-256
+ *  is not what was recorded. The entry is looked up and its body read while the manifest is
+ *  still on its way (a revisit's manifest request is revalidated: one round trip saved); nothing
+ *  is handed out before the entry's metadata matches the manifest. */
+export async function findSnapshot(base, manifest) {
+  const timing = {};
+  const why = unavailable();
+  if (why) return { bytes: null, note: why };
+  const cache = await openCache();
+  if (!cache) return { bytes: null, note: "the Cache API is not usable here" };
+  const failedP = cache.match(snapshotUrl(base) + "?failed");
+  const respP = cache.match(snapshotUrl(base));
+  const t = performance.now();
+  // the body's read starts as soon as the entry is found (the read is most of a revisit's wait)
+  const bodyP = respP.then((r) => (r ? r.arrayBuffer().then((b) => new Uint8Array(b)) : null));
+  bodyP.catch(() => {});
+  manifest = await manifest;
+  const resp = await respP;
+  let stored = null;
+  if (resp) {
+    try {
+      stored = JSON.parse(resp.headers.get("X-Ember-Snapshot") || "null");
+    } catch (e) { /* unreadable metadata: dropped below */ }
+  }
+  if (!resp || !stored || !sameMeta(stored.meta, snapshotMeta(manifest))) {
+    let note = "no snapshot stored yet";
+    if (resp) {
+      await dropSnapshot(base);
+      note = "the stored snapshot was made for another ember or Pyodide: dropped";
+    }
+    const site = siteSnapshot(base, manifest, t);
+    if (site.bytes) return site;
+    if (manifest.snapshot) note = site.note;
+    const failed = await failedP;
+    if (failed && failed.headers.get("X-Ember-Snapshot") === JSON.stringify(snapshotMeta(manifest))) {
+      return { bytes: null, note: `making a snapshot failed for this ember: ${await failed.text()}`, failed: true };
+    }
+    return { bytes: null, note };
+  }
+  const { bytes, checked } = checkedHeap(bodyP, stored, t, timing, () => dropSnapshot(base),
+                                         "the stored snapshot was corrupt (its length or SHA-256 differs): dropped");
+  return { bytes, checked, note: "booted from a memory snapshot", timing, source: "browser" };
+}
+
+/** Make and store a snapshot in a Worker of its own; resolves to {ok, bytes, ms, error}.
+ *  `store: false` (the site builder, web/site.py): nothing is stored; the result also has
+ *  `body` (the packed snapshot, a Uint8Array) and `record` ({meta, bytes, body, sha256}). */
+export function makeSnapshot(base, manifest, wheels, { store = true } = {}) {
   return new Promise((resolve) => {
     let w;
     try {
@@ -220,7 +272,7 @@ export function makeSnapshot(base, manifest, wheels) {
       e.preventDefault();
       done({ ok: false, error: `the snapshot worker failed: ${e.message || "did not load"}` });
     };
-    w.postMessage({ base, manifest, wheels });
+    w.postMessage({ base, manifest, wheels, store });
   });
 }
 
@@ -287,37 +339,46 @@ export function writeFiles(pyodide, dir, files) {
 
 // ---- what ember.js calls --------------------------------------------------------------------
 
-let saving = null;   // the background making of this page (a promise), or null
+let saving = null;   // the background making (or copying) of this page (a promise), or null
+let siteCopy = null; // {body, record} of the site's snapshot this page restored, to keep in the Cache API
 
-/** loadPyodide from this site's snapshot when a valid one is stored, else the normal way.
- *  `mode`: "auto" | false. Returns {pyodide, snapshot: {used, note, bytes, ms}}. */
-export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode = "auto") {
+/** findSnapshot, started by ember.js as its boot starts (the lookup, and a first visit's
+ *  download of the site's snapshot, run while pyodide.mjs loads); never rejects. */
+export function lookForSnapshot(base, manifestP, mode = "auto") {
+  if (!mode) return Promise.resolve({ bytes: null, note: "snapshots off (snapshot: false)", off: true });
+  return findSnapshot(base, manifestP).catch((e) => ({ bytes: null, note: `looking for a snapshot failed: ${e.message || e}` }));
+}
+
+/** loadPyodide from a snapshot when a valid one is stored or served, else the normal way.
+ *  `mode`: "auto" | false; `foundP`: lookForSnapshot's promise when the caller started it.
+ *  Returns {pyodide, snapshot: {used, source, note, bytes, ms}}. */
+export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode = "auto", foundP = null) {
   const plain = () => loadPyodide({ indexURL, packages: [] });   // packages: []: never a CDN
-  if (!mode) return { pyodide: await plain(), snapshot: { used: false, note: "snapshots off (snapshot: false)" } };
-  let found;
-  try {
-    found = await findSnapshot(base, manifestP);
-  } catch (e) {
-    found = { bytes: null, note: `looking for a snapshot failed: ${e.message || e}` };
-  }
+  const found = await (foundP || lookForSnapshot(base, manifestP, mode));
+  if (found.off) return { pyodide: await plain(), snapshot: { used: false, note: found.note } };
   const snapshot = { used: false, note: found.note, failed: !!found.failed };
   // (Pyodide reads the whole snapshot before it starts compiling its module: ember.js's boot has
   // started a compile of the same bytes already, which V8 shares with Pyodide's. Measured on a
   // loaded 2-core machine: restore after the read ~1.38 -> ~1.13 s, noisy.)
   if (found.bytes) {
     const t = performance.now();
+    const site = found.source === "site";
     try {
       const pyodide = await loadPyodide({ indexURL, packages: [], _loadSnapshot: found.bytes });
       await found.checked;
       snapshot.used = true;
+      snapshot.source = found.source;
       snapshot.bytes = (await found.bytes).length;
       snapshot.ms = performance.now() - t;     // read + checked + restored (with Pyodide's wasm start)
       Object.assign(snapshot, found.timing);
+      if (site) siteCopy = { body: found.body, record: found.record };
       return { pyodide, snapshot };
     } catch (e) {
-      await dropSnapshot(base);
-      snapshot.note = /corrupt/.test(String(e.message)) ? e.message
-        : `the stored snapshot did not restore (${String(e.message || e).split("\n")[0]}): dropped`;
+      if (!site) await dropSnapshot(base);
+      const first = String(e.message || e).split("\n")[0];
+      snapshot.note = /corrupt|could not be downloaded/.test(first) ? first
+        : site ? `the site's snapshot did not restore (${first}): not used`
+        : `the stored snapshot did not restore (${first}): dropped`;
     }
   }
   return { pyodide: await plain(), snapshot };
@@ -328,32 +389,62 @@ export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode 
 export async function checkRestored(pyodide, base, manifest) {
   let ok = false;
   try {
+    // `random` was seeded when the snapshot was made: every page restoring the same snapshot
+    // (every visitor, for a site's) would draw the same numbers. Seeded again from the OS here.
     ok = pyodide.runPython("import importlib, os, sys\nimportlib.invalidate_caches()\n" +
+                           "if 'random' in sys.modules: sys.modules['random'].seed()\n" +
                            `'ember' in sys.modules and sys.modules['ember'].__version__ == ${JSON.stringify(manifest.ember_version)} ` +
                            "and os.path.isfile(sys.modules['ember'].__file__)");
   } catch (e) { /* ok stays false */ }
   if (!ok) {
+    siteCopy = null;
     await dropSnapshot(base);
     throw new Error("the snapshot restored a Python without this ember: dropped");
   }
 }
 
+/** Keep the site's snapshot this page restored as this browser's entry (a revisit reads the
+ *  Cache API's copy: ~50 ms for 17 MB here, against ~180 ms for the HTTP cache's gzipped
+ *  response, which is inflated on every read). */
+async function copySiteSnapshot(base, { body, record }) {
+  const t0 = performance.now();
+  try {
+    const cache = await openCache();
+    if (!cache) throw new Error("the Cache API is not usable here");
+    const b = await body;
+    await cache.put(snapshotUrl(base), new Response(b, { headers: {
+      "Content-Type": "application/octet-stream", "X-Ember-Snapshot": JSON.stringify(record) } }));
+    return { ok: true, copied: true, bytes: record.bytes, stored: b.length, ms: performance.now() - t0 };
+  } catch (e) {
+    return { ok: false, copied: true, error: String(e && e.message ? e.message : e) };
+  }
+}
+
 /** Make a snapshot in the background `delayMs` after the boot, unless one was used or making
- *  one failed for this ember before; `snapshot` (the info) gets `saving: true`. */
+ *  one failed for this ember before; `snapshot` (the info) gets `saving: true`. After a boot
+ *  from the site's snapshot, that one is copied into the Cache API instead (nothing is made). */
 export function scheduleSnapshot(base, manifest, wheels, snapshot, delayMs = 1500) {
+  if (snapshot.used && snapshot.source === "site" && siteCopy && !unavailable()) {
+    const copy = siteCopy;
+    siteCopy = null;
+    snapshot.saving = true;
+    saving = new Promise((r) => setTimeout(r, delayMs)).then(() => copySiteSnapshot(base, copy));
+    return;
+  }
   if (snapshot.used || snapshot.failed || unavailable() || snapshot.note.startsWith("snapshots off")) return;
   snapshot.saving = true;
   saving = new Promise((r) => setTimeout(r, delayMs)).then(() => makeSnapshot(base, manifest, wheels));
 }
 
-/** The background making's result {ok, bytes, ms, error}, or null when none was started. */
+/** The background making's result {ok, bytes, ms, error} (with copied: true for a copy of the
+ *  site's snapshot), or null when none was started. */
 export async function snapshotSaved() {
   return saving ? await saving : null;
 }
 
 // ---- the maker (runs in its Worker) ---------------------------------------------------------
 
-async function make({ base, manifest, wheels }) {
+async function make({ base, manifest, wheels, store = true }) {
   const t0 = performance.now();
   const indexURL = new URL("pyodide/", base).href;
   const { loadPyodide } = await import(new URL("pyodide.mjs", indexURL).href);
@@ -367,6 +458,7 @@ async function make({ base, manifest, wheels }) {
   const heap = py.makeMemorySnapshot();
   const body = pack(heap);
   const stored = { meta: snapshotMeta(manifest), bytes: heap.length, body: body.length, sha256: await sha256Hex(body) };
+  if (!store) return { ok: true, bytes: heap.length, stored: body.length, ms: performance.now() - t0, body, record: stored };
   const cache = await openCache();
   if (!cache) throw new Error("the Cache API is not usable here");
   await cache.put(snapshotUrl(base), new Response(body, { headers: {
@@ -378,11 +470,12 @@ if (typeof WorkerGlobalScope !== "undefined" && globalThis instanceof WorkerGlob
     globalThis.name === MAKER_NAME) {
   self.onmessage = async (e) => {
     try {
-      self.postMessage(await make(e.data));
+      const r = await make(e.data);
+      self.postMessage(r, r.body ? [r.body.buffer] : []);
     } catch (err) {
       const error = String(err && err.message ? err.message : err).split("\n").slice(-2).join(" ");
       try {   // remembered for this ember: later visits do not try again
-        const cache = await openCache();
+        const cache = e.data.store === false ? null : await openCache();
         if (cache) await cache.put(snapshotUrl(e.data.base) + "?failed", new Response(error, { headers: {
           "X-Ember-Snapshot": JSON.stringify(snapshotMeta(e.data.manifest)) } }));
       } catch (e2) { /* not remembered: tried again next time */ }

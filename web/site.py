@@ -125,6 +125,120 @@ def precompile_wheel(wheel: Path, sha: str) -> Path | None:
     return out
 
 
+SNAPSHOT_CACHE = Path(os.environ.get("EMBER_CACHE", REPO / ".cache")) / "site-snapshot"
+# Run in headless Chromium on the freshly built site by prebuild_snapshot: wasm/snapshot.js's own
+# maker (a Worker booting a throwaway Pyodide with `_makeSnapshot`, the wheels unpacked, `import
+# ember` and its PRELOAD), nothing stored in the browser; the packed body comes back as a download.
+_SNAPSHOT_PAGE_JS = """async () => {
+    const snap = await import("/wasm/snapshot.js");
+    const base = location.origin + "/";
+    const manifest = await (await fetch(base + "manifest.json", { cache: "no-cache" })).json();
+    const get = async (p) => new Uint8Array(await (await fetch(new URL(p, base))).arrayBuffer());
+    const pyc = manifest.wheel_pyc && manifest.wheel_pyc_for === manifest.wheel_sha256 ? [manifest.wheel_pyc] : [];
+    const wheels = await Promise.all([manifest.wheel, ...(manifest.extra_wheels || []), ...pyc].map(get));
+    const r = await snap.makeSnapshot(base, manifest, wheels, { store: false });
+    if (!r.ok) return { ok: false, error: r.error };
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(new Blob([r.body]));
+    a.download = "snapshot.bin";
+    document.body.append(a);
+    a.click();
+    return { ok: true, record: r.record, ms: r.ms };
+}"""
+
+
+def _serve_folder(root: Path):
+    """A threaded static server for ``root`` only, on 127.0.0.1 (a secure context for the Cache
+    API and WebCrypto); returns (server, base URL). Used for a few seconds at build time."""
+    import functools
+    import http.server
+    import threading
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                          ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
+                          ".json": "application/json"}
+
+        def log_message(self, *args):   # quiet
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, name="site-snapshot-server", daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/"
+
+
+def snapshot_key(manifest: dict, loader: Path = WASM_DIR / "snapshot.js") -> str:
+    """What a prebuilt snapshot depends on: this Pyodide, the wheels the page installs (ember's,
+    the extras, the .pyc bundle) and the maker (wasm/snapshot.js: its FORMAT and PRELOAD)."""
+    parts = {"pyodide": manifest["pyodide_version"], "wheel": manifest["wheel_sha256"],
+             "extras": {w: manifest["files"].get(w) for w in manifest.get("extra_wheels", [])},
+             "pyc": manifest["files"].get(manifest.get("wheel_pyc", ""), None),
+             "maker": _sha256(loader)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def prebuild_snapshot(site: Path, manifest: dict, *, timeout_s: float = 300) -> tuple[Path, dict] | None:
+    """A Pyodide memory snapshot after `import ember` for first visits (wasm/snapshot.js), made by
+    headless Chromium (Playwright, ``$EMBER_CHROMIUM`` or /usr/bin/chromium) on ``site`` -- the
+    site already synced with ``manifest`` -- once per ``snapshot_key``, cached in
+    ``SNAPSHOT_CACHE``. Returns (packed body file, record {meta, bytes, body, sha256}), or None
+    with a note when no browser is available or the making fails: the site then has no prebuilt
+    snapshot and pages boot as before (and make their own)."""
+    import time
+
+    key = snapshot_key(manifest)[:32]
+    body, rec = SNAPSHOT_CACHE / f"{key}.bin", SNAPSHOT_CACHE / f"{key}.json"
+    if body.is_file() and rec.is_file():
+        record = json.loads(rec.read_text())
+        if body.stat().st_size == record.get("body"):
+            return body, record
+    chromium = os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("[site] no prebuilt snapshot: Playwright is not installed", flush=True)
+        return None
+    if not Path(chromium).is_file():
+        print(f"[site] no prebuilt snapshot: no Chromium at {chromium} (set EMBER_CHROMIUM)", flush=True)
+        return None
+    t0 = time.monotonic()
+    srv, base = _serve_folder(site)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                         args=["--no-sandbox", "--disable-background-networking",
+                                               "--disable-component-update", "--no-first-run"])
+            try:
+                page = browser.new_context(accept_downloads=True).new_page()
+                page.set_default_timeout(timeout_s * 1000)
+                page.goto(base + "index.html")
+                with page.expect_download(timeout=timeout_s * 1000) as dl:
+                    r = page.evaluate(_SNAPSHOT_PAGE_JS)
+                    if not r["ok"]:
+                        raise RuntimeError(r["error"])
+                SNAPSHOT_CACHE.mkdir(parents=True, exist_ok=True)
+                tmp = body.with_name(body.name + ".part")
+                dl.value.save_as(tmp)
+            finally:
+                browser.close()
+    except Exception as e:   # a missing browser build, a crash, a timeout: no prebuilt snapshot
+        print(f"[site] no prebuilt snapshot: making it failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+        return None
+    finally:
+        srv.shutdown()
+    record = r["record"]
+    if tmp.stat().st_size != record["body"] or _sha256(tmp) != record["sha256"]:
+        tmp.unlink()
+        print("[site] no prebuilt snapshot: the downloaded body does not match its record", flush=True)
+        return None
+    os.replace(tmp, body)
+    rec.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"[site] prebuilt snapshot: {record['bytes'] >> 20} MB heap, {record['body'] >> 20} MB stored, "
+          f"made in {time.monotonic() - t0:.1f} s", flush=True)
+    return body, record
+
+
 # The npm package also ships docs, typings and a console page; the runtime needs none of them.
 PYODIDE_SKIP = ("README.md", "*.d.ts", "*.html")
 DEMO_SKIP_DIRS = {"__pycache__", "node_modules"}
@@ -325,13 +439,17 @@ def _sync(out: Path, files: dict) -> None:
 def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
                pyodide_dir: str | os.PathLike = DEFAULT_PYODIDE,
                demos_dir: str | os.PathLike = DEFAULT_DEMOS,
-               extra_wheels_dir: str | os.PathLike | None = None, precompile: bool = False) -> Path:
+               extra_wheels_dir: str | os.PathLike | None = None, precompile: bool = False,
+               snapshot: bool = False) -> Path:
     """Assemble the site into `out` and return its path. `extra_wheels_dir`: a folder whose
     ``*-py3-none-any.whl`` files are served too and installed next to ember by the loader (the
     command line's default is ``DEFAULT_EXTRA_WHEELS``; None or a missing folder: none).
     `precompile`: also serve ember's modules compiled by this Pyodide (``precompile_wheel``;
     the command line's default), listed in the manifest as ``wheel_pyc`` together with the
     wheel's sha256 it was made from (``wheel_pyc_for``); the loader uses it for that wheel only.
+    `snapshot`: also serve a Pyodide memory snapshot after `import ember` for first visits
+    (``prebuild_snapshot``; the command line's default), listed in the manifest as ``snapshot``
+    ({path, bytes, body, sha256, meta}); none when no headless Chromium is available.
 
     >>> # build_site("dist/ember-0.1.0-py3-none-any.whl", "site")  # doctest: +SKIP
     """
@@ -391,17 +509,30 @@ def build_site(wheel: str | os.PathLike, out: str | os.PathLike, *,
                 "pyodide_version": pyodide_version,
                 "pyodide_python": python_version,
                 "demos": demos, "files": hashes}
-    files["manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
-    files["index.html"] = _index_html(manifest).encode()
-    files["favicon.ico"] = favicon()
 
-    for rel, src in list(files.items()):
-        size = len(src) if isinstance(src, bytes) else src.stat().st_size
-        if Path(rel).suffix.lower() in COMPRESSIBLE and size >= PRECOMPRESS_MIN_BYTES:
-            files[rel + ".gz"] = _Gzip(rel)
+    def with_manifest(manifest: dict) -> dict:
+        out_files = {**files, "manifest.json": (json.dumps(manifest, indent=2) + "\n").encode(),
+                     "index.html": _index_html(manifest).encode(), "favicon.ico": favicon()}
+        for rel, src in list(out_files.items()):
+            size = len(src) if isinstance(src, bytes) else src.stat().st_size
+            if Path(rel).suffix.lower() in COMPRESSIBLE and size >= PRECOMPRESS_MIN_BYTES:
+                out_files[rel + ".gz"] = _Gzip(rel)
+        return out_files
 
     out.mkdir(parents=True, exist_ok=True)
-    _sync(out, files)
+    if snapshot:
+        key = snapshot_key(manifest)[:32]
+        cached = SNAPSHOT_CACHE / f"{key}.bin"
+        if not cached.is_file():   # the maker runs on the site as it will be served, less the snapshot
+            _sync(out, with_manifest(manifest))
+        made = prebuild_snapshot(out, manifest)
+        if made is not None:
+            body, record = made
+            rel = f"wheels/ember-{record['sha256'][:16]}-snapshot.bin"
+            files[rel] = body
+            manifest = {**manifest, "files": {**hashes, rel: record["sha256"][:16]},
+                        "snapshot": {"path": rel, **record}}
+    _sync(out, with_manifest(manifest))
     return out
 
 
@@ -415,9 +546,13 @@ def main(argv=None) -> int:
                     help="folder of extra py3-none-any wheels to serve and install next to ember")
     ap.add_argument("--no-precompile", action="store_true",
                     help="do not serve ember's modules precompiled by Pyodide (needs node)")
+    ap.add_argument("--no-snapshot", action="store_true",
+                    help="do not serve a prebuilt memory snapshot for first visits (needs Playwright "
+                         "and Chromium)")
     a = ap.parse_args(argv)
     out = build_site(a.wheel, a.out, pyodide_dir=a.pyodide, demos_dir=a.demos,
-                     extra_wheels_dir=a.extra_wheels, precompile=not a.no_precompile)
+                     extra_wheels_dir=a.extra_wheels, precompile=not a.no_precompile,
+                     snapshot=not a.no_snapshot)
     n = sum(len(fs) for _, _, fs in os.walk(out))
     print(f"[site] {out} ({n} files)", flush=True)
     return 0
