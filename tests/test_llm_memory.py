@@ -121,3 +121,150 @@ def test_a_truncated_unmapped_file_is_a_gguf_error(model_file, tmp_path, monkeyp
     cut.write_bytes(model_file.read_bytes()[:5000])
     with pytest.raises(GGUFError, match="truncated"):
         ember.load_gguf(str(cut))
+
+
+# ---- with the wasm thread team (Pyodide under Node) ------------------------------------------------
+
+TEAM_DRIVER = '''
+import json, time
+import ember, ember.llm, ember.wasm as W
+from ember.nn import llama as L
+from ember.wasm import team as T
+from ember.wasm.runtime import RESIDENT, R, W as Wb, runtime
+from array import array
+
+PATH, PROMPT = "/g/big.gguf", [int(i) for i in json.load(open("/g/prompt.json"))]
+out = {}
+
+def held(m):       # bytes of weights Python holds itself (a Moved array holds none)
+    return sum(w.data._buf.buffer_info()[1] * 4 for w in m.model.w.values() if hasattr(w, "qtype"))
+
+def ids(m, n=12):
+    return m.tokenizer.encode(m.generate(PROMPT, max_tokens=n))
+
+W.set_threads(1)   # no team: the weights in Python, as before
+one = ember.llm.load(PATH, device="wasm", context=64)
+out["one"] = {"ids": ids(one), "held": held(one), "capacity": one.model.capacity}
+W.set_threads(2)
+end = time.monotonic() + 20
+while W.threads() < 2 and time.monotonic() < end:
+    time.sleep(0.01)
+t = T.team(create=False)
+
+def in_use():      # bytes of the shared memory's spans in use
+    t.spans._take_released()
+    return t.spans.top - sum(n for _, n in t.spans.free)
+
+s0 = in_use()
+m = ember.llm.load(PATH, device="wasm", context=64)
+s1 = in_use()
+ws = {k: w for k, w in m.model.w.items() if hasattr(w, "qtype")}
+moved = [RESIDENT[id(w.data._buf)].nbytes for w in ws.values()
+         if isinstance(w.data._buf, T.Moved) and RESIDENT[id(w.data._buf)].moved]
+out["team"] = {"threads": W.threads(), "shared_load": s1 - s0, "held": held(m), "moved": len(moved),
+               "weights": len(ws), "moved_bytes": sum(moved), "ids": ids(m)}
+out["team"]["steps_threads"] = m.stats.get("threads")
+out["team"]["kv_moved"] = all(isinstance(c._buf, T.Moved) for c in m.model.k_cache + m.model.v_cache)
+# an eager call naming a moved array is bounds-checked against its shared copy
+w0 = ws["blk.0.attn_q.weight"].data._buf
+try:
+    runtime().call("q_dequantize", R(w0, len(w0) + 1), Wb(array("f", [0.0]) * 8, 8), R(array("i", [3, 1, 8]), 3))
+    out["oob"] = "ran"
+except Exception as e:
+    out["oob"] = type(e).__name__
+# one thread again: tables on the team's memory (thread 0), eager calls there too
+W.set_threads(1)
+out["team"]["ids_one_thread"] = ids(m)
+W.set_threads(2)
+# the cache grows (chunks of 16 rows here): the steps are made again over the new cache
+L.KV_CHUNK = 16
+g = ember.llm.load(PATH, device="wasm", context=64)
+g.warm_up(steps=2)
+cap0 = g.model.capacity
+gi = ids(g, 40)
+out["grow"] = {"cap0": cap0, "cap1": g.model.capacity, "ids": gi, "kv_moved": isinstance(g.model.k_cache[0]._buf, T.Moved)}
+# Python reads a moved weight: it gets a copy (the same values as the one-thread load's), kept
+name = "blk.1.ffn_down.weight"
+a, b = m.model.w[name].data, one.model.w[name].data
+out["reread"] = {"same": a.tolist() == b.tolist(), "still_moved": RESIDENT[id(a._buf)].moved,
+                 "held": a._buf.buffer_info()[1] == len(b._buf)}
+out["reread"]["ids"] = ids(m)
+json.dump(out, open("/io/team_memory.json", "w"))
+'''
+
+
+def test_wasm_team_holds_the_weights_once(model_file, tmp_path_factory):
+    """With the thread team, a loaded model's quantized weights are read from the file straight
+    into the team's shared memory (Python holds no copy) and its KV cache is made there: the
+    shared memory grows by about the file during the load, Python holds no weight bytes, and
+    greedy ids equal the numpy reference with 2 threads, back on one thread, after the cache
+    grew, and after Python read a moved weight (which gives it its values back)."""
+    import json
+
+    import test_pyodide as tp
+
+    try:
+        ember.get_backend("wasm")
+    except DeviceError as e:
+        pytest.skip(f"wasm backend unavailable: {e}")
+    node = tp.need_node()
+    wheel = tp._wheel(tmp_path_factory)
+    io = tmp_path_factory.mktemp("pyodide-llm-memory")
+    ref = ember.llm.load(str(model_file), device="numpy", context=64)
+    prompt = ref.tokenizer.encode("the cat")
+    (model_file.parent / "prompt.json").write_text(json.dumps(prompt))
+
+    def ids(n):
+        return ref.tokenizer.encode(ref.generate(prompt, max_tokens=n))
+
+    proc = tp.run_driver(node, wheel, io, TEAM_DRIVER, {model_file.parent: "/g", io: "/io"})
+    if proc.returncode != 0 or not (io / "team_memory.json").exists():
+        pytest.fail(f"Pyodide run failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}",
+                    pytrace=False)
+    res = json.loads((io / "team_memory.json").read_text())
+    size = model_file.stat().st_size
+    print(f"\nfile {size / 1e6:.2f} MB; one thread: Python holds {res['one']['held'] / size:.2f}x; team: "
+          f"shared memory +{res['team']['shared_load'] / size:.2f}x over the load, Python holds "
+          f"{res['team']['held']} bytes of weights, {res['team']['moved']} of {res['team']['weights']} moved")
+    want = ids(12)
+    one, team = res["one"], res["team"]
+    assert one["ids"] == want and one["held"] >= 0.95 * size and one["capacity"] == 64
+    assert team["threads"] == 2 and team["moved"] == team["weights"] and team["kv_moved"], team
+    assert team["held"] == 0, team                                    # no second copy in Python
+    assert 0.95 * size <= team["moved_bytes"] <= 1.02 * size, team    # the weights once, in the shared memory
+    assert team["shared_load"] + team["held"] <= LIMIT * size, team["shared_load"] / size
+    assert team["ids"] == want and team["ids_one_thread"] == want, team
+    assert res["oob"] == "BoundsError", res["oob"]
+    g = res["grow"]
+    assert g["cap0"] == 16 and g["cap1"] == min(64, -(-(len(prompt) + 40) // 16) * 16), g
+    assert g["kv_moved"] and g["ids"] == ids(40), g
+    rr = res["reread"]
+    assert rr["same"] and not rr["still_moved"] and rr["held"] and rr["ids"] == want, rr
+
+
+def test_the_wasm_kv_cache_grows_to_what_a_reply_needs(model_file, monkeypatch):
+    """On device "wasm" the cache is allocated for the prompt + max_tokens of a reply (chunks of
+    KV_CHUNK rows, at least doubling, never past the context), not the whole context; after it
+    grew the compiled steps are made again: greedy ids equal the numpy reference's throughout."""
+    from ember.nn import llama as L
+
+    if "wasm" not in _devices():
+        pytest.skip("wasm backend unavailable")
+    monkeypatch.setattr(L, "KV_CHUNK", 8)
+    ref = ember.llm.load(str(model_file), device="numpy", context=64)
+    m = ember.llm.load(str(model_file), device="wasm", context=64)
+    prompt = ref.tokenizer.encode("the cat")
+    assert m.model.k_cache is None and m.model.capacity == 0       # nothing before the first reply
+    caps = []
+    for n in (3, 5, 20, 4, 60):
+        assert m.generate(prompt, max_tokens=n) == ref.generate(prompt, max_tokens=n), n
+        caps.append(m.model.capacity)
+        assert m.model.k_cache[0].shape[0] == m.model.capacity
+    p = len(prompt)
+    first = -(-(p + 3) // 8) * 8
+    assert caps[0] == first and caps[1] == max(first, -(-(p + 5) // 8) * 8), caps
+    assert caps[2] == max(2 * caps[1], -(-(p + 20) // 8) * 8) and caps[3] == caps[2] and caps[4] == 64, caps
+    # a forward without a reservation (direct use of the model) gets the whole context
+    fresh = ember.llm.load(str(model_file), device="wasm", context=64)
+    fresh.model.forward(ember.tensor(prompt, dtype="int32", device="wasm"), ember.tensor([0], dtype="int32", device="wasm"))
+    assert fresh.model.capacity == 64

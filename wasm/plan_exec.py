@@ -335,10 +335,8 @@ class WasmPlanReplay:
     def _retarget(self):
         """Threads were turned on or off since the tables were built: record them again, for
         the team's shared memory or for Pyodide's own (not counted against MAX_RECORDS)."""
-        from .team import team
-
         self.team_epoch = _team_epoch()
-        want = "threads" if team() is not None and self.segments else "pyodide"
+        want = "threads" if _space_team(self.plan.consts) is not None and self.segments else "pyodide"
         if want != self.space.kind:
             self.ready = False
             self.records -= 1
@@ -442,7 +440,8 @@ class WasmPlanReplay:
                 raise _Impure("an input buffer is not an array")
             c = copies.get(id(b))
             if c is None:
-                c = copies[id(b)] = b[:]
+                ent = RESIDENT.get(id(b))
+                c = copies[id(b)] = ent.copy() if ent is not None and ent.moved else b[:]
                 _flip(rt, c)
             out.append(Tensor._wrap(c, t.shape, t.dtype, t.device))
         return out
@@ -609,9 +608,7 @@ class WasmPlanReplay:
         team = None
         self.team_epoch = _team_epoch()
         if self.rt.kind == "pyodide" and any(p[0] == "seg" for p in program):
-            from .team import team as _team
-
-            team = _team()
+            team = _space_team(plan.consts)
         if team is not None:
             self.space = TeamSpace(self, program, own_buf, privs, vals, rootof, team=team)
         else:
@@ -807,11 +804,29 @@ class WasmPlanReplay:
 
 
 def _resident_use(st, vals) -> None:
+    # (a moved array stays moved for a step whose wrapper calls the module: the call runs on
+    # the shared memory; a Python kernel gets Python's copy)
+    wasm = getattr(st.kernel, "__module__", "").startswith(__package__ + ".ops_")
     for j in st.ins:
         t = vals[j]
         ent = RESIDENT.get(id(t._buf)) if t is not None else None
-        if ent is not None:
+        if ent is not None and not (wasm and ent.moved):
             ent.python_use(True)
+
+
+def _space_team(consts):
+    """The team a plan's tables run on: the running team, or (threads turned off since) the
+    team that holds a constant moved into its shared memory (a table on Pyodide's memory
+    cannot reach it: thread 0 runs it there)."""
+    from .team import _STATE, team
+
+    t = team()
+    if t is None and RESIDENT:
+        for _, c in consts:
+            ent = RESIDENT.get(id(getattr(c, "_buf", None)))
+            if ent is not None and ent.moved:
+                return _STATE["team"]
+    return t
 
 
 def _step(st, vals, wrap) -> None:
@@ -1038,7 +1053,7 @@ class ArenaSpace(_Space):
                 # the same buffer still stands there (a replaced one records the table again);
                 # constants a table writes are resident copies (synced when Python uses them)
                 for r, is_const in seg.checks:
-                    if is_const and not self.need[r][2] and vals[r] is not None:
+                    if is_const and not self.need[r][2] and vals[r] is not None and r not in self.resident:
                         self.check(r, vals[r]._buf)
                         arena.write_from(self.addr[("s", r)], vals[r]._buf, self.need[r][1])
                 seg.checks = [(r, c, 2 if r in self.resident else 1 if c and not self.need[r][2] else 0)
@@ -1250,9 +1265,15 @@ class TeamSpace(ArenaSpace):
 
     def _bound_addr(self, r, n, vals):
         # a constant a table writes in place (a KV cache): one resident copy in the shared memory
-        # for every plan that binds the same buffer, copied only when Python used it in between
-        if r in self.const_slots and self.need[r][2] and vals[r] is not None and _is_array(vals[r]._buf):
-            b = vals[r]._buf
+        # for every plan that binds the same buffer, copied only when Python used it in between;
+        # a constant moved there (``team.Moved``: a model's weights) is used where it lives
+        b = vals[r]._buf if r in self.const_slots and vals[r] is not None else None
+        ent = RESIDENT.get(id(b)) if b is not None else None
+        if ent is not None and ent.moved and ent.buf() is b:
+            self.check(r, b)
+            self.resident[r] = ent
+            return ent.addr
+        if b is not None and self.need[r][2] and _is_array(b):
             self.check(r, b)
             res = self.resident[r] = self.arena.team.resident(b)
             return res.addr

@@ -82,12 +82,20 @@ def module_bytes() -> bytes:
 RESIDENT: dict = {}
 
 
-def _resident_use(args) -> None:
+def _resident_use(args):
+    """Bring Python's copy of resident arrays up to date for an eager call; the team instead
+    when an argument is moved (``team.Moved``: the call runs on the shared memory)."""
+    for a in args:
+        if isinstance(a, R):
+            ent = RESIDENT.get(id(a.buf))
+            if ent is not None and ent.moved:
+                return ent.team
     for a in args:
         if isinstance(a, R):
             ent = RESIDENT.get(id(a.buf))
             if ent is not None:
                 ent.python_use(a.writes)
+    return None
 
 
 class PyodideRuntime:
@@ -132,7 +140,9 @@ class PyodideRuntime:
     def call(self, name, *args):
         f = self._fns.get(name) or self.fn(name)
         if RESIDENT:
-            _resident_use(args)
+            team = _resident_use(args)
+            if team is not None:
+                return team.call(name, args)
         conv = []
         app = conv.append
         for a in args:

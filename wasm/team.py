@@ -50,6 +50,8 @@ from __future__ import annotations
 import os
 import sys
 
+from array import array
+
 from ..errors import BoundsError, DeviceError
 
 PAGE = 65536
@@ -100,6 +102,10 @@ _COPY = """(heap, shared, src, dst, n, toShared) => {
   if (toShared) new Uint8Array(shared.buffer, dst, n).set(new Uint8Array(heap.buffer, src, n));
   else new Uint8Array(heap.buffer, dst, n).set(new Uint8Array(shared.buffer, src, n));
 }"""
+
+
+# Zeroes n bytes of the shared memory from dst.
+_FILL = """(shared, dst, n) => { new Uint8Array(shared.buffer, dst, n).fill(0); }"""
 
 
 def environment() -> dict:
@@ -207,6 +213,8 @@ class Team:
         self.heap = pyodide_js._module.memory
         self._spawn = js.Function.new("return " + _SPAWN)()
         self._copy = js.Function.new("return " + _COPY)()
+        self._fill = js.Function.new("return " + _FILL)()
+        self.stage_addr, self.stage_bytes = 0, 0   # where eager calls on moved arrays stage the rest
         self.workers = []
         self.spans = Spans(lambda: int(self.memory.buffer.byteLength), self._grow)
         self.ctl = self.alloc(CTL_WORDS * 4)
@@ -279,7 +287,9 @@ class Team:
         self.spans.release(addr, nbytes)
 
     def _check(self, addr: int, buf, nbytes: int) -> None:
-        if addr < 0 or addr + nbytes > int(self.memory.buffer.byteLength) or nbytes > len(buf) * buf.itemsize:
+        # (the elements the array holds: a Moved array's len() counts those in the shared memory)
+        have = buf.buffer_info()[1] * buf.itemsize if isinstance(buf, array) else len(buf) * buf.itemsize
+        if addr < 0 or addr + nbytes > int(self.memory.buffer.byteLength) or nbytes > have:
             raise BoundsError(f"wasm threads: {nbytes} bytes at {addr} reach outside the shared memory or the buffer")
 
     def write_from(self, addr: int, buf, nbytes: int) -> None:
@@ -309,6 +319,97 @@ class Team:
     def run(self, table_addr: int, start: int) -> int:
         return self._run(table_addr, start, self.ctl)
 
+    # ---- arrays that live in the shared memory only --------------------------------------------
+    def moved(self, typecode: str, n: int, fill=None, chunk: int = 1 << 20) -> "Moved":
+        """A ``Moved`` array of ``n`` elements whose elements live in the shared memory only.
+        ``fill(offset, view)`` writes the bytes from ``offset`` into ``view`` (a writable byte
+        view of at most ``chunk`` bytes, copied over through one reused buffer of Pyodide's
+        heap: a GGUF tensor read straight from its file); without it, zeros."""
+        buf = Moved(typecode)
+        buf.n = int(n)
+        nbytes = buf.n * buf.itemsize
+        ent = Resident(self, buf, moved=True)
+        if fill is None:
+            if nbytes:
+                self._fill(self.memory, ent.addr, nbytes)
+            return buf
+        bounce = array("B", bytes(min(chunk, nbytes)))
+        mv = memoryview(bounce)
+        try:
+            at = 0
+            while at < nbytes:
+                k = min(len(bounce), nbytes - at)
+                fill(at, mv[:k])
+                self._copy(self.heap, self.memory, bounce.buffer_info()[0], ent.addr + at, k, True)
+                at += k
+        finally:
+            mv.release()
+        return buf
+
+    def call(self, name: str, args) -> object:
+        """Eager kernel call ``name(*args)`` (``runtime.R``/``W`` buffers and numbers) run by
+        thread 0's instance on the shared memory: what ``runtime.PyodideRuntime.call`` does
+        when an argument is a ``Moved`` array. Resident arrays are used where they live (made
+        current there first); every other buffer span is copied into a staging span before the
+        call and, when written, back after. Bounds are checked as the runtime checks them
+        (moved arrays against their resident size) before anything is copied."""
+        from .runtime import RESIDENT, R, check_span
+
+        plan, total = [], 0
+        for a in args:
+            if not isinstance(a, R):
+                plan.append(None)
+                continue
+            buf = a.buf
+            ent = RESIDENT.get(id(buf))
+            if ent is not None and ent.buf() is not buf:
+                ent = None
+            isz = buf.itemsize
+            if ent is not None:
+                n, off = a.n, a.offset
+                if n < 0 or off < 0 or (off + n) * isz > ent.nbytes or (n and not off <= a.at < off + n):
+                    raise BoundsError(f"wasm kernel buffer ({name}): {n} elements from offset {off} exceed "
+                                      f"a resident buffer of {ent.nbytes // isz}")
+                plan.append((ent, 0))
+            else:
+                if ent is None and isinstance(buf, Moved):
+                    raise DeviceError(f"wasm threads ({name}): a moved array without its shared copy")
+                check_span(a)
+                plan.append((None, total))
+                total += (a.n * isz + 15) & ~15
+        if total > self.stage_bytes:
+            if self.stage_addr:
+                self.release(self.stage_addr, self.stage_bytes)
+            self.stage_bytes = max(total, 2 * self.stage_bytes)
+            self.stage_addr = self.alloc(self.stage_bytes)
+        base = self.stage_addr
+        conv, back, wrote = [], [], []
+        for a, how in zip(args, plan):
+            if how is None:
+                conv.append(a)
+                continue
+            ent, at = how
+            isz = a.buf.itemsize
+            if ent is not None:
+                ent.to_shared()
+                conv.append(ent.addr + a.at * isz if a.n else 0)
+                if a.writes:
+                    wrote.append(ent)
+                continue
+            nb = a.n * isz
+            src = a.buf.buffer_info()[0] + a.offset * isz
+            if nb:
+                self._copy(self.heap, self.memory, src, base + at, nb, True)
+            conv.append(base + at + (a.at - a.offset) * isz if a.n else 0)
+            if a.writes and nb:
+                back.append((src, base + at, nb))
+        res = getattr(self.exports, name)(*conv)
+        for ent in wrote:
+            ent.shared_wrote()
+        for src, at, nb in back:
+            self._copy(self.heap, self.memory, at, src, nb, False)
+        return res
+
     def resident(self, buf) -> "Resident":
         """The resident copy of array ``buf`` (made on first use, freed with ``buf``)."""
         from .runtime import RESIDENT
@@ -319,17 +420,32 @@ class Team:
         return ent
 
 
+class Moved(array):
+    """Python's side of an array that lives in the team's shared memory only (``Team.moved``):
+    its typecode, and ``len()`` the elements it stands for, but no elements of its own until
+    Python reads it (then ``Resident.python_use`` gives it a copy: ``tolist``, a one-thread
+    table). Eager wasm kernel calls that name it run on the shared memory (``Team.call``)."""
+
+    __slots__ = ("n",)
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class Resident:
-    """A constant that tables write in place (a KV cache), kept in the shared memory between
-    replays instead of being copied in and out around every segment. Whichever side wrote last
-    is the current one: ``to_shared`` before a table reads it, ``python_use`` before an eager
-    kernel call (``runtime.PyodideRuntime.call``) or a one-thread table touches Python's array.
-    Python code that reads such an array by other means (``tolist``, a python-backend kernel)
-    may see values from before the last replays."""
+    """An array kept in the shared memory between replays instead of being copied in and out
+    around every segment: a constant that tables write in place (a KV cache), or one *moved*
+    there (``Team.moved``: weights and the KV cache of a model loaded with the team; Python's
+    ``Moved`` array holds no elements). Whichever side wrote last is the current one:
+    ``to_shared`` before a table reads it, ``python_use`` before an eager kernel call
+    (``runtime.PyodideRuntime.call``) or a one-thread table touches Python's array; a moved
+    array gets its elements there (a copy, kept: the array is no longer moved). Python code that
+    reads a non-moved resident array by other means than those (``tolist`` goes through the
+    backend's ``to_bytes``, which syncs) may see values from before the last replays."""
 
     SAME, PY_NEWER, SHARED_NEWER = 0, 1, 2
 
-    def __init__(self, team: "Team", buf):
+    def __init__(self, team: "Team", buf, moved: bool = False):
         import weakref
 
         from .runtime import RESIDENT
@@ -338,7 +454,9 @@ class Resident:
         self.nbytes = len(buf) * buf.itemsize
         self.addr = team.alloc(self.nbytes)
         self.buf = weakref.ref(buf)
-        team.write_from(self.addr, buf, self.nbytes)
+        self.moved = moved
+        if not moved:
+            team.write_from(self.addr, buf, self.nbytes)
         self.state = self.SAME
         key = id(buf)
         RESIDENT[key] = self
@@ -351,16 +469,35 @@ class Resident:
         team.release(addr, nbytes)
 
     def to_shared(self) -> None:
-        if self.state == self.PY_NEWER:
+        if self.state == self.PY_NEWER and not self.moved:
             b = self.buf()
             if b is not None:
                 self.team.write_from(self.addr, b, self.nbytes)
             self.state = self.SAME
 
     def shared_wrote(self) -> None:
-        self.state = self.SHARED_NEWER
+        if not self.moved:
+            self.state = self.SHARED_NEWER
+
+    def copy(self) -> array:
+        """A plain array with the current values (a moved array's, read from the shared memory)."""
+        b = self.buf()
+        if not self.moved:
+            self.python_use(False)
+            return b[:]
+        out = array(b.typecode, bytes(self.nbytes))
+        self.team.read_into(self.addr, out, self.nbytes)
+        return out
 
     def python_use(self, writes: bool) -> None:
+        if self.moved:
+            b = self.buf()
+            if b is not None:   # Python's copy, made now (and kept)
+                b.frombytes(bytes(self.nbytes))
+                self.team.read_into(self.addr, b, self.nbytes)
+            self.moved = False
+            self.state = self.PY_NEWER if writes else self.SAME
+            return
         if self.state == self.SHARED_NEWER:
             b = self.buf()
             if b is not None:

@@ -22,6 +22,12 @@ the same tokens as visiting the whole row). Tokens past a stop (an end token, a 
 string, ``max_tokens``, ``stop()``) are computed but dropped; the cache rows they wrote lie past
 every position a later step reads before writing it again (positions are inputs).
 
+Memory: on device "wasm" the key/value cache is sized to what a reply can reach (prompt +
+``max_tokens``), not the whole context: ``Llama.reserve`` grows it in chunks (at least doubling)
+before a reply's prompt runs; the compiled steps are made again after a growth (their tables
+bound the old cache). With the thread team the weights and the cache live in the team's shared
+memory only (``ember.nn.llama``).
+
 Options of ``generate``/``chat``: ``max_tokens`` (default 256), ``temperature`` (0 = greedy,
 the default), ``top_k`` (40 when sampling unless given; 0 = none), ``top_p``, ``min_p``,
 ``repetition_penalty``, ``seed``, ``stop`` (a string or strings that end the text, not included),
@@ -133,6 +139,7 @@ class LLM:
         steps = max(0, min(int(steps), self.context - 2))
         dev = self.device
         t0 = time.perf_counter()
+        self._reserve(steps + 1)
         token = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
         self.model.forward(tensor([token], dtype="int32", device=dev), tensor([0], dtype="int32", device=dev))
         _, step = self._steps()
@@ -140,6 +147,12 @@ class LLM:
             token = int(step(tensor([token], dtype="int32", device=dev),
                              tensor([pos], dtype="int32", device=dev)).tolist()[0])
         return {"ms": (time.perf_counter() - t0) * 1000.0, "steps": steps}
+
+    def _reserve(self, positions: int) -> None:
+        """(wasm) The key/value cache holds ``positions`` rows; after it grew, the compiled steps
+        are made again on their next use (their plans hold the old cache)."""
+        if self.device == "wasm" and self.model.reserve(positions):
+            self._step_logits = self._step_argmax = None
 
     @property
     def context(self) -> int:
@@ -210,6 +223,7 @@ class LLM:
 
         # prefill: the prompt in batched chunks; the last chunk's logits give the first token
         t0 = time.perf_counter()
+        self._reserve(n_prompt + max_tokens)
         logits = None
         for start in range(0, n_prompt, PREFILL_CHUNK):
             chunk = ids[start:start + PREFILL_CHUNK]

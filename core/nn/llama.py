@@ -7,6 +7,16 @@ cache is preallocated (``context`` positions per layer) and written in place by
 ``attention_cached`` at the position given as a tensor, so one captured plan of the one-token
 step (``ember.compile``) serves every position of a generation.
 
+**Memory** (issue 18: a loaded model holds <= 1.3x its file). The cache holds ``capacity`` rows,
+not ``context``: ``reserve(n)`` (``ember.llm`` calls it with the prompt + the new tokens a reply
+may make) allocates or grows it in chunks (``KV_CHUNK`` rows, at least doubling, never past
+``context``); a forward without a reservation allocates the whole context as before. SmolLM2
+at the chat page's 2048 positions: 94 MB of float32 rows at full size, 11.8 MB for the first
+256. On device "wasm" with the thread team running (``ember.wasm.team``), the quantized weights
+are read from the file straight into the team's shared memory and the cache made there
+(``Team.moved``): Python holds ``Moved`` arrays without elements, so the weights exist once
+(they used to be in Pyodide's heap and again in the shared memory).
+
 Shapes: T tokens in, D = ``dim``, Hq/Hkv query/key-value heads of ``head_dim`` features.
 
 >>> import ember
@@ -28,6 +38,9 @@ from ..tensor import Tensor, tensor
 # GGUF architectures this file runs, and the RoPE layout their converters leave in the file:
 # llama.cpp's convert script permutes llama's Q/K rows so that rotated pairs are adjacent
 # ("pairs"); Qwen2 files keep the Hugging Face layout ("halves") and add Q/K/V biases.
+# key/value rows a reservation allocates at least (and grows by, at least doubling)
+KV_CHUNK = 256
+
 ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "granite": "pairs", "qwen2": "halves"}
 
 
@@ -103,6 +116,40 @@ def _quantized(w) -> bool:
     return not isinstance(w, Tensor)
 
 
+def _team(device):
+    """The wasm thread team when ``device`` is "wasm" and the team runs (else None)."""
+    if device != "wasm":
+        return None
+    from ..wasm.team import team
+
+    return team()
+
+
+def _shared_tensor(gguf, name: str, team, device: str):
+    """GGUF tensor ``name`` with its quantized blocks read from the file straight into the
+    team's shared memory (``Team.moved``: 1 MB at a time through one buffer of Pyodide's heap);
+    float tensors (norms: small) stay in Python."""
+    from .. import dtypes
+    from ..quant import QTensor
+
+    info = gguf.tensors.get(name)
+    if (info is None or not info.supported or info.nbytes is None or info.qtype == "f32"
+            or (info.qtype in ("f16", "bf16") and len(info.shape) <= 1)):
+        return gguf.tensor(name, device=device)     # (its errors, its float tensors)
+    n, src = info.nbytes, gguf._src
+
+    def fill(at, view):
+        k = max(0, min(view.nbytes, n - at))
+        if k:
+            src.read_into(info.offset + at, view[:k])
+        if k < view.nbytes:
+            view[k:] = bytes(view.nbytes - k)       # the last word's padding
+
+    nw = -(-n // 4)
+    words = team.moved("i", nw, fill)
+    return QTensor(Tensor._wrap(words, (nw,), dtypes.int32, device), info.qtype, info.shape or (1,))
+
+
 def _embedding(ids: Tensor, w) -> Tensor:
     if isinstance(w, Tensor):
         return F.take(w, ids, axis=0)
@@ -131,6 +178,7 @@ class Llama:
         half = cfg.rope_dim // 2
         self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device)
         self.k_cache = self.v_cache = None
+        self.capacity = 0                     # key/value rows allocated (reserve)
         self._arange = {}
         # webgpu: Q/K/V and gate/up stacked into one weight each, norms, the q/k rotation and the
         # residual adds folded into the products (``_fuse``): a decode layer is 5 dispatches, not 15
@@ -145,7 +193,11 @@ class Llama:
         """From an ``ember.load_gguf`` file: weights stay quantized on ``device``."""
         cfg = LlamaConfig.from_gguf(gguf.metadata)
         ctx = min(int(context), cfg.context_length) if context else min(cfg.context_length, 4096)
-        weights = {name: gguf.tensor(name, device=device) for name in gguf.tensors}
+        team = _team(device)
+        if team is not None:     # straight into the thread team's shared memory (module doc)
+            weights = {name: _shared_tensor(gguf, name, team, device) for name in gguf.tensors}
+        else:
+            weights = {name: gguf.tensor(name, device=device) for name in gguf.tensors}
         return cls(cfg, weights, context=ctx, device=device)
 
     @classmethod
@@ -201,13 +253,42 @@ class Llama:
     # ---- state ----------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Allocate (first use) the key/value cache: ``context`` rows per layer. Rows past the
-        current position are never read, so a new sequence needs no clearing."""
+        """Allocate (first use, without a ``reserve``) the key/value cache: ``context`` rows per
+        layer. Rows past the current position are never read, so a new sequence needs no
+        clearing."""
         if self.k_cache is None:
-            c = self.cfg
-            shape = (self.context, c.n_kv_heads, c.head_dim)
-            self.k_cache = [F.zeros(shape, dtype="float32", device=self.device) for _ in range(c.n_layers)]
-            self.v_cache = [F.zeros(shape, dtype="float32", device=self.device) for _ in range(c.n_layers)]
+            self._allocate(self.context)
+
+    def reserve(self, positions: int) -> bool:
+        """Make the key/value cache hold at least ``positions`` rows (capped at ``context``):
+        allocated on first use, else grown to ``max(positions, 2 x capacity)`` rounded up to
+        ``KV_CHUNK`` rows. A grown cache starts empty: call it before a sequence's first forward
+        (positions 0..) only. Returns True when the cache's tensors were replaced (a compiled
+        step that holds the old ones must be made again)."""
+        want = min(max(1, int(positions)), self.context)
+        if self.k_cache is not None and want <= self.capacity:
+            return False
+        if self.k_cache is not None:
+            want = max(want, 2 * self.capacity)
+        rows = min(-(-want // KV_CHUNK) * KV_CHUNK, self.context)
+        self.k_cache = self.v_cache = None   # (the old rows go before the new ones are made)
+        self._allocate(rows)
+        return True
+
+    def _allocate(self, rows: int) -> None:
+        c = self.cfg
+        shape = (rows, c.n_kv_heads, c.head_dim)
+        team = _team(self.device)
+        if team is not None:     # in the team's shared memory only (module doc)
+            from .. import dtypes
+
+            n = math.prod(shape)
+            make = lambda: Tensor._wrap(team.moved("f", n), shape, dtypes.float32, self.device)  # noqa: E731
+        else:
+            make = lambda: F.zeros(shape, dtype="float32", device=self.device)  # noqa: E731
+        self.k_cache = [make() for _ in range(c.n_layers)]
+        self.v_cache = [make() for _ in range(c.n_layers)]
+        self.capacity = rows
 
     def _positions(self, pos: Tensor, T: int) -> Tensor:
         if T == 1:

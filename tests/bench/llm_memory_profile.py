@@ -1,0 +1,142 @@
+"""Memory a loaded SmolLM2 holds on device "wasm" inside Pyodide under Node, with and without the
+thread team (issue 18: resident memory <= 1.3x the file), and the speed and tokens of a greedy
+reply next to it.
+
+    python tests/bench/llm_memory_profile.py [--threads=2] [--files=q4_1] [--tokens=128] [--root=DIR]
+
+One process per call (Pyodide's heap never shrinks: its size is a high-water mark). Inside, the
+chat page's set-up: ``await ember.wasm.init()``, ``ember.llm.load(path, context=2048)``,
+``warm_up()``, then a greedy reply to the 21-token ChatML prompt (bench_llm's "short" one) and to
+the ~200-token one. Printed: the heap's growth over the load and over load + warm-up, the team's
+shared memory (``ember.wasm.info()['shared_memory_bytes']``: weights that live there, the KV cache,
+tables, intermediates), their sum over the file size, prompt and decode tok/s, and a hash of the
+reply's token ids. ``--root``: another checkout (e.g. ``git archive HEAD`` unpacked) to measure
+instead of this one.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else "."
+
+
+def host_main(argv) -> int:
+    import glob
+    import shutil
+    import subprocess
+    import tempfile
+
+    root = next((a.split("=", 1)[1] for a in argv if a.startswith("--root=")), os.path.dirname(os.path.dirname(HERE)))
+    sys.path.insert(0, os.path.join(root, "wasm"))
+    import build_kernels
+    sys.path.pop(0)
+    build_kernels.ensure()
+    sys.path.insert(0, HERE)
+    from bench_wasm import find_llm
+    mine = os.path.dirname(os.path.dirname(HERE))
+    with tempfile.TemporaryDirectory(prefix="ember-llm-mem-") as tmp:
+        src = os.path.join(tmp, "src")
+        skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
+        for name in ("core", "webgpu", "wasm", "web"):
+            shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(os.path.join(root, name), os.path.join(src, name))
+        py = os.path.join(mine, ".venv", "bin", "python")
+        subprocess.run([py if os.path.exists(py) else sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--no-build-isolation", "-w", tmp, src], check=True, cwd=src,
+                       stdout=subprocess.DEVNULL)
+        (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
+        mounts = []
+        for kind in ("Q4_1", "Q8_0"):
+            path = find_llm(mine, kind)
+            if path:
+                mounts += ["--mount", f"{os.path.dirname(path)}:/llm/{kind.lower()}"]
+                argv = [*argv, f"--llm-{kind.lower()}=/llm/{kind.lower()}/{os.path.basename(path)}"]
+        cmd = [shutil.which("node"), os.path.join(mine, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
+               os.path.abspath(__file__), *argv]
+        return subprocess.run(cmd).returncode
+
+
+def _arg(argv, name, default):
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), default)
+
+
+PARAGRAPH = (
+    "The lighthouse on the northern cape was built in 1874, after three ships were lost on the "
+    "rocks below it in a single winter. For more than a century a keeper and his family lived in "
+    "the small stone house at its foot, climbing the stairs every evening to light the lamp. The "
+    "work was lonely but never dull: storms broke windows, fog horns had to be sounded by hand, and "
+    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the "
+    "electricity network, and in 1989 the last keeper left, replaced by an automatic system that is "
+    "checked twice a year. Today the house is a small museum where visitors can see the keepers' "
+    "logbooks and photographs of the wrecks that made the light necessary.")
+
+
+def wait_threads(n):
+    import ember.wasm as EW
+    EW.set_threads(n)
+    end = time.monotonic() + 10
+    while EW.threads() < n and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def chat_prompt() -> str:
+    """bench_llm's prompt: the file's ChatML template with its default system prompt, written out
+    (Node's Pyodide has no jinja2)."""
+    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            "<|im_end|>\n<|im_start|>user\nRead the following paragraph and explain in your own words "
+            "what it says.\n\n" + PARAGRAPH + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+SHORT = "<|im_start|>user\nTell me a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def guest_main(argv) -> None:
+    import hashlib
+
+    import pyodide_js
+
+    import ember.llm
+    import ember.wasm as EW
+
+    n = int(_arg(argv, "threads", "2"))
+    kind = _arg(argv, "files", "q4_1")
+    n_tok = int(_arg(argv, "tokens", "128"))
+    path = _arg(argv, f"llm-{kind}", None)
+    wait_threads(n)
+    heap = lambda: int(pyodide_js._module.HEAP8.length)  # noqa: E731
+    info = EW.info()
+    shared0 = info.get("shared_memory_bytes", 0)
+    size = os.path.getsize(path)
+    h0 = heap()
+    t0 = time.perf_counter()
+    model = ember.llm.load(path, device="wasm", context=2048)
+    t_load = time.perf_counter() - t0
+    h1 = heap()
+    warm = model.warm_up()
+    h2 = heap()
+    shared = EW.info().get("shared_memory_bytes", 0) - shared0
+    print(f"== {kind} threads={n} (team threads {EW.threads()}): file {size / 1e6:.1f} MB, load {t_load:.1f} s, "
+          f"warm {warm['ms']:.0f} ms")
+    print(f"   heap growth: load {(h1 - h0) / 1e6:.1f} MB, load+warm {(h2 - h0) / 1e6:.1f} MB; shared memory "
+          f"{shared / 1e6:.1f} MB; total {(h2 - h0 + shared) / 1e6:.1f} MB = {(h2 - h0 + shared) / size:.2f}x the file")
+    for name, prompt in (("short", SHORT), ("long", chat_prompt())) * 2:
+        ids = model.tokenizer.encode(prompt)
+        out = model.tokenizer.encode(model.generate(ids, max_tokens=n_tok))
+        s = model.stats
+        print(f"   {name} ({len(ids)} tok): prompt {s['prompt_tokens_per_second']:.1f} tok/s, decode "
+              f"{s['decode_tokens_per_second']:.1f} tok/s, {s['tokens']} tokens, threads {s.get('threads')}, "
+              f"reply ids {hashlib.sha1(str(out).encode()).hexdigest()[:10]}")
+    h3 = heap()
+    shared = EW.info().get("shared_memory_bytes", 0) - shared0
+    print(f"   after the replies: heap growth {(h3 - h0) / 1e6:.1f} MB, shared {shared / 1e6:.1f} MB, "
+          f"total {(h3 - h0 + shared) / size:.2f}x the file")
+
+
+if __name__ == "__main__":
+    if sys.platform == "emscripten":
+        guest_main(sys.argv[1:])
+    else:
+        raise SystemExit(host_main(sys.argv[1:]))
