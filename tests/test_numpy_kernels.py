@@ -1,6 +1,7 @@
 """The numpy backend's fast paths against the pure-Python backend (the living specification) and,
 for erf, against ``math.erf``: every branch of conv2d (1x1 as one GEMM, strided 1x1, grouped,
-depthwise with and without a channel multiplier, im2col), pooling by kernel taps, the in-place
+depthwise with and without a channel multiplier: im2col, kernel rows over kernel-column copies,
+channels last; im2col), pooling by kernel taps, the in-place
 softmax / log_softmax / layer_norm (inputs are never written) and attention as two stacked
 matmuls (masked rows, causal, float and bool masks)."""
 from __future__ import annotations
@@ -41,10 +42,13 @@ CONVS = [
     ((2, 6, 8, 8), (4, 3, 3, 3), {"groups": 2, "stride": (2, 1), "padding": 1}),  # grouped
     ((2, 3, 8, 7), (5, 3, 3, 2), {"padding": ((1, 0), (2, 1)), "dilation": (1, 2)}),
     ((1, 1, 28, 28), (16, 1, 3, 3), {"padding": 1}),
-    ((1, 64, 5, 6), (64, 1, 5, 5), {"groups": 64, "padding": 2}),                   # depthwise, channels last
-    ((2, 64, 7, 7), (64, 1, 5, 5), {"groups": 64, "padding": ((2, 1), (0, 2)), "stride": 2, "dilation": (1, 2)}),
-    ((1, 80, 9, 11), (80, 1, 7, 5), {"groups": 80, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
-    ((1, 96, 14, 14), (96, 1, 5, 5), {"groups": 96, "padding": 2, "stride": 2}),
+    ((1, 208, 5, 6), (208, 1, 5, 5), {"groups": 208, "padding": 2}),                # depthwise, channels last
+    ((2, 200, 7, 7), (200, 1, 5, 5), {"groups": 200, "padding": ((2, 1), (0, 2)), "stride": 2, "dilation": (1, 2)}),
+    ((1, 200, 9, 11), (200, 1, 7, 5), {"groups": 200, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
+    ((1, 64, 5, 6), (64, 1, 5, 5), {"groups": 64, "padding": 2}),                   # depthwise, kernel rows
+    ((2, 8, 9, 11), (8, 1, 7, 5), {"groups": 8, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
+    ((1, 5, 9, 12), (10, 1, 3, 3), {"groups": 5, "padding": ((2, 1), (1, 2)), "stride": (1, 2), "dilation": (2, 1)}),
+    ((1, 96, 14, 14), (96, 1, 5, 5), {"groups": 96, "padding": 2, "stride": 2}),      # depthwise, im2col
 ]
 
 
@@ -56,7 +60,7 @@ def test_conv2d_paths(xs, ws, kw, bias):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("taps_bytes", [64, 3072])
+@pytest.mark.parametrize("taps_bytes", [64, 10000])
 @pytest.mark.parametrize("xs,ws,kw", CONVS, ids=[f"{x}-{w}-{k}" for x, w, k in CONVS])
 def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, taps_bytes, monkeypatch):
     """Columns over numpy_nn._COLS_BYTES are made and multiplied a slice at a time (bands of
@@ -64,10 +68,25 @@ def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, taps_bytes, monkeypatch)
     _TAPS_BYTES): with tiny limits every case takes that path."""
     from ember.backends import numpy_nn
     monkeypatch.setattr(numpy_nn, "_COLS_BYTES", 64)
-    monkeypatch.setattr(numpy_nn, "_TAPS_BYTES", taps_bytes)  # channels-last depthwise: 1 row a band, or 2 (5x6 at 64: 2, 2, 1)
+    monkeypatch.setattr(numpy_nn, "_TAPS_BYTES", taps_bytes)  # channels-last depthwise: 1 row a band, or more
     arrays = [f32(*xs), f32(*ws), f32(ws[0])]
     got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_paths_taken(monkeypatch):
+    """The CONVS depthwise cases reach each depthwise path (so the cases above test all three)."""
+    from ember.backends import numpy_nn
+    seen = []
+    for name in ("_conv_depthwise_taps", "_conv_depthwise_rows"):
+        real = getattr(numpy_nn, name)
+        monkeypatch.setattr(numpy_nn, name, lambda *a, _r=real, _n=name: seen.append(_n) or _r(*a))
+    for xs, ws, kw in [c for c in CONVS if c[2].get("groups", 1) == c[0][1] and c[1][1] == 1]:
+        seen.clear()
+        ember.conv2d(ember.from_numpy(f32(*xs), device="numpy"), ember.from_numpy(f32(*ws), device="numpy"), **kw)
+        taps = xs[1] >= 200 and ws[2] * ws[3] >= 25 and ws[0] == xs[1]
+        rows = not taps and kw.get("stride", 1) in (1, (1, 2))
+        assert seen == (["_conv_depthwise_taps"] if taps else ["_conv_depthwise_rows"] if rows else []), (xs, ws, kw)
 
 
 POOLS = [
