@@ -46,10 +46,16 @@ CONVS = [
     ((2, 200, 7, 7), (200, 1, 5, 5), {"groups": 200, "padding": ((2, 1), (0, 2)), "stride": 2, "dilation": (1, 2)}),
     ((1, 200, 9, 11), (200, 1, 7, 5), {"groups": 200, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
     ((1, 64, 5, 6), (64, 1, 5, 5), {"groups": 64, "padding": 2}),                   # depthwise, kernel rows
-    ((2, 8, 9, 11), (8, 1, 7, 5), {"groups": 8, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
+    ((2, 8, 15, 11), (8, 1, 7, 5), {"groups": 8, "padding": ((3, 2), (1, 3)), "stride": (1, 2), "dilation": (2, 1)}),
     ((1, 5, 9, 12), (10, 1, 3, 3), {"groups": 5, "padding": ((2, 1), (1, 2)), "stride": (1, 2), "dilation": (2, 1)}),
-    ((1, 96, 14, 14), (96, 1, 5, 5), {"groups": 96, "padding": 2, "stride": 2}),      # depthwise, im2col
+    ((1, 96, 14, 14), (96, 1, 5, 5), {"groups": 96, "padding": 2, "stride": 2}),      # kernel rows, 2 phases
+    ((1, 6, 20, 9), (6, 1, 5, 3), {"groups": 6, "padding": ((2, 2), (1, 1)), "stride": (3, 1), "dilation": (2, 1)}),
+    ((1, 4, 6, 7), (4, 1, 1, 3), {"groups": 4, "padding": ((0, 0), (1, 1))}),        # depthwise, im2col
+    ((1, 3, 10, 11), (3, 1, 2, 4), {"groups": 3, "padding": ((1, 0), (2, 1)), "stride": (3, 2)}),
 ]
+# which depthwise path each depthwise case above takes (test_depthwise_paths_taken)
+DEPTHWISE_PATHS = {6: "rows", 5: "rows", 208: "taps", 200: "taps", 64: "rows", 8: "rows", 96: "rows", 4: "rows",
+                   3: "im2col"}
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -75,18 +81,22 @@ def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, taps_bytes, monkeypatch)
 
 
 def test_depthwise_paths_taken(monkeypatch):
-    """The CONVS depthwise cases reach each depthwise path (so the cases above test all three)."""
+    """The CONVS depthwise cases reach each depthwise path (so the tests above cover all three)."""
     from ember.backends import numpy_nn
     seen = []
     for name in ("_conv_depthwise_taps", "_conv_depthwise_rows"):
         real = getattr(numpy_nn, name)
-        monkeypatch.setattr(numpy_nn, name, lambda *a, _r=real, _n=name: seen.append(_n) or _r(*a))
-    for xs, ws, kw in [c for c in CONVS if c[2].get("groups", 1) == c[0][1] and c[1][1] == 1]:
+        monkeypatch.setattr(numpy_nn, name, lambda *a, _r=real, _n=name[16:]: seen.append(_n) or _r(*a))
+    paths = []
+    for xs, ws, kw in CONVS:
+        if kw.get("groups", 1) != xs[1] or ws[1] != 1 or xs[1] == 1:
+            continue
         seen.clear()
         ember.conv2d(ember.from_numpy(f32(*xs), device="numpy"), ember.from_numpy(f32(*ws), device="numpy"), **kw)
-        taps = xs[1] >= 200 and ws[2] * ws[3] >= 25 and ws[0] == xs[1]
-        rows = not taps and kw.get("stride", 1) in (1, (1, 2))
-        assert seen == (["_conv_depthwise_taps"] if taps else ["_conv_depthwise_rows"] if rows else []), (xs, ws, kw)
+        want = DEPTHWISE_PATHS[xs[1]] if (xs[1], ws[2:]) != (4, (1, 3)) else "im2col"
+        assert seen == ([] if want == "im2col" else [want]), (xs, ws, kw, seen)
+        paths.append(want)
+    assert set(paths) == {"taps", "rows", "im2col"}
 
 
 POOLS = [

@@ -457,14 +457,17 @@ def _taps(a, oh, ow, kh, kw, stride, dilation):
             yield i, j, a[:, :, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw]
 
 
-def strided_view(a, shape, strides):
-    """A read-only view of ``a``'s memory with the given shape and byte strides (which must stay
-    inside ``a``). A C-contiguous ``a`` is viewed through the ndarray constructor (~0.3 us;
-    numpy's as_strided costs ~7 us a call, a good part of a small convolution)."""
+def strided_view(a, shape, strides, offset=0):
+    """A read-only view of ``a``'s memory from ``offset`` bytes on, with the given shape and
+    byte strides (which must stay inside ``a``). A C-contiguous ``a`` is viewed through the
+    ndarray constructor (~0.3 us; numpy's as_strided costs ~7 us a call, a good part of a small
+    convolution)."""
     if a.flags.c_contiguous and a.size:
-        v = np.ndarray(shape, a.dtype, a, 0, strides)
+        v = np.ndarray(shape, a.dtype, a, offset, strides)
         v.flags.writeable = False
         return v
+    if offset:
+        raise ValueError("strided_view: an offset needs a C-contiguous array")
     return as_strided(a, shape=shape, strides=strides, writeable=False)
 
 
@@ -543,16 +546,17 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     columns, then one small matrix product per channel, all in one batched matmul (no
     per-group Python loop; ~3x faster than multiply-adding the taps over the whole output).
     ``mult`` outputs per input channel (output c*mult + m reads input channel c). Columns
-    larger than _COLS_BYTES are made a few channels at a time (see there). Stride 1 down the
-    rows copies kernel columns only (_conv_depthwise_rows); many channels on a small image
-    with a large kernel go channels last (_conv_depthwise_taps)."""
+    larger than _COLS_BYTES are made a few channels at a time (see there). Usually the columns
+    copy kernel columns only (_conv_depthwise_rows); many channels on a small image with a
+    large kernel go channels last (_conv_depthwise_taps)."""
     n, c = a.shape[:2]
     k = kh * kw
     if mult == 1 and k >= 25 and oh * ow <= _TAPS_MAX_PIXELS and c >= _TAPS_MIN_CHANNELS:
         return _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation)
     ap = _padded(a, padding)
-    if stride[0] == 1 and kh > 1:
-        return _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride[1], dilation)
+    phases = _row_phases(oh, kh, stride[0], dilation[0])
+    if phases is not None:
+        return _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases)
     wm = w.reshape(c, mult, k)                                                     # (c, mult, k)
     step = max(1, _COLS_BYTES // (n * k * oh * ow * 4))
     if step >= c:
@@ -567,27 +571,39 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     return y.reshape(n, c * mult, oh, ow)
 
 
-def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, sw, dilation):
-    """Depthwise, stride 1 down the rows (``ap`` padded): the columns hold kernel columns only,
-    (kw, rows, ow) per channel, one copy; kernel row i reads its rows i*dh .. i*dh + oh - 1,
-    a contiguous (kw, oh*ow) view of them, so the products of kernel rows are kh batched
-    matmuls over the same columns. A kh-th of im2col's copying, which is what the depthwise
-    columns cost (30-40% faster on 5x5 kernels, 10-20% on 3x3)."""
+def _row_phases(oh, kh, sh, dh):
+    """For the row path: {phase: rows to copy}, kernel row i reading phase (i*dh) % sh from row
+    (i*dh) // sh on; None when that copies no fewer rows than im2col (kh * oh)."""
+    phases: dict = {}
+    for i in range(kh):
+        p, r = (i * dh) % sh, (i * dh) // sh
+        phases[p] = max(phases.get(p, 0), oh + r)
+    return phases if kh > 1 and sum(phases.values()) < kh * oh else None
+
+
+def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
+    """Depthwise (``ap`` padded) with the columns holding kernel columns only: per channel and
+    row phase (padded rows phase, phase + sh, ...: one phase at stride 1) a (kw, rows, ow) copy.
+    Kernel row i reads oh consecutive rows of its phase, a contiguous (kw, oh*ow) view, so the
+    kernel rows are kh batched matmuls over the same copies: about sh / kh of im2col's copying,
+    which is what depthwise columns cost (5x5 at stride 1: 30-40% faster, 3x3: 10-20%)."""
     n, c = ap.shape[:2]
-    dh, dw = dilation
-    hu = oh + (kh - 1) * dh                                   # padded rows read
+    (sh, sw), (dh, dw) = stride, dilation
+    ap = np.ascontiguousarray(ap)                 # (a copy only for an unpadded strided input)
     wm = w.reshape(c, mult, kh, kw)
     ft = np.float32 if ap.dtype != np.float64 else ap.dtype
     y = np.empty((n, c, mult, oh * ow), ft)
     s0, s1, s2, s3 = ap.strides
-    windows = strided_view(ap, (n, c, kw, hu, ow), (s0, s1, s3 * dw, s2, s3 * sw))
-    step = max(1, _COLS_BYTES // (n * kw * hu * ow * 4))
+    windows = {p: strided_view(ap, (n, c, kw, hu, ow), (s0, s1, s3 * dw, s2 * sh, s3 * sw), p * s2)
+               for p, hu in phases.items()}
+    step = max(1, _COLS_BYTES // (n * kw * sum(phases.values()) * ow * 4))
     for c0 in range(0, c, step):
         c1 = min(c, c0 + step)
-        cols = np.ascontiguousarray(windows[:, c0:c1])                         # (n, cc, kw, hu, ow)
+        cols = {p: np.ascontiguousarray(v[:, c0:c1]) for p, v in windows.items()}   # (n, cc, kw, hu, ow)
         yb = y[:, c0:c1]
         for i in range(kh):
-            rows = cols[:, :, :, i * dh:i * dh + oh, :].reshape(n, c1 - c0, kw, oh * ow)     # a view
+            r = (i * dh) // sh
+            rows = cols[(i * dh) % sh][:, :, :, r:r + oh, :].reshape(n, c1 - c0, kw, oh * ow)   # a view
             if i == 0:
                 matmul(wm[c0:c1, :, 0], rows, out=yb)
             else:
