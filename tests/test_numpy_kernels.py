@@ -491,3 +491,43 @@ def test_clip_ufunc_equals_np_clip(dtype):
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
         buf = x.copy()
         assert clip(buf, lo, hi, out=buf) is buf and buf.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("shape,axes,keepdims", [((1, 576, 7, 7), (2, 3), True), ((1, 240, 14, 14), (-1, -2), False),
+                                                 ((64, 30), (1,), False), ((4, 8, 5), (1, 2), True),
+                                                 ((16, 2000), (1,), False), ((8, 30), (1,), False)])
+def test_sum_trailing_axes_as_row_products(shape, axes, keepdims):
+    """ember.sum over trailing axes (a BLAS matrix-vector product for many short float32 rows)
+    against float64 sums: NaN and infinite rows, keepdims, negative axes, float16 input, and the
+    shapes that keep numpy's own sum (long rows, few rows, a Fortran-ordered array)."""
+    from ember.backends import numpy_backend
+    a = f32(*shape) * np.float32(100)
+    flat = a.reshape(-1, int(np.prod([shape[ax] for ax in axes])))
+    flat[0, 0] = np.nan
+    flat[1, :2] = np.inf
+    flat[2, :2] = [np.inf, -np.inf]
+    flat[3] = -0.0
+    taken = []
+    real = numpy_backend._row_sums
+    assert numpy_backend._row_sums(np.asfortranarray(a), axes, keepdims) is None      # not C-contiguous
+    for dtype, arr in (("float32", a), ("float16", a.astype(np.float16))):
+        taken.clear()
+        def spy(*args, _r=real):
+            y = _r(*args)
+            taken.append(y is not None)
+            return y
+        numpy_backend._row_sums = spy
+        try:
+            got = ember.sum(ember.from_numpy(arr, device="numpy"), axis=axes, keepdims=keepdims).numpy()
+        finally:
+            numpy_backend._row_sums = real
+        with np.errstate(invalid="ignore"):
+            want = np.sum(arr.astype(np.float64), axis=axes, keepdims=keepdims)
+        assert got.shape == want.shape
+        tol = np.sum(np.abs(arr.astype(np.float64)), axis=axes, keepdims=keepdims) * 2e-7 \
+            if dtype != "float16" else np.abs(want) * 1e-3 + 1e-2
+        fin = np.isfinite(want)
+        assert np.all(np.abs(got[fin] - want[fin]) <= tol[fin] + 1e-30)
+        np.testing.assert_array_equal(got[~fin], want[~fin].astype(got.dtype))
+        expect_row_path = flat.shape[1] <= 1024 and flat.shape[0] >= 16
+        assert taken == [bool(expect_row_path)], (dtype, taken)

@@ -337,13 +337,38 @@ def _clip(out, x, *, min=None, max=None):  # noqa: A002
 
 # ---- reductions ------------------------------------------------------------------------------
 
+# float32 sums over trailing axes of a C-contiguous array with at least this many rows and at
+# most _ROW_SUM_MAX values a row go through one BLAS matrix-vector product with a ones vector:
+# numpy sums each short row on its own (a squeeze-excite's global pooling, 576 rows of 49:
+# ~24 us vs ~4 us). The rows are short, so float32 accumulation stays within a few ulp.
+_ROW_SUM_MIN_ROWS = 16
+_ROW_SUM_MAX = 1024
+
+
+def _row_sums(a, axes, keepdims):
+    """np.sum(a, axes) as a matrix-vector product when that fits the rule above, else None."""
+    nd = a.ndim
+    axes = sorted(ax % nd for ax in axes) if nd else []
+    if a.dtype != np.float32 or not axes or axes != list(range(nd - len(axes), nd)) or not a.flags.c_contiguous:
+        return None
+    k = 1
+    for ax in axes:
+        k *= a.shape[ax]
+    rows = a.size // k if k else 0
+    if not (2 <= k <= _ROW_SUM_MAX and rows >= _ROW_SUM_MIN_ROWS):
+        return None
+    y = matmul(a.reshape(rows, k), np.ones(k, np.float32))
+    return y.reshape(a.shape[:nd - len(axes)] + ((1,) * len(axes) if keepdims else ()))
+
+
 def _reduce(fn):
     def kernel(out, x, *, axes, keepdims=False, **_):
         a = _f32(x)
         if out.dtype.kind in "iu" and a.dtype.kind in "biu":
             a = a.astype(np.int64)
         with np.errstate(all="ignore"):
-            return _out(fn(a, axis=tuple(axes), keepdims=keepdims), out)
+            y = _row_sums(a, axes, keepdims) if fn is np.sum else None
+            return _out(fn(a, axis=tuple(axes), keepdims=keepdims) if y is None else y, out)
     return kernel
 
 
