@@ -90,6 +90,34 @@ def main() -> None:
     wall = time.perf_counter() - t0
     print(f"one pass per step: GPU {timer.seconds() / 32 * 1e3:.3f} ms/step, wall {wall / 32 * 1e3:.3f} ms/step")
     drv.timer = None
+    # host time of a replay, split: wgpu-native's finish and submit vs the rest (ember's Python,
+    # the direct C calls that record each dispatch); steps only enqueued, read once at the end
+    enc_cls, q_cls = type(dev.create_command_encoder()), type(dev.queue)
+    spent = {"finish": 0.0, "submit": 0.0}
+    orig = enc_cls.finish, q_cls.submit
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t
+        return wrapper
+    enc_cls.finish, q_cls.submit = timed("finish", orig[0]), timed("submit", orig[1])
+    try:
+        n = 64
+        t0 = time.perf_counter()
+        for pos in range(100, 100 + n):
+            r = step(tensor([tok], dtype="int32", device="webgpu"), tensor([pos], dtype="int32", device="webgpu"))
+        host = time.perf_counter() - t0
+        r.tolist()
+    finally:
+        enc_cls.finish, q_cls.submit = orig
+    nd = len(stream.cmds)
+    print(f"host per step ({n} steps enqueued, one read at the end): {host / n * 1e3:.3f} ms = "
+          f"{host / n / nd * 1e6:.2f} us per dispatch; finish {spent['finish'] / n * 1e3:.3f} ms, "
+          f"submit {spent['submit'] / n * 1e3:.3f} ms, the rest {(host - spent['finish'] - spent['submit']) / n * 1e3:.3f} ms")
     pr = cProfile.Profile()
     pr.enable()
     for pos in range(36, 100):
