@@ -531,3 +531,33 @@ def test_sum_trailing_axes_as_row_products(shape, axes, keepdims):
         np.testing.assert_array_equal(got[~fin], want[~fin].astype(got.dtype))
         expect_row_path = flat.shape[1] <= 1024 and flat.shape[0] >= 16
         assert taken == [bool(expect_row_path)], (dtype, taken)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.int64])
+@pytest.mark.parametrize("r", [2, 4, 8, 3])
+def test_take_repeating_last_axis_bit_exact(dtype, r):
+    """take along the last axis with indices 0,..,0, 1,..,1, ... (r each: a nearest-neighbour
+    upsampling) equals np.take bit for bit: NaN payloads, -0.0, infinities; also the reversed
+    order (np.take's own path) and negative indices (the same pattern once normalized)."""
+    from ember.backends import numpy_backend
+    a = (rng.standard_normal((2, 3, 64, 50)) * 1000).astype(dtype)
+    if dtype in (np.float32, np.float16):
+        bits = a.view(np.uint32 if dtype == np.float32 else np.uint16)
+        bits[0, 0, 0, :3] = [0x7FC01234 if dtype == np.float32 else 0x7E12, 0x80000000 if dtype == np.float32 else 0x8000,
+                             0xFF800000 if dtype == np.float32 else 0xFC00]
+    x = ember.from_numpy(a, device="numpy")
+    calls = []
+    real = numpy_backend._repeat_last
+    numpy_backend._repeat_last = lambda *args: calls.append(1) or real(*args)
+    try:
+        for ids in (np.repeat(np.arange(50), r), np.repeat(np.arange(50), r)[::-1].copy(), np.repeat(np.arange(50) - 50, r)):
+            got = ember.take(x, ember.from_numpy(ids, device="numpy"), axis=-1).numpy()
+            want = np.take(a, ids, axis=-1)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    finally:
+        numpy_backend._repeat_last = real
+    # (the path is tried for every large enough last-axis take; it applies to the first ids only)
+    assert len(calls) == 3
+    fast = real(a, np.repeat(np.arange(50), r))
+    assert (fast is not None) == (r in (2, 4, 8) and a.itemsize in (2, 4))
