@@ -36,7 +36,8 @@ def _open(page) -> dict:
         const i = await window.emberDemo.ready;
         return {worker: i.worker, devices: i.devices, readyMs: i.readyMs, loadMs: i.loadMs, steps: i.steps,
                 modelCached: i.modelCached, modelBytes: i.modelBytes, download: i.download, context: i.context,
-                heapBefore: i.heapBefore, heapAfter: i.heapAfter, weightsBytes: i.weightsBytes};
+                heapBefore: i.heapBefore, heapAfter: i.heapAfter, weightsBytes: i.weightsBytes,
+                heapWarm: i.heapWarm, sharedBefore: i.sharedBefore, sharedAfter: i.sharedAfter};
     }""")
     info["open_to_ready_ms"] = (time.perf_counter() - t0) * 1000
     return info
@@ -95,6 +96,14 @@ def test_page_loads_the_model_with_progress(chat_page, site_dir):
           f"model load {info['loadMs']:.0f} ms; WebAssembly memory {info['heapBefore'] / 1e6:.0f} -> "
           f"{info['heapAfter'] / 1e6:.0f} MB over the load ({(info['heapAfter'] - info['heapBefore']) / size:.2f}x "
           f"the file)")
+    # What the loaded and warmed-up model holds (issue 18: <= 1.3x the file): the heap's growth and
+    # the wasm thread team's shared memory (its weights and key/value cache with threads).
+    if info["devices"]["cpu"] == "wasm":
+        shared = (info["sharedAfter"] or 0) - (info["sharedBefore"] or 0)
+        total = info["heapWarm"] - info["heapBefore"] + shared
+        print(f"chat page: after the warm-up heap +{(info['heapWarm'] - info['heapBefore']) / 1e6:.0f} MB, "
+              f"shared memory +{shared / 1e6:.0f} MB: {total / size:.2f}x the file")
+        assert total <= 1.3 * size, (total / size, info)
 
 
 def test_greedy_generation_matches_transformers(fast_cpu):

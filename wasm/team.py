@@ -39,7 +39,28 @@ CPython under wasmtime; a JS host without workers) everything runs on one thread
 A constant a table writes in place (a KV cache) is *resident*: one copy in the shared memory for
 every plan that binds it, synced with Python's array only when Python uses it (``Resident``).
 
-**Limits.** Threads help only compiled plans (``ember.compile``, ONNX sessions, ``ember.llm``'s
+**Arrays moved into the shared memory (a language model's weights, decided by measurement).**
+Copying constants in once still held every weight twice: SmolLM2 Q4_1 (98 MB file) in Pyodide's
+heap and again here, plus its KV cache in both (4.15x the file after a load and warm-up, Node,
+2 threads). So a model loaded while the team runs (``ember.nn.llama``) reads its quantized
+weights from the file straight into spans here (``Team.moved``, 1 MB at a time through one
+buffer) and makes its KV cache here: Python's side is a ``Moved`` array, the right typecode and
+``len()`` but no elements (1.17x the file, everything counted). Where such an array is used:
+
+- a table binds it where it lives (``plan_exec.TeamSpace``: no copy; the usual checks, its size
+  is the resident span's);
+- an eager kernel call naming it (``runtime.PyodideRuntime.call``: the prompt's forward) runs on
+  thread 0's instance of the module on this memory (``Team.call``): the call's other buffers are
+  copied into a staging span and written ones back, every span bounds-checked first (a moved
+  array against its resident size); the same kernel code, so the same bits;
+- Python reading it (``tolist``/``to_bytes``, a python-backend step of a replay, a table on
+  Pyodide's memory) gives it its elements back (``Resident.python_use``: a copy, kept; it is a
+  plain resident array from then on); after ``set_threads(1)`` its plans' tables run on thread
+  0 of the team's memory instead (``plan_exec._space_team``), so nothing is copied back.
+
+**Limits.** A python-backend kernel called eagerly on a ``Moved`` array (a format or shape the
+module has no kernel for) sees no elements: read it first (``tolist``) or load the model without
+the team. Threads help only compiled plans (``ember.compile``, ONNX sessions, ``ember.llm``'s
 steps). A resident array read by Python code other than a wasm kernel call (``tolist``, a
 python-backend kernel) may show values from before the last replays. Workers are started once and never stopped (``set_threads(1)`` parks
 them); they start asynchronously: the first replays after ``set_threads`` may run on fewer
@@ -215,6 +236,7 @@ class Team:
         self._copy = js.Function.new("return " + _COPY)()
         self._fill = js.Function.new("return " + _FILL)()
         self.stage_addr, self.stage_bytes = 0, 0   # where eager calls on moved arrays stage the rest
+        self._fns = {}
         self.workers = []
         self.spans = Spans(lambda: int(self.memory.buffer.byteLength), self._grow)
         self.ctl = self.alloc(CTL_WORDS * 4)
@@ -403,7 +425,10 @@ class Team:
             conv.append(base + at + (a.at - a.offset) * isz if a.n else 0)
             if a.writes and nb:
                 back.append((src, base + at, nb))
-        res = getattr(self.exports, name)(*conv)
+        f = self._fns.get(name)
+        if f is None:
+            f = self._fns[name] = getattr(self.exports, name)
+        res = f(*conv)
         for ent in wrote:
             ent.shared_wrote()
         for src, at, nb in back:

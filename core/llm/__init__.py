@@ -24,9 +24,12 @@ every position a later step reads before writing it again (positions are inputs)
 
 Memory: on device "wasm" the key/value cache is sized to what a reply can reach (prompt +
 ``max_tokens``), not the whole context: ``Llama.reserve`` grows it in chunks (at least doubling)
-before a reply's prompt runs; the compiled steps are made again after a growth (their tables
-bound the old cache). With the thread team the weights and the cache live in the team's shared
-memory only (``ember.nn.llama``).
+before a reply's prompt runs. A growth makes the compiled steps again (their tables bound the old
+cache) and warms them up there (``warm_up``: capture, table, the thread team's probes), before
+the prompt runs: ``stats["grow_ms"]``, outside the prompt and decode rates. It happens at the
+first reply that needs more rows than any before (the chat page: its first reply, then at
+doublings). With the thread team the weights and the cache live in the team's shared memory
+only (``ember.nn.llama``).
 
 Options of ``generate``/``chat``: ``max_tokens`` (default 256), ``temperature`` (0 = greedy,
 the default), ``top_k`` (40 when sampling unless given; 0 = none), ``top_p``, ``min_p``,
@@ -139,7 +142,7 @@ class LLM:
         steps = max(0, min(int(steps), self.context - 2))
         dev = self.device
         t0 = time.perf_counter()
-        self._reserve(steps + 1)
+        self._reserve(steps + 1, warm=False)
         token = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
         self.model.forward(tensor([token], dtype="int32", device=dev), tensor([0], dtype="int32", device=dev))
         _, step = self._steps()
@@ -148,11 +151,26 @@ class LLM:
                              tensor([pos], dtype="int32", device=dev)).tolist()[0])
         return {"ms": (time.perf_counter() - t0) * 1000.0, "steps": steps}
 
-    def _reserve(self, positions: int) -> None:
+    def _reserve(self, positions: int, warm: bool = True) -> float:
         """(wasm) The key/value cache holds ``positions`` rows; after it grew, the compiled steps
-        are made again on their next use (their plans hold the old cache)."""
-        if self.device == "wasm" and self.model.reserve(positions):
+        are made again (their plans hold the old cache) and, with ``warm``, warmed up at once if
+        they had been made before. Returns the milliseconds that took (0.0: no growth)."""
+        if self.device != "wasm":
+            return 0.0
+        m = self.model
+        if m.k_cache is not None and min(int(positions), m.context) <= m.capacity:
+            return 0.0
+        t0 = time.perf_counter()
+        made = self._step_logits is not None
+        if made:   # the old steps' plans (and their tables' spans) go before the new cache is made
+            import gc
+
             self._step_logits = self._step_argmax = None
+            gc.collect()
+        m.reserve(positions)
+        if warm and made:
+            self.warm_up()
+        return (time.perf_counter() - t0) * 1000.0
 
     @property
     def context(self) -> int:
@@ -221,9 +239,9 @@ class LLM:
         cut_by_stop = False
         longest = max((len(s) for s in stops), default=0)
 
+        stats["grow_ms"] = self._reserve(n_prompt + max_tokens)
         # prefill: the prompt in batched chunks; the last chunk's logits give the first token
         t0 = time.perf_counter()
-        self._reserve(n_prompt + max_tokens)
         logits = None
         for start in range(0, n_prompt, PREFILL_CHUNK):
             chunk = ids[start:start + PREFILL_CHUNK]

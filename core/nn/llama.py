@@ -11,9 +11,9 @@ step (``ember.compile``) serves every position of a generation.
 not ``context``: ``reserve(n)`` (``ember.llm`` calls it with the prompt + the new tokens a reply
 may make) allocates or grows it in chunks (``KV_CHUNK`` rows, at least doubling, never past
 ``context``); a forward without a reservation allocates the whole context as before. SmolLM2
-at the chat page's 2048 positions: 94 MB of float32 rows at full size, 11.8 MB for the first
-256. On device "wasm" with the thread team running (``ember.wasm.team``), the quantized weights
-are read from the file straight into the team's shared memory and the cache made there
+at the chat page's 2048 positions: 94 MB of float32 rows at full size, 2.9 MB for the first 64.
+On device "wasm" with the thread team running (``ember.wasm.team``), the quantized weights are
+read from the file straight into the team's shared memory and the cache made there
 (``Team.moved``): Python holds ``Moved`` arrays without elements, so the weights exist once
 (they used to be in Pyodide's heap and again in the shared memory).
 
@@ -39,7 +39,9 @@ from ..tensor import Tensor, tensor
 # llama.cpp's convert script permutes llama's Q/K rows so that rotated pairs are adjacent
 # ("pairs"); Qwen2 files keep the Hugging Face layout ("halves") and add Q/K/V biases.
 # key/value rows a reservation allocates at least (and grows by, at least doubling)
-KV_CHUNK = 256
+# (64 SmolLM2 rows, 2.9 MB, fit the heap a load leaves; 256 made Pyodide's heap grow by a step
+# of 28 MB on one thread)
+KV_CHUNK = 64
 
 ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "granite": "pairs", "qwen2": "halves"}
 
@@ -278,7 +280,9 @@ class Llama:
     def _allocate(self, rows: int) -> None:
         c = self.cfg
         shape = (rows, c.n_kv_heads, c.head_dim)
-        team = _team(self.device)
+        # (the wasm attention kernel takes head_dim % 4 == 0; other heads run a Python kernel,
+        # which needs the rows in Python)
+        team = _team(self.device) if c.head_dim % 4 == 0 else None
         if team is not None:     # in the team's shared memory only (module doc)
             from .. import dtypes
 

@@ -59,6 +59,14 @@ def heap_bytes() -> int | None:
     return int(pyodide_js._module.HEAP8.length)
 
 
+def shared_bytes() -> int:
+    """The size of the wasm thread team's shared memory (its high-water mark: where a model
+    loaded with the team keeps its weights and key/value cache), 0 without a team."""
+    if DEVICES["cpu"] != "wasm":
+        return 0
+    return int(ember.wasm.info().get("shared_memory_bytes", 0) or 0)
+
+
 def _build(backend: str, source, remove: bool) -> float:
     """Load the model on ``backend`` from a path (the page's download in Pyodide's file system,
     which lives in JavaScript's memory: ember reads the header, then each tensor's bytes
@@ -89,7 +97,7 @@ def load(source, backends=("cpu",), remove: bool = False) -> dict:
         if b not in DEVICES:
             raise ValueError(f"load: unknown backend {b!r}; use 'cpu' or 'webgpu'")
     size = os.path.getsize(source) if isinstance(source, str) else len(source)
-    heap_before = heap_bytes()
+    heap_before, shared_before = heap_bytes(), shared_bytes()
     _models.clear()
     ms = {}
     for i, b in enumerate(backends):
@@ -101,9 +109,12 @@ def load(source, backends=("cpu",), remove: bool = False) -> dict:
                   "context": m.context, "vocab": m.model.cfg.vocab_size,
                   "name": str(m.metadata.get("general.name", "")),
                   "chat_template": bool(m.metadata.get("tokenizer.chat_template"))})
-    # after the heap was measured: the first forward allocates the key/value cache (94 MB here)
+    # the first forward allocates the key/value cache (on the CPU backend sized to what a reply
+    # needs: ember.nn.llama's reserve; 94 MB at the whole 2048 positions): memory measured again
+    # after the warm-up, the team's shared memory (weights and cache, with threads) included
     cpu = _models.get("cpu")
     _info["warm"] = cpu.warm_up() if cpu is not None and DEVICES["cpu"] == "wasm" else None
+    _info.update({"heap_warm": heap_bytes(), "shared_before": shared_before, "shared_after": shared_bytes()})
     return dict(_info)
 
 
@@ -115,7 +126,7 @@ def _held_bytes(m) -> int:
         return b.nbytes if hasattr(b, "nbytes") else len(b) * getattr(b, "itemsize", 1)
     model = m.model
     total = 0
-    for w in model.w.values():
+    for w in model.w.values():   # (with the thread team: in its shared memory, not Python's heap)
         total += size(w.data if hasattr(w, "qtype") else w)
     for t in [model.cos, model.sin] + list(model.k_cache or []) + list(model.v_cache or []):
         total += size(t)

@@ -481,6 +481,10 @@ async function main() {
   info.heapBefore = loaded.heap_before;
   info.heapAfter = loaded.heap_after;
   info.weightsBytes = loaded.weights_bytes;
+  // ... after the warm-up (the key/value cache made), and the thread team's shared memory
+  info.heapWarm = loaded.heap_warm;
+  info.sharedBefore = loaded.shared_before;
+  info.sharedAfter = loaded.shared_after;
   info.context = loaded.context;
   info.model = loaded.name;
   steps.modelLoaded = performance.now() - t0;

@@ -536,6 +536,7 @@ FIRST_TOKEN_JS = """async (cfg) => {
                             onToken: () => { if (first === null) first = performance.now(); }});
     return {status: "ok", first_token_ms: first, ready_ms: ready, cached: info.modelCached,
             heap_before: info.heapBefore, heap_after: info.heapAfter, weights_bytes: info.weightsBytes,
+            heap_warm: info.heapWarm, shared_before: info.sharedBefore, shared_after: info.sharedAfter,
             model_bytes: info.modelBytes, tokens: r.tokens};
   } catch (e) {
     return {status: "error", reason: `${e && e.name}: ${e && e.message}`};
@@ -901,6 +902,13 @@ def goals(rows: list) -> list:
                            f"the model's buffers {ro['weights_bytes'] / 1e6:.0f} MB = "
                            f"{ro['weights_bytes'] / ro['model_bytes']:.2f}×; goal ≤ 1.3×; the KV cache comes "
                            "on top at the first reply)")
+            if ro.get("heap_warm") and ro.get("model_bytes"):
+                shared = (ro.get("shared_after") or 0) - (ro.get("shared_before") or 0)
+                total = ro["heap_warm"] - ro["heap_before"] + shared
+                out.append(f"- memory after the load and warm-up ({FILE_LABEL.get(r['file'])}): heap "
+                           f"+{(ro['heap_warm'] - ro['heap_before']) / 1e6:.0f} MB, the thread team's shared "
+                           f"memory +{shared / 1e6:.0f} MB: {total / ro['model_bytes']:.2f}× the file "
+                           f"({'met' if total <= 1.3 * ro['model_bytes'] else 'not met'}; goal ≤ 1.3×)")
         elif ro:
             out.append(f"- first token, model cached ({FILE_LABEL.get(r['file'])}): {ro.get('status')}: {ro.get('reason')}")
     return out

@@ -110,11 +110,26 @@ def guest_main(argv) -> None:
     info = EW.info()
     shared0 = info.get("shared_memory_bytes", 0)
     size = os.path.getsize(path)
+    if _arg(argv, "kv-chunk", None):
+        from ember.nn import llama
+        llama.KV_CHUNK = int(_arg(argv, "kv-chunk", None))
     h0 = heap()
     t0 = time.perf_counter()
     model = ember.llm.load(path, device="wasm", context=2048)
     t_load = time.perf_counter() - t0
     h1 = heap()
+    if "--detail" in argv:   # the heap after each part of warm_up
+        from ember import tensor
+        marks = [("load", h1)]
+        model._reserve(17)
+        marks.append(("kv", heap()))
+        model.model.forward(tensor([1], dtype="int32", device="wasm"), tensor([0], dtype="int32", device="wasm"))
+        marks.append(("eager forward", heap()))
+        _, step = model._steps()
+        for pos in range(1, 17):
+            step(tensor([1], dtype="int32", device="wasm"), tensor([pos], dtype="int32", device="wasm")).tolist()
+            marks.append((f"step {pos}", heap()))
+        print("   heap growth after: " + ", ".join(f"{k} {(v - h0) / 1e6:.1f}" for k, v in marks))
     warm = model.warm_up()
     h2 = heap()
     shared = EW.info().get("shared_memory_bytes", 0) - shared0
@@ -122,12 +137,22 @@ def guest_main(argv) -> None:
           f"warm {warm['ms']:.0f} ms")
     print(f"   heap growth: load {(h1 - h0) / 1e6:.1f} MB, load+warm {(h2 - h0) / 1e6:.1f} MB; shared memory "
           f"{shared / 1e6:.1f} MB; total {(h2 - h0 + shared) / 1e6:.1f} MB = {(h2 - h0 + shared) / size:.2f}x the file")
+    if "--prefill" in argv:   # the prompt alone, 8 times each: the fastest
+        best = {}
+        for _ in range(8):
+            for name, prompt in (("short", SHORT), ("long", chat_prompt())):
+                ids = model.tokenizer.encode(prompt)
+                model.generate(ids, max_tokens=1)
+                best.setdefault(name, []).append(model.stats["prefill_ms"])
+        print("   prefill ms (min / median of 8): " + ", ".join(
+            f"{k} {min(v):.1f} / {sorted(v)[4]:.1f}" for k, v in best.items()))
+        return
     for name, prompt in (("short", SHORT), ("long", chat_prompt())) * 2:
         ids = model.tokenizer.encode(prompt)
         out = model.tokenizer.encode(model.generate(ids, max_tokens=n_tok))
         s = model.stats
         print(f"   {name} ({len(ids)} tok): prompt {s['prompt_tokens_per_second']:.1f} tok/s, decode "
-              f"{s['decode_tokens_per_second']:.1f} tok/s, {s['tokens']} tokens, threads {s.get('threads')}, "
+              f"{s['decode_tokens_per_second']:.1f} tok/s, {s['tokens']} tokens, threads {s.get('threads')}, grow {s.get('grow_ms', 0):.0f} ms, "
               f"reply ids {hashlib.sha1(str(out).encode()).hexdigest()[:10]}")
     h3 = heap()
     shared = EW.info().get("shared_memory_bytes", 0) - shared0
