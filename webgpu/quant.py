@@ -208,11 +208,8 @@ def gemv_shape(n: int, k: int, mt: int) -> tuple:
     # 1240; at 49152x576: 8x2u4iw64 987, 4x2u4iw64 1230). The workgroup size hardly matters
     # (32: 1160, 64 to 256: 1290-1300); x staged in workgroup memory reads 200-400.
     small = mt == 1 and n * k <= (1 << 22)
-    # small: every item of a lane in ONE step (U interleaved items: their loads all in flight
-    # together; each step is a round trip to memory, the most of such a product's time)
-    items = (k + 7) // 8
-    u = int(env.get("EMBER_QLINEAR_U") or (min(4, (items + 63) // 64) if small else 4))
-    lanes, rb, il, wg = (64, 1, True, WG) if small else (8 if k >= 2048 else 4, 2, True, 64)
+    u = int(env.get("EMBER_QLINEAR_U") or (1 if small else 4))
+    lanes, rb, il, wg = (64, 1, False, WG) if small else (8 if k >= 2048 else 4, 2, True, 64)
     if env.get("EMBER_QLINEAR_LANES"):
         lanes = int(env["EMBER_QLINEAR_LANES"])
     if env.get("EMBER_QLINEAR_RB"):
@@ -262,8 +259,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         res = "return resb[u(9u) + i];"
     mt = 1 << (M - 1).bit_length()
     lanes, rb, u, il, wg = gemv_shape(n, k, mt)
-    acc = mt * rb + (mt if pro == 1 else 0)      # (PRO 1: each x row's sum of squares too)
-    red = wg * acc
+    red = wg * mt * rb
     # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
     # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
     xsh = pro == 0 and (k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1")
@@ -275,7 +271,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     vec = gx.offset % 4 == 0 and k % 4 == 0
     params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, U=u, IL="true" if il else "false", MT=mt, XS=xs,
                   XS4=max(1, xs // 4), KC=kc, RED=red,
-                  ACC=acc, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
+                  ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
                   X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
                   X4="return xin[i / 4u];" if vec else
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
@@ -440,13 +436,10 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     if gq.storage in caches:
         gq = _copy(gq)
     dpt = (D + ATTN_WG - 1) // ATTN_WG
-    v4 = D % 4 == 0 and 0 < D <= 2 * ATTN_WG and gvc.offset % 4 == 0 and gv.offset % 4 == 0
-    ns = ATTN_WG // (D // 4) if v4 else (max(1, ATTN_WG // D) if D else 1)
+    ns = max(1, ATTN_WG // D) if D else 1
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     info, info_n = _info(words)
     pipe = _pipe(rt, "llm", "attn", dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0],
-                                         **_VALUE_CODE[v4], V4="true" if v4 else "false",
-                                         ASH4=ATTN_WG if v4 else 1,
                                          INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG, NS=ns,
                                          **_sg_params(rt)))
     rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk),
@@ -466,16 +459,6 @@ _KEY_CODE = {
             "KDOT_C": "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kc[kb + e]; }",
             "KDOT_N": "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kin[kb + e]; }",
             "KIN_AT": "return kin[i];", "KC_SET": "kc[i] = v;"},
-}
-
-
-# the attn kernel's value access: vec4s (V4) or floats
-_VALUE_CODE = {
-    True: {"VT": "vec4<f32>", "VCS": "return vc[i / 4u][i % 4u];", "VINS": "return vin[i / 4u][i % 4u];",
-           "V4C": "return vc[i / 4u];", "V4N": "return vin[i / 4u];", "VC_SET": "vc[i / 4u][i % 4u] = v;"},
-    False: {"VT": "f32", "VCS": "return vc[i];", "VINS": "return vin[i];",
-            "V4C": "return vec4<f32>(vc[i], vc[i + 1u], vc[i + 2u], vc[i + 3u]);",
-            "V4N": "return vec4<f32>(vin[i], vin[i + 1u], vin[i + 2u], vin[i + 3u]);", "VC_SET": "vc[i] = v;"},
 }
 
 

@@ -18,9 +18,9 @@ fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read_write> kc: array<{{KT}}>;   // vec4<f32> where D and the offsets allow
-@group(0) @binding(3) var<storage, read_write> vc: array<{{VT}}>;   // vec4<f32> where V4
+@group(0) @binding(3) var<storage, read_write> vc: array<f32>;
 @group(0) @binding(4) var<storage, read> kin: array<{{KT}}>;
-@group(0) @binding(5) var<storage, read> vin: array<{{VT}}>;
+@group(0) @binding(5) var<storage, read> vin: array<f32>;
 @group(0) @binding(6) var<storage, read> posb: array<i32>;
 @group(0) @binding(7) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 
@@ -30,12 +30,6 @@ fn kdot_c(kb: u32, D: u32) -> f32 { var s = 0.0; {{KDOT_C}} return s; }
 fn kdot_n(kb: u32, D: u32) -> f32 { var s = 0.0; {{KDOT_N}} return s; }
 fn kin_at(i: u32) -> f32 { {{KIN_AT}} }
 fn kc_set(i: u32, v: f32) { {{KC_SET}} }
-// value elements: one (of the cache / the new values), four from element i (i % 4 == 0), a store
-fn vcs(i: u32) -> f32 { {{VCS}} }
-fn vins(i: u32) -> f32 { {{VINS}} }
-fn v4c(i: u32) -> vec4<f32> { {{V4C}} }
-fn v4n(i: u32) -> vec4<f32> { {{V4N}} }
-fn vc_set(i: u32, v: f32) { {{VC_SET}} }
 
 // ---- attn: the whole of attention_cached in one dispatch, one workgroup per (query t, head h).
 // The write: the first query head of each kv group stores its token's key and value rows at
@@ -52,16 +46,12 @@ var<workgroup> qsh: array<f32, {{QS}}>;
 var<workgroup> ssh: array<f32, {{WG}}>;     // a chunk's scores, then its weights exp(s - max)
 var<workgroup> rsh: array<f32, {{WG}}>;     // tree reductions (the chunk's max, its sum)
 var<workgroup> ash: array<f32, {{WG}}>;     // NS > 1: each slice's output rows, summed at the end
-var<workgroup> ash4: array<vec4<f32>, {{ASH4}}>;   // V4: the same, four head dims a thread
 var<workgroup> wpos: i32;
 
-// V4 (D % 4 == 0, value offsets too): the value rows of a chunk are split between NS slices of
-// D / 4 threads (thread t: slice t / (D / 4), head dims 4 (t % (D / 4)) ..+3, one vec4 load a
-// row), so each thread sums few rows (a SmolLM2 head: 16 slices); else NS > 1 (D <= WG / 2):
-// NS slices of D threads, a head dim each; NS = 1: a thread per head dim (DPT dims per thread),
-// all rows of the chunk. Rows' loads go 8 at a time.
+// NS > 1 (D <= WG / 2): the value rows of a chunk are split between NS slices of D threads (thread
+// t: slice t / D, head dim t % D), each slice summing its share of the rows, 8 rows' loads issued
+// together; NS = 1: a thread per head dim (DPT dims per thread), all rows of the chunk.
 const NS: u32 = {{NS}}u;
-const V4: bool = {{V4}};
 
 // The workgroup's max / sum of rsh[t]: first across runs of min(WG, subgroup size) threads by
 // subgroup shuffles (adapters with subgroups; else runs of 1), then a tree over the runs.
@@ -93,30 +83,13 @@ fn vsum(a0: f32, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32,
   var c = c0;
   for (; c + 8u <= nc; c = c + 8u) {
     let b = vo + (j0 + c) * rs + d;
-    let v0 = vcs(b); let v1 = vcs(b + rs); let v2 = vcs(b + 2u * rs); let v3 = vcs(b + 3u * rs);
-    let v4 = vcs(b + 4u * rs); let v5 = vcs(b + 5u * rs); let v6 = vcs(b + 6u * rs); let v7 = vcs(b + 7u * rs);
+    let v0 = vc[b]; let v1 = vc[b + rs]; let v2 = vc[b + 2u * rs]; let v3 = vc[b + 3u * rs];
+    let v4 = vc[b + 4u * rs]; let v5 = vc[b + 5u * rs]; let v6 = vc[b + 6u * rs]; let v7 = vc[b + 7u * rs];
     a = a + (ssh[c] * v0 + ssh[c + 1u] * v1) + (ssh[c + 2u] * v2 + ssh[c + 3u] * v3)
           + (ssh[c + 4u] * v4 + ssh[c + 5u] * v5) + (ssh[c + 6u] * v6 + ssh[c + 7u] * v7);
   }
-  for (; c < nc; c = c + 1u) { a = a + ssh[c] * vcs(vo + (j0 + c) * rs + d); }
-  for (; c < c1; c = c + 1u) { a = a + ssh[c] * vins(vno + u32(i32(j0 + c) - pos) * rs + d); }
-  return a;
-}
-
-// vsum for head dims d..d+3 (V4)
-fn vsum4(a0: vec4<f32>, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32, rs: u32) -> vec4<f32> {
-  var a = a0;
-  let nc = u32(clamp(pos - i32(j0), i32(c0), i32(c1)));
-  var c = c0;
-  for (; c + 8u <= nc; c = c + 8u) {
-    let b = vo + (j0 + c) * rs + d;
-    let v0 = v4c(b); let v1 = v4c(b + rs); let v2 = v4c(b + 2u * rs); let v3 = v4c(b + 3u * rs);
-    let v4 = v4c(b + 4u * rs); let v5 = v4c(b + 5u * rs); let v6 = v4c(b + 6u * rs); let v7 = v4c(b + 7u * rs);
-    a = a + (ssh[c] * v0 + ssh[c + 1u] * v1) + (ssh[c + 2u] * v2 + ssh[c + 3u] * v3)
-          + (ssh[c + 4u] * v4 + ssh[c + 5u] * v5) + (ssh[c + 6u] * v6 + ssh[c + 7u] * v7);
-  }
-  for (; c < nc; c = c + 1u) { a = a + ssh[c] * v4c(vo + (j0 + c) * rs + d); }
-  for (; c < c1; c = c + 1u) { a = a + ssh[c] * v4n(vno + u32(i32(j0 + c) - pos) * rs + d); }
+  for (; c < nc; c = c + 1u) { a = a + ssh[c] * vc[vo + (j0 + c) * rs + d]; }
+  for (; c < c1; c = c + 1u) { a = a + ssh[c] * vin[vno + u32(i32(j0 + c) - pos) * rs + d]; }
   return a;
 }
 
@@ -140,7 +113,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let src = (tq * Hkv + hk) * D;
       for (var d = t; d < D; d = d + {{WG}}u) {
         kc_set(u(7u) + dst + d, kin_at(u(10u) + src + d));
-        vc_set(u(8u) + dst + d, vins(u(11u) + src + d));
+        vc[u(8u) + dst + d] = vin[u(11u) + src + d];
       }
     }
   }
@@ -152,8 +125,6 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var l = 0.0;
   var acc: array<f32, {{DPT}}>;
   for (var c = 0u; c < {{DPT}}u; c = c + 1u) { acc[c] = 0.0; }
-  var acc4 = vec4<f32>(0.0);
-  let D4 = D / 4u;
   let ko = u(7u) + hk * D;
   let vo = u(8u) + hk * D;
   // row j >= pos is new token j - pos: element e at (j - pos) * rs + hk * D + e of k / v
@@ -180,13 +151,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     rsh[t] = p;
     l = l * corr + tree_sum(t, sgs);
     let cnt = min({{WG}}u, S - j0);
-    if (V4) {
-      if (t < NS * D4) {
-        let per = (cnt + NS - 1u) / NS;
-        let c0 = min(cnt, (t / D4) * per);
-        acc4 = vsum4(acc4 * corr, j0, c0, min(cnt, c0 + per), pos, (t % D4) * 4u, vo, vno, rs);
-      }
-    } else if (NS > 1u) {
+    if (NS > 1u) {
       if (sl < NS) {
         let per = (cnt + NS - 1u) / NS;
         let c0 = min(cnt, sl * per);
@@ -202,16 +167,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();     // (ssh and rsh are rewritten by the next chunk)
   }
   let inv = select(1.0 / l, 0.0, S == 0u);
-  if (V4) {
-    if (t < NS * D4) { ash4[t] = acc4; }
-    workgroupBarrier();
-    if (t < D4) {
-      var a = vec4<f32>(0.0);
-      for (var k = 0u; k < NS; k = k + 1u) { a = a + ash4[k * D4 + t]; }
-      let o = row * D + 4u * t;
-      out[o] = a.x * inv; out[o + 1u] = a.y * inv; out[o + 2u] = a.z * inv; out[o + 3u] = a.w * inv;
-    }
-  } else if (NS > 1u) {
+  if (NS > 1u) {
     if (sl < NS) { ash[t] = acc[0]; }
     workgroupBarrier();
     if (t < D) {

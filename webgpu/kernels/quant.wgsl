@@ -248,11 +248,10 @@ fn x4(i: u32) -> vec4<f32> { {{X4}} }       // x elements i..i+3
 {{SG_SUM}}
 
 // Folded neighbours (ops qlinear_rms / qlinear_residual), info 7 x row stride, 8 norm weight
-// offset, 9 residual offset, 10 eps (f32 bits). PRO 0: x as it is; 1 (RMSNorm): x times the
-// norm weight, and the sum of the squares of x gathered in the same pass (a row group's lanes
-// read every element of x once) and reduced with the products: the sums are scaled by 1/rms at
-// the end, so nothing waits for a prologue; 2 (gated MLP): silu(gate) * up, the halves of a row
-// of 2K. EPI: a residual added to each output.
+// offset, 9 residual offset, 10 eps (f32 bits). PRO 0: x as it is; 1 (RMSNorm): x times
+// 1/rms of its row (every workgroup sums its row's squares first: K floats, cached) times the
+// norm weight; 2 (gated MLP): silu(gate) * up, the halves of a row of 2K. EPI: a residual added
+// to each output.
 const PRO: u32 = {{PRO}}u;
 const EPI: bool = {{EPI}};
 // ROPE: outputs 0 .. info 11 of each x row m rotated as llama's q and k rows ("pairs": rows 2i,
@@ -261,11 +260,12 @@ const EPI: bool = {{EPI}};
 // number of consecutive rows), so the epilogue reads the partner's sum from workgroup memory.
 const ROPE: bool = {{ROPE}};
 fn rope_cs(m: u32, i: u32) -> vec2<f32> { {{ROPE_CS}} }
+var<private> nrm: array<f32, {{MT}}>;
 fn nw4(e: u32) -> vec4<f32> { {{NW4}} }
 fn res_at(i: u32) -> f32 { {{RES}} }
 fn xrow(m: u32, e: u32) -> vec4<f32> {
   let b = u(5u) + m * u(7u);
-  if (PRO == 1u) { return x4(b + e) * nw4(e); }
+  if (PRO == 1u) { return x4(b + e) * nrm[m] * nw4(e); }
   if (PRO == 2u) { let g = x4(b + e); return g / (1.0 + exp(-g)) * x4(b + u(2u) + e); }
   return x4(b + e);
 }
@@ -294,14 +294,6 @@ const KC: u32 = {{KC}}u;
 var<workgroup> xs: array<vec4<f32>, {{XS4}}>;
 var<workgroup> red: array<f32, {{RED}}>;
 
-// PRO 1: the squares of x row m's elements of item position p (those before K)
-fn sq(m: u32, p: vec2<u32>, K: u32) -> f32 {
-  let b = u(5u) + m * u(7u);
-  let a = x4(b + p.x) * vec4<f32>(vec4<u32>(p.x, p.x + 1u, p.x + 2u, p.x + 3u) < vec4<u32>(K));
-  let c = x4(b + p.y) * vec4<f32>(vec4<u32>(p.y, p.y + 1u, p.y + 2u, p.y + 3u) < vec4<u32>(K));
-  return dot(a, a) + dot(c, c);
-}
-
 fn xget(m: u32, k0: u32, e: u32, M: u32, K: u32) -> vec4<f32> {
   if (XSH) { return xs[m * (KC / 4u) + (e - k0) / 4u]; }
   return xrow(min(m, M - 1u), e);
@@ -319,17 +311,24 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let rbytes = u(3u);
   var rb: array<u32, {{RB}}>;
   for (var r = 0u; r < RB; r = r + 1u) { rb[r] = u(4u) + min(row0 + r, N - 1u) * rbytes; }
-  // the epilogue's inputs first: their loads overlap the weights'
-  var resv: array<f32, {{ACC}}>;
-  var csv: array<vec2<f32>, {{ACC}}>;
-  if (lane == 0u && (EPI || ROPE)) {
-    for (var r = 0u; r < RB; r = r + 1u) {
-      for (var m = 0u; m < MT; m = m + 1u) {
-        let rr = min(row0 + r, N - 1u);
-        if (EPI) { resv[m * RB + r] = res_at(min(m, M - 1u) * N + rr); }
-        if (ROPE) { csv[m * RB + r] = rope_cs(min(m, M - 1u), (rr % (2u * u(12u))) / 2u); }
+  if (PRO == 1u) {
+    // 1 / rms of each x row: the workgroup's threads sum squares, one tree per row
+    for (var m = 0u; m < MT; m = m + 1u) {
+      var s = 0.0;
+      if (m < M) {
+        for (var e = t * 4u; e < K; e = e + {{WG}}u * 4u) { let v = x4(u(5u) + m * u(7u) + e); s = s + dot(v, v); }
+      }
+      red[m * {{WG}}u + t] = sg_sum(s, min({{WG}}u, sgs));
+    }
+    for (var s = {{WG}}u / 2u; s >= min({{WG}}u, sgs); s = s / 2u) {
+      workgroupBarrier();
+      if (t < s && t % sgs == 0u) {
+        for (var m = 0u; m < MT; m = m + 1u) { red[m * {{WG}}u + t] = red[m * {{WG}}u + t] + red[m * {{WG}}u + t + s]; }
       }
     }
+    workgroupBarrier();
+    for (var m = 0u; m < MT; m = m + 1u) { nrm[m] = 1.0 / sqrt(red[m * {{WG}}u] / f32(K) + bitcast<f32>(u(10u))); }
+    workgroupBarrier();
   }
   var acc: array<f32, {{ACC}}>;
   for (var k0 = 0u; k0 < K; k0 = k0 + KC) {
@@ -355,11 +354,6 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
           // known from i alone: loaded once for one x row (decode; a prologue's x costs more
           // than a load), else re-read per row from the cache)
           let p = item_pos(i);
-          if (PRO == 1u) {
-            for (var m = 0u; m < MT; m = m + 1u) {
-              acc[MT * RB + m] = acc[MT * RB + m] + select(0.0, sq(min(m, M - 1u), p, K), live_item);
-            }
-          }
           if (MT == 1u) {
             let xa = xget(0u, k0, p.x, M, K);
             let xb = xget(0u, k0, p.y, M, K);
@@ -384,11 +378,11 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // the lanes' partial sums: first across each run of min(LANES, subgroup size) lanes by
   // subgroup shuffles (adapters with subgroups; else runs of 1), then a tree over the runs
   let span = min(LANES, sgs);
-  for (var j = 0u; j < {{ACC}}u; j = j + 1u) { red[j * {{WG}}u + t] = sg_sum(acc[j], span); }
+  for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = sg_sum(acc[j], span); }
   for (var s = LANES / 2u; s >= span; s = s / 2u) {
     workgroupBarrier();
     if (lane < s && lane % span == 0u) {
-      for (var j = 0u; j < {{ACC}}u; j = j + 1u) { red[j * {{WG}}u + t] = red[j * {{WG}}u + t] + red[j * {{WG}}u + t + s]; }
+      for (var j = 0u; j < MT * RB; j = j + 1u) { red[j * {{WG}}u + t] = red[j * {{WG}}u + t] + red[j * {{WG}}u + t + s]; }
     }
   }
   workgroupBarrier();
@@ -401,11 +395,10 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
           if (ROPE && row0 + r < u(11u)) {
             let lr = (row0 + r) ^ 1u;                      // the partner row, same workgroup
             let pv = red[(m * RB + (lr - wrow0) % RB) * {{WG}}u + ((lr - wrow0) / RB) * LANES];
-            let cs = csv[m * RB + r];
+            let cs = rope_cs(m, ((row0 + r) % (2u * u(12u))) / 2u);
             v = select(v * cs.x + pv * cs.y, v * cs.x - pv * cs.y, (row0 + r) % 2u == 0u);
           }
-          if (PRO == 1u) { v = v / sqrt(red[(MT * RB + m) * {{WG}}u + t] / f32(K) + bitcast<f32>(u(10u))); }
-          if (EPI) { v = v + resv[m * RB + r]; }
+          if (EPI) { v = v + res_at(m * N + row0 + r); }
           out[m * N + row0 + r] = v;
         }
       }
