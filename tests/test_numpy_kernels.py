@@ -561,3 +561,25 @@ def test_take_repeating_last_axis_bit_exact(dtype, r):
     assert len(calls) == 3
     fast = real(a, np.repeat(np.arange(50), r))
     assert (fast is not None) == (r in (2, 4, 8) and a.itemsize in (2, 4))
+
+
+CONV_TRANSPOSES = [
+    # (x shape, w shape (c, og, kh, kw), kwargs): the GEMM with (og, tap) rows and its scatter:
+    ((1, 6, 5, 7), (6, 4, 2, 2), {"stride": 2}),                                   # taps tile the output
+    ((1, 4, 3, 3), (4, 3, 2, 2), {"stride": 2, "groups": 2}),
+    ((1, 3, 4, 5), (3, 2, 2, 2), {"stride": 3}),                                   # apart, gaps stay 0
+    ((1, 3, 4, 5), (3, 2, 2, 2), {"stride": 2, "output_padding": 1}),              # apart, an extra row/col
+    ((2, 3, 4, 5), (3, 2, 2, 2), {"stride": 2, "padding": ((1, 0), (0, 1))}),     # apart, trimmed
+    ((1, 3, 4, 5), (3, 2, 1, 1), {"stride": 2, "dilation": 2}),
+    ((1, 3, 4, 5), (3, 2, 2, 2), {"stride": 2, "dilation": 2}),                    # overlapping: summed
+    ((1, 3, 4, 5), (3, 2, 3, 3), {"stride": (2, 1), "padding": 1}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", CONV_TRANSPOSES, ids=[f"{x}-{w}-{k}" for x, w, k in CONV_TRANSPOSES])
+def test_conv_transpose2d_paths(xs, ws, kw):
+    arrays = [f32(*xs), f32(*ws), f32(ws[1] * kw.get("groups", 1))]
+    got, want = both(lambda x, w, b: ember.conv_transpose2d(x, w, b, **kw), *arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    got, want = both(lambda x, w: ember.conv_transpose2d(x, w, **kw), *arrays[:2])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

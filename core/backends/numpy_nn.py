@@ -659,17 +659,25 @@ def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padd
     o, oh, ow = out.shape[1:]
     g, cg = groups, c // groups
     (sh, sw), (dh, dw) = stride, dilation
-    a = _f(x).reshape(n, g, cg, h * w).transpose(0, 1, 3, 2)                     # (n, g, hw, cg)
-    wt = _f(weight).reshape(g, cg, og * kh * kw)
-    y = matmul(a, wt).reshape(n, g, h, w, og, kh, kw)                            # every input x tap
-    y = y.transpose(0, 1, 4, 5, 6, 2, 3)                                         # (n, g, og, kh, kw, h, w)
+    a = _f(x).reshape(n, g, cg, h * w)
+    wt = _f(weight).reshape(g, cg, og * kh * kw).transpose(0, 2, 1)               # (g, og*kh*kw, cg)
+    # every input pixel times every tap, one GEMM whose rows are (og, tap): each tap's products
+    # are then a contiguous (og, h, w) block (rows (h, w, og, tap) made the scatter below read
+    # with a stride of og*kh*kw values: 4x slower on PP-OCR's 2x2 stride-2 upsampling)
+    y = matmul(wt, a).reshape(n, g, og, kh, kw, h, w)
     (pt, pb), (pl, pr) = padding
     full_h = max((h - 1) * sh + dh * (kh - 1) + 1, pt + oh)
     full_w = max((w - 1) * sw + dw * (kw - 1) + 1, pl + ow)
-    full = np.zeros((n, g, og, full_h, full_w), dtype=y.dtype)
+    apart = (kh - 1) * dh < sh and (kw - 1) * dw < sw         # no two taps write one output
+    covered = apart and kh * dh == sh and kw * dw == sw and full_h == h * sh and full_w == w * sw
+    full = (np.empty if covered else np.zeros)((n, g, og, full_h, full_w), dtype=y.dtype)   # (each written once)
     for i in range(kh):
         for j in range(kw):
-            full[:, :, :, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw] += y[:, :, :, i, j]
+            dst = full[:, :, :, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw]
+            if apart:
+                dst[...] = y[:, :, :, i, j]
+            else:
+                dst += y[:, :, :, i, j]
     res = full.reshape(n, o, full_h, full_w)[:, :, pt:pt + oh, pl:pl + ow]
     if bias is not None:
         res = res + _f(bias).reshape(1, o, 1, 1)
