@@ -583,3 +583,47 @@ def test_conv_transpose2d_paths(xs, ws, kw):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     got, want = both(lambda x, w: ember.conv_transpose2d(x, w, **kw), *arrays[:2])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _matmul_add_model(k, n, rows_shape, bias=True):
+    """MatMul by a constant (k, n) weight [+ Add of a constant bias]: a linear layer in ONNX."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+    inits = [numpy_helper.from_array(f32(k, n), "w"), numpy_helper.from_array(f32(n), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m" if bias else "y"])]
+    if bias:
+        nodes.append(helper.make_node("Add", ["m", "b"], ["y"]))
+    g = helper.make_graph(nodes, "lin", [helper.make_tensor_value_info("x", T.FLOAT, list(rows_shape) + [k])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, list(rows_shape) + [n])], inits[:1 + bias])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("k,n,rows,bias,limit", [(120, 360, (2, 20), True, None), (120, 6625, (1, 40), True, None),
+                                                  (64, 48, (1, 1), True, None), (128, 384, (256,), True, None),
+                                                  (120, 360, (2, 20), True, 1000)])
+def test_plan_replay_linear_with_constant_weight(k, n, rows, bias, limit, monkeypatch):
+    """A linear layer with a constant weight replays on a row-major copy of the transposed weight
+    made once (several rows), else as recorded (one row, or over the copy budget): equal bit for
+    bit to the step-by-step run, and to float64 within float32 rounding."""
+    import ember.onnx
+    from ember.backends import numpy_plan
+    if limit is not None:
+        monkeypatch.setattr(numpy_plan, "_LINEAR_COPY_BYTES", limit)
+    m = ember.onnx.load(_matmul_add_model(k, n, rows, bias), device="numpy")
+    a = f32(*rows, k)
+    x = ember.from_numpy(a, device="numpy")
+    got = [m(x).numpy() for _ in range(3)][-1]
+    np.testing.assert_array_equal(got, m._execute(x)["y"].numpy())
+    w = m._consts["w"].numpy().astype(np.float64) if "w" in m._consts else None
+    if w is not None:
+        want = a.astype(np.float64) @ (w if w.shape == (k, n) else w.T)
+        if bias:
+            want += m._consts["b"].numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    ops = m._compiled.plan_for(x).fast.ops
+    lin = [op for op in ops if op.name == "linear"]
+    assert len(lin) == 1
+    copied = "_linear_const" in lin[0].run.__qualname__
+    assert copied == (limit is None)
