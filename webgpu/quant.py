@@ -196,7 +196,7 @@ def gemv_shape(n: int, k: int, mt: int) -> tuple:
     a lane takes U items, a run of consecutive ones (IL false) or interleaved with the other
     lanes' (IL true: item l + j * LANES, so each of the U loads reads consecutive words across
     the lanes). Small decode weights (n * k <= 4M, one x row) take 64 lanes of one item in
-    workgroups of 256; larger ones 8 lanes (4 where k < 2048) of 4 interleaved items, 2 rows per
+    workgroups of 256; larger ones 32 lanes (4 where k < 2048) of 4 interleaved items, 4 rows per
     group, workgroups of 64 threads.
     ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` / ``_IL`` / ``_WG`` force them (benchmarks)."""
     env = os.environ
@@ -206,10 +206,15 @@ def gemv_shape(n: int, k: int, mt: int) -> tuple:
     # 1536x576 product alone 12.3 -> 8.4 us). Large weights stream (H200, GB/s of q8_0 at
     # 4096^2: runs of 4 items 16x1u4 869; interleaved 64x1u4i 1120, 8x2u4i(w64) 1290, 4x2u4iw64
     # 1240; at 49152x576: 8x2u4iw64 987, 4x2u4iw64 1230). The workgroup size hardly matters
-    # (32: 1160, 64 to 256: 1290-1300); x staged in workgroup memory reads 200-400.
+    # (32: 1160, 64 to 256: 1290-1300); x staged in workgroup memory reads 200-400. Since the
+    # lanes' sums meet by subgroup shuffles, 32 lanes of 4 rows lead (H100, GB/s, 8x2u4iw64 ->
+    # 32x4u4iw64: q8_0 4096^2 1557 -> 1740, 11008x4096 1678 -> 1810, 4096x11008 1622 -> 1830;
+    # q4_1 1258 -> 1350, 1338 -> 1380, 1275 -> 1420; a plateau: 16 to 64 lanes, 2 to 8 rows, 2 to 8
+    # items all give 1600-1830 for q8_0); at k = 576 few lanes still win (49152x576 q8_0: 4x4u4iw64
+    # 1490, 4x2u4iw64 1430, 32x4u4iw64 840).
     small = mt == 1 and n * k <= (1 << 22)
     u = int(env.get("EMBER_QLINEAR_U") or (1 if small else 4))
-    lanes, rb, il, wg = (64, 1, False, WG) if small else (8 if k >= 2048 else 4, 2, True, 64)
+    lanes, rb, il, wg = (64, 1, False, WG) if small else (32 if k >= 2048 else 4, 4, True, 64)
     if env.get("EMBER_QLINEAR_LANES"):
         lanes = int(env["EMBER_QLINEAR_LANES"])
     if env.get("EMBER_QLINEAR_RB"):
