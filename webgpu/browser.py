@@ -75,6 +75,11 @@ class BrowserDriver(BatchingDriver):
             if dev.features.has(f):
                 feats.add(f)
         self.features = frozenset(feats)
+        try:   # WGSL language features (dot4I8Packed: "packed_4x8_integer_dot_product")
+            lf = js.navigator.gpu.wgslLanguageFeatures
+            self.wgsl_features = frozenset(f for f in ("packed_4x8_integer_dot_product",) if lf.has(f))
+        except Exception:
+            self.wgsl_features = frozenset()
 
         def attr(name):
             return str(getattr(info, name, "") or "") if info is not None else ""

@@ -83,6 +83,8 @@ class NativeDriver(BatchingDriver):
         dl = self._dev.limits
         self.limits = {n: int(dl[n.replace("_", "-")]) for n in LIMIT_NAMES}
         self.features = frozenset(_FEATURE_NAMES.get(f, f) for f in self._dev.features)
+        # WGSL language features Naga (wgpu 0.32) compiles on every adapter
+        self.wgsl_features = frozenset({"packed_4x8_integer_dot_product"})
         ai = adapter.info
         self.info = {"vendor": ai.get("vendor", ""), "architecture": ai.get("architecture", ""),
                      "device": ai.get("device", ""), "description": ai.get("description", ""),

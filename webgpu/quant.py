@@ -227,6 +227,22 @@ def gemv_shape(n: int, k: int, mt: int) -> tuple:
     return min(lanes, wg), max(1, min(rb, 8 // mt)), u, il, wg
 
 
+# formats gemv8 reads (its QK code): blocks of 32 with one f16 scale (and q4_1's min)
+_I8_FORMATS = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3}
+
+
+def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:
+    """Whether one x row's product takes ``gemv8`` (x as int8 per block, dot4I8Packed): large
+    weights (n * k > 4M: bandwidth-bound; the small ones of a SmolLM2 layer are latency-bound
+    and stay exact) of a 32-block format, where the WGSL has the packed 4x8 dot product and x's
+    k bytes fit in workgroup memory; ``EMBER_QLINEAR_I8=0`` turns it off."""
+    if qtype not in _I8_FORMATS or k % 32 or n * k <= (1 << 22) or os.environ.get("EMBER_QLINEAR_I8") == "0":
+        return False
+    if "packed_4x8_integer_dot_product" not in getattr(rt.driver, "wgsl_features", ()):
+        return False
+    return k + k // 4 + wg * rb * 4 <= _shared(rt)
+
+
 def _shared(rt) -> int:
     return int(rt.limits.get("max_compute_workgroup_storage_size", 16384))
 
@@ -264,6 +280,19 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         res = "return resb[u(9u) + i];"
     mt = 1 << (M - 1).bit_length()
     lanes, rb, u, il, wg = gemv_shape(n, k, mt)
+    vec = gx.offset % 4 == 0 and k % 4 == 0
+    x4 = ("return xin[i / 4u];" if vec else
+          "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);")
+    if M == 1 and _use_gemv8(rt, qtype, n, k, wg, rb):
+        params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype],
+                      BB=BLOCKS[qtype][1], RED=wg * rb, XT="vec4<f32>" if vec else "f32", X4=x4,
+                      DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
+                      NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
+                      **_sg_params(rt))
+        pipe = _pipe(rt, "quant", "gemv8", params)
+        per_wg = wg // lanes * rb
+        rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
+        return
     red = wg * mt * rb
     # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
     # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
@@ -273,13 +302,11 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         kc = xs // mt
     else:
         xs, kc = 4, 0x7FFFFFC0
-    vec = gx.offset % 4 == 0 and k % 4 == 0
     params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, U=u, IL="true" if il else "false", MT=mt, XS=xs,
                   XS4=max(1, xs // 4), KC=kc, RED=red,
                   ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
                   X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
-                  X4="return xin[i / 4u];" if vec else
-                  "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
+                  X4=x4,
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs)
     params.update(_sg_params(rt))

@@ -406,6 +406,158 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   }
 }
 
+//// gemv8
+@group(0) @binding(2) var<storage, read> xin: array<{{XT}}>;
+{{DECL}}
+@group(0) @binding({{IB}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
+fn x4(i: u32) -> vec4<f32> { {{X4}} }       // x elements i..i+3
+{{SG_SUM}}
+const PRO: u32 = {{PRO}}u;
+const EPI: bool = {{EPI}};
+const ROPE: bool = {{ROPE}};
+fn rope_cs(i: u32) -> vec2<f32> { let m = 0u; {{ROPE_CS}} }
+fn nw4(e: u32) -> vec4<f32> { {{NW4}} }
+fn res_at(i: u32) -> f32 { {{RES}} }
+const RB: u32 = {{RB}}u;
+const LANES: u32 = {{LANES}}u;
+
+// ---- gemv8: out (1, N) = x (1, K) @ dequantize(w).T for 32-element block formats (q8_0 q4_0
+// q4_1 q5_0), with x quantized to int8 per block of 32 in workgroup memory and each block's
+// products summed by dot4I8Packed (4 multiply-adds an instruction; llama.cpp's mmvq does the
+// same): a float kernel spends more instructions decoding and multiplying than the memory needs
+// time (H100: 40-55% of HBM). Results differ from float by x's rounding to 8 bits (~1e-3 relative,
+// as the WebAssembly q_linear). Stage 1: each thread quantizes blocks of x' (x as it is, x times
+// the RMSNorm weight (PRO 1: 1/rms, a scalar, scales the sums at the end; the squares are summed
+// here too), or silu(gate) * up (PRO 2)): scale d = max|x'| / 127, 8 packed words, and the float
+// sum of the block (for q4_1's m and the -8 / -16 offsets of q4_0 / q5_0). Stage 2: groups of
+// LANES threads own RB rows; lane l takes blocks l, l + LANES, ..; sums meet as in gemv.
+var<workgroup> xq: array<u32, {{XQ}}>;
+var<workgroup> xd: array<f32, {{XB}}>;
+var<workgroup> xs: array<f32, {{XB}}>;
+var<workgroup> red: array<f32, {{RED}}>;
+
+fn xp(e: u32) -> vec4<f32> {
+  let b = u(5u);
+  if (PRO == 1u) { return x4(b + e) * nw4(e); }
+  if (PRO == 2u) { let g = x4(b + e); return g / (1.0 + exp(-g)) * x4(b + u(2u) + e); }
+  return x4(b + e);
+}
+
+// the block's integer dot product with x's block xb and its float sum: the row's contribution
+fn block_dot(o: u32, xb: u32) -> f32 {
+  let xw = 8u * xb;
+  var s = 0;
+  if ({{QK}} == 0u) {            // q8_0: f16 d, 32 int8
+    for (var j = 0u; j < 8u; j = j + 1u) { s = s + dot4I8Packed(word_at(o + 2u + 4u * j), xq[xw + j]); }
+    return half_at(o) * xd[xb] * f32(s);
+  }
+  if ({{QK}} == 2u) {            // q4_1: f16 d, f16 m, nibbles
+    for (var j = 0u; j < 4u; j = j + 1u) {
+      let q = word_at(o + 4u + 4u * j);
+      s = s + dot4I8Packed(q & 0x0f0f0f0fu, xq[xw + j]) + dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, xq[xw + 4u + j]);
+    }
+    let dm = unpack2x16float(word_at(o));
+    return dm.x * xd[xb] * f32(s) + dm.y * xs[xb];
+  }
+  // q4_0 (f16 d, nibbles, q - 8) / q5_0 (f16 d, 32 high bits, nibbles, q - 16): the bytes turned
+  // into q - 8 / q - 16 as signed bytes (flip the top bit of the 4- / 5-bit value, then extend its
+  // sign: byte-wise, no carries), so the integer sum holds small products, as q8_0's
+  let q5 = {{QK}} == 3u;
+  let qo = select(2u, 6u, q5);
+  let qh = select(0u, word_at(o + 2u), q5);
+  let top = select(0x08080808u, 0x10101010u, q5);
+  let ext = select(0x1eu, 0x0fu, q5);          // top bit * ext = 0xf0 (4 bits) / 0xf0 (5 bits)
+  for (var j = 0u; j < 4u; j = j + 1u) {
+    let q = word_at(o + qo + 4u * j);
+    var lo = q & 0x0f0f0f0fu;
+    var hi = (q >> 4u) & 0x0f0f0f0fu;
+    if (q5) { lo = lo | bit4(qh >> (4u * j)); hi = hi | bit4(qh >> (16u + 4u * j)); }
+    lo = lo ^ top;
+    hi = hi ^ top;
+    lo = lo | ((lo & top) * ext);
+    hi = hi | ((hi & top) * ext);
+    s = s + dot4I8Packed(lo, xq[xw + j]) + dot4I8Packed(hi, xq[xw + 4u + j]);
+  }
+  return half_at(o) * xd[xb] * f32(s);
+}
+
+@compute @workgroup_size({{WG}})
+fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
+  let sgs = {{SGS}};
+  let N = u(1u); let K = u(2u);
+  let nb = K / 32u;
+  // stage 1: x' quantized per block (and PRO 1: the squares of x summed)
+  var ss = 0.0;
+  for (var b = t; b < nb; b = b + {{WG}}u) {
+    var v: array<vec4<f32>, 8>;
+    var mx = 0.0;
+    var sm = 0.0;
+    for (var j = 0u; j < 8u; j = j + 1u) {
+      v[j] = xp(32u * b + 4u * j);
+      let a = abs(v[j]);
+      mx = max(mx, max(max(a.x, a.y), max(a.z, a.w)));
+      sm = sm + (v[j].x + v[j].y) + (v[j].z + v[j].w);
+      if (PRO == 1u) { let r = x4(u(5u) + 32u * b + 4u * j); ss = ss + dot(r, r); }
+    }
+    let inv = select(127.0 / mx, 0.0, mx == 0.0);
+    // values 4j..4j+3 go to word j (elements 0..31 in order, as q8_0 and the nibble halves read them)
+    for (var j = 0u; j < 8u; j = j + 1u) { xq[8u * b + j] = pack4xI8(vec4<i32>(round(v[j] * inv))); }
+    xd[b] = mx / 127.0;
+    xs[b] = sm;
+  }
+  var nrm = 1.0;
+  if (PRO == 1u) {
+    red[t] = sg_sum(ss, min({{WG}}u, sgs));
+    for (var s = {{WG}}u / 2u; s >= min({{WG}}u, sgs); s = s / 2u) {
+      workgroupBarrier();
+      if (t < s && t % sgs == 0u) { red[t] = red[t] + red[t + s]; }
+    }
+    nrm = 1.0 / sqrt(workgroupUniformLoad(&red[0]) / f32(K) + bitcast<f32>(u(10u)));
+  }
+  workgroupBarrier();
+  // stage 2
+  let grp = t / LANES;
+  let lane = t % LANES;
+  let row0 = ((wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) + grp) * RB;
+  let rbytes = u(3u);
+  var acc: array<f32, {{RB}}>;
+  if (row0 < N) {
+    for (var b = lane; b < nb; b = b + LANES) {
+      for (var r = 0u; r < RB; r = r + 1u) {
+        acc[r] = acc[r] + block_dot(u(4u) + min(row0 + r, N - 1u) * rbytes + b * {{BB}}u, b);
+      }
+    }
+  }
+  workgroupBarrier();      // (red is reused)
+  let span = min(LANES, sgs);
+  for (var j = 0u; j < RB; j = j + 1u) { red[j * {{WG}}u + t] = sg_sum(acc[j], span); }
+  for (var s = LANES / 2u; s >= span; s = s / 2u) {
+    workgroupBarrier();
+    if (lane < s && lane % span == 0u) {
+      for (var j = 0u; j < RB; j = j + 1u) { red[j * {{WG}}u + t] = red[j * {{WG}}u + t] + red[j * {{WG}}u + t + s]; }
+    }
+  }
+  workgroupBarrier();
+  if (lane == 0u) {
+    let wrow0 = (wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) * RB;
+    for (var r = 0u; r < RB; r = r + 1u) {
+      if (row0 + r < N) {
+        var v = red[r * {{WG}}u + t] * nrm;
+        if (ROPE && row0 + r < u(11u)) {
+          let lr = (row0 + r) ^ 1u;                      // the partner row, same workgroup
+          let pv = red[((lr - wrow0) % RB) * {{WG}}u + ((lr - wrow0) / RB) * LANES] * nrm;
+          let cs = rope_cs(((row0 + r) % (2u * u(12u))) / 2u);
+          v = select(v * cs.x + pv * cs.y, v * cs.x - pv * cs.y, (row0 + r) % 2u == 0u);
+        }
+        if (EPI) { v = v + res_at(row0 + r); }
+        out[row0 + r] = v;
+      }
+    }
+  }
+}
+
 //// tiled
 @group(0) @binding(2) var<storage, read> xin: array<f32>;
 @group(0) @binding(3) var<uniform> info: array<vec4<u32>, {{INFO}}>;

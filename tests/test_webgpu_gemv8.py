@@ -1,0 +1,122 @@
+"""webgpu's int8-activation matrix-vector kernel (``gemv8``: one x row, a large weight of a
+32-element block format; x rounded to int8 per block of 32, block products by dot4I8Packed)
+against a float64 numpy model of exactly that rounding (tight) and against the float product
+(loose: the rounding's own error, ~0.5% of the outputs' spread), for the plain product and the
+folded decode ops (RMSNorm before, silu(gate) * up before, residual after, rope after); and the
+same products with ``EMBER_QLINEAR_I8=0`` (the float kernel) against the float product."""
+import numpy as np
+import pytest
+
+import ember
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as G  # noqa: E402
+from gguf.quants import dequantize, quantize  # noqa: E402
+
+FORMATS = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0}
+N, K = 1040, 4096          # n * k just over the 4M elements from which products take gemv8
+
+
+@pytest.fixture(scope="module")
+def rt():
+    try:
+        from ember.webgpu.runtime import get_runtime
+
+        return get_runtime()
+    except Exception as e:   # pragma: no cover - CI has lavapipe
+        pytest.skip(f"no WebGPU adapter on this machine: {e}")
+
+
+def _t(a, dtype="float32"):
+    return ember.tensor(np.asarray(a).tolist(), dtype=dtype, device="webgpu")
+
+
+def _np(t):
+    return np.asarray(t.tolist(), dtype=np.float64)
+
+
+def x_int8(x):
+    """x (k,) as gemv8 rounds it: per block of 32, scale max|x| / 127, round half to even."""
+    b = np.asarray(x, np.float32).reshape(-1, 32)
+    mx = np.abs(b).max(1, keepdims=True)
+    inv = np.where(mx == 0, np.float32(0), np.float32(127) / np.where(mx == 0, 1, mx)).astype(np.float32)
+    return (np.round(b * inv).astype(np.float64) * (mx.astype(np.float64) / 127.0)).reshape(-1)
+
+
+def model(qtype, raw, wd, x):
+    """gemv8's product in float64: q4_1's minimum meets the exact float sum of each x block, every
+    other term the rounded x."""
+    xr = x_int8(x)
+    if qtype != "q4_1":
+        return wd @ xr
+    blk = raw.reshape(N, K // 32, -1)
+    m = blk[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
+    xs = np.asarray(x, np.float32).astype(np.float64).reshape(-1, 32)
+    return (wd - np.repeat(m, 32, 1)) @ xr + m @ xs.sum(1)
+
+
+def check(got, want_model, want_float):
+    spread = np.abs(want_float).max()
+    np.testing.assert_allclose(got, want_model, atol=2e-3 * spread + 1e-4, rtol=0)
+    assert np.std(got - want_float) < 0.012 * np.std(want_float)
+
+
+@pytest.mark.parametrize("qtype", list(FORMATS))
+def test_gemv8_products(rt, qtype, monkeypatch):
+    from ember.ops.llm import qlinear_residual, qlinear_rms, qlinear_rms_rope, rope_tables
+    from ember.webgpu.quant import _use_gemv8
+
+    if not _use_gemv8(rt, qtype, N, K, 64, 4):
+        pytest.skip("this adapter's WGSL has no packed 4x8 dot product (the float kernel runs)")
+    rng = np.random.default_rng(7)
+    raw = quantize(rng.standard_normal((N, K)).astype(np.float32), FORMATS[qtype])
+    wd = dequantize(raw, FORMATS[qtype]).reshape(N, K).astype(np.float64)
+    from ember.quant import QTensor
+
+    w = QTensor(_t(np.frombuffer(raw.tobytes(), "<i4"), "int32"), qtype, (N, K))
+    x = rng.standard_normal(K).astype(np.float32) * np.repeat(rng.uniform(0.1, 3, K // 32), 32).astype(np.float32)
+    x[:32] = 0                                   # a block of zeros (scale 0)
+    r = rng.standard_normal(N).astype(np.float32)
+    nw = rng.uniform(0.5, 1.5, K).astype(np.float32)
+    gu = rng.standard_normal(2 * K).astype(np.float32)
+    for i8 in ("1", "0"):
+        monkeypatch.setenv("EMBER_QLINEAR_I8", i8)
+        exact = i8 == "0"
+        got = _np(ember.qlinear(_t(x[None]), w.data, qtype=qtype, n=N, k=K))[0]
+        want = wd @ x.astype(np.float64)
+        if exact:
+            np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-4)
+        else:
+            check(got, model(qtype, raw, wd, x), want)
+        # RMSNorm before: x * weight quantized, 1/rms (a scalar) after
+        rms = 1 / np.sqrt((x.astype(np.float64) ** 2).mean() + 1e-5)
+        got = _np(qlinear_rms(_t(x[None]), _t(nw), w, eps=1e-5))[0]
+        xn = (x * nw).astype(np.float32)
+        want = rms * (wd @ xn.astype(np.float64))
+        if exact:
+            np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-4)
+        else:
+            check(got, rms * model(qtype, raw, wd, xn), want)
+        # silu(gate) * up before, a residual after
+        g, u = gu[:K].astype(np.float64), gu[K:].astype(np.float64)
+        xg = (g / (1 + np.exp(-g)) * u).astype(np.float32)
+        got = _np(qlinear_residual(_t(gu[None]), w, _t(r[None]), glu=True))[0]
+        want = wd @ xg.astype(np.float64) + r
+        if exact:
+            np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-4)
+        else:
+            check(got, model(qtype, raw, wd, xg) + r, want)
+    # rope after (rows 0..511 turned as 8 heads of 64 at position 3)
+    monkeypatch.setenv("EMBER_QLINEAR_I8", "1")
+    hd, pos = 64, 3
+    cos, sin = rope_tables(8, hd, 10000.0, device="webgpu")
+    got = _np(qlinear_rms_rope(_t(x[None]), _t(nw), w, cos, sin, _t([pos], "int32"), rope_rows=8 * hd,
+                               head_dim=hd))[0]
+
+    def turn(y):
+        y = y.copy()
+        c, s = _np(cos)[pos], _np(sin)[pos]
+        q = y[:8 * hd].reshape(8, hd // 2, 2)
+        y[:8 * hd] = np.stack([q[..., 0] * c - q[..., 1] * s, q[..., 0] * s + q[..., 1] * c], -1).reshape(-1)
+        return y
+    check(got, turn(rms * model(qtype, raw, wd, xn)), turn(rms * (wd @ xn.astype(np.float64))))
