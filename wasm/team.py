@@ -125,6 +125,16 @@ _COPY = """(heap, shared, src, dst, n, toShared) => {
 }"""
 
 
+# Copies between Pyodide's memory and the shared one, several at once: count (heap address,
+# shared address, bytes) triples read from Pyodide's memory at plan (Team.call's staging).
+_COPY_MANY = """(heap, shared, plan, count, toShared) => {
+  const p = new Uint32Array(heap.buffer, plan, 3 * count);
+  const h = new Uint8Array(heap.buffer), s = new Uint8Array(shared.buffer);
+  for (let i = 0; i < 3 * count; i += 3) {
+    const a = p[i], b = p[i + 1], n = p[i + 2];
+    if (toShared) s.set(h.subarray(a, a + n), b); else h.set(s.subarray(b, b + n), a);
+  }
+}"""
 # Zeroes n bytes of the shared memory from dst.
 _FILL = """(shared, dst, n) => { new Uint8Array(shared.buffer, dst, n).fill(0); }"""
 
@@ -235,6 +245,7 @@ class Team:
         self._spawn = js.Function.new("return " + _SPAWN)()
         self._copy = js.Function.new("return " + _COPY)()
         self._fill = js.Function.new("return " + _FILL)()
+        self._copy_many = js.Function.new("return " + _COPY_MANY)()
         self.stage_addr, self.stage_bytes = 0, 0   # where eager calls on moved arrays stage the rest
         self._fns = {}
         self.workers = []
@@ -405,7 +416,8 @@ class Team:
             self.stage_bytes = max(total, 2 * self.stage_bytes)
             self.stage_addr = self.alloc(self.stage_bytes)
         base = self.stage_addr
-        conv, back, wrote = [], [], []
+        conv, wrote = [], []
+        into, back = array("I"), array("I")   # (heap address, shared address, bytes) triples
         for a, how in zip(args, plan):
             if how is None:
                 conv.append(a)
@@ -421,18 +433,20 @@ class Team:
             nb = a.n * isz
             src = a.buf.buffer_info()[0] + a.offset * isz
             if nb:
-                self._copy(self.heap, self.memory, src, base + at, nb, True)
+                into.extend((src, base + at, nb))
+                if a.writes:
+                    back.extend((src, base + at, nb))
             conv.append(base + at + (a.at - a.offset) * isz if a.n else 0)
-            if a.writes and nb:
-                back.append((src, base + at, nb))
+        if into:
+            self._copy_many(self.heap, self.memory, into.buffer_info()[0], len(into) // 3, True)
         f = self._fns.get(name)
         if f is None:
             f = self._fns[name] = getattr(self.exports, name)
         res = f(*conv)
         for ent in wrote:
             ent.shared_wrote()
-        for src, at, nb in back:
-            self._copy(self.heap, self.memory, at, src, nb, False)
+        if back:
+            self._copy_many(self.heap, self.memory, back.buffer_info()[0], len(back) // 3, False)
         return res
 
     def resident(self, buf) -> "Resident":

@@ -113,6 +113,30 @@ def guest_main(argv) -> None:
     if _arg(argv, "kv-chunk", None):
         from ember.nn import llama
         llama.KV_CHUNK = int(_arg(argv, "kv-chunk", None))
+    if "--prefill-ab" in argv:   # one process: weights in Python (no team) vs moved (team), alternating
+        import ember
+        EW.set_threads(1)
+        py_model = ember.llm.load(path, device="wasm", context=2048)
+        wait_threads(n)
+        moved_model = ember.llm.load(path, device="wasm", context=2048)
+        for m in (py_model, moved_model):
+            m._reserve(512, warm=False)
+        times = {"python": [], "moved": []}
+        for name, prompt in (("short", SHORT), ("long", chat_prompt())):
+            ids = model_ids = py_model.tokenizer.encode(prompt)
+            x = ember.tensor(model_ids, dtype="int32", device="wasm")
+            p0 = ember.tensor([0], dtype="int32", device="wasm")
+            times = {"python": [], "moved": []}
+            outs = {}
+            for _ in range(6):
+                for key, m in (("python", py_model), ("moved", moved_model)):
+                    t = time.perf_counter()
+                    outs[key] = m.model.forward(x, p0).tolist()
+                    times[key].append((time.perf_counter() - t) * 1000)
+            print(f"   prefill {name} ({len(ids)} tok), one thread each, ms min/median of 6: " + ", ".join(
+                f"{k} {min(v):.1f} / {sorted(v)[3]:.1f}" for k, v in times.items())
+                + f"; same logits: {outs['python'] == outs['moved']}")
+        return
     h0 = heap()
     t0 = time.perf_counter()
     model = ember.llm.load(path, device="wasm", context=2048)
