@@ -501,10 +501,15 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
             got = ember.qlinear(txp[:64], first, qtype=qt, n=n, k=k).numpy()[:, :64]
             want = xp[:64].astype(np.float64) @ ref.T
             err = float(np.abs(got - want).max() / np.abs(want).max())
-            got1 = ember.qlinear(tx1, first, qtype=qt, n=n, k=k).numpy()[0, :64]
-            err = max(err, float(np.abs(got1 - x1[0] @ ref.T).max() / np.abs(x1[0] @ ref.T).max()))
             if err > 1e-4:
                 raise SystemExit(f"qlinear {qt} {n}x{k}: relative error {err:.2e}")
+            # one x row: large 32-block weights take gemv8 (x rounded to int8 per block: ~0.5%
+            # of the outputs' spread, as llama.cpp's int8 activations)
+            got1 = ember.qlinear(tx1, first, qtype=qt, n=n, k=k).numpy()[0, :64]
+            err1 = float(np.abs(got1 - x1[0] @ ref.T).max() / np.abs(x1[0] @ ref.T).max())
+            i8 = wq._use_gemv8(rt, qt, n, k, 64, 4)
+            if err1 > (2e-2 if i8 else 1e-4):
+                raise SystemExit(f"qlinear {qt} {n}x{k}, one row{' (gemv8)' if i8 else ''}: relative error {err1:.2e}")
             reps = 3 if cpu_adapter else min(2048, max(QL_MIN_REPS, 4 * copies))
             row = {"n": n, "k": k, "qtype": qt, "MB": nbytes / 1e6, "copies": copies}
 
