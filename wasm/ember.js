@@ -423,7 +423,13 @@ async function boot({ baseUrl, onProgress, webgpu, wasm = "auto", onManifest = n
   info.devices = JSON.parse(info.devices);
   pyodide.ember = info;
   tellPython(pyodide, snap);
-  scheduleSnapshot(base, manifest, [wheel, ...(await extrasP).map((x) => x.bytes), ...(pyc ? [pyc] : [])], snap);
+  // (the maker gets the .pyc bundle even where this boot restored a snapshot and skipped it)
+  const makerPyc = () => pyc || !snap.used || !manifest.wheel_pyc || manifest.wheel_pyc_for !== manifest.wheel_sha256
+    ? Promise.resolve(pyc)
+    : fetchBytesInfo(versionedUrl(new URL(manifest.wheel_pyc, base).href, manifest, base).url,
+                     { cache: true }).then((r) => r.bytes, () => null);
+  const extras = (await extrasP).map((x) => x.bytes);
+  scheduleSnapshot(base, manifest, () => makerPyc().then((p) => [wheel, ...extras, ...(p ? [p] : [])]), snap);
   progress(1, "Ready");
   return pyodide;
 }

@@ -20,7 +20,8 @@
 //   a browser without a stored entry (a first visit) fetches it instead of booting Python, and
 //   uses it only when its recorded metadata names this Pyodide, ember wheel, extra wheels and
 //   this file's FORMAT/PRELOAD, and the body has the recorded length and SHA-256. Anything else
-//   is refused (nothing is run), and the page boots the normal way and makes its own entry.
+//   is refused (nothing is run), and the page boots the normal way. Either way the browser then
+//   makes its own entry in the background (scheduleSnapshot says why not a copy of the site's).
 // - The file system is not part of a snapshot: ember.js unpacks the wheels again after the
 //   restore (the modules are in memory already; lazy imports and package data need the files).
 //
@@ -199,9 +200,7 @@ export function siteSnapshot(base, manifest, t = performance.now()) {
   bodyP.catch(() => {});
   const { bytes, checked } = checkedHeap(bodyP, rec, t, timing, async () => {},
                                          "the site's snapshot was corrupt (its length or SHA-256 differs): not used");
-  const record = { meta: rec.meta, bytes: rec.bytes, body: rec.body, sha256: rec.sha256 };
-  return { bytes, checked, note: "booted from the site's memory snapshot", timing, source: "site",
-           body: bodyP, record };
+  return { bytes, checked, note: "booted from the site's memory snapshot", timing, source: "site" };
 }
 
 /** Look for a snapshot for `manifest` (a manifest or a promise of one): {bytes, note, source}.
@@ -339,8 +338,7 @@ export function writeFiles(pyodide, dir, files) {
 
 // ---- what ember.js calls --------------------------------------------------------------------
 
-let saving = null;   // the background making (or copying) of this page (a promise), or null
-let siteCopy = null; // {body, record} of the site's snapshot this page restored, to keep in the Cache API
+let saving = null;   // the background making of this page (a promise), or null
 
 /** findSnapshot, started by ember.js as its boot starts (the lookup, and a first visit's
  *  download of the site's snapshot, run while pyodide.mjs loads); never rejects. */
@@ -371,7 +369,6 @@ export async function startPyodide(loadPyodide, indexURL, base, manifestP, mode 
       snapshot.bytes = (await found.bytes).length;
       snapshot.ms = performance.now() - t;     // read + checked + restored (with Pyodide's wasm start)
       Object.assign(snapshot, found.timing);
-      if (site) siteCopy = { body: found.body, record: found.record };
       return { pyodide, snapshot };
     } catch (e) {
       if (!site) await dropSnapshot(base);
@@ -397,47 +394,30 @@ export async function checkRestored(pyodide, base, manifest) {
                            "and os.path.isfile(sys.modules['ember'].__file__)");
   } catch (e) { /* ok stays false */ }
   if (!ok) {
-    siteCopy = null;
     await dropSnapshot(base);
     throw new Error("the snapshot restored a Python without this ember: dropped");
   }
 }
 
-/** Keep the site's snapshot this page restored as this browser's entry (a revisit reads the
- *  Cache API's copy: ~50 ms for 17 MB here, against ~180 ms for the HTTP cache's gzipped
- *  response, which is inflated on every read). */
-async function copySiteSnapshot(base, { body, record }) {
-  const t0 = performance.now();
-  try {
-    const cache = await openCache();
-    if (!cache) throw new Error("the Cache API is not usable here");
-    const b = await body;
-    await cache.put(snapshotUrl(base), new Response(b, { headers: {
-      "Content-Type": "application/octet-stream", "X-Ember-Snapshot": JSON.stringify(record) } }));
-    return { ok: true, copied: true, bytes: record.bytes, stored: b.length, ms: performance.now() - t0 };
-  } catch (e) {
-    return { ok: false, copied: true, error: String(e && e.message ? e.message : e) };
-  }
-}
-
-/** Make a snapshot in the background `delayMs` after the boot, unless one was used or making
- *  one failed for this ember before; `snapshot` (the info) gets `saving: true`. After a boot
- *  from the site's snapshot, that one is copied into the Cache API instead (nothing is made). */
+/** Make a snapshot in the background `delayMs` after the boot, unless this browser's own one was
+ *  used or making one failed for this ember before; `snapshot` (the info) gets `saving: true`.
+ *  `wheels`: the wheels' bytes (or a function returning a promise of them, called then). After a boot from the site's snapshot one
+ *  is made too, as after a normal boot: measured here, revisits that restored a copy of the
+ *  site's snapshot ran Python 2-4x slower for their first second (a pure-Python loop 77-150 ms
+ *  against 29-40) than after a first visit whose background maker booted a second Pyodide the
+ *  normal way -- V8's code cache of pyodide.asm.wasm, written during a first visit that ran
+ *  little Python, holds less optimized code (a 4 s Python run on the first visit got half of
+ *  it back). */
 export function scheduleSnapshot(base, manifest, wheels, snapshot, delayMs = 1500) {
-  if (snapshot.used && snapshot.source === "site" && siteCopy && !unavailable()) {
-    const copy = siteCopy;
-    siteCopy = null;
-    snapshot.saving = true;
-    saving = new Promise((r) => setTimeout(r, delayMs)).then(() => copySiteSnapshot(base, copy));
-    return;
-  }
-  if (snapshot.used || snapshot.failed || unavailable() || snapshot.note.startsWith("snapshots off")) return;
+  if ((snapshot.used && snapshot.source !== "site") || snapshot.failed || unavailable() ||
+      snapshot.note.startsWith("snapshots off")) return;
   snapshot.saving = true;
-  saving = new Promise((r) => setTimeout(r, delayMs)).then(() => makeSnapshot(base, manifest, wheels));
+  saving = new Promise((r) => setTimeout(r, delayMs))
+    .then(async () => makeSnapshot(base, manifest, await (typeof wheels === "function" ? wheels() : wheels)))
+    .catch((e) => ({ ok: false, error: String(e && e.message ? e.message : e) }));
 }
 
-/** The background making's result {ok, bytes, ms, error} (with copied: true for a copy of the
- *  site's snapshot), or null when none was started. */
+/** The background making's result {ok, bytes, ms, error}, or null when none was started. */
 export async function snapshotSaved() {
   return saving ? await saving : null;
 }

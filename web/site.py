@@ -147,9 +147,15 @@ _SNAPSHOT_PAGE_JS = """async () => {
 }"""
 
 
+_SNAPSHOT_MAKER_VERSION = 2   # bump when how prebuild_snapshot makes one changes (part of its key)
+SNAPSHOT_CACHE_KEEP = 3       # prebuilt snapshots kept in SNAPSHOT_CACHE (the newest)
+
+
 def _serve_folder(root: Path):
     """A threaded static server for ``root`` only, on 127.0.0.1 (a secure context for the Cache
-    API and WebCrypto); returns (server, base URL). Used for a few seconds at build time."""
+    API and WebCrypto), cross-origin isolated like the served site (the snapshot is made in the
+    environment pages restore it in); returns (server, base URL). Used for a few seconds at
+    build time."""
     import functools
     import http.server
     import threading
@@ -158,6 +164,13 @@ def _serve_folder(root: Path):
         extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                           ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
                           ".json": "application/json"}
+
+        def end_headers(self):   # cross-origin isolated, as ember.web serves the site
+            for k, v in (("Cross-Origin-Opener-Policy", "same-origin"),
+                         ("Cross-Origin-Embedder-Policy", "require-corp"),
+                         ("Cross-Origin-Resource-Policy", "same-origin")):
+                self.send_header(k, v)
+            super().end_headers()
 
         def log_message(self, *args):   # quiet
             pass
@@ -174,7 +187,7 @@ def snapshot_key(manifest: dict, loader: Path = WASM_DIR / "snapshot.js") -> str
     parts = {"pyodide": manifest["pyodide_version"], "wheel": manifest["wheel_sha256"],
              "extras": {w: manifest["files"].get(w) for w in manifest.get("extra_wheels", [])},
              "pyc": manifest["files"].get(manifest.get("wheel_pyc", ""), None),
-             "maker": _sha256(loader)}
+             "maker": _sha256(loader), "page": _SNAPSHOT_MAKER_VERSION}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -234,6 +247,10 @@ def prebuild_snapshot(site: Path, manifest: dict, *, timeout_s: float = 300) -> 
         return None
     os.replace(tmp, body)
     rec.write_text(json.dumps(record, indent=1) + "\n")
+    # ~17 MB each, one per wheel content: keep the newest few
+    for old in sorted(SNAPSHOT_CACHE.glob("*.bin"), key=lambda p: p.stat().st_mtime)[:-SNAPSHOT_CACHE_KEEP]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".json").unlink(missing_ok=True)
     print(f"[site] prebuilt snapshot: {record['bytes'] >> 20} MB heap, {record['body'] >> 20} MB stored, "
           f"made in {time.monotonic() - t0:.1f} s", flush=True)
     return body, record

@@ -12,8 +12,10 @@ Start-up (``--start-only``, skipped with ``--no-start``): for ember wasm and onn
 ``--start-visits`` times (default 3); visit 1 is a first visit, the others revisits with the
 HTTP cache, the Cache API and V8's code cache kept (the server caches like ember.web: ETags,
 long caching for /pyodide/ and ?v= URLs). Each visit reports page open -> engine ready -> model
-loaded -> first answer; ember runs with its memory snapshots on (wasm/snapshot.js: made in the
-background after the first visit's answer, restored on revisits) and says which way it booted.
+loaded -> first answer; ember runs with its memory snapshots on (wasm/snapshot.js: a first visit
+restores the site's prebuilt one when the site has it -- web/site.py makes it at build time -- and
+keeps a copy in the Cache API, else boots normally and makes one in the background after its
+answer; revisits restore the stored one) and says which way it booted.
 The timed columns run with snapshots off, so no background work competes with them.
 
 Workloads: the MNIST demo CNN (demos/mnist/model.py + mnist.safetensors) at batch 1, and
@@ -516,8 +518,9 @@ def start_table(starts: dict) -> str:
            "A fresh browser profile (on disk) per engine; visit 1 is a first visit, the next ones reopen "
            "the page in the same profile (HTTP cache, Cache API and V8's code cache kept; the server "
            "caches as ember.web does). ms since navigation start; engine ready / model loaded / first "
-           "answer. ember runs with its memory snapshots on: made in the background after the first "
-           "visit's answer (not counted), restored on the revisits.", "",
+           "answer. ember runs with its memory snapshots on: a first visit restores the site's prebuilt "
+           "snapshot where the site has one (and keeps a copy in the Cache API), else boots normally and "
+           "makes one in the background after its answer (not counted); revisits restore the stored one.", "",
            "| engine | " + " | ".join("first visit" if i == 0 else f"revisit {i}" for i in range(n)) + " | ember booted from |",
            "|---|" + "---:|" * n + "---|"]
     for eid, visits in starts.items():
@@ -532,7 +535,8 @@ def start_table(starts: dict) -> str:
             snap = ph.get("snapshot")
             if snap:
                 snap = json.loads(snap)
-                how.append("snapshot" if snap.get("used") else "normal boot")
+                how.append(("site snapshot" if snap.get("source") == "site" else "snapshot")
+                           if snap.get("used") else "normal boot")
         cells += [""] * (n - len(cells))
         out.append(f"| {label[eid]} | " + " | ".join(cells) + f" | {', '.join(how) or '—'} |")
     ember = [(eid, i, v) for eid, vs in starts.items() if eid.startswith("ember") for i, v in enumerate(vs)
