@@ -627,3 +627,31 @@ def test_plan_replay_linear_with_constant_weight(k, n, rows, bias, limit, monkey
     assert len(lin) == 1
     copied = "_linear_const" in lin[0].run.__qualname__
     assert copied == (limit is None)
+
+
+def test_plan_replay_linear_copy_follows_weight_updates():
+    """A compiled no-grad forward of an nn.Linear replayed after the optimizer updated the weight
+    (Tensor._set_ swaps in a new buffer) uses the new weight, like eager code."""
+    from ember import nn
+    ember.manual_seed(0)
+    lin = nn.Linear(16, 8).to("numpy")
+    opt = ember.optim.SGD(lin.parameters(), lr=0.5)
+
+    @ember.compile
+    def fwd(x):
+        with ember.no_grad():
+            return lin(x)
+    x = ember.from_numpy(f32(5, 16), device="numpy")
+    for _ in range(3):
+        fwd(x)
+    for _ in range(2):
+        before = fwd(x).numpy()
+        loss = (lin(x) * lin(x)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with ember.no_grad():
+            want = lin(x).numpy()
+        got = fwd(x).numpy()
+        assert not np.array_equal(got, before)
+        np.testing.assert_array_equal(got, want)

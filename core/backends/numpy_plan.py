@@ -495,7 +495,9 @@ def _linear_const(st, consts, dtypes, budget):
     if wb.nbytes > budget[0] or not wb.size:
         return None
     budget[0] -= wb.nbytes
-    wt = np.ascontiguousarray(wb.T)                     # (in, out), once
+    # (in, out), made once; ember never writes a tensor's buffer in place (an update swaps in a
+    # new one: Tensor._set_), so the copy is valid while the weight holds the same buffer object
+    cache = [wb, np.ascontiguousarray(wb.T)]
     recorded = _recorded(st)
     from ..tensor import Tensor
     wrap = Tensor._wrap
@@ -507,9 +509,14 @@ def _linear_const(st, consts, dtypes, budget):
         if a.ndim > 2 and a.flags.c_contiguous:
             a = a.reshape(-1, a.shape[-1])
         b = vals[op.ins[2]]._buf if bias else None
+        w = vals[op.ins[1]]._buf
         if a.ndim != 2 or a.shape[0] < 2 or a.dtype != _F32 or (bias and b.dtype != _F32):
             return recorded(vals, op)
-        y = matmul(a, wt)
+        if w is not cache[0]:                           # the weight was updated (swapped): copy anew
+            if not isinstance(w, np.ndarray) or w.dtype != _F32 or w.shape != cache[0].shape:
+                return recorded(vals, op)
+            cache[:] = [w, np.ascontiguousarray(w.T)]
+        y = matmul(a, cache[1])
         if bias:
             y += b
         vals[o] = wrap(y.reshape(shape), shape, dtype, dev)
