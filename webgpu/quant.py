@@ -234,9 +234,14 @@ _I8_FORMATS = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3}
 def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:
     """Whether one x row's product takes ``gemv8`` (x as int8 per block, dot4I8Packed): large
     weights (n * k > 4M: bandwidth-bound; the small ones of a SmolLM2 layer are latency-bound
-    and stay exact) of a 32-block format, where the WGSL has the packed 4x8 dot product and x's
-    k bytes fit in workgroup memory; ``EMBER_QLINEAR_I8=0`` turns it off."""
-    if qtype not in _I8_FORMATS or k % 32 or n * k <= (1 << 22) or os.environ.get("EMBER_QLINEAR_I8") == "0":
+    and stay exact) of a 32-block format with k <= 4096 (each workgroup rounds all of x: at
+    k = 11008 that costs more than it saves), where the WGSL has the packed 4x8 dot product and x's
+    k bytes fit in workgroup memory; ``EMBER_QLINEAR_I8=0`` turns it off. H100, GB/s, float gemv
+    -> gemv8 (32 lanes of 4 rows, workgroups of 256): 4096^2 q8_0 1737 -> 1780, q4_1 1346 -> 1560,
+    q4_0 1008 -> 1240; 11008x4096 q8_0 1812 -> 1860, q4_1 1379 -> 1620; 49152x576 (4 lanes of 4
+    rows, 64) q8_0 1490 -> 1467, q4_1 1191 -> 1287; 4096x11008 q8_0 1820 -> 1340 (left out)."""
+    if (qtype not in _I8_FORMATS or k % 32 or k > 4096 or n * k <= (1 << 22)
+            or os.environ.get("EMBER_QLINEAR_I8") == "0"):
         return False
     if "packed_4x8_integer_dot_product" not in getattr(rt.driver, "wgsl_features", ()):
         return False
@@ -283,7 +288,12 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     vec = gx.offset % 4 == 0 and k % 4 == 0
     x4 = ("return xin[i / 4u];" if vec else
           "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);")
-    if M == 1 and _use_gemv8(rt, qtype, n, k, wg, rb):
+    if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG"):
+        wg8 = 256    # (gemv8: each workgroup rounds all of x; more rows per workgroup share it)
+    else:
+        wg8 = wg
+    if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
+        wg = wg8
         params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype],
                       BB=BLOCKS[qtype][1], RED=wg * rb, XT="vec4<f32>" if vec else "f32", X4=x4,
                       DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",

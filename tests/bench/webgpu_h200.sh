@@ -1,5 +1,5 @@
 #!/bin/bash
-# ember webgpu on the lent GPU machine (one NVIDIA H200, wgpu-py over Vulkan): every figure of
+# ember webgpu on the lent GPU machine (one NVIDIA H200 or H100, wgpu-py over Vulkan): every figure of
 # issue 20 / issue 18's GPU goals in one run, logs under $OUT. Needs, carried: .gl (the Vulkan
 # loader's Debian packages, recipe in the device tool's README) and .whl (wgpu-py 0.32 and its
 # needs, gguf and its needs, for Python 3.12). Run from the repository root:
@@ -14,6 +14,8 @@ mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
 for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
 export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
 S=${*:-"info smol torch profile replay qlinear qprompt matmul train"}
+# HBM peak for the GB/s checks: H100 (HBM3) 3.35 TB/s, H200 (HBM3e) 4.8 TB/s
+PEAK=4800; nvidia-smi -L 2>/dev/null | grep -q H100 && PEAK=3350
 run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
   timeout "$t" "$@" 2>&1 | tee "$OUT/$name.log"; echo "=== $name: rc ${PIPESTATUS[0]}, $(python3 -c "print(round($(date +%s.%N)-$a,1))") s"; }
 for s in $S; do case $s in
@@ -23,10 +25,10 @@ for s in $S; do case $s in
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
   # (decode only, a short layout sweep; every timed pass starts after ~30 ms of other GPU work)
-  qlinear) L=16x1u4,64x1u4i,8x2u4i,8x2u4iw64,8x2u4iw128,8x2u4iw32,8x1u4iw64,4x2u4iw64,4x4u4iw64,8x4u4iw64,16x2u4iw64,8x2u8iw64,8x2u2iw64,8x2u4isw64,16x2u4isw128
-           run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs 4800 --no-qprompt --qlayouts $L
-           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576 --peak-gbs 4800 --no-qprompt --qlayouts $L ;;
-  qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs 4800 --qlayouts none ;;
+  qlinear) L=32x4u4iw64,32x4u4iw256,16x4u4iw64,8x2u4iw64,4x4u4iw64,4x8u4iw64,8x8u4iw128
+           run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs $PEAK --no-qprompt --qlayouts $L
+           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576 --peak-gbs $PEAK --no-qprompt --qlayouts $L ;;
+  qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs $PEAK --qlayouts none ;;
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
   train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;
 esac; done
