@@ -83,7 +83,7 @@ from ..errors import BoundsError, DeviceError
 from ..plan import unflatten
 from ..tensor import Tensor
 from .build_kernels import abi_hash, dispatchable, module_signatures
-from .runtime import RESIDENT, R, W, module_bytes
+from .runtime import REMATERIALIZED, RESIDENT, R, W, module_bytes
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
 ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
@@ -1068,8 +1068,11 @@ class ArenaSpace(_Space):
             seg.const_pairs = tuple((t, t._buf) for _, t in consts)
             seg.copy_in = [(r, self.addr[("s", r)], self.need[r][1])
                            for r, _, mode in seg.checks if mode == 0]
-            seg.residents = [self.resident[r] for r, _, mode in seg.checks if mode == 2]
-            seg.wrote_res = [self.resident[r] for r in seg.writes if r in self.resident]
+            # (a moved array needs no sync: only the shared memory has it; the lists are made
+            # again when Python got one back, team.Resident.python_use)
+            seg.res_all = [self.resident[r] for r, _, mode in seg.checks if mode == 2]
+            seg.wrote_all = [self.resident[r] for r in seg.writes if r in self.resident]
+            _resident_lists(seg)
             seg.copy_back = [(r, self.addr[("s", r)], self.need[r][1]) for r in seg.writes
                              if r not in self.resident]
             seg.own_back = [(own_buf[r], self.addr[("s", r)], len(own_buf[r]) * own_buf[r].itemsize)
@@ -1087,6 +1090,8 @@ class ArenaSpace(_Space):
         for t, b in seg.const_pairs:
             if t._buf is not b:
                 raise _stale_const(seg)
+        if seg.res_gen != REMATERIALIZED[0]:
+            _resident_lists(seg)
         for ent in seg.residents:
             ent.to_shared()
         write, read = self.write_from, self.read_into
@@ -1278,6 +1283,14 @@ class TeamSpace(ArenaSpace):
             res = self.resident[r] = self.arena.team.resident(b)
             return res.addr
         return self.arena.alloc(n)
+
+
+def _resident_lists(seg) -> None:
+    """The resident arrays a segment syncs before it runs and marks written after: those that
+    are not moved (a moved array lives in the shared memory only)."""
+    seg.residents = [e for e in seg.res_all if not e.moved]
+    seg.wrote_res = [e for e in seg.wrote_all if not e.moved]
+    seg.res_gen = REMATERIALIZED[0]
 
 
 def _stale_const(seg) -> "_Stale":

@@ -80,6 +80,9 @@ def module_bytes() -> bytes:
 # constant that a replayed plan's tables write in place (a KV cache) lives there while the team
 # runs them; an eager kernel call on such an array first brings Python's copy up to date.
 RESIDENT: dict = {}
+# how many moved arrays Python got back so far (``team.Resident.python_use``): a replay's lists
+# of arrays to sync are made again when it changes
+REMATERIALIZED = [0]
 
 
 def _resident_use(args):

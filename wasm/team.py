@@ -536,6 +536,9 @@ class Resident:
                 self.team.read_into(self.addr, b, self.nbytes)
             self.moved = False
             self.state = self.PY_NEWER if writes else self.SAME
+            from .runtime import REMATERIALIZED
+
+            REMATERIALIZED[0] += 1   # replays that skipped syncing it (plan_exec) list it again
             return
         if self.state == self.SHARED_NEWER:
             b = self.buf()

@@ -113,6 +113,31 @@ def guest_main(argv) -> None:
     if _arg(argv, "kv-chunk", None):
         from ember.nn import llama
         llama.KV_CHUNK = int(_arg(argv, "kv-chunk", None))
+    if "--decode-ab" in argv:   # one process: weights in Python (copied into the team's memory by
+        # its tables, as before) vs moved, alternating; the team forced (2 threads), then one thread
+        import ember
+        from ember.wasm import team as T
+        EW.set_threads(1)
+        old = ember.llm.load(path, device="wasm", context=2048)
+        wait_threads(n)
+        new = ember.llm.load(path, device="wasm", context=2048)
+        ids = old.tokenizer.encode(SHORT)
+        for threads in (n, 1):
+            EW.set_threads(threads)
+            t = T.team(create=False)
+            if t is not None:
+                t.adaptive = False
+            rates, outs = {"python weights": [], "moved": []}, {}
+            for m in (old, new):   # the tables recorded for this thread count
+                m.generate(ids, max_tokens=4)
+            for _ in range(4):
+                for key, m in (("python weights", old), ("moved", new)):
+                    outs[key] = m.generate(ids, max_tokens=96)
+                    rates[key].append(m.stats["decode_tokens_per_second"])
+            print(f"   decode, {threads} thread(s), tok/s max/median of 4: " + ", ".join(
+                f"{k} {max(v):.1f} / {sorted(v)[2]:.1f}" for k, v in rates.items())
+                + f"; same text: {outs['python weights'] == outs['moved']}")
+        return
     if "--prefill-ab" in argv:   # one process: weights in Python (no team) vs moved (team), alternating
         import ember
         EW.set_threads(1)
