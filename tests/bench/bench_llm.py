@@ -319,6 +319,13 @@ SHORT_USER = "Write a long story about a lighthouse keeper and his family."
 PROMPTS = ("long", "short")
 
 
+def chatml_prompt() -> str:
+    """The long prompt as SmolLM2's chat template renders it with its default system prompt,
+    written out (for Pyodide under Node, which has no jinja2: the profiling scripts pass it in)."""
+    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+            f"<|im_end|>\n<|im_start|>user\n{INSTRUCTION}\n\n{PARAGRAPH}<|im_end|>\n<|im_start|>assistant\n")
+
+
 def make_prompt(vocab: Vocab, raw: bool, which: str = "long") -> str:
     """The bench's prompt ``which``: "long" (~200 tokens: instruction + paragraph as one user
     message through the GGUF's chat template, or bare with ``raw``) or "short" (21 tokens:

@@ -57,9 +57,47 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else None
 
 
+def build_wheel_copy(root: str, tmp: str) -> str:
+    """The kernel module built if missing, then ember's wheel built from a copy of the tree into
+    ``tmp`` (building in place leaves build/ and egg-info behind and races other builds in the
+    same checkout); returns the wheel's path."""
+    import glob
+    import shutil
+    import subprocess
+
+    sys.path.insert(0, os.path.join(root, "wasm"))
+    import build_kernels
+    sys.path.pop(0)
+    build_kernels.ensure()
+    src = os.path.join(tmp, "src")
+    skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
+    for name in ("core", "webgpu", "wasm", "web"):
+        shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        if os.path.exists(os.path.join(root, name)):
+            shutil.copy2(os.path.join(root, name), os.path.join(src, name))
+    py = os.path.join(root, ".venv", "bin", "python")
+    py = py if os.path.exists(py) else sys.executable
+    subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, src],
+                   check=True, cwd=src)
+    (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
+    return whl
+
+
+def llm_mounts(root: str, argv: list) -> tuple:
+    """(run_pyodide.mjs --mount arguments, argv with --llm-q4_1= / --llm-q8_0= guest paths) for the
+    SmolLM2 files found here (``find_llm``)."""
+    mounts = []
+    for kind, guest in (("Q4_1", "/llm/q4_1"), ("Q8_0", "/llm/q8_0")):
+        path = find_llm(root, kind)
+        if path:
+            mounts += ["--mount", f"{os.path.dirname(path)}:{guest}"]
+            argv = [*argv, f"--llm-{kind.lower()}={guest}/{os.path.basename(path)}"]
+    return mounts, argv
+
+
 def host_main(argv) -> int:
     """CPython: build the wheel, run this file inside Pyodide under Node."""
-    import glob
     import shutil
     import subprocess
     import tempfile
@@ -69,34 +107,13 @@ def host_main(argv) -> int:
     if node is None:
         print("bench wasm: needs Node.js 20+ (python build.py setup)", file=sys.stderr)
         return 2
-    sys.path.insert(0, os.path.join(root, "wasm"))
-    import build_kernels
-    sys.path.pop(0)
-    build_kernels.ensure()
     with tempfile.TemporaryDirectory(prefix="ember-bench-wasm-") as tmp:
-        # build from a copy of the tree: building in place leaves build/ and egg-info behind and
-        # races other builds in the same checkout
-        src = os.path.join(tmp, "src")
-        skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
-        for name in ("core", "webgpu", "wasm", "web"):
-            shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
-        for name in ("pyproject.toml", "README.md"):
-            if os.path.exists(os.path.join(root, name)):
-                shutil.copy2(os.path.join(root, name), os.path.join(src, name))
-        py = os.path.join(root, ".venv", "bin", "python")
-        py = py if os.path.exists(py) else sys.executable
-        subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp, src],
-                       check=True, cwd=src)
-        (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
+        whl = build_wheel_copy(root, tmp)
         if "--page" in argv:
             return page_main(root, whl, tmp)
+        llm, argv = llm_mounts(root, argv)
         mounts = ["--mount", f"{os.path.join(root, 'demos', 'mnist')}:/mnist",
-                  "--mount", f"{os.path.join(root, 'demos', 'minilm')}:/minilm"]
-        for kind, guest in (("Q4_1", "/llm/q4_1"), ("Q8_0", "/llm/q8_0")):
-            path = find_llm(root, kind)
-            if path:
-                mounts += ["--mount", f"{os.path.dirname(path)}:{guest}"]
-                argv = [*argv, f"--llm-{kind.lower()}={guest}/{os.path.basename(path)}"]
+                  "--mount", f"{os.path.join(root, 'demos', 'minilm')}:/minilm", *llm]
         cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
                os.path.abspath(__file__), *argv]
         return subprocess.run(cmd).returncode

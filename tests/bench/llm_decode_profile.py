@@ -22,50 +22,21 @@ HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 
 
 def host_main(argv) -> int:
-    import glob
     import shutil
     import subprocess
     import tempfile
 
     root = os.path.dirname(os.path.dirname(HERE))
-    sys.path.insert(0, os.path.join(root, "wasm"))
-    import build_kernels
-    sys.path.pop(0)
-    build_kernels.ensure()
     sys.path.insert(0, HERE)
-    from bench_wasm import find_llm
+    from bench_llm import chatml_prompt
+    from bench_wasm import build_wheel_copy, llm_mounts
     with tempfile.TemporaryDirectory(prefix="ember-llm-prof-") as tmp:
-        src = os.path.join(tmp, "src")
-        skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
-        for name in ("core", "webgpu", "wasm", "web"):
-            shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy2(os.path.join(root, name), os.path.join(src, name))
-        py = os.path.join(root, ".venv", "bin", "python")
-        subprocess.run([py if os.path.exists(py) else sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                        "--no-build-isolation", "-w", tmp, src], check=True, cwd=src)
-        (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
-        mounts = []
-        for kind in ("Q4_1", "Q8_0"):
-            path = find_llm(root, kind)
-            if path:
-                mounts += ["--mount", f"{os.path.dirname(path)}:/llm/{kind.lower()}"]
-                argv = [*argv, f"--llm-{kind.lower()}=/llm/{kind.lower()}/{os.path.basename(path)}"]
+        whl = build_wheel_copy(root, tmp)
+        mounts, argv = llm_mounts(root, [*argv, f"--prompt={chatml_prompt()}"])
         node = shutil.which("node")
         cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
                os.path.abspath(__file__), *argv]
         return subprocess.run(cmd).returncode
-
-
-PARAGRAPH = (
-    "The lighthouse on the northern cape was built in 1874, after three ships were lost on the "
-    "rocks below it in a single winter. For more than a century a keeper and his family lived in "
-    "the small stone house at its foot, climbing the stairs every evening to light the lamp. The "
-    "work was lonely but never dull: storms broke windows, fog horns had to be sounded by hand, and "
-    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the "
-    "electricity network, and in 1989 the last keeper left, replaced by an automatic system that is "
-    "checked twice a year. Today the house is a small museum where visitors can see the keepers' "
-    "logbooks and photographs of the wrecks that made the light necessary.")
 
 
 def _arg(argv, name, default):
@@ -196,12 +167,32 @@ def table_rows(replay, reps: int = 10) -> list:
     return rows
 
 
+_PROMPT = [None]
+
+
 def chat_prompt() -> str:
-    """bench_llm's prompt: the file's ChatML template with its default system prompt, written out
-    (Node's Pyodide has no jinja2)."""
-    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-            "<|im_end|>\n<|im_start|>user\nRead the following paragraph and explain in your own words "
-            "what it says.\n\n" + PARAGRAPH + "<|im_end|>\n<|im_start|>assistant\n")
+    """bench_llm's long prompt in ChatML (``bench_llm.chatml_prompt``, passed in by the host side
+    as ``--prompt=``: Node's Pyodide has no jinja2)."""
+    if _PROMPT[0] is None:
+        raise SystemExit("llm_decode_profile: no --prompt= (run it from CPython: the host side passes it)")
+    return _PROMPT[0]
+
+
+def time_step(step, args, reps: int = 20, warm: int = 3) -> list:
+    """Seconds of ``reps`` calls of the one-token ``step(*args)`` with its read, sorted, after
+    ``warm`` uncounted ones."""
+    for _ in range(warm):
+        step(*args).tolist()
+    ts = []
+    for _ in range(reps):
+        t1 = time.perf_counter()
+        step(*args).tolist()
+        ts.append(time.perf_counter() - t1)
+    return sorted(ts)
+
+
+def _min_median(ts: list) -> str:
+    return f"min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms"
 
 
 def profile_model(model, threads=(1, 2), n_tok: int = 64, kernels: bool = True, tables: bool = True) -> None:
@@ -231,17 +222,10 @@ def profile_model(model, threads=(1, 2), n_tok: int = 64, kernels: bool = True, 
         pos = len(ids) + 40
         args = (ember.tensor([1234], dtype="int32", device="wasm"),
                 ember.tensor([pos], dtype="int32", device="wasm"))
-        for _ in range(3):
-            step_argmax(*args).tolist()
-        ts = []
-        for _ in range(20):
-            t1 = time.perf_counter()
-            step_argmax(*args).tolist()
-            ts.append(time.perf_counter() - t1)
-        ts.sort()
+        ts = time_step(step_argmax, args)
         rep = step_argmax.plan_for(*args).fast
         desc = rep.describe()
-        print(f"   step alone: min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms; "
+        print(f"   step alone: {_min_median(ts)}; "
               f"segments {desc.get('segments')}, commands {desc.get('commands')}, "
               f"python steps {len(desc.get('python_steps') or {})}, space {desc.get('space')}")
         if desc.get("space") == "pyodide" and tables:
@@ -250,9 +234,9 @@ def profile_model(model, threads=(1, 2), n_tok: int = 64, kernels: bool = True, 
                 print(f"   table {name:32s} {nc:4d} commands {ms:7.2f} ms" + (f" (rc {rc})" if rc else ""))
                 parts += ms if name[0] != "(" else 0
             print(f"   table parts sum {parts:.2f} ms")
-        if desc.get("space") == "threads":
-            from ember.wasm import team as T
-            tm = T.team(create=False)
+        from ember.wasm import team as T
+        tm = T.team(create=False)
+        if desc.get("space") == "threads" and tm is not None:
             st = getattr(rep.segments[0], "team_stats", {})
             b0 = tm.barriers()
             step_argmax(*args).tolist()
@@ -260,14 +244,9 @@ def profile_model(model, threads=(1, 2), n_tok: int = 64, kernels: bool = True, 
                   f" one thread {[round(t * 1000, 2) for t in st.get(False, [])]} ms); "
                   f"barriers per step {tm.barriers() - b0}")
             tm.adaptive = False
-            ts = []
-            for _ in range(20):
-                t1 = time.perf_counter()
-                step_argmax(*args).tolist()
-                ts.append(time.perf_counter() - t1)
-            ts.sort()
+            ts = time_step(step_argmax, args, warm=0)
             tm.adaptive = True
-            print(f"   step alone, team forced: min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms")
+            print(f"   step alone, team forced: {_min_median(ts)}")
     if kernels:
         wait_threads(1)
         rows = kernel_rows(model, len(ids) + 64)
@@ -293,17 +272,6 @@ def team_rows(model, reps: int = 25) -> None:
     tm = T.team(create=False)
     tm.adaptive = False
 
-    def timed():
-        for _ in range(3):
-            step(*args).tolist()
-        ts = []
-        for _ in range(reps):
-            t1 = time.perf_counter()
-            step(*args).tolist()
-            ts.append(time.perf_counter() - t1)
-        ts.sort()
-        return f"min {ts[0] * 1000:.2f} ms, median {ts[len(ts) // 2] * 1000:.2f} ms"
-
     for label, min_work, spin in (("default", T.DEFAULT_MIN_WORK, T.DEFAULT_SPIN),
                                   ("nothing splits (min work 2^30)", 1 << 30, T.DEFAULT_SPIN),
                                   ("spin 200000", T.DEFAULT_MIN_WORK, 200000),
@@ -312,7 +280,7 @@ def team_rows(model, reps: int = 25) -> None:
         tm.set_min_work(min_work)
         tm._set(T.SPIN, spin)
         b0 = tm.barriers()
-        r = timed()
+        r = _min_median(time_step(step, args, reps))
         print(f"   team forced, {label:32s}: {r}; barriers per step {(tm.barriers() - b0) / (reps + 3):.0f}")
     tm.set_min_work(T.DEFAULT_MIN_WORK)
     tm._set(T.SPIN, T.DEFAULT_SPIN)
@@ -340,6 +308,7 @@ def first_steps(model, n: int = 16) -> None:
 def guest_main(argv) -> None:
     import ember.llm
 
+    _PROMPT[0] = _arg(argv, "prompt", None)
     threads = [int(t) for t in _arg(argv, "threads", "1,2").split(",")]
     n_tok = int(_arg(argv, "tokens", "64"))
     for kind in ("q4_1", "q8_0"):
