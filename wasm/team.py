@@ -125,15 +125,19 @@ _COPY = """(heap, shared, src, dst, n, toShared) => {
 }"""
 
 
-# Copies between Pyodide's memory and the shared one, several at once: count (heap address,
-# shared address, bytes) triples read from Pyodide's memory at plan (Team.call's staging).
-_COPY_MANY = """(heap, shared, plan, count, toShared) => {
-  const p = new Uint32Array(heap.buffer, plan, 3 * count);
-  const h = new Uint8Array(heap.buffer), s = new Uint8Array(shared.buffer);
-  for (let i = 0; i < 3 * count; i += 3) {
-    const a = p[i], b = p[i + 1], n = p[i + 2];
-    if (toShared) s.set(h.subarray(a, a + n), b); else h.set(s.subarray(b, b + n), a);
+# An eager call on the shared memory in one crossing (Team.call): nIn (heap address, shared
+# address, bytes) triples read from Pyodide's memory at plan are copied in, f(...args) runs, the
+# nBack triples after them are copied back; f's result is returned.
+_CALL_STAGED = """(heap, shared, plan, nIn, nBack, f, ...args) => {
+  const p = new Uint32Array(heap.buffer, plan, 3 * (nIn + nBack));
+  let h = new Uint8Array(heap.buffer), s = new Uint8Array(shared.buffer);
+  for (let i = 0; i < 3 * nIn; i += 3) s.set(h.subarray(p[i], p[i] + p[i + 2]), p[i + 1]);
+  const r = f(...args);
+  if (nBack) {
+    h = new Uint8Array(heap.buffer); s = new Uint8Array(shared.buffer);
+    for (let i = 3 * nIn; i < 3 * (nIn + nBack); i += 3) h.set(s.subarray(p[i + 1], p[i + 1] + p[i + 2]), p[i]);
   }
+  return r;
 }"""
 # Zeroes n bytes of the shared memory from dst.
 _FILL = """(shared, dst, n) => { new Uint8Array(shared.buffer, dst, n).fill(0); }"""
@@ -245,7 +249,7 @@ class Team:
         self._spawn = js.Function.new("return " + _SPAWN)()
         self._copy = js.Function.new("return " + _COPY)()
         self._fill = js.Function.new("return " + _FILL)()
-        self._copy_many = js.Function.new("return " + _COPY_MANY)()
+        self._call_staged = js.Function.new("return " + _CALL_STAGED)()
         self.stage_addr, self.stage_bytes = 0, 0   # where eager calls on moved arrays stage the rest
         self._fns = {}
         self.workers = []
@@ -437,16 +441,15 @@ class Team:
                 if a.writes:
                     back.extend((src, base + at, nb))
             conv.append(base + at + (a.at - a.offset) * isz if a.n else 0)
-        if into:
-            self._copy_many(self.heap, self.memory, into.buffer_info()[0], len(into) // 3, True)
         f = self._fns.get(name)
         if f is None:
             f = self._fns[name] = getattr(self.exports, name)
-        res = f(*conv)
+        n_in, n_back = len(into) // 3, len(back) // 3
+        into.extend(back)
+        # (the plan array is not touched until the call returns: its address stays valid)
+        res = self._call_staged(self.heap, self.memory, into.buffer_info()[0], n_in, n_back, f, *conv)
         for ent in wrote:
             ent.shared_wrote()
-        if back:
-            self._copy_many(self.heap, self.memory, back.buffer_info()[0], len(back) // 3, False)
         return res
 
     def resident(self, buf) -> "Resident":
