@@ -183,6 +183,37 @@ except ShaderError as e:
 res["after_error"] = (ember.tensor([1.0, 2.0], device="webgpu") * 2).tolist()
 out["custom_op"] = res
 
+# the LLM decode kernels under Chromium's compiler: gemv with its RMSNorm prologue and rope
+# epilogue and attn (reductions by subgroup shuffles where the adapter has subgroups), and gemv8
+# (x as int8 per block, dot4I8Packed) where the WGSL has packed_4x8_integer_dot_product
+import os, struct
+from ember.quant import QTensor
+from ember.ops.llm import qlinear_rms_rope, rope_tables
+dec = {"wgsl_features": sorted(getattr(rt.driver, "wgsl_features", ()))}
+Wq = QTensor.quantize(ember.tensor(mat(32, 64, 70), device="python"), "q8_0")
+for dev in ("python", "webgpu"):
+    cs, sn = rope_tables(16, 8, 10000.0, device=dev)
+    dec["rms_rope_" + dev] = qlinear_rms_rope(
+        ember.tensor([vals(64, 71)], device=dev), ember.tensor(vals(64, 72), device=dev), Wq.to(dev), cs, sn,
+        ember.tensor([2], dtype="int32", device=dev), rope_rows=24, head_dim=8).tolist()
+    kc = ember.tensor([[vals(8, 80 + r)] * 2 for r in range(40)], device=dev)
+    vcache = ember.tensor([[vals(8, 130 + r)] * 2 for r in range(40)], device=dev)
+    dec["attn_" + dev] = ember.attention_cached(
+        ember.tensor([[vals(8, 73 + h) for h in range(4)]], device=dev), ember.tensor([[vals(8, 77)] * 2], device=dev),
+        ember.tensor([[vals(8, 78)] * 2], device=dev), kc, vcache, ember.tensor([37], dtype="int32", device=dev)).tolist()
+# a 1040 x 4096 q8_0 weight of random bytes (scale 1/64 in every block): gemv8 vs the float kernel
+blk = bytearray(os.urandom(34 * 1040 * 128))
+for b in range(0, len(blk), 34):
+    blk[b:b + 2] = struct.pack("<e", 1 / 64)
+W8 = QTensor(ember.tensor(list(struct.unpack(f"<{len(blk) // 4}i", bytes(blk))), dtype="int32", device="webgpu"),
+             "q8_0", (1040, 4096))
+x8 = ember.tensor([vals(4096, 90)], device="webgpu")
+for key, i8 in (("gemv8", "1"), ("gemv_float", "0")):
+    os.environ["EMBER_QLINEAR_I8"] = i8
+    dec[key] = ember.qlinear(x8, W8.data, qtype="q8_0", n=1040, k=4096).tolist()[0]
+os.environ.pop("EMBER_QLINEAR_I8")
+out["decode"] = dec
+
 # device loss (GPUDevice.destroy()): a typed DeviceLostError, and init() opens a new device
 x = ember.tensor([1.0, 2.0], device="webgpu")
 dev = wg.get_runtime().driver._dev
@@ -239,6 +270,21 @@ def test_matmul_epilogue_in_the_page(page_result, variant):
         pytest.skip(f"{variant} is not eligible on this adapter")
     assert res["fused"] == 1
     _close(res["webgpu"], res["python"], rtol=1e-4, atol=1e-4)
+
+
+def test_llm_decode_kernels_in_the_page(page_result):
+    d = page_result["decode"]
+    print("\npage adapter features", page_result["features"], "wgsl", d["wgsl_features"])
+    _close(d["rms_rope_webgpu"], d["rms_rope_python"], rtol=1e-4, atol=1e-4)
+    _close(d["attn_webgpu"], d["attn_python"], rtol=1e-4, atol=1e-4)
+    f, i = d["gemv_float"], d["gemv8"]
+    if "packed_4x8_integer_dot_product" not in d["wgsl_features"]:
+        assert i == f      # the float kernel both times
+        return
+    mean = sum(f) / len(f)
+    spread = (sum((v - mean) ** 2 for v in f) / len(f)) ** 0.5
+    err = (sum((a - b) ** 2 for a, b in zip(i, f)) / len(f)) ** 0.5
+    assert 0 < err < 0.012 * spread, (err, spread)   # x's rounding to 8 bits, no more
 
 
 def test_subgroup_matmul_in_the_page(page_result):
