@@ -282,14 +282,13 @@ class Vocab:
     byte-to-character table; control tokens such as <|im_end|> give no text)."""
 
     def __init__(self, path: Path):
-        import gguf
+        import ember
 
-        r = gguf.GGUFReader(str(path))
-        self.tokens = r.fields["tokenizer.ggml.tokens"].contents()
-        self.types = r.fields["tokenizer.ggml.token_type"].contents()
-        self.eos = int(r.fields["tokenizer.ggml.eos_token_id"].contents())
-        self.template = r.fields["tokenizer.chat_template"].contents() if "tokenizer.chat_template" in r.fields else None
-        meta = {k: r.fields[k].contents() for k in r.fields if k.startswith("llama.")}
+        meta = ember.load_gguf(str(path)).metadata     # (metadata only: tensors stay unread)
+        self.tokens = meta["tokenizer.ggml.tokens"]
+        self.types = meta["tokenizer.ggml.token_type"]
+        self.eos = int(meta["tokenizer.ggml.eos_token_id"])
+        self.template = meta.get("tokenizer.chat_template")
         self.config = {"n_layer": int(meta["llama.block_count"]), "n_embd": int(meta["llama.embedding_length"]),
                        "n_head": int(meta["llama.attention.head_count"]),
                        "n_head_kv": int(meta["llama.attention.head_count_kv"]),
