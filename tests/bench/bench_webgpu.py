@@ -516,7 +516,11 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
             def decode_calls(reps=reps):
                 return [lambda w=ws[i % copies]: ember.qlinear(tx1, w, qtype=qt, n=n, k=k) for i in range(reps)]
             lanes, rb, u, il, wgs = wq.gemv_shape(n, k, 1)
-            row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}" + (f"w{wgs}" if wgs != wq.WG else "")
+            if i8:   # gemv8 (no items per step; workgroups of 256 from k = 2048 on)
+                wgs = 256 if k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wgs
+                row["default"] = f"i8:{lanes}x{rb}" + (f"w{wgs}" if wgs != wq.WG else "")
+            else:
+                row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}" + (f"w{wgs}" if wgs != wq.WG else "")
             dt = _one_pass_timed(decode_calls(), cpu_adapter)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9
