@@ -177,12 +177,16 @@ W.set_threads(1)
 out["team"]["ids_one_thread"] = ids(m)
 W.set_threads(2)
 # the cache grows (chunks of 16 rows here): the steps are made again over the new cache
-L.KV_CHUNK = 16
+L.KV_CHUNK = 32
 g = ember.llm.load(PATH, device="wasm", context=64)
-g.warm_up(steps=2)
+g.warm_up()             # (capture, table, the team's choice)
 cap0 = g.model.capacity
+from ember.llm import _team_choices
+before = _team_choices(g._step_argmax)
 gi = ids(g, 40)
-out["grow"] = {"cap0": cap0, "cap1": g.model.capacity, "ids": gi, "kv_moved": isinstance(g.model.k_cache[0]._buf, T.Moved)}
+after = _team_choices(g._step_argmax)
+out["grow"] = {"cap0": cap0, "cap1": g.model.capacity, "ids": gi, "kv_moved": isinstance(g.model.k_cache[0]._buf, T.Moved),
+               "grow_ms": g.stats["grow_ms"], "choice_before": bool(before), "choice_kept": bool(before) and after == before}
 # Python reads a moved weight: it gets a copy (the same values as the one-thread load's), kept
 name = "blk.1.ffn_down.weight"
 a, b = m.model.w[name].data, one.model.w[name].data
@@ -236,8 +240,9 @@ def test_wasm_team_holds_the_weights_once(model_file, tmp_path_factory):
     assert team["ids"] == want and team["ids_one_thread"] == want, team
     assert res["oob"] == "BoundsError", res["oob"]
     g = res["grow"]
-    assert g["cap0"] == 16 and g["cap1"] == min(64, -(-(len(prompt) + 40) // 16) * 16), g
-    assert g["kv_moved"] and g["ids"] == ids(40), g
+    assert g["cap0"] == 32 and g["cap1"] == min(64, -(-(len(prompt) + 40) // 32) * 32), g
+    assert g["kv_moved"] and g["ids"] == ids(40) and g["grow_ms"] > 0, g
+    assert g["choice_before"] and g["choice_kept"], g    # the team's choice carried over the growth
     rr = res["reread"]
     assert rr["same"] and not rr["still_moved"] and rr["held"] and rr["ids"] == want, rr
 

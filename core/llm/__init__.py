@@ -162,14 +162,21 @@ class LLM:
             return 0.0
         t0 = time.perf_counter()
         made = self._step_logits is not None
+        choice = None
         if made:   # the old steps' plans (and their tables' spans) go before the new cache is made
             import gc
 
+            choice = _team_choices(self._step_argmax)
             self._step_logits = self._step_argmax = None
             gc.collect()
         m.reserve(positions)
         if warm and made:
-            self.warm_up()
+            # the thread team's choice per segment carries over to the same step on the new cache
+            # (its probes, 14 steps, are the larger part of a warm-up); the usual watch and
+            # re-probes still check it
+            self.warm_up(steps=2 if choice else None)
+            if choice and not _team_choices(self._step_argmax, choice):
+                self.warm_up()   # (another plan structure: probe as usual)
         return (time.perf_counter() - t0) * 1000.0
 
     @property
@@ -354,6 +361,32 @@ def _wasm_threads(step) -> int:
         if not t.adaptive or any((getattr(s, "team_stats", None) or {}).get("use") for s in fast.segments):
             return t.ready()
     return 1
+
+
+def _team_choices(step, give: dict | None = None):
+    """The wasm thread team's choice for each table segment of compiled ``step``'s plans
+    (``{signature: [use, ...]}``, only where every segment has made one), or with ``give``:
+    set those choices on ``step``'s plans of the same signatures and segment counts (True if
+    all were set)."""
+    out, done, given = {}, True, 0
+    for key, plan in getattr(step, "plans", {}).items():
+        fast = getattr(plan, "fast", None)
+        segs = getattr(fast, "segments", None) if getattr(fast, "ready", False) else None
+        if not segs or getattr(getattr(fast, "space", None), "kind", None) != "threads":
+            continue
+        if give is None:
+            uses = [(getattr(sg, "team_stats", None) or {}).get("use") for sg in segs]
+            if all(u is not None for u in uses):
+                out[key] = uses
+            continue
+        uses = give.get(key)
+        if uses is None or len(uses) != len(segs):
+            done = False
+            continue
+        for sg, u in zip(segs, uses):
+            sg.team_stats = {"n": 0, True: [], False: [], "use": u, "watch": [0, float("inf")]}
+        given += 1
+    return out if give is None else (done and given > 0)
 
 
 def _read_tokens(outs: list) -> list:
