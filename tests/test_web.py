@@ -349,6 +349,43 @@ def test_build_site_layout_and_manifest(tmp_path, sources):
     assert (out / "favicon.ico").read_bytes() == favicon()
 
 
+def test_build_site_serves_a_prebuilt_snapshot_only_when_one_is_made_for_it(tmp_path, sources, monkeypatch):
+    """``snapshot=True``: the cached snapshot for this manifest's key (wheel, Pyodide, loader) is
+    served as wheels/ember-<sha16>-snapshot.bin and recorded in the manifest; without one and
+    without a browser to make it, the site is built without (pages boot as before)."""
+    import hashlib
+
+    from ember.web import site as site_mod
+    pyo, whl, demos = sources
+    cache = tmp_path / "snapcache"
+    monkeypatch.setattr(site_mod, "SNAPSHOT_CACHE", cache)
+    monkeypatch.setenv("EMBER_CHROMIUM", str(tmp_path / "no-chromium"))
+    out = build_site(whl, tmp_path / "out", pyodide_dir=pyo, demos_dir=demos, snapshot=True)
+    m = json.loads((out / "manifest.json").read_text())
+    assert "snapshot" not in m
+    body = b"EMS1 packed heap " * 64
+    sha = hashlib.sha256(body).hexdigest()
+    key = site_mod.snapshot_key(m)[:32]
+    cache.mkdir()
+    (cache / f"{key}.bin").write_bytes(body)
+    record = {"meta": {"format": 2, "wheel_sha256": m["wheel_sha256"]}, "bytes": 1 << 16, "body": len(body),
+              "sha256": sha}
+    (cache / f"{key}.json").write_text(json.dumps(record))
+    build_site(whl, out, pyodide_dir=pyo, demos_dir=demos, snapshot=True)
+    m2 = json.loads((out / "manifest.json").read_text())
+    rel = f"wheels/ember-{sha[:16]}-snapshot.bin"
+    assert m2["snapshot"] == {"path": rel, **record}
+    assert (out / rel).read_bytes() == body and m2["files"][rel] == sha[:16]
+    assert {k: v for k, v in m2.items() if k not in ("snapshot", "files")} == \
+        {k: v for k, v in m.items() if k != "files"}
+    # another wheel: another key, so the cached one is not served (and the old file goes)
+    with zipfile.ZipFile(whl, "a") as z:
+        z.writestr("ember/more.py", "x = 2\n")
+    build_site(whl, out, pyodide_dir=pyo, demos_dir=demos, snapshot=True)
+    assert "snapshot" not in json.loads((out / "manifest.json").read_text())
+    assert not (out / rel).exists()
+
+
 def test_build_site_resyncs_and_keeps_unchanged_files(tmp_path, sources):
     pyo, whl, demos = sources
     out = build_site(whl, tmp_path / "out", pyodide_dir=pyo, demos_dir=demos)

@@ -7,7 +7,7 @@ Site layout (every URL is a plain file under the output folder):
     /                       index.html: the list of demos (title and description of each)
     /favicon.ico            a small icon, so no page logs a 404 for it
     /manifest.json          {"ember_version", "wheel", "wheel_sha256", "extra_wheels",
-                            "pyodide_version", "pyodide_python", "demos", "files"}
+                            "pyodide_version", "pyodide_python", "demos", "files", "snapshot"}
                             read by /wasm/ember.js to find the wheels; "files" maps every demo
                             file's and extra wheel's site path to the first 16 hex digits of its
                             sha256, so pages ask for "<file>?v=<hash>" (one exact content: the
@@ -19,6 +19,13 @@ Site layout (every URL is a plain file under the output folder):
                             ember's modules compiled by the served Pyodide (unchecked-hash .pyc,
                             made with Node at build time; manifest "wheel_pyc"), unpacked over
                             the wheel by the loader: a first visit imports without compiling
+    /wheels/ember-<sha16>-snapshot.bin
+                            a Pyodide memory snapshot after `import ember` (wasm/snapshot.js's
+                            packed format; <sha16>: its SHA-256), made with headless Chromium at
+                            build time (``prebuild_snapshot``; manifest "snapshot"): a first visit
+                            restores it instead of booting Python (~5 s -> ~1.5 s to the first
+                            MNIST answer here); none when Playwright or Chromium is missing
+                            (``--no-snapshot`` leaves it out)
     /wheels/<other>-py3-none-any.whl
                             extra pure-Python wheels ember needs in the page (e.g. jinja2 and
                             markupsafe for chat templates): every such wheel of the extra wheels
