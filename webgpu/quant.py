@@ -294,9 +294,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         wg8 = wg
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
         wg = wg8
-        pair = qtype == "q8_0" and (k // 32) % 2 == 0 and os.environ.get("EMBER_QLINEAR_PAIR") != "0"
         params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype],
-                      PAIR="true" if pair else "false",
                       BB=BLOCKS[qtype][1], RED=wg * rb, XT="vec4<f32>" if vec else "f32", X4=x4,
                       DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                       NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,

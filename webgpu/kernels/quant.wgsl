@@ -482,25 +482,6 @@ fn block_dot(o: u32, xb: u32) -> f32 {
   return half_at(o) * xd[xb] * f32(s);
 }
 
-// q8_0 blocks 2p and 2p + 1 (PAIR: an even number of blocks a row): 68 bytes from a 4-byte
-// boundary, 17 aligned words read once (one block alone starts at 2 (mod 4) every other time)
-fn pair_dot_q8_0(o: u32, p: u32) -> f32 {
-  var w: array<u32, 17>;
-  for (var j = 0u; j < 17u; j = j + 1u) { w[j] = wq[(o >> 2u) + j]; }
-  var s0 = 0;
-  var s1 = 0;
-  let xw = 16u * p;
-  for (var j = 0u; j < 8u; j = j + 1u) {
-    s0 = s0 + dot4I8Packed((w[j] >> 16u) | (w[j + 1u] << 16u), xq[xw + j]);
-    s1 = s1 + dot4I8Packed(w[9u + j], xq[xw + 8u + j]);
-  }
-  let d0 = unpack2x16float(w[0]).x;
-  let d1 = unpack2x16float(w[8] >> 16u).x;
-  return d0 * xd[2u * p] * f32(s0) + d1 * xd[2u * p + 1u] * f32(s1);
-}
-
-const PAIR: bool = {{PAIR}};
-
 @compute @workgroup_size({{WG}})
 fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
@@ -542,13 +523,7 @@ fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   let row0 = ((wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) + grp) * RB;
   let rbytes = u(3u);
   var acc: array<f32, {{RB}}>;
-  if (row0 < N && PAIR) {
-    for (var p = lane; p < nb / 2u; p = p + LANES) {
-      for (var r = 0u; r < RB; r = r + 1u) {
-        acc[r] = acc[r] + pair_dot_q8_0(u(4u) + min(row0 + r, N - 1u) * rbytes + p * 68u, p);
-      }
-    }
-  } else if (row0 < N) {
+  if (row0 < N) {
     for (var b = lane; b < nb; b = b + LANES) {
       for (var r = 0u; r < RB; r = r + 1u) {
         acc[r] = acc[r] + block_dot(u(4u) + min(row0 + r, N - 1u) * rbytes + b * {{BB}}u, b);
