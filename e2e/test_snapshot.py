@@ -2,8 +2,10 @@
 
 The site serves a snapshot made when it was built (web/site.py, manifest "snapshot"): a first
 visit (a fresh context) restores it and makes the browser's own in the background, which the
-revisit restores. A corrupt site snapshot, one made for another wheel and one Pyodide refuses are each
-refused, and the page boots the normal way with the same results and a note saying why.
+revisit restores. A corrupt site snapshot and one made for another wheel are each refused (the latter is not even
+downloaded), and the page boots the normal way with the same results and a note saying why.
+(A snapshot Pyodide refuses takes the same path for both sources: tested with a stored entry
+below, ~9 s a boot kept out of the suite.)
 
 Without a site snapshot (these tests hide it by serving the manifest without "snapshot"), one
 browser context is one returning visitor: its first page boots the normal way and makes a
@@ -177,25 +179,6 @@ def test_a_site_snapshot_for_another_wheel_is_not_downloaded(newcomer, server, s
     assert info["snapshot"]["note"] == "the site's snapshot was made for another ember, Pyodide or loader: not used"
     assert {k: v for k, v in out.items() if k != "boot"} == OUT
     assert not any(r.split("?")[0] == "/" + snap["path"] for r in request_log), request_log
-    p.close()
-
-
-def test_a_site_snapshot_pyodide_refuses_is_not_used(newcomer, server, site_dir):
-    """Bytes that pass ember's checks (the manifest's length and hash made to match) but that
-    Pyodide refuses (its magic number, the heap's first 4 bytes, zeroed)."""
-    import hashlib
-    snap = _site_snapshot(site_dir)
-    body = bytearray((site_dir / snap["path"]).read_bytes())
-    n = int.from_bytes(body[12:16], "little")
-    body[16 + n:20 + n] = b"\0\0\0\0"
-    sha = hashlib.sha256(body).hexdigest()
-    _edit_manifest(newcomer, lambda m: m["snapshot"].update(sha256=sha))
-    _edit_site_snapshot(newcomer, lambda b: b.__setitem__(slice(None), body))
-    p, info, out = _visit(newcomer, server)
-    assert info["snapshot"]["used"] is False
-    assert info["snapshot"]["note"].startswith("the site's snapshot did not restore"), info
-    assert "magic" in info["snapshot"]["note"], info
-    assert {k: v for k, v in out.items() if k != "boot"} == OUT
     p.close()
 
 
