@@ -23,37 +23,18 @@ HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 
 
 def host_main(argv) -> int:
-    import glob
     import shutil
     import subprocess
     import tempfile
 
-    root = next((a.split("=", 1)[1] for a in argv if a.startswith("--root=")), os.path.dirname(os.path.dirname(HERE)))
-    sys.path.insert(0, os.path.join(root, "wasm"))
-    import build_kernels
-    sys.path.pop(0)
-    build_kernels.ensure()
-    sys.path.insert(0, HERE)
-    from bench_wasm import find_llm
     mine = os.path.dirname(os.path.dirname(HERE))
+    root = next((a.split("=", 1)[1] for a in argv if a.startswith("--root=")), mine)
+    sys.path.insert(0, HERE)
+    from bench_llm import chatml_prompt
+    from bench_wasm import build_wheel_copy, llm_mounts
     with tempfile.TemporaryDirectory(prefix="ember-llm-mem-") as tmp:
-        src = os.path.join(tmp, "src")
-        skip = shutil.ignore_patterns("node_modules", "__pycache__", "*.pyc", "*.egg-info")
-        for name in ("core", "webgpu", "wasm", "web"):
-            shutil.copytree(os.path.join(root, name), os.path.join(src, name), ignore=skip)
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy2(os.path.join(root, name), os.path.join(src, name))
-        py = os.path.join(mine, ".venv", "bin", "python")
-        subprocess.run([py if os.path.exists(py) else sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                        "--no-build-isolation", "-w", tmp, src], check=True, cwd=src,
-                       stdout=subprocess.DEVNULL)
-        (whl,) = glob.glob(os.path.join(tmp, "ember-*.whl"))
-        mounts = []
-        for kind in ("Q4_1", "Q8_0"):
-            path = find_llm(mine, kind)
-            if path:
-                mounts += ["--mount", f"{os.path.dirname(path)}:/llm/{kind.lower()}"]
-                argv = [*argv, f"--llm-{kind.lower()}=/llm/{kind.lower()}/{os.path.basename(path)}"]
+        whl = build_wheel_copy(root, tmp)      # (--root: that checkout's code; the model files are ours)
+        mounts, argv = llm_mounts(mine, [*argv, f"--prompt={chatml_prompt()}"])
         cmd = [shutil.which("node"), os.path.join(mine, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
                os.path.abspath(__file__), *argv]
         return subprocess.run(cmd).returncode
@@ -61,17 +42,6 @@ def host_main(argv) -> int:
 
 def _arg(argv, name, default):
     return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), default)
-
-
-PARAGRAPH = (
-    "The lighthouse on the northern cape was built in 1874, after three ships were lost on the "
-    "rocks below it in a single winter. For more than a century a keeper and his family lived in "
-    "the small stone house at its foot, climbing the stairs every evening to light the lamp. The "
-    "work was lonely but never dull: storms broke windows, fog horns had to be sounded by hand, and "
-    "supplies arrived by boat only when the sea allowed it. In 1962 the light was connected to the "
-    "electricity network, and in 1989 the last keeper left, replaced by an automatic system that is "
-    "checked twice a year. Today the house is a small museum where visitors can see the keepers' "
-    "logbooks and photographs of the wrecks that made the light necessary.")
 
 
 def wait_threads(n):
@@ -82,12 +52,15 @@ def wait_threads(n):
         time.sleep(0.01)
 
 
+_PROMPT = [None]
+
+
 def chat_prompt() -> str:
-    """bench_llm's prompt: the file's ChatML template with its default system prompt, written out
-    (Node's Pyodide has no jinja2)."""
-    return ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-            "<|im_end|>\n<|im_start|>user\nRead the following paragraph and explain in your own words "
-            "what it says.\n\n" + PARAGRAPH + "<|im_end|>\n<|im_start|>assistant\n")
+    """bench_llm's long prompt in ChatML (``bench_llm.chatml_prompt``, passed in by the host side
+    as ``--prompt=``: Node's Pyodide has no jinja2)."""
+    if _PROMPT[0] is None:
+        raise SystemExit("llm_memory_profile: no --prompt= (run it from CPython: the host side passes it)")
+    return _PROMPT[0]
 
 
 SHORT = "<|im_start|>user\nTell me a story about a lighthouse keeper.<|im_end|>\n<|im_start|>assistant\n"
@@ -101,6 +74,7 @@ def guest_main(argv) -> None:
     import ember.llm
     import ember.wasm as EW
 
+    _PROMPT[0] = _arg(argv, "prompt", None)
     n = int(_arg(argv, "threads", "2"))
     kind = _arg(argv, "files", "q4_1")
     n_tok = int(_arg(argv, "tokens", "128"))
