@@ -96,6 +96,26 @@ def llm_mounts(root: str, argv: list) -> tuple:
     return mounts, argv
 
 
+def run_llm_script(script: str, argv: list, root: str | None = None) -> int:
+    """CPython side of the LLM profiling scripts: ember's wheel built from ``root`` (default this
+    checkout), then ``script`` run inside Pyodide under Node with this checkout's SmolLM2 files
+    mounted and bench_llm's long ChatML prompt passed as ``--prompt=`` (Node's Pyodide has no
+    jinja2)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from bench_llm import chatml_prompt
+
+    mine = os.path.dirname(os.path.dirname(HERE))
+    with tempfile.TemporaryDirectory(prefix="ember-llm-script-") as tmp:
+        whl = build_wheel_copy(root or mine, tmp)
+        mounts, argv = llm_mounts(mine, [*argv, f"--prompt={chatml_prompt()}"])
+        cmd = [shutil.which("node"), os.path.join(mine, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
+               script, *argv]
+        return subprocess.run(cmd).returncode
+
+
 def host_main(argv) -> int:
     """CPython: build the wheel, run this file inside Pyodide under Node."""
     import shutil

@@ -22,21 +22,10 @@ HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 
 
 def host_main(argv) -> int:
-    import shutil
-    import subprocess
-    import tempfile
-
-    root = os.path.dirname(os.path.dirname(HERE))
     sys.path.insert(0, HERE)
-    from bench_llm import chatml_prompt
-    from bench_wasm import build_wheel_copy, llm_mounts
-    with tempfile.TemporaryDirectory(prefix="ember-llm-prof-") as tmp:
-        whl = build_wheel_copy(root, tmp)
-        mounts, argv = llm_mounts(root, [*argv, f"--prompt={chatml_prompt()}"])
-        node = shutil.which("node")
-        cmd = [node, os.path.join(root, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
-               os.path.abspath(__file__), *argv]
-        return subprocess.run(cmd).returncode
+    from bench_wasm import run_llm_script
+
+    return run_llm_script(os.path.abspath(__file__), argv)
 
 
 def _arg(argv, name, default):

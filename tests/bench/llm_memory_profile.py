@@ -23,21 +23,11 @@ HERE = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 
 
 def host_main(argv) -> int:
-    import shutil
-    import subprocess
-    import tempfile
-
-    mine = os.path.dirname(os.path.dirname(HERE))
-    root = next((a.split("=", 1)[1] for a in argv if a.startswith("--root=")), mine)
     sys.path.insert(0, HERE)
-    from bench_llm import chatml_prompt
-    from bench_wasm import build_wheel_copy, llm_mounts
-    with tempfile.TemporaryDirectory(prefix="ember-llm-mem-") as tmp:
-        whl = build_wheel_copy(root, tmp)      # (--root: that checkout's code; the model files are ours)
-        mounts, argv = llm_mounts(mine, [*argv, f"--prompt={chatml_prompt()}"])
-        cmd = [shutil.which("node"), os.path.join(mine, "wasm", "run_pyodide.mjs"), "--wheel", whl, *mounts,
-               os.path.abspath(__file__), *argv]
-        return subprocess.run(cmd).returncode
+    from bench_wasm import run_llm_script
+
+    root = next((a.split("=", 1)[1] for a in argv if a.startswith("--root=")), None)
+    return run_llm_script(os.path.abspath(__file__), argv, root)
 
 
 def _arg(argv, name, default):
