@@ -193,10 +193,10 @@ def bert_onnx(c: BertConfig, w) -> bytes:
     return g.model()
 
 
-def bert_torch(c: BertConfig, w):
+def bert_torch(c: BertConfig, w, device: str = "cpu"):
     import torch
     import torch.nn.functional as TF
-    t = {k: torch.from_numpy(v) for k, v in w.items()}
+    t = {k: torch.from_numpy(v).to(device) for k, v in w.items()}
     d = c.hidden // c.heads
 
     def fwd(ids, mask):
