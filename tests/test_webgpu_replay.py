@@ -198,3 +198,36 @@ def test_decoded_token_fed_back_on_the_gpu(rt, tmp_path):
     assert reads == 0
     fed = step.plan_for(outs[0], ember.tensor([0], dtype="int32", device="webgpu")).fast.describe()
     assert fed["stream"] and fed["replays"] >= 5, fed      # guards met by argmax's range: no fallback
+
+
+def test_onnx_gather_of_uploaded_ids_streams_with_no_read(rt):
+    """An ONNX embedding lookup (Gather of the fed ids, a scalar constant index, negative ids
+    allowed) replays as one dispatch stream: the ids' range is known from their upload, so no
+    GPU read checks it; an id out of range still raises IndexingError (before anything runs)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((50, 8)).astype(np.float32)
+    types = rng.standard_normal((2, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+         helper.make_node("Gather", ["types", "zero"], ["t"], axis=0),
+         helper.make_node("Add", ["e", "t"], ["y"])],
+        "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "L"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(types, "types"),
+         numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    m = ember.onnx.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                        device="webgpu")
+    for k in range(4):
+        ids = rng.integers(-50, 50, (2, 5)).astype(np.int64)
+        rt.reset_stats()
+        y = np.asarray(m.run({"ids": ids})["y"].tolist())
+        np.testing.assert_allclose(y, table[ids] + types[0], rtol=1e-6)
+        if k >= 2:
+            assert rt.stats["reads"] == 1          # the output's, no index check
+    fast = next(iter(m._compiled.plans.values())).fast
+    assert fast.describe()["stream"] and fast.replays >= 2
+    with pytest.raises(IndexingError, match="-51"):
+        m.run({"ids": np.full((2, 5), -51, np.int64)})

@@ -542,11 +542,15 @@ def _fix_negative(idx: Tensor, n, what: str = "Gather") -> Tensor:
 
 
 def gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
-    """ONNX Gather: ``take`` along ``axis`` with any-shaped (possibly negative) indices."""
+    """ONNX Gather: ``take`` along ``axis`` with any-shaped (possibly negative) indices. ``take``
+    itself counts negative indices from the end and refuses any outside ``[-n, n)`` on every
+    backend (IndexingError naming the index), so the indices go to it as they are: an index
+    tensor keeps what its backend knows of its range (webgpu: an upload's min/max, which lets a
+    replayed plan check it with no GPU read and stay one dispatch stream)."""
     if x.ndim == 0:
         raise ShapeError("Gather: data must have rank >= 1, got a scalar")
     axis = _norm_axis(axis, x.ndim, "Gather")
-    idx = _fix_negative(indices.astype(_dt.int64), x.shape[axis])
+    idx = indices if indices.dtype is _dt.int64 else indices.astype(_dt.int64)
     flat = E.take(x, E.reshape(idx, (-1,)), axis=axis)
     return E.reshape(flat, x.shape[:axis] + indices.shape + x.shape[axis + 1:])
 
