@@ -17,6 +17,10 @@ q4_k, q5_k, q6_k, f16, bf16, f32.
   ``gemv_shape`` picks the layout from the shape; ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` /
   ``_IL`` / ``_XSH=1`` (x staged in workgroup memory) force it (``tests/bench/bench_webgpu.py --qlinear``
   sweeps them on a GPU).
+- one x row and a large weight (n * k > 4M, k <= 4096) of a 32-block format (q8_0 q4_0 q4_1 q5_0),
+  where the WGSL has ``packed_4x8_integer_dot_product``: ``gemv8``, x rounded to int8 per block of
+  32 in workgroup memory and each block's products summed by ``dot4I8Packed`` (~0.5% of the
+  outputs' spread, as llama.cpp's int8 activations; ``EMBER_QLINEAR_I8=0`` keeps float).
 - more rows (prompt): ``tiled4``, 64x64 output tiles, 4x4 per thread read from workgroup memory
   as vec4s, the weight tile decoded once per 64-wide slice of k (``tiled``: the same with scalar
   reads and smaller tiles, for adapters with less than 32 KiB of workgroup memory).
