@@ -290,41 +290,32 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     mt = 1 << (M - 1).bit_length()
     lanes, rb, u, il, wg = gemv_shape(n, k, mt)
     vec = gx.offset % 4 == 0 and k % 4 == 0
-    x4 = ("return xin[i / 4u];" if vec else
-          "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);")
-    if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG"):
-        wg8 = 256    # (gemv8: each workgroup rounds all of x; more rows per workgroup share it)
-    else:
-        wg8 = wg
-    if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
-        wg = wg8
-        params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype],
-                      BB=BLOCKS[qtype][1], RED=wg * rb, XT="vec4<f32>" if vec else "f32", X4=x4,
-                      DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
-                      NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
-                      **_sg_params(rt))
-        pipe = _pipe(rt, "quant", "gemv8", params)
-        per_wg = wg // lanes * rb
-        rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
-        return
-    red = wg * mt * rb
-    # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
-    # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
-    xsh = pro == 0 and (k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1")
-    if xsh:
-        xs = min(4096, (_shared(rt) - red * 4) // 4 // (64 * mt) * (64 * mt))
-        kc = xs // mt
-    else:
-        xs, kc = 4, 0x7FFFFFC0
-    params.update(INFO=info_n, WG=wg, LANES=lanes, RB=rb, U=u, IL="true" if il else "false", MT=mt, XS=xs,
-                  XS4=max(1, xs // 4), KC=kc, RED=red,
-                  ACC=mt * rb, XSH="true" if xsh else "false", XT="vec4<f32>" if vec else "f32",
-                  X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];",
-                  X4=x4,
+    params.update(INFO=info_n, LANES=lanes, RB=rb, XT="vec4<f32>" if vec else "f32",
+                  X4="return xin[i / 4u];" if vec else
+                  "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
-                  NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs)
-    params.update(_sg_params(rt))
-    pipe = _pipe(rt, "quant", "gemv", params)
+                  NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
+                  **_sg_params(rt))
+    # (gemv8: each workgroup rounds all of x; from k = 2048 on, 256 threads' rows share it)
+    wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
+    if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
+        entry, wg = "gemv8", wg8
+        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb)
+    else:
+        entry = "gemv"
+        red = wg * mt * rb
+        # x straight from its buffer (cached), unless a row's last item passes k (f16/bf16/f32
+        # rows of k % 8 != 0: the staged copy pads with zeros) or EMBER_QLINEAR_XSH=1
+        xsh = pro == 0 and (k % 8 != 0 or os.environ.get("EMBER_QLINEAR_XSH", "") == "1")
+        if xsh:
+            xs = min(4096, (_shared(rt) - red * 4) // 4 // (64 * mt) * (64 * mt))
+            kc = xs // mt
+        else:
+            xs, kc = 4, 0x7FFFFFC0
+        params.update(WG=wg, U=u, IL="true" if il else "false", MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc,
+                      RED=red, ACC=mt * rb, XSH="true" if xsh else "false",
+                      X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];")
+    pipe = _pipe(rt, "quant", entry, params)
     per_wg = wg // lanes * rb
     rt.dispatch(pipe, bufs, info, grid_1d((n + per_wg - 1) // per_wg, rt.max_groups))
 
