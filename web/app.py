@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .site import COMPRESSIBLE  # one list for the builder's .gz copies and this server
+from .site import COMPRESSIBLE, ISOLATION  # one list each for the builder and this server
 
 MIME = {
     ".html": "text/html; charset=utf-8", ".htm": "text/html; charset=utf-8",
@@ -68,12 +68,6 @@ CHUNK = 1 << 18
 LONG_CACHE_PREFIXES = ("pyodide/",)
 LONG_CACHE = "public, max-age=31536000, immutable"
 
-ISOLATION = {
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cross-Origin-Embedder-Policy": "require-corp",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    "X-Content-Type-Options": "nosniff",
-}
 
 
 class _GzipCache:

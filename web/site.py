@@ -173,9 +173,7 @@ def _serve_folder(root: Path):
                           ".json": "application/json"}
 
         def end_headers(self):   # cross-origin isolated, as ember.web serves the site
-            for k, v in (("Cross-Origin-Opener-Policy", "same-origin"),
-                         ("Cross-Origin-Embedder-Policy", "require-corp"),
-                         ("Cross-Origin-Resource-Policy", "same-origin")):
+            for k, v in ISOLATION.items():
                 self.send_header(k, v)
             super().end_headers()
 
@@ -273,6 +271,14 @@ DEMO_SKIP_FILES = ("*.pyc", "*.pyo")
 COMPRESSIBLE = {".html", ".htm", ".js", ".mjs", ".css", ".json", ".map", ".wasm", ".safetensors",
                 ".bin", ".onnx", ".py", ".wgsl", ".txt", ".md", ".svg"}
 PRECOMPRESS_MIN_BYTES = 256 << 10
+# Headers on every answer of a site (ember.web.app) and of the build-time server that makes its
+# snapshot: cross-origin isolated (SharedArrayBuffer for the wasm threads), nothing pulled off-site
+ISOLATION = {
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Embedder-Policy": "require-corp",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+}
 
 
 class _Gzip:
