@@ -257,17 +257,20 @@ def _shared(rt) -> int:
 
 
 def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float = 0.0, gres=None,
-          rope=None) -> None:
+          rope=None, parts: int = 0) -> None:
     """One ``gemv`` dispatch into ``st``: out (M, n) = x' @ dequantize(w).T (+ residual), x'
     the x rows as they are (``pro`` 0), RMS-normalised by ``gnw`` (1) or silu(gate) * up of
     rows of 2k (2). ``gres`` (M, n): a residual added to the outputs. ``rope``: (rows, half,
-    cos GBuf, sin GBuf, pos GBuf): outputs 0..rows of each x row rotated ("pairs" mode)."""
+    cos GBuf, sin GBuf, pos GBuf): outputs 0..rows of each x row rotated ("pairs" mode).
+    ``parts`` (with ``pro`` 1 and M = 1): x is the sum of that many rows of k (``parts_fit``)."""
     params = _prelude_params(qtype, k, gw)
     xstride = 2 * k if pro == 2 else k
     words = [M, n, k, row_bytes(qtype, k), gw.offset * 4, gx.offset, (k + 7) // 8, xstride,
              gnw.offset if gnw is not None else 0, gres.offset if gres is not None else 0, f32_bits(eps)]
     if rope is not None:
         words += [rope[0], rope[1], rope[2].offset, rope[3].offset, rope[4].offset]
+    if parts:
+        words += [0] * (16 - len(words)) + [parts]
     info, info_n = _info(words)
     bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
     decl = []
@@ -295,7 +298,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
-                  **_sg_params(rt))
+                  XP="true" if parts else "false", **_sg_params(rt))
     # (gemv8: each workgroup rounds all of x; from k = 2048 on, 256 threads' rows share it)
     wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
@@ -313,6 +316,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         else:
             xs, kc = 4, 0x7FFFFFC0
         params.update(WG=wg, U=u, IL="true" if il else "false", MT=mt, XS=xs, XS4=max(1, xs // 4), KC=kc,
+                      XP4=k // 4 if parts else 1,
                       RED=red, ACC=mt * rb, XSH="true" if xsh else "false",
                       X1="return xin[i / 4u][i % 4u];" if vec else "return xin[i];")
     pipe = _pipe(rt, "quant", entry, params)
@@ -436,7 +440,36 @@ def _cache(op, t, name, shape) -> GBuf:
 def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     """The ``attention_cached`` kernel, one dispatch: write k, v into the caches at rows pos..,
     and causal grouped-query attention of q over rows 0..pos+t (see the module docstring)."""
-    op = "attention_cached"
+    return _attention(rt, "attention_cached", out, q, k, v, k_cache, v_cache, pos, scale)
+
+
+def _head_items(qtype: str, width: int) -> bool:
+    """Whether a slice of ``width`` elements of a row (at a multiple of ``width``) is a whole run
+    of items (quant.wgsl: items 8j..8j+7 hold elements [64j, 64j + 64); in 32-element block and
+    flat formats 4j..4j+3 hold [32j, 32j + 32))."""
+    return width > 0 and (width % 64 == 0 or (BLOCKS[qtype][0] in (1, 32) and width % 32 == 0))
+
+
+def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, *, scale, qtype, n, k, **_):
+    """The ``attention_proj`` kernel: ``attn`` whose workgroup (one query head) multiplies its
+    head's output by that head's slice of the output weight, one dispatch; the composite where
+    the head's slice is not whole items or T > 1."""
+    from ..registry import OPS
+
+    T, Hq, D = q.shape
+    if T != 1 or qtype not in BLOCKS or not _head_items(qtype, D) or k != Hq * D or n == 0:
+        return OPS["attention_proj"].decompose(q, kn, vn, k_cache, v_cache, pos, w, scale=scale, qtype=qtype,
+                                               n=n, k=k)._buf
+    _check_format("attention_proj", qtype, n, k, w)
+    return _attention(rt, "attention_proj", out, q, kn, vn, k_cache, v_cache, pos, scale, proj=(w, qtype, n, k))
+
+
+def decoder(qtype: str, k: int, gw: GBuf) -> str:
+    """``kernels/qdecode.wgsl`` rendered for a weight of ``qtype`` rows of ``k`` (``item``)."""
+    return render(kernel_source("qdecode"), _prelude_params(qtype, k, gw))
+
+
+def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
     T, Hq, D = q.shape
     C, Hkv, Dc = k_cache.shape
     if k.shape != (T, Hkv, D) or v.shape != (T, Hkv, D) or v_cache.shape != (C, Hkv, D) or Dc != D:
@@ -458,9 +491,10 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     gkc = _cache(op, k_cache, "k_cache", (C, Hkv, D))
     gvc = _cache(op, v_cache, "v_cache", (C, Hkv, D))
     gp = realize(gp)
-    res_st = rt.alloc(T * Hq * D * 4)
+    nout = T * Hq * (proj[2] if proj is not None else D)
+    res_st = rt.alloc(nout * 4)
     res = GBuf(rt, out.shape, _dt.float32, storage=res_st)
-    if T * Hq * D == 0:
+    if nout == 0:
         return res
     gk, gv, gq = _f32(rt, k._buf), _f32(rt, v._buf), _f32(rt, q._buf)
     caches = (gkc.storage, gvc.storage)
@@ -475,13 +509,43 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     dpt = (D + ATTN_WG - 1) // ATTN_WG
     ns = max(1, ATTN_WG // D) if D else 1
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
+    bufs = [(res_st.buf, 0, nout * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
+    params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
+                  QS=dpt * ATTN_WG, NS=ns, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="", **_sg_params(rt))
+    if proj is not None:
+        w, qtype, n, K = proj
+        gw = _weight(w)
+        words += [n, gw.offset * 4, row_bytes(qtype, K)]
+        bufs.append(_whole(gw))
+        params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
+            "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)))
     info, info_n = _info(words)
-    pipe = _pipe(rt, "llm", "attn", dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0],
-                                         INFO=info_n, WG=ATTN_WG, DPT=dpt, QS=dpt * ATTN_WG, NS=ns,
-                                         **_sg_params(rt)))
-    rt.dispatch(pipe, [(res_st.buf, 0, T * Hq * D * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk),
-                       _whole(gv), _whole(gp)], info, grid_1d(T * Hq, rt.max_groups))
+    params.update(INFO=info_n, IB=len(bufs))
+    pipe = _pipe(rt, "llm", "attn", params)
+    rt.dispatch(pipe, bufs, info, grid_1d(T * Hq, rt.max_groups))
     return res
+
+
+# attention_proj's projection (llm.wgsl's attn, template PROJ)
+_PROJ = """@group(0) @binding(7) var<storage, read> wq: array<u32>;
+@DECODE@
+const HL: u32 = @HL@u;            // items of one head's slice of a weight row
+fn hv(e: u32) -> vec4<f32> { return vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], qsh[e + 3u]); }
+fn proj(row: u32, t: u32) {
+  let T = u(0u); let Hq = u(1u); let D = u(3u); let n = u(12u);
+  let tq = row / Hq;
+  let h = row % Hq;
+  let e0 = h * D;
+  for (var r = t; r < n; r = r + @WG@u) {
+    let rb = u(13u) + r * u(14u);
+    var s = 0.0;
+    for (var j = 0u; j < HL; j = j + 1u) {
+      let it = item(rb, h * HL + j);
+      s = s + dot(it.w0, hv(it.e0 - e0)) + dot(it.w1, hv(it.e1 - e0));
+    }
+    out[(h * T + tq) * n + r] = s;
+  }
+}"""
 
 
 # the attn kernel's key access, as vec4s (D and the key offsets multiples of 4) or as floats
@@ -548,17 +612,30 @@ def _fusable(x, k, M) -> bool:
     return x.dtype is _dt.float32 and k % 8 == 0 and 0 < M <= GEMV_MAX_M
 
 
-def qlinear_rms(rt, out, x, nw, w, *, eps, qtype, n, k, **_):
-    """The ``qlinear_rms`` kernel: the RMSNorm folded into one ``gemv`` dispatch (decode); the
-    composite (``rms_norm`` + ``qlinear``) for more rows."""
+def _parts_rows(rt, x, k, parts: bool) -> tuple:
+    """(x rows M, parts R) of a folded product's x; R 0 where x in parts cannot be summed in
+    the prologue (more than one token, or its k floats do not fit workgroup memory beside the
+    reduction's): those take the composite (-1)."""
+    if not parts:
+        return prod(x.shape[:-1]), 0
+    M = prod(x.shape[1:-1])
+    if M != 1 or k % 4 or k * 4 + 4 * WG * 8 > _shared(rt):
+        return M, -1
+    return 1, x.shape[0]
+
+
+def qlinear_rms(rt, out, x, nw, w, *, eps, qtype, n, k, parts=False, **_):
+    """The ``qlinear_rms`` kernel: the RMSNorm folded into one ``gemv`` dispatch (decode; x in
+    parts summed in its prologue); the composite (``rms_norm`` + ``qlinear``) for more rows."""
     from ..registry import OPS
 
-    M = prod(x.shape[:-1])
-    if not _fusable(x, k, M) or nw.dtype is not _dt.float32 or n == 0:
-        return OPS["qlinear_rms"].decompose(x, nw, w, eps=eps, qtype=qtype, n=n, k=k)._buf
+    M, R = _parts_rows(rt, x, k, parts)
+    if R < 0 or not _fusable(x, k, M) or nw.dtype is not _dt.float32 or n == 0:
+        kw = {"parts": True} if parts else {}
+        return OPS["qlinear_rms"].decompose(x, nw, w, eps=eps, qtype=qtype, n=n, k=k, **kw)._buf
     _check_format("qlinear_rms", qtype, n, k, w)
     st = rt.alloc(M * n * 4)
-    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps)
+    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps, parts=R)
     return GBuf(rt, out.shape, _dt.float32, storage=st)
 
 
@@ -568,22 +645,26 @@ def _rows_per_group(n, k) -> int:
     return wg // lanes * rb
 
 
-def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_dim, qtype, n, k, **_):
+def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_dim, qtype, n, k, parts=False,
+                     **_):
     """The ``qlinear_rms_rope`` kernel: RMSNorm, the product and the rotation of the q/k rows in
-    one ``gemv`` dispatch (decode); the composite for more rows. The position is read on the GPU
-    (its range checks: ``attention_cached``'s, whose cache is as long as the tables)."""
+    one ``gemv`` dispatch (decode; x in parts summed in its prologue); the composite for more
+    rows. The position is read on the GPU (its range checks: ``attention_cached``'s, whose cache
+    is as long as the tables)."""
     from ..registry import OPS
 
-    M = prod(x.shape[:-1])
-    ok = (_fusable(x, k, M) and nw.dtype is _dt.float32 and n > 0 and cos.dtype is _dt.float32
+    M, R = _parts_rows(rt, x, k, parts)
+    ok = (R >= 0 and _fusable(x, k, M) and nw.dtype is _dt.float32 and n > 0 and cos.dtype is _dt.float32
           and sin.dtype is _dt.float32 and pos.dtype.kind == "i" and _rows_per_group(n, k) % 2 == 0)
     if not ok:
+        kw = {"parts": True} if parts else {}
         return OPS["qlinear_rms_rope"].decompose(x, nw, w, cos, sin, pos, eps=eps, rope_rows=rope_rows,
-                                                 head_dim=head_dim, qtype=qtype, n=n, k=k)._buf
+                                                 head_dim=head_dim, qtype=qtype, n=n, k=k, **kw)._buf
     _check_format("qlinear_rms_rope", qtype, n, k, w)
     st = rt.alloc(M * n * 4)
     rope = (rope_rows, head_dim // 2, _f32(rt, cos._buf), _f32(rt, sin._buf), contiguous(realize(pos._buf)))
-    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps, rope=rope)
+    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps, rope=rope,
+          parts=R)
     return GBuf(rt, out.shape, _dt.float32, storage=st)
 
 
@@ -599,6 +680,44 @@ def qlinear_residual(rt, out, x, w, r, *, glu, qtype, n, k, **_):
     st = rt.alloc(M * n * 4)
     _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=2 if glu else 0, gres=_f32(rt, r._buf))
     return GBuf(rt, out.shape, _dt.float32, storage=st)
+
+
+def ffn_parts(rt, out, x, att, nw, wg, wd, *, eps, slice, qtype, n, k, down_qtype, **_):
+    """The ``ffn_parts`` kernel: one dispatch, a workgroup per slice of hidden units (``ffn``
+    in quant.wgsl), where gate_up and down are views of one stacked buffer in one format and the
+    slice is whole items; the composite otherwise (more than one token, other layouts)."""
+    from ..registry import OPS
+
+    R, T, D = x.shape
+    H = att.shape[0]
+    f = n // 2
+    gw, gd = _weight(wg), _weight(wd)
+    wgs = 256
+    ln = max(1, min(32, 8 * wgs // (2 * slice)))
+    rpg = 2 * slice * ln // wgs
+    fits = (D * 4 + rpg * wgs * 4 + 2 * slice * 4 <= _shared(rt) and rpg >= 1 and 2 * slice * ln % wgs == 0
+            and ln & (ln - 1) == 0)
+    if (T != 1 or qtype != down_qtype or qtype not in BLOCKS or gw.storage is not gd.storage or not fits
+            or not _head_items(qtype, slice) or slice % 8 or D % 8 or any(
+                t.dtype is not _dt.float32 for t in (x, att, nw))):
+        return OPS["ffn_parts"].decompose(x, att, nw, wg, wd, eps=eps, slice=slice, qtype=qtype, n=n, k=k,
+                                          down_qtype=down_qtype)._buf
+    _check_format("ffn_parts", qtype, n, k, wg)
+    _check_format("ffn_parts", qtype, D, f, wd)
+    P = f // slice
+    st = rt.alloc((1 + P) * D * 4)
+    res = GBuf(rt, out.shape, _dt.float32, storage=st)
+    gx, ga, gn = _f32(rt, x._buf), _f32(rt, att._buf), _f32(rt, nw._buf)
+    words = [D, f, R, H, gw.offset * 4, row_bytes(qtype, D), gd.offset * 4, row_bytes(qtype, f), gx.offset,
+             ga.offset, gn.offset, f32_bits(eps), D // 8]
+    info, info_n = _info(words)
+    params = _prelude_params(qtype, D, gw)
+    params["AL"] = _prelude_params(qtype, f, gd)["AL"] if params["AL"] == "true" else "false"
+    params.update(INFO=info_n, WG=wgs, SL=slice, LN=ln, RPG=rpg, D=D, RED=rpg * wgs, SL2=2 * slice,
+                  **_sg_params(rt))
+    rt.dispatch(_pipe(rt, "quant", "ffn", params), [(st.buf, 0, (1 + P) * D * 4), _whole(gw), _whole(gx),
+                                                    _whole(ga), _whole(gn)], info, grid_1d(P, rt.max_groups))
+    return res
 
 
 AMAX_CH = 1024     # greedy_tokens: logits per workgroup of the first pass
@@ -642,4 +761,5 @@ def build_kernels(rt) -> dict:
                                           ("qembedding", qembedding), ("attention_cached", attention_cached),
                                           ("rms_norm", rms_norm), ("rope", rope),
                                           ("qlinear_rms", qlinear_rms), ("qlinear_residual", qlinear_residual),
-                                          ("qlinear_rms_rope", qlinear_rms_rope), ("greedy_tokens", greedy_tokens))}
+                                          ("qlinear_rms_rope", qlinear_rms_rope), ("greedy_tokens", greedy_tokens),
+                                          ("attention_proj", attention_proj), ("ffn_parts", ffn_parts))}

@@ -29,6 +29,7 @@ Shapes: T tokens in, D = ``dim``, Hq/Hkv query/key-value heads of ``head_dim`` f
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 from .. import ops as F
@@ -185,6 +186,7 @@ class Llama:
         # webgpu: Q/K/V and gate/up stacked into one weight each, norms, the q/k rotation and the
         # residual adds folded into the products (``_fuse``): a decode layer is 5 dispatches, not 15
         self._stacked: dict = {}
+        self._with_down: set = set()         # layers whose ffn_down shares gate_up's buffer
         if self.device == "webgpu":
             self._fuse()
 
@@ -235,22 +237,31 @@ class Llama:
         from ..quant import QTensor
 
         w = self.w
+
+        def plain(t, p):
+            return isinstance(t, QTensor) and t.ndim == 2 and t.nbytes % 4 == 0 and b + p + ".bias" not in w
         for i in range(self.cfg.n_layers):
             b = f"blk.{i}."
             for name, parts in (("qkv", ("attn_q", "attn_k", "attn_v")), ("gate_up", ("ffn_gate", "ffn_up"))):
                 ws = [w[b + p + ".weight"] for p in parts]
-                if (not all(isinstance(t, QTensor) and t.ndim == 2 for t in ws) or len({t.qtype for t in ws}) != 1
-                        or len({t.k for t in ws}) != 1 or any(t.nbytes % 4 for t in ws)
-                        or any(b + p + ".bias" in w for p in parts)):
+                if (not all(plain(t, p) for t, p in zip(ws, parts)) or len({t.qtype for t in ws}) != 1
+                        or len({t.k for t in ws}) != 1):
                     continue
+                # (the down projection rides along in the same buffer where it shares the format:
+                # ffn_parts reads both from one binding)
+                words = sum(t.data.shape[0] for t in ws)
+                n = sum(t.n for t in ws)
+                dn = w[b + "ffn_down.weight"]
+                if name == "gate_up" and plain(dn, "ffn_down") and dn.qtype == ws[0].qtype:
+                    parts, ws = parts + ("ffn_down",), ws + [dn]
+                    self._with_down.add(b + "down")
                 data = F.concat([t.data for t in ws], axis=0)
-                stacked = QTensor(data, ws[0].qtype, (sum(t.n for t in ws), ws[0].k))
                 at = 0
                 for p, t in zip(parts, ws):
                     nw = t.data.shape[0]
                     w[b + p + ".weight"] = QTensor(data[at:at + nw], t.qtype, t.shape)
                     at += nw
-                self._stacked[b + name] = stacked
+                self._stacked[b + name] = QTensor(data[:words], ws[0].qtype, (n, ws[0].k))
 
     # ---- state ----------------------------------------------------------------------------------
 
@@ -311,6 +322,8 @@ class Llama:
         c, w = self.cfg, self.w
         self.reset()
         T = ids.shape[0]
+        if T == 1 and self._parts_slice():
+            return self._decode_parts(ids, pos)
         hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
         fold = bool(self._stacked)           # (webgpu: norms, rope and residual adds folded in)
         # the q/k rotation folded into the stacked product reads the tables at pos itself
@@ -363,6 +376,53 @@ class Llama:
             return F.llm.qlinear_rms(x, w["output_norm.weight"], self.head, eps=c.rms_eps)
         x = F.rms_norm(x, w["output_norm.weight"], eps=c.rms_eps)
         return _linear(x, self.head)                                     # (1 or T, vocab)
+
+    def _parts_slice(self) -> int:
+        """Hidden units per ``ffn_parts`` slice where a one-token step can run as three ops a
+        layer (webgpu: every layer's q/k/v and gate/up/down stacked, llama's rope layout, a
+        quantized head and output projection; ``EMBER_LLM_PARTS=0`` turns it off), else 0."""
+        got = self.__dict__.get("_slice")
+        if got is not None:
+            return got
+        c, w, st = self.cfg, self.w, self._stacked
+        ok = (os.environ.get("EMBER_LLM_PARTS", "1") != "0" and c.rope_mode == "pairs" and c.rope_dim == c.head_dim
+              and _quantized(self.head) and all(
+                  f"blk.{i}.qkv" in st and f"blk.{i}.gate_up" in st and _quantized(w[f"blk.{i}.attn_output.weight"])
+                  and f"blk.{i}.down" in self._with_down
+                  for i in range(c.n_layers)))
+        qt = st["blk.0.gate_up"].qtype if ok and c.n_layers else None
+        sl = 0
+        if qt is not None:
+            from ..quant import get_format
+
+            # (slices and heads of whole items: webgpu's kernels read a 32-element block format's
+            # items 4 to a block, other formats' 8 to 64 elements)
+            sl = 32 if get_format(qt).block in (1, 32) else 64
+            if c.ffn_dim % sl or c.head_dim % sl:
+                sl = 0
+        self._slice = sl
+        return sl
+
+    def _decode_parts(self, ids: Tensor, pos: Tensor) -> Tensor:
+        """The one-token forward as three ops a layer: the residual stream stays in parts (rows
+        that sum to it): q/k/v from their sum, each head's share of the attention's output
+        projection, then the MLP's input and its slices' shares of the down projection
+        (``ember.ops.llm``: ``qlinear_rms(parts=True)``, ``attention_proj``, ``ffn_parts``)."""
+        c, w = self.cfg, self.w
+        hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
+        nqk = (hq + hkv) * hd
+        xs = _embedding(ids, w["token_embd.weight"]).reshape((1, 1, c.dim))
+        for i in range(c.n_layers):
+            b = f"blk.{i}."
+            y = F.llm.qlinear_rms_rope(xs, w[b + "attn_norm.weight"], self._stacked[b + "qkv"], self.cos, self.sin,
+                                       pos, rope_rows=nqk, head_dim=hd, eps=c.rms_eps, parts=True)
+            qk = y[:, :nqk].reshape((1, hq + hkv, hd))
+            v = y[:, nqk:].reshape((1, hkv, hd))
+            att = F.llm.attention_proj(qk[:, :hq], qk[:, hq:], v, self.k_cache[i], self.v_cache[i], pos,
+                                       w[b + "attn_output.weight"])                     # (Hq, 1, D)
+            xs = F.llm.ffn_parts(xs, att, w[b + "ffn_norm.weight"], self._stacked[b + "gate_up"],
+                                 w[b + "ffn_down.weight"], eps=c.rms_eps, slice=self._slice)   # (1 + F/slice, 1, D)
+        return F.llm.qlinear_rms(xs, w["output_norm.weight"], self.head, eps=c.rms_eps, parts=True)
 
     @staticmethod
     def _residual(x: Tensor, wt, r: Tensor, fold: bool) -> Tensor:

@@ -22,7 +22,7 @@ fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 @group(0) @binding(4) var<storage, read> kin: array<{{KT}}>;
 @group(0) @binding(5) var<storage, read> vin: array<f32>;
 @group(0) @binding(6) var<storage, read> posb: array<i32>;
-@group(0) @binding(7) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+@group(0) @binding({{IB}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 
 // q . (a key row starting at element kb of the cache / of the new keys), q pre-scaled in
 // workgroup memory; one element of the new keys; a store into the key cache
@@ -47,6 +47,17 @@ var<workgroup> ssh: array<f32, {{WG}}>;     // a chunk's scores, then its weight
 var<workgroup> rsh: array<f32, {{WG}}>;     // tree reductions (the chunk's max, its sum)
 var<workgroup> ash: array<f32, {{WG}}>;     // NS > 1: each slice's output rows, summed at the end
 var<workgroup> wpos: i32;
+
+// The head's output, element d of query row `row` (attention_cached: into out; attention_proj:
+// into workgroup memory, for the projection after it)
+fn emit(row: u32, d: u32, v: f32) { {{EMIT}} }
+
+// PROJ (attention_proj): binding 7 the output projection's raw blocks (wq), its decoding, and
+// proj(): out (Hq, T, n) = the head's output (in qsh) times the head's slice of every weight row.
+// info 12 n, 13 the weight's byte offset, 14 bytes per row; the head's D elements are the items
+// [h D / 8, (h + 1) D / 8) of a row (D a multiple of 64, or of 32 in a 32-block format). A
+// thread per weight row, its items' loads independent; no reduction.
+{{PROJ}}
 
 // NS > 1 (D <= WG / 2): the value rows of a chunk are split between NS slices of D threads (thread
 // t: slice t / D, head dim t % D), each slice summing its share of the rows, 8 rows' loads issued
@@ -173,14 +184,15 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (t < D) {
       var a = 0.0;
       for (var k = 0u; k < NS; k = k + 1u) { a = a + ash[k * D + t]; }
-      out[row * D + t] = a * inv;
+      emit(row, t, a * inv);
     }
   } else {
     for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
       let d = t + dd * {{WG}}u;
-      if (d < D) { out[row * D + d] = acc[dd] * inv; }
+      if (d < D) { emit(row, d, acc[dd] * inv); }
     }
   }
+  {{TAIL}}
 }
 
 //// rms_norm
