@@ -4,7 +4,9 @@ Tensors keep the python backend's flat row-major ``array.array`` buffers; the ke
 module built from ``wasm/kernels/*.c`` run on those buffers in place (inside Pyodide the module
 shares Pyodide's memory; in CPython it runs under wasmtime on copies, see ``runtime``). Ops the
 module has no kernel for, and dtypes it does not handle, run the python backend's kernels on the
-same buffers: no copy either way, and ``t.to("python")`` / ``t.to("wasm")`` are cheap.
+same buffers: no copy either way, and ``t.to("python")`` / ``t.to("wasm")`` are cheap. Those
+kernels come from ``fallback.PY`` (each first brings a thread team's resident or moved input up
+to date in Python, ``fallback.python_kernel``); so does any kernel set on the table later.
 
 The kernel table is assembled from one Python module per kernel family (``ops_layout``,
 ``ops_elementwise``, ``ops_linalg``, ``ops_cast``, ``ops_quant``), each with ``kernels(rt) -> {op name: kernel}``; a family
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..backends.python import KERNELS as PY_KERNELS
 from ..backends.python import PythonBackend
+from .fallback import PY as PY_KERNELS
+from .fallback import python_kernel
 from .runtime import RESIDENT, runtime
 
 FAMILIES = ("ops_layout", "ops_elementwise", "ops_linalg", "ops_cast", "ops_quant")
@@ -40,6 +43,16 @@ def family_kernels(rt) -> dict:
     return table
 
 
+class KernelTable(dict):
+    """The backend's {op name: kernel}. A kernel set on it one by one (after the backend was
+    made: a custom op's) is not a family kernel, so it may read buffers in Python: it is
+    wrapped by ``fallback.python_kernel`` (the families and the python table come in through
+    ``update``, as they are)."""
+
+    def __setitem__(self, name, kernel) -> None:
+        super().__setitem__(name, python_kernel(name, kernel))
+
+
 class WasmBackend(PythonBackend):
     """``device="wasm"``: ``array.array`` storage, WebAssembly SIMD kernels."""
 
@@ -47,7 +60,7 @@ class WasmBackend(PythonBackend):
 
     def __init__(self, rt=None):
         self.rt = rt if rt is not None else runtime()
-        self.kernels = dict(PY_KERNELS)
+        self.kernels = KernelTable(PY_KERNELS)
         table = family_kernels(self.rt)
         self.kernels.update(table)
         self.native = set(table)   # op names served by the SIMD module (for the rest: python)

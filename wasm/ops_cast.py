@@ -7,14 +7,14 @@ from __future__ import annotations
 from array import array
 
 from .. import dtypes as _dt
-from ..backends import python as _py
+from .fallback import PY
 from .runtime import R, W
 
 CODES = {_dt.float32: 0, _dt.int32: 1, _dt.int64: 2, _dt.uint8: 3, _dt.bool_: 4}
 
 
 def kernels(rt) -> dict:
-    py = _py.KERNELS["cast"]
+    py = PY["cast"]
     call = rt.call
     zero = {dt: array(dt.typecode, [0]) for dt in CODES}
 

@@ -23,6 +23,7 @@ from math import prod
 from .. import dtypes as _dt
 from ..registry import OPS
 from ..backends import python as _py
+from .fallback import PY
 from .runtime import R, W
 
 F32, F16, I32, BOOL = _dt.float32, _dt.float16, _dt.int32, _dt.bool_
@@ -86,7 +87,6 @@ def broadcast_desc(shapes, out_shape):
 
 def kernels(rt) -> dict:
     call = rt.call
-    PY = _py.KERNELS
     table = {}
 
     def unary(name, fn, half):

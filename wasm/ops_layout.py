@@ -18,7 +18,9 @@ from array import array
 from math import prod
 
 from ..backends import python as _py
+from .fallback import PY
 from .runtime import R, W
+from .team import Moved
 
 _FN = {1: "copy_strided_x8", 4: "copy_strided_x32", 8: "copy_strided_x64"}
 RANK = 6
@@ -48,13 +50,17 @@ def make_gather(rt):
         n = prod(shape)
         fn = _FN.get(buf.itemsize)
         sh, st = merge_dims(shape, strides)
-        if n == 0 or fn is None or len(sh) > RANK:
+        if n == 0:
+            return out_buf if out_buf is not None else array(buf.typecode) if buf.__class__ is Moved else buf[:0]
+        if fn is None or len(sh) > RANK:   # (Python reads buf: a moved one gets its elements, team.Moved)
             if out_buf is None:
                 return _py.gather(buf, shape, strides, offset)
             out_buf[out_offset:out_offset + n] = _py.gather(buf, shape, strides, offset)
             return out_buf
-        if len(sh) <= 1 and (not st or st[0] == 1) and out_buf is None:
-            return buf[offset:offset + n]   # a contiguous run: one C-level slice
+        # a contiguous run: one C-level slice (of an array in the thread team's shared memory,
+        # team.Moved, a copy made there: Python would need all of its elements first)
+        if len(sh) <= 1 and (not st or st[0] == 1) and out_buf is None and buf.__class__ is not Moved:
+            return buf[offset:offset + n]
         lo, hi = _reach(sh, st, offset)
         pad = RANK - len(sh)
         shp = array("i", [1] * pad + sh)
@@ -71,7 +77,7 @@ _TAKE = {1: "take_x8", 4: "take_x32", 8: "take_x64"}
 
 def make_take(rt):
     """The ``take`` kernel: int32 indices on the module, anything else on the python kernel."""
-    py = _py.KERNELS["take"]
+    py = PY["take"]
     call = rt.call
 
     def take(out, x, idx, *, axis, **attrs):

@@ -29,8 +29,8 @@ from math import prod
 
 from .. import dtypes as _dt
 from ..backends import python as _py
-from ..backends.python import KERNELS as PY
 from ..errors import BoundsError
+from .fallback import PY
 from .runtime import R, W
 
 # gemm flags and modes of reading B (kernels/linalg.h)

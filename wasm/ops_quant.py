@@ -57,11 +57,11 @@ from array import array
 from math import prod
 
 from .. import dtypes as _dt
-from ..backends.python import KERNELS as PY
 from ..errors import BoundsError, IndexingError, ShapeError
 from ..ops.llm import check_pos
 from ..quant import FORMATS, row_bytes
 from .ops_linalg import _Scratch
+from .fallback import PY
 from .runtime import R, W
 
 # formats the module knows (ggml type numbers, as in quant.c)

@@ -14,6 +14,7 @@ from math import prod
 from .. import dtypes as _dt
 from ..backends import python as _py
 from .ops_layout import make_gather
+from .fallback import PY
 from .runtime import R, W
 
 F32, F16 = _dt.float32, _dt.float16
@@ -42,7 +43,6 @@ def axis_layout(shape, axis):
 
 def kernels(rt) -> dict:
     call = rt.call
-    PY = _py.KERNELS
     gather = make_gather(rt)
     table = {}
 

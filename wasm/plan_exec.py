@@ -78,12 +78,13 @@ import time
 import weakref
 from array import array
 
-from ..backends.python import KERNELS as PY_KERNELS
 from ..errors import BoundsError, DeviceError
 from ..plan import unflatten
 from ..tensor import Tensor
 from .build_kernels import abi_hash, dispatchable, module_signatures
+from .fallback import PY as PY_KERNELS
 from .runtime import REMATERIALIZED, RESIDENT, R, W, module_bytes
+from .team import Moved
 
 # EMBER_WASM_PLAN_TABLE=0 turns command tables off (every plan replays step by step).
 ENABLED = os.environ.get("EMBER_WASM_PLAN_TABLE", "1") != "0"
@@ -805,7 +806,10 @@ class WasmPlanReplay:
 
 def _resident_use(st, vals) -> None:
     # (a moved array stays moved for a step whose wrapper calls the module: the call runs on
-    # the shared memory; a Python kernel gets Python's copy)
+    # the shared memory; a Python kernel gets Python's copy. A python-backend kernel does this
+    # itself, knowing which inputs it writes: fallback.python_kernel)
+    if getattr(st.kernel, "python_use_guarded", False):
+        return
     wasm = getattr(st.kernel, "__module__", "").startswith(__package__ + ".ops_")
     for j in st.ins:
         t = vals[j]
@@ -880,6 +884,11 @@ class _Space:
         _, n, wr = self.need[r]
         if not _is_array(b):
             raise BoundsError(f"wasm plan table: slot {r} holds a {type(b).__name__}, not an array")
+        if b.__class__ is Moved:   # (its len() is its shared copy's, when it has one: team.Moved)
+            ent = RESIDENT.get(id(b))
+            if ent is None or ent.buf() is not b:
+                raise DeviceError(f"wasm plan table: slot {r} is a moved array without its copy in the "
+                                  f"thread team's shared memory (its team was closed)")
         have = len(b) * b.itemsize
         if n > have:
             raise BoundsError(f"wasm plan table: slot {r} needs {n} bytes, its buffer has {have}")
@@ -1094,6 +1103,11 @@ class ArenaSpace(_Space):
             _resident_lists(seg)
         for ent in seg.residents:
             ent.to_shared()
+        if RESIDENT:   # a bound input copied in from Python: a team's copy of it may be newer (or moved)
+            for r, _, _ in seg.copy_in:
+                ent = RESIDENT.get(id(vals[r]._buf))
+                if ent is not None:
+                    ent.python_use(r in seg.writes)
         write, read = self.write_from, self.read_into
         for r, addr, n in seg.copy_in:
             b = vals[r]._buf

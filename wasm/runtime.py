@@ -30,6 +30,7 @@ import sys
 import weakref
 
 from ..errors import BoundsError, DeviceError
+from .team import Moved
 
 MODULE_FILE = "kernels.wasm"
 
@@ -55,6 +56,9 @@ class W(R):
 
 
 def check_span(a: R) -> None:
+    if a.buf.__class__ is Moved:   # (here only without its shared copy: Team.call takes the others)
+        raise DeviceError(f"wasm kernel buffer: a moved array of {len(a.buf)} elements has no copy in the "
+                          f"thread team's shared memory (its team was closed)")
     n, off = a.n, a.offset
     size = len(a.buf)
     if n < 0 or off < 0 or off + n > size:
@@ -154,7 +158,7 @@ class PyodideRuntime:
                 # check_span inlined (the hot path of every kernel call in the page)
                 buf, n, off = a.buf, a.n, a.offset
                 if n < 0 or off < 0 or off + n > len(buf) or (n and not off <= a.at < off + n) \
-                        or buf.__class__ is bytes:
+                        or buf.__class__ is bytes or buf.__class__ is Moved:
                     check_span(a)   # raises with the message
                 app(buf.buffer_info()[0] + a.at * buf.itemsize if n else 0)
             elif isinstance(a, R):

@@ -53,18 +53,25 @@ buffer) and makes its KV cache here: Python's side is a ``Moved`` array, the rig
   thread 0's instance of the module on this memory (``Team.call``): the call's other buffers are
   copied into a staging span and written ones back, every span bounds-checked first (a moved
   array against its resident size); the same kernel code, so the same bits;
-- Python reading it (``tolist``/``to_bytes``, a python-backend step of a replay, a table on
-  Pyodide's memory) gives it its elements back (``Resident.python_use``: a copy, kept; it is a
-  plain resident array from then on); after ``set_threads(1)`` its plans' tables run on thread
-  0 of the team's memory instead (``plan_exec._space_team``), so nothing is copied back.
+- Python reading it gives it its elements back (``Resident.python_use``: a copy, kept; it is a
+  plain resident array from then on): every python-backend kernel the wasm backend runs (an op
+  or dtype the module has no kernel for, eagerly or as a step of a replay) syncs its inputs
+  first (``fallback.python_kernel``, the one source of them; an input it writes marks Python's
+  copy the newer), and any other Python code reaching the elements (``tolist``, indexing,
+  iteration, the buffer protocol, the python device sharing the buffer) goes through the
+  ``Moved`` class, which does the same. A slice of a moved array is copied in the shared memory
+  (it stays moved). After ``set_threads(1)`` its plans' tables run on thread 0 of the team's
+  memory instead (``plan_exec._space_team``), so nothing is copied back;
+- after ``Team.close()`` (its memory given up) reading a moved array raises ``DeviceError``.
 
-**Limits.** A python-backend kernel called eagerly on a ``Moved`` array (a format or shape the
-module has no kernel for) sees no elements: read it first (``tolist``) or load the model without
-the team. Threads help only compiled plans (``ember.compile``, ONNX sessions, ``ember.llm``'s
-steps). A resident array read by Python code other than a wasm kernel call (``tolist``, a
-python-backend kernel) may show values from before the last replays. Workers are started once and never stopped (``set_threads(1)`` parks
-them); they start asynchronously: the first replays after ``set_threads`` may run on fewer
-threads (the same results), ``await ember.wasm.init()`` waits for them.
+**Limits.** ``array(typecode, moved)`` with the same typecode copies C-level elements (none);
+``buffer_info()`` reports the none Python holds. Threads help only compiled plans
+(``ember.compile``, ONNX sessions, ``ember.llm``'s steps). A resident array that is not moved,
+read by Python code other than a kernel call or ``tolist`` (a family kernel indexing a scalar
+operand, the python device sharing the buffer), may show values from before the last replays.
+Workers are started once and stopped only by ``close()`` (``set_threads(1)`` parks them); they
+start asynchronously: the first replays after ``set_threads`` may run on fewer threads (the same
+results), ``await ember.wasm.init()`` waits for them.
 """
 from __future__ import annotations
 
@@ -237,7 +244,9 @@ class Spans:
 
 class Team:
     """The shared memory, the main thread's instance of the module on it, the control block and
-    the workers. One per process (``team()``)."""
+    the workers. One per process (``team()``) until ``close()``."""
+
+    closed = False
 
     def __init__(self, module, instance, memory):
         import js
@@ -318,6 +327,8 @@ class Team:
         self.memory.grow(pages)
 
     def alloc(self, nbytes: int, align: int = 16) -> int:
+        if self.closed:
+            raise DeviceError("wasm threads: the team's shared memory was closed")
         return self.spans.alloc(nbytes, align)
 
     def release(self, addr: int, nbytes: int) -> None:
@@ -325,6 +336,8 @@ class Team:
 
     def _check(self, addr: int, buf, nbytes: int) -> None:
         # (the elements the array holds: a Moved array's len() counts those in the shared memory)
+        if self.closed:
+            raise DeviceError("wasm threads: the team's shared memory was closed")
         have = buf.buffer_info()[1] * buf.itemsize if isinstance(buf, array) else len(buf) * buf.itemsize
         if addr < 0 or addr + nbytes > int(self.memory.buffer.byteLength) or nbytes > have:
             raise BoundsError(f"wasm threads: {nbytes} bytes at {addr} reach outside the shared memory or the buffer")
@@ -354,7 +367,33 @@ class Team:
         self._set(SCRATCH_STRIDE, stride)
 
     def run(self, table_addr: int, start: int) -> int:
+        if self.closed:
+            raise DeviceError("wasm threads: a table of a closed team (its plan records again on its next call)")
         return self._run(table_addr, start, self.ctl)
+
+    def close(self) -> None:
+        """Stop the workers and give the shared memory up (the process's next ``team()`` makes
+        a new team): resident arrays that are not moved get Python's copy up to date and stop
+        being resident; moved ones are gone with the memory, so Python reading one, an eager
+        call naming one or a table of this team raises ``DeviceError`` (never zeros). Plans
+        notice the change (``epoch``) and record their tables again."""
+        if self.closed:
+            return
+        from .runtime import RESIDENT
+
+        for key, ent in list(RESIDENT.items()):
+            if ent.team is self:
+                if not ent.moved:
+                    ent.python_use(False)
+                del RESIDENT[key]
+        self.closed = True
+        for w in self.workers:
+            w.terminate()
+        self.workers = []
+        self._fns.clear()
+        if _STATE["team"] is self:
+            _STATE["team"] = None
+            _bump()
 
     # ---- arrays that live in the shared memory only --------------------------------------------
     def moved(self, typecode: str, n: int, fill=None, chunk: int = 1 << 20) -> "Moved":
@@ -392,6 +431,8 @@ class Team:
         (moved arrays against their resident size) before anything is copied."""
         from .runtime import RESIDENT, R, check_span
 
+        if self.closed:
+            raise DeviceError(f"wasm threads ({name}): the team was closed")
         plan, total = [], 0
         for a in args:
             if not isinstance(a, R):
@@ -462,16 +503,165 @@ class Team:
         return ent
 
 
-class Moved(array):
-    """Python's side of an array that lives in the team's shared memory only (``Team.moved``):
-    its typecode, and ``len()`` the elements it stands for, but no elements of its own until
-    Python reads it (then ``Resident.python_use`` gives it a copy: ``tolist``, a one-thread
-    table). Eager wasm kernel calls that name it run on the shared memory (``Team.call``)."""
+class _Held(array):
+    """A ``Moved`` array that got its elements back (``Resident.python_use`` changes its class
+    to this one): a plain array but for the slot, so Python reads it at array speed."""
 
     __slots__ = ("n",)
 
+
+class Moved(_Held):
+    """Python's side of an array that lives in the team's shared memory only (``Team.moved``):
+    its typecode, and ``len()`` the elements it stands for, but no elements of its own. Eager
+    wasm kernel calls that name it run on the shared memory (``Team.call``), tables bind it where
+    it lives.
+
+    Python code that reads or writes its elements goes through this class (indexing, slicing,
+    iteration, ``tolist``/``tobytes``, comparisons, ``+``/``*``, the buffer protocol:
+    ``memoryview``, ``bytes()``, ``struct``): the first such use gives it its elements
+    (``Resident.python_use``, a write marking Python's copy the newer) and makes it a plain
+    ``_Held`` array; an array whose shared copy is gone (its team closed, or never made by
+    ``Team.moved``) raises ``DeviceError`` there instead of reading nothing. Left out:
+    ``buffer_info()`` (metadata: it reports the 0 elements Python holds) and ``array(typecode,
+    moved)`` with the same typecode, which copies C-level elements (an empty array); python
+    kernels are also synced before they run (``fallback.python_kernel``)."""
+
+    __slots__ = ()
+
     def __len__(self) -> int:
         return self.n
+
+    def __repr__(self) -> str:
+        return f"Moved({self.typecode!r}, n={self.n})"
+
+    def _use(self, writes: bool = False) -> array:
+        """Give this array its elements (``Resident.python_use``); returns it (now a ``_Held``)."""
+        from .runtime import RESIDENT
+
+        ent = RESIDENT.get(id(self))
+        if ent is None or ent.buf() is not self:
+            raise DeviceError(f"wasm threads: a moved array of {self.n} {self.typecode!r} elements has no copy in "
+                              f"the shared memory (its team was closed, or it was not made by Team.moved): "
+                              f"Python cannot read its elements")
+        ent.python_use(writes)
+        return self
+
+    # reads
+    def __getitem__(self, i):
+        return self._use()[i]
+
+    def __iter__(self):
+        return iter(self._use())
+
+    def __contains__(self, v) -> bool:
+        return v in self._use()
+
+    def __eq__(self, other):
+        return self._use() == other
+
+    def __ne__(self, other):
+        return self._use() != other
+
+    def __lt__(self, other):
+        return self._use() < other
+
+    def __le__(self, other):
+        return self._use() <= other
+
+    def __gt__(self, other):
+        return self._use() > other
+
+    def __ge__(self, other):
+        return self._use() >= other
+
+    __hash__ = None
+
+    def __add__(self, other):
+        return self._use() + other
+
+    def __radd__(self, other):
+        self._use()
+        return NotImplemented   # the left array's concatenation now sees the elements
+
+    def __mul__(self, k):
+        return self._use() * k
+
+    __rmul__ = __mul__
+
+    def __copy__(self):
+        return self._use()[:]
+
+    def __deepcopy__(self, memo):
+        return self._use()[:]
+
+    def __reduce_ex__(self, protocol):
+        return array, (self.typecode, self._use().tolist())
+
+    def __buffer__(self, flags: int) -> memoryview:   # (Python 3.12+: memoryview, bytes(), struct)
+        self._use(bool(flags & 1))   # PyBUF_WRITABLE
+        return memoryview(self)
+
+    def tolist(self) -> list:
+        return self._use().tolist()
+
+    def tobytes(self) -> bytes:
+        return self._use().tobytes()
+
+    def tofile(self, f) -> None:
+        self._use().tofile(f)
+
+    def count(self, v) -> int:
+        return self._use().count(v)
+
+    def index(self, v, *args) -> int:
+        return self._use().index(v, *args)
+
+    # writes (Python's copy becomes the newer one)
+    def __setitem__(self, i, v) -> None:
+        self._use(True)[i] = v
+
+    def __delitem__(self, i) -> None:
+        del self._use(True)[i]
+
+    def __iadd__(self, other):
+        arr = self._use(True)
+        arr += other
+        return arr
+
+    def __imul__(self, k):
+        arr = self._use(True)
+        arr *= k
+        return arr
+
+    def append(self, v) -> None:
+        self._use(True).append(v)
+
+    def extend(self, vs) -> None:
+        self._use(True).extend(vs)
+
+    def insert(self, i, v) -> None:
+        self._use(True).insert(i, v)
+
+    def pop(self, *i):
+        return self._use(True).pop(*i)
+
+    def remove(self, v) -> None:
+        self._use(True).remove(v)
+
+    def reverse(self) -> None:
+        self._use(True).reverse()
+
+    def byteswap(self) -> None:
+        self._use(True).byteswap()
+
+    def frombytes(self, data) -> None:
+        self._use(True).frombytes(data)
+
+    def fromlist(self, vs) -> None:
+        self._use(True).fromlist(vs)
+
+    def fromfile(self, f, n) -> None:
+        self._use(True).fromfile(f, n)
 
 
 class Resident:
@@ -527,16 +717,29 @@ class Resident:
         if not self.moved:
             self.python_use(False)
             return b[:]
+        if self.team.closed:
+            raise DeviceError(f"wasm threads: the team holding this {self.nbytes}-byte array was closed")
         out = array(b.typecode, bytes(self.nbytes))
         self.team.read_into(self.addr, out, self.nbytes)
         return out
 
     def python_use(self, writes: bool) -> None:
+        """Python is about to read (``writes``: and write) the array: bring its elements up to
+        date there (a moved array gets them now, kept: a plain resident array from then on);
+        ``DeviceError`` when the team is closed."""
+        if self.team.closed:
+            raise DeviceError(f"wasm threads: the team holding this {self.nbytes}-byte array was closed")
         if self.moved:
             b = self.buf()
             if b is not None:   # Python's copy, made now (and kept)
-                b.frombytes(bytes(self.nbytes))
-                self.team.read_into(self.addr, b, self.nbytes)
+                b.__class__ = _Held   # (before its first element: Moved's methods would come back here)
+                try:
+                    array.frombytes(b, bytes(self.nbytes))
+                    self.team.read_into(self.addr, b, self.nbytes)
+                except BaseException:
+                    del b[:]
+                    b.__class__ = Moved
+                    raise
             self.moved = False
             self.state = self.PY_NEWER if writes else self.SAME
             from .runtime import REMATERIALIZED
