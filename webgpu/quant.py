@@ -43,6 +43,20 @@ residual or turns llama's q/k rows (a pair's partner row is always in the same w
 rows take the decompositions. ``greedy_tokens``: two dispatches (``AMAX_CH`` logits per workgroup,
 then one workgroup per row).
 
+**A decode layer in three dispatches** (``ember.ops.llm``: the residual stream in parts, rows
+that sum to it). ``qlinear_rms`` / ``qlinear_rms_rope`` with ``parts``: the gemv (or gemv8)
+prologue sums the rows once per workgroup (into workgroup memory) before the RMSNorm.
+``attention_proj``: the ``attn`` dispatch with template PROJ, whose workgroup (one query head)
+keeps its head's output in workgroup memory and multiplies it by the head's slice of every row
+of the output weight (``decoder()`` renders qdecode.wgsl into llm.wgsl for that), writing the
+head's share (Hq, T, n): no grid-wide sum is ever needed. ``ffn_parts``: ``ffn`` in quant.wgsl, a
+workgroup per slice of 32 (64) hidden units: the sum of the stream and the attention's shares,
+RMSNorm, the slice's gate and up rows, silu(gate) * up, and its share of every down row
+(gate_up and down are read from ONE binding: ``Llama`` stacks ffn_down behind gate/up in the
+same buffer). Slices and heads must be whole items (``_head_items``); other shapes take the
+composites. For SmolLM2 a step is 94 dispatches instead of 154 (the host's cost per dispatch,
+~9 us natively through wgpu-native, bounds such a small model's decoding).
+
 **attention_cached and the caches.** ONE dispatch (``attn``, a workgroup per (query, head))
 writes k, v into ``k_cache``/``v_cache`` IN PLACE at rows ``pos..pos+T-1`` and runs causal
 grouped-query attention (online softmax over rows ``0..pos+t``). One workgroup per kv group
