@@ -723,11 +723,11 @@ def ffn_parts(rt, out, x, att, nw, wg, wd, *, eps, slice, qtype, n, k, down_qtyp
     res = GBuf(rt, out.shape, _dt.float32, storage=st)
     gx, ga, gn = _f32(rt, x._buf), _f32(rt, att._buf), _f32(rt, nw._buf)
     words = [D, f, R, H, gw.offset * 4, row_bytes(qtype, D), gd.offset * 4, row_bytes(qtype, f), gx.offset,
-             ga.offset, gn.offset, f32_bits(eps), D // 8]
+             ga.offset, gn.offset, f32_bits(eps)]
     info, info_n = _info(words)
     params = _prelude_params(qtype, D, gw)
     params["AL"] = _prelude_params(qtype, f, gd)["AL"] if params["AL"] == "true" else "false"
-    params.update(INFO=info_n, WG=wgs, SL=slice, LN=ln, RPG=rpg, D=D, RED=rpg * wgs, SL2=2 * slice,
+    params.update(INFO=info_n, WG=wgs, SL=slice, LN=ln, RPG=rpg, NI=D // 8, D=D, RED=rpg * wgs, SL2=2 * slice,
                   **_sg_params(rt))
     rt.dispatch(_pipe(rt, "quant", "ffn", params), [(st.buf, 0, (1 + P) * D * 4), _whole(gw), _whole(gx),
                                                     _whole(ga), _whole(gn)], info, grid_1d(P, rt.max_groups))

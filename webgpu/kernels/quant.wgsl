@@ -561,11 +561,12 @@ fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 // items; no reduction), written as out row 1 + s. Both weights are views of one stacked buffer.
 // info: 0 D, 1 F (hidden units), 2 x rows, 3 share rows, 4 gate_up byte offset, 5 its bytes per
 // row, 6 down byte offset, 7 its bytes per row, 8 x offset, 9 shares offset, 10 norm weight
-// offset, 11 eps (f32 bits), 12 items per gate_up row
+// offset, 11 eps (f32 bits)
 const SL: u32 = {{SL}}u;
 const LN: u32 = {{LN}}u;
 const GR: u32 = {{WG}}u / LN;
 const RPG: u32 = {{RPG}}u;
+const NI: u32 = {{NI}}u;              // items per gate_up row (D / 8)
 var<workgroup> hsh: array<f32, {{D}}>;
 var<workgroup> red: array<f32, {{RED}}>;
 var<workgroup> gsh: array<f32, {{SL2}}>;
@@ -599,16 +600,19 @@ fn ffn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   workgroupBarrier();
   let grp = t / LN;
   let lane = t % LN;
-  let ni = u(12u);
   var acc: array<f32, {{RPG}}>;
   for (var j = 0u; j < RPG; j = j + 1u) {
     let lr = grp + GR * j;
     let row = select(F + s * SL + lr - SL, s * SL + lr, lr < SL);
     let rb = u(4u) + row * u(5u);
     var a = 0.0;
-    for (var i = lane; i < ni; i = i + LN) {
-      let it = item(rb, i);
-      a = a + dot(it.w0, hv(it.e0)) + dot(it.w1, hv(it.e1));
+    // (a constant trip count: the loads of all of a lane's items can be issued at once)
+    for (var c = 0u; c < (NI + LN - 1u) / LN; c = c + 1u) {
+      let i = lane + c * LN;
+      if (i < NI) {
+        let it = item(rb, i);
+        a = a + dot(it.w0, hv(it.e0)) + dot(it.w1, hv(it.e1));
+      }
     }
     acc[j] = a;
   }
