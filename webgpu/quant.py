@@ -283,8 +283,6 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
              gnw.offset if gnw is not None else 0, gres.offset if gres is not None else 0, f32_bits(eps)]
     if rope is not None:
         words += [rope[0], rope[1], rope[2].offset, rope[3].offset, rope[4].offset]
-    if parts:
-        words += [0] * (16 - len(words)) + [parts]
     info, info_n = _info(words)
     bufs = [(st.buf, 0, M * n * 4), _whole(gw), _whole(gx)]
     decl = []
@@ -306,13 +304,16 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
         res = "return resb[u(9u) + i];"
     mt = 1 << (M - 1).bit_length()
     lanes, rb, u, il, wg = gemv_shape(n, k, mt)
+    if parts and rb == 1 and not os.environ.get("EMBER_QLINEAR_RB"):
+        # every workgroup sums all of x's parts: 4x the rows a workgroup, 1/4 of those reads
+        rb = 4
     vec = gx.offset % 4 == 0 and k % 4 == 0
     params.update(INFO=info_n, LANES=lanes, RB=rb, XT="vec4<f32>" if vec else "f32",
                   X4="return xin[i / 4u];" if vec else
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
-                  XP="true" if parts else "false", **_sg_params(rt))
+                  XP="true" if parts else "false", XR=max(1, parts), **_sg_params(rt))
     # (gemv8: each workgroup rounds all of x; from k = 2048 on, 256 threads' rows share it)
     wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
@@ -525,14 +526,16 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     bufs = [(res_st.buf, 0, nout * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
-                  QS=dpt * ATTN_WG, NS=ns, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="", **_sg_params(rt))
+                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="",
+                  **_sg_params(rt))
     if proj is not None:
         w, qtype, n, K = proj
         gw = _weight(w)
         words += [n, gw.offset * 4, row_bytes(qtype, K)]
         bufs.append(_whole(gw))
         params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
-            "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)))
+            "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
+            "@NP@", str(n)))
     info, info_n = _info(words)
     params.update(INFO=info_n, IB=len(bufs))
     pipe = _pipe(rt, "llm", "attn", params)
@@ -545,19 +548,24 @@ _PROJ = """@group(0) @binding(7) var<storage, read> wq: array<u32>;
 @DECODE@
 const HL: u32 = @HL@u;            // items of one head's slice of a weight row
 fn hv(e: u32) -> vec4<f32> { return vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], qsh[e + 3u]); }
+const NP: u32 = @NP@u;            // weight rows (n)
 fn proj(row: u32, t: u32) {
-  let T = u(0u); let Hq = u(1u); let D = u(3u); let n = u(12u);
+  let T = u(0u); let Hq = u(1u); let D = u(3u);
   let tq = row / Hq;
   let h = row % Hq;
   let e0 = h * D;
-  for (var r = t; r < n; r = r + @WG@u) {
-    let rb = u(13u) + r * u(14u);
-    var s = 0.0;
-    for (var j = 0u; j < HL; j = j + 1u) {
-      let it = item(rb, h * HL + j);
-      s = s + dot(it.w0, hv(it.e0 - e0)) + dot(it.w1, hv(it.e1 - e0));
+  // (constant trip counts: a thread's rows' item loads can all issue at once)
+  for (var c = 0u; c < (NP + @WG@u - 1u) / @WG@u; c = c + 1u) {
+    let r = t + c * @WG@u;
+    if (r < NP) {
+      let rb = u(13u) + r * u(14u);
+      var s = 0.0;
+      for (var j = 0u; j < HL; j = j + 1u) {
+        let it = item(rb, h * HL + j);
+        s = s + dot(it.w0, hv(it.e0 - e0)) + dot(it.w1, hv(it.e1 - e0));
+      }
+      out[(h * T + tq) * NP + r] = s;
     }
-    out[(h * T + tq) * n + r] = s;
   }
 }"""
 
@@ -565,14 +573,14 @@ fn proj(row: u32, t: u32) {
 # the attn kernel's key access, as vec4s (D and the key offsets multiples of 4) or as floats
 _KEY_CODE = {
     True: {"KT": "vec4<f32>",
-           "KDOT_C": "for (var e = 0u; e < D; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], "
+           "KDOT_C": "for (var e = 0u; e < HDC; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], "
                      "qsh[e + 3u]), kc[(kb + e) / 4u]); }",
-           "KDOT_N": "for (var e = 0u; e < D; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], "
+           "KDOT_N": "for (var e = 0u; e < HDC; e = e + 4u) { s = s + dot(vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], "
                      "qsh[e + 3u]), kin[(kb + e) / 4u]); }",
            "KIN_AT": "return kin[i / 4u][i % 4u];", "KC_SET": "kc[i / 4u][i % 4u] = v;"},
     False: {"KT": "f32",
-            "KDOT_C": "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kc[kb + e]; }",
-            "KDOT_N": "for (var e = 0u; e < D; e = e + 1u) { s = s + qsh[e] * kin[kb + e]; }",
+            "KDOT_C": "for (var e = 0u; e < HDC; e = e + 1u) { s = s + qsh[e] * kc[kb + e]; }",
+            "KDOT_N": "for (var e = 0u; e < HDC; e = e + 1u) { s = s + qsh[e] * kin[kb + e]; }",
             "KIN_AT": "return kin[i];", "KC_SET": "kc[i] = v;"},
 }
 
@@ -727,7 +735,8 @@ def ffn_parts(rt, out, x, att, nw, wg, wd, *, eps, slice, qtype, n, k, down_qtyp
     info, info_n = _info(words)
     params = _prelude_params(qtype, D, gw)
     params["AL"] = _prelude_params(qtype, f, gd)["AL"] if params["AL"] == "true" else "false"
-    params.update(INFO=info_n, WG=wgs, SL=slice, LN=ln, RPG=rpg, NI=D // 8, D=D, RED=rpg * wgs, SL2=2 * slice,
+    params.update(INFO=info_n, WG=wgs, SL=slice, LN=ln, RPG=rpg, NI=D // 8, D=D, XR=R, AR=H, RED=rpg * wgs,
+                  SL2=2 * slice,
                   **_sg_params(rt))
     rt.dispatch(_pipe(rt, "quant", "ffn", params), [(st.buf, 0, (1 + P) * D * 4), _whole(gw), _whole(gx),
                                                     _whole(ga), _whole(gn)], info, grid_1d(P, rt.max_groups))

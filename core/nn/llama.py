@@ -277,7 +277,8 @@ class Llama:
         allocated on first use, else grown to ``max(positions, 2 x capacity)`` rounded up to
         ``KV_CHUNK`` rows. A grown cache starts empty: call it before a sequence's first forward
         (positions 0..) only. Returns True when the cache's tensors were replaced (a compiled
-        step that holds the old ones must be made again)."""
+        step that holds the old ones must be given the new ones, ``ember.llm``'s ``_reserve``, or
+        made again)."""
         want = min(max(1, int(positions)), self.context)
         if self.k_cache is not None and want <= self.capacity:
             return False
@@ -422,7 +423,8 @@ class Llama:
                                        w[b + "attn_output.weight"])                     # (Hq, 1, D)
             xs = F.llm.ffn_parts(xs, att, w[b + "ffn_norm.weight"], self._stacked[b + "gate_up"],
                                  w[b + "ffn_down.weight"], eps=c.rms_eps, slice=self._slice)   # (1 + F/slice, 1, D)
-        return F.llm.qlinear_rms(xs, w["output_norm.weight"], self.head, eps=c.rms_eps, parts=True)
+        # (the head's large product reads x in each of its many workgroups: summed once first)
+        return F.llm.qlinear_rms(F.sum(xs, axis=0), w["output_norm.weight"], self.head, eps=c.rms_eps)
 
     @staticmethod
     def _residual(x: Tensor, wt, r: Tensor, fold: bool) -> Tensor:

@@ -26,6 +26,7 @@ fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 
 // q . (a key row starting at element kb of the cache / of the new keys), q pre-scaled in
 // workgroup memory; one element of the new keys; a store into the key cache
+const HDC: u32 = {{HD}}u;     // the head's dimension D (a constant: a key's loads issue together)
 fn kdot_c(kb: u32, D: u32) -> f32 { var s = 0.0; {{KDOT_C}} return s; }
 fn kdot_n(kb: u32, D: u32) -> f32 { var s = 0.0; {{KDOT_N}} return s; }
 fn kin_at(i: u32) -> f32 { {{KIN_AT}} }

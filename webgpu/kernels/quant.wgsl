@@ -56,9 +56,11 @@ fn rope_cs(m: u32, i: u32) -> vec2<f32> { {{ROPE_CS}} }
 var<private> nrm: array<f32, {{MT}}>;
 fn nw4(e: u32) -> vec4<f32> { {{NW4}} }
 fn res_at(i: u32) -> f32 { {{RES}} }
-// XP (with PRO 1, one x row): x is a residual stream in parts, the sum of info 16 rows of K
-// (info 7 apart): the prologue sums them into workgroup memory once
+// XP (with PRO 1, one x row): x is a residual stream in parts, the sum of XR rows of K (info 7
+// apart; a constant: a thread's loads of them issue together): the prologue sums them into
+// workgroup memory once
 const XP: bool = {{XP}};
+const XR: u32 = {{XR}}u;
 var<workgroup> xp: array<vec4<f32>, {{XP4}}>;
 fn xrow(m: u32, e: u32) -> vec4<f32> {
   let b = u(5u) + m * u(7u);
@@ -117,7 +119,7 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var e = t * 4u; e < K; e = e + {{WG}}u * 4u) {
           var v = x4(u(5u) + m * u(7u) + e);
           if (XP) {
-            for (var r = 1u; r < u(16u); r = r + 1u) { v = v + x4(u(5u) + r * u(7u) + e); }
+            for (var r = 1u; r < XR; r = r + 1u) { v = v + x4(u(5u) + r * u(7u) + e); }
             xp[e / 4u] = v;
           }
           s = s + dot(v, v);
@@ -242,11 +244,12 @@ var<workgroup> xd: array<f32, {{XB}}>;
 var<workgroup> xs: array<f32, {{XB}}>;
 var<workgroup> red: array<f32, {{RED}}>;
 
-// XP (PRO 1): x is a residual stream in parts, the sum of info 16 rows (info 7 apart)
+// XP (PRO 1): x is a residual stream in parts, the sum of XR rows (info 7 apart)
 const XP: bool = {{XP}};
+const XR: u32 = {{XR}}u;
 fn xsum(e: u32) -> vec4<f32> {
   var v = x4(u(5u) + e);
-  if (XP) { for (var r = 1u; r < u(16u); r = r + 1u) { v = v + x4(u(5u) + r * u(7u) + e); } }
+  if (XP) { for (var r = 1u; r < XR; r = r + 1u) { v = v + x4(u(5u) + r * u(7u) + e); } }
   return v;
 }
 fn xp(e: u32) -> vec4<f32> {
@@ -567,6 +570,10 @@ const LN: u32 = {{LN}}u;
 const GR: u32 = {{WG}}u / LN;
 const RPG: u32 = {{RPG}}u;
 const NI: u32 = {{NI}}u;              // items per gate_up row (D / 8)
+// (constants, so that a thread's loads issue together: the width, the rows of x and of shares)
+const DD: u32 = {{D}}u;
+const XR: u32 = {{XR}}u;
+const AR: u32 = {{AR}}u;
 var<workgroup> hsh: array<f32, {{D}}>;
 var<workgroup> red: array<f32, {{RED}}>;
 var<workgroup> gsh: array<f32, {{SL2}}>;
@@ -579,16 +586,19 @@ fn ffn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
        @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
   let sgs = {{SGS}};
   let s = wid.x + wid.y * nwg.x;
-  let D = u(0u); let F = u(1u);
+  let D = DD; let F = u(1u);
   if (s >= F / SL) { return; }
   var sq = 0.0;
-  for (var e = t; e < D; e = e + {{WG}}u) {
-    var v = 0.0;
-    for (var r = 0u; r < u(2u); r = r + 1u) { v = v + xin[u(8u) + r * D + e]; }
-    for (var r = 0u; r < u(3u); r = r + 1u) { v = v + ain[u(9u) + r * D + e]; }
-    hsh[e] = v;
-    sq = sq + v * v;
-    if (s == 0u) { out[e] = v; }
+  for (var c = 0u; c < (DD + {{WG}}u - 1u) / {{WG}}u; c = c + 1u) {
+    let e = t + c * {{WG}}u;
+    if (e < DD) {
+      var v = 0.0;
+      for (var r = 0u; r < XR; r = r + 1u) { v = v + xin[u(8u) + r * DD + e]; }
+      for (var r = 0u; r < AR; r = r + 1u) { v = v + ain[u(9u) + r * DD + e]; }
+      hsh[e] = v;
+      sq = sq + v * v;
+      if (s == 0u) { out[e] = v; }
+    }
   }
   red[t] = sg_sum(sq, min({{WG}}u, sgs));
   for (var w = {{WG}}u / 2u; w >= min({{WG}}u, sgs); w = w / 2u) {
@@ -632,13 +642,16 @@ fn ffn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   if (t < SL) { let g = gsh[t]; gsh[t] = g / (1.0 + exp(-g)) * gsh[SL + t]; }
   workgroupBarrier();
   let e0 = s * SL;
-  for (var r = t; r < D; r = r + {{WG}}u) {
-    let rb = u(6u) + r * u(7u);
-    var a = 0.0;
-    for (var j = 0u; j < SL / 8u; j = j + 1u) {
-      let it = item(rb, s * (SL / 8u) + j);
-      a = a + dot(it.w0, av(it.e0 - e0)) + dot(it.w1, av(it.e1 - e0));
+  for (var c = 0u; c < (DD + {{WG}}u - 1u) / {{WG}}u; c = c + 1u) {
+    let r = t + c * {{WG}}u;
+    if (r < DD) {
+      let rb = u(6u) + r * u(7u);
+      var a = 0.0;
+      for (var j = 0u; j < SL / 8u; j = j + 1u) {
+        let it = item(rb, s * (SL / 8u) + j);
+        a = a + dot(it.w0, av(it.e0 - e0)) + dot(it.w1, av(it.e1 - e0));
+      }
+      out[(1u + s) * DD + r] = a;
     }
-    out[(1u + s) * D + r] = a;
   }
 }
