@@ -545,3 +545,77 @@ def test_node_a_closed_team_s_moved_arrays_raise(node_moved):
     for name in ("tolist", "python_kernel", "family_fallback", "module_kernel", "slice", "memoryview", "plan"):
         assert res["closed_" + name].get("error") == "DeviceError", (name, res["closed_" + name])
     assert res["closed_kept"]["value"] == (inp["words"] & 0xFF).tolist()
+
+
+# ---- a KV cache grown: the compiled steps' tables rebound, not captured and recorded again -------
+
+def test_a_grown_kv_cache_rebinds_the_compiled_steps(tmp_path, monkeypatch):
+    """``LLM._reserve`` on device "wasm": when the cache grows the compiled decode steps keep
+    their plans (no capture, no whole recording: ``plan_exec.release_constants`` /
+    ``bind_constants`` record only the attention steps again and rebuild the tables), greedy
+    text equals numpy's after every growth, and the old cache is gone right after the growth
+    (no garbage collection needed)."""
+    import gc
+    import weakref
+
+    import ember.llm
+    from ember.nn import llama as L
+    from llm_fixtures import write_tiny_gguf
+
+    _wasm()
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, seed=3, cfg=dict(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, ffn_dim=128, ctx=64))
+    monkeypatch.setattr(L, "KV_CHUNK", 8)
+    ref = ember.llm.load(str(path), device="numpy", context=64)
+    m = ember.llm.load(str(path), device="wasm", context=64)
+    prompt = ref.tokenizer.encode("the cat")
+    assert m.generate(prompt, max_tokens=3) == ref.generate(prompt, max_tokens=3)
+    step = m._step_argmax
+    (plan,) = step.plans.values()
+    fast = plan.fast
+    assert fast.ready and fast.records == 1 and step.stats()["captures"] == 1
+    segments = fast.describe()["segments"]
+    for n in (20, 40):
+        old = [weakref.ref(t._buf) for t in m.model.k_cache + m.model.v_cache]
+        cap = m.model.capacity
+        gc.disable()
+        try:
+            assert m.generate(prompt, max_tokens=n) == ref.generate(prompt, max_tokens=n), n
+            assert m.model.capacity > cap and m.stats["grow_ms"] > 0
+            assert all(r() is None for r in old), "the old cache outlived its growth"
+        finally:
+            gc.enable()
+        assert m._step_argmax is step and step.plans[next(iter(step.plans))] is plan and plan.fast is fast
+        assert fast.ready and fast.records == 1 and step.stats()["captures"] == 1, (fast.records, step.stats())
+        assert fast.describe()["segments"] == segments
+        assert {id(t) for _, t in plan.consts} >= {id(t) for t in m.model.k_cache + m.model.v_cache}
+
+
+def test_rebinding_a_constant_keeps_or_drops_each_plan_by_its_shapes():
+    """``release_constants`` / ``bind_constants`` on compiled functions over a constant of
+    another size: a plan whose steps give the same shapes replays on the new values (its
+    tables rebuilt, not captured again); one whose output shape would change is dropped and
+    captured again; both give numpy's answers on every later call."""
+    from ember.wasm.plan_exec import bind_constants, release_constants
+
+    _wasm()
+    holder = [ember.tensor(np.arange(8, dtype=np.float32).reshape(4, 2), device="wasm")]
+    same = ember.compile(lambda i: ember.take(holder[0], i, axis=0) * 2.0)     # (len(i), 2) for any rows
+    grows = ember.compile(lambda x: holder[0] * x)                               # (rows, 2)
+    x = np.array([0.5, -1.0], dtype=np.float32)
+    idx = np.array([3, 1, 0], dtype=np.int32)
+    for _ in range(3):
+        same(ember.tensor(idx, device="wasm"))
+        grows(ember.tensor(x, device="wasm"))
+    held = release_constants(same, [holder[0]]) + release_constants(grows, [holder[0]])
+    assert len(held) == 2
+    new = np.arange(16, dtype=np.float32).reshape(8, 2) * 0.25
+    holder[0] = ember.tensor(new, device="wasm")
+    assert not bind_constants(held, [holder[0]])        # one plan was dropped
+    for _ in range(3):
+        _close(same(ember.tensor(np.array([7, 1, 5], dtype=np.int32), device="wasm")).tolist(),
+                   new[[7, 1, 5]] * 2.0)
+        _close(grows(ember.tensor(x, device="wasm")).tolist(), new * x)
+    assert same.stats()["captures"] == 1 and grows.stats()["captures"] == 2
+    (plan,) = same.plans.values()
+    assert plan.fast.ready and plan.fast.records == 1 and plan.fast.describe()["table_steps"] >= 1

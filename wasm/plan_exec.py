@@ -37,8 +37,10 @@ Python steps are *bound*: every span a command touches in them was checked when 
 built, and before each segment runs the buffer behind each is compared with the one checked
 (inputs and Python-step outputs by address and length, re-checked and patched into the table
 when different; constants by identity: a replaced weight makes the replay finish step by step
-and the next one record again). Nothing runs unchecked: ``BoundsError`` is raised before the
-call. Pyodide's memory growth moves nothing (addresses are offsets into one memory).
+and the next one record again; ``release_constants``/``bind_constants`` replace constants on
+purpose, a language model's grown KV cache: only the steps that read them are recorded again
+and the tables built again, with every check). Nothing runs unchecked: ``BoundsError`` is
+raised before the call. Pyodide's memory growth moves nothing (addresses are offsets into one memory).
 
 Under wasmtime (CPython) the module has its own memory: each plan gets an *arena* (an instance
 of the module on a memory of its own) where every table buffer has a fixed place; bound buffers
@@ -78,7 +80,7 @@ import time
 import weakref
 from array import array
 
-from ..errors import BoundsError, DeviceError
+from ..errors import BoundsError, DeviceError, EmberError
 from ..plan import unflatten
 from ..tensor import Tensor
 from .build_kernels import abi_hash, dispatchable, module_signatures
@@ -354,10 +356,93 @@ class WasmPlanReplay:
                 "own_bytes": self.own_bytes, "runs": self.runs, "replays": self.replays,
                 "records": self.records, "space": self.space.kind}
 
+    # ---- constants replaced (a language model's KV cache grown) -----------------------------------
+    def release_constants(self, ids) -> tuple:
+        """Let go of the constants whose Tensors have these ids (a KV cache about to be replaced
+        by a larger one), before ``bind_constants`` gives the new ones: the plan holds None in
+        their slots, the tables and the recorded calls of the steps that read them are dropped
+        (so their buffers can go before the new ones are made). Returns the slots."""
+        plan = self.plan
+        slots = tuple(s for s, t in plan.consts if id(t) in ids)
+        if not slots:
+            return slots
+        plan.consts = [(s, None if s in slots else t) for s, t in plan.consts]
+        self.affected = None
+        if self.ready and self.disabled is None:
+            # table steps reading one of them (directly or through an alias): recorded again
+            roots = set(slots)
+            self.affected = [i for i, st in enumerate(plan.steps)
+                             if self.info[i][0] == "table" and any(self.rootof(j) in roots for j in st.ins)]
+            for i in self.affected:
+                self.info[i] = None
+        self.ready = False
+        if getattr(self, "space", None) is not None:
+            self.space.close()
+            self.space = None
+        self.base = self.segments = self.program = self.prog = self.outs = None
+        return slots
+
+    def bind_constants(self, new: dict) -> bool:
+        """Put Tensors ``new`` ({slot: tensor}, same dtypes, any shape the steps accept) where
+        ``release_constants`` left None, and make the tables again without a capture or a whole
+        recording: only the steps that read them are recorded again (every check of a recording:
+        perturbation, re-run, bounds when the tables are built), on the last replay's inputs.
+        False when that could not be done: the next call records as usual (not counted)."""
+        plan = self.plan
+        plan.consts = [(s, new.get(s, t)) for s, t in plan.consts]
+        affected, self.affected = getattr(self, "affected", None), None
+        if any(t is None for _, t in plan.consts) or affected is None:
+            return self._record_again()
+        try:
+            vals = [None] * plan.n_slots
+            vals[:plan.n_inputs] = self.last_inputs
+            for s, t in plan.consts:
+                vals[s] = t
+            for s, (shape, dtype, dev) in _slot_metas(plan.steps).items():
+                b = self.own_buf.get(self.rootof(s))
+                if b is not None:
+                    vals[s] = Tensor._wrap(b, shape, dtype, dev)
+            rec, rkern = _recording_kernels(self.backend)
+            written_ext = set()
+            for i in affected:
+                st = plan.steps[i]
+                ins = [vals[j] for j in st.ins]
+                kern = self._recording_kernel(st, rkern)
+                if kern is None or any(t is None for t in ins):
+                    return self._record_again()
+                calls = []
+                rec.sink = calls
+                try:
+                    res = kern(st.meta, *ins, **st.attrs)
+                finally:
+                    rec.sink = None
+                bufs = res if st.multi else (res,)
+                try:
+                    self.info[i] = self._classify(i, st, kern, rec, ins, bufs, calls, written_ext)
+                except _Impure as e:
+                    self.info[i] = self._no_calls(i, ins, bufs, str(e))
+                if self.info[i][0] != "table":
+                    return self._record_again()
+            self._build(self.info, vals)
+        except (EmberError, _Stale):   # (a typed refusal: the next call records the usual way)
+            return self._record_again()
+        return True
+
+    def _record_again(self) -> bool:
+        self.ready = False
+        self.records = max(0, self.records - 1)   # (a recording forced by a rebind is not counted)
+        if getattr(self, "space", None) is not None:
+            self.space.close()
+            self.space = None
+        return False
+
     # ---- recording -----------------------------------------------------------------------------
     def _record(self, inputs):
         plan = self.plan
+        if any(t is None for _, t in plan.consts):
+            raise DeviceError("wasm plan: constants were released (release_constants) and not bound again")
         self.records += 1
+        self.last_inputs = inputs
         rec, rkern = _recording_kernels(self.backend)
         wrap = Tensor._wrap
         vals = [None] * plan.n_slots
@@ -702,6 +787,7 @@ class WasmPlanReplay:
 
     # ---- replaying -----------------------------------------------------------------------------
     def _replay(self, inputs):
+        self.last_inputs = inputs   # (rebind_constants records steps again on them)
         vals = self.base.copy()
         vals[:self.n_inputs] = inputs
         run = self.space.run
@@ -816,6 +902,81 @@ def _resident_use(st, vals) -> None:
         ent = RESIDENT.get(id(t._buf)) if t is not None else None
         if ent is not None and not (wasm and ent.moved):
             ent.python_use(True)
+
+
+def release_constants(compiled, tensors) -> list:
+    """Let go of constant Tensors ``tensors`` in every plan of compiled function ``compiled``
+    (``ember.compile``) that holds one (``WasmPlanReplay.release_constants``), before they are
+    replaced (``core.llm``: a KV cache grown). Returns what ``bind_constants`` takes."""
+    index = {id(t): k for k, t in enumerate(tensors)}
+    held = []
+    for key, plan in list(getattr(compiled, "plans", {}).items()):
+        consts = getattr(plan, "consts", None)
+        if not consts:
+            continue   # (a reason this signature runs eagerly)
+        where = {s: index[id(t)] for s, t in consts if t is not None and id(t) in index}
+        if not where:
+            continue
+        olds = {s: (tuple(t.shape), t.dtype) for s, t in consts if s in where}
+        fast = plan.fast
+        if isinstance(fast, WasmPlanReplay):
+            fast.release_constants(set(index))
+        else:
+            plan.consts = [(s, None if s in where else t) for s, t in consts]
+        held.append((compiled, key, plan, where, olds))
+    return held
+
+
+def bind_constants(held, tensors) -> bool:
+    """Give the plans ``release_constants`` left the new Tensors (``tensors[k]`` for the k-th
+    released one). A plan whose steps reading them would give other shapes (their shape rules
+    asked) is dropped: its function captures it again. A wasm replay records only the steps
+    that read them again (``WasmPlanReplay.bind_constants``). True when every plan has its
+    tables back."""
+    done = True
+    for compiled, key, plan, where, olds in held:
+        new = {s: tensors[k] for s, k in where.items()}
+        if not _same_shapes(plan, new, olds):
+            compiled.plans.pop(key, None)   # captured again on its next call
+            done = False
+            continue
+        fast = plan.fast
+        if isinstance(fast, WasmPlanReplay):
+            done = fast.bind_constants(new) and done
+        else:
+            plan.consts = [(s, new.get(s, t)) for s, t in plan.consts]
+            done = False
+    return done
+
+
+def _same_shapes(plan, new: dict, olds: dict) -> bool:
+    """Whether ``plan``'s steps that read slots ``new`` ({slot: Tensor}, were ``olds``: {slot:
+    (shape, dtype)}) give the shapes they were captured with (their ops' shape rules)."""
+    from ..registry import OPS
+
+    if any(t.dtype is not olds[s][1] or len(t.shape) != len(olds[s][0]) for s, t in new.items()):
+        return False
+    shapes = {s: m[0] for s, m in _slot_metas(plan.steps).items()}
+    shapes.update((s, tuple(t.shape)) for s, t in plan.consts if t is not None)
+    last = getattr(plan.fast, "last_inputs", None) if isinstance(plan.fast, WasmPlanReplay) else None
+    if last is not None:
+        shapes.update((s, tuple(t.shape)) for s, t in enumerate(last))
+    shapes.update((s, tuple(t.shape)) for s, t in new.items())
+    for st in plan.steps:
+        if st.multi == _HOST or not any(j in new for j in st.ins):
+            continue
+        d = OPS.get(st.name)
+        if d is None or any(j not in shapes for j in st.ins):
+            return False
+        try:
+            got = d.shape(*[shapes[j] for j in st.ins], **st.attrs)
+        except Exception:   # noqa: BLE001 (the rule refuses the new shapes)
+            return False
+        want = [m.shape for m in st.meta] if st.multi else [st.meta.shape]
+        got = list(got) if st.multi else [got]
+        if [tuple(g) for g in got] != [tuple(w) for w in want]:
+            return False
+    return True
 
 
 def _space_team(consts):
