@@ -23,13 +23,15 @@ from __future__ import annotations
 import functools
 
 from ..backends import python as _py
+from ..router import MUTATES
 from .runtime import RESIDENT
 
 # python kernels that write into inputs, by op: the input positions written (the rest are read).
-# ``attention_cached`` writes its key/value caches (python_llm.py: "the one kernel in this
-# backend that writes into an input"); tests/test_wasm_moved.py runs every op case's python
-# kernel and fails when an input changes that is not listed here.
-WRITES = {"attention_cached": (3, 4)}
+# The one declaration of such ops, the router's (``attention_cached`` writes its key/value
+# caches; python_llm.py: "the one kernel in this backend that writes into an input");
+# tests/test_wasm_moved.py runs op cases' python kernels and fails when one changes an input
+# that is not listed.
+WRITES = MUTATES
 
 
 def python_use(tensors, writes=()) -> None:
