@@ -257,24 +257,12 @@ def _qweight(rng, n, k, qtype, scale=0.3):
     return w, np.asarray(w.dequantize().tolist(), dtype=np.float64).reshape(n, k)
 
 
-def _stacked(ws, device):
-    """QTensors ``ws`` moved to ``device`` as views of ONE buffer (as Llama._fuse stacks them)."""
-    from ember.quant import QTensor
-
-    data = ember.concat([w.data for w in ws], axis=0).to(device)
-    out, at = [], 0
-    for w in ws:
-        nw = w.data.shape[0]
-        out.append(QTensor(data[at:at + nw], w.qtype, w.shape))
-        at += nw
-    return out
-
-
 @pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
 def test_qlinear_rms_parts(device, qtype):
     """x given as parts (rows summing to it: R, T, k): the same as qlinear_rms / qlinear_rms_rope
-    of the sum (T = 1: webgpu sums the parts in the gemv prologue; T = 2: the composite)."""
-    from ember.ops.llm import qlinear_rms, qlinear_rms_rope, rope_tables
+    of the sum (T = 1: webgpu sums the parts in the gemv prologue; T = 2: the composite), and a
+    residual in parts for qlinear_residual (webgpu: summed in the epilogue)."""
+    from ember.ops.llm import qlinear_residual, qlinear_rms, qlinear_rms_rope, rope_tables
 
     rng = np.random.default_rng(11)
     hd, n, k, pos = 8, 32, 64, 3
@@ -297,16 +285,21 @@ def test_qlinear_rms_parts(device, qtype):
         got = qlinear_rms_rope(_t(parts, device), _t(nw, device), w.to(device), cos, sin,
                                _t([pos], device, "int32"), rope_rows=2 * hd, head_dim=hd, parts=True)
         np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol)
+        rp = rng.standard_normal((R, T, n))
+        gu = rng.standard_normal((T, 2 * k))
+        g, u = gu[:, :k], gu[:, k:]
+        got = qlinear_residual(_t(gu, device), w.to(device), _t(rp, device), glu=True, parts=True)
+        np.testing.assert_allclose(_np(got), (g / (1 + np.exp(-g)) * u) @ wd.T + rp.sum(0), rtol=tol, atol=tol)
     with pytest.raises(ShapeError, match="parts"):
         qlinear_rms(_t(np.ones(k), device), _t(nw, device), w.to(device), parts=True)
 
 
 @pytest.mark.parametrize("qtype,d", [("q8_0", 32), ("q4_1", 64), ("q4_k", 64), ("q8_0", 16)])
 def test_attention_proj(device, qtype, d):
-    """attention_cached then each head's share of the output projection (Hq, T, n): against
-    float64 numpy; the caches are written as attention_cached writes them. webgpu runs the
-    projection inside the attention's dispatch where a head is whole items (d = 32 in a
-    32-element block format, 64 in any), the composite otherwise (d = 16)."""
+    """attention_cached then the residual and each head's share of the output projection
+    (1 + Hq, T, n): against float64 numpy; the caches are written as attention_cached writes
+    them. webgpu runs the projection inside the attention's dispatch where a head is whole items
+    (d = 32 in a 32-element block format, 64 in any), the composite otherwise (d = 16)."""
     from ember.ops.llm import attention_proj
 
     rng = np.random.default_rng(12)
@@ -318,47 +311,20 @@ def test_attention_proj(device, qtype, d):
     k = rng.standard_normal((1, hkv, d)) * 0.5
     v = rng.standard_normal((1, hkv, d))
     kc, vc = _t(kc0, device), _t(vc0, device)
+    res = rng.standard_normal((1, n))
     got = attention_proj(_t(q, device), _t(k, device), _t(v, device), kc, vc, _t([pos], device, "int32"),
-                         w.to(device))
+                         w.to(device), _t(res, device))
     kr, vr = kc0.copy(), vc0.copy()
     kr[pos], vr[pos] = k[0], v[0]
     a = ref_attention(q, kr, vr, pos)                                    # (1, Hq, d)
-    want = np.stack([a[:, h] @ wd[:, h * d:(h + 1) * d].T for h in range(hq)])   # (Hq, 1, n)
+    want = np.stack([res] + [a[:, h] @ wd[:, h * d:(h + 1) * d].T for h in range(hq)])   # (1 + Hq, 1, n)
     tol = 5e-2 if device == "wasm" else 2e-3
-    assert got.shape == (hq, 1, n)
+    assert got.shape == (1 + hq, 1, n)
     np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol)
     np.testing.assert_allclose(_np(kc)[pos], k[0], rtol=1e-6, atol=1e-6)
     with pytest.raises(ShapeError, match="k="):
         attention_proj(_t(q, device), _t(k, device), _t(v, device), kc, vc, _t([pos], device, "int32"),
-                       _qweight(rng, n, 2 * hq * d, qtype)[0].to(device))
-
-
-@pytest.mark.parametrize("qtype,D,f,sl", [("q4_1", 64, 96, 32), ("q8_0", 64, 64, 32), ("q5_0", 96, 64, 32),
-                                          ("q4_k", 256, 256, 64)])
-def test_ffn_parts(device, qtype, D, f, sl):
-    """The MLP on a stream in parts: row 0 the input's sum, then each hidden slice's share of the
-    down projection, against float64 numpy; with gate_up and down views of one buffer (webgpu:
-    one dispatch) and as separate tensors (the composite)."""
-    from ember.ops.llm import ffn_parts
-
-    rng = np.random.default_rng(13)
-    R, H = 4, 3
-    wg, wgd = _qweight(rng, 2 * f, D, qtype)
-    wdn, wdd = _qweight(rng, D, f, qtype)
-    nw = rng.uniform(0.5, 1.5, D)
-    x = rng.standard_normal((R, 1, D))
-    att = rng.standard_normal((H, 1, D)) * 0.3
-    h = x.sum(0) + att.sum(0)                                            # (1, D)
-    hn = h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-5) * nw
-    gu = hn @ wgd.T
-    a = gu[:, :f] / (1 + np.exp(-gu[:, :f])) * gu[:, f:]
-    shares = np.stack([a[:, p * sl:(p + 1) * sl] @ wdd[:, p * sl:(p + 1) * sl].T for p in range(f // sl)])
-    want = np.concatenate([h[None], shares], 0)
-    tol = 5e-2 if device == "wasm" else 2e-3
-    for stacked in (True, False):
-        g, dn = _stacked([wg, wdn], device) if stacked else (wg.to(device), wdn.to(device))
-        got = ffn_parts(_t(x, device), _t(att, device), _t(nw, device), g, dn, eps=1e-5, slice=sl)
-        assert got.shape == (1 + f // sl, 1, D)
-        np.testing.assert_allclose(_np(got), want, rtol=tol, atol=tol)
-    with pytest.raises(ShapeError, match="slices"):
-        ffn_parts(_t(x, device), _t(att, device), _t(nw, device), wg.to(device), wdn.to(device), slice=40)
+                       _qweight(rng, n, 2 * hq * d, qtype)[0].to(device), _t(res, device))
+    with pytest.raises(ShapeError, match="residual"):
+        attention_proj(_t(q, device), _t(k, device), _t(v, device), kc, vc, _t([pos], device, "int32"),
+                       w.to(device), _t(np.ones((1, n + 1)), device))

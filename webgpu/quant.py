@@ -43,19 +43,14 @@ residual or turns llama's q/k rows (a pair's partner row is always in the same w
 rows take the decompositions. ``greedy_tokens``: two dispatches (``AMAX_CH`` logits per workgroup,
 then one workgroup per row).
 
-**A decode layer in three dispatches** (``ember.ops.llm``: the residual stream in parts, rows
-that sum to it). ``qlinear_rms`` / ``qlinear_rms_rope`` with ``parts``: the gemv (or gemv8)
-prologue sums the rows once per workgroup (into workgroup memory) before the RMSNorm.
-``attention_proj``: the ``attn`` dispatch with template PROJ, whose workgroup (one query head)
-keeps its head's output in workgroup memory and multiplies it by the head's slice of every row
-of the output weight (``decoder()`` renders qdecode.wgsl into llm.wgsl for that), writing the
-head's share (Hq, T, n): no grid-wide sum is ever needed. ``ffn_parts``: ``ffn`` in quant.wgsl, a
-workgroup per slice of 32 (64) hidden units: the sum of the stream and the attention's shares,
-RMSNorm, the slice's gate and up rows, silu(gate) * up, and its share of every down row
-(gate_up and down are read from ONE binding: ``Llama`` stacks ffn_down behind gate/up in the
-same buffer). Slices and heads must be whole items (``_head_items``); other shapes take the
-composites. For SmolLM2 a step is 94 dispatches instead of 154 (the host's cost per dispatch,
-~9 us natively through wgpu-native, bounds such a small model's decoding).
+**A decode layer in four dispatches** (``ember.ops.llm``: the residual stream in parts, rows
+that sum to it). ``attention_proj``: the ``attn`` dispatch with template PROJ, whose workgroup
+(one query head) keeps its head's output in workgroup memory and multiplies it by the head's
+slice of every row of the output weight (``decoder()`` renders qdecode.wgsl into llm.wgsl for
+that), writing the head's share; head 0 also copies the residual to row 0. No sum over the heads
+needs a pass of its own: ``qlinear_rms(parts=True)`` (gate/up) sums the rows in its gemv
+prologue (into workgroup memory, once per workgroup), ``qlinear_residual(parts=True)`` (down) in
+its epilogue. Heads must be whole items (``_head_items``); other shapes take the composites.
 
 **attention_cached and the caches.** ONE dispatch (``attn``, a workgroup per (query, head))
 writes k, v into ``k_cache``/``v_cache`` IN PLACE at rows ``pos..pos+T-1`` and runs causal
@@ -271,12 +266,13 @@ def _shared(rt) -> int:
 
 
 def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float = 0.0, gres=None,
-          rope=None, parts: int = 0) -> None:
+          rope=None, parts: int = 0, res_parts: int = 0) -> None:
     """One ``gemv`` dispatch into ``st``: out (M, n) = x' @ dequantize(w).T (+ residual), x'
     the x rows as they are (``pro`` 0), RMS-normalised by ``gnw`` (1) or silu(gate) * up of
     rows of 2k (2). ``gres`` (M, n): a residual added to the outputs. ``rope``: (rows, half,
     cos GBuf, sin GBuf, pos GBuf): outputs 0..rows of each x row rotated ("pairs" mode).
-    ``parts`` (with ``pro`` 1 and M = 1): x is the sum of that many rows of k (``parts_fit``)."""
+    ``parts`` (with ``pro`` 1 and M = 1): x is the sum of that many rows of k; ``res_parts``
+    (M = 1): the residual is the sum of that many rows of n."""
     params = _prelude_params(qtype, k, gw)
     xstride = 2 * k if pro == 2 else k
     words = [M, n, k, row_bytes(qtype, k), gw.offset * 4, gx.offset, (k + 7) // 8, xstride,
@@ -301,12 +297,11 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     if gres is not None:
         decl.append(f"@group(0) @binding({len(bufs)}) var<storage, read> resb: array<f32>;")
         bufs.append(_whole(gres))
-        res = "return resb[u(9u) + i];"
+        res = ("return resb[u(9u) + i];" if not res_parts else
+               f"var s = 0.0; for (var r = 0u; r < {res_parts}u; r = r + 1u) {{ s = s + resb[u(9u) + r * u(1u) + i]; }} "
+               "return s;")
     mt = 1 << (M - 1).bit_length()
     lanes, rb, u, il, wg = gemv_shape(n, k, mt)
-    if parts and rb == 1 and not os.environ.get("EMBER_QLINEAR_RB"):
-        # every workgroup sums all of x's parts: 4x the rows a workgroup, 1/4 of those reads
-        rb = 4
     vec = gx.offset % 4 == 0 and k % 4 == 0
     params.update(INFO=info_n, LANES=lanes, RB=rb, XT="vec4<f32>" if vec else "f32",
                   X4="return xin[i / 4u];" if vec else
@@ -465,18 +460,20 @@ def _head_items(qtype: str, width: int) -> bool:
     return width > 0 and (width % 64 == 0 or (BLOCKS[qtype][0] in (1, 32) and width % 32 == 0))
 
 
-def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, *, scale, qtype, n, k, **_):
+def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, r, *, scale, qtype, n, k, **_):
     """The ``attention_proj`` kernel: ``attn`` whose workgroup (one query head) multiplies its
-    head's output by that head's slice of the output weight, one dispatch; the composite where
-    the head's slice is not whole items or T > 1."""
+    head's output by that head's slice of the output weight (and the first copies the residual
+    to row 0), one dispatch; the composite where the head's slice is not whole items or T > 1."""
     from ..registry import OPS
 
     T, Hq, D = q.shape
-    if T != 1 or qtype not in BLOCKS or not _head_items(qtype, D) or k != Hq * D or n == 0:
-        return OPS["attention_proj"].decompose(q, kn, vn, k_cache, v_cache, pos, w, scale=scale, qtype=qtype,
+    if (T != 1 or qtype not in BLOCKS or not _head_items(qtype, D) or k != Hq * D or n == 0
+            or r.dtype is not _dt.float32):
+        return OPS["attention_proj"].decompose(q, kn, vn, k_cache, v_cache, pos, w, r, scale=scale, qtype=qtype,
                                                n=n, k=k)._buf
     _check_format("attention_proj", qtype, n, k, w)
-    return _attention(rt, "attention_proj", out, q, kn, vn, k_cache, v_cache, pos, scale, proj=(w, qtype, n, k))
+    return _attention(rt, "attention_proj", out, q, kn, vn, k_cache, v_cache, pos, scale,
+                      proj=(w, qtype, n, k, _f32(rt, r._buf)))
 
 
 def decoder(qtype: str, k: int, gw: GBuf) -> str:
@@ -506,7 +503,7 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
     gkc = _cache(op, k_cache, "k_cache", (C, Hkv, D))
     gvc = _cache(op, v_cache, "v_cache", (C, Hkv, D))
     gp = realize(gp)
-    nout = T * Hq * (proj[2] if proj is not None else D)
+    nout = (T * (1 + Hq) * proj[2]) if proj is not None else T * Hq * D
     res_st = rt.alloc(nout * 4)
     res = GBuf(rt, out.shape, _dt.float32, storage=res_st)
     if nout == 0:
@@ -529,10 +526,10 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
                   QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="",
                   **_sg_params(rt))
     if proj is not None:
-        w, qtype, n, K = proj
+        w, qtype, n, K, gr = proj
         gw = _weight(w)
-        words += [n, gw.offset * 4, row_bytes(qtype, K)]
-        bufs.append(_whole(gw))
+        words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
+        bufs += [_whole(gw), _whole(gr)]
         params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
             "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
             "@NP@", str(n)))
@@ -545,6 +542,7 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
 
 # attention_proj's projection (llm.wgsl's attn, template PROJ)
 _PROJ = """@group(0) @binding(7) var<storage, read> wq: array<u32>;
+@group(0) @binding(8) var<storage, read> resb: array<f32>;
 @DECODE@
 const HL: u32 = @HL@u;            // items of one head's slice of a weight row
 fn hv(e: u32) -> vec4<f32> { return vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], qsh[e + 3u]); }
@@ -557,6 +555,7 @@ fn proj(row: u32, t: u32) {
   // (constant trip counts: a thread's rows' item loads can all issue at once)
   for (var c = 0u; c < (NP + @WG@u - 1u) / @WG@u; c = c + 1u) {
     let r = t + c * @WG@u;
+    if (h == 0u && r < NP) { out[tq * NP + r] = resb[u(15u) + tq * NP + r]; }    // row 0: the residual
     if (r < NP) {
       let rb = u(13u) + r * u(14u);
       var s = 0.0;
@@ -564,7 +563,7 @@ fn proj(row: u32, t: u32) {
         let it = item(rb, h * HL + j);
         s = s + dot(it.w0, hv(it.e0 - e0)) + dot(it.w1, hv(it.e1 - e0));
       }
-      out[(h * T + tq) * NP + r] = s;
+      out[((1u + h) * T + tq) * NP + r] = s;
     }
   }
 }"""
@@ -690,57 +689,21 @@ def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_d
     return GBuf(rt, out.shape, _dt.float32, storage=st)
 
 
-def qlinear_residual(rt, out, x, w, r, *, glu, qtype, n, k, **_):
+def qlinear_residual(rt, out, x, w, r, *, glu, qtype, n, k, parts=False, **_):
     """The ``qlinear_residual`` kernel: silu(gate) * up (``glu``) and the residual add folded
-    into one ``gemv`` dispatch (decode); the composite for more rows."""
+    into one ``gemv`` dispatch (decode; a residual in parts summed in its epilogue); the
+    composite for more rows."""
     from ..registry import OPS
 
     M = prod(x.shape[:-1])
-    if not _fusable(x, k, M) or r.dtype is not _dt.float32 or n == 0:
-        return OPS["qlinear_residual"].decompose(x, w, r, glu=glu, qtype=qtype, n=n, k=k)._buf
+    if not _fusable(x, k, M) or r.dtype is not _dt.float32 or n == 0 or (parts and M != 1):
+        kw = {"parts": True} if parts else {}
+        return OPS["qlinear_residual"].decompose(x, w, r, glu=glu, qtype=qtype, n=n, k=k, **kw)._buf
     _check_format("qlinear_residual", qtype, n, k, w)
     st = rt.alloc(M * n * 4)
-    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=2 if glu else 0, gres=_f32(rt, r._buf))
+    _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=2 if glu else 0, gres=_f32(rt, r._buf),
+          res_parts=r.shape[0] if parts else 0)
     return GBuf(rt, out.shape, _dt.float32, storage=st)
-
-
-def ffn_parts(rt, out, x, att, nw, wg, wd, *, eps, slice, qtype, n, k, down_qtype, **_):
-    """The ``ffn_parts`` kernel: one dispatch, a workgroup per slice of hidden units (``ffn``
-    in quant.wgsl), where gate_up and down are views of one stacked buffer in one format and the
-    slice is whole items; the composite otherwise (more than one token, other layouts)."""
-    from ..registry import OPS
-
-    R, T, D = x.shape
-    H = att.shape[0]
-    f = n // 2
-    gw, gd = _weight(wg), _weight(wd)
-    wgs = 256
-    ln = max(1, min(32, 8 * wgs // (2 * slice)))
-    rpg = 2 * slice * ln // wgs
-    fits = (D * 4 + rpg * wgs * 4 + 2 * slice * 4 <= _shared(rt) and rpg >= 1 and 2 * slice * ln % wgs == 0
-            and ln & (ln - 1) == 0)
-    if (T != 1 or qtype != down_qtype or qtype not in BLOCKS or gw.storage is not gd.storage or not fits
-            or not _head_items(qtype, slice) or slice % 8 or D % 8 or any(
-                t.dtype is not _dt.float32 for t in (x, att, nw))):
-        return OPS["ffn_parts"].decompose(x, att, nw, wg, wd, eps=eps, slice=slice, qtype=qtype, n=n, k=k,
-                                          down_qtype=down_qtype)._buf
-    _check_format("ffn_parts", qtype, n, k, wg)
-    _check_format("ffn_parts", qtype, D, f, wd)
-    P = f // slice
-    st = rt.alloc((1 + P) * D * 4)
-    res = GBuf(rt, out.shape, _dt.float32, storage=st)
-    gx, ga, gn = _f32(rt, x._buf), _f32(rt, att._buf), _f32(rt, nw._buf)
-    words = [D, f, R, H, gw.offset * 4, row_bytes(qtype, D), gd.offset * 4, row_bytes(qtype, f), gx.offset,
-             ga.offset, gn.offset, f32_bits(eps)]
-    info, info_n = _info(words)
-    params = _prelude_params(qtype, D, gw)
-    params["AL"] = _prelude_params(qtype, f, gd)["AL"] if params["AL"] == "true" else "false"
-    params.update(INFO=info_n, WG=wgs, SL=slice, LN=ln, RPG=rpg, NI=D // 8, D=D, XR=R, AR=H, RED=rpg * wgs,
-                  SL2=2 * slice,
-                  **_sg_params(rt))
-    rt.dispatch(_pipe(rt, "quant", "ffn", params), [(st.buf, 0, (1 + P) * D * 4), _whole(gw), _whole(gx),
-                                                    _whole(ga), _whole(gn)], info, grid_1d(P, rt.max_groups))
-    return res
 
 
 AMAX_CH = 1024     # greedy_tokens: logits per workgroup of the first pass
@@ -785,4 +748,4 @@ def build_kernels(rt) -> dict:
                                           ("rms_norm", rms_norm), ("rope", rope),
                                           ("qlinear_rms", qlinear_rms), ("qlinear_residual", qlinear_residual),
                                           ("qlinear_rms_rope", qlinear_rms_rope), ("greedy_tokens", greedy_tokens),
-                                          ("attention_proj", attention_proj), ("ffn_parts", ffn_parts))}
+                                          ("attention_proj", attention_proj))}

@@ -186,7 +186,6 @@ class Llama:
         # webgpu: Q/K/V and gate/up stacked into one weight each, norms, the q/k rotation and the
         # residual adds folded into the products (``_fuse``): a decode layer is 5 dispatches, not 15
         self._stacked: dict = {}
-        self._with_down: set = set()         # layers whose ffn_down shares gate_up's buffer
         if self.device == "webgpu":
             self._fuse()
 
@@ -247,21 +246,13 @@ class Llama:
                 if (not all(plain(t, p) for t, p in zip(ws, parts)) or len({t.qtype for t in ws}) != 1
                         or len({t.k for t in ws}) != 1):
                     continue
-                # (the down projection rides along in the same buffer where it shares the format:
-                # ffn_parts reads both from one binding)
-                words = sum(t.data.shape[0] for t in ws)
-                n = sum(t.n for t in ws)
-                dn = w[b + "ffn_down.weight"]
-                if name == "gate_up" and plain(dn, "ffn_down") and dn.qtype == ws[0].qtype:
-                    parts, ws = parts + ("ffn_down",), ws + [dn]
-                    self._with_down.add(b + "down")
                 data = F.concat([t.data for t in ws], axis=0)
                 at = 0
                 for p, t in zip(parts, ws):
                     nw = t.data.shape[0]
                     w[b + p + ".weight"] = QTensor(data[at:at + nw], t.qtype, t.shape)
                     at += nw
-                self._stacked[b + name] = QTensor(data[:words], ws[0].qtype, (n, ws[0].k))
+                self._stacked[b + name] = QTensor(data, ws[0].qtype, (sum(t.n for t in ws), ws[0].k))
 
     # ---- state ----------------------------------------------------------------------------------
 
@@ -323,7 +314,7 @@ class Llama:
         c, w = self.cfg, self.w
         self.reset()
         T = ids.shape[0]
-        if T == 1 and self._parts_slice():
+        if T == 1 and self._parts_ok():
             return self._decode_parts(ids, pos)
         hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
         fold = bool(self._stacked)           # (webgpu: norms, rope and residual adds folded in)
@@ -378,53 +369,49 @@ class Llama:
         x = F.rms_norm(x, w["output_norm.weight"], eps=c.rms_eps)
         return _linear(x, self.head)                                     # (1 or T, vocab)
 
-    def _parts_slice(self) -> int:
-        """Hidden units per ``ffn_parts`` slice where a one-token step can run as three ops a
-        layer (webgpu: every layer's q/k/v and gate/up/down stacked, llama's rope layout, a
-        quantized head and output projection; ``EMBER_LLM_PARTS=0`` turns it off), else 0."""
-        got = self.__dict__.get("_slice")
+    def _parts_ok(self) -> bool:
+        """Whether a one-token step can run as four ops a layer (webgpu: every layer's q/k/v and
+        gate/up stacked and quantized, llama's rope layout, heads of whole items of the output
+        projection's format (webgpu reads a 32-element block format's items 4 to a block, other
+        formats' 8 to 64 elements); ``EMBER_LLM_PARTS=0`` turns it off)."""
+        got = self.__dict__.get("_parts")
         if got is not None:
             return got
         c, w, st = self.cfg, self.w, self._stacked
         ok = (os.environ.get("EMBER_LLM_PARTS", "1") != "0" and c.rope_mode == "pairs" and c.rope_dim == c.head_dim
-              and _quantized(self.head) and all(
+              and c.n_layers > 0 and all(
                   f"blk.{i}.qkv" in st and f"blk.{i}.gate_up" in st and _quantized(w[f"blk.{i}.attn_output.weight"])
-                  and f"blk.{i}.down" in self._with_down
-                  for i in range(c.n_layers)))
-        qt = st["blk.0.gate_up"].qtype if ok and c.n_layers else None
-        sl = 0
-        if qt is not None:
+                  and _quantized(w[f"blk.{i}.ffn_down.weight"]) for i in range(c.n_layers)))
+        if ok:
             from ..quant import get_format
 
-            # (slices and heads of whole items: webgpu's kernels read a 32-element block format's
-            # items 4 to a block, other formats' 8 to 64 elements)
-            sl = 32 if get_format(qt).block in (1, 32) else 64
-            if c.ffn_dim % sl or c.head_dim % sl:
-                sl = 0
-        self._slice = sl
-        return sl
+            block = get_format(w["blk.0.attn_output.weight"].qtype).block
+            ok = c.head_dim % 64 == 0 or (block in (1, 32) and c.head_dim % 32 == 0)
+        self._parts = ok
+        return ok
 
     def _decode_parts(self, ids: Tensor, pos: Tensor) -> Tensor:
-        """The one-token forward as three ops a layer: the residual stream stays in parts (rows
-        that sum to it): q/k/v from their sum, each head's share of the attention's output
-        projection, then the MLP's input and its slices' shares of the down projection
-        (``ember.ops.llm``: ``qlinear_rms(parts=True)``, ``attention_proj``, ``ffn_parts``)."""
+        """The one-token forward as four ops a layer: the attention's output projection split by
+        head and kept as rows that sum to the hidden state (with the residual), summed by the
+        MLP's gate/up product in its prologue and by its down product in its epilogue
+        (``ember.ops.llm``: ``attention_proj``, ``qlinear_rms(parts=True)``,
+        ``qlinear_residual(parts=True)``): no pass over the heads' sum of its own."""
         c, w = self.cfg, self.w
         hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
         nqk = (hq + hkv) * hd
-        xs = _embedding(ids, w["token_embd.weight"]).reshape((1, 1, c.dim))
+        x = _embedding(ids, w["token_embd.weight"])                      # (1, D)
         for i in range(c.n_layers):
             b = f"blk.{i}."
-            y = F.llm.qlinear_rms_rope(xs, w[b + "attn_norm.weight"], self._stacked[b + "qkv"], self.cos, self.sin,
-                                       pos, rope_rows=nqk, head_dim=hd, eps=c.rms_eps, parts=True)
+            y = F.llm.qlinear_rms_rope(x, w[b + "attn_norm.weight"], self._stacked[b + "qkv"], self.cos, self.sin,
+                                       pos, rope_rows=nqk, head_dim=hd, eps=c.rms_eps)
             qk = y[:, :nqk].reshape((1, hq + hkv, hd))
             v = y[:, nqk:].reshape((1, hkv, hd))
-            att = F.llm.attention_proj(qk[:, :hq], qk[:, hq:], v, self.k_cache[i], self.v_cache[i], pos,
-                                       w[b + "attn_output.weight"])                     # (Hq, 1, D)
-            xs = F.llm.ffn_parts(xs, att, w[b + "ffn_norm.weight"], self._stacked[b + "gate_up"],
-                                 w[b + "ffn_down.weight"], eps=c.rms_eps, slice=self._slice)   # (1 + F/slice, 1, D)
-        # (the head's large product reads x in each of its many workgroups: summed once first)
-        return F.llm.qlinear_rms(F.sum(xs, axis=0), w["output_norm.weight"], self.head, eps=c.rms_eps)
+            xs = F.llm.attention_proj(qk[:, :hq], qk[:, hq:], v, self.k_cache[i], self.v_cache[i], pos,
+                                      w[b + "attn_output.weight"], x)                 # (1 + Hq, 1, D)
+            g = F.llm.qlinear_rms(xs, w[b + "ffn_norm.weight"], self._stacked[b + "gate_up"], eps=c.rms_eps,
+                                  parts=True)                                       # (1, 2 * ffn)
+            x = F.llm.qlinear_residual(g, w[b + "ffn_down.weight"], xs, glu=True, parts=True)
+        return F.llm.qlinear_rms(x, w["output_norm.weight"], self.head, eps=c.rms_eps)
 
     @staticmethod
     def _residual(x: Tensor, wt, r: Tensor, fold: bool) -> Tensor:

@@ -44,7 +44,7 @@ from ..registry import apply, op
 from ..tensor import Tensor
 
 __all__ = ["rms_norm", "rope", "attention_cached", "qlinear_rms", "qlinear_residual", "qlinear_rms_rope",
-           "attention_proj", "ffn_parts", "greedy_tokens"]
+           "attention_proj", "greedy_tokens"]
 
 
 def _ops():
@@ -255,9 +255,9 @@ op("qlinear_rms", kind="composite", shape=_qrms_shape, dtype=_qrms_dtype, decomp
    doc="qlinear(rms_norm(x, norm_weight), w): a pre-norm folded into the quantized product")
 
 
-def _qres_shape(xs, ws, rs, *, glu, qtype, n, k):
+def _qres_shape(xs, ws, rs, *, glu, qtype, n, k, parts=False):
     out = _qshape("qlinear_residual", xs, ws, 2 * k if glu else k, qtype=qtype, n=n, k=k)
-    if tuple(rs) != out:
+    if _unparted("qlinear_residual", rs, parts) != out:
         raise ShapeError(f"qlinear_residual: residual {tuple(rs)} must be the product's shape {out}")
     return out
 
@@ -268,8 +268,10 @@ def _qres_dtype(xt, wt, rt, **_):
     return _dt.float32
 
 
-def _qres_decompose(x, w, r, *, glu, qtype, n, k):
+def _qres_decompose(x, w, r, *, glu, qtype, n, k, parts=False):
     o = _ops()
+    if parts:
+        r = o.sum(r, axis=0)
     if glu:
         x = o.silu(x[..., :k]) * x[..., k:]
     return apply("qlinear", x, w, qtype=qtype, n=n, k=k) + r
@@ -337,7 +339,7 @@ def qlinear_rms_rope(x: Tensor, norm_weight: Tensor, w, cos: Tensor, sin: Tensor
 def qlinear_rms(x: Tensor, norm_weight: Tensor, w, *, eps: float = 1e-5, parts: bool = False) -> Tensor:
     """``qlinear(rms_norm(x, norm_weight, eps), w)`` for a ``QTensor`` ``w`` (n, k). With
     ``parts`` x is a residual stream in parts, ``(R, T, k)``: the input is its sum over axis 0
-    (``ffn_parts``' output; webgpu sums it in the product's prologue).
+    (``attention_proj``'s output; webgpu sums it in the product's prologue).
 
     >>> import ember
     >>> from ember.quant import QTensor
@@ -349,9 +351,10 @@ def qlinear_rms(x: Tensor, norm_weight: Tensor, w, *, eps: float = 1e-5, parts: 
     return apply("qlinear_rms", x, norm_weight, w.data, eps=float(eps), qtype=w.qtype, n=w.n, k=w.k, **kw)
 
 
-def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False) -> Tensor:
+def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False, parts: bool = False) -> Tensor:
     """``qlinear(x, w) + residual``; with ``glu`` x holds ``2k`` features, gate then up, and the
-    product is of ``silu(gate) * up`` (a SiLU-gated MLP's down projection).
+    product is of ``silu(gate) * up`` (a SiLU-gated MLP's down projection). With ``parts`` the
+    residual is a stream in parts ``(R, T, n)`` (``attention_proj``'s), summed over axis 0.
 
     >>> import ember
     >>> from ember.quant import QTensor
@@ -359,134 +362,75 @@ def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False) -> Te
     >>> round(ember.ops.llm.qlinear_residual(ember.ones((1, 32)), w, ember.ones((1, 1))).tolist()[0][0], 2)
     33.0
     """
-    return apply("qlinear_residual", x, w.data, residual, glu=bool(glu), qtype=w.qtype, n=w.n, k=w.k)
+    kw = {"parts": True} if parts else {}
+    return apply("qlinear_residual", x, w.data, residual, glu=bool(glu), qtype=w.qtype, n=w.n, k=w.k, **kw)
 
 
-# ---- a decode layer in three dispatches: the residual stream in parts ----------------------------
+# ---- a decode layer in four dispatches: the residual stream in parts ------------------------------
 #
-# ``attention_proj`` gives each query head's share of the attention's output projection (the
-# o-proj rows times that head's slice of the attention output); ``ffn_parts`` sums a stream in
-# parts (its input rows and those shares: the hidden state after attention), runs the gated MLP
-# and gives it back in parts again: that sum as row 0, then the down projection's share of each
-# slice of ``slice`` hidden units. ``qlinear_rms(..., parts=True)`` (the next layer's q/k/v, the
-# output head) sums the parts in its prologue. On webgpu each is one dispatch, so a llama layer
-# is three (the per-dispatch cost, not the weights, bounds a small model's decoding there); the
-# sums never need a separate pass over the whole state.
+# ``attention_proj`` gives the hidden state after attention as rows that sum to it: the residual
+# (the state before it), then each query head's share of the output projection (the o-proj
+# rows times that head's slice of the attention output). ``qlinear_rms(..., parts=True)`` (the
+# MLP's gate and up) sums such rows in its prologue, ``qlinear_residual(..., parts=True)`` (the
+# down projection) in its epilogue. On webgpu each is one dispatch and no sum over the heads ever
+# needs a pass of its own, so a llama layer is four (the per-dispatch cost, not the weights,
+# bounds a small model's decoding there).
 
-def _aproj_shape(qs, ks, vs, kcs, vcs, ps, ws, *, scale, qtype, n, k):
+def _aproj_shape(qs, ks, vs, kcs, vcs, ps, ws, rs, *, scale, qtype, n, k):
     from .quant import _check_weight
 
     T, hq, d = _attn_shape(qs, ks, vs, kcs, vcs, ps, scale=scale)
     _check_weight("attention_proj", ws, qtype=qtype, n=n, k=k)
     if k != hq * d:
         raise ShapeError(f"attention_proj: the output weight has k={k}, the heads give {hq} x {d} = {hq * d}")
-    return (hq, T, n)
+    if tuple(rs) != (T, n):
+        raise ShapeError(f"attention_proj: the residual {tuple(rs)} must be ({T}, {n})")
+    return (1 + hq, T, n)
 
 
-def _aproj_dtype(qt, kt, vt, kct, vct, pt, wt, **_):
+def _aproj_dtype(qt, kt, vt, kct, vct, pt, wt, rt, **_):
     from .quant import _check_words_dtype
 
     _check_words_dtype("attention_proj", wt)
+    if rt is not _dt.float32:
+        raise DTypeError(f"attention_proj: the residual must be float32, got {rt.name}")
     return _attn_dtype(qt, kt, vt, kct, vct, pt)
 
 
-def _aproj_decompose(q, kn, vn, kc, vc, pos, w, *, scale, qtype, n, k):
+def _aproj_decompose(q, kn, vn, kc, vc, pos, w, r, *, scale, qtype, n, k):
     o = _ops()
     T, hq, d = q.shape
     a = apply("attention_cached", q, kn, vn, kc, vc, pos, scale=scale)                # (T, Hq, d)
     wo = o.reshape(apply("dequantize", w, qtype=qtype, n=n, k=k), (n, hq, d))          # (n, Hq, d)
-    return o.matmul(o.permute_dims(a, (1, 0, 2)), o.permute_dims(wo, (1, 2, 0)))     # (Hq, T, n)
+    shares = o.matmul(o.permute_dims(a, (1, 0, 2)), o.permute_dims(wo, (1, 2, 0)))   # (Hq, T, n)
+    return o.concat([o.reshape(r, (1, T, n)), shares], axis=0)
 
 
 op("attention_proj", kind="composite", shape=_aproj_shape, dtype=_aproj_dtype, decompose=_aproj_decompose,
-   doc="attention_cached, then each head's share of the output projection (Hq, T, n)")
+   doc="attention_cached then its output projection added to a residual, as rows that sum to it: "
+       "(1 + Hq, T, n), the residual then each head's share")
 
 
-def attention_proj(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, w, *,
-                   scale: float | None = None) -> Tensor:
-    """``attention_cached`` (which writes ``k``/``v`` into the caches) followed by the output
-    projection ``w`` (a ``QTensor`` ``(n, Hq * D)``), split by head: ``(Hq, T, n)`` whose sum
-    over axis 0 is ``attention(...).reshape(T, Hq * D) @ dequantize(w).T``.
+def attention_proj(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor, w,
+                   residual: Tensor, *, scale: float | None = None) -> Tensor:
+    """``attention_cached`` (which writes ``k``/``v`` into the caches), its output projection
+    ``w`` (a ``QTensor`` ``(n, Hq * D)``) and the residual ``(T, n)`` added, as a residual stream
+    in parts: ``(1 + Hq, T, n)``, the residual then each head's share of the projection; its sum
+    over axis 0 is ``residual + attention(...).reshape(T, Hq * D) @ dequantize(w).T``.
 
     >>> import ember
     >>> from ember.quant import QTensor
     >>> kc, vc = ember.zeros((4, 1, 32)), ember.zeros((4, 1, 32))
     >>> q, kv = ember.ones((1, 2, 32)), ember.ones((1, 1, 32))
     >>> w = QTensor.quantize(ember.ones((3, 64)), "q8_0")
-    >>> y = attention_proj(q, kv, kv, kc, vc, ember.tensor([0], dtype="int32"), w)
+    >>> y = attention_proj(q, kv, kv, kc, vc, ember.tensor([0], dtype="int32"), w, ember.ones((1, 3)))
     >>> y.shape, [round(v, 2) for v in ember.sum(y, axis=0).tolist()[0]]
-    ((2, 1, 3), [64.0, 64.0, 64.0])
+    ((3, 1, 3), [65.0, 65.0, 65.0])
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    return apply("attention_proj", q, k, v, k_cache, v_cache, pos, w.data, scale=float(scale), qtype=w.qtype,
-                 n=w.n, k=w.k)
-
-
-def _ffn_shape(xs, ats, nws, gs, ds, *, eps, slice, qtype, n, k, down_qtype):
-    from .quant import _check_weight
-
-    name = "ffn_parts"
-    if len(xs) != 3 or len(ats) != 3 or tuple(xs[1:]) != tuple(ats[1:]) or not xs[0]:
-        raise ShapeError(f"{name}: x and the attention shares must be parts (R, T, D) of one (T, D); "
-                         f"got {tuple(xs)}, {tuple(ats)}")
-    T, D = xs[1:]
-    if tuple(nws) != (D,) or k != D or n % 2:
-        raise ShapeError(f"{name}: norm weight {tuple(nws)} and gate/up weight (n={n}, k={k}) do not fit "
-                         f"width {D} (n is the stacked gate and up rows)")
-    f = n // 2
-    _check_weight(name, gs, qtype=qtype, n=n, k=k)
-    _check_weight(name, ds, qtype=down_qtype, n=D, k=f)
-    if slice < 1 or f % slice:
-        raise ShapeError(f"{name}: {f} hidden units are not whole slices of {slice}")
-    return (1 + f // slice, T, D)
-
-
-def _ffn_dtype(xt, at, nwt, gt, dt, **_):
-    from .quant import _check_words_dtype
-
-    for what, d in (("x", xt), ("the attention shares", at), ("the norm weight", nwt)):
-        if d is not _dt.float32:
-            raise DTypeError(f"ffn_parts: {what} must be float32, got {d.name}")
-    _check_words_dtype("ffn_parts", gt)
-    _check_words_dtype("ffn_parts", dt)
-    return _dt.float32
-
-
-def _ffn_decompose(x, att, nw, wg, wd, *, eps, slice, qtype, n, k, down_qtype):
-    o = _ops()
-    h = o.sum(o.concat([x, att], axis=0), axis=0)                                   # (T, D)
-    f = n // 2
-    gu = apply("qlinear", apply("rms_norm", h, nw, eps=eps), wg, qtype=qtype, n=n, k=k)
-    a = o.silu(gu[:, :f]) * gu[:, f:]                                                 # (T, f)
-    T, P = h.shape[0], f // slice
-    wdd = o.reshape(apply("dequantize", wd, qtype=down_qtype, n=k, k=f), (k, P, slice))
-    shares = o.matmul(o.permute_dims(o.reshape(a, (T, P, slice)), (1, 0, 2)), o.permute_dims(wdd, (1, 2, 0)))
-    return o.concat([o.reshape(h, (1, T, k)), shares], axis=0)                      # (1 + P, T, D)
-
-
-op("ffn_parts", kind="composite", shape=_ffn_shape, dtype=_ffn_dtype, decompose=_ffn_decompose,
-   doc="a gated MLP on a residual stream in parts: (1 + hidden / slice, T, D), the input's sum then "
-       "each hidden slice's share of the down projection")
-
-
-def ffn_parts(x: Tensor, shares: Tensor, norm_weight: Tensor, gate_up, down, *, eps: float = 1e-5,
-              slice: int = 32) -> Tensor:
-    """A SiLU-gated MLP on a residual stream in parts. ``x`` ``(R, T, D)`` and ``shares``
-    ``(H, T, D)`` (``attention_proj``'s) sum to the hidden state ``h``; ``gate_up`` is the gate
-    and up weights stacked (``QTensor`` ``(2F, D)``), ``down`` ``(D, F)``. Returns
-    ``(1 + F // slice, T, D)``: ``h``, then for each slice of ``slice`` hidden units its share
-    of ``down(silu(gate) * up)`` of ``rms_norm(h)``; the sum over axis 0 is ``h + mlp(h)``.
-
-    >>> import ember
-    >>> from ember.quant import QTensor
-    >>> gu, dn = QTensor.quantize(ember.zeros((64, 32)), "q8_0"), QTensor.quantize(ember.ones((32, 32)), "q8_0")
-    >>> y = ffn_parts(ember.ones((2, 1, 32)), ember.ones((1, 1, 32)), ember.ones((32,)), gu, dn)
-    >>> y.shape, ember.sum(y, axis=0).tolist()[0][:2]
-    ((2, 1, 32), [3.0, 3.0])
-    """
-    return apply("ffn_parts", x, shares, norm_weight, gate_up.data, down.data, eps=float(eps), slice=int(slice),
-                 qtype=gate_up.qtype, n=gate_up.n, k=gate_up.k, down_qtype=down.qtype)
+    return apply("attention_proj", q, k, v, k_cache, v_cache, pos, w.data, residual, scale=float(scale),
+                 qtype=w.qtype, n=w.n, k=w.k)
 
 
 def _greedy_shape(xs):
