@@ -115,6 +115,9 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let tq = row / Hq;
   let G = Hq / Hkv;
   let hk = (row % Hq) / G;
+  // (q first: its loads need no position, so they overlap the wait for pos)
+  let scale = bitcast<f32>(u(5u));
+  for (var d = t; d < D; d = d + {{WG}}u) { qsh[d] = q[u(6u) + row * D + d] * scale; }
   if (t == 0u) { wpos = posb[u(9u)]; }
   let pos = workgroupUniformLoad(&wpos);
   let rs = Hkv * D;
@@ -130,9 +133,6 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
   }
   let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
-  let scale = bitcast<f32>(u(5u));
-  for (var d = t; d < D; d = d + {{WG}}u) { qsh[d] = q[u(6u) + row * D + d] * scale; }
-  workgroupBarrier();
   var m = -f_inf();
   var l = 0.0;
   var acc: array<f32, {{DPT}}>;
