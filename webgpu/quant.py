@@ -523,14 +523,15 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     bufs = [(res_st.buf, 0, nout * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
-                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="",
+                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", HEAD="", TAIL="",
                   **_sg_params(rt))
     if proj is not None:
         w, qtype, n, K, gr = proj
         gw = _weight(w)
         words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
         bufs += [_whole(gw), _whole(gr)]
-        params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
+        params.update(EMIT="qsh[d] = v;", HEAD="let pf = prefetch(row, t);",
+                      TAIL="workgroupBarrier();\n  proj(row, t, pf);", PROJ=_PROJ.replace(
             "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
             "@NP@", str(n)))
     info, info_n = _info(words)
@@ -547,7 +548,20 @@ _PROJ = """@group(0) @binding(7) var<storage, read> wq: array<u32>;
 const HL: u32 = @HL@u;            // items of one head's slice of a weight row
 fn hv(e: u32) -> vec4<f32> { return vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], qsh[e + 3u]); }
 const NP: u32 = @NP@u;            // weight rows (n)
-fn proj(row: u32, t: u32) {
+// the first item of each of the thread's rows, read at the kernel's start: the weight's lines are
+// on their way (into the caches) while the attention runs (its sum is kept so they are read)
+fn prefetch(row: u32, t: u32) -> f32 {
+  let h = row % u(1u);
+  var s = 0.0;
+  for (var c = 0u; c < (NP + @WG@u - 1u) / @WG@u; c = c + 1u) {
+    let r = min(t + c * @WG@u, NP - 1u);
+    let it = item(u(13u) + r * u(14u), h * HL);
+    s = s + it.w0.x + it.w1.w;
+  }
+  return s;
+}
+fn proj(row: u32, t: u32, pf: f32) {
+  if (pf == 1.5e38 && u(0u) == 0xffffffffu) { out[0] = pf; }     // (never: T is never 2^32 - 1)
   let T = u(0u); let Hq = u(1u); let D = u(3u);
   let tq = row / Hq;
   let h = row % Hq;
