@@ -144,6 +144,12 @@ def _sg_params(rt) -> dict:
                                                         "fn sg_max(v: f32, n: u32) -> f32 { return v; }")
 
 
+def _prefetch() -> str:
+    """Whether decode kernels read ahead the weights a barrier would hold back (WGSL bool;
+    ``EMBER_WEBGPU_PREFETCH=0`` off, for comparisons)."""
+    return "false" if os.environ.get("EMBER_WEBGPU_PREFETCH") == "0" else "true"
+
+
 def _pipe(rt, name: str, entry: str, params: dict):
     key = (name, entry, tuple(sorted(params.items())))
     p = _PIPES.get(key)
@@ -308,7 +314,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
-                  XP="true" if parts else "false", XR=max(1, parts), **_sg_params(rt))
+                  XP="true" if parts else "false", XR=max(1, parts), PF=_prefetch(), **_sg_params(rt))
     # (gemv8: each workgroup rounds all of x; from k = 2048 on, 256 threads' rows share it)
     wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
@@ -530,7 +536,7 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
         gw = _weight(w)
         words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
         bufs += [_whole(gw), _whole(gr)]
-        params.update(EMIT="qsh[d] = v;", HEAD="let pf = prefetch(row, t);",
+        params.update(EMIT="qsh[d] = v;", HEAD="let pf = prefetch(row, t);" if _prefetch() == "true" else "let pf = 0.0;",
                       TAIL="workgroupBarrier();\n  proj(row, t, pf);", PROJ=_PROJ.replace(
             "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
             "@NP@", str(n)))

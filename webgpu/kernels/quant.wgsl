@@ -114,7 +114,7 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // (PRO 1: the lane's first item of each row read before the prologue's barriers, so that the
   // weight's lines are on their way while x is normalised; the sum is kept so they are read)
   var pf = 0.0;
-  if (PRO == 1u && MT == 1u) {
+  if (PRO == 1u && MT == 1u && {{PF}}) {
     for (var r = 0u; r < RB; r = r + 1u) { let it = item(rb[r], min(lane * LS, nitems - 1u)); pf = pf + it.w0.x; }
   }
   if (PRO == 1u) {
