@@ -108,18 +108,23 @@ fn kscale(s: u32, s0: u32, s1: u32, s2: u32) -> vec2<f32> {
 // q4_k: 144 bytes = f16 d, f16 dmin, 12 scale bytes, 128 bytes of nibbles; 8 sub-blocks of 32:
 // byte 32c + l holds element l of sub-block 2c (low nibble) and of 2c+1 (high); value
 // d*sc*q - dmin*m
-fn item_q4_k(rb: u32, i: u32) -> Item {
-  let p = pos_k4(i);
-  let base = rb + (i / 32u) * 144u;
-  let w = i % 32u;
-  let c = w / 8u;
+// (the scale and minimum of sub-blocks 2c and 2c + 1 of the q4_k / q5_k block at base:
+// d * sc, dmin * m of each)
+fn k_scales(base: u32, c: u32) -> vec4<f32> {
   let dm = unpack2x16float(word_at(base));
   let s0 = word_at(base + 4u); let s1 = word_at(base + 8u); let s2 = word_at(base + 12u);
   let a = kscale(2u * c, s0, s1, s2);
   let b = kscale(2u * c + 1u, s0, s1, s2);
+  return vec4<f32>(dm.x * a.x, dm.y * a.y, dm.x * b.x, dm.y * b.y);
+}
+
+fn item_q4_k(rb: u32, i: u32) -> Item {
+  let p = pos_k4(i);
+  let base = rb + (i / 32u) * 144u;
+  let w = i % 32u;
+  let k = k_scales(base, w / 8u);
   let q = word_at(base + 16u + w * 4u);
-  return Item(dm.x * a.x * ubytes(q & 0x0f0f0f0fu) - dm.y * a.y,
-              dm.x * b.x * ubytes((q >> 4u) & 0x0f0f0f0fu) - dm.y * b.y, p.x, p.y);
+  return Item(k.x * ubytes(q & 0x0f0f0f0fu) - k.y, k.z * ubytes((q >> 4u) & 0x0f0f0f0fu) - k.w, p.x, p.y);
 }
 
 // q5_k: 176 bytes = f16 d, f16 dmin, 12 scale bytes, 32 bytes of high bits (bit s of byte l:
@@ -129,15 +134,12 @@ fn item_q5_k(rb: u32, i: u32) -> Item {
   let base = rb + (i / 32u) * 176u;
   let w = i % 32u;
   let c = w / 8u;
-  let dm = unpack2x16float(word_at(base));
-  let s0 = word_at(base + 4u); let s1 = word_at(base + 8u); let s2 = word_at(base + 12u);
-  let a = kscale(2u * c, s0, s1, s2);
-  let b = kscale(2u * c + 1u, s0, s1, s2);
+  let k = k_scales(base, c);
   let qh = word_at(base + 16u + (w % 8u) * 4u);
   let q = word_at(base + 48u + w * 4u);
   let lo = (q & 0x0f0f0f0fu) | (((qh >> (2u * c)) & 0x01010101u) << 4u);
   let hi = ((q >> 4u) & 0x0f0f0f0fu) | (((qh >> (2u * c + 1u)) & 0x01010101u) << 4u);
-  return Item(dm.x * a.x * ubytes(lo) - dm.y * a.y, dm.x * b.x * ubytes(hi) - dm.y * b.y, p.x, p.y);
+  return Item(k.x * ubytes(lo) - k.y, k.z * ubytes(hi) - k.w, p.x, p.y);
 }
 
 // q6_k: 210 bytes = 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales (one per
