@@ -39,6 +39,7 @@ B_KN_DIRECT, B_KN_PACKED, B_NK_PACKED, B_NK_DOT = 0, 1, 2, 3
 NR = 8                 # columns per packed panel
 SMALL_M = 16           # at most this many rows: no packing (see the module docstring)
 CHUNK_FLOATS = 1 << 18  # im2col chunk: about 1 MB of patches, written and used while in cache
+CONV_PAD_MAX = 1 << 18  # conv2d_gemm's zero-padded copy of a group's planes, at most (linalg.h)
 
 _F32, _F16 = _dt.float32, _dt.float16
 _ZERO = array("f", [0.0])
@@ -52,6 +53,17 @@ def _zeros(n: int) -> array:
 def _panels(k: int, n: int) -> int:
     """Floats in the packed panels of a (k, n) B."""
     return -(-n // NR) * NR * k
+
+
+def _pad_floats(cg: int, stride, kernel, dilation, out_hw, pad) -> int:
+    """Scratch floats past the panels that conv2d_gemm fills with a zero-padded copy of a group's
+    planes (kernels/conv.c pad_floats: column stride 1 unless a plain 1x1 convolution; the rows
+    and columns the taps reach, and 8 floats of slack either side)."""
+    (sh, sw), (kh, kw), (dh, dw), (oh, ow) = stride, kernel, dilation, out_hw
+    if sw != 1 or (kh == kw == 1 and sh == 1 and pad == (0, 0)):
+        return 0
+    n = cg * ((oh - 1) * sh + (kh - 1) * dh + 1) * (ow + (kw - 1) * dw)
+    return 0 if n > CONV_PAD_MAX else n + 16
 
 
 def _finish(buf: array, dtype) -> array:
@@ -187,7 +199,7 @@ def kernels(rt) -> dict:
             call("conv2d_depthwise", R(x._buf, n * c * h * w), R(weight._buf, o * kh * kw), b,
                  W(y, len(y)), R(prm, len(prm)))
         else:
-            size = _panels(K, chunk)
+            size = _panels(K, chunk) + _pad_floats(cg, stride, (kh, kw), dilation, (oh, ow), (pt, pl))
             call("conv2d_gemm", R(x._buf, n * c * h * w), R(weight._buf, o * K), b, W(y, len(y)),
                  scratch.span(size), R(prm, len(prm)))
         return _finish(y, out.dtype)

@@ -36,6 +36,9 @@ void gemm_direct_one(const f32 *A, i32 lda, const f32 *B, i32 ldb, const f32 *T,
 void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
                   const f32 *bias, i32 flags);
 
+/* conv2d_gemm copies a group's planes, zero padded, only up to this many floats (conv.c) */
+#define CONV_PAD_MAX (1 << 18)
+
 /* the int32 parameter table of conv2d_gemm / conv2d_depthwise */
 enum {
   CONV_N, CONV_C, CONV_H, CONV_W, CONV_O, CONV_GROUPS, CONV_KH, CONV_KW, CONV_SH, CONV_SW,

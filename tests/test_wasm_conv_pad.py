@@ -1,0 +1,56 @@
+"""conv2d_gemm's im2col from a zero-padded copy of the planes (wasm/kernels/conv.c ``pad_planes``,
+``im2col_padded``; column stride 1): panels inside one output row, panels that cross into the next
+row (MNIST's 14-wide rows), rows shorter than 8 (a gather), a short last panel, row strides,
+dilation, uneven padding, groups and batches, each against numpy in float64; planes over
+``CONV_PAD_MAX`` floats keep the old im2col. Runs on device "wasm" (wasmtime in CPython)."""
+from __future__ import annotations
+
+import pytest
+
+import ember
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("wasmtime")
+
+from op_cases_nn import _np_conv2d  # noqa: E402
+
+CASES = [  # x shape, weight shape, stride, padding ((top, bottom), (left, right)), dilation, groups
+    ((1, 16, 14, 14), (32, 16, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),     # MNIST conv2
+    ((1, 1, 28, 28), (16, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),       # MNIST conv1
+    ((2, 3, 5, 5), (4, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),          # rows of 5: gather
+    ((1, 2, 9, 11), (3, 2, 3, 2), (2, 1), ((0, 2), (1, 0)), (1, 2), 1),         # row stride, dilation
+    ((2, 4, 7, 10), (6, 2, 5, 5), (1, 1), ((2, 2), (2, 2)), (1, 1), 2),         # groups, 5x5
+    ((1, 3, 6, 13), (5, 3, 1, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),         # no padding
+    ((1, 2, 300, 300), (3, 2, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),      # > CONV_PAD_MAX
+]
+
+
+def _run(xs, ws, stride, pads, dil, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[:1]).astype(np.float32)
+    t = [ember.from_bytes(a.tobytes(), a.shape, "float32", device="wasm") for a in (x, w, b)]
+    got = ember.conv2d(*t, stride, pads, dil, groups)
+    out = np.frombuffer(bytes(got.to("python")._buf), np.float32).reshape(got.shape)
+    return out, _np_conv2d(np, x, w, b, stride, pads, dil, groups)
+
+
+@pytest.mark.parametrize("xs, ws, stride, pads, dil, groups", CASES)
+def test_conv2d_padded_im2col_matches_numpy(xs, ws, stride, pads, dil, groups):
+    got, ref = _run(xs, ws, stride, pads, dil, groups)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_padded_im2col_reads_nothing_outside_the_input():
+    """Values past the input (NaN in the buffer beyond the tensor's elements would show up) and
+    -0.0 inputs: the copy is exact and the padding is +0."""
+    x = np.full((1, 2, 6, 9), -0.0, np.float32)
+    x[0, 1, 2, 3] = 1.5
+    w = np.ones((3, 2, 3, 3), np.float32)
+    t = [ember.from_bytes(a.tobytes(), a.shape, "float32", device="wasm") for a in (x, w)]
+    got = ember.conv2d(*t, padding=1).to("python")
+    out = np.frombuffer(bytes(got._buf), np.float32).reshape(got.shape)
+    ref = _np_conv2d(np, x, w, None, (1, 1), ((1, 1), (1, 1)))
+    assert np.array_equal(out, ref)
