@@ -73,9 +73,12 @@ x = mk(64)
 ref = ember.relu(x @ x).tolist()
 runs0 = t.runs()
 got = [small_f(x, x).tolist() for _ in range(2 + 2 * want + 2)]   # capture, record, replays
-seg = C.fast_of(small_f).segments[0]
-st = seg.team_stats
-small = {"work": seg.team_work, "limit": TeamSpace.SMALL_WORK, "use": st["use"], "probes": len(st[True]) + len(st[False]),
+# (a plan this small runs on Pyodide's own memory: no copies into the team's, never on the team)
+from ember.wasm.plan_exec import table_work
+fast = C.fast_of(small_f)
+seg = fast.segments[0]
+small = {"work": table_work(seg, {k: n for n, k in fast.disp.ids.items()}), "limit": TeamSpace.SMALL_WORK,
+         "space": fast.space.kind, "stats": hasattr(seg, "team_stats"),
          "team_runs": t.runs() - runs0, "same": all(g == ref for g in got)}
 big_f = ember.compile(lambda a, b: ember.relu(a @ b))
 y = mk(256)
@@ -151,7 +154,7 @@ def _check(res, where):
     assert res["watch"] == {"reprobe": True, "fresh": True, "kept": True}, (where, res["watch"])
     sm = res["small"]
     assert sm["work"] == 64 ** 3 + 64 * 64 and sm["work"] < sm["limit"], (where, sm)   # gemm + relu
-    assert sm["use"] is False and sm["probes"] == 0 and sm["team_runs"] == 0 and sm["same"], (where, sm)
+    assert sm["space"] == "pyodide" and not sm["stats"] and sm["team_runs"] == 0 and sm["same"], (where, sm)
     big = sm["big"]
     assert big["work"] == 256 ** 3 + 256 * 256 and big["work"] >= sm["limit"], (where, big)
     assert big["use"] is None and big["team_probes"] == 1 and big["same"], (where, big)

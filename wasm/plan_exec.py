@@ -339,7 +339,9 @@ class WasmPlanReplay:
         """Threads were turned on or off since the tables were built: record them again, for
         the team's shared memory or for Pyodide's own (not counted against MAX_RECORDS)."""
         self.team_epoch = _team_epoch()
-        want = "threads" if _space_team(self.plan.consts) is not None and self.segments else "pyodide"
+        team = _space_team(self.plan.consts)
+        want = ("threads" if team is not None and self.segments
+                and not _small_for_team(self, self.segments, self.plan.consts, team) else "pyodide")
         if want != self.space.kind:
             self.ready = False
             self.records -= 1
@@ -695,6 +697,9 @@ class WasmPlanReplay:
         self.team_epoch = _team_epoch()
         if self.rt.kind == "pyodide" and any(p[0] == "seg" for p in program):
             team = _space_team(plan.consts)
+            if team is not None and _small_for_team(self, [p[1] for p in program if p[0] == "seg"],
+                                                    plan.consts, team):
+                team = None
         if team is not None:
             self.space = TeamSpace(self, program, own_buf, privs, vals, rootof, team=team)
         else:
@@ -992,6 +997,23 @@ def _space_team(consts):
             if ent is not None and ent.moved:
                 return _STATE["team"]
     return t
+
+
+def _small_for_team(replay, segs, consts, team) -> bool:
+    """Whether a plan's tables, all together, do less work than ``TeamSpace.SMALL_WORK``: then
+    they run on Pyodide's own memory even while a team exists. Thread 0 would run them alone
+    anyway, and the team's copies into and out of its shared memory cost more than the kernels
+    (MNIST batch 1 in the page: 0.42 ms a forward in the team's memory vs 0.185 in Pyodide's).
+    Not when the team is forced (``adaptive`` off) or a constant lives only in the shared memory
+    (moved weights)."""
+    if not getattr(team, "adaptive", False):
+        return False
+    for _, c in consts:
+        ent = RESIDENT.get(id(getattr(c, "_buf", None)))
+        if ent is not None and ent.moved:
+            return False
+    names = {k: n for n, k in replay.disp.ids.items()}
+    return sum(table_work(s, names) for s in segs) < TeamSpace.SMALL_WORK
 
 
 def _step(st, vals, wrap) -> None:
