@@ -191,6 +191,7 @@ def test_webgpu_decode_in_four_dispatches_a_layer(tmp_path, monkeypatch, qtype):
 
     if _skip_reason("webgpu"):
         pytest.skip("webgpu backend unavailable on this machine")
+    monkeypatch.setenv("EMBER_LLM_PARTS", "1")
     path = tmp_path / "heads32.gguf"
     cfg = dict(dim=128, n_heads=4, n_kv_heads=2, ffn_dim=96)
     ref = write_tiny_gguf(path, qtypes=(qtype, "Q8_0"), cfg=cfg)

@@ -146,8 +146,8 @@ def _sg_params(rt) -> dict:
 
 def _prefetch() -> str:
     """Whether decode kernels read ahead the weights a barrier would hold back (WGSL bool;
-    ``EMBER_WEBGPU_PREFETCH=0`` off, for comparisons)."""
-    return "false" if os.environ.get("EMBER_WEBGPU_PREFETCH") == "0" else "true"
+    opt-in, ``EMBER_WEBGPU_PREFETCH=1``, until a GPU run shows it helps)."""
+    return "true" if os.environ.get("EMBER_WEBGPU_PREFETCH") == "1" else "false"
 
 
 def _pipe(rt, name: str, entry: str, params: dict):

@@ -373,12 +373,13 @@ class Llama:
         """Whether a one-token step can run as four ops a layer (webgpu: every layer's q/k/v and
         gate/up stacked and quantized, llama's rope layout, heads of whole items of the output
         projection's format (webgpu reads a 32-element block format's items 4 to a block, other
-        formats' 8 to 64 elements); ``EMBER_LLM_PARTS=0`` turns it off)."""
+        formats' 8 to 64 elements); opt-in, ``EMBER_LLM_PARTS=1``, until an H100/H200 run shows it
+        faster than five a layer (notes: the three-op form was 2x slower, GPU-bound)."""
         got = self.__dict__.get("_parts")
         if got is not None:
             return got
         c, w, st = self.cfg, self.w, self._stacked
-        ok = (os.environ.get("EMBER_LLM_PARTS", "1") != "0" and c.rope_mode == "pairs" and c.rope_dim == c.head_dim
+        ok = (os.environ.get("EMBER_LLM_PARTS", "0") == "1" and c.rope_mode == "pairs" and c.rope_dim == c.head_dim
               and c.n_layers > 0 and all(
                   f"blk.{i}.qkv" in st and f"blk.{i}.gate_up" in st and _quantized(w[f"blk.{i}.attn_output.weight"])
                   and _quantized(w[f"blk.{i}.ffn_down.weight"]) for i in range(c.n_layers)))

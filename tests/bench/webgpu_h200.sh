@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
 for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
 export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
-S=${*:-"info smol smol5 torch profile replay qlinear qprompt matmul train"}
+S=${*:-"info smol smol4 torch profile replay qlinear qprompt matmul train"}
 # HBM peak for the GB/s checks: H100 (HBM3) 3.35 TB/s, H200 (HBM3e) 4.8 TB/s
 PEAK=4800; nvidia-smi -L 2>/dev/null | grep -q H100 && PEAK=3350
 run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
@@ -21,8 +21,8 @@ run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N
 for s in $S; do case $s in
   info) nvidia-smi -L; run info 60 python3 -c "import ember.webgpu as wg, json; print(json.dumps(wg.info(), default=str))" ;;
   smol) run smol 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --torch-job --compare-steps --feedback ;;
-  # the same decode with a layer as five dispatches (the residual stream not in parts), for an A/B
-  smol5) EMBER_LLM_PARTS=0 run smol5 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --feedback ;;
+  # the same decode with a layer as four dispatches (the residual stream in parts after attention), for an A/B
+  smol4) EMBER_LLM_PARTS=1 run smol4 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --feedback ;;
   profile) run profile 150 python3 tests/bench/llm/h200_profile.py --out /tmp/smol ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
