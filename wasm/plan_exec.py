@@ -164,6 +164,16 @@ class _Recorder:
 _RECORDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def _recorded(rec, kern, st, ins) -> tuple:
+    """(result, the module calls it made) of step ``st``'s recording kernel on ``ins``."""
+    calls = []
+    rec.sink = calls
+    try:
+        return kern(st.meta, *ins, **st.attrs), calls
+    finally:
+        rec.sink = None
+
+
 def _recording_kernels(backend):
     """(recorder, {op name: kernel}) for ``backend``: its kernel families built on a recorder."""
     ent = _RECORDERS.get(backend)
@@ -412,12 +422,7 @@ class WasmPlanReplay:
                 kern = self._recording_kernel(st, rkern)
                 if kern is None or any(t is None for t in ins):
                     return self._record_again()
-                calls = []
-                rec.sink = calls
-                try:
-                    res = kern(st.meta, *ins, **st.attrs)
-                finally:
-                    rec.sink = None
+                res, calls = _recorded(rec, kern, st, ins)
                 bufs = res if st.multi else (res,)
                 try:
                     self.info[i] = self._classify(i, st, kern, rec, ins, bufs, calls, written_ext)
@@ -473,12 +478,7 @@ class WasmPlanReplay:
                 res = st.kernel(st.meta, *ins, **st.attrs)
                 calls = None
             else:
-                calls = []
-                rec.sink = calls
-                try:
-                    res = kern(st.meta, *ins, **st.attrs)
-                finally:
-                    rec.sink = None
+                res, calls = _recorded(rec, kern, st, ins)
             bufs = res if st.multi else (res,)
             metas = st.meta if st.multi else (st.meta,)
             for s, b, m in zip(st.outs, bufs, metas):
