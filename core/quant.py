@@ -232,6 +232,19 @@ def row_bytes(qtype: str, k: int) -> int:
     return k // f.block * f.nbytes
 
 
+def slice_granule(qtype: str) -> int:
+    """Elements at which rows of ``qtype`` split into whole decoding items (the GPU kernels
+    decode 8 elements at a time, items grouped so that a 32-element block format's (and a flat
+    format's) 4 items fill [32j, 32j + 32), a K-quant's 8 fill [64j, 64j + 64)): a slice of a row
+    at a multiple of this width is read without its neighbours (webgpu's ``attention_proj``
+    reads one head's slice of the output projection).
+
+    >>> slice_granule("q4_1"), slice_granule("q6_k")
+    (32, 64)
+    """
+    return 32 if get_format(qtype).block in (1, 32) else 64
+
+
 def words(qtype: str, n: int, k: int) -> int:
     """int32 words holding ``n`` rows of ``k`` elements in ``qtype``: ``ceil(n * row_bytes / 4)``."""
     return -(-n * row_bytes(qtype, k) // 4)

@@ -50,7 +50,8 @@ slice of every row of the output weight (``decoder()`` renders qdecode.wgsl into
 that), writing the head's share; head 0 also copies the residual to row 0. No sum over the heads
 needs a pass of its own: ``qlinear_rms(parts=True)`` (gate/up) sums the rows in its gemv
 prologue (into workgroup memory, once per workgroup), ``qlinear_residual(parts=True)`` (down) in
-its epilogue. Heads must be whole items (``_head_items``); other shapes take the composites.
+its epilogue. Heads must be whole items (``ember.quant.slice_granule``); other shapes take the
+composites.
 
 **attention_cached and the caches.** ONE dispatch (``attn``, a workgroup per (query, head))
 writes k, v into ``k_cache``/``v_cache`` IN PLACE at rows ``pos..pos+T-1`` and runs causal
@@ -92,6 +93,7 @@ from math import prod
 
 from .. import dtypes as _dt
 from ..errors import DTypeError, IndexingError, ShapeError
+from ..quant import slice_granule
 from .driver import grid_1d
 from .fusion import GBuf, Node, contiguous, realize, wgsl_type
 from .replay import checked
@@ -459,13 +461,6 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
     return _attention(rt, "attention_cached", out, q, k, v, k_cache, v_cache, pos, scale)
 
 
-def _head_items(qtype: str, width: int) -> bool:
-    """Whether a slice of ``width`` elements of a row (at a multiple of ``width``) is a whole run
-    of items (quant.wgsl: items 8j..8j+7 hold elements [64j, 64j + 64); in 32-element block and
-    flat formats 4j..4j+3 hold [32j, 32j + 32))."""
-    return width > 0 and (width % 64 == 0 or (BLOCKS[qtype][0] in (1, 32) and width % 32 == 0))
-
-
 def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, r, *, scale, qtype, n, k, **_):
     """The ``attention_proj`` kernel: ``attn`` whose workgroup (one query head) multiplies its
     head's output by that head's slice of the output weight (and the first copies the residual
@@ -473,7 +468,7 @@ def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, r, *, scale, qt
     from ..registry import OPS
 
     T, Hq, D = q.shape
-    if (T != 1 or qtype not in BLOCKS or not _head_items(qtype, D) or k != Hq * D or n == 0
+    if (T != 1 or qtype not in BLOCKS or not D or D % slice_granule(qtype) or k != Hq * D or n == 0
             or r.dtype is not _dt.float32):
         return OPS["attention_proj"].decompose(q, kn, vn, k_cache, v_cache, pos, w, r, scale=scale, qtype=qtype,
                                                n=n, k=k)._buf
@@ -672,8 +667,7 @@ def qlinear_rms(rt, out, x, nw, w, *, eps, qtype, n, k, parts=False, **_):
 
     M, R = _parts_rows(rt, x, k, parts)
     if R < 0 or not _fusable(x, k, M) or nw.dtype is not _dt.float32 or n == 0:
-        kw = {"parts": True} if parts else {}
-        return OPS["qlinear_rms"].decompose(x, nw, w, eps=eps, qtype=qtype, n=n, k=k, **kw)._buf
+        return OPS["qlinear_rms"].decompose(x, nw, w, eps=eps, qtype=qtype, n=n, k=k, parts=parts)._buf
     _check_format("qlinear_rms", qtype, n, k, w)
     st = rt.alloc(M * n * 4)
     _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=1, gnw=_f32(rt, nw._buf), eps=eps, parts=R)
@@ -698,9 +692,8 @@ def qlinear_rms_rope(rt, out, x, nw, w, cos, sin, pos, *, eps, rope_rows, head_d
     ok = (R >= 0 and _fusable(x, k, M) and nw.dtype is _dt.float32 and n > 0 and cos.dtype is _dt.float32
           and sin.dtype is _dt.float32 and pos.dtype.kind == "i" and _rows_per_group(n, k) % 2 == 0)
     if not ok:
-        kw = {"parts": True} if parts else {}
         return OPS["qlinear_rms_rope"].decompose(x, nw, w, cos, sin, pos, eps=eps, rope_rows=rope_rows,
-                                                 head_dim=head_dim, qtype=qtype, n=n, k=k, **kw)._buf
+                                                 head_dim=head_dim, qtype=qtype, n=n, k=k, parts=parts)._buf
     _check_format("qlinear_rms_rope", qtype, n, k, w)
     st = rt.alloc(M * n * 4)
     rope = (rope_rows, head_dim // 2, _f32(rt, cos._buf), _f32(rt, sin._buf), contiguous(realize(pos._buf)))
@@ -717,8 +710,7 @@ def qlinear_residual(rt, out, x, w, r, *, glu, qtype, n, k, parts=False, **_):
 
     M = prod(x.shape[:-1])
     if not _fusable(x, k, M) or r.dtype is not _dt.float32 or n == 0 or (parts and M != 1):
-        kw = {"parts": True} if parts else {}
-        return OPS["qlinear_residual"].decompose(x, w, r, glu=glu, qtype=qtype, n=n, k=k, **kw)._buf
+        return OPS["qlinear_residual"].decompose(x, w, r, glu=glu, qtype=qtype, n=n, k=k, parts=parts)._buf
     _check_format("qlinear_residual", qtype, n, k, w)
     st = rt.alloc(M * n * 4)
     _gemv(rt, st, M, n, k, qtype, _f32(rt, x._buf), _weight(w), pro=2 if glu else 0, gres=_f32(rt, r._buf),

@@ -371,9 +371,8 @@ class Llama:
 
     def _parts_ok(self) -> bool:
         """Whether a one-token step can run as four ops a layer (webgpu: every layer's q/k/v and
-        gate/up stacked and quantized, llama's rope layout, heads of whole items of the output
-        projection's format (webgpu reads a 32-element block format's items 4 to a block, other
-        formats' 8 to 64 elements); opt-in, ``EMBER_LLM_PARTS=1``, until an H100/H200 run shows it
+        gate/up stacked and quantized, llama's rope layout, heads a whole number of the output
+        projection's ``slice_granule``); opt-in, ``EMBER_LLM_PARTS=1``, until an H100/H200 run shows it
         faster than five a layer (notes: the three-op form was 2x slower, GPU-bound)."""
         got = self.__dict__.get("_parts")
         if got is not None:
@@ -384,10 +383,9 @@ class Llama:
                   f"blk.{i}.qkv" in st and f"blk.{i}.gate_up" in st and _quantized(w[f"blk.{i}.attn_output.weight"])
                   and _quantized(w[f"blk.{i}.ffn_down.weight"]) for i in range(c.n_layers)))
         if ok:
-            from ..quant import get_format
+            from ..quant import slice_granule
 
-            block = get_format(w["blk.0.attn_output.weight"].qtype).block
-            ok = c.head_dim % 64 == 0 or (block in (1, 32) and c.head_dim % 32 == 0)
+            ok = c.head_dim % slice_granule(w["blk.0.attn_output.weight"].qtype) == 0
         self._parts = ok
         return ok
 

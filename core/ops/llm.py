@@ -331,9 +331,8 @@ def qlinear_rms_rope(x: Tensor, norm_weight: Tensor, w, cos: Tensor, sin: Tensor
     >>> [round(v, 2) for v in y.tolist()[0]]          # position 0: no turn
     [32.0, 32.0, 32.0, 32.0]
     """
-    kw = {"parts": True} if parts else {}
     return apply("qlinear_rms_rope", x, norm_weight, w.data, cos, sin, pos, eps=float(eps), rope_rows=int(rope_rows),
-                 head_dim=int(head_dim), qtype=w.qtype, n=w.n, k=w.k, **kw)
+                 head_dim=int(head_dim), qtype=w.qtype, n=w.n, k=w.k, parts=bool(parts))
 
 
 def qlinear_rms(x: Tensor, norm_weight: Tensor, w, *, eps: float = 1e-5, parts: bool = False) -> Tensor:
@@ -347,8 +346,8 @@ def qlinear_rms(x: Tensor, norm_weight: Tensor, w, *, eps: float = 1e-5, parts: 
     >>> [round(v, 2) for v in ember.ops.llm.qlinear_rms(ember.full((1, 32), 3.0), ember.ones((32,)), w).tolist()[0]]
     [32.0, 32.0]
     """
-    kw = {"parts": True} if parts else {}
-    return apply("qlinear_rms", x, norm_weight, w.data, eps=float(eps), qtype=w.qtype, n=w.n, k=w.k, **kw)
+    return apply("qlinear_rms", x, norm_weight, w.data, eps=float(eps), qtype=w.qtype, n=w.n, k=w.k,
+                 parts=bool(parts))
 
 
 def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False, parts: bool = False) -> Tensor:
@@ -362,8 +361,8 @@ def qlinear_residual(x: Tensor, w, residual: Tensor, *, glu: bool = False, parts
     >>> round(ember.ops.llm.qlinear_residual(ember.ones((1, 32)), w, ember.ones((1, 1))).tolist()[0][0], 2)
     33.0
     """
-    kw = {"parts": True} if parts else {}
-    return apply("qlinear_residual", x, w.data, residual, glu=bool(glu), qtype=w.qtype, n=w.n, k=w.k, **kw)
+    return apply("qlinear_residual", x, w.data, residual, glu=bool(glu), qtype=w.qtype, n=w.n, k=w.k,
+                 parts=bool(parts))
 
 
 # ---- a decode layer in four dispatches: the residual stream in parts ------------------------------
