@@ -601,21 +601,6 @@ class Moved(_Held):
         self._use(bool(flags & 1))   # PyBUF_WRITABLE
         return memoryview(self)
 
-    def tolist(self) -> list:
-        return self._use().tolist()
-
-    def tobytes(self) -> bytes:
-        return self._use().tobytes()
-
-    def tofile(self, f) -> None:
-        self._use().tofile(f)
-
-    def count(self, v) -> int:
-        return self._use().count(v)
-
-    def index(self, v, *args) -> int:
-        return self._use().index(v, *args)
-
     # writes (Python's copy becomes the newer one)
     def __setitem__(self, i, v) -> None:
         self._use(True)[i] = v
@@ -633,35 +618,22 @@ class Moved(_Held):
         arr *= k
         return arr
 
-    def append(self, v) -> None:
-        self._use(True).append(v)
 
-    def extend(self, vs) -> None:
-        self._use(True).extend(vs)
+def _forwarded(name: str, writes: bool):
+    """``Moved.<name>``: array's own method, on the array once it has its elements."""
+    def method(self, *args):
+        return getattr(self._use(writes), name)(*args)
+    method.__name__ = method.__qualname__ = name
+    return method
 
-    def insert(self, i, v) -> None:
-        self._use(True).insert(i, v)
 
-    def pop(self, *i):
-        return self._use(True).pop(*i)
-
-    def remove(self, v) -> None:
-        self._use(True).remove(v)
-
-    def reverse(self) -> None:
-        self._use(True).reverse()
-
-    def byteswap(self) -> None:
-        self._use(True).byteswap()
-
-    def frombytes(self, data) -> None:
-        self._use(True).frombytes(data)
-
-    def fromlist(self, vs) -> None:
-        self._use(True).fromlist(vs)
-
-    def fromfile(self, f, n) -> None:
-        self._use(True).fromfile(f, n)
+# array's named methods: those that only read, then those that write (Python's copy the newer)
+for _name in ("tolist", "tobytes", "tofile", "count", "index"):
+    setattr(Moved, _name, _forwarded(_name, False))
+for _name in ("append", "extend", "insert", "pop", "remove", "reverse", "byteswap", "frombytes", "fromlist",
+              "fromfile"):
+    setattr(Moved, _name, _forwarded(_name, True))
+del _name
 
 
 class Resident:
