@@ -257,13 +257,8 @@ def _qweight(rng, n, k, qtype, scale=0.3):
     return w, np.asarray(w.dequantize().tolist(), dtype=np.float64).reshape(n, k)
 
 
-@pytest.fixture(params=["0", "1"], ids=["", "prefetch"])
-def prefetch(request, monkeypatch):
-    monkeypatch.setenv("EMBER_WEBGPU_PREFETCH", request.param)
-
-
 @pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
-def test_qlinear_rms_parts(device, qtype, prefetch):
+def test_qlinear_rms_parts(device, qtype):
     """x given as parts (rows summing to it: R, T, k): the same as qlinear_rms / qlinear_rms_rope
     of the sum (T = 1: webgpu sums the parts in the gemv prologue; T = 2: the composite), and a
     residual in parts for qlinear_residual (webgpu: summed in the epilogue)."""
@@ -300,7 +295,7 @@ def test_qlinear_rms_parts(device, qtype, prefetch):
 
 
 @pytest.mark.parametrize("qtype,d", [("q8_0", 32), ("q4_1", 64), ("q4_k", 64), ("q8_0", 16)])
-def test_attention_proj(device, qtype, d, prefetch):
+def test_attention_proj(device, qtype, d):
     """attention_cached then the residual and each head's share of the output projection
     (1 + Hq, T, n): against float64 numpy; the caches are written as attention_cached writes
     them. webgpu runs the projection inside the attention's dispatch where a head is whole items

@@ -146,12 +146,6 @@ def _sg_params(rt) -> dict:
                                                         "fn sg_max(v: f32, n: u32) -> f32 { return v; }")
 
 
-def _prefetch() -> str:
-    """Whether decode kernels read ahead the weights a barrier would hold back (WGSL bool;
-    opt-in, ``EMBER_WEBGPU_PREFETCH=1``, until a GPU run shows it helps)."""
-    return "true" if os.environ.get("EMBER_WEBGPU_PREFETCH") == "1" else "false"
-
-
 def _pipe(rt, name: str, entry: str, params: dict):
     key = (name, entry, tuple(sorted(params.items())))
     p = _PIPES.get(key)
@@ -316,7 +310,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   "return vec4<f32>(xin[i], xin[i + 1u], xin[i + 2u], xin[i + 3u]);",
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
-                  XP="true" if parts else "false", XR=max(1, parts), PF=_prefetch(), **_sg_params(rt))
+                  XP="true" if parts else "false", XR=max(1, parts), **_sg_params(rt))
     # (gemv8: each workgroup rounds all of x; from k = 2048 on, 256 threads' rows share it)
     wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
@@ -531,8 +525,8 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
         gw = _weight(w)
         words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
         bufs += [_whole(gw), _whole(gr)]
-        params.update(EMIT="qsh[d] = v;", HEAD="let pf = prefetch(row, t);" if _prefetch() == "true" else "let pf = 0.0;",
-                      TAIL="workgroupBarrier();\n  proj(row, t, pf);", PROJ=_PROJ.replace(
+        params.update(EMIT="qsh[d] = v;", HEAD="",
+                      TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
             "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
             "@NP@", str(n)))
     info, info_n = _info(words)
@@ -549,20 +543,7 @@ _PROJ = """@group(0) @binding(7) var<storage, read> wq: array<u32>;
 const HL: u32 = @HL@u;            // items of one head's slice of a weight row
 fn hv(e: u32) -> vec4<f32> { return vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], qsh[e + 3u]); }
 const NP: u32 = @NP@u;            // weight rows (n)
-// the first item of each of the thread's rows, read at the kernel's start: the weight's lines are
-// on their way (into the caches) while the attention runs (its sum is kept so they are read)
-fn prefetch(row: u32, t: u32) -> f32 {
-  let h = row % u(1u);
-  var s = 0.0;
-  for (var c = 0u; c < (NP + @WG@u - 1u) / @WG@u; c = c + 1u) {
-    let r = min(t + c * @WG@u, NP - 1u);
-    let it = item(u(13u) + r * u(14u), h * HL);
-    s = s + it.w0.x + it.w1.w;
-  }
-  return s;
-}
-fn proj(row: u32, t: u32, pf: f32) {
-  if (pf == 1.5e38 && u(0u) == 0xffffffffu) { out[0] = pf; }     // (never: T is never 2^32 - 1)
+fn proj(row: u32, t: u32) {
   let T = u(0u); let Hq = u(1u); let D = u(3u);
   let tq = row / Hq;
   let h = row % Hq;

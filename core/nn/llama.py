@@ -372,8 +372,10 @@ class Llama:
     def _parts_ok(self) -> bool:
         """Whether a one-token step can run as four ops a layer (webgpu: every layer's q/k/v and
         gate/up stacked and quantized, llama's rope layout, heads a whole number of the output
-        projection's ``slice_granule``); opt-in, ``EMBER_LLM_PARTS=1``, until an H100/H200 run shows it
-        faster than five a layer (notes: the three-op form was 2x slower, GPU-bound)."""
+        projection's ``slice_granule``); opt-in, ``EMBER_LLM_PARTS=1``: on an H100 (wgpu-py, Vulkan) it
+        measured slower than five a layer (GPU 1.43-1.47 vs 1.28 ms a token for SmolLM2's shape:
+        summing the ten rows of parts costs gate/up and down more than the dispatch saved), and
+        the three-op form 2x slower; kept for adapters where a dispatch costs more than on it."""
         got = self.__dict__.get("_parts")
         if got is not None:
             return got

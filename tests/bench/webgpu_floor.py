@@ -6,9 +6,14 @@ timestamps at the pass's ends, for
   every two), 1 workgroup of 64 threads or G workgroups of 256;
 - ``free``: each dispatch writes a buffer of its own (no barrier: the floor of independent work);
 - ``reduce``: ``chain`` where each workgroup of 256 first sums 576 floats (a decode gemv's RMS
-  prologue) by a tree in workgroup memory, or by ``subgroupAdd`` (adapters with subgroups).
+  prologue) by a tree in workgroup memory, or by ``subgroupAdd`` (adapters with subgroups);
+- ``body`` (``--body``): what a decode kernel's body adds to ``chain`` 144x256, one cost at a time:
+  a word per thread from a weight window of its own (HBM, not cached), 4 such words (independent
+  loads), 4 words each at an address that depends on the word before (4 memory round trips), the
+  word's address from a uniform, x read first (the previous dispatch's output), a residual read
+  after a subgroup sum.
 
-    python tests/bench/webgpu_floor.py [--n 400]
+    python tests/bench/webgpu_floor.py [--n 400] [--body]
 
 Prints microseconds per dispatch (GPU) and the host's encode + submit time per dispatch.
 """
@@ -64,10 +69,38 @@ fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) t:
 }
 """
 
+# --body: binding 1 is this dispatch's own window of a large buffer (weights never in L2),
+# binding 2 a uniform with the window's word offset (0); b is the chained state as in CHAIN
+BODY = """
+@group(0) @binding(0) var<storage, read_write> b: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<uniform> off: vec4<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+  let i = g.x;
+  var v = 0.0;
+  BODY
+  let j = i % 1024u;
+  b[j] = b[j] * 0.5 + v * 1e-30;
+}
+"""
+STRIDE = 144 * 256
+BODIES = {
+    "body: chain only": "v = 0.0;",
+    "body: 1 weight word": "v = f32(w[i]);",
+    "body: 4 weight words": "v = f32(w[i] + w[i + STRIDEu] + w[i + 2u * STRIDEu] + w[i + 3u * STRIDEu]);",
+    "body: 4 dependent words": "var k = i; var a = 0u; for (var r = 0u; r < 4u; r = r + 1u) { let x = w[k]; a = a + x; k = k + STRIDEu + (x >> 31u); } v = f32(a);",
+    "body: uniform then word": "v = f32(w[off.x + i]);",
+    "body: x then word": "let x = b[t % 576u]; v = x + f32(w[i]);",
+    "body: word, x (independent)": "v = f32(w[i]) + b[1024u + t % 576u];",
+    "body: word, sum, residual": "let s = subgroupAdd(f32(w[i])); v = s + b[2048u + t % 576u];",
+}
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=400)
+    ap.add_argument("--body", action="store_true", help="also the body costs (see the docstring)")
     a = ap.parse_args()
     adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
     feats = [f for f in ("timestamp-query", "subgroup") if f in adapter.features]
@@ -83,9 +116,10 @@ def main() -> None:
         m = dev.create_shader_module(code=src)
         return dev.create_compute_pipeline(layout="auto", compute={"module": m, "entry_point": "main"})
 
-    def bg(p, buf):
-        return dev.create_bind_group(layout=p.get_bind_group_layout(0),
-                                     entries=[{"binding": 0, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}])
+    def bg(p, buf, *more):
+        ents = [{"binding": 0, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}]
+        ents += [{"binding": k + 1, "resource": r} for k, r in enumerate(more)]
+        return dev.create_bind_group(layout=p.get_bind_group_layout(0), entries=ents)
 
     if ts:
         qs = dev.create_query_set(type="timestamp", count=2)
@@ -130,6 +164,22 @@ def main() -> None:
             continue
         p = pipe(src)
         rows.append((f"{name} 144x256", *timed(p, [bg(p, shared)], 144)))
+    if a.body:
+        win = STRIDE * 4 * 5                      # 4 words a thread and slack, bytes
+        big = dev.create_buffer(size=win * n, usage=U.STORAGE)
+        uni = dev.create_buffer(size=16, usage=U.UNIFORM | U.COPY_DST)
+        for name, body in BODIES.items():
+            if "subgroup" in body and "subgroup" not in feats:
+                continue
+            p = pipe(BODY.replace("BODY", body.replace("STRIDE", str(STRIDE))))
+            used = {0} | ({1} if "w[" in body else set()) | ({2} if "off." in body else set())
+            groups = []
+            for d in range(n):
+                more = [{"buffer": big, "offset": d * win, "size": win}, {"buffer": uni, "offset": 0, "size": 16}]
+                ents = [{"binding": 0, "resource": {"buffer": shared, "offset": 0, "size": shared.size}}]
+                ents += [{"binding": k + 1, "resource": r} for k, r in enumerate(more) if k + 1 in used]
+                groups.append(dev.create_bind_group(layout=p.get_bind_group_layout(0), entries=ents))
+            rows.append((f"{name}", *timed(p, groups, 144)))
     print(f"{n} dispatches in one compute pass, best of 6 (GPU timestamps{'' if ts else ' unavailable: wall'}):")
     print(f"{'case':28s} {'GPU us/dispatch':>16s} {'host us/dispatch':>17s}")
     for name, g, h in rows:

@@ -111,12 +111,6 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let rbytes = u(3u);
   var rb: array<u32, {{RB}}>;
   for (var r = 0u; r < RB; r = r + 1u) { rb[r] = u(4u) + min(row0 + r, N - 1u) * rbytes; }
-  // (PRO 1: the lane's first item of each row read before the prologue's barriers, so that the
-  // weight's lines are on their way while x is normalised; the sum is kept so they are read)
-  var pf = 0.0;
-  if (PRO == 1u && MT == 1u && {{PF}}) {
-    for (var r = 0u; r < RB; r = r + 1u) { let it = item(rb[r], min(lane * LS, nitems - 1u)); pf = pf + it.w0.x; }
-  }
   if (PRO == 1u) {
     // 1 / rms of each x row: the workgroup's threads sum squares, one tree per row
     for (var m = 0u; m < MT; m = m + 1u) {
@@ -199,7 +193,6 @@ fn gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
   }
   workgroupBarrier();
-  if (pf == 1.5e38 && M == 0xffffffffu) { out[0] = pf; }      // (never)
   if (lane == 0u) {
     let wrow0 = (wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) * RB;
     for (var r = 0u; r < RB; r = r + 1u) {
