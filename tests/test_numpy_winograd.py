@@ -70,7 +70,7 @@ def everywhere(monkeypatch):
 
 
 CASES = [
-    # (x shape, w shape, padding, band bytes: None = default, else tiny for several bands)
+    # (x shape, w shape, padding, tile rows per band: None = the default rule)
     ((1, 5, 8, 8), (3, 5), 1, None),
     ((2, 4, 7, 9), (6, 4), 1, None),                           # odd output: one extra row / column cropped
     ((1, 3, 9, 6), (2, 3), ((2, 0), (1, 3)), None),            # asymmetric padding
@@ -78,9 +78,9 @@ CASES = [
     ((1, 2, 3, 3), (2, 2), 0, None),                           # one output
     ((2, 3, 1, 5), (2, 3), 1, None),                           # one input row
     ((1, 4, 12, 10), (3, 4), ((0, 2), (2, 0)), 1),             # a band per tile row
-    ((2, 3, 11, 7), (5, 3), 1, 16 * 3 * 5 * 4 * 2),           # bands of 2 tile rows, the last short, 2 images
-    ((1, 96, 30, 40), (24, 96), 1, None),                      # PP-OCR det's shape, one band
-    ((1, 64, 22, 18), (16, 64), 1, 16 * 64 * 10 * 4 * 3),     # bands of 3 tile rows, the last short
+    ((2, 3, 11, 7), (5, 3), 1, None),                          # bands of 4 tile rows, the last short, 2 images
+    ((1, 96, 30, 40), (24, 96), 1, None),                      # PP-OCR det's shape
+    ((1, 64, 22, 18), (16, 64), 1, 3),                         # bands of 3 tile rows, the last short
 ]
 
 
@@ -88,7 +88,8 @@ CASES = [
 @pytest.mark.parametrize("xs,ws,padding,band", CASES, ids=[f"{x}-{w}-{p}-{b}" for x, w, p, b in CASES])
 def test_winograd_against_python_and_float64(xs, ws, padding, band, bias, everywhere, monkeypatch):
     if band is not None:
-        monkeypatch.setattr(numpy_nn, "_WINO_BAND_BYTES", band)
+        monkeypatch.setattr(numpy_nn, "_WINO_BAND_MIN_ROWS", band)
+        monkeypatch.setattr(numpy_nn, "_WINO_BAND_BYTES", 0)
     x, w = f32(*xs), f32(*ws, 3, 3)
     b = f32(ws[0]) if bias else None
     args = [x, w] + ([b] if bias else [])
@@ -125,7 +126,8 @@ def test_winograd_error_like_im2col_on_a_large_sum():
     ((1, 128, 12, 12), (64, 128, 3, 3), {"padding": 1}, True),
     ((1, 64, 14, 14), (64, 64, 3, 3), {"padding": 1}, False),        # too few values
     ((1, 256, 7, 7), (256, 256, 3, 3), {"padding": 1}, False),       # too few pixels
-    ((1, 64, 28, 28), (128, 64, 3, 3), {"padding": 1}, False),       # more outputs than inputs
+    ((1, 64, 28, 28), (128, 64, 3, 3), {"padding": 1}, True),
+    ((1, 64, 28, 28), (192, 64, 3, 3), {"padding": 1}, False),       # over twice as many outputs
     ((1, 32, 56, 56), (32, 32, 3, 3), {"padding": 1}, False),        # few channels
     ((1, 96, 30, 40), (24, 96, 3, 3), {"padding": 1, "stride": 2}, False),
     ((1, 96, 30, 40), (24, 96, 3, 3), {"padding": 2, "dilation": 2}, False),

@@ -557,19 +557,22 @@ _WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.
 # while its buffer object lives. Bounded by bytes: full, it is emptied.
 _WINO_CACHE: dict = {}
 _WINO_CACHE_BYTES = 64 << 20
-# a band of tile rows is transformed and multiplied at a time; its transformed input (16 * C *
-# rows * (tiles per row + 1) floats) is kept about this size so that it stays in the L2 cache
-# between the transform and the GEMM (measured: 2 MB bands 10.0 ms, 1 MB 10.9, 3 MB 11.0 on
-# PP-OCR det's 96->24 at 120x160)
-_WINO_BAND_BYTES = 2 << 20
-# when it is taken (_conv2d): where it measured faster than im2col, best of 5-15 alternating,
-# load ~2.5: at least 64 input channels (96->24 at 15x20 .. 120x160 0.59-0.79x the time, 128->128
-# and 64->32 at 28x28 0.71x, 96->96 at 14x14 0.88x; 32->32 0.80x at 56x56 but 1.9x at 14x14, 16->16
-# 1.3-1.7x), no more outputs than inputs (64->128 at 14x14 1.22x, 128->512 1.10x, 64->256 0.99x:
-# the output transform grows with them, and im2col's GEMM is faster with many output rows) and
-# enough tiles for the GEMMs (256->256 at 7x7 1.45x, 10x10 0.95x; 64->64 at 14x14 1.32x)
+# tile rows per band: at least 4 (a band copies one more row of its input's parity planes), more
+# while its working set (~(10 C + 12 O) floats per tile: parity planes, a row of B^T d, its 4
+# transforms; the GEMMs' results and the two rows of A^T M) stays about this size (each band is
+# ~40 numpy calls). Measured, best of 9, 96->24: 120x160 rows 2/3/4/6/8 11.5/10.0/9.6/11.9/11.7 ms,
+# 60x80 3.2/2.7/2.6/2.7/2.9; 4 rows on 32->16 at 60x80 were 1.3x slower than 24
+_WINO_BAND_MIN_ROWS = 4
+_WINO_BAND_BYTES = 5 << 18
+# when it is taken (_conv2d): where it measured faster than im2col (best of 5-15 alternating, load
+# ~2, time ratio to im2col): at least 64 input channels (96->24 at 120x160 / 60x80 / 15x20: 0.68 /
+# 0.65 / 0.85, 64->64 and 128->128 at 28x28 0.76, 128->32 0.72; 32->32 at 56x56 0.93, 48->48 at
+# 28x28 0.88, 16->16 at 120x160 1.26), at most twice as many outputs (64->128 at 28x28 0.90,
+# 64->256 0.95; 24->96 at 60x80 1.18: the output transform grows with them and im2col's GEMM is
+# faster with many output rows) and enough tiles for the GEMMs (256->256 at 7x7 1.20, 10x10 1.00;
+# 64->64 at 14x14 1.16, 128->128 0.75)
 _WINO_MIN_CHANNELS = 64
-_WINO_MAX_OUT_PER_IN = 1
+_WINO_MAX_OUT_PER_IN = 2
 _WINO_MIN_PIXELS = 144
 _WINO_MIN_VALUES = 1 << 14          # input channels x output pixels
 
@@ -614,17 +617,19 @@ def _conv_winograd(a, w, padding):
     tile d at its top left, Y = A^T [sum_c (G g G^T) * (B^T d B)] A. The channel sums are 16
     GEMMs, one per tile position, with 16 * O * C products per 2x2 block instead of im2col's
     36 * O * C (2.25x fewer); B^T d B costs 8 additions per tile and channel, A^T M A 12 per
-    block and output channel, all numpy passes over a band of tile rows at a time (its
-    transformed input sized for the L2 cache, _WINO_BAND_BYTES). PP-OCR det's 96->24 at
-    120x160: 14.2 -> 10.0 ms on one core.
+    block and output channel, all numpy passes over a band of tile rows at a time, and each
+    row i of B^T d is transformed, multiplied and summed into the output before the next, so
+    that a band's intermediates stay in the caches. PP-OCR det's 96->24 at 120x160: 14.2 ->
+    ~9.6 ms on one core.
 
     Accuracy: the input and output transforms only add and subtract, and G g G^T is computed in
     float64 and rounded once, so the result differs from the exact sum by float32 rounding of
-    a differently ordered sum: each product's terms pass through up to 4-term sums before and
-    after the GEMM (the input transform sums 4 values of d, each weight up to 9 of g with
-    weights 1/4 .. 1), so its rounding bound is about 4x a direct sum's, eps32 * 4 * (C * 9 + 8)
-    * max |w x| per output; measured it is smaller than im2col's own error (relative to the
-    largest output, ~4e-7 vs 7e-7 on 96 channels of [0, 1) inputs; tests/test_numpy_kernels.py)."""
+    a differently ordered sum. Its bound is eps32 * (C + 8) * M_abs per output, M_abs being the
+    algorithm run on |d|, |g| with |B|, |G|, |A| (2 roundings in B^T d B, 1 in G g G^T, 1 per
+    product, C - 1 in the channel sum, 4 in A^T M A); M_abs is a few times sum |w x|, so the
+    bound is a few times a direct sum's. Measured it is smaller than im2col's own error
+    (relative to the largest output, ~4e-7 vs 7e-7 on 96 channels of [0, 1) inputs);
+    tests/test_numpy_winograd.py checks the bound."""
     n, c, h, wd = a.shape
     o = w.shape[0]
     (pt, pb), (pl, pr) = padding
@@ -633,25 +638,23 @@ def _conv_winograd(a, w, padding):
     w1 = tw + 1                                          # tiles per row plus one junk column (see below)
     u = _wino_weights(w)
     y = np.empty((n, o, th, 2, tw, 2), np.float32)
-    rows = max(1, min(th, _WINO_BAND_BYTES // (16 * c * w1 * 4)))
+    rows = max(1, min(th, max(_WINO_BAND_MIN_ROWS, _WINO_BAND_BYTES // ((10 * c + 12 * o) * w1 * 4))))
     # the band's padded input by row and column parity: [p, q, :, s, j] = padded row
     # 2 * (t0 + s) + p, column 2 * j + q; a tile's columns are then runs of two planes, and the
-    # band's tiles in one flat run per channel. Columns that are padding are zeroed once.
+    # band's tiles one flat run per channel. Columns that are padding are zeroed once.
     planes = np.empty((2, 2, c, rows + 1, w1), np.float32)
     cols = [_wino_span(q, 0, pl, wd, w1) for q in range(2)]
     for q, (j0, j1, _) in enumerate(cols):
         planes[:, q, :, :, :j0] = 0
         planes[:, q, :, :, j1:] = 0
-    ub = np.empty((4, 2, c, rows * w1), np.float32)
-    vb = np.empty((16, c * rows * w1), np.float32)
+    ub = np.empty((2, c * rows * w1), np.float32)
+    vb = np.empty((4, c * rows * w1), np.float32)
     for b in range(n):
         for t0 in range(0, th, rows):
             t1 = min(th, t0 + rows)
             rr, m = t1 - t0, (t1 - t0) * w1                                            # rows, tiles in the band
-            if rr == rows:
-                zp, zu, zv = planes, ub, vb
-            else:                                                                      # (the last, short band)
-                zp, zu, zv = np.zeros((2, 2, c, rr + 1, w1), np.float32), ub[:, :, :, :m].copy(), vb[:, :c * m]
+            k = c * m
+            zp = planes if rr == rows else np.zeros((2, 2, c, rr + 1, w1), np.float32)  # (the last band: short)
             for p in range(2):
                 s0, s1, i0 = _wino_span(p, t0, pt, h, rr + 1)
                 for q, (j0, j1, k0) in enumerate(cols):
@@ -660,34 +663,39 @@ def _conv_winograd(a, w, padding):
                     dst[:, s1:] = 0
                     if s1 > s0 and j1 > j0:
                         dst[:, s0:s1, j0:j1] = a[b, :, i0:i0 + 2 * (s1 - s0) - 1:2, k0:k0 + 2 * (j1 - j0) - 1:2]
-            # B^T d: tile rows 0..3 are plane rows s and s + 1 of row parity 0 and 1
-            for q in range(2):
-                e, f = zp[0, q].reshape(c, -1), zp[1, q].reshape(c, -1)
-                d0, d1, d2, d3 = e[:, :m], f[:, :m], e[:, w1:], f[:, w1:]
-                np.subtract(d0, d2, out=zu[0, q])
-                np.add(d1, d2, out=zu[1, q])
-                np.subtract(d2, d1, out=zu[2, q])
-                np.subtract(d1, d3, out=zu[3, q])
-            # (B^T d) B: columns j and j + 1 of both column parities, over the band flattened:
-            # the last tile of a row (j = tw) reads the next row's first column, a junk column
-            # that the GEMM carries along and the output drops
-            k = c * m
             for i in range(4):
-                ue, uo = zu[i, 0].reshape(k), zu[i, 1].reshape(k)
+                # row i of B^T d: of the tile's rows 0..3 (plane rows s, s + 1 of parities 0, 1),
+                # d0 - d2, d1 + d2, d2 - d1 or d1 - d3, for both column parities
+                for q in range(2):
+                    e, f = zp[0, q].reshape(c, -1), zp[1, q].reshape(c, -1)
+                    x0, x1 = ((e[:, :m], e[:, w1:]), (f[:, :m], e[:, w1:]), (e[:, w1:], f[:, :m]),
+                              (f[:, :m], f[:, w1:]))[i]
+                    (np.add if i == 1 else np.subtract)(x0, x1, out=ub[q, :k].reshape(c, m))
+                # times B: columns j and j + 1 of both parities, over the band flattened: a row's
+                # last tile (j = tw) reads the next row's first column, a junk column that the
+                # GEMM carries along and the output drops
+                ue, uo = ub[0, :k], ub[1, :k]
                 e0, e1, e2, e3 = ue[:k - 1], uo[:k - 1], ue[1:], uo[1:]
-                np.subtract(e0, e2, out=zv[4 * i, :k - 1])
-                np.add(e1, e2, out=zv[4 * i + 1, :k - 1])
-                np.subtract(e2, e1, out=zv[4 * i + 2, :k - 1])
-                np.subtract(e1, e3, out=zv[4 * i + 3, :k - 1])
-            zv[:, k - 1] = 0
-            mm = matmul(u, zv.reshape(16, c, m))                                      # (16, o, m)
-            # A^T M A, written into the output's 2x2 blocks
-            s0 = mm[0:4] + mm[4:8]
-            s0 += mm[8:12]
-            s1 = mm[4:8] - mm[8:12]
-            s1 -= mm[12:16]
+                np.subtract(e0, e2, out=vb[0, :k - 1])
+                np.add(e1, e2, out=vb[1, :k - 1])
+                np.subtract(e2, e1, out=vb[2, :k - 1])
+                np.subtract(e1, e3, out=vb[3, :k - 1])
+                vb[:, k - 1] = 0
+                mi = matmul(u[4 * i:4 * i + 4], vb[:, :k].reshape(4, c, m))            # (4, o, m)
+                # A^T's rows (1, 1, 1, 0) and (0, 1, -1, -1) over i
+                if i == 0:
+                    r0 = mi
+                elif i == 1:
+                    r0 += mi
+                    r1 = mi
+                elif i == 2:
+                    r0 += mi
+                    r1 -= mi
+                else:
+                    r1 -= mi
+            # and over j, into the output's 2x2 blocks
             yb = y[b, :, t0:t1]
-            for r, s in enumerate((s0, s1)):
+            for r, s in enumerate((r0, r1)):
                 s = s.reshape(4, o, rr, w1)[..., :tw]
                 y0 = np.add(s[0], s[1], out=yb[:, :, r, :, 0])
                 y0 += s[2]
@@ -697,6 +705,7 @@ def _conv_winograd(a, w, padding):
     if (2 * th, 2 * tw) != (oh, ow):
         y = np.ascontiguousarray(y[:, :, :oh, :ow])
     return y
+
 
 def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     """groups == channels: the kernel taps of each channel copied once into (kh*kw, oh*ow)
