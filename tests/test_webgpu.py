@@ -359,3 +359,24 @@ def test_matmul_result_still_needed_is_computed_once():
     np.testing.assert_allclose(yv, a @ w, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(hv, a @ w + b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(z, (a @ w + b) * 2, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_sg_reads_vec4s_where_rows_are_aligned():
+    """``sg`` (few rows, x @ w.T): vec4 loads where both operands run along k with 16-byte
+    aligned rows, scalar loads where a view's offset or K breaks that; same results."""
+    rt = get_runtime()
+    if not linalg.eligible(rt, "sg", 1, 8, 8, "f32"):
+        pytest.skip("sg needs the subgroups feature, which this adapter lacks")
+    rng = np.random.default_rng(5)
+    autotune.force("matmul", "sg")
+    try:
+        for m, k, n, skip in ((1, 4096, 24, 0), (2, 64, 9, 1), (1, 64, 9, 2), (3, 30, 5, 0), (1, 520, 33, 4)):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((n + skip, k)).astype(np.float32)
+            got = (gpu(x) @ ember.matrix_transpose(gpu(w)[skip:])).numpy()
+            np.testing.assert_allclose(got, x @ w[skip:].T, rtol=1e-4, atol=1e-4)
+            # (a weight view starting skip rows in: its rows are 16-byte aligned when skip * k is a multiple of 4)
+    finally:
+        autotune.force("matmul", None)
+    used = {dict(k[1]).get("V4") for k in rt.pipelines if isinstance(k, tuple) and k and k[0] == "matmul_sg"}
+    assert used >= {"true", "false"}

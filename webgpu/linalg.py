@@ -264,7 +264,7 @@ class MatmulPlan:
             self._record("splitk", [out, pbuf], prog, epi_words, split, grid_1d(n_groups, rt.max_groups))
             return
         bufs = [out] + ops
-        if variant in ("rb128", "sk"):
+        if variant in ("rb128", "sk") or (variant == "sg" and self._sg_vec4(words)):
             bufs += ops   # A and B again, read as vec4 (A4, B4)
         if variant == "sg":
             grid = ((N + 7) // 8, M, nb)
@@ -273,8 +273,18 @@ class MatmulPlan:
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
         self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words)
 
+    def _sg_vec4(self, words) -> bool:
+        """Whether ``sg`` reads A and B as vec4s: both contiguous along k (x @ w.T with w
+        row-major), every row start 16-byte aligned, K a multiple of 4 (not for chunked calls)."""
+        if words is not None or self.K % 4:
+            return False
+        w, r = self.words, self.rank
+        b_batch = w[12 + 2 * r:12 + 3 * r]
+        return bool(w[7]) and w[9] == 1 and all(v % 4 == 0 for v in [w[8], w[10]] + b_batch)
+
     def _record(self, variant, bufs, prog, epi_words, split, grid, words=None) -> None:
         rt = self.rt
+        v4 = variant == "sg" and self._sg_vec4(words)
         words = list(self.words if words is None else words)
         sig = None
         if prog is not None:
@@ -296,6 +306,15 @@ class MatmulPlan:
             params["T"] = self.kind
         if variant == "sg":
             params["WG"] = 256
+            if v4:
+                params["V4DECL"] = ("@group(0) @binding(3) var<storage, read> A4: array<vec4<f32>>;\n"
+                                    "@group(0) @binding(4) var<storage, read> B4: array<vec4<f32>>;\n"
+                                    "fn a4(i: u32) -> vec4<f32> { return A4[i]; }\n"
+                                    "fn b4(i: u32) -> vec4<f32> { return B4[i]; }")
+            else:
+                params["V4DECL"] = ("fn a4(i: u32) -> vec4<f32> { return vec4<f32>(0.0); }\n"
+                                    "fn b4(i: u32) -> vec4<f32> { return vec4<f32>(0.0); }")
+            params["V4"] = "true" if v4 else "false"
         if variant in ("rb128", "splitk"):
             params["SPLIT"] = split
         name = f"matmul_{variant}"

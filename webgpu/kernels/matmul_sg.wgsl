@@ -7,6 +7,10 @@ enable subgroups;
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
 @group(0) @binding({{INFO_BINDING}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+// V4: A and B also bound as vec4s (bindings 3, 4): both contiguous along k, rows 16-byte aligned,
+// K a multiple of 4; each lane then has 4 vector loads of B in flight per step
+const V4: bool = {{V4}};
+{{V4DECL}}
 {{EPILOGUE}}
 #include matmul_common
 
@@ -29,8 +33,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var acc = 0.0;
     if (ok) {
       let bcol = offs.y + n * u(10u);
-      for (var k = lane; k < K; k = k + sgs) {
-        acc = acc + A[arow + k * u(6u)] * B[bcol + k * u(9u)];
+      if (V4) {
+        let ar = arow / 4u; let bc = bcol / 4u; let K4 = K / 4u;
+        var k = lane;
+        for (; k + 3u * sgs < K4; k = k + 4u * sgs) {
+          let b0 = b4(bc + k); let b1 = b4(bc + k + sgs); let b2 = b4(bc + k + 2u * sgs); let b3 = b4(bc + k + 3u * sgs);
+          acc = acc + (dot(a4(ar + k), b0) + dot(a4(ar + k + sgs), b1)) + (dot(a4(ar + k + 2u * sgs), b2) + dot(a4(ar + k + 3u * sgs), b3));
+        }
+        for (; k < K4; k = k + sgs) { acc = acc + dot(a4(ar + k), b4(bc + k)); }
+      } else {
+        for (var k = lane; k < K; k = k + sgs) {
+          acc = acc + A[arow + k * u(6u)] * B[bcol + k * u(9u)];
+        }
       }
     }
     let total = subgroupAdd(acc);
