@@ -144,14 +144,18 @@ def erf_f32(a):
 _GELU_H = (1.5957705441085075, 0.07266368556092255, -6.265928257091016e-05, -0.00011162366090392162,
            8.108011042395364e-06, -2.7830116997680936e-07, 3.887201903180794e-09)
 _GH = tuple(np.float32(0.5 * v) for v in _GELU_H)      # (g / 2)
-_GELU_T_CAP = np.float32(49.0)
 _GELU_CHUNK = 32768
+# x^2's cap as a chunk-sized array: np.minimum against a scalar runs ~4x slower than against a
+# contiguous array (12.6 vs 2.9 us per chunk; the same results)
+_GELU_T_CAP = np.full(_GELU_CHUNK, 49.0, np.float32)
+_GELU_T_CAP.flags.writeable = False
 
 
 def _gelu_chunk(x, out):
     """GELU of a float32 chunk into ``out`` (as above)."""
     t = np.multiply(x, x)
-    np.minimum(t, _GELU_T_CAP, out=t)                    # (NaN stays NaN)
+    cap = _GELU_T_CAP[:t.size] if t.size <= _GELU_T_CAP.size else _GELU_T_CAP[0]
+    np.minimum(t, cap, out=t)                            # (NaN stays NaN)
     h = t * _GH[6]
     for c in _GH[5:0:-1]:
         h += c
