@@ -88,6 +88,7 @@ STRIDE = 144 * 256
 BODIES = {
     "body: chain only": "v = 0.0;",
     "body: 1 weight word": "v = f32(w[i]);",
+    "body: 1 word, one window (L2)": "v = f32(w[i]);",
     "body: 4 weight words": "v = f32(w[i] + w[i + STRIDEu] + w[i + 2u * STRIDEu] + w[i + 3u * STRIDEu]);",
     "body: 4 dependent words": "var k = i; var a = 0u; for (var r = 0u; r < 4u; r = r + 1u) { let x = w[k]; a = a + x; k = k + STRIDEu + (x >> 31u); } v = f32(a);",
     "body: uniform then word": "v = f32(w[off.x + i]);",
@@ -175,7 +176,7 @@ def main() -> None:
             used = {0} | ({1} if "w[" in body else set()) | ({2} if "off." in body else set())
             groups = []
             for d in range(n):
-                more = [{"buffer": big, "offset": d * win, "size": win}, {"buffer": uni, "offset": 0, "size": 16}]
+                more = [{"buffer": big, "offset": 0 if "(L2)" in name else d * win, "size": win}, {"buffer": uni, "offset": 0, "size": 16}]
                 ents = [{"binding": 0, "resource": {"buffer": shared, "offset": 0, "size": shared.size}}]
                 ents += [{"binding": k + 1, "resource": r} for k, r in enumerate(more) if k + 1 in used]
                 groups.append(dev.create_bind_group(layout=p.get_bind_group_layout(0), entries=ents))

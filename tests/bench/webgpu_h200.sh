@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
 for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
 export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
-S=${*:-"info smol smol4 torch profile replay qlinear qprompt matmul train"}
+S=${*:-"info floor smol smol4 torch profile replay qlinear qdecode qprompt matmul train"}
 # HBM peak for the GB/s checks: H100 (HBM3) 3.35 TB/s, H200 (HBM3e) 4.8 TB/s
 PEAK=4800; nvidia-smi -L 2>/dev/null | grep -q H100 && PEAK=3350
 run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
@@ -30,6 +30,10 @@ for s in $S; do case $s in
   qlinear) L=32x4u4iw64,32x4u4iw256,16x4u4iw64,8x2u4iw64,4x4u4iw64,4x8u4iw64,8x8u4iw128
            run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs $PEAK --no-qprompt --qlayouts $L
            run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576 --peak-gbs $PEAK --no-qprompt --qlayouts $L ;;
+  # the decode-sized products at their default layouts and the fp32 batch-1 linear next to them
+  qdecode) run qdecode 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096,11008x4096 --peak-gbs $PEAK --no-qprompt --qlayouts none ;;
+  # what a chained dispatch costs, and what a decode kernel's body adds to it
+  floor) run floor 120 python3 tests/bench/webgpu_floor.py --n 400 --body ;;
   qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs $PEAK --qlayouts none ;;
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
   train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;
