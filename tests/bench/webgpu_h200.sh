@@ -23,6 +23,8 @@ for s in $S; do case $s in
   smol) run smol 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --torch-job --compare-steps --feedback ;;
   # the same decode with a layer as four dispatches (the residual stream in parts after attention), for an A/B
   smol4) EMBER_LLM_PARTS=1 run smol4 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --feedback ;;
+  # the default decode alone (no PyTorch job, no step comparison): for A/Bs of kernel settings
+  smolf) run smolf 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --feedback ;;
   profile) run profile 150 python3 tests/bench/llm/h200_profile.py --out /tmp/smol ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
