@@ -43,13 +43,13 @@ def x_int8(x):
     return (np.round(b * inv).astype(np.float64) * (mx.astype(np.float64) / 127.0)).reshape(-1)
 
 
-def model(qtype, raw, wd, x):
+def model(qtype, raw, wd, x, n=N, k=K):
     """gemv8's product in float64: q4_1's minimum meets the exact float sum of each x block, every
     other term the rounded x."""
     xr = x_int8(x)
     if qtype != "q4_1":
         return wd @ xr
-    blk = raw.reshape(N, K // 32, -1)
+    blk = raw.reshape(n, k // 32, -1)
     m = blk[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]
     xs = np.asarray(x, np.float32).astype(np.float64).reshape(-1, 32)
     return (wd - np.repeat(m, 32, 1)) @ xr + m @ xs.sum(1)
@@ -125,3 +125,30 @@ def test_gemv8_products(rt, qtype, monkeypatch):
         y[:8 * hd] = np.stack([q[..., 0] * c - q[..., 1] * s, q[..., 0] * s + q[..., 1] * c], -1).reshape(-1)
         return y
     check(got, turn(rms * model(qtype, raw, wd, xn)), turn(rms * (wd @ xn.astype(np.float64))))
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_1"])
+@pytest.mark.parametrize("lead", [0, 1, 2, 3, 5])
+def test_gemv8_weight_at_an_offset(rt, qtype, lead, monkeypatch):
+    """A weight that starts ``lead`` words into its buffer (a view, as a GGUF's tensors in one
+    upload can be): q8_0 / q4_1 blocks read through 16-byte aligned vec4 windows at every
+    alignment give the same product as the word loads (EMBER_QLINEAR_W4=0), both near float."""
+    from ember.quant import QTensor
+    from ember.webgpu.quant import _use_gemv8
+
+    n, k = 4100, 1056                     # n * k over 4M; 1056 = 33 blocks: rows shift blocks' alignments
+    if not _use_gemv8(rt, qtype, n, k, 64, 4):
+        pytest.skip("this adapter's WGSL has no packed 4x8 dot product (the float kernel runs)")
+    rng = np.random.default_rng(lead)
+    raw = quantize(rng.standard_normal((n, k)).astype(np.float32), FORMATS[qtype])
+    wd = dequantize(raw, FORMATS[qtype]).reshape(n, k).astype(np.float64)
+    words = np.concatenate([np.arange(lead, dtype="<i4"), np.frombuffer(raw.tobytes(), "<i4")])
+    w = QTensor(_t(words, "int32")[lead:], qtype, (n, k))
+    x = rng.standard_normal(k).astype(np.float32)
+    got = {}
+    for w4 in ("1", "0"):
+        monkeypatch.setenv("EMBER_QLINEAR_W4", w4)
+        got[w4] = _np(ember.qlinear(_t(x[None]), w.data, qtype=qtype, n=n, k=k))[0]
+    np.testing.assert_allclose(got["1"], got["0"], rtol=1e-6, atol=1e-5)
+    check(got["1"], model(qtype, raw, wd, x, n, k), wd @ x.astype(np.float64))
+
