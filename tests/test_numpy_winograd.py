@@ -166,6 +166,16 @@ def test_transformed_weights_follow_the_weight_buffer(everywhere, monkeypatch):
     for w, wt in zip(ws * 2, wts * 2):
         np.testing.assert_allclose(ember.conv2d(xt, wt, padding=1).numpy(), reference(x, w, 1), rtol=1e-5, atol=1e-5)
     assert len(numpy_nn._WINO_CACHE) == 1
+    monkeypatch.setattr(numpy_nn, "_WINO_CACHE_BYTES", 1 << 20)
+    keep = wts[0]
+    del ws, wts, wt
+    ember.conv2d(xt, keep, padding=1)
+    import gc
+    gc.collect()
+    for _ in range(5):                                          # weights that die after one use
+        ember.conv2d(xt, ember.from_numpy(f32(3, 4, 3, 3), device="numpy"), padding=1)
+        gc.collect()
+    assert len(numpy_nn._WINO_CACHE) == 2 and id(keep._buf) in numpy_nn._WINO_CACHE   # (dead entries gone)
 
     from ember import nn
     ember.manual_seed(0)

@@ -557,10 +557,10 @@ def _conv_tiled(ap, wm, oh, ow, kh, kw, stride, dilation):
 
 # ---- Winograd F(2x2, 3x3) for stride-1 3x3 convolutions -----------------------------------------
 
-_WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 # transformed weights per weight buffer: {id(buffer): (weakref to it, (16, O, C) float32)}; ember
 # never writes a tensor's buffer in place (an update swaps in a new one), so an entry is valid
-# while its buffer object lives. Bounded by bytes: full, it is emptied.
+# while its buffer object lives. Dead buffers' entries go at the next insertion; bounded by bytes
+# (full, it is emptied).
 _WINO_CACHE: dict = {}
 _WINO_CACHE_BYTES = 64 << 20
 # tile rows per band: at least 4 (a band copies one more row of its input's parity planes), more
@@ -599,8 +599,12 @@ def _wino_weights(w):
     u[:, 0], u[:, 1], u[:, 2], u[:, 3] = r[:, 0], (s + r[:, 1]) * 0.5, (s - r[:, 1]) * 0.5, r[:, 2]   # (G g) G^T
     u = u.reshape(16, o, c)
     if u.nbytes <= _WINO_CACHE_BYTES:
-        if sum(v[1].nbytes for v in _WINO_CACHE.values()) + u.nbytes > _WINO_CACHE_BYTES:
+        live = [(k, v) for k, v in list(_WINO_CACHE.items()) if v[0]() is not None]   # (dead buffers' go)
+        if sum(v[1].nbytes for _, v in live) + u.nbytes > _WINO_CACHE_BYTES:
+            live = []
+        if len(live) < len(_WINO_CACHE):
             _WINO_CACHE.clear()
+            _WINO_CACHE.update(live)
         try:
             _WINO_CACHE[id(w)] = (weakref.ref(w), u)
         except TypeError:                    # (a buffer type without weak references: not cached)
