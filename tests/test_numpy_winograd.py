@@ -199,3 +199,29 @@ def test_transformed_weights_follow_the_weight_buffer(everywhere, monkeypatch):
         assert not np.array_equal(got, before)
         want = reference(x, w, 1) + b.reshape(1, -1, 1, 1)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+def test_non_finite_inputs_propagate_like_a_direct_sum(everywhere, monkeypatch):
+    """A NaN or infinity in the input reaches only the outputs whose windows read it (Winograd's
+    transforms would spread it over whole tiles as NaN: the result is then made by im2col), and
+    transforms that overflow fall back too: NaN / inf positions equal the python backend's."""
+    x = f32(1, 4, 9, 10)
+    x[0, 1, 4, 5] = np.nan
+    x[0, 2, 0, 0] = np.inf
+    x[0, 3, 8, 9] = -np.inf
+    w = f32(3, 4, 3, 3)
+    got, want = (ember.conv2d(ember.from_numpy(x, device=d), ember.from_numpy(w, device=d), padding=1).numpy()
+                 for d in ("numpy", "python"))
+    assert everywhere                                           # (Winograd was tried)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got) * np.sign(got), np.isinf(want) * np.sign(want))
+    assert np.isfinite(got).sum() > got.size // 2
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-5)
+    # finite inputs whose tile transforms overflow float32 while every direct sum stays finite
+    big = np.zeros((1, 1, 4, 4), np.float32)
+    big[0, 0, :, 0] = 3e38
+    wb = np.zeros((1, 1, 3, 3), np.float32)
+    wb[0, 0, 1, 1] = 0.5
+    got = ember.conv2d(ember.from_numpy(big, device="numpy"), ember.from_numpy(wb, device="numpy")).numpy()
+    np.testing.assert_array_equal(got, big[:, :, 1:3, 1:3] * np.float32(0.5))

@@ -503,14 +503,16 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
             if stride != (1, 1):
                 a = a[:, :, ::stride[0], ::stride[1]][:, :, :oh, :ow]
             cols = a.reshape(n, g, cg, oh * ow)                                  # copies only if strided
-        elif (g == 1 and kh == kw == 3 and stride == dilation == (1, 1)
-              and x._buf.dtype == weight._buf.dtype == np.float32 and c >= _WINO_MIN_CHANNELS
-              and o <= _WINO_MAX_OUT_PER_IN * c and oh * ow >= _WINO_MIN_PIXELS and c * oh * ow >= _WINO_MIN_VALUES):
-            y = _conv_winograd(a, w, padding)
-            if bias is not None:
-                y += _f(bias).reshape(1, o, 1, 1)
-            return _out(y, out)
         else:
+            if (g == 1 and kh == kw == 3 and stride == dilation == (1, 1)
+                    and x._buf.dtype == weight._buf.dtype == np.float32 and c >= _WINO_MIN_CHANNELS
+                    and o <= _WINO_MAX_OUT_PER_IN * c and oh * ow >= _WINO_MIN_PIXELS
+                    and c * oh * ow >= _WINO_MIN_VALUES):
+                y = _conv_winograd(a, w, padding)
+                if y is not None:
+                    if bias is not None:
+                        y += _f(bias).reshape(1, o, 1, 1)
+                    return _out(y, out)
             ap = _padded(a, padding)
             if n == 1 and g == 1 and cg * kh * kw * oh * ow * 4 > _COLS_BYTES and oh > 1:
                 y = _conv_tiled(ap, w.reshape(o, cg * kh * kw), oh, ow, kh, kw, stride, dilation)
@@ -621,7 +623,8 @@ def _wino_span(p, start, pad, size, count):
 
 def _conv_winograd(a, w, padding):
     """3x3 convolution, stride 1, dilation 1, groups 1, float32 ``a`` (N, C, H, W) and ``w``
-    (O, C, 3, 3) by Winograd's F(2x2, 3x3): each 2x2 block of outputs from the 4x4 padded input
+    (O, C, 3, 3) by Winograd's F(2x2, 3x3) (None where the result is not finite: see the end):
+    each 2x2 block of outputs from the 4x4 padded input
     tile d at its top left, Y = A^T [sum_c (G g G^T) * (B^T d B)] A. The channel sums are 16
     GEMMs, one per tile position, with 16 * O * C products per 2x2 block instead of im2col's
     36 * O * C (2.25x fewer); B^T d B costs 8 additions per tile and channel, A^T M A 12 per
@@ -712,6 +715,12 @@ def _conv_winograd(a, w, padding):
     y = y.reshape(n, o, 2 * th, 2 * tw)
     if (2 * th, 2 * tw) != (oh, ow):
         y = np.ascontiguousarray(y[:, :, :oh, :ow])
+    # an infinite or NaN input (or a transform that overflows) would not stay in its own windows:
+    # the tile's transforms subtract it from itself (inf - inf), so every output of the tiles that
+    # read it would be NaN. Then the caller convolves by im2col, whose NaN and infinities are
+    # those of a direct sum (~40 us on PP-OCR det's 24x120x160 result)
+    if not np.isfinite(y).all():
+        return None
     return y
 
 
