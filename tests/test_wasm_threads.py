@@ -28,7 +28,27 @@ sys.path.insert(0, "/repo/tests")
 import ember, ember.wasm as W
 import op_cases, wasm_plan_checks as C
 from ember.wasm import team as T
-out = {"info_before": W.info(), "threads_before": W.threads()}
+out = {"info_before": W.info()}
+# the team starts only when a plan wants it: init() and info() start nothing, a small plan (64^3,
+# under TeamSpace.SMALL_WORK) runs on one thread without starting it, a 256^3 one starts it
+init0 = await W.init()
+def sq(n):
+    return ember.tensor([[((i * 5 + j * 3) % 13 - 6) / 8 for j in range(n)] for i in range(n)], device="wasm")
+lazy = {"after_init": T._STATE["team"] is not None, "workers_after_init": init0["workers_started"],
+        "init_threads": init0["threads"]}
+lf = ember.compile(lambda a, b: ember.relu(a @ b))
+x = sq(64)
+got = [lf(x, x).tolist() for _ in range(4)]
+lazy.update(after_small=T._STATE["team"] is not None, small_space=C.fast_of(lf).space.kind,
+            small_same=all(g == ember.relu(x @ x).tolist() for g in got), info_small=W.info()["workers_started"])
+bf = ember.compile(lambda a, b: ember.relu(a @ b))
+y = sq(256)
+got = [bf(y, y).tolist() for _ in range(2)]
+lazy.update(after_big=T._STATE["team"] is not None, big_space=C.fast_of(bf).space.kind,
+            workers_after_big=len(T._STATE["team"].workers) if T._STATE["team"] else 0,
+            big_same=all(g == ember.relu(y @ y).tolist() for g in got))
+out["lazy"] = lazy
+out["threads_before"] = W.threads()
 try:
     W.set_threads(0)
     out["zero"] = "accepted"
@@ -131,6 +151,12 @@ json.dumps(out)
 
 
 def _check(res, where):
+    lz = res["lazy"]
+    assert not lz["after_init"] and lz["workers_after_init"] == 0 and lz["init_threads"] == 1, (where, lz)
+    assert not lz["after_small"] and lz["small_space"] == "pyodide" and lz["small_same"], (where, lz)
+    assert lz["info_small"] == 0, (where, lz)
+    assert lz["after_big"] and lz["big_space"] == "threads" and lz["workers_after_big"] >= 1, (where, lz)
+    assert lz["big_same"], (where, lz)
     assert res["zero"] == "ValueError"
     assert res["info_before"]["shared_memory"] is True, res["info_before"]
     assert res["threads"] == 4, (where, res["init"])

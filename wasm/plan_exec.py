@@ -348,10 +348,8 @@ class WasmPlanReplay:
     def _retarget(self):
         """Threads were turned on or off since the tables were built: record them again, for
         the team's shared memory or for Pyodide's own (not counted against MAX_RECORDS)."""
-        self.team_epoch = _team_epoch()
-        team = _space_team(self.plan.consts)
-        want = ("threads" if team is not None and self.segments
-                and not _small_for_team(self, self.segments, self.plan.consts, team) else "pyodide")
+        want = "threads" if self.segments and _plan_team(self, self.segments, self.plan.consts) else "pyodide"
+        self.team_epoch = _team_epoch()   # (the call may have started the team)
         if want != self.space.kind:
             self.ready = False
             self.records -= 1
@@ -463,9 +461,9 @@ class WasmPlanReplay:
         abandon = None
         limit = MAX_OWN_BYTES
         if self.rt.kind == "pyodide" and MAX_OWN_BYTES_TEAM > limit:
-            from .team import team
+            from .team import possible
 
-            if team() is not None:
+            if possible():   # (a team runs, or the plan's build would start one: not here)
                 limit = MAX_OWN_BYTES_TEAM
         for i, st in enumerate(plan.steps):
             if st.multi == _HOST:
@@ -694,12 +692,9 @@ class WasmPlanReplay:
         if old is not None:
             old.close()
         team = None
-        self.team_epoch = _team_epoch()
         if self.rt.kind == "pyodide" and any(p[0] == "seg" for p in program):
-            team = _space_team(plan.consts)
-            if team is not None and _small_for_team(self, [p[1] for p in program if p[0] == "seg"],
-                                                    plan.consts, team):
-                team = None
+            team = _plan_team(self, [p[1] for p in program if p[0] == "seg"], plan.consts)
+        self.team_epoch = _team_epoch()   # (after _plan_team: it may have started the team)
         if team is not None:
             self.space = TeamSpace(self, program, own_buf, privs, vals, rootof, team=team)
         else:
@@ -984,36 +979,31 @@ def _same_shapes(plan, new: dict, olds: dict) -> bool:
     return True
 
 
-def _space_team(consts):
-    """The team a plan's tables run on: the running team, or (threads turned off since) the
-    team that holds a constant moved into its shared memory (a table on Pyodide's memory
-    cannot reach it: thread 0 runs it there)."""
+def _plan_team(replay, segs, consts):
+    """The team a plan's tables run on, or None: Pyodide's own memory, one thread.
+
+    - A constant moved into a team's shared memory (a model's weights) pins the plan to that
+      team (threads turned off since: thread 0 runs it there).
+    - A plan whose tables together do less work than ``TeamSpace.SMALL_WORK`` stays on
+      Pyodide's memory even while a team runs (thread 0 would run it alone anyway, and the
+      copies into and out of the shared memory cost more than its kernels: MNIST batch 1 in the
+      page, 0.42 ms a forward there vs 0.185 in Pyodide's), and it does not start a team: a page
+      whose plans are all this small never compiles the team's module nor starts a worker.
+      Not when the running team is forced (``adaptive`` off: tests of the split kernels).
+    - Any other plan gets the team, started now if more than one thread is wanted
+      (``team.team()``; None where threads are off or unavailable)."""
     from .team import _STATE, team
 
-    t = team()
-    if t is None and RESIDENT:
-        for _, c in consts:
-            ent = RESIDENT.get(id(getattr(c, "_buf", None)))
-            if ent is not None and ent.moved:
-                return _STATE["team"]
-    return t
-
-
-def _small_for_team(replay, segs, consts, team) -> bool:
-    """Whether a plan's tables, all together, do less work than ``TeamSpace.SMALL_WORK``: then
-    they run on Pyodide's own memory even while a team exists. Thread 0 would run them alone
-    anyway, and the team's copies into and out of its shared memory cost more than the kernels
-    (MNIST batch 1 in the page: 0.42 ms a forward in the team's memory vs 0.185 in Pyodide's).
-    Not when the team is forced (``adaptive`` off) or a constant lives only in the shared memory
-    (moved weights)."""
-    if not getattr(team, "adaptive", False):
-        return False
     for _, c in consts:
-        ent = RESIDENT.get(id(getattr(c, "_buf", None)))
+        ent = RESIDENT.get(id(getattr(c, "_buf", None))) if RESIDENT else None
         if ent is not None and ent.moved:
-            return False
-    names = {k: n for n, k in replay.disp.ids.items()}
-    return sum(table_work(s, names) for s in segs) < TeamSpace.SMALL_WORK
+            return team() or _STATE["team"]
+    running = _STATE["team"]
+    if running is None or running.adaptive:
+        names = {k: n for n, k in replay.disp.ids.items()}
+        if sum(table_work(s, names) for s in segs) < TeamSpace.SMALL_WORK:
+            return None
+    return team()
 
 
 def _step(st, vals, wrap) -> None:
@@ -1422,6 +1412,8 @@ class TeamSpace(ArenaSpace):
     # ms a forward on the team vs 0.17 on one thread, and its probes were a tenth of the first
     # timed runs). MiniLM 1 x 8 (~85 M), a 256^3 GEMM (~17 M) and an LLM decode step are probed.
     SMALL_WORK = int(os.environ.get("EMBER_WASM_TEAM_SMALL_WORK", str(4 << 20)))
+    # runs of a segment that wait (uncounted, on the threads ready) for the workers to start
+    START_RUNS = 64
 
     def execute(self, seg, vals):
         team = self.team
@@ -1457,9 +1449,14 @@ class TeamSpace(ArenaSpace):
         # probe right after a one-thread run, its workers asleep (woken at each barrier: an LLM
         # decode step measured 14-16 ms on the team that way, 7-8 ms when the team runs in a row)
         use = len(st[True]) < self.PROBES + self.WARMUP
+        # a team started by this plan's build has workers still starting for its first runs
+        # (~30-50 ms in a page): those runs are not probes of the team
+        starting = use and st["n"] <= self.START_RUNS and team.ready() < team.wanted
         self.run_fn = team.run if use else self.serial
         t0 = _now()
         super().execute(seg, vals)
+        if starting:
+            return
         st[use].append(_now() - t0)
         k = self.WARMUP
         if len(st[True]) >= self.PROBES + k and len(st[False]) >= self.PROBES + k:

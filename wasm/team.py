@@ -71,7 +71,18 @@ read by Python code other than a kernel call or ``tolist`` (a family kernel inde
 operand, the python device sharing the buffer), may show values from before the last replays.
 Workers are started once and stopped only by ``close()`` (``set_threads(1)`` parks them); they
 start asynchronously: the first replays after ``set_threads`` may run on fewer threads (the same
-results), ``await ember.wasm.init()`` waits for them.
+results; a segment's probes wait for them), ``await ember.wasm.init(wait_threads=s)`` waits.
+
+**When the team starts.** Not at ``ember.wasm.init()``: the first replayed plan whose tables are
+worth it (``plan_exec._plan_team``: at least ``TeamSpace.SMALL_WORK`` multiply-adds) starts it,
+synchronously (the shared memory, the module compiled for it: ~2 ms for its 212 KB in Chromium
+156, whose main thread accepts that compile; the workers then start on their own). A page whose
+plans are all small (the MNIST CNN) never compiles the second module nor starts a worker.
+Measured (bench web MNIST pages, load 2.8-4, medians of 8 alternating pages): the loader's
+``ember.wasm.init()`` step 119 -> 102 ms, the model's load 208 -> 189 ms, the first forward
+12.3 -> 6.4 ms; the timed MNIST forwards the same (0.214 vs 0.213 ms: the workers, asleep after
+their first spins, used no measurable CPU either way). ``threads()`` and a model moving weights
+into the shared memory (``ember.nn.llama``) also start it; ``info()`` does not.
 """
 from __future__ import annotations
 
@@ -812,20 +823,47 @@ async def _make_team_async() -> Team:
     return Team(mod, inst, mem)
 
 
+def possible() -> bool:
+    """Whether replayed plans would get a team here now: more than one thread wanted and a
+    shared memory available (the team itself may not be started yet: ``team()`` starts it)."""
+    return wanted() > 1 and _env()["shareable"]
+
+
 def team(create: bool = True):
-    """The process's team when more than one thread is asked for and possible, else None."""
+    """The process's team when more than one thread is asked for and possible, else None.
+
+    ``create``: start it now if it is not running (the shared memory, the module compiled for
+    it, the workers). Only a caller that will use it asks for that: a replayed plan whose
+    tables are worth the team (``plan_exec._plan_team``), a model moving its weights into the
+    shared memory, ``threads()``. ``ember.wasm.init()`` does not, so a page whose plans are all
+    small (MNIST) never compiles the second module nor starts a worker. Where the host refuses
+    a synchronous compile (an older browser's main thread), the team is started in the
+    background instead and plans move to it on their next replay (``epoch``)."""
     t = _STATE["team"]
     if t is not None or not create:
         return t if t is not None and t.wanted > 1 else None
-    if wanted() <= 1 or not _env()["shareable"]:
+    if not possible():
         return None
     try:
         t = _make_team_sync()
-    except Exception as e:  # noqa: BLE001 (a page's main thread refuses synchronous compilation)
-        _STATE["why"] = f"the thread team needs 'await ember.wasm.init()' first here ({str(e).strip()[:120]})"
+    except Exception as e:  # noqa: BLE001 (a page's main thread may refuse synchronous compilation)
+        _STATE["why"] = f"the thread team is starting in the background ({str(e).strip()[:120]})"
+        _create_soon()
         return None
     _start(t)
     return t if t.wanted > 1 else None
+
+
+def _create_soon() -> None:
+    """Start the team asynchronously (once) where an event loop runs (Pyodide's)."""
+    if _STATE["pending"] is not None:
+        return
+    try:
+        import asyncio
+
+        _STATE["pending"] = asyncio.ensure_future(_create())
+    except Exception as e:  # noqa: BLE001 (no event loop: the team stays off, and says why)
+        _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
 
 
 def _start(t: Team) -> None:
@@ -841,21 +879,19 @@ def wanted() -> int:
 
 
 async def init_async(wait: float = 0.0) -> None:
-    """Start the team where threads are possible (a page's main thread needs this: asynchronous
-    compilation). With ``wait`` == 0 it compiles and starts in the background (the page's start
-    does not wait for it; plans made meanwhile move to the team once it is there); ``wait`` > 0
-    waits up to that many seconds for the team and all its workers."""
+    """With ``wait`` > 0, start the team where threads are possible and wait up to that many
+    seconds for it and all its workers. With ``wait`` == 0 nothing starts here: the first
+    replayed plan whose tables are worth the team starts it (``team()``), so a page that only
+    runs small plans never pays for it (measured: see the module docstring)."""
     import asyncio
     import time
 
-    if wanted() <= 1 or not _env()["shareable"]:
+    if wait <= 0 or not possible():
         return
     if _STATE["team"] is None:
-        if _STATE["pending"] is None:
-            _STATE["pending"] = asyncio.ensure_future(_create())
-        if wait <= 0:
-            return
-        await _STATE["pending"]
+        team()   # synchronously where the host allows it; else in the background
+        if _STATE["team"] is None and _STATE["pending"] is not None:
+            await _STATE["pending"]
     t = _STATE["team"]
     if t is None:
         return
@@ -869,7 +905,8 @@ async def _create() -> None:
         t = await _make_team_async()
     except Exception as e:  # noqa: BLE001
         _STATE["why"] = f"the thread team could not start: {str(e).strip()[:160]}"
-        return
+        return   # (pending stays set: not tried again)
+    _STATE["pending"] = None
     if _STATE["team"] is None:
         _start(t)
 
@@ -890,7 +927,8 @@ def set_threads(n) -> None:
 
 
 def threads() -> int:
-    """Threads a replayed plan runs on now (1 where threads are unavailable)."""
+    """Threads a replayed plan runs on now (1 where threads are unavailable). Asking starts the
+    team where more than one thread is wanted (its workers start in the background: poll)."""
     if not _env()["shareable"]:
         return 1
     t = _STATE["team"]
@@ -900,13 +938,20 @@ def threads() -> int:
 
 
 def describe() -> dict:
+    """``ember.wasm.info()``'s thread entries. Asking does not start the team: ``threads`` is
+    1 until a plan (or ``threads()``, ``init(wait_threads=...)``) started it."""
     env = _env()
     t = _STATE["team"]
-    out = {"threads": threads(), "threads_wanted": wanted(), "max_threads": env["max_threads"],
+    threads_now = t.ready() if t is not None and env["shareable"] and t.wanted > 1 else 1
+    out = {"threads": threads_now, "threads_wanted": wanted(), "max_threads": env["max_threads"],
            "shared_memory": env["shareable"], "workers_started": len(t.workers) if t else 0}
     why = env["why"] or _STATE["why"]
     if why is None and out["threads"] == 1:
-        why = "one thread asked for (ember.wasm.set_threads)" if wanted() <= 1 else None
+        if wanted() <= 1:
+            why = "one thread asked for (ember.wasm.set_threads)"
+        elif t is None:
+            why = ("the thread team starts with the first replayed plan worth it (tables of at least "
+                   "plan_exec.TeamSpace.SMALL_WORK multiply-adds): none so far")
     if why:
         out["note"] = why
     if t is not None:
