@@ -316,15 +316,6 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
         entry, wg = "gemv8", wg8
         params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb)
-        # q8_0 / q4_1 blocks read through 16-byte loads of the weight bound again as vec4s (every
-        # pool buffer is a multiple of 16 bytes); EMBER_QLINEAR_W4=0 keeps the word loads
-        w4 = qtype in ("q8_0", "q4_1") and os.environ.get("EMBER_QLINEAR_W4") != "0" and gw.storage.nbytes % 16 == 0
-        w4decl = "fn wq4(i: u32) -> vec4<u32> { return vec4<u32>(0u); }"
-        if w4:
-            decl.append(f"@group(0) @binding({len(bufs)}) var<storage, read> wq4b: array<vec4<u32>>;")
-            bufs.append(_whole(gw))
-            w4decl = "fn wq4(i: u32) -> vec4<u32> { return wq4b[i]; }"
-        params.update(W4="true" if w4 else "false", W4DECL=w4decl, DECL="\n".join(decl), IB=len(bufs))
     else:
         entry = "gemv"
         red = wg * mt * rb

@@ -259,49 +259,10 @@ fn xp(e: u32) -> vec4<f32> {
   return x4(b + e);
 }
 
-// W4 (q8_0, q4_1): a block's bytes come from the 16-byte aligned vec4s that hold them, three
-// (q8_0: 34 bytes at any even offset) or two (q4_1: 20 bytes at a multiple of 4) loads of wq4 (the
-// weight bound again as vec4s) instead of one or two word loads per field: fewer, wider loads
-// (H100: the float batch-1 product went from 64% to 95% of HBM with vec4 loads). `wpick` is
-// word k (0..11) of the window a|b|c, picked by selects (no array: it would live in memory).
-const W4: bool = {{W4}};
-{{W4DECL}}
-fn wpick(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, k: u32) -> u32 {
-  let v = select(select(a, b, k >= 4u), c, k >= 8u);
-  return v[k & 3u];
-}
-
 // the block's integer dot product with x's block xb and its float sum: the row's contribution
 fn block_dot(o: u32, xb: u32) -> f32 {
   let xw = 8u * xb;
   var s = 0;
-  if (W4 && {{QK}} == 0u) {      // q8_0 from its window: word w0 holds d (its high half when odd)
-    let c = o >> 4u;
-    let a = wq4(c); let b = wq4(c + 1u); let e = wq4(c + 2u);
-    let k0 = (o & 15u) >> 2u;
-    let odd = (o & 2u) != 0u;
-    var prev = wpick(a, b, e, k0);
-    let d = unpack2x16float(select(prev, prev >> 16u, odd)).x;
-    for (var j = 0u; j < 8u; j = j + 1u) {
-      let nx = wpick(a, b, e, k0 + 1u + j);
-      // quants word j (bytes o + 2 + 4j ..): the next word itself when the block starts at a
-      // half word, else the high half of this word and the low half of the next
-      s = s + dot4I8Packed(select((prev >> 16u) | (nx << 16u), nx, odd), xq[xw + j]);
-      prev = nx;
-    }
-    return d * xd[xb] * f32(s);
-  }
-  if (W4 && {{QK}} == 2u) {      // q4_1 from its window (blocks start at multiples of 4)
-    let c = o >> 4u;
-    let a = wq4(c); let b = wq4(c + 1u);
-    let k0 = (o & 15u) >> 2u;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-      let q = wpick(a, b, b, k0 + 1u + j);
-      s = s + dot4I8Packed(q & 0x0f0f0f0fu, xq[xw + j]) + dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, xq[xw + 4u + j]);
-    }
-    let dm = unpack2x16float(wpick(a, b, b, k0));
-    return dm.x * xd[xb] * f32(s) + dm.y * xs[xb];
-  }
   if ({{QK}} == 0u) {            // q8_0: f16 d, 32 int8
     for (var j = 0u; j < 8u; j = j + 1u) { s = s + dot4I8Packed(word_at(o + 2u + 4u * j), xq[xw + j]); }
     return half_at(o) * xd[xb] * f32(s);
