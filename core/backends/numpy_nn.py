@@ -3,8 +3,10 @@
 Convolution and pooling read the (padded) input through one strided view per kernel tap: pooling
 combines the taps pairwise (``np.maximum`` / ``+=``); convolutions copy them once into an im2col
 matrix laid out so that one GEMM per group (depthwise: one small product per channel, batched)
-writes the NCHW result directly (a 1x1 convolution uses the input itself). float16 inputs
-are computed in float32 and rounded back once.
+writes the NCHW result directly (a 1x1 convolution uses the input itself); 3x3 stride-1
+convolutions with many channels and pixels go through Winograd's F(2x2, 3x3) (_conv_winograd:
+2.25x fewer products, float32 rounding only). float16 inputs are computed in float32 and
+rounded back once.
 """
 from __future__ import annotations
 
