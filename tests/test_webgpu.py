@@ -380,3 +380,21 @@ def test_matmul_sg_reads_vec4s_where_rows_are_aligned():
         autotune.force("matmul", None)
     used = {dict(k[1]).get("V4") for k in rt.pipelines if isinstance(k, tuple) and k and k[0] == "matmul_sg"}
     assert used >= {"true", "false"}
+
+
+def test_few_row_products_take_sg_without_timing(tmp_path, monkeypatch):
+    """With autotune on, a product of 1-4 rows takes ``sg`` (one read of the weight) without
+    timing the variants; 5 rows and more are timed as before."""
+    rt = get_runtime()
+    if not linalg.eligible(rt, "sg", 1, 8, 8, "f32"):
+        pytest.skip("sg needs the subgroups feature, which this adapter lacks")
+    monkeypatch.setitem(autotune._STATE, "enabled", True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(autotune, "_MEMORY", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    w = rand(48, 64, seed=3)
+    for m, timed in ((1, 0), (4, 0), (6, 1)):
+        a = rand(m, 64)
+        wg.reset_stats()
+        np.testing.assert_allclose((gpu(a) @ ember.matrix_transpose(gpu(w))).numpy(), a @ w.T, rtol=1e-4, atol=1e-4)
+        assert wg.stats()["autotune_benchmarks"] == timed, m

@@ -137,6 +137,11 @@ class MatmulPlan:
         v = autotune.forced("matmul")
         if v is not None and eligible(rt, v, M, N, K, kind):
             return v
+        # a product of 1-4 rows reads each weight once: sg does that at the memory's speed (H100,
+        # x @ w.T at 4096^2: 95% of HBM), and timing variants of a ~20 us kernel against the
+        # host's sync is noise (autotune once picked a 10x slower one)
+        if M <= 4 and eligible(rt, "sg", M, N, K, kind):
+            return "sg"
         cands = {v: (lambda v=v: self._dispatch(v, storage, None, None))
                  for v in VARIANTS if eligible(rt, v, M, N, K, kind)}
         return autotune.choose(rt, self.key, cands, default_variant(rt, M, N, K, kind),
