@@ -160,13 +160,13 @@ def test_transformed_weights_follow_the_weight_buffer(everywhere, monkeypatch):
             got = ember.conv2d(xt, wt, padding=1).numpy()
             np.testing.assert_allclose(got, reference(x, w, 1), rtol=1e-5, atol=1e-5)
         del wt
-    monkeypatch.setattr(numpy_nn, "_WINO_CACHE_BYTES", 16 * 3 * 4 * 4 + 1)   # room for one weight
+    monkeypatch.setattr(numpy_nn, "_DERIVED_BYTES", 16 * 3 * 4 * 4 + 1)   # room for one weight
     ws = [f32(3, 4, 3, 3) for _ in range(3)]
     wts = [ember.from_numpy(w, device="numpy") for w in ws]
     for w, wt in zip(ws * 2, wts * 2):
         np.testing.assert_allclose(ember.conv2d(xt, wt, padding=1).numpy(), reference(x, w, 1), rtol=1e-5, atol=1e-5)
-    assert len(numpy_nn._WINO_CACHE) == 1
-    monkeypatch.setattr(numpy_nn, "_WINO_CACHE_BYTES", 1 << 20)
+    assert len(numpy_nn._DERIVED) == 1
+    monkeypatch.setattr(numpy_nn, "_DERIVED_BYTES", 1 << 20)
     keep = wts[0]
     del ws, wts, wt
     ember.conv2d(xt, keep, padding=1)
@@ -175,7 +175,7 @@ def test_transformed_weights_follow_the_weight_buffer(everywhere, monkeypatch):
     for _ in range(5):                                          # weights that die after one use
         ember.conv2d(xt, ember.from_numpy(f32(3, 4, 3, 3), device="numpy"), padding=1)
         gc.collect()
-    assert len(numpy_nn._WINO_CACHE) == 2 and id(keep._buf) in numpy_nn._WINO_CACHE   # (dead entries gone)
+    assert len(numpy_nn._DERIVED) == 2 and (id(keep._buf), "winograd") in numpy_nn._DERIVED   # (dead entries gone)
 
     from ember import nn
     ember.manual_seed(0)
@@ -225,3 +225,30 @@ def test_non_finite_inputs_propagate_like_a_direct_sum(everywhere, monkeypatch):
     wb[0, 0, 1, 1] = 0.5
     got = ember.conv2d(ember.from_numpy(big, device="numpy"), ember.from_numpy(wb, device="numpy")).numpy()
     np.testing.assert_array_equal(got, big[:, :, 1:3, 1:3] * np.float32(0.5))
+
+
+def test_depthwise_taps_weights_follow_the_weight_buffer():
+    """The channels-last depthwise path keeps its tiled weights per weight buffer too (_derived):
+    each new weight, also one that reuses a dead buffer's id, gives its own result."""
+    x = f32(1, 208, 6, 7)
+    xt = {d: ember.from_numpy(x, device=d) for d in ("numpy", "python")}
+    for _ in range(3):
+        w = f32(208, 1, 5, 5)
+        got, want = (ember.conv2d(xt[d], ember.from_numpy(w, device=d), padding=2, groups=208).numpy()
+                     for d in ("numpy", "python"))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert any(k[1][0] == "taps" for k in numpy_nn._DERIVED)
+
+
+def test_derived_weights_never_outlive_their_buffer():
+    """numpy_nn._derived hands back a kept array only for the very buffer object it was made
+    from: arrays made one after the other (CPython often gives the new one the dead one's id)
+    each get their own."""
+    ids = set()
+    for i in range(20):
+        a = np.full(4, float(i), np.float32)
+        ids.add(id(a))
+        np.testing.assert_array_equal(numpy_nn._derived(a, "test", lambda w: w * 2), np.full(4, 2.0 * i))
+        np.testing.assert_array_equal(numpy_nn._derived(a, "test", lambda w: w * 3), np.full(4, 2.0 * i))  # kept
+        del a
+    assert len(ids) < 20                                        # (an id was reused: the case above)

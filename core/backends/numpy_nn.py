@@ -441,6 +441,36 @@ def _sdpa(out, q, k, v, mask=None, *, is_causal, scale):
 
 # ---- convolution ------------------------------------------------------------------------------
 
+# weights in the forms the convolutions multiply by (Winograd's transformed kernels, the
+# channels-last depthwise path's tiled taps), made once per weight buffer:
+# {(id(buffer), key): (weakref to it, array)}. ember never writes a tensor's buffer in place (an
+# update swaps in a new one: Tensor._set_), so an entry is valid while its buffer object lives.
+# Entries of dead buffers go at the next insertion; bounded by bytes (full, it is emptied).
+_DERIVED: dict = {}
+_DERIVED_BYTES = 64 << 20
+
+
+def _derived(w, key, make):
+    """``make(w)`` (an array), kept for later calls with the same buffer object ``w`` and key."""
+    k = (id(w), key)
+    hit = _DERIVED.get(k)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    v = make(w)
+    if v.nbytes <= _DERIVED_BYTES:
+        live = [(kk, e) for kk, e in list(_DERIVED.items()) if e[0]() is not None]   # (dead buffers' go)
+        if sum(e[1].nbytes for _, e in live) + v.nbytes > _DERIVED_BYTES:
+            live = []
+        if len(live) < len(_DERIVED):
+            _DERIVED.clear()
+            _DERIVED.update(live)
+        try:
+            _DERIVED[k] = (weakref.ref(w), v)
+        except TypeError:                    # (a buffer type without weak references: not cached)
+            pass
+    return v
+
+
 def _padded(a, pads, value=0, extra_h=0, extra_w=0):
     """``a`` (N, C, H, W) with H and W padded by ((top, bottom), (left, right)) plus ``extra_*``
     more at the end: one allocation and one copy (np.pad does the same work with more Python)."""
@@ -559,12 +589,6 @@ def _conv_tiled(ap, wm, oh, ow, kh, kw, stride, dilation):
 
 # ---- Winograd F(2x2, 3x3) for stride-1 3x3 convolutions -----------------------------------------
 
-# transformed weights per weight buffer: {id(buffer): (weakref to it, (16, O, C) float32)}; ember
-# never writes a tensor's buffer in place (an update swaps in a new one), so an entry is valid
-# while its buffer object lives. Dead buffers' entries go at the next insertion; bounded by bytes
-# (full, it is emptied).
-_WINO_CACHE: dict = {}
-_WINO_CACHE_BYTES = 64 << 20
 # tile rows per band: at least 4 (a band copies one more row of its input's parity planes), more
 # while its working set (~(10 C + 12 O) floats per tile: parity planes, a row of B^T d, its 4
 # transforms; the GEMMs' results and the two rows of A^T M) stays about this size (each band is
@@ -587,10 +611,11 @@ _WINO_MIN_VALUES = 1 << 14          # input channels x output pixels
 
 def _wino_weights(w):
     """(16, O, C) float32: G g G^T of each (O, C) 3x3 kernel g, computed in float64 and rounded
-    once (tile position 4 * i + j first)."""
-    hit = _WINO_CACHE.get(id(w))
-    if hit is not None and hit[0]() is w:
-        return hit[1]
+    once (tile position 4 * i + j first); made once per weight buffer (_derived)."""
+    return _derived(w, "winograd", _wino_transform)
+
+
+def _wino_transform(w):
     o, c = w.shape[:2]
     g = w.astype(np.float64).transpose(2, 3, 0, 1)                                 # (3, 3, o, c)
     r = np.empty((4, 3, o, c))
@@ -599,19 +624,7 @@ def _wino_weights(w):
     u = np.empty((4, 4, o, c), np.float32)
     s = r[:, 0] + r[:, 2]
     u[:, 0], u[:, 1], u[:, 2], u[:, 3] = r[:, 0], (s + r[:, 1]) * 0.5, (s - r[:, 1]) * 0.5, r[:, 2]   # (G g) G^T
-    u = u.reshape(16, o, c)
-    if u.nbytes <= _WINO_CACHE_BYTES:
-        live = [(k, v) for k, v in list(_WINO_CACHE.items()) if v[0]() is not None]   # (dead buffers' go)
-        if sum(v[1].nbytes for _, v in live) + u.nbytes > _WINO_CACHE_BYTES:
-            live = []
-        if len(live) < len(_WINO_CACHE):
-            _WINO_CACHE.clear()
-            _WINO_CACHE.update(live)
-        try:
-            _WINO_CACHE[id(w)] = (weakref.ref(w), u)
-        except TypeError:                    # (a buffer type without weak references: not cached)
-            pass
-    return u
+    return u.reshape(16, o, c)
 
 
 def _wino_span(p, start, pad, size, count):
@@ -808,8 +821,7 @@ def _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation):
     (pt, pb), (pl, pr) = padding
     ap = np.zeros((n, h + pt + pb, wd + pl + pr, c), a.dtype)
     ap[:, pt:pt + h, pl:pl + wd, :] = a.transpose(0, 2, 3, 1)
-    wt = np.empty((kh * kw, ow, c), a.dtype)
-    wt[...] = w.reshape(c, kh * kw).T[:, None, :]                                # (taps, ow, c)
+    wt = _derived(w, ("taps", ow, a.dtype.str), lambda w: _taps_tiled(w, ow, a.dtype))   # (taps, ow, c)
     (sh, sw), (dh, dw) = stride, dilation
     y = np.empty((n, oh, ow, c), a.dtype)
     rows = max(1, _TAPS_BYTES // (n * ow * c * a.itemsize))
@@ -827,6 +839,14 @@ def _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation):
                     np.multiply(v, wt[i * kw + j], out=tb)
                     yb += tb
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+
+
+def _taps_tiled(w, ow, dtype):
+    """(kh * kw, ow, C): each tap's (C,) weights repeated for ``ow`` output columns."""
+    c, _, kh, kw = w.shape
+    wt = np.empty((kh * kw, ow, c), dtype)
+    wt[...] = w.reshape(c, kh * kw).T[:, None, :]
+    return wt
 
 
 # output rows of the channels-last depthwise path per band (accumulator bytes), and when it is
