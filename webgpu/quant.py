@@ -435,7 +435,8 @@ def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
 
 # ---- llama ops -----------------------------------------------------------------------------
 
-ATTN_WG = 256     # threads per (query, head): a chunk of 256 cache rows scored at once
+# threads per (query, head): a chunk of 256 cache rows scored at once (EMBER_ATTN_WG: benchmarks)
+ATTN_WG = int(os.environ.get("EMBER_ATTN_WG") or 256)
 
 
 def _cache(op, t, name, shape) -> GBuf:
