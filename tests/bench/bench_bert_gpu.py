@@ -5,7 +5,10 @@ weights and inputs. Per shape: median ms per call with the output read back to t
 host time per call (the replay's encode + submit, before the read waits), dispatches per call, and
 the largest difference from PyTorch.
 
-    python tests/bench/bench_bert_gpu.py [--shapes 8x64,32x128,1x16] [--reps 30]
+    python tests/bench/bench_bert_gpu.py [--shapes 8x64,32x128,1x16] [--reps 30] [--profile]
+
+``--profile``: after each shape, the GPU time of every kernel of its replayed plan (each dispatch
+in a pass of its own), summed per pipeline.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="8x64,32x128,1x16", help="batch x tokens, comma separated")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--profile", action="store_true", help="also the GPU time per kernel of each shape's plan")
     a = ap.parse_args()
     import ember
     import ember.onnx
@@ -82,6 +86,16 @@ def main() -> None:
             tms = 1e3 * float(np.median(tt))
             line += f" {tms:9.2f} {em / tms:6.2f} {float(np.abs(got - ref).max()):9.2e}"
         print(line)
+        if a.profile:
+            from bench_webgpu import PassTimer, print_stream_profile
+
+            plans = [p for p in model._compiled.plans.values() if getattr(getattr(p, "fast", None), "stream", None)]
+            if plans:
+                timer = PassTimer.install(rt)
+                print_stream_profile(rt, plans[-1].fast.stream, timer)
+                rt.driver.timer = None
+            else:
+                print("  (no dispatch stream for this shape's plan)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ for s in $S; do case $s in
   smolf) run smolf 200 python3 tests/bench/llm/h200_smol_shape.py --device webgpu --out /tmp/smol --feedback ;;
   profile) run profile 150 python3 tests/bench/llm/h200_profile.py --out /tmp/smol ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
+  bert) run bert 240 python3 tests/bench/bench_bert_gpu.py --profile ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
   # (decode only, a short layout sweep; every timed pass starts after ~30 ms of other GPU work)
   qlinear) L=32x4u4iw64,32x4u4iw256,16x4u4iw64,8x2u4iw64,4x4u4iw64,4x8u4iw64,8x8u4iw128

@@ -30,7 +30,7 @@ def main() -> None:
     from ember.nn.llama import Llama
     from ember.tensor import tensor
     from ember.webgpu.runtime import get_runtime
-    from bench_webgpu import PassTimer
+    from bench_webgpu import PassTimer, print_stream_profile
     from h200_smol_shape import write_gguf
 
     p = Path(a.out) / "smol_shape.gguf"
@@ -50,37 +50,10 @@ def main() -> None:
     rt = get_runtime()
     plan = step.plan_for(tensor([tok], dtype="int32", device="webgpu"), tensor([0], dtype="int32", device="webgpu"))
     stream = plan.fast.stream
-    names = {id(v): repr(k)[:110] for k, v in rt.pipelines.items()}
-    # per-kernel GPU time: each dispatch in a pass of its own
     timer = PassTimer.install(rt)
     drv = rt.driver
     dev = drv._dev
-    per = {}
-    for rep in range(3):
-        timer.start()
-        enc = dev.create_command_encoder()
-        for pipe, bg, grid in stream.cmds:
-            cp = enc.begin_compute_pass(timestamp_writes=timer.writes())
-            cp.set_pipeline(pipe)
-            cp.set_bind_group(0, bg)
-            cp.dispatch_workgroups(*grid)
-            cp.end()
-            timer.resolve(enc)
-        dev.queue.submit([enc.finish()])
-        import numpy as np
-        raw = np.frombuffer(dev.queue.read_buffer(timer.buf, 0, timer.n * timer.SLOT), np.uint64)
-        t = raw.reshape(timer.n, timer.SLOT // 8)[:, :2].astype(np.int64)
-        d = (t[:, 1] - t[:, 0]) * 1e-3
-        if rep == 2:
-            for (pipe, bg, grid), us in zip(stream.cmds, d):
-                k = (names.get(id(pipe), "?"), tuple(grid))
-                c = per.setdefault(k, [0, 0.0, grid])
-                c[0] += 1
-                c[1] += us
-    total = sum(v[1] for v in per.values())
-    print(f"GPU time per kernel, each dispatch in its own pass ({len(stream.cmds)} dispatches, {total:.0f} us in all):")
-    for k, (n, us, grid) in sorted(per.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {us:9.1f} us  {n:4d} x {us / n:7.2f} us  grid {grid}  {k[0]}")
+    print_stream_profile(rt, stream, timer)
     # the same stream in one pass (as a replay runs it)
     timer.start()
     t0 = time.perf_counter()
