@@ -29,24 +29,33 @@ import ember, ember.wasm as W
 import op_cases, wasm_plan_checks as C
 from ember.wasm import team as T
 out = {"info_before": W.info()}
-# the team starts only when a plan wants it: init() and info() start nothing, a small plan (64^3,
-# under TeamSpace.SMALL_WORK) runs on one thread without starting it, a 256^3 one starts it
-init0 = await W.init()
+# init() starts the team in the background and returns at once (it used to build it, workers
+# and all, before returning); info() starts nothing; a small plan (64^3, under
+# TeamSpace.SMALL_WORK) runs on one thread, a 256^3 one on the team
 def sq(n):
     return ember.tensor([[((i * 5 + j * 3) % 13 - 6) / 8 for j in range(n)] for i in range(n)], device="wasm")
-lazy = {"after_init": T._STATE["team"] is not None, "workers_after_init": init0["workers_started"],
-        "init_threads": init0["threads"]}
+# before init(): a small plan's first replays start no team (a plan worth it would)
+pre = ember.compile(lambda a, b: ember.relu(a @ b))
+x = sq(64)
+pre_got = [pre(x, x).tolist() for _ in range(3)]
+lazy0 = {"pre_small_team": T._STATE["team"] is not None, "pre_same": all(g == ember.relu(x @ x).tolist() for g in pre_got)}
+init0 = await W.init()
+import asyncio, time as _time
+lazy = {"workers_after_init": init0["workers_started"], "init_threads": init0["threads"], **lazy0}
+end = _time.monotonic() + 20
+while T._STATE["team"] is None and _time.monotonic() < end:
+    await asyncio.sleep(0.01)
+lazy["started"] = T._STATE["team"] is not None
 lf = ember.compile(lambda a, b: ember.relu(a @ b))
 x = sq(64)
+runs0 = T._STATE["team"].runs() if T._STATE["team"] else 0
 got = [lf(x, x).tolist() for _ in range(4)]
-lazy.update(after_small=T._STATE["team"] is not None, small_space=C.fast_of(lf).space.kind,
-            small_same=all(g == ember.relu(x @ x).tolist() for g in got), info_small=W.info()["workers_started"])
+lazy.update(small_space=C.fast_of(lf).space.kind, small_same=all(g == ember.relu(x @ x).tolist() for g in got),
+            small_team_runs=(T._STATE["team"].runs() if T._STATE["team"] else 0) - runs0)
 bf = ember.compile(lambda a, b: ember.relu(a @ b))
 y = sq(256)
 got = [bf(y, y).tolist() for _ in range(2)]
-lazy.update(after_big=T._STATE["team"] is not None, big_space=C.fast_of(bf).space.kind,
-            workers_after_big=len(T._STATE["team"].workers) if T._STATE["team"] else 0,
-            big_same=all(g == ember.relu(y @ y).tolist() for g in got))
+lazy.update(big_space=C.fast_of(bf).space.kind, big_same=all(g == ember.relu(y @ y).tolist() for g in got))
 out["lazy"] = lazy
 out["threads_before"] = W.threads()
 try:
@@ -81,9 +90,10 @@ runs0 = t.runs()
 out["guard"] = C.guard(ember)
 out["stale"] = C.stale_and_bounds(ember)
 out["guard_team_runs"] = t.runs() - runs0
-t.adaptive = True       # a segment's probes: WARMUP + PROBES runs on the team and on thread 0 each, then a choice
+t.adaptive = True       # a segment's probes: WARMUP + PROBES runs on the team, WARMUP_ONE + PROBES on thread 0, then a choice
 from ember.wasm.plan_exec import TeamSpace
 want = TeamSpace.WARMUP + TeamSpace.PROBES
+want_one = TeamSpace.WARMUP_ONE + TeamSpace.PROBES
 # a small plan (64^3 = 262 k multiply-adds by its table) runs on one thread from its first
 # replay, with no probe on the team; a 256^3 one is probed from its first replay
 def mk(n):
@@ -111,12 +121,12 @@ out["small"] = small
 TeamSpace.SMALL_WORK = 0   # the probes and the watch below, on a small plan
 f = ember.compile(lambda a, b: ember.relu(a @ b))
 a = ember.ones((64, 64), device="wasm")
-for _ in range(2 + 2 * want - 1):   # capture, record, all probes but the last
+for _ in range(2 + want + want_one - 1):   # capture, record, all probes but the last
     f(a, a)
 st = C.fast_of(f).segments[0].team_stats
-probe = {"want": want, "decided_early": st["use"] is not None}
+probe = {"want": want, "want_one": want_one, "decided_early": st["use"] is not None}
 f(a, a)
-probe.update(team=len(st[True]), one=len(st[False]), decided=st["use"] is not None and st["n"] == 2 * want)
+probe.update(team=len(st[True]), one=len(st[False]), decided=st["use"] is not None and st["n"] == want + want_one)
 out["probe"] = probe
 # after the choice its runs are watched: slower than the other way's best probe -> probed again
 seg = C.fast_of(f).segments[0]
@@ -128,7 +138,7 @@ watch = {"reprobe": seg.team_stats["n"] >= TeamSpace.REPROBE}
 f(a, a)
 watch["fresh"] = seg.team_stats is not st and seg.team_stats["use"] is None
 st = seg.team_stats
-st["use"], st[True], st[False], st["n"] = True, [1e-9] * want, [1e3] * want, 2 * want   # a choice that holds
+st["use"], st[True], st[False], st["n"] = True, [1e-9] * want, [1e3] * want_one, want + want_one   # a choice that holds
 for _ in range(TeamSpace.WATCH + 1):
     f(a, a)
 watch["kept"] = seg.team_stats is st and st["use"] is True and st["n"] < TeamSpace.REPROBE
@@ -152,11 +162,10 @@ json.dumps(out)
 
 def _check(res, where):
     lz = res["lazy"]
-    assert not lz["after_init"] and lz["workers_after_init"] == 0 and lz["init_threads"] == 1, (where, lz)
-    assert not lz["after_small"] and lz["small_space"] == "pyodide" and lz["small_same"], (where, lz)
-    assert lz["info_small"] == 0, (where, lz)
-    assert lz["after_big"] and lz["big_space"] == "threads" and lz["workers_after_big"] >= 1, (where, lz)
-    assert lz["big_same"], (where, lz)
+    assert not lz["pre_small_team"] and lz["pre_same"], (where, lz)
+    assert lz["workers_after_init"] == 0 and lz["init_threads"] == 1 and lz["started"], (where, lz)
+    assert lz["small_space"] == "pyodide" and lz["small_team_runs"] == 0 and lz["small_same"], (where, lz)
+    assert lz["big_space"] == "threads" and lz["big_same"], (where, lz)
     assert res["zero"] == "ValueError"
     assert res["info_before"]["shared_memory"] is True, res["info_before"]
     assert res["threads"] == 4, (where, res["init"])
@@ -176,7 +185,7 @@ def _check(res, where):
     assert s["narrow_input"].startswith("BoundsError") and s["narrow_input_ran_nothing"], (where, s)
     assert s["new_inputs"] and s["same_values_swap"], (where, s)
     p = res["probe"]
-    assert p["team"] == p["one"] == p["want"] and p["decided"] and not p["decided_early"], (where, p)
+    assert p["team"] == p["want"] and p["one"] == p["want_one"] and p["decided"] and not p["decided_early"], (where, p)
     assert res["watch"] == {"reprobe": True, "fresh": True, "kept": True}, (where, res["watch"])
     sm = res["small"]
     assert sm["work"] == 64 ** 3 + 64 * 64 and sm["work"] < sm["limit"], (where, sm)   # gemm + relu

@@ -43,9 +43,9 @@ async def init(*, wait_threads: float = 0.0) -> dict:
     ``wasmtime`` package) plain use of ``device="wasm"`` sets itself up, so this is optional
     there. Raises DeviceError saying why when the device cannot run here.
 
-    Where threads are possible (a cross-origin isolated page, Node), the thread team for
-    replayed plans (``set_threads``) starts with the first plan big enough to use it, not here;
-    ``wait_threads`` > 0 starts it now and waits up to that many seconds for all its workers.
+    Where threads are possible (a cross-origin isolated page, Node) it also starts the thread
+    team for replayed plans (``set_threads``) in the background and returns at once;
+    ``wait_threads`` > 0 waits up to that many seconds for it and all its workers.
 
     >>> import asyncio
     >>> asyncio.run(init())["device"]     # doctest: +SKIP
@@ -67,9 +67,9 @@ def set_threads(n: Optional[int]) -> None:
     "wasm"; ``None``: the default, the browser's ``navigator.hardwareConcurrency`` (Node: its
     available cores) capped at 8. Where threads are unavailable (a page without cross-origin
     isolation, CPython) this is remembered and everything still runs on one thread
-    (``info()["note"]`` says why). Results are the same bits for any thread count. The team starts
-    with the first replayed plan big enough to use it, its workers in the background
-    (``await ember.wasm.init(wait_threads=10)`` starts it now and waits for them).
+    (``info()["note"]`` says why). Results are the same bits for any thread count. Workers start
+    in the background (``await ember.wasm.init(wait_threads=10)`` waits for them); plans move
+    to the team on their next replay, those too small for it stay on one thread.
 
     >>> import ember
     >>> ember.wasm.set_threads(2)

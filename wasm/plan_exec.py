@@ -1396,9 +1396,13 @@ class TeamSpace(ArenaSpace):
     # same bits) and keeps the faster, measured again every REPROBE runs. The first WARMUP runs
     # of each are not counted: a worker's first runs pay for waking and for the engine's optimizing
     # compile of the kernels (seen: an LLM decode step's first team runs 1.5-4.5x the later ones,
-    # which made a page keep one thread).
+    # which made a page keep one thread). Thread 0's own probes come after the team's, whose runs
+    # already compiled the kernels they share (gemm_one, gemm_nt_one, the maps...): one uncounted
+    # run there (a MiniLM 1 x 8 page: its 20 timed runs held 7 one-thread runs before, at ~1.4x a
+    # team run each).
     PROBES = 3
     WARMUP = 4
+    WARMUP_ONE = 1
     REPROBE = 256
     # After a choice its runs are watched: when the best of WATCH of them is over SLACK times the
     # other way's best probe, the segment is measured again at once (seen in a page on a busy
@@ -1441,7 +1445,8 @@ class TeamSpace(ArenaSpace):
                 w[1] = dt
             w[0] += 1
             if w[0] >= self.WATCH:
-                if w[1] > self.SLACK * min(st[not use][self.WARMUP:], default=float("inf")):
+                k = self.WARMUP if not use else self.WARMUP_ONE
+                if w[1] > self.SLACK * min(st[not use][k:], default=float("inf")):
                     st["n"] = self.REPROBE   # the next run starts new probes
                 w[0], w[1] = 0, float("inf")
             return
@@ -1458,9 +1463,9 @@ class TeamSpace(ArenaSpace):
         if starting:
             return
         st[use].append(_now() - t0)
-        k = self.WARMUP
-        if len(st[True]) >= self.PROBES + k and len(st[False]) >= self.PROBES + k:
-            st["use"] = min(st[True][k:]) < 0.95 * min(st[False][k:])
+        k, k1 = self.WARMUP, self.WARMUP_ONE
+        if len(st[True]) >= self.PROBES + k and len(st[False]) >= self.PROBES + k1:
+            st["use"] = min(st[True][k:]) < 0.95 * min(st[False][k1:])
 
     def _bound_addr(self, r, n, vals):
         # a constant a table writes in place (a KV cache): one resident copy in the shared memory

@@ -61,7 +61,7 @@ buffer) and makes its KV cache here: Python's side is a ``Moved`` array, the rig
   iteration, the buffer protocol, the python device sharing the buffer) goes through the
   ``Moved`` class, which does the same. A slice of a moved array is copied in the shared memory
   (it stays moved). After ``set_threads(1)`` its plans' tables run on thread 0 of the team's
-  memory instead (``plan_exec._space_team``), so nothing is copied back;
+  memory instead (``plan_exec._plan_team``), so nothing is copied back;
 - after ``Team.close()`` (its memory given up) reading a moved array raises ``DeviceError``.
 
 **Limits.** ``array(typecode, moved)`` with the same typecode copies C-level elements (none);
@@ -73,16 +73,20 @@ Workers are started once and stopped only by ``close()`` (``set_threads(1)`` par
 start asynchronously: the first replays after ``set_threads`` may run on fewer threads (the same
 results; a segment's probes wait for them), ``await ember.wasm.init(wait_threads=s)`` waits.
 
-**When the team starts.** Not at ``ember.wasm.init()``: the first replayed plan whose tables are
-worth it (``plan_exec._plan_team``: at least ``TeamSpace.SMALL_WORK`` multiply-adds) starts it,
-synchronously (the shared memory, the module compiled for it: ~2 ms for its 212 KB in Chromium
-156, whose main thread accepts that compile; the workers then start on their own). A page whose
-plans are all small (the MNIST CNN) never compiles the second module nor starts a worker.
-Measured (bench web MNIST pages, load 2.8-4, medians of 8 alternating pages): the loader's
-``ember.wasm.init()`` step 119 -> 102 ms, the model's load 208 -> 189 ms, the first forward
-12.3 -> 6.4 ms; the timed MNIST forwards the same (0.214 vs 0.213 ms: the workers, asleep after
-their first spins, used no measurable CPU either way). ``threads()`` and a model moving weights
-into the shared memory (``ember.nn.llama``) also start it; ``info()`` does not.
+**When the team starts.** ``ember.wasm.init()`` starts it in the background: the module for
+the shared memory compiled asynchronously, the workers started when that is done (an event loop
+turn of the page's model load), and ``init()`` returns at once; ``info()`` never starts it. A
+plan that runs before then, or without ``init()`` (Node scripts), starts it synchronously when
+its tables are worth the team (``plan_exec._plan_team``: at least ``TeamSpace.SMALL_WORK``
+multiply-adds); a small plan never starts it and never runs on it. Starting it with the first
+big plan only (tried, measured in bench web pages): the MNIST page's start was ~40 ms shorter
+(the loader's init step 119 -> 102 ms, the model load 208 -> 189, load 2.8-4), but a page that
+calls a big model in a loop that never yields to its event loop (bench web's timed loop) kept
+one thread for the whole workload: Chromium starts a Web Worker only from the page's event loop
+(MiniLM 8 x 64: 340-370 ms instead of 175). Before that, ``init()`` built the team synchronously
+(``info()`` asked for ``threads()``): the init step 166 vs 132 ms now (5 alternating pages, load
+2-3). The idle workers cost the page nothing measurable (/proc per-thread CPU of the renderer:
+under 10 ms for a whole MNIST page; MNIST forwards the same with a team of 1 or none).
 """
 from __future__ import annotations
 
@@ -835,10 +839,9 @@ def team(create: bool = True):
     ``create``: start it now if it is not running (the shared memory, the module compiled for
     it, the workers). Only a caller that will use it asks for that: a replayed plan whose
     tables are worth the team (``plan_exec._plan_team``), a model moving its weights into the
-    shared memory, ``threads()``. ``ember.wasm.init()`` does not, so a page whose plans are all
-    small (MNIST) never compiles the second module nor starts a worker. Where the host refuses
-    a synchronous compile (an older browser's main thread), the team is started in the
-    background instead and plans move to it on their next replay (``epoch``)."""
+    shared memory, ``threads()``; ``info()`` does not. Where the host refuses a synchronous
+    compile (an older browser's main thread), the team is started in the background instead
+    and plans move to it on their next replay (``epoch``)."""
     t = _STATE["team"]
     if t is not None or not create:
         return t if t is not None and t.wanted > 1 else None
@@ -879,14 +882,18 @@ def wanted() -> int:
 
 
 async def init_async(wait: float = 0.0) -> None:
-    """With ``wait`` > 0, start the team where threads are possible and wait up to that many
-    seconds for it and all its workers. With ``wait`` == 0 nothing starts here: the first
-    replayed plan whose tables are worth the team starts it (``team()``), so a page that only
-    runs small plans never pays for it (measured: see the module docstring)."""
+    """Start the team where threads are possible. With ``wait`` == 0 it starts in the background
+    (compiled asynchronously, its workers started when that is done, on an event loop turn of
+    the page's model load) and this returns at once; ``wait`` > 0 starts it now and waits up to
+    that many seconds for it and all its workers."""
     import asyncio
     import time
 
-    if wait <= 0 or not possible():
+    if not possible():
+        return
+    if wait <= 0:
+        if _STATE["team"] is None:
+            _create_soon()
         return
     if _STATE["team"] is None:
         team()   # synchronously where the host allows it; else in the background
@@ -939,7 +946,7 @@ def threads() -> int:
 
 def describe() -> dict:
     """``ember.wasm.info()``'s thread entries. Asking does not start the team: ``threads`` is
-    1 until a plan (or ``threads()``, ``init(wait_threads=...)``) started it."""
+    1 until it is running (``init()`` starts it in the background)."""
     env = _env()
     t = _STATE["team"]
     threads_now = t.ready() if t is not None and env["shareable"] and t.wanted > 1 else 1
@@ -950,8 +957,8 @@ def describe() -> dict:
         if wanted() <= 1:
             why = "one thread asked for (ember.wasm.set_threads)"
         elif t is None:
-            why = ("the thread team starts with the first replayed plan worth it (tables of at least "
-                   "plan_exec.TeamSpace.SMALL_WORK multiply-adds): none so far")
+            why = ("the thread team is not running yet (ember.wasm.init() starts it in the background; "
+                   "a replayed plan worth it starts it)")
     if why:
         out["note"] = why
     if t is not None:
