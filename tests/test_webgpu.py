@@ -398,3 +398,37 @@ def test_few_row_products_take_sg_without_timing(tmp_path, monkeypatch):
         wg.reset_stats()
         np.testing.assert_allclose((gpu(a) @ ember.matrix_transpose(gpu(w))).numpy(), a @ w.T, rtol=1e-4, atol=1e-4)
         assert wg.stats()["autotune_benchmarks"] == timed, m
+
+
+@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sk", "sg"])
+def test_matmul_folds_a_shared_weight_over_the_batch(variant):
+    """(batch, rows, k) @ W with one W for every batch is one product of batch * rows rows;
+    batches that do not follow each other evenly (a sliced or broadcast batch axis) keep their
+    batch axis; the results equal numpy's either way, epilogue included."""
+    rt = get_runtime()
+    w, bias = rand(24, 36, seed=1), rand(36, seed=2)
+    cases = {"folded": rand(3, 5, 24), "one row a batch": rand(4, 1, 24), "4-d": rand(2, 3, 4, 24)}
+    sliced = rand(3, 7, 24)
+    for m, a in list(cases.items()):
+        if not linalg.eligible(rt, variant, a.shape[-2] * (a.size // a.shape[-1] // a.shape[-2]), 36, 24, "f32"):
+            cases.pop(m)
+    autotune.force("matmul", variant)
+    try:
+        for name, a in cases.items():
+            got = (gpu(a) @ gpu(w) + gpu(bias)).numpy()
+            np.testing.assert_allclose(got, a @ w + bias, rtol=1e-4, atol=1e-4, err_msg=name)
+        if linalg.eligible(rt, variant, 5, 36, 24, "f32"):
+            got = (gpu(sliced)[:, 1:6] @ gpu(w)).numpy()           # rows 1..5 of each batch of 7: not even
+            np.testing.assert_allclose(got, sliced[:, 1:6] @ w, rtol=1e-4, atol=1e-4)
+    finally:
+        autotune.force("matmul", None)
+    plan = linalg.MatmulPlan(rt, gpu(rand(3, 5, 24))._buf, gpu(w)._buf, _meta((3, 5, 36)))
+    assert (plan.M, plan.nb, plan.rank) == (15, 1, 0)
+    plan = linalg.MatmulPlan(rt, gpu(sliced)[:, 1:6]._buf, gpu(w)._buf, _meta((3, 5, 36)))
+    assert (plan.M, plan.nb) == (5, 3)
+
+
+def _meta(shape):
+    from ember.registry import Meta
+
+    return Meta(tuple(shape), ember.float32)

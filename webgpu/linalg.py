@@ -78,6 +78,22 @@ def _operand(g: GBuf, rows_axis_last: bool):
     return g, g.offset, st[-2], st[-1], sh[:-2], st[:-2]
 
 
+def _fold_rows(batch, abst, M: int, a_rs: int):
+    """The row stride of A seen as ``prod(batch) * M`` rows, or None where its batch strides do
+    not continue its rows evenly (a broadcast or sliced batch axis)."""
+    rs = a_rs if M > 1 else None
+    want = M * a_rs if M > 1 else None
+    for n, st in zip(reversed(batch), reversed(abst)):
+        if n == 1:
+            continue
+        if want is None:            # one row per batch: the innermost batch stride is the row stride
+            rs, want = st, st
+        if st != want or st <= 0:
+            return None
+        want = st * n
+    return rs if rs is not None else a_rs
+
+
 def _batch_strides(shape, strides, batch):
     pad = len(batch) - len(shape)
     out = []
@@ -121,9 +137,15 @@ class MatmulPlan:
         self.kind = fusion.wgsl_type(out.dtype)
         self.raw_dtype = {"f32": _dt.float32, "i32": _dt.int32, "u32": _dt.uint8}[self.kind]
         self.epilogue_ok = self.kind == "f32"
-        self.rank = len(batch)
         abst = _batch_strides(a_bsh, a_bst, batch)
         bbst = _batch_strides(b_bsh, b_bst, batch)
+        rs = _fold_rows(batch, abst, M, a_rs) if batch and not any(bbst) else None
+        if rs is not None:
+            # one weight for every batch (x @ W of a linear layer on (batch, tokens, k)) and A's
+            # row blocks evenly spaced: one product of nb * M rows (bigger tiles, no batch axis)
+            M, a_rs, batch, abst, bbst = M * prod(batch), rs, (), [], []
+            self.M, self.nb = M, 1
+        self.rank = len(batch)
         # rb128 loads 4 consecutive values as one vec4 where the whole row is 16-byte aligned
         a_vec = a_ks == 1 and all(v % 4 == 0 for v in [a_off, a_rs] + abst)
         b_vec = b_ns == 1 and all(v % 4 == 0 for v in [b_off, b_ks] + bbst)
