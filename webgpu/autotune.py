@@ -119,6 +119,20 @@ def _sync(rt, probe) -> None:
     rt.driver.read(probe.buf, 4)
 
 
+def _gpu_timer(rt):
+    """GPU timestamps of every pass for the timings (native driver, adapter with
+    ``timestamp-query``, no other timer installed), else None."""
+    if in_browser() or getattr(rt.driver, "timer", 0) is not None:
+        return None
+    try:
+        from .native import PassTimer
+
+        return PassTimer.install(rt)
+    except Exception:      # an adapter that lists the feature but cannot make the query set
+        rt.driver.timer = None
+        return None
+
+
 def choose(rt, key: str, candidates: dict, default: str, read_result=None, close=None) -> str:
     """The variant to run for ``key``.
 
@@ -131,6 +145,7 @@ def choose(rt, key: str, candidates: dict, default: str, read_result=None, close
         return hit
     if not _STATE["enabled"] or len(candidates) == 1:
         return default
+    timer = _gpu_timer(rt)
     try:
         probe = rt.alloc(4)
         times = {}
@@ -153,14 +168,25 @@ def choose(rt, key: str, candidates: dict, default: str, read_result=None, close
                 if best is not None and first > 4 * best + 0.05:
                     times[name] = first        # clearly slower: no need to time it again
                     continue
-                reps = max(1, min(10, int(0.1 / max(first, 1e-4))))
+                # one more run alone: what a run costs once compiled (plus one wait for the GPU),
+                # then enough runs that the wait (~0.05-0.1 ms natively) is noise beside them
+                t0 = time.perf_counter()
+                launch()
+                _sync(rt, probe)
+                one = time.perf_counter() - t0
+                reps = max(2, min(200, int(0.02 / max(one, 1e-5))))
+                if timer is not None:
+                    timer.start()
                 for _ in range(reps):
                     launch()
                 # only the GPU's part: recording is the same Python for every variant, and
-                # at small sizes it would hide the kernels' differences
+                # at small sizes it would hide the kernels' differences. With GPU timestamps,
+                # the sum of the passes' own times; else the wait after recording (the GPU
+                # runs the flushed dispatches while Python records the rest: a rough figure)
                 t0 = time.perf_counter()
                 _sync(rt, probe)
-                times[name] = (time.perf_counter() - t0) / reps
+                gpu = timer.seconds() if timer is not None else None
+                times[name] = (gpu if gpu is not None else time.perf_counter() - t0) / reps
             except DeviceError:
                 if name == default:
                     raise
@@ -168,6 +194,9 @@ def choose(rt, key: str, candidates: dict, default: str, read_result=None, close
         rt.stats["autotune_benchmarks"] += 1
     except DeviceError:
         return default  # e.g. the browser cannot block for the timing reads here
+    finally:
+        if timer is not None:
+            rt.driver.timer = None
     win = min(times, key=times.get) if times else default
     table[key] = win
     _save()

@@ -5,7 +5,7 @@ weights and inputs. Per shape: median ms per call with the output read back to t
 host time per call (the replay's encode + submit, before the read waits), dispatches per call, and
 the largest difference from PyTorch.
 
-    python tests/bench/bench_bert_gpu.py [--shapes 8x64,32x128,1x16] [--reps 30] [--profile]
+    python tests/bench/bench_bert_gpu.py [--shapes 8x64,32x128,1x16] [--reps 30] [--profile] [--variant V]
 
 ``--profile``: after each shape, the GPU time of every kernel of its replayed plan (each dispatch
 in a pass of its own), summed per pipeline.
@@ -28,11 +28,16 @@ def main() -> None:
     ap.add_argument("--shapes", default="8x64,32x128,1x16", help="batch x tokens, comma separated")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--profile", action="store_true", help="also the GPU time per kernel of each shape's plan")
+    ap.add_argument("--variant", default=None, help="force this matmul variant where eligible (tiled, rb64, rb128, sk, sg)")
     a = ap.parse_args()
     import ember
     import ember.onnx
     from ember.webgpu.runtime import get_runtime
 
+    if a.variant:
+        from ember.webgpu import autotune
+
+        autotune.force("matmul", a.variant)
     c = M.MINILM
     w = M.random_bert_weights(c)
     model = ember.onnx.load(M.bert_onnx(c, w), device="webgpu")

@@ -51,6 +51,7 @@ import numpy as np
 import ember
 import ember.webgpu as wg
 from ember.webgpu import autotune, linalg
+from ember.webgpu.native import PassTimer  # noqa: F401  (GPU timestamps of every pass; h200_profile, bench_train use it from here)
 
 
 def _arg_list(s):
@@ -108,72 +109,6 @@ def print_stream_profile(rt, stream, timer) -> None:
     print(f"GPU time per kernel, each dispatch in its own pass ({len(stream.cmds)} dispatches, {total:.0f} us in all):")
     for k, (n, us, grid) in sorted(per.items(), key=lambda kv: -kv[1][1]):
         print(f"  {us:9.1f} us  {n:4d} x {us / n:7.2f} us  grid {grid}  {k[0]}")
-
-
-class PassTimer:
-    """GPU timestamps around EVERY compute pass the native driver submits (the adapter's
-    ``timestamp-query`` feature), summed: the time the GPU spent on the recorded dispatches,
-    nothing of the Python that recorded them, of the submit or of the wait. (An earlier version
-    read the last pass only and divided by every repetition: with a submit every 32 dispatches
-    it printed 1,682 TFLOP/s.) ``start()`` before the work, ``seconds()`` after it: the sum over
-    the passes since, or None when more passes ran than the query set holds. Installed as the
-    driver's ``timer`` for the benchmark only; ``None`` where the driver or adapter cannot."""
-
-    PAIRS = 2048          # passes one timing may span (4096 queries: WebGPU's query-set limit)
-    SLOT = 256            # resolveQuerySet's destination offset must be a multiple of 256
-
-    @classmethod
-    def install(cls, rt):
-        drv = rt.driver
-        dev = getattr(drv, "_dev", None)
-        if dev is None or "timestamp-query" not in rt.features or not hasattr(drv, "timer"):
-            return None
-        return cls(drv, dev)
-
-    def __init__(self, drv, dev):
-        import wgpu
-
-        self.dev = dev
-        self.qs = dev.create_query_set(type="timestamp", count=2 * self.PAIRS)
-        self.buf = dev.create_buffer(size=self.PAIRS * self.SLOT,
-                                     usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-        self.n = 0
-        self.overflow = False
-        self.cur = None
-        drv.timer = self
-
-    def start(self) -> None:
-        self.n = 0
-        self.overflow = False
-
-    def writes(self):
-        if self.n >= self.PAIRS:
-            self.overflow = True
-            self.cur = None
-            return None
-        self.cur = self.n
-        self.n += 1
-        return {"query_set": self.qs, "beginning_of_pass_write_index": 2 * self.cur,
-                "end_of_pass_write_index": 2 * self.cur + 1}
-
-    def resolve(self, enc) -> None:
-        if self.cur is not None:
-            enc.resolve_query_set(self.qs, 2 * self.cur, 2, self.buf, self.cur * self.SLOT)
-            self.cur = None
-
-    def seconds(self):
-        """GPU seconds summed over the passes since ``start()`` (waits for them); None when
-        the query set overflowed."""
-        if self.overflow:
-            return None
-        if self.n == 0:
-            return 0.0
-        raw = np.frombuffer(self.dev.queue.read_buffer(self.buf, 0, self.n * self.SLOT), np.uint64)
-        t = raw.reshape(self.n, self.SLOT // 8)[:, :2].astype(np.int64)
-        return float((t[:, 1] - t[:, 0]).sum()) * 1e-9   # nanoseconds (WebGPU's unit)
-
-    def passes(self) -> int:
-        return self.n
 
 
 # ---- honesty checks: a figure above the device's peak, or GPU time longer than the wall time
