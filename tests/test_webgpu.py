@@ -453,3 +453,31 @@ def test_autotune_times_by_gpu_timestamps_where_it_can(tmp_path, monkeypatch):
     np.testing.assert_allclose((gpu(a) @ gpu(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
     assert seen and all(s is not None and s > 0 for s in seen)
     assert rt.driver.timer is None
+
+
+def test_index_ranges_survive_int64_constants_aranges_and_reshapes():
+    """A BERT-style embedding sum (word ids uploaded as int64, token types ``zeros_like`` them,
+    positions an int64 ``arange`` sliced) checks its indices from the ranges known on the host:
+    no GPU read before the result's own, even on a compiled function's first (recording) call
+    (in the page such a read fails outside runPythonAsync); same values as numpy."""
+    rt = get_runtime()
+    w1, w2, w3 = rand(50, 4), rand(2, 4, seed=1), rand(16, 4, seed=2)
+    tw1, tw2, tw3 = gpu(w1), gpu(w2), gpu(w3)
+    pos = ember.arange(16, dtype=ember.int64, device="webgpu").reshape(1, -1)
+
+    def f(ids):
+        n = ids.shape[1]
+        return (ember.embedding(ids, tw1) + ember.embedding(ember.zeros_like(ids), tw2)
+                + ember.embedding(pos[:, :n], tw3))
+    ids = np.array([[3, 49, 0, 7, 7, 12]], dtype=np.int64)
+    want = w1[ids] + w2[np.zeros_like(ids)] + w3[np.arange(6)][None]
+    for fn in (f, ember.compile(f), ember.compile(f)):
+        rt.reset_stats()
+        out = fn(ember.from_bytes(ids.tobytes(), ids.shape, "int64", device="webgpu"))
+        wg.evaluate(out)
+        assert rt.stats["reads"] == 0
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    from ember.errors import IndexingError
+
+    with pytest.raises(IndexingError):
+        f(ember.from_bytes(np.array([[50]], np.int64).tobytes(), (1, 1), "int64", device="webgpu"))

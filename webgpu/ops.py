@@ -71,7 +71,7 @@ def _elementwise(rt, name):
 
         def kernel(out, a, b, **attrs):   # noqa: F811
             g = plain(out, a, b, **attrs)
-            if out.dtype is _dt.int32 and a._buf.bounds is not None and b._buf.bounds is not None:
+            if out.dtype in (_dt.int32, _dt.int64) and a._buf.bounds is not None and b._buf.bounds is not None:
                 # index arithmetic (positions pos + arange(T)): its range stays known, so the
                 # take that uses it needs no GPU read to check it
                 g.bounds = add_bounds(a._buf.bounds, b._buf.bounds, sign)
@@ -127,7 +127,7 @@ def _arange(rt):
             info, info_n = info_words([n, value_bits(start, dt), value_bits(step, dt)])
             pipe = rt.kernel("arange", T=wgsl_type(dt), INFO=info_n, WG=WG)
             dispatch_1d(rt, pipe, [(st.buf, 0, n * 4)], info, n)
-            if dt is _dt.int32:
+            if out.dtype in (_dt.int32, _dt.int64):
                 last = start + (n - 1) * step
                 g.bounds = (min_(start, last), max_(start, last))
         return finish(rt, g, out)
@@ -137,7 +137,7 @@ def _arange(rt):
 def _full(rt):
     def kernel(out, *, value, **_):
         g = fusion.const_buf(rt, out.shape, value, out.dtype)
-        if out.dtype is _dt.int32:
+        if out.dtype in (_dt.int32, _dt.int64):      # (int64 is stored as int32: const_buf checks the range)
             g.bounds = (int(value), int(value))
         return g
     return kernel
@@ -181,14 +181,19 @@ def reshape_strides(shape, strides, new_shape):
 def _reshape(rt):
     def kernel(out, x, **_):
         g = x._buf
+        bounds = g.bounds        # (the values, so their range, are the same: take needs no GPU read)
         if g.expr is not None and g.expr.kind == "const":
-            return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
+            c = fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
+            c.bounds = bounds
+            return c
         g = realize(g)
         st = reshape_strides(g.shape, g.strides, out.shape)
         if st is None:
             g = contiguous(g)
             st = contiguous_strides(out.shape)
-        return view(g, out.shape, st, g.offset)
+        v = view(g, out.shape, st, g.offset)
+        v.bounds = bounds
+        return v
     return kernel
 
 
