@@ -149,6 +149,9 @@ class MatmulPlan:
         # rb128 loads 4 consecutive values as one vec4 where the whole row is 16-byte aligned
         a_vec = a_ks == 1 and all(v % 4 == 0 for v in [a_off, a_rs] + abst)
         b_vec = b_ns == 1 and all(v % 4 == 0 for v in [b_off, b_ks] + bbst)
+        # sg reads A and B as vec4s where both run along k (x @ w.T with w row-major), every row
+        # start 16-byte aligned and K a multiple of 4
+        self.sg_vec4 = a_vec and K % 4 == 0 and b_ks == 1 and all(v % 4 == 0 for v in [b_off, b_ns] + bbst)
         self.words = [M, N, K, self.nb, a_off, a_rs, a_ks, int(a_vec), b_off, b_ks, b_ns, int(b_vec)]
         self.words += list(batch) + abst + bbst
         self.key = autotune.shape_key("matmul", self.kind, (M, N, K, self.nb),
@@ -291,7 +294,7 @@ class MatmulPlan:
             self._record("splitk", [out, pbuf], prog, epi_words, split, grid_1d(n_groups, rt.max_groups))
             return
         bufs = [out] + ops
-        if variant in ("rb128", "sk") or (variant == "sg" and self._sg_vec4(words)):
+        if variant in ("rb128", "sk") or (variant == "sg" and self.sg_vec4 and words is None):
             bufs += ops   # A and B again, read as vec4 (A4, B4)
         if variant == "sg":
             grid = ((N + 7) // 8, M, nb)
@@ -300,18 +303,9 @@ class MatmulPlan:
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
         self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words)
 
-    def _sg_vec4(self, words) -> bool:
-        """Whether ``sg`` reads A and B as vec4s: both contiguous along k (x @ w.T with w
-        row-major), every row start 16-byte aligned, K a multiple of 4 (not for chunked calls)."""
-        if words is not None or self.K % 4:
-            return False
-        w, r = self.words, self.rank
-        b_batch = w[12 + 2 * r:12 + 3 * r]
-        return bool(w[7]) and w[9] == 1 and all(v % 4 == 0 for v in [w[8], w[10]] + b_batch)
-
     def _record(self, variant, bufs, prog, epi_words, split, grid, words=None) -> None:
         rt = self.rt
-        v4 = variant == "sg" and self._sg_vec4(words)
+        v4 = variant == "sg" and self.sg_vec4 and words is None     # (not for chunked calls)
         words = list(self.words if words is None else words)
         sig = None
         if prog is not None:

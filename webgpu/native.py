@@ -368,16 +368,18 @@ class PassTimer:
             enc.resolve_query_set(self.qs, 2 * self.cur, 2, self.buf, self.cur * self.SLOT)
             self.cur = None
 
+    def durations(self) -> list:
+        """GPU seconds of each pass since ``start()``, in order (waits for them)."""
+        if self.n == 0:
+            return []
+        q = memoryview(self.dev.queue.read_buffer(self.buf, 0, self.n * self.SLOT)).cast("Q")
+        w = self.SLOT // 8
+        return [(q[i * w + 1] - q[i * w]) * 1e-9 for i in range(self.n)]   # nanoseconds (WebGPU's unit)
+
     def seconds(self):
         """GPU seconds summed over the passes since ``start()`` (waits for them); None when
         the query set overflowed."""
-        if self.overflow:
-            return None
-        if self.n == 0:
-            return 0.0
-        q = memoryview(self.dev.queue.read_buffer(self.buf, 0, self.n * self.SLOT)).cast("Q")
-        w = self.SLOT // 8
-        return sum(q[i * w + 1] - q[i * w] for i in range(self.n)) * 1e-9   # nanoseconds (WebGPU's unit)
+        return None if self.overflow else sum(self.durations())
 
     def passes(self) -> int:
         return self.n

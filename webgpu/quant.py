@@ -519,15 +519,14 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     bufs = [(res_st.buf, 0, nout * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
-                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", HEAD="", TAIL="",
+                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="",
                   **_sg_params(rt))
     if proj is not None:
         w, qtype, n, K, gr = proj
         gw = _weight(w)
         words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
         bufs += [_whole(gw), _whole(gr)]
-        params.update(EMIT="qsh[d] = v;", HEAD="",
-                      TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
+        params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
             "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
             "@NP@", str(n)))
     info, info_n = _info(words)

@@ -115,7 +115,6 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let tq = row / Hq;
   let G = Hq / Hkv;
   let hk = (row % Hq) / G;
-  {{HEAD}}
   // (q first: its loads need no position, so they overlap the wait for pos)
   let scale = bitcast<f32>(u(5u));
   for (var d = t; d < D; d = d + {{WG}}u) { qsh[d] = q[u(6u) + row * D + d] * scale; }
