@@ -222,7 +222,7 @@ def test_info_stats_devices_and_init():
 
 # ---- matmul variants and autotune --------------------------------------------------------------
 
-@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sk", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg"])
 def test_matmul_variants_match_numpy(variant):
     rt = get_runtime()
     cases = [((3, 5), (5, 7)), ((130, 70), (70, 129)), ((2, 1, 9, 20), (3, 20, 4)), ((1, 300), (300, 33)),
@@ -241,6 +241,39 @@ def test_matmul_variants_match_numpy(variant):
             autotune.force("matmul", None)
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(got_t, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["rb32", "rb64", "rb128", "sk"])
+def test_register_blocked_matmuls_read_every_layout(variant):
+    """The generated register-blocked kernels (and split-K over them) on operands read through
+    strides: A transposed (its rows along the buffer), both transposed, views starting at an
+    unaligned element (scalar loads instead of vec4), k shorter than a k tile and k that ends
+    mid-tile, a broadcast batch axis, with and without an epilogue."""
+    rt = get_runtime()
+    autotune.force("matmul", variant)
+    try:
+        for (m, k, n) in [(70, 5, 33), (67, 1000, 130), (129, 300, 65), (40, 97, 200)]:
+            if not linalg.eligible(rt, variant, m, n, k, "f32"):
+                continue
+            a, b, bias = rand(m, k), rand(k, n, seed=1), rand(n, seed=2)
+            at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+            ref = a @ b
+            got = {
+                "A.T": (ember.matrix_transpose(gpu(at)) @ gpu(b)).numpy(),
+                "both.T": (ember.matrix_transpose(gpu(at)) @ ember.matrix_transpose(gpu(bt))).numpy(),
+                "unaligned": (gpu(np.pad(a, ((0, 0), (1, 0))))[:, 1:] @ gpu(np.pad(b, ((1, 0), (3, 0))))[1:, 3:]).numpy(),
+                "epilogue": ember.relu(gpu(a) @ gpu(b) + gpu(bias)).numpy() - np.maximum(ref + bias, 0) + ref,
+                # rows 16-byte aligned but k (n) not a multiple of 4: a row's last vec4 is partial
+                "narrow": (gpu(np.pad(a, ((0, 0), (0, 8 - k % 4)), constant_values=7))[:, :k]
+                           @ gpu(np.pad(b, ((0, 0), (0, 8 - n % 4)), constant_values=7))[:, :n]).numpy(),
+            }
+            for name, g in got.items():
+                np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-4, err_msg=f"{variant} {m}x{k}x{n} {name}")
+        a, b = rand(3, 1, 40, 70), rand(2, 70, 48, seed=1)        # batch axes broadcast both ways
+        if linalg.eligible(rt, variant, 40, 48, 70, "f32"):
+            np.testing.assert_allclose((gpu(a) @ gpu(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    finally:
+        autotune.force("matmul", None)
 
 
 def test_autotune_caches_the_winner_per_adapter(tmp_path, monkeypatch):
@@ -322,7 +355,7 @@ def test_attention_heads_merge_without_a_copy():
     np.testing.assert_allclose(merged.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sk", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg"])
 def test_matmul_epilogue_fuses_bias_and_activation(variant):
     rt = get_runtime()
     k = 300 if variant == "sk" else 40       # split-k only takes deep k
@@ -400,7 +433,7 @@ def test_few_row_products_take_sg_without_timing(tmp_path, monkeypatch):
         assert wg.stats()["autotune_benchmarks"] == timed, m
 
 
-@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sk", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg"])
 def test_matmul_folds_a_shared_weight_over_the_batch(variant):
     """(batch, rows, k) @ W with one W for every batch is one product of batch * rows rows;
     batches that do not follow each other evenly (a sliced or broadcast batch axis) keep their

@@ -254,7 +254,7 @@ def test_page_opens_webgpu_through_the_browser_driver(page_result):
 
 
 @pytest.mark.parametrize("name", ["matmul", "matmul_wT", "gelu_chain", "sum", "max", "softmax", "layer_norm",
-                                  "matmul_tiled", "matmul_rb64", "matmul_rb128", "conv2d", "conv_transpose2d",
+                                  "matmul_tiled", "matmul_rb32", "matmul_rb64", "matmul_rb128", "conv2d", "conv_transpose2d",
                                   "max_pool2d", "avg_pool2d", "cumsum", "sort", "argmax", "pad", "take_concat",
                                   "arange", "attention"])
 def test_webgpu_matches_python_in_the_page(page_result, name):
@@ -263,7 +263,7 @@ def test_webgpu_matches_python_in_the_page(page_result, name):
     _close(res["webgpu"], res["python"], rtol=1e-4 if loose else 1e-5, atol=1e-4 if loose else 1e-5)
 
 
-@pytest.mark.parametrize("variant", ["tiled", "rb64", "rb128", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sg"])
 def test_matmul_epilogue_in_the_page(page_result, variant):
     res = page_result.get("epilogue_" + variant)
     if res is None:

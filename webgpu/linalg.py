@@ -1,10 +1,11 @@
-"""matmul on webgpu: five kernel variants, chosen per shape class by ``autotune``.
+"""matmul on webgpu: six kernel variants, chosen per shape class by ``autotune``.
 
 - ``tiled``: 16x16 shared-memory tiles, one output per thread; any dtype, the reference.
-- ``rb64``: 64x64 tiles, 4x4 outputs per thread in named vec4 registers (float32).
-- ``rb128``: 128x128 tiles, 8x8 outputs per thread in 16 named vec4 registers, double-buffered
-  k tiles of 8, vec4 global loads where aligned (float32; ``matmul_rb128.wgsl`` with its k loop
-  unrolled by ``render_rb128``).
+- ``rb32``, ``rb64``, ``rb128``: register-blocked float32 kernels generated from one template
+  (``matmul_rb.wgsl``, its body written by ``render_rb``): 32x64, 64x64 and 128x128 output tiles,
+  4x4, 4x4 and 8x8 outputs per thread in named vec4 registers, k tiles of 32, 16 and 16 in
+  workgroup memory, vec4 global loads where aligned. Small tiles fill the GPU on mid-size
+  products (a BERT layer's 512x384x384), large ones reuse more per load.
 - ``sk``: split-K ``rb128`` for outputs too small to fill a large GPU (1024^2 gives 64 tiles of
   128^2 for an H200's 132 cores): k is cut into parts whose partial products a second kernel
   (``matmul_splitk.wgsl``) adds up, running the epilogue there.
@@ -24,8 +25,13 @@ from .driver import grid_1d
 from .fusion import GBuf, realize
 from .runtime import kernel_source, pack_info, render
 
-VARIANTS = ("tiled", "rb64", "rb128", "sk", "sg")
-_TILES = {"tiled": (16, 16), "rb64": (64, 64), "rb128": (128, 128), "sk": (128, 128)}
+VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg")
+# the register-blocked variants: (BM, BN, TM, TN, BK) = output tile, outputs per thread, k tile
+# (threads: (BM / TM) * (BN / TN)). H100, `tests/bench/webgpu_gemm_lab.py` (TFLOP/s, PyTorch fp32
+# in the same run): 128x128/8x8/16 46.3 at 4096^3 (torch 51.7); 32x64/4x4/32 13.7 at 512x384x384
+# (torch 9.0; 128x128 tiles 3.3 there: 12 workgroups).
+RB = {"rb128": (128, 128, 8, 8, 16), "rb64": (64, 64, 4, 4, 16), "rb32": (32, 64, 4, 4, 32)}
+_TILES = {"tiled": (16, 16), "sk": (128, 128), **{v: c[:2] for v, c in RB.items()}}
 # split-K: about this many workgroups (an H200 measured: 256 beat 512 at 1024^2, 0.62x against
 # 0.47x of PyTorch), and no part shallower than 64
 SPLIT_TARGET = 256
@@ -59,10 +65,12 @@ def default_variant(rt, M, N, K, kind) -> str:
         return "tiled"
     if M <= 16 and "subgroups" in rt.features:
         return "sg"
-    if M >= 128 and N >= 128:
+    if M >= 128 and N >= 128 and ((M + 127) // 128) * ((N + 127) // 128) >= 128:
         return "rb128"
-    if M >= 32 and N >= 32:
+    if M >= 64 and N >= 64 and ((M + 63) // 64) * ((N + 63) // 64) >= 128:
         return "rb64"
+    if M >= 16 and N >= 32:
+        return "rb32"
     return "tiled"
 
 
@@ -294,7 +302,7 @@ class MatmulPlan:
             self._record("splitk", [out, pbuf], prog, epi_words, split, grid_1d(n_groups, rt.max_groups))
             return
         bufs = [out] + ops
-        if variant in ("rb128", "sk") or (variant == "sg" and self.sg_vec4 and words is None):
+        if variant in RB or variant == "sk" or (variant == "sg" and self.sg_vec4 and words is None):
             bufs += ops   # A and B again, read as vec4 (A4, B4)
         if variant == "sg":
             grid = ((N + 7) // 8, M, nb)
@@ -336,47 +344,56 @@ class MatmulPlan:
                 params["V4DECL"] = ("fn a4(i: u32) -> vec4<f32> { return vec4<f32>(0.0); }\n"
                                     "fn b4(i: u32) -> vec4<f32> { return vec4<f32>(0.0); }")
             params["V4"] = "true" if v4 else "false"
-        if variant in ("rb128", "splitk"):
+        if variant in RB or variant == "splitk":
             params["SPLIT"] = split
         name = f"matmul_{variant}"
         key = (name, tuple(sorted(params.items())), sig)
 
         def source():
             full = {**params, "EPILOGUE": epilogue()}
-            return render_rb128(full) if variant == "rb128" else render(kernel_source(name), full)
+            return render_rb(variant, full) if variant in RB else render(kernel_source(name), full)
         pipe = rt.pipeline(key, source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
 
-def render_rb128(params: dict) -> str:
-    """``matmul_rb128.wgsl`` with its k loop written in, fully unrolled: Naga keeps loops as
-    loops, and unrolled, every shared-memory row index is a constant."""
-
-    def tile(buf):          # the 8 k steps of shared buffer ``buf``: 4 vector loads, 64 FMAs each
-        out = []
-        for k in range(8):
-            r = buf * 8 + k
-            out.append(f"    {{ let a0 = As[{r}][ao]; let a1 = As[{r}][ao + 1u]; "
-                       f"let b0 = Bs[{r}][bo]; let b1 = Bs[{r}][bo + 4u];")
-            for i in range(8):
-                # c + a * b, not fma(): measured faster on an H200 (the driver fuses it anyway)
-                a = f"a{i // 4}.{'xyzw'[i % 4]}"
-                out.append(f"      c{i}_0 = c{i}_0 + {a} * b0; c{i}_1 = c{i}_1 + {a} * b1;")
-            out.append("    }")
-        return "\n".join(out)
-
-    ld = "load(t, offs, row0, col0, {}, M, N, K)"
-    loop = "\n".join([
-        f"  var v = {ld.format('kbeg')};", "  store(t, 0u, v);", "  workgroupBarrier();",
-        "  for (var k0 = kbeg; k0 < kend; k0 = k0 + 16u) {",
-        "    let more1 = k0 + 8u < kend;",
-        f"    if (more1) {{ v = {ld.format('k0 + 8u')}; }}", tile(0),
-        "    if (more1) { store(t, 8u, v); }", "    workgroupBarrier();",
-        "    if (!more1) { break; }",
-        "    let more2 = k0 + 16u < kend;",
-        f"    if (more2) {{ v = {ld.format('k0 + 16u')}; }}", tile(1),
-        "    if (more2) { store(t, 0u, v); }", "    workgroupBarrier();", "  }"])
-    return render(kernel_source("matmul_rb128"), dict(params, MAIN_LOOP=loop))
+def render_rb(variant: str, params: dict) -> str:
+    """``matmul_rb.wgsl`` for ``variant`` (a key of ``RB``) with main's body written in: named
+    accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops; unrolled, every
+    shared-memory row index is a constant), the bounds-checked stores."""
+    BM, BN, TM, TN, BK = RB[variant]
+    TX, TY = BN // TN, BM // TM
+    T = TX * TY
+    LA, LB = BM * BK // 4 // T, BK * BN // 4 // T
+    acc = [f"c{r}_{j}" for r in range(TM) for j in range(TN // 4)]
+    fetch = " ".join([f"ga{i} = fetch_a(t + {i * T}u, offs.x, row0, {{k}}, M, K);" for i in range(LA)]
+                     + [f"gb{i} = fetch_b(t + {i * T}u, offs.y, col0, {{k}}, N, K);" for i in range(LB)])
+    put = " ".join([f"put_a(t + {i * T}u, ga{i});" for i in range(LA)]
+                   + [f"put_b(t + {i * T}u, gb{i});" for i in range(LB)])
+    body = [f"  let tx = t % {TX}u; let ty = t / {TX}u;",
+            "  " + " ".join(f"var {c} = vec4<f32>();" for c in acc),
+            "  " + " ".join([f"var ga{i}: vec4<f32>;" for i in range(LA)] + [f"var gb{i}: vec4<f32>;" for i in range(LB)]),
+            "  " + fetch.format(k="kbeg"), "  " + put, "  workgroupBarrier();",
+            f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {BK}u) {{",
+            f"    let more = k0 + {BK}u < kend;",
+            "    if (more) { " + fetch.format(k=f"k0 + {BK}u") + " }"]
+    for k in range(BK):      # one k step: TM / 4 + TN / 4 vector loads, TM * TN FMAs
+        loads = [f"let a{i} = As[{k}][ty + {i * TY}u];" for i in range(TM // 4)]
+        loads += [f"let b{j} = Bs[{k}][tx + {j * TX}u];" for j in range(TN // 4)]
+        body.append("    { " + " ".join(loads))
+        for r in range(TM):
+            # c + a * b, not fma(): measured faster on an H200 (the driver fuses it anyway)
+            a = f"a{r // 4}.{'xyzw'[r % 4]}"
+            body.append("      " + " ".join(f"c{r}_{j} = c{r}_{j} + {a} * b{j};" for j in range(TN // 4)))
+        body.append("    }")
+    body += ["    workgroupBarrier();", "    if (more) { " + put + " }", "    workgroupBarrier();", "  }",
+             "  let cb = wg.z * M * N;"]
+    for i in range(TM // 4):
+        for q in range(4):
+            r = i * 4 + q
+            stores = " ".join(f"store4(cb + row * N, col0 + (tx + {j * TX}u) * 4u, N, c{r}_{j});" for j in range(TN // 4))
+            body.append(f"  {{ let row = row0 + (ty + {i * TY}u) * 4u + {q}u; if (row < M) {{ {stores} }} }}")
+    full = dict(params, BM=BM, BN=BN, BK=BK, BM4=BM // 4, BN4=BN // 4, T=T, BODY="\n".join(body))
+    return render(kernel_source("matmul_rb"), full)
 
 
 def _read(rt, storage, n):

@@ -39,5 +39,7 @@ for s in $S; do case $s in
   floor) run floor 120 python3 tests/bench/webgpu_floor.py --n 400 --body ;;
   qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs $PEAK --qlayouts none ;;
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
+  # generated GEMM variants (tile, thread tile, k depth, buffering, split-K) next to PyTorch's fp32
+  gemmlab) run gemmlab 420 python3 tests/bench/webgpu_gemm_lab.py ${GEMMLAB_ARGS:-} ;;
   train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;
 esac; done

@@ -1,0 +1,323 @@
+"""A GEMM kernel laboratory on a real GPU: register-blocked fp32 WGSL matmuls generated from a few
+parameters, timed by GPU timestamps with wgpu-py alone, next to PyTorch's fp32 matmul (TF32 off)
+on the same shapes when torch has CUDA. For choosing ember's matmul variants, not a test.
+
+Parameters of a variant ``BMxBN/TMxTN/kBK/sS[/pP]``: a BM x BN output tile per workgroup, TM x TN
+outputs per thread (named vec4 accumulators), k tiles of BK in workgroup memory (A transposed, B
+as is, both as vec4 rows), S = 2 for double-buffered tiles (one barrier a tile, the next tile
+fetched into registers during the multiply) or 1 (two barriers), P parts of k (split-K: partial
+planes, then one reduction dispatch, timed with it). A is M x K and B is K x N, both row-major;
+M, N, K are multiples of the tiles (a lab: no bounds checks beyond WebGPU's own).
+
+    python tests/bench/webgpu_gemm_lab.py [--shapes 1024,2048x2048x2048,512x384x384]
+        [--variants 128x128/8x8/k8/s2,...] [--ms 40]
+
+Prints TFLOP/s per variant and shape (best of 3 timed passes), the error against numpy on a
+sample of rows, and PyTorch's figure for the shape.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import wgpu
+
+DEFAULT_VARIANTS = ("128x128/8x8/k8/s2", "128x128/8x8/k16/s2", "128x128/8x8/k16/s1", "128x128/8x8/k32/s1",
+                    "128x64/8x4/k16/s2", "128x64/8x8/k16/s2", "64x128/8x8/k16/s2", "64x64/8x8/k16/s2",
+                    "64x64/8x8/k32/s2", "64x64/4x4/k16/s2", "32x64/4x4/k32/s2",
+                    "64x64/8x8/k16/s2/p2", "64x64/8x8/k16/s2/p4", "64x64/4x4/k16/s2/p2", "128x128/8x8/k8/s2/p4")
+DEFAULT_SHAPES = ("1024", "2048", "4096", "512x384x384", "512x1536x384", "512x384x1536",
+                  "4096x384x384", "4096x1536x384", "4096x384x1536", "1024x384x384")
+
+
+def parse_variant(s: str) -> dict:
+    p = s.split("/")
+    bm, bn = map(int, p[0].split("x"))
+    tm, tn = map(int, p[1].split("x"))
+    v = dict(BM=bm, BN=bn, TM=tm, TN=tn, BK=int(p[2][1:]), S=int(p[3][1:]), P=1, W=False, name=s)
+    for extra in p[4:]:
+        if extra.startswith("p"):
+            v["P"] = int(extra[1:])
+        elif extra == "w":       # warps of 8 x 4 lanes, each lane's rows together (128x128/8x8 only)
+            v["W"] = True
+    return v
+
+
+def gen(v: dict) -> str:
+    BM, BN, TM, TN, BK, S = v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"]
+    TX, TY = BN // TN, BM // TM
+    T = TX * TY
+    assert TM % 4 == 0 and TN % 4 == 0 and (BM * BK // 4) % T == 0 and (BK * BN // 4) % T == 0
+    LA, LB = BM * BK // 4 // T, BK * BN // 4 // T
+    L = []
+    w = L.append
+    w("@group(0) @binding(0) var<storage, read_write> C: array<vec4<f32>>;")
+    w("@group(0) @binding(1) var<storage, read> A: array<vec4<f32>>;")
+    w("@group(0) @binding(2) var<storage, read> B: array<vec4<f32>>;")
+    w("@group(0) @binding(3) var<uniform> dims: vec4<u32>;")
+    w(f"var<workgroup> As: array<array<vec4<f32>, {BM // 4}>, {S * BK}>;")
+    w(f"var<workgroup> Bs: array<array<vec4<f32>, {BN // 4}>, {S * BK}>;")
+    w(f"@compute @workgroup_size({T})")
+    w("fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {")
+    w("  let M = dims.x; let N = dims.y; let K = dims.z; let KC = dims.w;")
+    w("  let kbeg = wg.z * KC; let kend = kbeg + KC;")
+    w(f"  let row0 = wg.y * {BM}u; let col0 = wg.x * {BN}u;")
+    w(f"  let tx = t % {TX}u; let ty = t / {TX}u;")
+    if v["W"]:
+        assert (BM, BN, TM, TN) == (128, 128, 8, 8)
+        w("  let ao = (t / 128u) * 16u + ((t % 32u) / 4u) * 2u; let bo = ((t / 32u) % 4u) * 8u + t % 4u;")
+        arow = lambda i: f"ao + {i}u"           # noqa: E731
+        bcol = lambda j: f"bo + {4 * j}u"       # noqa: E731
+    else:
+        arow = lambda i: f"ty + {i * TY}u"      # noqa: E731
+        bcol = lambda j: f"tx + {j * TX}u"      # noqa: E731
+    for r in range(TM):
+        for j in range(TN // 4):
+            w(f"  var c{r}_{j} = vec4<f32>();")
+    # per-thread global load coordinates (constant over k)
+    for i in range(LA):
+        w(f"  let ea{i} = t + {i * T}u; let ar{i} = ea{i} / {BK // 4}u; let aq{i} = (ea{i} % {BK // 4}u) * 4u;")
+    for i in range(LB):
+        w(f"  let eb{i} = t + {i * T}u; let bk{i} = eb{i} / {BN // 4}u; let bc{i} = eb{i} % {BN // 4}u;")
+    for i in range(LA):
+        w(f"  var ga{i}: vec4<f32>;")
+    for i in range(LB):
+        w(f"  var gb{i}: vec4<f32>;")
+
+    def load(k0):
+        out = []
+        for i in range(LA):
+            out.append(f"ga{i} = A[((row0 + ar{i}) * K + {k0} + aq{i}) / 4u];")
+        for i in range(LB):
+            out.append(f"gb{i} = B[(({k0} + bk{i}) * N) / 4u + col0 / 4u + bc{i}];")
+        return " ".join(out)
+
+    def store(stage):
+        out = []
+        for i in range(LA):
+            for j in range(4):
+                out.append(f"As[{stage * BK}u + aq{i} + {j}u][ar{i} >> 2u][ar{i} & 3u] = ga{i}[{j}];")
+        for i in range(LB):
+            out.append(f"Bs[{stage * BK}u + bk{i}][bc{i}] = gb{i};")
+        return " ".join(out)
+
+    def tile(stage):
+        out = []
+        for kk in range(BK):
+            r = stage * BK + kk
+            loads = [f"let a{i} = As[{r}][{arow(i)}];" for i in range(TM // 4)]
+            loads += [f"let b{j} = Bs[{r}][{bcol(j)}];" for j in range(TN // 4)]
+            out.append("    { " + " ".join(loads))
+            for rr in range(TM):
+                a = f"a{rr // 4}.{'xyzw'[rr % 4]}"
+                out.append("      " + " ".join(f"c{rr}_{j} = c{rr}_{j} + {a} * b{j};" for j in range(TN // 4)))
+            out.append("    }")
+        return "\n".join(out)
+
+    w(f"  {load('kbeg')}")
+    w(f"  {store(0)}")
+    w("  workgroupBarrier();")
+    if S == 2:
+        w(f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {2 * BK}u) {{")
+        w(f"    let more1 = k0 + {BK}u < kend;")
+        w(f"    if (more1) {{ {load(f'k0 + {BK}u')} }}")
+        w(tile(0))
+        w(f"    if (more1) {{ {store(1)} }}")
+        w("    workgroupBarrier();")
+        w("    if (!more1) { break; }")
+        w(f"    let more2 = k0 + {2 * BK}u < kend;")
+        w(f"    if (more2) {{ {load(f'k0 + {2 * BK}u')} }}")
+        w(tile(1))
+        w(f"    if (more2) {{ {store(0)} }}")
+        w("    workgroupBarrier();")
+        w("  }")
+    else:
+        w(f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {BK}u) {{")
+        w(f"    let more = k0 + {BK}u < kend;")
+        w(f"    if (more) {{ {load(f'k0 + {BK}u')} }}")
+        w(tile(0))
+        w("    workgroupBarrier();")
+        w(f"    if (more) {{ {store(0)} }}")
+        w("    workgroupBarrier();")
+        w("  }")
+    w("  let cb = wg.z * M * N / 4u;")
+    for i in range(TM // 4):
+        for q in range(4):
+            rr = i * 4 + q
+            w(f"  {{ let row = row0 + ({arow(i)}) * 4u + {q}u;")
+            for j in range(TN // 4):
+                w(f"    C[cb + row * N / 4u + col0 / 4u + {bcol(j)}] = c{rr}_{j};")
+            w("  }")
+    w("}")
+    return "\n".join(L)
+
+
+REDUCE = """
+@group(0) @binding(0) var<storage, read_write> O: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> P: array<vec4<f32>>;
+@group(0) @binding(2) var<uniform> dims: vec4<u32>;   // (M*N/4, parts)
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  let i = g.x + g.y * 65535u * 256u;
+  if (i >= dims.x) { return; }
+  var s = P[i];
+  for (var z = 1u; z < dims.y; z = z + 1u) { s = s + P[z * dims.x + i]; }
+  O[i] = s;
+}
+"""
+
+
+def parse_shape(s: str):
+    d = [int(x) for x in s.split("x")]
+    return (d[0], d[0], d[0]) if len(d) == 1 else tuple(d)
+
+
+class Lab:
+    def __init__(self):
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        lim = adapter.limits
+        want = {k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size",
+                                    "max-compute-workgroup-storage-size",
+                                    "max-compute-invocations-per-workgroup")}
+        self.dev = adapter.request_device_sync(required_limits=want, required_features=["timestamp-query"])
+        self.info = adapter.info
+        self.qs = self.dev.create_query_set(type="timestamp", count=2)
+        self.qbuf = self.dev.create_buffer(size=256, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        self.reduce = self.dev.create_compute_pipeline(
+            layout="auto", compute={"module": self.dev.create_shader_module(code=REDUCE), "entry_point": "main"})
+
+    def buf(self, data=None, size=None):
+        u = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        if data is not None:
+            return self.dev.create_buffer_with_data(data=data, usage=u)
+        return self.dev.create_buffer(size=size, usage=u)
+
+    def uniform(self, words):
+        return self.dev.create_buffer_with_data(data=np.array(words, np.uint32).tobytes(),
+                                                usage=wgpu.BufferUsage.UNIFORM)
+
+    def time(self, dispatches, reps: int) -> float:
+        """GPU seconds of one pass running ``dispatches`` ``reps`` times, best of 3."""
+        best = None
+        for _ in range(3):
+            enc = self.dev.create_command_encoder()
+            cp = enc.begin_compute_pass(timestamp_writes={"query_set": self.qs, "beginning_of_pass_write_index": 0,
+                                                          "end_of_pass_write_index": 1})
+            for _ in range(reps):
+                for pipe, bg, grid in dispatches:
+                    cp.set_pipeline(pipe)
+                    cp.set_bind_group(0, bg)
+                    cp.dispatch_workgroups(*grid)
+            cp.end()
+            enc.resolve_query_set(self.qs, 0, 2, self.qbuf, 0)
+            self.dev.queue.submit([enc.finish()])
+            q = np.frombuffer(self.dev.queue.read_buffer(self.qbuf, 0, 16), np.uint64)
+            s = (int(q[1]) - int(q[0])) * 1e-9
+            best = s if best is None else min(best, s)
+        return best / reps
+
+    def run(self, v: dict, M: int, N: int, K: int, a, b, ref_rows, ms: float):
+        BM, BN, BK, P = v["BM"], v["BN"], v["BK"], v["P"]
+        if M % BM or N % BN or K % (BK * P):
+            return None
+        src = gen(v)
+        try:
+            pipe = self.dev.create_compute_pipeline(
+                layout="auto", compute={"module": self.dev.create_shader_module(code=src), "entry_point": "main"})
+        except Exception as e:   # noqa: BLE001 - a variant the adapter cannot compile
+            return f"compile failed: {str(e)[:200]}"
+        ba, bb = self.buf(a.tobytes()), self.buf(b.tobytes())
+        part = self.buf(size=P * M * N * 4)
+        dims = self.uniform([M, N, K, K // P])
+        bg = self.dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
+            {"binding": 0, "resource": {"buffer": part}}, {"binding": 1, "resource": {"buffer": ba}},
+            {"binding": 2, "resource": {"buffer": bb}}, {"binding": 3, "resource": {"buffer": dims}}])
+        disp = [(pipe, bg, (N // BN, M // BM, P))]
+        out = part
+        if P > 1:
+            out = self.buf(size=M * N * 4)
+            n4 = M * N // 4
+            g = (n4 + 255) // 256
+            rg = self.dev.create_bind_group(layout=self.reduce.get_bind_group_layout(0), entries=[
+                {"binding": 0, "resource": {"buffer": out}}, {"binding": 1, "resource": {"buffer": part}},
+                {"binding": 2, "resource": {"buffer": self.uniform([n4, P, 0, 0])}}])
+            disp.append((self.reduce, rg, (min(g, 65535), (g + 65534) // 65535, 1)))
+        one = self.time(disp, 1)
+        reps = max(2, min(400, int(ms * 1e-3 / max(one, 1e-6))))
+        sec = self.time(disp, reps)
+        c = np.frombuffer(self.dev.queue.read_buffer(out), np.float32).reshape(M, N)
+        rows, ref = ref_rows
+        err = float(np.abs(c[rows] - ref).max() / (np.abs(ref).max() + 1e-30))
+        for x in (ba, bb, part, out):
+            x.destroy()
+        return sec, err
+
+
+def torch_time(M, N, K, ms):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(M, K, device="cuda")
+    b = torch.randn(K, N, device="cuda")
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(3):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        reps = 20
+        s.record()
+        for _ in range(reps):
+            a @ b
+        e.record()
+        torch.cuda.synchronize()
+        t = s.elapsed_time(e) * 1e-3 / reps
+        best = t if best is None else min(best, t)
+    return best
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
+    ap.add_argument("--ms", type=float, default=40.0, help="GPU time per timed pass")
+    ap.add_argument("--print", dest="show", help="print one variant's WGSL and exit")
+    args = ap.parse_args(argv)
+    if args.show:
+        print(gen(parse_variant(args.show)))
+        return 0
+    lab = Lab()
+    print(f"adapter: {lab.info.get('device')} ({lab.info.get('backend_type', '')})")
+    rng = np.random.default_rng(0)
+    variants = [parse_variant(s) for s in args.variants.split(",")]
+    for shape in args.shapes.split(","):
+        M, N, K = parse_shape(shape)
+        a = rng.standard_normal((M, K), dtype=np.float32)
+        b = rng.standard_normal((K, N), dtype=np.float32)
+        rows = np.r_[0:8, M - 8:M]
+        ref = (a[rows].astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+        flop = 2.0 * M * N * K
+        tt = torch_time(M, N, K, args.ms)
+        head = f"{M}x{N}x{K}" + (f"  torch {flop / tt * 1e-12:.1f} TFLOP/s ({tt * 1e6:.1f} us)" if tt else "")
+        print(f"== {head}", flush=True)
+        for v in variants:
+            r = lab.run(v, M, N, K, a, b, (rows, ref), args.ms)
+            if r is None:
+                continue
+            if isinstance(r, str):
+                print(f"  {v['name']:<24} {r}", flush=True)
+                continue
+            sec, err = r
+            ratio = f"  {tt / sec:.2f}x torch" if tt else ""
+            print(f"  {v['name']:<24} {flop / sec * 1e-12:6.1f} TFLOP/s {sec * 1e6:9.1f} us  err {err:.1e}{ratio}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
