@@ -52,10 +52,20 @@ CONVS = [
     ((1, 6, 20, 9), (6, 1, 5, 3), {"groups": 6, "padding": ((2, 2), (1, 1)), "stride": (3, 1), "dilation": (2, 1)}),
     ((1, 4, 6, 7), (4, 1, 1, 3), {"groups": 4, "padding": ((0, 0), (1, 1))}),        # depthwise, im2col
     ((1, 3, 10, 11), (3, 1, 2, 4), {"groups": 3, "padding": ((1, 0), (2, 1)), "stride": (3, 2)}),
+    ((1, 400, 5, 6), (400, 1, 5, 5), {"groups": 400, "padding": 2}),                # stride 1, channels last
+    ((1, 2, 72, 72), (2, 1, 3, 3), {"groups": 2, "padding": 1}),                    # stride 1, large: kernel rows
+    ((2, 8, 15, 11), (8, 1, 7, 5), {"groups": 8, "padding": ((3, 2), (1, 3)), "dilation": (2, 1)}),   # flat
 ]
-# which depthwise path each depthwise case above takes (test_depthwise_paths_taken)
-DEPTHWISE_PATHS = {6: "rows", 5: "rows", 208: "taps", 200: "taps", 64: "rows", 8: "rows", 96: "rows", 4: "rows",
-                   3: "im2col"}
+# which depthwise path each depthwise case above takes (test_depthwise_paths_taken), by (x, w) shapes
+DEPTHWISE_PATHS = {
+    ((2, 6, 9, 8), (6, 1, 3, 3)): "flat", ((1, 6, 9, 8), (6, 1, 3, 3)): "rows", ((1, 4, 9, 9), (8, 1, 3, 3)): "flat",
+    ((1, 4, 6, 6), (4, 1, 5, 3)): "flat", ((1, 208, 5, 6), (208, 1, 5, 5)): "flat",
+    ((2, 200, 7, 7), (200, 1, 5, 5)): "taps", ((1, 200, 9, 11), (200, 1, 7, 5)): "taps",
+    ((1, 64, 5, 6), (64, 1, 5, 5)): "flat", ((2, 8, 15, 11), (8, 1, 7, 5)): None,     # (two cases: rows, flat)
+    ((1, 5, 9, 12), (10, 1, 3, 3)): "rows", ((1, 96, 14, 14), (96, 1, 5, 5)): "rows",
+    ((1, 6, 20, 9), (6, 1, 5, 3)): "rows", ((1, 4, 6, 7), (4, 1, 1, 3)): "flat",
+    ((1, 3, 10, 11), (3, 1, 2, 4)): "im2col", ((1, 400, 5, 6), (400, 1, 5, 5)): "taps",
+    ((1, 2, 72, 72), (2, 1, 3, 3)): "rows"}
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -81,10 +91,10 @@ def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, taps_bytes, monkeypatch)
 
 
 def test_depthwise_paths_taken(monkeypatch):
-    """The CONVS depthwise cases reach each depthwise path (so the tests above cover all three)."""
+    """The CONVS depthwise cases reach each depthwise path (so the tests above cover all four)."""
     from ember.backends import numpy_nn
     seen = []
-    for name in ("_conv_depthwise_taps", "_conv_depthwise_rows"):
+    for name in ("_conv_depthwise_taps", "_conv_depthwise_rows", "_conv_depthwise_flat"):
         real = getattr(numpy_nn, name)
         monkeypatch.setattr(numpy_nn, name, lambda *a, _r=real, _n=name[16:]: seen.append(_n) or _r(*a))
     paths = []
@@ -93,10 +103,27 @@ def test_depthwise_paths_taken(monkeypatch):
             continue
         seen.clear()
         ember.conv2d(ember.from_numpy(f32(*xs), device="numpy"), ember.from_numpy(f32(*ws), device="numpy"), **kw)
-        want = DEPTHWISE_PATHS[xs[1]] if (xs[1], ws[2:]) != (4, (1, 3)) else "im2col"
+        want = DEPTHWISE_PATHS[(xs, ws)] or ("flat" if kw.get("stride", 1) == 1 else "rows")
         assert seen == ([] if want == "im2col" else [want]), (xs, ws, kw, seen)
         paths.append(want)
-    assert set(paths) == {"taps", "rows", "im2col"}
+    assert set(paths) == {"taps", "rows", "flat", "im2col"}
+
+
+@pytest.mark.parametrize("xs,ws,pad,dil", [((1, 24, 14, 14), (24, 1, 5, 5), ((2, 2), (2, 2)), (1, 1)),
+                                           ((2, 6, 11, 9), (12, 1, 3, 5), ((1, 2), (3, 0)), (2, 1)),
+                                           ((1, 5, 7, 30), (5, 1, 2, 3), ((0, 1), (1, 1)), (1, 3))])
+def test_depthwise_flat_equals_row_path_bit_for_bit(xs, ws, pad, dil):
+    """The flat path makes the row path's products and sums (over wider rows): the same bits."""
+    from ember.backends import numpy_nn
+    x, w = f32(*xs), f32(*ws)
+    mult, (kh, kw) = ws[0] // xs[1], ws[2:]
+    oh = xs[2] + sum(pad[0]) - (kh - 1) * dil[0]
+    ow = xs[3] + sum(pad[1]) - (kw - 1) * dil[1]
+    flat = numpy_nn._conv_depthwise_flat(x, w, mult, oh, ow, kh, kw, pad, dil)
+    rows = numpy_nn._conv_depthwise_rows(numpy_nn._padded(x, pad), w, mult, oh, ow, kh, kw, (1, 1), dil,
+                                         numpy_nn._row_phases(oh, kh, 1, dil[0]) or {0: oh + (kh - 1) * dil[0]})
+    assert flat.shape == rows.shape == (xs[0], ws[0], oh, ow)
+    np.testing.assert_array_equal(flat, rows)
 
 
 POOLS = [

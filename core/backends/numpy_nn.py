@@ -776,10 +776,17 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
     per-group Python loop; ~3x faster than multiply-adding the taps over the whole output).
     ``mult`` outputs per input channel (output c*mult + m reads input channel c). Columns
     larger than _COLS_BYTES are made a few channels at a time (see there). Usually the columns
-    copy kernel columns only (_conv_depthwise_rows); many channels on a small image with a
-    large kernel go channels last (_conv_depthwise_taps)."""
+    copy kernel columns only (_conv_depthwise_rows), or at stride 1 on small and mid-sized images
+    runs of the padded plane (_conv_depthwise_flat); many channels on a small image with a large
+    kernel go channels last (_conv_depthwise_taps)."""
     n, c = a.shape[:2]
     k = kh * kw
+    (pt, pb), (pl, pr) = padding
+    if stride == (1, 1) and oh * ow <= _FLAT_MAX_PIXELS and oh == a.shape[2] + pt + pb - (kh - 1) * dilation[0] \
+            and ow == a.shape[3] + pl + pr - (kw - 1) * dilation[1]:
+        if mult == 1 and k >= 25 and oh * ow <= _FLAT_TAPS_MAX_PIXELS and c >= _FLAT_TAPS_MIN_CHANNELS:
+            return _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation)
+        return _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation)
     if mult == 1 and k >= 25 and oh * ow <= _TAPS_MAX_PIXELS and c >= _TAPS_MIN_CHANNELS:
         return _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation)
     ap = _padded(a, padding)
@@ -840,6 +847,39 @@ def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
     return y.reshape(n, c * mult, oh, ow)
 
 
+def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
+    """Stride-1 depthwise over padded-width rows: each output row is computed over the padded
+    width (the last kw - 1 of its values are junk, dropped at the end), so that kernel tap (i, j)
+    reads one contiguous run of the flattened padded plane, from i*dh*wp + j*dw on. The copies
+    are then kw runs of that plane per channel, shifted by j*dw (long runs: a third of the row
+    path's copy time, whose runs are ow values), and kernel row i multiplies (kw, oh*wp) views of
+    them at offset i*dh*wp, kh batched matmuls as in the row path. The same products and sums as
+    the row path, so the same bits; ~wp/ow more multiply-adds, which cost less than the copy saves
+    on images up to _FLAT_MAX_PIXELS."""
+    n, c = a.shape[:2]
+    dh, dw = dilation
+    ap = _padded(a, padding, extra_h=1)           # (one more row: the last shifted runs' tails)
+    hp1, wp = ap.shape[2:]
+    span_out = oh * wp                            # outputs per channel, junk columns included
+    span = (kh - 1) * dh * wp + span_out          # each shifted run
+    s0, s1 = ap.strides[:2]
+    it = ap.itemsize
+    wm = w.reshape(c, mult, kh, kw)
+    y = np.empty((n, c, mult, span_out), ap.dtype)
+    step = max(1, _COLS_BYTES // (n * kw * span * it))
+    for c0 in range(0, c, step):
+        c1 = min(c, c0 + step)
+        runs = np.ascontiguousarray(strided_view(ap, (n, c1 - c0, kw, span), (s0, s1, dw * it, it), c0 * s1))
+        yb = y[:, c0:c1]
+        for i in range(kh):
+            rows = runs[:, :, :, i * dh * wp:i * dh * wp + span_out]             # (n, cc, kw, oh*wp)
+            if i == 0:
+                matmul(wm[c0:c1, :, 0], rows, out=yb)
+            else:
+                yb += matmul(wm[c0:c1, :, i], rows)
+    return np.ascontiguousarray(y.reshape(n, c * mult, oh, wp)[:, :, :, :ow])
+
+
 def _conv_depthwise_taps(a, w, oh, ow, kh, kw, stride, padding, dilation):
     """Depthwise with many channels on a small image and a large kernel (MobileNetV3's 5x5 at
     7x7 and 14x14): channels last, so each tap is one multiply-add of (rows, ow, C) views whose
@@ -887,6 +927,17 @@ def _taps_tiled(w, ow, dtype):
 _TAPS_BYTES = 192 << 10
 _TAPS_MAX_PIXELS = 200
 _TAPS_MIN_CHANNELS = 200
+# stride 1: the flat path (_conv_depthwise_flat) up to this many output pixels, except the taps
+# path from this many channels on up to this many pixels with a 5x5 or larger kernel. Measured
+# (best of 20 x 4 alternating, load ~1, time ratio flat / the path taken before): 5x5 at 14x14 x
+# 240 0.84 (taps before), 144 / 120 channels 0.84, 30x40x192 0.90, 15x20x384 0.89, 12x80x240 0.93,
+# 10x20x200 0.80 (taps), 8x8x200 0.74 (taps), 12x12x400 0.79 (taps); 3x3 at 28x28x88 0.92, 14x14x128
+# 0.85, 7x7x256 0.79, 56x56x32 0.95, 60x80x96 1.00; but 120x160x48 1.08 and 240x320x16 1.12 (the
+# row path's copy has long runs there too); taps / flat with many channels: 7x7x576 0.72,
+# 9x9x480 0.77, 10x10x480 0.90, 10x10x672 1.01
+_FLAT_MAX_PIXELS = 5000
+_FLAT_TAPS_MAX_PIXELS = 100
+_FLAT_TAPS_MIN_CHANNELS = 400
 
 
 def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
