@@ -853,9 +853,11 @@ def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
     reads one contiguous run of the flattened padded plane, from i*dh*wp + j*dw on. The copies
     are then kw runs of that plane per channel, shifted by j*dw (long runs: a third of the row
     path's copy time, whose runs are ow values), and kernel row i multiplies (kw, oh*wp) views of
-    them at offset i*dh*wp, kh batched matmuls as in the row path. The same products and sums as
-    the row path, so the same bits; ~wp/ow more multiply-adds, which cost less than the copy saves
-    on images up to _FLAT_MAX_PIXELS."""
+    them at offset i*dh*wp, kh batched matmuls as in the row path: the same products and sums in
+    the same order (OpenBLAS's matrix-vector kernel rounds a product's last few columns its own
+    way, so where they fall differently a value can differ from the row path's in the last bit);
+    ~wp/ow more multiply-adds, which cost less than the copy saves on images up to
+    _FLAT_MAX_PIXELS."""
     n, c = a.shape[:2]
     dh, dw = dilation
     ap = _padded(a, padding, extra_h=1)           # (one more row: the last shifted runs' tails)
