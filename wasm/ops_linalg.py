@@ -37,6 +37,7 @@ from .runtime import R, W
 BIAS_COL, BIAS_ROW, RELU, ACCUMULATE = 1, 2, 4, 8
 B_KN_DIRECT, B_KN_PACKED, B_NK_PACKED, B_NK_DOT = 0, 1, 2, 3
 NR = 8                 # columns per packed panel
+MR, KC, MC = 4, 256, 96  # the microkernel's rows, gemm's K and row blocks (GEMM_MR/KC/MC)
 SMALL_M = 16           # at most this many rows: no packing (see the module docstring)
 CHUNK_FLOATS = 1 << 18  # im2col chunk: about 1 MB of patches, written and used while in cache
 CONV_PAD_MAX = 1 << 18  # conv2d_gemm's zero-padded copy of a group's planes, at most (linalg.h)
@@ -53,6 +54,12 @@ def _zeros(n: int) -> array:
 def _panels(k: int, n: int) -> int:
     """Floats in the packed panels of a (k, n) B."""
     return -(-n // NR) * NR * k
+
+
+def _apack(m: int, k: int) -> int:
+    """Floats of scratch past the panels where gemm's packed modes pack a block of A's rows
+    (kernels/linalg.h GEMM_APACK)."""
+    return -(-min(m, MC) // MR) * MR * min(k, KC)
 
 
 def _pad_floats(cg: int, stride, kernel, dilation, out_hw, pad) -> int:
@@ -131,7 +138,7 @@ def kernels(rt) -> dict:
         elif mode == B_NK_DOT:
             size = 0
         else:
-            size = nbb * (-(-n // NR) * NR * k)
+            size = nbb * (-(-n // NR) * NR * k) + _apack(m, k)
         prm = array("i", [m, n, k, k, ldb, n, flags, mode, nb, nbb, m * n, *aoffs, *bidx, *boffs])
         call("gemm", R(A, na), R(B, nbuf), scratch.span(size) if size else 0, W(C, len(C)),
              0 if bias is None else R(bias, len(bias)), R(prm, len(prm)))

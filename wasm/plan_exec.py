@@ -298,15 +298,17 @@ def table_work(seg, names: dict) -> int:
     """
     total = 0
     for c in seg.cmds:
-        reads, wrote = [], 0
-        for _, _, _, (lo, hi, wr) in c.fields:
+        reads, wrote, result = [], 0, 0
+        for _, ref, _, (lo, hi, wr) in c.fields:
             if wr:
                 wrote = max(wrote, hi - lo)
+                if not (ref and ref[0] == "p"):   # a result, not the kernel's own scratch
+                    result = max(result, hi - lo)
             else:
                 reads.append(hi - lo)
         if names.get(c.kid) in _CONTRACTIONS and len(reads) >= 2:
             reads.sort()
-            total += int((reads[-1] * reads[-2] * max(wrote, 4)) ** 0.5) >> 3
+            total += int((reads[-1] * reads[-2] * max(result or wrote, 4)) ** 0.5) >> 3
         else:
             total += wrote >> 2
     return total

@@ -4,7 +4,10 @@
  * zero padded: from a row-major (K, N) B or from a (N, K) one such as a linear weight, or
  * written directly by im2col in conv.c), or read in place from a row-major B for products with
  * few rows, where packing would cost more than it saves. K is cut into blocks of KC so a panel's
- * slice stays in L1 while MC rows of A reuse it. A's rows are read in place.
+ * slice stays in L1 while MC rows of A reuse it. A's rows are read in place, or, where gemm has
+ * scratch for them and B has enough panels to repay the copy, packed per (KC, MC) block into
+ * groups of MR rows interleaved by k: the microkernel's four splat loads then share one pointer
+ * and their offsets fold into the loads (V8: no address arithmetic per row and step; ~3%).
  * For a (N, K) B and few rows there is a second kernel: dot products of A's rows with B's rows.
  * Python makes one call per op (``gemm``, with a batch of products and offset tables).
  *
@@ -15,10 +18,10 @@
 #include "linalg.h"
 #include "team.h"
 
-#define MR 4
+#define MR GEMM_MR
 #define NR GEMM_NR
-#define KC 256
-#define MC 96
+#define KC GEMM_KC
+#define MC GEMM_MC
 
 /* ---- packing ------------------------------------------------------------------------------ */
 
@@ -86,6 +89,33 @@ static void pack_nk(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N) {
   }
 }
 
+/* Rows [0, mr) of A (row stride lda; mr <= MR) times kc columns -> Q[k * MR + r], rows past mr
+ * zero (computed by the microkernel, never stored). 4x4 blocks transposed with shuffles. */
+static void pack_a(const f32 *A, i32 lda, f32 *Q, i32 mr, i32 kc) {
+  if (mr == MR) {
+    const f32 *r0 = A, *r1 = A + lda, *r2 = A + 2 * lda, *r3 = A + 3 * lda;
+    i32 k = 0;
+    for (; k + 4 <= kc; k += 4) {
+      const f32x4 a0 = wasm_v128_load(r0 + k), a1 = wasm_v128_load(r1 + k);
+      const f32x4 a2 = wasm_v128_load(r2 + k), a3 = wasm_v128_load(r3 + k);
+      const f32x4 t0 = wasm_i32x4_shuffle(a0, a1, 0, 4, 1, 5), t1 = wasm_i32x4_shuffle(a2, a3, 0, 4, 1, 5);
+      const f32x4 t2 = wasm_i32x4_shuffle(a0, a1, 2, 6, 3, 7), t3 = wasm_i32x4_shuffle(a2, a3, 2, 6, 3, 7);
+      f32 *q = Q + k * MR;
+      wasm_v128_store(q, wasm_i64x2_shuffle(t0, t1, 0, 2));
+      wasm_v128_store(q + MR, wasm_i64x2_shuffle(t0, t1, 1, 3));
+      wasm_v128_store(q + 2 * MR, wasm_i64x2_shuffle(t2, t3, 0, 2));
+      wasm_v128_store(q + 3 * MR, wasm_i64x2_shuffle(t2, t3, 1, 3));
+    }
+    for (; k < kc; k++) {
+      f32 *q = Q + k * MR;
+      q[0] = r0[k]; q[1] = r1[k]; q[2] = r2[k]; q[3] = r3[k];
+    }
+    return;
+  }
+  for (i32 k = 0; k < kc; k++)
+    for (i32 r = 0; r < MR; r++) Q[k * MR + r] = r < mr ? A[r * lda + k] : 0.f;
+}
+
 void gemm_pack_rows(const f32 *B, i32 ldb, f32 *P, i32 K, i32 N) { pack_kn(B, ldb, P, K, N); }
 void gemm_pack_cols(const f32 *W, i32 ldw, f32 *P, i32 K, i32 N) { pack_nk(W, ldw, P, K, N); }
 
@@ -127,15 +157,17 @@ INLINE void store_n(f32 *c, i32 n, f32x4 lo, f32x4 hi) {
 
 #define FMA(acc, a, b) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(a, b))
 
-/* R (1..4, a constant after inlining) rows of A, lda apart, times one slice p of B (kc rows, ldp
- * apart, 8 columns) into R rows of C (ldc apart), nr columns stored. mode: what the accumulators
- * start from (INIT_*); relu: applied before the store. */
+/* R (1..4, a constant after inlining) rows of A, lda apart (PK 0), or packed by pack_a (PK 1:
+ * row r of step k at a[k * MR + r]; lda unused), times one slice p of B (kc rows, ldp apart, 8
+ * columns) into R rows of C (ldc apart), nr columns stored. mode: what the accumulators start
+ * from (INIT_*); relu: applied before the store. Both forms run the same float operations in the
+ * same order: the result does not depend on PK. */
 enum { INIT_ZERO = 0, INIT_COLBIAS = 1, INIT_ROWBIAS = 2, INIT_C = 3 };
 
 #define ROWS(X) X(0) if (R > 1) X(1) if (R > 2) X(2) if (R > 3) X(3)
 
-INLINE void micro_r(const i32 R, i32 kc, const f32 *a, i32 lda, const f32 *p, i32 ldp, f32 *c, i32 ldc,
-                    i32 nr, i32 mode, const f32 *bias, i32 relu) {
+INLINE void micro_r(const i32 R, const i32 PK, i32 kc, const f32 *a, i32 lda, const f32 *p, i32 ldp, f32 *c,
+                    i32 ldc, i32 nr, i32 mode, const f32 *bias, i32 relu) {
   const f32 *a0 = a, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
   f32 *c0 = c, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
   const f32x4 z = wasm_f32x4_splat(0.f);
@@ -155,9 +187,10 @@ INLINE void micro_r(const i32 R, i32 kc, const f32 *a, i32 lda, const f32 *p, i3
    * 8 accumulators + 2 B vectors + 1 splat fit x64's 16 vector registers (4x12, 6x8 spill) */
   for (i32 k = 0; k < kc; k++) {
     const f32x4 b0 = wasm_v128_load(p), b1 = wasm_v128_load(p + 4);
-#define STEP(r) { const f32x4 s = wasm_v128_load32_splat(a##r + k); FMA(x##r##0, s, b0); FMA(x##r##1, s, b1); }
+#define STEP(r) { const f32x4 s = wasm_v128_load32_splat(PK ? a + r : a##r + k); FMA(x##r##0, s, b0); FMA(x##r##1, s, b1); }
     ROWS(STEP)
     p += ldp;
+    if (PK) a += MR;   /* (a pointer step, not a + k * MR: V8 then spends no shift per step) */
   }
   if (relu) {
     /* pmax(x, 0) = x < 0 ? 0 : x: NaN and -0.0 pass through, as relu does elsewhere */
@@ -176,19 +209,32 @@ INLINE void micro_r(const i32 R, i32 kc, const f32 *a, i32 lda, const f32 *p, i3
 static void micro(i32 mr, i32 kc, const f32 *a, i32 lda, const f32 *p, i32 ldp, f32 *c, i32 ldc, i32 nr,
                   i32 mode, const f32 *bias, i32 relu) {
   switch (mr) {
-    case 4: micro_r(4, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
-    case 3: micro_r(3, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
-    case 2: micro_r(2, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
-    default: micro_r(1, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    case 4: micro_r(4, 0, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    case 3: micro_r(3, 0, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    case 2: micro_r(2, 0, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    default: micro_r(1, 0, kc, a, lda, p, ldp, c, ldc, nr, mode, bias, relu); break;
+  }
+}
+
+/* the same on A packed by pack_a */
+static void micro_packed(i32 mr, i32 kc, const f32 *a, const f32 *p, i32 ldp, f32 *c, i32 ldc, i32 nr, i32 mode,
+                         const f32 *bias, i32 relu) {
+  switch (mr) {
+    case 4: micro_r(4, 1, kc, a, 0, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    case 3: micro_r(3, 1, kc, a, 0, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    case 2: micro_r(2, 1, kc, a, 0, p, ldp, c, ldc, nr, mode, bias, relu); break;
+    default: micro_r(1, 1, kc, a, 0, p, ldp, c, ldc, nr, mode, bias, relu); break;
   }
 }
 
 /* One product: A (M, K; row stride lda) times B into C (M, N; ldc). B's full blocks of NR columns
  * are at P + (j / NR) * pj with rows pk apart: pj = K * NR, pk = NR for packed panels; pj = NR,
  * pk = ldb for a row-major B read in place. The last partial block (N % NR columns) is always a
- * packed panel T (K x NR, zero padded): reading NR columns in place there would run past B. */
+ * packed panel T (K x NR, zero padded): reading NR columns in place there would run past B.
+ * Q: room for A's packed block (GEMM_APACK(M, K) floats), or 0 to read A in place. */
 static void gemm_one(const f32 *A, i32 lda, const f32 *P, i32 pj, i32 pk, const f32 *T, f32 *C, i32 ldc,
-                     i32 M, i32 N, i32 K, const f32 *bias, i32 flags) {
+                     i32 M, i32 N, i32 K, const f32 *bias, i32 flags, f32 *Q) {
+  if (N <= GEMM_APACK_MIN_N) Q = 0;   /* too few panels to repay the copy */
   const i32 bmode = flags & GEMM_BIAS_MASK, relu = (flags & GEMM_RELU) != 0;
   const i32 acc = (flags & GEMM_ACCUMULATE) != 0;
   for (i32 kb = 0; kb < K; kb += KC) {
@@ -196,6 +242,9 @@ static void gemm_one(const f32 *A, i32 lda, const f32 *P, i32 pj, i32 pk, const 
     const i32 first = kb == 0, last = kb + kc == K;
     for (i32 ib = 0; ib < M; ib += MC) {
       const i32 iend = ib + MC < M ? ib + MC : M;
+      if (Q)
+        for (i32 i = ib; i < iend; i += MR)
+          pack_a(A + i * lda + kb, lda, Q + (i - ib) * kc, iend - i < MR ? iend - i : MR, kc);
       for (i32 j = 0; j < N; j += NR) {
         const i32 nr = N - j < NR ? N - j : NR;
         const f32 *p = nr == NR ? P + (j / NR) * pj + kb * pk : T + kb * NR;
@@ -208,7 +257,8 @@ static void gemm_one(const f32 *A, i32 lda, const f32 *P, i32 pj, i32 pk, const 
             mode = bmode == GEMM_BIAS_COL ? INIT_COLBIAS : bmode == GEMM_BIAS_ROW ? INIT_ROWBIAS : INIT_ZERO;
             b = bmode == GEMM_BIAS_COL ? bias + j : bmode == GEMM_BIAS_ROW ? bias + i : 0;
           }
-          micro(mr, kc, A + i * lda + kb, lda, p, ldp, C + i * ldc + j, ldc, nr, mode, b, relu && last);
+          if (Q) micro_packed(mr, kc, Q + (i - ib) * kc, p, ldp, C + i * ldc + j, ldc, nr, mode, b, relu && last);
+          else micro(mr, kc, A + i * lda + kb, lda, p, ldp, C + i * ldc + j, ldc, nr, mode, b, relu && last);
         }
       }
     }
@@ -217,7 +267,7 @@ static void gemm_one(const f32 *A, i32 lda, const f32 *P, i32 pj, i32 pk, const 
 
 void gemm_packed_one(const f32 *A, i32 lda, const f32 *P, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
                      const f32 *bias, i32 flags) {
-  gemm_one(A, lda, P, K * NR, NR, P + (N / NR) * K * NR, C, ldc, M, N, K, bias, flags);
+  gemm_one(A, lda, P, K * NR, NR, P + (N / NR) * K * NR, C, ldc, M, N, K, bias, flags, 0);
 }
 
 /* ---- nt: rows of A against rows of W, no packing ------------------------------------------ */
@@ -289,7 +339,7 @@ static void gemm_nt_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i3
 
 void gemm_direct_one(const f32 *A, i32 lda, const f32 *B, i32 ldb, const f32 *T, f32 *C, i32 ldc, i32 M,
                      i32 N, i32 K, const f32 *bias, i32 flags) {
-  gemm_one(A, lda, B, NR, ldb, T, C, ldc, M, N, K, bias, flags);
+  gemm_one(A, lda, B, NR, ldb, T, C, ldc, M, N, K, bias, flags, 0);
 }
 
 void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
@@ -308,7 +358,10 @@ void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc,
  *  GEMM_B_KN_PACKED  B (K, N) packed into S first (nbb * panels(K, N) floats);
  *  GEMM_B_NK_PACKED  B given transposed, as W (N, K) with rows ldb apart (a linear weight),
  *                    packed into S first;
- *  GEMM_B_NK_DOT     W (N, K) as above, dot products of A's rows with W's rows (S unused). */
+ *  GEMM_B_NK_DOT     W (N, K) as above, dot products of A's rows with W's rows (S unused).
+ * In the two packed modes S holds GEMM_APACK(M, K) more floats past the panels, where A's rows are
+ * packed (gemm_one's Q); on a team each thread packs its rows into its private scratch instead
+ * (team.h: at least as large as S). */
 /* One thread's share of the products (see team.h): packing split by panels, then a barrier, then
  * the products split by batches, rows (grains of MR) or column panels, whichever the shape has
  * enough of. Each element is computed by the same instructions whatever the split. */
@@ -357,10 +410,13 @@ void gemm_team(const f32 *A, const f32 *B, f32 *S, f32 *C, const f32 *bias, cons
     if (mode == GEMM_B_NK_DOT)
       gemm_nt_one(Ab, lda, B + boff[bidx[b]] + n0 * ldb, ldb, Cb, ldc, Mp, Np, K, bs, flags);
     else if (mode == GEMM_B_KN_DIRECT)
-      gemm_one(Ab, lda, B + boff[bidx[b]] + n0, NR, ldb, S + bidx[b] * K * NR, Cb, ldc, Mp, Np, K, bs, flags);
+      gemm_one(Ab, lda, B + boff[bidx[b]] + n0, NR, ldb, S + bidx[b] * K * NR, Cb, ldc, Mp, Np, K, bs, flags, 0);
     else {
       const f32 *P = S + bidx[b] * size;
-      gemm_one(Ab, lda, P + n0 * K, K * NR, NR, P + full * K, Cb, ldc, Mp, Np, K, bs, flags);
+      /* (a team whose private scratch is too small for A's block reads A in place: same bits) */
+      f32 *Q = !ctl ? S + nbb * size
+               : (i64)ctl[TEAM_SCRATCH_STRIDE] >= (i64)GEMM_APACK(Mp, K) * 4 ? (f32 *)team_scratch(ctl, tid, 0) : 0;
+      gemm_one(Ab, lda, P + n0 * K, K * NR, NR, P + full * K, Cb, ldc, Mp, Np, K, bs, flags, Q);
     }
   }
 }

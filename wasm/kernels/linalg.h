@@ -12,6 +12,12 @@
 #define GEMM_ACCUMULATE 8    /* C += A · B instead of C = A · B (+ bias) */
 
 #define GEMM_NR 8            /* columns per packed panel of B */
+#define GEMM_MR 4            /* rows of A per microkernel call */
+#define GEMM_KC 256          /* K is cut into blocks of KC */
+#define GEMM_MC 96           /* rows of A per block (reused by every panel of B) */
+/* gemm's packed modes: floats of scratch past B's panels for A's packed block */
+#define GEMM_APACK(M, K) ((((M) < GEMM_MC ? (M) : GEMM_MC) + GEMM_MR - 1) / GEMM_MR * GEMM_MR * ((K) < GEMM_KC ? (K) : GEMM_KC))
+#define GEMM_APACK_MIN_N (2 * GEMM_NR)   /* A is packed only for more columns than this */
 
 /* how gemm reads B (see gemm.c) */
 #define GEMM_B_KN_DIRECT 0
