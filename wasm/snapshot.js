@@ -42,6 +42,10 @@ export const PRELOAD = [
   "ember.nn", "ember.io", "ember.io.safetensors", "ember.wasm.runtime", "ember.wasm.backend",
   "ember.wasm.plan_exec", "ember.wasm.team", "ember.backends.python", "importlib.resources", "importlib.readers",
   "ember.onnx", "ember.webgpu",
+  // the wasm backend's op modules, imported by ember.wasm.init(): without them a revisit compiled
+  // ~40 KB of their sources there (~20 ms in Node)
+  "ember.wasm.ops_cast", "ember.wasm.ops_elementwise", "ember.wasm.ops_layout", "ember.wasm.ops_linalg",
+  "ember.wasm.ops_quant", "ember.wasm.ops_reduce", "importlib.resources._adapters",
 ];
 
 function snapshotUrl(base) {

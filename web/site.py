@@ -99,7 +99,9 @@ with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
 """
 # wasm/snapshot.js's PRELOAD (the imports a snapshot holds beyond `import ember`).
 _PYC_PRELOAD = ("ember.nn,ember.io,ember.io.safetensors,ember.wasm.runtime,ember.wasm.backend,"
-                "ember.wasm.plan_exec,ember.wasm.team,ember.backends.python,ember.onnx,ember.webgpu")
+                "ember.wasm.plan_exec,ember.wasm.team,ember.backends.python,ember.onnx,ember.webgpu,"
+                "ember.wasm.ops_cast,ember.wasm.ops_elementwise,ember.wasm.ops_layout,ember.wasm.ops_linalg,"
+                "ember.wasm.ops_quant,ember.wasm.ops_reduce")
 
 
 def precompile_wheel(wheel: Path, sha: str) -> Path | None:
