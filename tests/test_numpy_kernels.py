@@ -208,6 +208,31 @@ def test_gelu_special_values_and_chunks():
     np.testing.assert_allclose(got[:, ::97], want, rtol=0, atol=5e-7)
 
 
+def test_gelu_large_magnitudes_without_a_cap():
+    # x^2 goes into the polynomial uncapped: beyond x^2 = 36 g / 2 stays >= 12.5 (tanh +-1 in
+    # float32) up to the overflow, so GELU is x for large positive x and 0 for large negative x,
+    # exactly, as it was with x^2 capped at 49; every float32 in [6.9, 8] and a sweep to the largest
+    step = np.arange(np.float32(6.9).view(np.int32), np.float32(8.0).view(np.int32), 7, dtype=np.int32)
+    mags = np.concatenate([step.view(np.float32), np.geomspace(8, 3.4e38, 20001).astype(np.float32)])
+    xs = np.concatenate([mags, -mags])
+    got = ember.gelu(ember.from_numpy(xs, device="numpy")).numpy()
+    big = np.abs(xs) >= 7.5
+    np.testing.assert_array_equal(got[big], np.where(xs[big] > 0, xs[big], np.float32(0)))
+    x64 = xs[~big].astype(np.float64)
+    ref = x64 * 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x64]))
+    assert np.abs(got[~big] - ref).max() < 6e-7
+    from ember.backends import numpy_nn
+    t = np.geomspace(36, 3.4e38, 4001).astype(np.float32)          # g / 2 itself, in float32
+    h = t * numpy_nn._GH[6]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for c in numpy_nn._GH[5:0:-1]:
+            h += c
+            h *= t
+        h += numpy_nn._GH[0]
+        h *= np.sqrt(t)
+    assert (h >= 12.5).all()
+
+
 @pytest.mark.parametrize("case", ["plain", "bool_mask", "float_mask", "causal", "dead_rows", "broadcast"])
 def test_attention(case):
     q, k, v = f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5)
