@@ -537,38 +537,6 @@ def test_layer_norm_last_axis_against_float64(shape, offset):
         np.testing.assert_allclose(got_t, want, rtol=1e-5, atol=tol)
 
 
-def test_layer_norm_weight_rows_bit_exact_and_follow_the_weight():
-    """layer_norm multiplies and adds its weight and bias repeated per row (_ln_rows, kept per
-    weight buffer and row count): the same bits as broadcasting them; each row count and each new
-    weight buffer gets its own; over _LN_TILE_BYTES they are broadcast."""
-    from ember.backends import numpy_nn
-
-    def broadcast_form(a, w, b, eps=1e-5):
-        rows = a.reshape(-1, a.shape[-1])
-        mean = rows @ np.ones(a.shape[-1], np.float32) / np.float32(a.shape[-1])
-        d = rows - mean[:, None]
-        var = np.sqrt(np.vecdot(d, d) / np.float32(a.shape[-1]) + np.float32(eps))
-        return ((d / var[:, None]) * w + b).reshape(a.shape)
-
-    for shape in [(8, 32, 128), (3, 128), (5, 7, 128), (4096, 128)]:      # (the last: over the limit)
-        for _ in range(2):
-            a, w, b = f32(*shape), f32(128), f32(128)
-            got = ember.layer_norm(ember.from_numpy(a, device="numpy"), (128,), ember.from_numpy(w, device="numpy"),
-                                   ember.from_numpy(b, device="numpy")).numpy()
-            if hasattr(np, "vecdot"):
-                np.testing.assert_array_equal(got, broadcast_form(a, w, b))
-            want = ember.layer_norm(ember.from_numpy(a, device="python"), (128,), ember.from_numpy(w, device="python"),
-                                    ember.from_numpy(b, device="python")).numpy()
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
-    wt = ember.from_numpy(f32(128), device="numpy")
-    for r in (2, 3, 2):                             # one weight buffer, several row counts
-        a = f32(r, 128)
-        got = ember.layer_norm(ember.from_numpy(a, device="numpy"), (128,), wt, wt).numpy()
-        np.testing.assert_allclose(got, broadcast_form(a, wt.numpy(), wt.numpy()), rtol=1e-6, atol=1e-6)
-    assert numpy_nn._ln_rows(wt, 3).shape == (3, 128) and numpy_nn._ln_rows(wt, 1).shape == (128,)
-    assert numpy_nn._ln_rows(wt, 1 + numpy_nn._LN_TILE_BYTES // 512).shape == (128,)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_clip_ufunc_equals_np_clip(dtype):
     """numpy_nn.clip (the ufunc np.clip runs, without its argument checks): the same bits as

@@ -390,22 +390,6 @@ def _rowdot(d):
 _VECDOT = getattr(np, "vecdot", None)
 
 
-# layer_norm's weight and bias repeated for every row, up to this many bytes: numpy runs a
-# (n,)-row broadcast over R rows as R inner loops (6.5 us on 256 x 128, 3.4 us against a contiguous
-# (R, n) array; the same products). Kept per weight buffer and row count (_derived).
-_LN_TILE_BYTES = 256 << 10
-
-
-def _ln_rows(t, r):
-    """The float32 (n,) weight or bias ``t`` as an (r, n) array when that is small (see above),
-    else as (n,) for broadcasting."""
-    v = _f(t).reshape(-1)
-    buf = t._buf
-    if r < 2 or r * v.size * 4 > _LN_TILE_BYTES or not isinstance(buf, np.ndarray) or buf.dtype != np.float32:
-        return v
-    return _derived(buf, ("rows", r), lambda b: np.tile(b.reshape(-1), (r, 1)))
-
-
 def _layer_norm(out, x, weight, bias, *, normalized_shape, eps):
     a = _f(x)
     axes = tuple(range(a.ndim - len(normalized_shape), a.ndim))
@@ -422,8 +406,8 @@ def _layer_norm(out, x, weight, bias, *, normalized_shape, eps):
         var += np.float32(eps)
         np.sqrt(var, out=var)
         d /= var[:, None]
-        d *= _ln_rows(weight, d.shape[0])
-        d += _ln_rows(bias, d.shape[0])
+        d *= _f(weight).reshape(-1)
+        d += _f(bias).reshape(-1)
         return _out(d.reshape(a.shape), out)
     d = a - a.mean(axis=axes, keepdims=True)         # the one new array; the rest in place
     if len(axes) == 1 and d.ndim:
