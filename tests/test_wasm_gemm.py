@@ -3,7 +3,7 @@ every output element starts from its bias (or 0) and adds A[i, k] * B[k, j] in k
 float32 multiply and one float32 add per k (no FMA), across gemm's blocks of K. The shapes reach
 the packed products' paths: A packed per block of rows (more than 16 columns of B), A read in
 place (16 columns or fewer), several row blocks (M over GEMM_MC = 96) and K blocks (K over
-GEMM_KC = 256), partial MR row groups and NR column panels, batched products sharing one B or
+GEMM_KC = 384), partial MR row groups and NR column panels, batched products sharing one B or
 each with its own. Runs on device "wasm" (wasmtime in CPython)."""
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def _np(t):
 
 
 LINEAR = [  # M, K, N, bias
-    (101, 300, 37, True),    # A packed: two row blocks, two K blocks, a 1-row group, a 5-column panel
-    (97, 257, 24, False),    # one row past a block, one column past a K block
+    (101, 400, 37, True),    # A packed: two row blocks, two K blocks, a 1-row group, a 5-column panel
+    (97, 385, 24, False),    # one row past a block, one column past a K block
     (40, 20, 16, True),      # 16 columns: A read in place
     (17, 9, 17, True),       # just over SMALL_M rows and 2 * NR columns
 ]   # (16 rows or fewer take dot products of rows, summed four lanes at a time: another order)
@@ -57,7 +57,7 @@ def test_linear_matches_its_summation_order(M, K, N, with_bias):
 
 
 MATMUL = [  # a shape, b shape
-    ((50, 260), (260, 24)),            # B packed from (K, N), A packed
+    ((50, 390), (390, 24)),            # B packed from (K, N), A packed, two K blocks
     ((3, 20, 33), (33, 17)),           # one B for all batches: one product of 60 rows
     ((2, 3, 36, 19), (3, 19, 21)),     # a B per batch (broadcast), 6 products
     ((120, 7), (7, 9)),                # 9 columns: A read in place, a 1-column panel
@@ -103,4 +103,4 @@ def test_python_mirrors_the_gemm_block_sizes():
     text = open(path).read()
     got = {n: int(re.search(rf"#define GEMM_{n} (\d+)", text).group(1)) for n in ("NR", "MR", "KC", "MC")}
     assert got == {"NR": ol.NR, "MR": ol.MR, "KC": ol.KC, "MC": ol.MC}
-    assert ol._apack(101, 300) == 96 * 256 and ol._apack(17, 9) == 20 * 9
+    assert ol._apack(101, 400) == 96 * 384 and ol._apack(17, 9) == 20 * 9

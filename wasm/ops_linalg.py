@@ -37,7 +37,7 @@ from .runtime import R, W
 BIAS_COL, BIAS_ROW, RELU, ACCUMULATE = 1, 2, 4, 8
 B_KN_DIRECT, B_KN_PACKED, B_NK_PACKED, B_NK_DOT = 0, 1, 2, 3
 NR = 8                 # columns per packed panel
-MR, KC, MC = 4, 256, 96  # the microkernel's rows, gemm's K and row blocks (GEMM_MR/KC/MC)
+MR, KC, MC = 4, 384, 96  # the microkernel's rows, gemm's K and row blocks (GEMM_MR/KC/MC)
 SMALL_M = 16           # at most this many rows: no packing (see the module docstring)
 CHUNK_FLOATS = 1 << 18  # im2col chunk: about 1 MB of patches, written and used while in cache
 CONV_PAD_MAX = 1 << 18  # conv2d_gemm's zero-padded copy of a group's planes, at most (linalg.h)

@@ -13,7 +13,7 @@
 
 #define GEMM_NR 8            /* columns per packed panel of B */
 #define GEMM_MR 4            /* rows of A per microkernel call */
-#define GEMM_KC 256          /* K is cut into blocks of KC */
+#define GEMM_KC 384          /* K is cut into blocks of KC (a 384-deep slice of a panel is 12 KB of L1) */
 #define GEMM_MC 96           /* rows of A per block (reused by every panel of B) */
 /* gemm's packed modes: floats of scratch past B's panels for A's packed block */
 #define GEMM_APACK(M, K) ((((M) < GEMM_MC ? (M) : GEMM_MC) + GEMM_MR - 1) / GEMM_MR * GEMM_MR * ((K) < GEMM_KC ? (K) : GEMM_KC))
