@@ -661,19 +661,31 @@ def _matmul_add_model(k, n, rows_shape, bias=True):
 
 @pytest.mark.parametrize("k,n,rows,bias,limit", [(120, 360, (2, 20), True, None), (120, 6625, (1, 40), True, None),
                                                   (64, 48, (1, 1), True, None), (128, 384, (256,), True, None),
-                                                  (120, 360, (2, 20), True, 1000)])
+                                                  (120, 360, (2, 20), True, 1000), (128, 384, (3,), True, None),
+                                                  (64, 360, (40,), True, None), (512, 128, (15,), True, None),
+                                                  (128, 1000, (7,), True, None), (128, 1000, (9,), True, None)])
 def test_plan_replay_linear_with_constant_weight(k, n, rows, bias, limit, monkeypatch):
     """A linear layer with a constant weight replays on a row-major copy of the transposed weight
-    made once (several rows), else as recorded (one row, or over the copy budget): equal bit for
-    bit to the step-by-step run, and to float64 within float32 rounding."""
+    made once (several rows, over 2**20 multiply-adds), else as recorded (one row, a small product,
+    or over the copy budget): equal bit for bit to the step-by-step run, and to float64 within
+    float32 rounding. (The small products here gave other bits through the copy with OpenBLAS's
+    SkylakeX kernels: 3 x 128 @ 128 x 384 by 2.7e-5.)"""
     import ember.onnx
     from ember.backends import numpy_plan
     if limit is not None:
         monkeypatch.setattr(numpy_plan, "_LINEAR_COPY_BYTES", limit)
+    products = []
+    real = numpy_plan.matmul
+    monkeypatch.setattr(numpy_plan, "matmul", lambda a, b, out=None: products.append(b.shape) or real(a, b, out=out))
     m = ember.onnx.load(_matmul_add_model(k, n, rows, bias), device="numpy")
     a = f32(*rows, k)
     x = ember.from_numpy(a, device="numpy")
     got = [m(x).numpy() for _ in range(3)][-1]
+    big = int(np.prod(rows)) > 1 and int(np.prod(rows)) * k * n > numpy_plan._LINEAR_COPY_MIN_MACS
+    if big and limit is None:                                      # the copy: only for big products
+        assert products and set(products) == {(k, n)}
+    else:
+        assert products == []
     np.testing.assert_array_equal(got, m._execute(x)["y"].numpy())
     w = m._consts["w"].numpy().astype(np.float64) if "w" in m._consts else None
     if w is not None:

@@ -479,8 +479,13 @@ def _dynamic_quantize(steps, i, consts, readers, only):
 # (40 x 120 @ 120 x 6625) and 1.07x on a small encoder's layers, the same bits (the summation
 # order does not change). So a constant weight is copied transposed once when the plan is
 # compiled, up to _LINEAR_COPY_BYTES of copies per plan. One row (a matrix-vector product,
-# where the copy gives no gain and other bits) keeps the recorded kernel.
+# where the copy gives no gain and other bits) keeps the recorded kernel, and so do products of
+# at most _LINEAR_COPY_MIN_MACS multiply-adds: there OpenBLAS may run its small-matrix kernels
+# (SkylakeX and later, its own choice on AVX-512 machines), whose transposed-B and row-major-B
+# versions sum in other orders: with OPENBLAS_CORETYPE unset, 30 of 84 random products below
+# 2**20 multiply-adds gave other bits (e.g. 3 x 128 @ 128 x 384), none of 1020 above it.
 _LINEAR_COPY_BYTES = 64 << 20
+_LINEAR_COPY_MIN_MACS = 1 << 20
 
 
 def _linear_const(st, consts, dtypes, budget):
@@ -510,7 +515,8 @@ def _linear_const(st, consts, dtypes, budget):
             a = a.reshape(-1, a.shape[-1])
         b = vals[op.ins[2]]._buf if bias else None
         w = vals[op.ins[1]]._buf
-        if a.ndim != 2 or a.shape[0] < 2 or a.dtype != _F32 or (bias and b.dtype != _F32):
+        if a.ndim != 2 or a.shape[0] < 2 or a.dtype != _F32 or (bias and b.dtype != _F32) \
+                or a.shape[0] * a.shape[1] * cache[0].shape[0] <= _LINEAR_COPY_MIN_MACS:
             return recorded(vals, op)
         if w is not cache[0]:                           # the weight was updated (swapped): copy anew
             if not isinstance(w, np.ndarray) or w.dtype != _F32 or w.shape != cache[0].shape:
