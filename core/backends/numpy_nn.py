@@ -845,7 +845,7 @@ def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
 
 def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
     """Stride-1 depthwise over padded-width rows: each output row is computed over the padded
-    width (the last kw - 1 of its values are junk, dropped at the end), so that kernel tap (i, j)
+    width (the last (kw - 1) * dw of its values are junk, dropped at the end), so that tap (i, j)
     reads one contiguous run of the flattened padded plane, from i*dh*wp + j*dw on. The copies
     are then kw runs of that plane per channel, shifted by j*dw (long runs: a third of the row
     path's copy time, whose runs are ow values), and kernel row i multiplies (kw, oh*wp) views of
