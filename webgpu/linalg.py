@@ -351,16 +351,16 @@ class MatmulPlan:
 
         def source():
             full = {**params, "EPILOGUE": epilogue()}
-            return render_rb(variant, full) if variant in RB else render(kernel_source(name), full)
+            return render_rb(RB[variant], full) if variant in RB else render(kernel_source(name), full)
         pipe = rt.pipeline(key, source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
 
-def render_rb(variant: str, params: dict) -> str:
-    """``matmul_rb.wgsl`` for ``variant`` (a key of ``RB``) with main's body written in: named
-    accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops; unrolled, every
-    shared-memory row index is a constant), the bounds-checked stores."""
-    BM, BN, TM, TN, BK = RB[variant]
+def render_rb(config: tuple, params: dict) -> str:
+    """``matmul_rb.wgsl`` for ``config`` (BM, BN, TM, TN, BK: a value of ``RB``) with main's body
+    written in: named accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops;
+    unrolled, every shared-memory row index is a constant), the bounds-checked stores."""
+    BM, BN, TM, TN, BK = config
     TX, TY = BN // TN, BM // TM
     T = TX * TY
     LA, LB = BM * BK // 4 // T, BK * BN // 4 // T

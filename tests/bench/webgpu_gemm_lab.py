@@ -7,7 +7,9 @@ outputs per thread (named vec4 accumulators), k tiles of BK in workgroup memory 
 as is, both as vec4 rows), S = 2 for double-buffered tiles (one barrier a tile, the next tile
 fetched into registers during the multiply) or 1 (two barriers), P parts of k (split-K: partial
 planes, then one reduction dispatch, timed with it). A is M x K and B is K x N, both row-major;
-M, N, K are multiples of the tiles (a lab: no bounds checks beyond WebGPU's own).
+M, N, K are multiples of the tiles (a lab: no bounds checks beyond WebGPU's own). ``rb:BMxBN/TMxTN/kBK[/pP]``
+is ember's own kernel for that configuration (``ember.webgpu.linalg.render_rb``: bounds checks,
+strided layouts, the info words), to compare with.
 
     python tests/bench/webgpu_gemm_lab.py [--shapes 1024,2048x2048x2048,512x384x384]
         [--variants 128x128/8x8/k8/s2,...] [--ms 40]
@@ -32,6 +34,10 @@ DEFAULT_SHAPES = ("1024", "2048", "4096", "512x384x384", "512x1536x384", "512x38
 
 
 def parse_variant(s: str) -> dict:
+    if s.startswith("rb:"):     # ember's own template (ember.webgpu.linalg.render_rb), bounds checks and all
+        v = parse_variant(s[3:] + "/s1")
+        v.update(name=s, ember=True)
+        return v
     p = s.split("/")
     bm, bn = map(int, p[0].split("x"))
     tm, tn = map(int, p[1].split("x"))
@@ -45,6 +51,12 @@ def parse_variant(s: str) -> dict:
 
 
 def gen(v: dict) -> str:
+    if v.get("ember"):
+        from ember.webgpu.linalg import render_rb
+
+        return render_rb((v["BM"], v["BN"], v["TM"], v["TN"], v["BK"]), {
+            "RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"],
+            "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }"})
     BM, BN, TM, TN, BK, S = v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"]
     TX, TY = BN // TN, BM // TM
     T = TX * TY
@@ -229,10 +241,13 @@ class Lab:
             return f"compile failed: {str(e)[:200]}"
         ba, bb = self.buf(a.tobytes()), self.buf(b.tobytes())
         part = self.buf(size=P * M * N * 4)
-        dims = self.uniform([M, N, K, K // P])
+        if v.get("ember"):      # matmul_common's info words: A (M, K) and B (K, N) row-major, vec4-aligned
+            info = self.uniform([M, N, K, 1, 0, K, 1, 1, 0, N, 1, 1])
+            ents = [part, ba, bb, ba, bb, info]
+        else:
+            ents = [part, ba, bb, self.uniform([M, N, K, K // P])]
         bg = self.dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
-            {"binding": 0, "resource": {"buffer": part}}, {"binding": 1, "resource": {"buffer": ba}},
-            {"binding": 2, "resource": {"buffer": bb}}, {"binding": 3, "resource": {"buffer": dims}}])
+            {"binding": i, "resource": {"buffer": b}} for i, b in enumerate(ents)])
         disp = [(pipe, bg, (N // BN, M // BM, P))]
         out = part
         if P > 1:
