@@ -90,6 +90,64 @@ runs0 = t.runs()
 out["guard"] = C.guard(ember)
 out["stale"] = C.stale_and_bounds(ember)
 out["guard_team_runs"] = t.runs() - runs0
+# strided copies split by rows of their output (kernels/exec.c TEAM_COPY): a compiled permute
+# (MiniLM's heads), flip (negative strides), broadcast (zero strides), of 4-, 1- and 8-byte
+# elements, is a table of copies that runs on the team at 2-4 threads with eager's bits; a
+# copy whose destination overlaps its source keeps one thread's order (thread 0 alone)
+def cx(shape, dtype="float32"):
+    n = 1
+    for m in shape:
+        n *= m
+    vals = [((i * 37) % 101 - 50) / 8 for i in range(n)]
+    if dtype == "int64":
+        vals = [int(v * 8) * 3_000_000_000 for v in vals]
+    return ember.reshape(ember.tensor(vals, dtype=dtype, device="wasm"), shape)
+copies = {}
+heads = cx((2, 16, 3, 8))
+for label, fn, arg in (("permute", lambda a: ember.permute_dims(a, (0, 2, 1, 3)), heads),
+                       ("flip", lambda a: ember.flip(a, axis=1), heads),
+                       ("broadcast", lambda a: ember.broadcast_to(a, (5, 7, 9)), cx((7, 1))),
+                       ("bool", lambda a: ember.permute_dims(a > 0, (1, 0)), cx((13, 11))),
+                       ("int64", lambda a: ember.permute_dims(a, (1, 0)), cx((9, 10), "int64"))):
+    ref = C.raw(fn(arg))
+    cf = ember.compile(fn)
+    row = {}
+    for n in (1, 2, 3, 4):
+        W.set_threads(n)
+        runs0 = t.runs()
+        got = [C.raw(cf(arg)) for _ in range(3)]
+        row[n] = {"same": all(g == ref for g in got), "team_runs": t.runs() - runs0}
+    copies[label] = row
+W.set_threads(2)
+from array import array as _array
+cf = ember.compile(lambda a: ember.permute_dims(a, (1, 0)))
+cf(cx((4, 4))); cf(cx((4, 4)))
+disp = C.fast_of(cf).disp
+R_, N_ = 16, 8
+nbuf = 4 * 2 * R_ * N_
+buf, prm, tab = t.alloc(nbuf), t.alloc(48), t.alloc(4 * 16)
+t.write_from(prm, _array("i", [1, 1, 1, 1, R_, N_, 0, 0, 0, 0, N_, 1]), 48)
+def hand_copy(dst_row):
+    """buf's rows 0..R_-1 copied onto its rows dst_row.. by a hand-made one-command table"""
+    t.write_from(buf, _array("f", [float(i) for i in range(2 * R_ * N_)]), nbuf)
+    words = _array("I", [0x54424D45, disp.abi, 1, 11, disp.ids["copy_strided_x32"], 4, 0,
+                         buf, buf + 4 * N_ * dst_row, prm, prm + 24])
+    t.write_from(tab, words, 4 * len(words))
+    runs0 = t.runs()
+    rc = t.run(tab, 0)
+    got = _array("f", [0.0]) * (2 * R_ * N_)
+    t.read_into(buf, got, nbuf)
+    return {"rc": rc, "team_runs": t.runs() - runs0, "got": list(got)}
+row0 = [float(i) for i in range(N_)]
+h = hand_copy(1)        # overlapping: in one thread's order every row becomes row 0
+h["same"] = h.pop("got") == row0 * (R_ + 1) + [float(i) for i in range((R_ + 1) * N_, 2 * R_ * N_)]
+copies["overlap"] = h
+h = hand_copy(R_)       # apart: split
+h["same"] = h.pop("got") == [float(i) for i in range(R_ * N_)] * 2
+copies["apart"] = h
+for a_, n_ in ((buf, nbuf), (prm, 48), (tab, 64)):
+    t.release(a_, n_)
+out["copies"] = copies
 t.adaptive = True       # a segment's probes: WARMUP + PROBES runs on the team, WARMUP_ONE + PROBES on thread 0, then a choice
 from ember.wasm.plan_exec import TeamSpace
 want = TeamSpace.WARMUP + TeamSpace.PROBES
@@ -184,6 +242,14 @@ def _check(res, where):
     assert s["short_input_ran_nothing"] and s["damaged"].startswith("refused") and s["damaged_ran_nothing"], s
     assert s["narrow_input"].startswith("BoundsError") and s["narrow_input_ran_nothing"], (where, s)
     assert s["new_inputs"] and s["same_values_swap"], (where, s)
+    cp = res["copies"]
+    for label in ("permute", "flip", "broadcast", "bool", "int64"):
+        for n, r in cp[label].items():
+            assert r["same"], (where, label, n, r)
+            # one thread: ember_run, never a team run; 2-4: the replays' copies split on the team
+            assert r["team_runs"] == 0 if str(n) == "1" else r["team_runs"] >= 1, (where, label, n, r)
+    assert cp["overlap"] == {"rc": 0, "team_runs": 0, "same": True}, (where, cp["overlap"])
+    assert cp["apart"] == {"rc": 0, "team_runs": 1, "same": True}, (where, cp["apart"])
     p = res["probe"]
     assert p["team"] == p["want"] and p["one"] == p["want_one"] and p["decided"] and not p["decided_early"], (where, p)
     assert res["watch"] == {"reprobe": True, "fresh": True, "kept": True}, (where, res["watch"])

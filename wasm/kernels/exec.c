@@ -141,6 +141,20 @@ static i64 team_dispatch(i32 id, const i32 *a, i32 *ctl, i32 tid, i32 nt, i32 ru
     TEAM_VV(add_f32_vv) TEAM_VV(subtract_f32_vv) TEAM_VV(multiply_f32_vv) TEAM_VV(divide_f32_vv)
 #undef TEAM_MAP
 #undef TEAM_VV
+    /* strided copies: ranges of output rows (where source and destination do not overlap) */
+#define TEAM_COPY(NAME, T, SIZE)                                                                \
+    case EMBER_KID_##NAME:                                                                      \
+      if (run) {                                                                                \
+        i32 lo, hi;                                                                             \
+        team_range(copy_rows(P_(const i32 *, 2)), 1, tid,                                       \
+                   copy_width(P_(const void *, 0), P_(const void *, 1), P_(const i32 *, 2), P_(const i32 *, 3), \
+                              SIZE, ctl, nt), &lo, &hi);                                        \
+        if (lo < hi) NAME##_rows(P_(const T *, 0), P_(T *, 1), P_(const i32 *, 2), P_(const i32 *, 3), lo, hi); \
+      }                                                                                         \
+      return 0;
+    TEAM_COPY(copy_strided_x8, unsigned char, 1) TEAM_COPY(copy_strided_x32, u32, 4)
+    TEAM_COPY(copy_strided_x64, i64, 8)
+#undef TEAM_COPY
     case EMBER_KID_layer_norm_f32:
       if (run) {
         const i32 rows = a[4], m = a[5];
@@ -182,6 +196,11 @@ static i32 cmd_width(i32 id, const i32 *a, const i32 *ctl, i32 nt) {
 #undef W_MAP
 #undef W_VV
     case EMBER_KID_layer_norm_f32: return team_width(ctl, nt, (i64)a[4] * a[5] * 8);
+#define W_COPY(NAME, SIZE) \
+    case EMBER_KID_##NAME: { i32 s_ = SIZE; __asm__("" : "+r"(s_)); \
+      return copy_width(P_(const void *, 0), P_(const void *, 1), P_(const i32 *, 2), P_(const i32 *, 3), s_, ctl, nt); }
+    W_COPY(copy_strided_x8, 1) W_COPY(copy_strided_x32, 4) W_COPY(copy_strided_x64, 8)
+#undef W_COPY
     default: return 0;   /* thread 0's */
   }
 }

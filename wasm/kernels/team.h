@@ -104,4 +104,11 @@ void conv2d_gemm_team(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 
 i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc, const i32 *pos,
                               f32 *out, f32 *scratch, const i32 *prm, f32 scale, i32 *ctl, i32 tid, i32 nt);
 
+/* strided copies (copy.c): rows of the output, a row being the innermost axis */
+INLINE i32 copy_rows(const i32 *sh) { return sh[0] * sh[1] * sh[2] * sh[3] * sh[4]; }
+i32 copy_width(const void *src, const void *dst, const i32 *sh, const i32 *st, i32 size, const i32 *ctl, i32 nt);
+void copy_strided_x8_rows(const unsigned char *src, unsigned char *dst, const i32 *sh, const i32 *st, i32 r0, i32 r1);
+void copy_strided_x32_rows(const u32 *src, u32 *dst, const i32 *sh, const i32 *st, i32 r0, i32 r1);
+void copy_strided_x64_rows(const i64 *src, i64 *dst, const i32 *sh, const i32 *st, i32 r0, i32 r1);
+
 #endif
