@@ -248,11 +248,13 @@ def test_register_blocked_matmuls_read_every_layout(variant):
     """The generated register-blocked kernels (and split-K over them) on operands read through
     strides: A transposed (its rows along the buffer), both transposed, views starting at an
     unaligned element (scalar loads instead of vec4), k shorter than a k tile and k that ends
-    mid-tile, a broadcast batch axis, with and without an epilogue."""
+    mid-tile, whole tiles (the pipeline without bounds checks), a broadcast batch axis, with and
+    without an epilogue."""
     rt = get_runtime()
     autotune.force("matmul", variant)
     try:
-        for (m, k, n) in [(70, 5, 33), (67, 1000, 130), (129, 300, 65), (40, 97, 200)]:
+        # ragged, whole tiles (128x512x128: no bounds checks compiled in), whole tiles but a ragged k
+        for (m, k, n) in [(70, 5, 33), (67, 1000, 130), (129, 300, 65), (40, 97, 200), (128, 512, 128), (128, 200, 128)]:
             if not linalg.eligible(rt, variant, m, n, k, "f32"):
                 continue
             a, b, bias = rand(m, k), rand(k, n, seed=1), rand(n, seed=2)

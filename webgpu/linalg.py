@@ -346,6 +346,8 @@ class MatmulPlan:
             params["V4"] = "true" if v4 else "false"
         if variant in RB or variant == "splitk":
             params["SPLIT"] = split
+        if variant in RB:
+            params.update(rb_layout(RB[variant], words))
         name = f"matmul_{variant}"
         key = (name, tuple(sorted(params.items())), sig)
 
@@ -354,6 +356,17 @@ class MatmulPlan:
             return render_rb(RB[variant], full) if variant in RB else render(kernel_source(name), full)
         pipe = rt.pipeline(key, source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
+
+
+def rb_layout(config: tuple, words) -> dict:
+    """The template constants of ``matmul_rb`` that the info ``words`` decide: each operand's
+    contiguous axis and vec4 alignment, and FULL (M, N whole tiles, K whole k tiles: no bounds
+    checks). Compile-time, so a pipeline has no branch on them."""
+    BM, BN, _, _, BK = config
+    M, N, K = words[0], words[1], words[2]
+    return {"AROW": str(words[6] == 1).lower(), "AVEC": str(words[7] == 1).lower(),
+            "BROW": str(words[10] == 1).lower(), "BVEC": str(words[11] == 1).lower(),
+            "FULL": str(M % BM == 0 and N % BN == 0 and K % BK == 0).lower()}
 
 
 def render_rb(config: tuple, params: dict) -> str:
@@ -391,7 +404,7 @@ def render_rb(config: tuple, params: dict) -> str:
         for q in range(4):
             r = i * 4 + q
             stores = " ".join(f"store4(cb + row * N, col0 + (tx + {j * TX}u) * 4u, N, c{r}_{j});" for j in range(TN // 4))
-            body.append(f"  {{ let row = row0 + (ty + {i * TY}u) * 4u + {q}u; if (row < M) {{ {stores} }} }}")
+            body.append(f"  {{ let row = row0 + (ty + {i * TY}u) * 4u + {q}u; if (FULL || row < M) {{ {stores} }} }}")
     full = dict(params, BM=BM, BN=BN, BK=BK, BM4=BM // 4, BN4=BN // 4, T=T, BODY="\n".join(body))
     return render(kernel_source("matmul_rb"), full)
 

@@ -35,7 +35,8 @@ DEFAULT_SHAPES = ("1024", "2048", "4096", "512x384x384", "512x1536x384", "512x38
 
 def parse_variant(s: str) -> dict:
     if s.startswith("rb:"):     # ember's own template (ember.webgpu.linalg.render_rb), bounds checks and all
-        v = parse_variant(s[3:] + "/s1")
+        p = s[3:].split("/")
+        v = parse_variant("/".join(p[:3] + ["s1"] + p[3:]))
         v.update(name=s, ember=True)
         return v
     p = s.split("/")
@@ -50,13 +51,19 @@ def parse_variant(s: str) -> dict:
     return v
 
 
+def info_words(M: int, N: int, K: int) -> list:
+    """matmul_common's info words for A (M, K) and B (K, N), both row-major and vec4-aligned."""
+    return [M, N, K, 1, 0, K, 1, 1, 0, N, 1, 1]
+
+
 def gen(v: dict) -> str:
     if v.get("ember"):
-        from ember.webgpu.linalg import render_rb
+        from ember.webgpu.linalg import rb_layout, render_rb
 
-        return render_rb((v["BM"], v["BN"], v["TM"], v["TN"], v["BK"]), {
-            "RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"],
-            "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }"})
+        cfg = (v["BM"], v["BN"], v["TM"], v["TN"], v["BK"])
+        return render_rb(cfg, {"RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"],
+                               "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }",
+                               **rb_layout(cfg, info_words(v["M"], v["N"], v["K"]))})
     BM, BN, TM, TN, BK, S = v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"]
     TX, TY = BN // TN, BM // TM
     T = TX * TY
@@ -233,7 +240,7 @@ class Lab:
         BM, BN, BK, P = v["BM"], v["BN"], v["BK"], v["P"]
         if M % BM or N % BN or K % (BK * P):
             return None
-        src = gen(v)
+        src = gen(dict(v, M=M, N=N, K=K))
         try:
             pipe = self.dev.create_compute_pipeline(
                 layout="auto", compute={"module": self.dev.create_shader_module(code=src), "entry_point": "main"})
@@ -242,7 +249,7 @@ class Lab:
         ba, bb = self.buf(a.tobytes()), self.buf(b.tobytes())
         part = self.buf(size=P * M * N * 4)
         if v.get("ember"):      # matmul_common's info words: A (M, K) and B (K, N) row-major, vec4-aligned
-            info = self.uniform([M, N, K, 1, 0, K, 1, 1, 0, N, 1, 1])
+            info = self.uniform(info_words(M, N, K))
             ents = [part, ba, bb, ba, bb, info]
         else:
             ents = [part, ba, bb, self.uniform([M, N, K, K // P])]
