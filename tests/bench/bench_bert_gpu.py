@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="8x64,32x128,1x16", help="batch x tokens, comma separated")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--profile", action="store_true", help="also the GPU time per kernel of each shape's plan")
-    ap.add_argument("--variant", default=None, help="force this matmul variant where eligible (tiled, rb64, rb128, sk, sg)")
+    ap.add_argument("--variant", default=None, help="force this matmul variant where eligible (tiled, rb32, rb64, rb128, sk, sg)")
     a = ap.parse_args()
     import ember
     import ember.onnx

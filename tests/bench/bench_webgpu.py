@@ -5,7 +5,7 @@ chain next to the same chain unfused, in one run. Prints tables of GFLOP/s (or m
     .venv/bin/python tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --gelu 16777216   # a real GPU
 
 Matmul: square float32 n x n @ n x n for each size, every autotune variant forced in turn
-(``tiled``, ``rb64``, ``rb128``; ``sg`` only where the adapter has subgroups and the rows are
+(``tiled``, ``rb32``, ``rb64``, ``rb128``, ``sk``; ``sg`` only where the adapter has subgroups and the rows are
 few), then the variant autotune picks, numpy (its BLAS, all threads), PyTorch on the CPU and, where
 PyTorch sees CUDA, PyTorch on the GPU with TF32 off (the same-GPU peer). A batch-1 linear layer
 ``x(1, K) @ W.T`` (K = N = the largest size) shows the few-rows case.
