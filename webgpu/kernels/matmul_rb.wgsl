@@ -10,7 +10,8 @@
 //   tile; `tests/bench/webgpu_gemm_lab.py`).
 // - The shared arrays are two-dimensional and the unrolled loop indexes their outer axis with
 //   constants, so the bounds clamp WebGPU adds to every dynamic index is computed once per
-//   thread, not once per load.
+//   thread, not once per load. Vector components are picked by constants only (v.x, not v[j]
+//   in a loop: a dynamically indexed vector may be placed in memory).
 // - Thread t owns the vec4 rows ty + i * TY and vec4 columns tx + j * TX of the tile (tx = t % TX):
 //   a warp reads few distinct A vectors and consecutive B vectors per step.
 // - Global loads follow each operand's contiguous axis; where it is 16-byte aligned they are vec4
@@ -46,29 +47,33 @@ fn load_a4(a0: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // k..k+3 of row r (A row-major)
   let base = a0 + r * u(5u) + k;
   if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }
-  var v = vec4<f32>();
-  for (var j = 0u; j < 4u; j = j + 1u) { v[j] = select(0.0, A[base + j], FULL || (r < M && k + j < K)); }
-  return v;
+  let ok = FULL || r < M;
+  return vec4<f32>(select(0.0, A[base], ok && k < K), select(0.0, A[base + 1u], ok && k + 1u < K),
+                   select(0.0, A[base + 2u], ok && k + 2u < K), select(0.0, A[base + 3u], ok && k + 3u < K));
 }
 fn load_a_rows(a0: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // rows r..r+3 at one k (A column-major: x.T)
-  var v = vec4<f32>();
-  for (var j = 0u; j < 4u; j = j + 1u) { v[j] = select(0.0, A[a0 + (r + j) * u(5u) + k * u(6u)], FULL || (r + j < M && k < K)); }
-  return v;
+  let base = a0 + r * u(5u) + k * u(6u);
+  let rs = u(5u);
+  let ok = FULL || k < K;
+  return vec4<f32>(select(0.0, A[base], ok && r < M), select(0.0, A[base + rs], ok && r + 1u < M),
+                   select(0.0, A[base + 2u * rs], ok && r + 2u < M), select(0.0, A[base + 3u * rs], ok && r + 3u < M));
 }
 fn load_b4(b0: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // columns c..c+3 of row k (B row-major)
   let base = b0 + k * u(9u) + c;
   if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }
-  var v = vec4<f32>();
-  for (var j = 0u; j < 4u; j = j + 1u) { v[j] = select(0.0, B[base + j], FULL || (c + j < N && k < K)); }
-  return v;
+  let ok = FULL || k < K;
+  return vec4<f32>(select(0.0, B[base], ok && c < N), select(0.0, B[base + 1u], ok && c + 1u < N),
+                   select(0.0, B[base + 2u], ok && c + 2u < N), select(0.0, B[base + 3u], ok && c + 3u < N));
 }
 fn load_b_ks(b0: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // k..k+3 of column c (B column-major: w.T)
-  var v = vec4<f32>();
-  for (var j = 0u; j < 4u; j = j + 1u) { v[j] = select(0.0, B[b0 + (k + j) * u(9u) + c * u(10u)], FULL || (c < N && k + j < K)); }
-  return v;
+  let base = b0 + k * u(9u) + c * u(10u);
+  let ks = u(9u);
+  let ok = FULL || c < N;
+  return vec4<f32>(select(0.0, B[base], ok && k < K), select(0.0, B[base + ks], ok && k + 1u < K),
+                   select(0.0, B[base + 2u * ks], ok && k + 2u < K), select(0.0, B[base + 3u * ks], ok && k + 3u < K));
 }
 
 // vec4 number e of the A tile at k0: 4 k of one row (A row-major) or 4 rows at one k
@@ -80,7 +85,8 @@ fn put_a(e: u32, v: vec4<f32>) {
   if (AROW) {
     let r = e / (BK / 4u);
     let k = (e % (BK / 4u)) * 4u;
-    for (var j = 0u; j < 4u; j = j + 1u) { As[k + j][r >> 2u][r & 3u] = v[j]; }
+    As[k][r >> 2u][r & 3u] = v.x; As[k + 1u][r >> 2u][r & 3u] = v.y;
+    As[k + 2u][r >> 2u][r & 3u] = v.z; As[k + 3u][r >> 2u][r & 3u] = v.w;
   } else {
     As[e / (BM / 4u)][e % (BM / 4u)] = v;
   }
@@ -96,12 +102,17 @@ fn put_b(e: u32, v: vec4<f32>) {
   } else {
     let c = e / (BK / 4u);
     let k = (e % (BK / 4u)) * 4u;
-    for (var j = 0u; j < 4u; j = j + 1u) { Bs[k + j][c >> 2u][c & 3u] = v[j]; }
+    Bs[k][c >> 2u][c & 3u] = v.x; Bs[k + 1u][c >> 2u][c & 3u] = v.y;
+    Bs[k + 2u][c >> 2u][c & 3u] = v.z; Bs[k + 3u][c >> 2u][c & 3u] = v.w;
   }
 }
 
 fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) {
-  for (var j = 0u; j < 4u; j = j + 1u) { if (FULL || col + j < N) { C[base + col + j] = epilogue(v[j], base + col + j); } }
+  let i = base + col;
+  if (FULL || col < N) { C[i] = epilogue(v.x, i); }
+  if (FULL || col + 1u < N) { C[i + 1u] = epilogue(v.y, i + 1u); }
+  if (FULL || col + 2u < N) { C[i + 2u] = epilogue(v.z, i + 2u); }
+  if (FULL || col + 3u < N) { C[i + 3u] = epilogue(v.w, i + 3u); }
 }
 
 @compute @workgroup_size({{T}})
