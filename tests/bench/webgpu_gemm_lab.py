@@ -48,6 +48,10 @@ def parse_variant(s: str) -> dict:
             v["P"] = int(extra[1:])
         elif extra == "w":       # warps of 8 x 4 lanes, each lane's rows together (128x128/8x8 only)
             v["W"] = True
+        elif extra in ("cs", "al", "u"):
+            # steps toward ember's template: C written as scalars (cs), A and B bound a second time
+            # as scalar arrays (al), the sizes read through fn u(k) from a uniform array (u)
+            v[extra] = True
     return v
 
 
@@ -71,15 +75,25 @@ def gen(v: dict) -> str:
     LA, LB = BM * BK // 4 // T, BK * BN // 4 // T
     L = []
     w = L.append
-    w("@group(0) @binding(0) var<storage, read_write> C: array<vec4<f32>>;")
+    w(f"@group(0) @binding(0) var<storage, read_write> C: array<{'f32' if v.get('cs') else 'vec4<f32>'}>;")
     w("@group(0) @binding(1) var<storage, read> A: array<vec4<f32>>;")
     w("@group(0) @binding(2) var<storage, read> B: array<vec4<f32>>;")
-    w("@group(0) @binding(3) var<uniform> dims: vec4<u32>;")
+    if v.get("u"):
+        w("@group(0) @binding(3) var<uniform> info: array<vec4<u32>, 3>;")
+        w("fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }")
+    else:
+        w("@group(0) @binding(3) var<uniform> dims: vec4<u32>;")
+    if v.get("al"):
+        w("@group(0) @binding(4) var<storage, read> A1: array<f32>;")
+        w("@group(0) @binding(5) var<storage, read> B1: array<f32>;")
     w(f"var<workgroup> As: array<array<vec4<f32>, {BM // 4}>, {S * BK}>;")
     w(f"var<workgroup> Bs: array<array<vec4<f32>, {BN // 4}>, {S * BK}>;")
     w(f"@compute @workgroup_size({T})")
     w("fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {")
-    w("  let M = dims.x; let N = dims.y; let K = dims.z; let KC = dims.w;")
+    if v.get("u"):
+        w("  let M = u(0u); let N = u(1u); let K = u(2u); let KC = u(3u);")
+    else:
+        w("  let M = dims.x; let N = dims.y; let K = dims.z; let KC = dims.w;")
     w("  let kbeg = wg.z * KC; let kend = kbeg + KC;")
     w(f"  let row0 = wg.y * {BM}u; let col0 = wg.x * {BN}u;")
     w(f"  let tx = t % {TX}u; let ty = t / {TX}u;")
@@ -94,6 +108,8 @@ def gen(v: dict) -> str:
     for r in range(TM):
         for j in range(TN // 4):
             w(f"  var c{r}_{j} = vec4<f32>();")
+    if v.get("al"):      # a use the compiler cannot drop (never true at run time)
+        w("  if (KC == 0xffffffffu) { c0_0.x = A1[t] + B1[t]; }")
     # per-thread global load coordinates (constant over k)
     for i in range(LA):
         w(f"  let ea{i} = t + {i * T}u; let ar{i} = ea{i} / {BK // 4}u; let aq{i} = (ea{i} % {BK // 4}u) * 4u;")
@@ -166,7 +182,11 @@ def gen(v: dict) -> str:
             rr = i * 4 + q
             w(f"  {{ let row = row0 + ({arow(i)}) * 4u + {q}u;")
             for j in range(TN // 4):
-                w(f"    C[cb + row * N / 4u + col0 / 4u + {bcol(j)}] = c{rr}_{j};")
+                if v.get("cs"):
+                    w(f"    {{ let o = cb * 4u + row * N + col0 + ({bcol(j)}) * 4u; let x = c{rr}_{j};"
+                      " C[o] = x.x; C[o + 1u] = x.y; C[o + 2u] = x.z; C[o + 3u] = x.w; }")
+                else:
+                    w(f"    C[cb + row * N / 4u + col0 / 4u + {bcol(j)}] = c{rr}_{j};")
             w("  }")
     w("}")
     return "\n".join(L)
@@ -252,7 +272,9 @@ class Lab:
             info = self.uniform(info_words(M, N, K))
             ents = [part, ba, bb, ba, bb, info]
         else:
-            ents = [part, ba, bb, self.uniform([M, N, K, K // P])]
+            ents = [part, ba, bb, self.uniform([M, N, K, K // P] + ([0] * 8 if v.get("u") else []))]
+            if v.get("al"):
+                ents += [ba, bb]
         bg = self.dev.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=[
             {"binding": i, "resource": {"buffer": b}} for i, b in enumerate(ents)])
         disp = [(pipe, bg, (N // BN, M // BM, P))]
