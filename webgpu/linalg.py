@@ -27,11 +27,11 @@ from .runtime import kernel_source, pack_info, render
 
 VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg")
 # the register-blocked variants: (BM, BN, TM, TN, BK) = output tile, outputs per thread, k tile
-# (threads: (BM / TM) * (BN / TN)). H100, `tests/bench/webgpu_gemm_lab.py` (TFLOP/s, PyTorch fp32
-# in the same run): 128x128/8x8/16 46.3 at 4096^3 (torch 51.7); 32x64/4x4/32 13.7 at 512x384x384
-# (torch 9.0; 128x128 tiles 3.3 there: 12 workgroups).
+# (threads: (BM / TM) * (BN / TN)). H100, `tests/bench/webgpu_gemm_lab.py` (`rb:` rows, PyTorch
+# fp32 in the same run): rb128 41.2 TFLOP/s at 4096^3 (torch 51.7); rb32 17.6 us at 512x384x384
+# (torch 17.6; rb128 62 us there: 12 workgroups).
 RB = {"rb128": (128, 128, 8, 8, 16), "rb64": (64, 64, 4, 4, 16), "rb32": (32, 64, 4, 4, 32)}
-_TILES = {"tiled": (16, 16), "sk": (128, 128), **{v: c[:2] for v, c in RB.items()}}
+_TILES = {"tiled": (16, 16), "sk": RB["rb128"][:2], **{v: c[:2] for v, c in RB.items()}}   # (sk: split rb128)
 # split-K: about this many workgroups (an H200 measured: 256 beat 512 at 1024^2, 0.62x against
 # 0.47x of PyTorch), and no part shallower than 64
 SPLIT_TARGET = 256
@@ -154,7 +154,7 @@ class MatmulPlan:
             M, a_rs, batch, abst, bbst = M * prod(batch), rs, (), [], []
             self.M, self.nb = M, 1
         self.rank = len(batch)
-        # rb128 loads 4 consecutive values as one vec4 where the whole row is 16-byte aligned
+        # the rb kernels load 4 consecutive values as one vec4 where the whole row is 16-byte aligned
         a_vec = a_ks == 1 and all(v % 4 == 0 for v in [a_off, a_rs] + abst)
         b_vec = b_ns == 1 and all(v % 4 == 0 for v in [b_off, b_ks] + bbst)
         # sg reads A and B as vec4s where both run along k (x @ w.T with w row-major), every row
@@ -372,7 +372,8 @@ def rb_layout(config: tuple, words) -> dict:
 def render_rb(config: tuple, params: dict) -> str:
     """``matmul_rb.wgsl`` for ``config`` (BM, BN, TM, TN, BK: a value of ``RB``) with main's body
     written in: named accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops;
-    unrolled, every shared-memory row index is a constant), the bounds-checked stores."""
+    unrolled, every shared-memory row index is a constant), the stores (bounds-checked unless
+    FULL)."""
     BM, BN, TM, TN, BK = config
     TX, TY = BN // TN, BM // TM
     T = TX * TY

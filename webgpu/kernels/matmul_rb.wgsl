@@ -5,20 +5,21 @@
 // accumulators, the k loop fully unrolled over a tile of BK, the stores.
 // - A k tile sits in workgroup memory as vec4 rows (A transposed: [k][row / 4], B as is:
 //   [k][column / 4]). The next tile is fetched into registers while this one is multiplied, then
-//   stored after a barrier (two barriers a tile). On an H100 at 4096^3 this measured 46 TFLOP/s
-//   with 128x128 tiles 16 deep, against 33-36 for double-buffered tiles 8 deep (one barrier a
-//   tile; `tests/bench/webgpu_gemm_lab.py`).
+//   stored after a barrier (two barriers a tile). On an H100 at 4096^3 a bare lab kernel of this
+//   shape (`tests/bench/webgpu_gemm_lab.py`) measured 46 TFLOP/s with 128x128 tiles 16 deep,
+//   against 33 for double-buffered tiles 8 deep (one barrier a tile); this template 41.
 // - The shared arrays are two-dimensional and the unrolled loop indexes their outer axis with
 //   constants, so the bounds clamp WebGPU adds to every dynamic index is computed once per
 //   thread, not once per load. Vector components are picked by constants only (v.x, not v[j]
-//   in a loop: a dynamically indexed vector may be placed in memory).
+//   in a loop, which may place the vector in memory: with such loops this template ran 36
+//   instead of 41 TFLOP/s at 4096^3 on an H100).
 // - Thread t owns the vec4 rows ty + i * TY and vec4 columns tx + j * TX of the tile (tx = t % TX):
 //   a warp reads few distinct A vectors and consecutive B vectors per step.
 // - Global loads follow each operand's contiguous axis; where it is 16-byte aligned they are vec4
 //   loads through a second binding of the same buffer (A4, B4), else scalar loads. Layouts,
 //   alignment and whether the product is whole tiles (FULL: no bounds checks) are constants of
-//   the pipeline, not info words read at run time: the branches those took cost the 128x128
-//   kernel a quarter of its speed on an H100 (36 vs 46 TFLOP/s at 4096^3).
+//   the pipeline, not info words read at run time (no branch on them in the kernel; on an H100
+//   this alone measured no faster).
 // - Split-K ("sk", SPLIT > 1): workgroup z = batch * SPLIT + part; each part sums its own range
 //   of whole k tiles into plane z of a partial buffer (bound as C, identity epilogue), and
 //   matmul_splitk adds the planes up and applies the epilogue.
