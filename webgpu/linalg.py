@@ -369,6 +369,43 @@ def rb_layout(config: tuple, words) -> dict:
             "FULL": str(M % BM == 0 and N % BN == 0 and K % BK == 0).lower()}
 
 
+def _rb_loads(config: tuple, T: int, arow: bool, brow: bool) -> tuple:
+    """The global loads of one k tile for thread t of ``matmul_rb``: (setup, fetch, put) WGSL.
+    setup runs once before the k loop and fixes each of the thread's vec4 loads: its element
+    offset at k = 0 (pa/pb), the row or column and k it stands for (bounds), and where it goes in
+    workgroup memory; fetch (with ``{k}`` = the tile's first k) adds k to the offsets and loads
+    into registers ga/gb; put stores them into the tiles As[k][row / 4] and Bs[k][column / 4].
+    A along k (``arow``) puts one row's 4 k as scalars into 4 rows of As, else 4 rows at one k
+    as a vec4; B the other way round."""
+    BM, BN, _, _, BK = config
+    setup, fetch, put = [], [], []
+    for i in range(BM * BK // 4 // T):
+        e = f"(t + {i * T}u)"
+        if arow:     # vec4 e = 4 k of row e / (BK / 4)
+            setup.append(f"let sa{i} = {e} / {BK // 4}u; let ka{i} = ({e} % {BK // 4}u) * 4u; "
+                         f"let ra{i} = row0 + sa{i}; let pa{i} = offs.x + ra{i} * u(5u) + ka{i};")
+            fetch.append(f"ga{i} = load_a4(pa{i} + {{k}}, ra{i}, {{k}} + ka{i}, M, K);")
+            put.append(" ".join(f"As[ka{i} + {q}u][sa{i} >> 2u][sa{i} & 3u] = ga{i}.{'xyzw'[q]};" for q in range(4)))
+        else:        # vec4 e = rows 4 (e % (BM / 4)).. at k e / (BM / 4)
+            setup.append(f"let sa{i} = {e} % {BM // 4}u; let ka{i} = {e} / {BM // 4}u; "
+                         f"let ra{i} = row0 + sa{i} * 4u; let pa{i} = offs.x + ra{i} * u(5u) + ka{i} * u(6u);")
+            fetch.append(f"ga{i} = load_a_rows(pa{i} + ({{k}}) * u(6u), ra{i}, {{k}} + ka{i}, M, K);")
+            put.append(f"As[ka{i}][sa{i}] = ga{i};")
+    for i in range(BK * BN // 4 // T):
+        e = f"(t + {i * T}u)"
+        if brow:     # vec4 e = columns 4 (e % (BN / 4)).. at k e / (BN / 4)
+            setup.append(f"let sb{i} = {e} % {BN // 4}u; let kb{i} = {e} / {BN // 4}u; "
+                         f"let cl{i} = col0 + sb{i} * 4u; let pb{i} = offs.y + kb{i} * u(9u) + cl{i};")
+            fetch.append(f"gb{i} = load_b4(pb{i} + ({{k}}) * u(9u), cl{i}, {{k}} + kb{i}, N, K);")
+            put.append(f"Bs[kb{i}][sb{i}] = gb{i};")
+        else:        # vec4 e = 4 k of column e / (BK / 4)
+            setup.append(f"let sb{i} = {e} / {BK // 4}u; let kb{i} = ({e} % {BK // 4}u) * 4u; "
+                         f"let cl{i} = col0 + sb{i}; let pb{i} = offs.y + kb{i} * u(9u) + cl{i} * u(10u);")
+            fetch.append(f"gb{i} = load_b_ks(pb{i} + ({{k}}) * u(9u), cl{i}, {{k}} + kb{i}, N, K);")
+            put.append(" ".join(f"Bs[kb{i} + {q}u][sb{i} >> 2u][sb{i} & 3u] = gb{i}.{'xyzw'[q]};" for q in range(4)))
+    return setup, " ".join(fetch), " ".join(put)
+
+
 def render_rb(config: tuple, params: dict) -> str:
     """``matmul_rb.wgsl`` for ``config`` (BM, BN, TM, TN, BK: a value of ``RB``) with main's body
     written in: named accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops;
@@ -379,13 +416,12 @@ def render_rb(config: tuple, params: dict) -> str:
     T = TX * TY
     LA, LB = BM * BK // 4 // T, BK * BN // 4 // T
     acc = [f"c{r}_{j}" for r in range(TM) for j in range(TN // 4)]
-    fetch = " ".join([f"ga{i} = fetch_a(t + {i * T}u, offs.x, row0, {{k}}, M, K);" for i in range(LA)]
-                     + [f"gb{i} = fetch_b(t + {i * T}u, offs.y, col0, {{k}}, N, K);" for i in range(LB)])
-    put = " ".join([f"put_a(t + {i * T}u, ga{i});" for i in range(LA)]
-                   + [f"put_b(t + {i * T}u, gb{i});" for i in range(LB)])
+    setup, fetch, put = _rb_loads(config, T, params["AROW"] == "true", params["BROW"] == "true")
     body = [f"  let tx = t % {TX}u; let ty = t / {TX}u;",
+            "  _ = &A4; _ = &B4;   // bound in every layout, whether or not its loads use them",
             "  " + " ".join(f"var {c} = vec4<f32>();" for c in acc),
             "  " + " ".join([f"var ga{i}: vec4<f32>;" for i in range(LA)] + [f"var gb{i}: vec4<f32>;" for i in range(LB)]),
+            *("  " + line for line in setup),
             "  " + fetch.format(k="kbeg"), "  " + put, "  workgroupBarrier();",
             f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {BK}u) {{",
             f"    let more = k0 + {BK}u < kend;",

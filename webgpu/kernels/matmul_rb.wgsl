@@ -33,9 +33,9 @@
 #include matmul_common
 
 const SPLIT = {{SPLIT}}u;
-const AROW: bool = {{AROW}};   // A along k (row-major), else along rows (x.T)
+// (Whether A runs along k (row-major) or along rows (x.T), and B along columns or along k (w.T),
+// render_rb decides when it writes the fetches: AROW / BROW.)
 const AVEC: bool = {{AVEC}};   // ... and every row 16-byte aligned: vec4 loads
-const BROW: bool = {{BROW}};   // B along columns (row-major), else along k (w.T)
 const BVEC: bool = {{BVEC}};
 const FULL: bool = {{FULL}};   // M and N multiples of the tile, K of BK: every load and store in range
 const BM = {{BM}}u;
@@ -44,68 +44,36 @@ const BK = {{BK}}u;
 var<workgroup> As: array<array<vec4<f32>, {{BM4}}>, {{BK}}>;   // [k][row / 4]
 var<workgroup> Bs: array<array<vec4<f32>, {{BN4}}>, {{BK}}>;   // [k][column / 4]
 
-fn load_a4(a0: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
+// The loads below take a precomputed element offset (base) and the row/column and k it stands
+// for (bounds, unless FULL). render_rb works out each thread's offsets and workgroup-memory
+// coordinates once, before the k loop, so a fetch is an add and a load.
+fn load_a4(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // k..k+3 of row r (A row-major)
-  let base = a0 + r * u(5u) + k;
   if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }
   let ok = FULL || r < M;
   return vec4<f32>(select(0.0, A[base], ok && k < K), select(0.0, A[base + 1u], ok && k + 1u < K),
                    select(0.0, A[base + 2u], ok && k + 2u < K), select(0.0, A[base + 3u], ok && k + 3u < K));
 }
-fn load_a_rows(a0: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
+fn load_a_rows(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // rows r..r+3 at one k (A column-major: x.T)
-  let base = a0 + r * u(5u) + k * u(6u);
   let rs = u(5u);
   let ok = FULL || k < K;
   return vec4<f32>(select(0.0, A[base], ok && r < M), select(0.0, A[base + rs], ok && r + 1u < M),
                    select(0.0, A[base + 2u * rs], ok && r + 2u < M), select(0.0, A[base + 3u * rs], ok && r + 3u < M));
 }
-fn load_b4(b0: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
+fn load_b4(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // columns c..c+3 of row k (B row-major)
-  let base = b0 + k * u(9u) + c;
   if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }
   let ok = FULL || k < K;
   return vec4<f32>(select(0.0, B[base], ok && c < N), select(0.0, B[base + 1u], ok && c + 1u < N),
                    select(0.0, B[base + 2u], ok && c + 2u < N), select(0.0, B[base + 3u], ok && c + 3u < N));
 }
-fn load_b_ks(b0: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
+fn load_b_ks(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // k..k+3 of column c (B column-major: w.T)
-  let base = b0 + k * u(9u) + c * u(10u);
   let ks = u(9u);
   let ok = FULL || c < N;
   return vec4<f32>(select(0.0, B[base], ok && k < K), select(0.0, B[base + ks], ok && k + 1u < K),
                    select(0.0, B[base + 2u * ks], ok && k + 2u < K), select(0.0, B[base + 3u * ks], ok && k + 3u < K));
-}
-
-// vec4 number e of the A tile at k0: 4 k of one row (A row-major) or 4 rows at one k
-fn fetch_a(e: u32, a0: u32, row0: u32, k0: u32, M: u32, K: u32) -> vec4<f32> {
-  if (AROW) { return load_a4(a0, row0 + e / (BK / 4u), k0 + (e % (BK / 4u)) * 4u, M, K); }
-  return load_a_rows(a0, row0 + (e % (BM / 4u)) * 4u, k0 + e / (BM / 4u), M, K);
-}
-fn put_a(e: u32, v: vec4<f32>) {
-  if (AROW) {
-    let r = e / (BK / 4u);
-    let k = (e % (BK / 4u)) * 4u;
-    As[k][r >> 2u][r & 3u] = v.x; As[k + 1u][r >> 2u][r & 3u] = v.y;
-    As[k + 2u][r >> 2u][r & 3u] = v.z; As[k + 3u][r >> 2u][r & 3u] = v.w;
-  } else {
-    As[e / (BM / 4u)][e % (BM / 4u)] = v;
-  }
-}
-// vec4 number e of the B tile at k0: 4 columns of one k (B row-major) or 4 k of one column
-fn fetch_b(e: u32, b0: u32, col0: u32, k0: u32, N: u32, K: u32) -> vec4<f32> {
-  if (BROW) { return load_b4(b0, col0 + (e % (BN / 4u)) * 4u, k0 + e / (BN / 4u), N, K); }
-  return load_b_ks(b0, col0 + e / (BK / 4u), k0 + (e % (BK / 4u)) * 4u, N, K);
-}
-fn put_b(e: u32, v: vec4<f32>) {
-  if (BROW) {
-    Bs[e / (BN / 4u)][e % (BN / 4u)] = v;
-  } else {
-    let c = e / (BK / 4u);
-    let k = (e % (BK / 4u)) * 4u;
-    Bs[k][c >> 2u][c & 3u] = v.x; Bs[k + 1u][c >> 2u][c & 3u] = v.y;
-    Bs[k + 2u][c >> 2u][c & 3u] = v.z; Bs[k + 3u][c >> 2u][c & 3u] = v.w;
-  }
 }
 
 fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) {
