@@ -43,7 +43,9 @@ REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "
                        "gguf==0.19.0"]   # writes the GGUF fixtures and is the dequantization reference (tests/test_gguf.py, test_quant.py, test_llm.py)
 # Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
-APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld"}
+# clang-19 + lld-19 build the second, relaxed-SIMD module (Debian's clang 14 has no relaxed intrinsics).
+APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld", "/usr/bin/clang-19": "clang-19",
+             "/usr/lib/llvm-19/bin/wasm-ld": "lld-19"}
 APT = {**APT_BUILD, "/usr/bin/chromium": "chromium",
        "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc": "fonts-wqy-zenhei",
        "/usr/sbin/haproxy": "haproxy"}   # ember.remote's many-server set-up (tests/test_remote.py)
@@ -105,7 +107,8 @@ def ensure_pyodide() -> None:
 # ---- build ----------------------------------------------------------------------------------
 
 def build_kernels() -> None:
-    """wasm/kernels.wasm from wasm/kernels/*.c (only when missing or stale)."""
+    """wasm/kernels.wasm and wasm/kernels_relaxed.wasm from wasm/kernels/*.c (only when missing
+    or stale). Without a clang for relaxed SIMD only the plain module is built (pages then run it)."""
     sys.path.insert(0, os.path.join(ROOT, "wasm"))
     try:
         import build_kernels as bk
@@ -114,6 +117,12 @@ def build_kernels() -> None:
     if not bk.up_to_date():
         log("building the WebAssembly SIMD kernels (wasm/kernels.wasm)")
         bk.build()
+    if not bk.up_to_date(relaxed=True):
+        if bk.find_clang(relaxed=True) is None:
+            log("WARNING: no clang-19 (apt-get install clang-19 lld-19): wasm/kernels_relaxed.wasm is not built")
+        else:
+            log("building the relaxed-SIMD kernels (wasm/kernels_relaxed.wasm)")
+            bk.build(relaxed=True)
 
 
 def build_wheel() -> str:

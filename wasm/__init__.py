@@ -59,7 +59,8 @@ async def init(*, wait_threads: float = 0.0) -> dict:
     reset_backend("wasm")
     b = get_backend("wasm")
     await threads_init(wait_threads)
-    return {"device": "wasm", "runtime": rt.kind, "kernels": sorted(b.native), **_threads_info()}
+    return {"device": "wasm", "runtime": rt.kind, "kernels": sorted(b.native), **_module_info(),
+            **_threads_info()}
 
 
 def set_threads(n: Optional[int]) -> None:
@@ -95,6 +96,19 @@ def threads() -> int:
     return _threads()
 
 
+def _module_info() -> dict:
+    """``module`` (the kernel module file that runs: kernels.wasm or kernels_relaxed.wasm),
+    ``relaxed_simd`` and ``module_note`` (why that one)."""
+    from ..errors import DeviceError
+    from .runtime import select_module
+
+    try:
+        sel = select_module()
+    except DeviceError as e:
+        return {"module": None, "relaxed_simd": False, "module_note": str(e)}
+    return {"module": sel["file"], "relaxed_simd": sel["relaxed"], "module_note": sel["why"]}
+
+
 def _threads_info() -> dict:
     from .team import describe
 
@@ -102,7 +116,9 @@ def _threads_info() -> dict:
 
 
 def info() -> dict:
-    """What device "wasm" runs on: ``runtime`` ("pyodide" or "wasmtime"), ``threads`` (used now),
+    """What device "wasm" runs on: ``runtime`` ("pyodide" or "wasmtime"), ``module`` (the kernel
+    module: "kernels.wasm", plain SIMD, or "kernels_relaxed.wasm", relaxed SIMD), ``relaxed_simd``
+    and ``module_note`` (why that module), ``threads`` (used now),
     ``threads_wanted``, ``max_threads`` (hardwareConcurrency / cores), ``shared_memory`` (whether
     a team of workers can exist here) and, when it runs on one thread, a ``note`` saying why;
     plus ``boot_info()``: ``snapshot`` (whether this Pyodide was restored from a memory snapshot)
@@ -116,6 +132,7 @@ def info() -> dict:
 
     rt = _runtime[0]
     out = {"runtime": rt.kind if rt is not None else ("pyodide" if is_pyodide() else "wasmtime")}
+    out.update(_module_info())
     out.update(_threads_info())
     out.update(boot_info())
     return out

@@ -1,6 +1,12 @@
-"""Build ember's WebAssembly SIMD kernel module from the C sources in ``wasm/kernels/``.
+"""Build ember's WebAssembly SIMD kernel modules from the C sources in ``wasm/kernels/``.
 
-    python wasm/build_kernels.py [--out PATH] [--check]
+    python wasm/build_kernels.py [--relaxed] [--out PATH] [--check]
+
+Two modules from the same sources: ``kernels.wasm`` (plain SIMD, runs on every engine with
+wasm SIMD) and, with ``--relaxed``, ``kernels_relaxed.wasm`` (``-mrelaxed-simd``: the float
+GEMM's multiply-adds are ``f32x4.relaxed_madd``, one rounding per multiply-add where the engine
+fuses them). The relaxed one needs a clang with the relaxed intrinsics (16 or newer: Debian's
+``clang-19`` + ``lld-19``); ``runtime.py`` picks it where the engine validates relaxed SIMD.
 
 One standalone module, compiled and linked by clang + lld (Debian's ``clang`` and ``lld``
 packages; ``build.py`` installs them): no emscripten, no libc, memory imported (in the page it
@@ -34,6 +40,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "kernels")
 OUT = os.path.join(HERE, "kernels.wasm")
+OUT_RELAXED = os.path.join(HERE, "kernels_relaxed.wasm")
 SECTION = "ember.sources"
 DISPATCH_HEADER = "ember_dispatch.h"   # generated into the build folder, included by exec.c
 GENERATOR = "exec-dispatch 2"         # part of the source hash: a new generator rebuilds
@@ -52,6 +59,10 @@ LDFLAGS = ["-Wl,--no-entry", "-Wl,--import-memory", "-Wl,--strip-all", "-Wl,-z,s
 # (MiniLM 8x64's products 319 -> 275 ms in Node, one thread). Not module-wide: quant.c's
 # matrix-vector loops ran ~30% slower without it.
 FILE_CFLAGS = {"gemm.c": ["-mllvm", "-disable-lsr"]}
+# The relaxed module: the same sources with relaxed SIMD on (kernels test __wasm_relaxed_simd__).
+RELAXED_CFLAGS = ["-mrelaxed-simd"]
+# clang versions whose relaxed SIMD opcodes are the standard's (LLVM 16 renumbered them)
+RELAXED_CLANGS = ("clang-19", "clang-20", "clang-18", "clang-17", "clang-16")
 
 
 def sources() -> list:
@@ -61,9 +72,14 @@ def sources() -> list:
     return sorted(f for f in os.listdir(SRC) if f.endswith((".c", ".h")))
 
 
-def source_hash() -> str:
+def cflags(relaxed: bool = False) -> list:
+    """The module-wide compile flags of the plain or the relaxed module."""
+    return CFLAGS + RELAXED_CFLAGS if relaxed else list(CFLAGS)
+
+
+def source_hash(relaxed: bool = False) -> str:
     h = hashlib.sha256()
-    h.update(" ".join(CFLAGS + LDFLAGS + [GENERATOR]).encode())
+    h.update(" ".join(cflags(relaxed) + LDFLAGS + [GENERATOR]).encode())
     for name in sorted(FILE_CFLAGS):
         h.update(("\0" + name + ":" + " ".join(FILE_CFLAGS[name])).encode())
     for name in sources():
@@ -89,8 +105,11 @@ def _wasmbin():
     return wasmbin
 
 
-def find_clang():
-    for name in ("clang", "clang-16", "clang-15", "clang-14"):
+def find_clang(relaxed: bool = False):
+    """The clang that builds the plain module (the default ``clang`` first), or, with
+    ``relaxed``, one with the standard relaxed SIMD intrinsics (``RELAXED_CLANGS``); None when
+    there is none."""
+    for name in RELAXED_CLANGS if relaxed else ("clang", "clang-16", "clang-15", "clang-14"):
         path = shutil.which(name)
         if path:
             return path
@@ -180,14 +199,14 @@ def abi_hash(kernels) -> int:
     return h
 
 
-def exported_kernels(clang: str) -> list:
+def exported_kernels(clang: str, relaxed: bool = False) -> list:
     """[(name, C result type, [(C type, wasm letter)...])] of every ``EXPORT``ed kernel, from the
     preprocessed sources (macros expanded), sorted by name."""
     found = {}
     for f in sources():
         if not f.endswith(".c") or f == "exec.c":
             continue
-        proc = subprocess.run([clang, *CFLAGS, "-E", "-P", f], cwd=SRC, capture_output=True, text=True)
+        proc = subprocess.run([clang, *cflags(relaxed), "-E", "-P", f], cwd=SRC, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"preprocessing {f} failed:\n{proc.stderr}")
         text = " ".join(proc.stdout.split())
@@ -242,18 +261,23 @@ def dispatch_source(kernels: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(out: str = OUT) -> str:
-    """Compile and link the module into ``out``; returns ``out``. Raises SystemExit with what
-    is missing when clang or lld are not installed."""
+def build(out: str | None = None, relaxed: bool = False) -> str:
+    """Compile and link the plain (or ``relaxed``) module into ``out`` (default ``OUT`` /
+    ``OUT_RELAXED``); returns ``out``. Raises SystemExit with what is missing when clang or
+    lld are not installed."""
     wb = _wasmbin()
-    clang = find_clang()
+    out = out or (OUT_RELAXED if relaxed else OUT)
+    clang = find_clang(relaxed)
     if clang is None:
-        raise SystemExit("building the wasm kernels needs clang and lld "
+        raise SystemExit("building the relaxed-SIMD wasm kernels needs clang 16+ and its lld "
+                         "(Debian: apt-get install clang-19 lld-19)" if relaxed else
+                         "building the wasm kernels needs clang and lld "
                          "(Debian/Ubuntu: apt-get install clang lld)")
+    flags = cflags(relaxed)
     cs = [os.path.join(SRC, f) for f in sources() if f.endswith(".c")]
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "k.wasm")
-        kernels = exported_kernels(clang)
+        kernels = exported_kernels(clang, relaxed)
         generated = [(n, "".join(w for _, w in plist), _wasm_type(ret)) for n, ret, plist in kernels]
         generated = [g for g in generated if signature_ok(g[1], g[2])]
         generated_abi = abi_hash(generated)
@@ -265,12 +289,12 @@ def build(out: str = OUT) -> str:
         for c in cs:
             name = os.path.basename(c)
             obj = os.path.join(tmp, name[:-2] + ".o")
-            _run([clang, *CFLAGS, *FILE_CFLAGS.get(name, []), "-I", tmp, "-c", "-o", obj, name])
+            _run([clang, *flags, *FILE_CFLAGS.get(name, []), "-I", tmp, "-c", "-o", obj, name])
             objs.append(obj)
-        _run([clang, *CFLAGS, *LDFLAGS, "-o", raw, *objs])
+        _run([clang, *flags, *LDFLAGS, "-o", raw, *objs])
         with open(raw, "rb") as f:
             data = f.read()
-    data = wb.strip_module(data, {SECTION: source_hash().encode("ascii")})
+    data = wb.strip_module(data, {SECTION: source_hash(relaxed).encode("ascii")})
     problems = wb.check_kernel_module(data)
     # the generated dispatch must number exactly the kernels the module exports (an export the
     # prototype scan missed would make every table of the Python side refuse to run)
@@ -283,7 +307,7 @@ def build(out: str = OUT) -> str:
                         f"or a parameter type read differently)")
     if problems:
         raise SystemExit("the kernel module breaks its rules: " + "; ".join(problems))
-    _validate(data)
+    _validate(data, relaxed)
     tmp_out = out + ".tmp"
     with open(tmp_out, "wb") as f:
         f.write(data)
@@ -297,14 +321,18 @@ def _run(cmd: list) -> None:
         raise SystemExit(f"wasm kernel build failed ({' '.join(cmd)}):\n{proc.stderr}")
 
 
-def _validate(data: bytes) -> None:
+def _validate(data: bytes, relaxed: bool = False) -> None:
     """Let a real engine validate the stripped module (code that still used the stack or a
-    global fails here): Node's V8 where Node is installed, else wasmtime, else nothing."""
+    global fails here): Node's V8 where Node is installed (Node 20 needs a flag for relaxed
+    SIMD), else wasmtime, else nothing."""
     node = shutil.which("node")
     if node:
         js = ("const d=require('fs').readFileSync(0);"
               "try{new WebAssembly.Module(d)}catch(e){console.error(String(e));process.exit(1)}")
         proc = subprocess.run([node, "-e", js], input=data, capture_output=True)
+        if proc.returncode != 0 and relaxed:
+            proc = subprocess.run([node, "--experimental-wasm-relaxed-simd", "-e", js], input=data,
+                                  capture_output=True)
         if proc.returncode != 0:
             raise SystemExit("the kernel module does not validate (a kernel uses the stack, a "
                              f"global or libc?): {proc.stderr.decode(errors='replace').strip()}")
@@ -314,30 +342,35 @@ def _validate(data: bytes) -> None:
     except ImportError:
         return
     try:
-        wasmtime.Module(wasmtime.Engine(), data)
+        config = wasmtime.Config()
+        config.wasm_relaxed_simd = relaxed
+        wasmtime.Module(wasmtime.Engine(config), data)
     except Exception as e:  # wasmtime raises its own error types
         raise SystemExit(f"the kernel module does not validate: {e}") from None
 
 
-def up_to_date(out: str = OUT) -> bool:
+def up_to_date(out: str | None = None, relaxed: bool = False) -> bool:
+    out = out or (OUT_RELAXED if relaxed else OUT)
     if not os.path.exists(out):
         return False
     with open(out, "rb") as f:
-        return embedded_hash(f.read()) == source_hash()
+        return embedded_hash(f.read()) == source_hash(relaxed)
 
 
-def ensure(out: str = OUT) -> str:
+def ensure(out: str | None = None, relaxed: bool = False) -> str:
     """Build only when the module is missing or stale."""
-    return out if up_to_date(out) else build(out)
+    out = out or (OUT_RELAXED if relaxed else OUT)
+    return out if up_to_date(out, relaxed) else build(out, relaxed)
 
 
 def main(argv) -> int:
-    out = argv[argv.index("--out") + 1] if "--out" in argv else OUT
+    relaxed = "--relaxed" in argv
+    out = argv[argv.index("--out") + 1] if "--out" in argv else (OUT_RELAXED if relaxed else OUT)
     if "--check" in argv:
-        ok = up_to_date(out)
+        ok = up_to_date(out, relaxed)
         print(f"{out}: {'up to date' if ok else 'missing or built from other sources'}")
         return 0 if ok else 1
-    path = build(out)
+    path = build(out, relaxed)
     print(f"built {path} ({os.path.getsize(path)} bytes)")
     return 0
 

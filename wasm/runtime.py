@@ -6,6 +6,17 @@
 - ``WasmtimeRuntime``: CPython with the ``wasmtime`` package (tests, native runs). The module
   has its own memory there: inputs are copied in before a call and outputs copied out after.
 
+Two builds of the kernels ship (``build_kernels.py``): ``kernels.wasm`` (plain SIMD) and
+``kernels_relaxed.wasm`` (relaxed SIMD: the float GEMM multiply-adds with ``f32x4.relaxed_madd``,
+fused where the CPU has FMA). ``select_module`` picks one per process, before anything
+instantiates it, and every user (the runtime, the thread team's workers, the command-table
+dispatch) takes that one's bytes: results are the same bits for any thread count within the
+module that runs. In Pyodide the relaxed one runs where the engine validates a tiny relaxed-SIMD
+probe module (Chromium; Node 20 only with ``--experimental-wasm-relaxed-simd``), else the plain
+one; CPython keeps the plain module (the reference the tests pin bit for bit). The environment
+variable ``EMBER_WASM_KERNELS`` (``auto``, ``plain`` or ``relaxed``) overrides the choice;
+``ember.wasm.info()`` says which module runs and why.
+
 Both take a call as ``rt.call(name, *args)`` where each argument is an int/float or a buffer
 handed over as ``R(buf, n, offset=0, at=None)`` (read) / ``W(...)`` (written): the kernel may
 touch elements ``offset .. offset + n - 1`` of ``buf`` and nothing else, and gets a pointer to
@@ -26,6 +37,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import importlib.resources
+import os
 import sys
 import weakref
 
@@ -33,6 +45,13 @@ from ..errors import BoundsError, DeviceError
 from .team import Moved
 
 MODULE_FILE = "kernels.wasm"
+RELAXED_FILE = "kernels_relaxed.wasm"
+KERNELS_ENV = "EMBER_WASM_KERNELS"
+# (module (func (param v128 v128 v128) (result v128)
+#   local.get 0 local.get 1 local.get 2 f32x4.relaxed_madd)): validates only where the engine
+# has relaxed SIMD (the opcode the relaxed module's GEMM uses)
+RELAXED_PROBE = bytes.fromhex("0061736d01000000" "010801" "6003" "7b7b7b017b" "03020100"
+                              "0a0d010b00" "200020012002" "fd8502" "0b")
 
 
 class R:
@@ -70,14 +89,98 @@ def check_span(a: R) -> None:
         raise BoundsError("wasm kernel buffer: a kernel may not write into immutable bytes")
 
 
-def module_bytes() -> bytes:
-    """The shipped kernel module (built from wasm/kernels/*.c by build_kernels.py)."""
+def read_module(name: str = MODULE_FILE) -> bytes:
+    """One shipped kernel module file (built from wasm/kernels/*.c by build_kernels.py)."""
     try:
-        return importlib.resources.files("ember.wasm").joinpath(MODULE_FILE).read_bytes()
+        return importlib.resources.files("ember.wasm").joinpath(name).read_bytes()
     except (FileNotFoundError, OSError) as e:
-        raise DeviceError(f"device 'wasm': the kernel module {MODULE_FILE} is missing from this "
+        raise DeviceError(f"device 'wasm': the kernel module {name} is missing from this "
                           f"install (build it with 'python build.py wheel', which needs clang and "
                           f"lld)") from e
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.resources.files("ember.wasm").joinpath(name).is_file()
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def _engine_has_relaxed_simd() -> bool:
+    """Whether this process's engine validates relaxed SIMD (Pyodide: the JS engine's
+    ``WebAssembly.validate`` on ``RELAXED_PROBE``)."""
+    if sys.platform != "emscripten":
+        return False
+    import js
+    from pyodide.ffi import to_js
+
+    try:
+        return bool(js.WebAssembly.validate(to_js(RELAXED_PROBE)))
+    except Exception:  # a JsException: no validate, or a broken engine
+        return False
+
+
+# the module this process runs: {"file", "relaxed", "why"}; set once by select_module
+_SELECTED: dict = {}
+
+
+def choose_module(want: str, pyodide: bool, have_relaxed: bool, engine_relaxed) -> tuple:
+    """(relaxed?, why) for a setting ``want`` (auto, plain or relaxed), whether this runs in
+    Pyodide, whether the relaxed module is installed, and ``engine_relaxed()`` (asked only when
+    it matters): whether the engine validates relaxed SIMD. Raises DeviceError for an unknown
+    setting, or for ``relaxed`` where it cannot run.
+
+    >>> choose_module("auto", True, True, lambda: False)[0]
+    False
+    >>> choose_module("auto", True, True, lambda: True)
+    (True, 'this engine validates relaxed SIMD (f32x4.relaxed_madd)')
+    """
+    if want not in ("auto", "plain", "relaxed"):
+        raise DeviceError(f"device 'wasm': {KERNELS_ENV}={want!r}; expected auto, plain or relaxed")
+    if want == "plain":
+        return False, f"{KERNELS_ENV}=plain"
+    if want == "relaxed":
+        if not have_relaxed:
+            raise DeviceError(f"device 'wasm': {KERNELS_ENV}=relaxed but {RELAXED_FILE} is not in this "
+                              f"install (building it needs clang-19 and lld-19)")
+        if pyodide and not engine_relaxed():
+            raise DeviceError(f"device 'wasm': {KERNELS_ENV}=relaxed but this engine does not validate "
+                              f"relaxed SIMD (Node 20: --experimental-wasm-relaxed-simd)")
+        return True, f"{KERNELS_ENV}=relaxed"
+    if not pyodide:
+        return False, (f"CPython (wasmtime) runs the plain module, the reference the tests pin; "
+                       f"{KERNELS_ENV}=relaxed picks the relaxed one")
+    if not have_relaxed:
+        return False, f"{RELAXED_FILE} is not in this install"
+    if engine_relaxed():
+        return True, "this engine validates relaxed SIMD (f32x4.relaxed_madd)"
+    return False, "this engine does not validate relaxed SIMD (Node 20 needs --experimental-wasm-relaxed-simd)"
+
+
+def _want() -> str:
+    return os.environ.get(KERNELS_ENV, "auto").strip().lower() or "auto"
+
+
+def select_module() -> dict:
+    """Which kernel module this process runs and why: ``{"file", "relaxed", "why"}``. Decided
+    on first use (``choose_module`` with ``EMBER_WASM_KERNELS``, default auto) and kept;
+    ``use_plain_module`` replaces it when the relaxed one fails to compile."""
+    if not _SELECTED:
+        relaxed, why = choose_module(_want(), sys.platform == "emscripten", _has_module(RELAXED_FILE),
+                                     _engine_has_relaxed_simd)
+        _SELECTED.update(file=RELAXED_FILE if relaxed else MODULE_FILE, relaxed=relaxed, why=why)
+    return dict(_SELECTED)
+
+
+def use_plain_module(why: str) -> None:
+    """Fall back to the plain module (the relaxed one failed to compile: ``why``)."""
+    _SELECTED.clear()
+    _SELECTED.update(file=MODULE_FILE, relaxed=False, why=why)
+
+
+def module_bytes() -> bytes:
+    """The bytes of the kernel module this process runs (``select_module``)."""
+    return read_module(select_module()["file"])
 
 
 # id(array) -> its resident copy in the thread team's shared memory (``team.Resident``): a
@@ -121,8 +224,15 @@ class PyodideRuntime:
         import js
         from pyodide.ffi import to_js
 
+        select_module()   # (a DeviceError of its own, not one of the set-up)
         try:
-            mod = js.WebAssembly.Module.new(to_js(module_bytes()))
+            try:
+                mod = js.WebAssembly.Module.new(to_js(module_bytes()))
+            except Exception as e:
+                if not (select_module()["relaxed"] and _want() == "auto") or "RangeError" in type(e).__name__ + str(e):
+                    raise
+                use_plain_module(f"the relaxed module failed to compile ({str(e).strip()[:200]})")
+                mod = js.WebAssembly.Module.new(to_js(module_bytes()))
             inst = js.WebAssembly.Instance.new(mod, _imports())
         except Exception as e:  # a JsException: e.g. RangeError on Chromium's main thread
             raise DeviceError(f"device 'wasm' needs an asynchronous set-up here: "
@@ -134,7 +244,13 @@ class PyodideRuntime:
         import js
         from pyodide.ffi import to_js
 
-        mod = await js.WebAssembly.compile(to_js(module_bytes()))
+        try:
+            mod = await js.WebAssembly.compile(to_js(module_bytes()))
+        except Exception as e:  # a JsException (CompileError)
+            if not (select_module()["relaxed"] and _want() == "auto"):
+                raise
+            use_plain_module(f"the relaxed module failed to compile ({str(e).strip()[:200]})")
+            mod = await js.WebAssembly.compile(to_js(module_bytes()))
         inst = await js.WebAssembly.instantiate(mod, _imports())
         return cls(inst)
 
@@ -187,13 +303,20 @@ class WasmtimeRuntime:
     kind = "wasmtime"
     PAGE = 65536
 
-    def __init__(self):
+    def __init__(self, file: str | None = None):
+        """``file``: the module to run (default: ``select_module``'s). The relaxed one runs with
+        wasmtime's deterministic relaxed SIMD (``relaxed_madd`` always fused)."""
         import wasmtime
 
         self._w = wasmtime
-        self.engine = wasmtime.Engine()
+        self.file = file or select_module()["file"]
+        config = wasmtime.Config()
+        if self.file == RELAXED_FILE:
+            config.wasm_relaxed_simd = True
+            config.wasm_relaxed_simd_deterministic = True
+        self.engine = wasmtime.Engine(config)
         self.store = wasmtime.Store(self.engine)
-        self.module = wasmtime.Module(self.engine, module_bytes())
+        self.module = wasmtime.Module(self.engine, read_module(self.file))
         self.memory = wasmtime.Memory(self.store, wasmtime.MemoryType(wasmtime.Limits(16, None)))
         self.instance = wasmtime.Instance(self.store, self.module, [self.memory])
         self.exports = self.instance.exports(self.store)

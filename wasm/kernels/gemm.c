@@ -11,7 +11,8 @@
  * For a (N, K) B and few rows there is a second kernel: dot products of A's rows with B's rows.
  * Python makes one call per op (``gemm``, with a batch of products and offset tables).
  *
- * Semantics: float32 multiply and add (no FMA), summed in k order within a block; NaN and inf
+ * Semantics: float32 multiply and add (no FMA; the relaxed module: relaxed_madd, see FMA below),
+ * summed in k order within a block; NaN and inf
  * propagate as in any float32 dot product. Padding lanes of the last panel are computed but never
  * stored. */
 #include "ember.h"
@@ -155,7 +156,16 @@ INLINE void store_n(f32 *c, i32 n, f32x4 lo, f32x4 hi) {
   if (n) wasm_v128_store32_lane(c, lo, 0);
 }
 
+/* acc += a * b. The plain module: a float32 multiply, then an add (two roundings). The relaxed
+ * module (kernels_relaxed.wasm, built with -mrelaxed-simd): f32x4.relaxed_madd, which the engine
+ * runs fused (one rounding) where the CPU has FMA and as the plain pair where it does not; either
+ * way the same for every element and call in one engine, so every split of a product (threads,
+ * row blocks, packed or in-place A) still gives the same bits within one module. */
+#ifdef __wasm_relaxed_simd__
+#define FMA(acc, a, b) acc = wasm_f32x4_relaxed_madd(a, b, acc)
+#else
 #define FMA(acc, a, b) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(a, b))
+#endif
 
 /* R (1..4, a constant after inlining) rows of A, lda apart (PK 0), or packed by pack_a (PK 1:
  * row r of step k at a[k * MR + r]; lda unused), times one slice p of B (kc rows, ldp apart, 8
