@@ -109,7 +109,9 @@ async def setup(model: str, device: str, autotune: bool = False, threads: int = 
     _state.update(model=model, device=device, net=net, fn=fn, feeds=feeds)
     return {"device_init_ms": t1 - t0, "weights_fetch_ms": t2 - t1, "model_build_ms": t3 - t2,
             "weights_bytes": len(weights), "devices": ",".join(ember.devices()),
-            **({"pool_threads": pool} if pool is not None else {})}
+            **({"pool_threads": pool} if pool is not None else {}),
+            # which kernel module runs (kernels.wasm or kernels_relaxed.wasm, where the wheel says)
+            **({"wasm_module": ember.wasm.info().get("module")} if device == "wasm" else {})}
 
 
 def _flat(values) -> list:
