@@ -222,7 +222,7 @@ def test_info_stats_devices_and_init():
 
 # ---- matmul variants and autotune --------------------------------------------------------------
 
-@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg"])
+@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv"])
 def test_matmul_variants_match_numpy(variant):
     rt = get_runtime()
     cases = [((3, 5), (5, 7)), ((130, 70), (70, 129)), ((2, 1, 9, 20), (3, 20, 4)), ((1, 300), (300, 33)),
@@ -274,6 +274,38 @@ def test_register_blocked_matmuls_read_every_layout(variant):
         a, b = rand(3, 1, 40, 70), rand(2, 70, 48, seed=1)        # batch axes broadcast both ways
         if linalg.eligible(rt, variant, 40, 48, 70, "f32"):
             np.testing.assert_allclose((gpu(a) @ gpu(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    finally:
+        autotune.force("matmul", None)
+
+
+def test_mv_matmul_reads_b_along_its_columns():
+    """``mv`` (few rows times a B stored (K, N)): every row count 1..16 (its accumulators are
+    generated per M), k ragged against the k groups (16, 32 and 64 of them) and shorter than
+    them, A read through strides, a broadcast batch, an epilogue; B views that are not 16-byte
+    aligned or N not a multiple of 4 go to another variant with the same results."""
+    rt = get_runtime()
+    mv = lambda: sum(1 for key in rt.pipelines if key[0] == "matmul_mv")   # noqa: E731
+    autotune.force("matmul", "mv")
+    try:
+        for m, k, n in [(1, 384, 384), (2, 3, 8), (3, 250, 36), (4, 1025, 12), (5, 700, 20), (6, 33, 4), (7, 64, 8),
+                        (8, 1500, 24), (9, 129, 40), (10, 5, 4), (11, 300, 16), (12, 257, 28), (13, 90, 8),
+                        (14, 1030, 44), (15, 17, 12), (16, 384, 1536)]:
+            a, b, bias = rand(m, k), rand(k, n, seed=1), rand(n, seed=2)
+            before = mv()
+            ref = a @ b
+            np.testing.assert_allclose((gpu(a) @ gpu(b)).numpy(), ref, rtol=1e-4, atol=1e-4, err_msg=f"{m}x{k}x{n}")
+            assert mv() == before + 1, f"{m}x{k}x{n} did not run mv"
+            at = ember.matrix_transpose(gpu(np.ascontiguousarray(a.T)))
+            np.testing.assert_allclose((at @ gpu(b)).numpy(), ref, rtol=1e-4, atol=1e-4, err_msg=f"A.T {m}x{k}x{n}")
+            got = ember.relu(gpu(a) @ gpu(b) + gpu(bias)).numpy()
+            np.testing.assert_allclose(got, np.maximum(ref + bias, 0), rtol=1e-4, atol=1e-4, err_msg=f"epilogue {m}x{k}x{n}")
+        a, b = rand(3, 1, 4, 70), rand(2, 70, 48, seed=1)          # batch axes broadcast both ways
+        np.testing.assert_allclose((gpu(a) @ gpu(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+        before = mv()
+        a, b = rand(3, 40), rand(41, 13, seed=1)
+        for bv in (gpu(b)[1:, :12], gpu(b)[:40, :]):             # unaligned rows; N = 13
+            np.testing.assert_allclose((gpu(a) @ bv).numpy(), a @ bv.numpy(), rtol=1e-4, atol=1e-4)
+        assert mv() == before
     finally:
         autotune.force("matmul", None)
 

@@ -1,4 +1,4 @@
-"""matmul on webgpu: six kernel variants, chosen per shape class by ``autotune``.
+"""matmul on webgpu: seven kernel variants, chosen per shape class by ``autotune``.
 
 - ``tiled``: 16x16 shared-memory tiles, one output per thread; any dtype, the reference.
 - ``rb32``, ``rb64``, ``rb128``: register-blocked float32 kernels generated from one template
@@ -10,6 +10,9 @@
   128^2 for an H200's 132 cores): k is cut into parts whose partial products a second kernel
   (``matmul_splitk.wgsl``) adds up, running the epilogue there.
 - ``sg``: subgroup k-split for few rows (M <= 16), where the adapter has ``subgroups``.
+- ``mv``: few rows (M <= 16) times a B stored along its columns (``x @ w`` with w (K, N), as
+  ONNX MatMul weights are): threads read consecutive vec4s of B's rows, k split across the
+  workgroup and summed in workgroup memory (``matmul_mv.wgsl``, body by ``render_mv``).
 
 Operands are read through their strides (a transposed weight ``x @ w.T`` is not copied) and
 batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the end.
@@ -25,7 +28,7 @@ from .driver import grid_1d
 from .fusion import GBuf, realize
 from .runtime import kernel_source, pack_info, render
 
-VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg")
+VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv")
 # the register-blocked variants: (BM, BN, TM, TN, BK) = output tile, outputs per thread, k tile
 # (threads: (BM / TM) * (BN / TN)). H100, `tests/bench/webgpu_gemm_lab.py` (`rb:` rows, PyTorch
 # fp32 in the same run): rb128 41.2 TFLOP/s at 4096^3 (torch 51.7); rb32 17.6 us at 512x384x384
@@ -44,6 +47,8 @@ def eligible(rt, variant: str, M: int, N: int, K: int, kind: str) -> bool:
         return False
     if variant == "sg":
         return "subgroups" in rt.features and M <= 16
+    if variant == "mv":          # (and B's layout: MatmulPlan.mv_ok)
+        return M <= 16
     if variant == "sk":
         return K >= 256 and split_k(M, N, K) > 1
     return True
@@ -160,6 +165,8 @@ class MatmulPlan:
         # sg reads A and B as vec4s where both run along k (x @ w.T with w row-major), every row
         # start 16-byte aligned and K a multiple of 4
         self.sg_vec4 = a_vec and K % 4 == 0 and b_ks == 1 and all(v % 4 == 0 for v in [b_off, b_ns] + bbst)
+        # mv reads B as vec4s along its columns: every row start 16-byte aligned, N a multiple of 4
+        self.mv_ok = b_vec and N % 4 == 0 and self.kind == "f32"
         self.words = [M, N, K, self.nb, a_off, a_rs, a_ks, int(a_vec), b_off, b_ks, b_ns, int(b_vec)]
         self.words += list(batch) + abst + bbst
         self.key = autotune.shape_key("matmul", self.kind, (M, N, K, self.nb),
@@ -167,17 +174,18 @@ class MatmulPlan:
 
     def variant(self, storage) -> str:
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
+        ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)]
         v = autotune.forced("matmul")
-        if v is not None and eligible(rt, v, M, N, K, kind):
+        if v in ok:
             return v
-        # a product of 1-4 rows reads each weight once: sg does that at the memory's speed (H100,
-        # x @ w.T at 4096^2: 95% of HBM), and timing variants of a ~20 us kernel against the
-        # host's sync is noise (autotune once picked a 10x slower one)
-        if M <= 4 and eligible(rt, "sg", M, N, K, kind):
-            return "sg"
-        cands = {v: (lambda v=v: self._dispatch(v, storage, None, None))
-                 for v in VARIANTS if eligible(rt, v, M, N, K, kind)}
-        return autotune.choose(rt, self.key, cands, default_variant(rt, M, N, K, kind),
+        # a product of 1-4 rows reads each weight once: sg does that at the memory's speed where
+        # B runs along k (H100, x @ w.T at 4096^2: 95% of HBM), mv where B runs along its
+        # columns; timing variants of a ~20 us kernel against the host's sync is noise (autotune
+        # once picked a 10x slower one)
+        if M <= 4 and ("mv" in ok or "sg" in ok):
+            return "mv" if "mv" in ok else "sg"
+        cands = {v: (lambda v=v: self._dispatch(v, storage, None, None)) for v in ok}
+        return autotune.choose(rt, self.key, cands, "mv" if "mv" in ok else default_variant(rt, M, N, K, kind),
                                lambda: _read(rt, storage, self.size), _close)
 
     def needs_chunks(self) -> bool:
@@ -306,6 +314,9 @@ class MatmulPlan:
             bufs += ops   # A and B again, read as vec4 (A4, B4)
         if variant == "sg":
             grid = ((N + 7) // 8, M, nb)
+        elif variant == "mv":
+            cols = 4 * mv_columns(self.K)
+            grid = ((N + cols - 1) // cols, 1, nb)
         else:
             tm, tn = _TILES[variant]
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
@@ -348,12 +359,16 @@ class MatmulPlan:
             params["SPLIT"] = split
         if variant in RB:
             params.update(rb_layout(RB[variant], words))
+        if variant == "mv":
+            params.update(MR=words[0], CW=mv_columns(words[2]))
         name = f"matmul_{variant}"
         key = (name, tuple(sorted(params.items())), sig)
 
         def source():
             full = {**params, "EPILOGUE": epilogue()}
-            return render_rb(RB[variant], full) if variant in RB else render(kernel_source(name), full)
+            if variant in RB:
+                return render_rb(RB[variant], full)
+            return render_mv(full) if variant == "mv" else render(kernel_source(name), full)
         pipe = rt.pipeline(key, source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
@@ -404,6 +419,44 @@ def _rb_loads(config: tuple, T: int, arow: bool, brow: bool) -> tuple:
             fetch.append(f"gb{i} = load_b_ks(pb{i} + ({{k}}) * u(9u), cl{i}, {{k}} + kb{i}, N, K);")
             put.append(" ".join(f"Bs[kb{i} + {q}u][sb{i} >> 2u][sb{i} & 3u] = gb{i}.{'xyzw'[q]};" for q in range(4)))
     return setup, " ".join(fetch), " ".join(put)
+
+
+def mv_columns(K: int) -> int:
+    """vec4 columns per workgroup of ``mv``: fewer (more threads on each column's k) as k grows."""
+    return 16 if K <= 256 else 8 if K <= 1024 else 4
+
+
+def render_mv(params: dict) -> str:
+    """``matmul_mv.wgsl`` with main's body written in for ``params["MR"]`` rows: named
+    accumulators, the k loop four rows of B at a time, the tree sums of the k groups."""
+    MR, KG = params["MR"], 256 // params["CW"]
+    acc = [f"acc{m}" for m in range(MR)]
+
+    def step(n):         # n rows of B at k, k + KG, ...; each accumulator adds them in k order
+        loads = " ".join(f"let w{i} = B4[b0 + (k + {i * KG}u) * bs];" for i in range(n))
+        sums = [f"{a} = {a}" + "".join(f" + A[ak + {m}u * rs + {i * KG}u * ks] * w{i}" for i in range(n)) + ";"
+                for m, a in enumerate(acc)]
+        return [f"      {loads} let ak = offs.x + k * ks;"] + ["      " + x for x in sums]
+
+    body = ["  " + " ".join(f"var {a} = vec4<f32>();" for a in acc),
+            "  if (on) {", "    var k = kg;",
+            f"    for (; k + {3 * KG}u < K; k = k + {4 * KG}u) {{", *step(4), "    }",
+            f"    for (; k < K; k = k + {KG}u) {{", *step(1), "    }", "  }"]
+    for g in range(0, MR, 4):
+        rows = range(g, min(MR, g + 4))
+        body.append("  " + " ".join(f"red[{j * 256}u + t] = acc{m};" for j, m in enumerate(rows)) + " workgroupBarrier();")
+        s = KG // 2
+        while s >= 1:
+            adds = " ".join(f"red[{j * 256}u + t] = red[{j * 256}u + t] + red[{j * 256 + s * params['CW']}u + t];"
+                            for j in range(len(rows)))
+            body.append(f"  if (kg < {s}u) {{ {adds} }} workgroupBarrier();")
+            s //= 2
+        stores = " ".join(f"{{ let v = red[{j * 256}u + t]; let at = wg.z * M * N + {m}u * N + col; "
+                          "C[at] = epilogue(v.x, at); C[at + 1u] = epilogue(v.y, at + 1u); "
+                          "C[at + 2u] = epilogue(v.z, at + 2u); C[at + 3u] = epilogue(v.w, at + 3u); }"
+                          for j, m in enumerate(rows))
+        body.append(f"  if (kg == 0u && on) {{ {stores} }}")
+    return render(kernel_source("matmul_mv"), dict(params, BODY="\n".join(body)))
 
 
 def render_rb(config: tuple, params: dict) -> str:
