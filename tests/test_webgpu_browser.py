@@ -64,6 +64,9 @@ for v in linalg.VARIANTS:
         out["epilogue_" + v] = both(lambda x, w, b: ember.gelu(x @ ember.matrix_transpose(w) + b),
                                     mat(8, 20, 6), mat(17, 20, 3), vals(17, 11))
         out["epilogue_" + v]["fused"] = wg.stats()["fused_epilogues"]
+autotune.force("matmul", "mv")    # B stored (K, N) with N % 4 == 0: the mv kernel, with an epilogue
+out["mv_kn"] = both(lambda x, w, b: ember.gelu(x @ w + b), mat(8, 20, 6), mat(20, 24, 9), vals(24, 12))
+out["mv_kn"]["pipelines"] = sum(1 for key in rt.pipelines if key[0] == "matmul_mv")
 autotune.force("matmul", None)
 img, w4 = mat(2 * 3 * 7, 6, 7), mat(4 * 3 * 3, 3, 8)
 def nchw(t, shape):
@@ -269,6 +272,12 @@ def test_matmul_epilogue_in_the_page(page_result, variant):
     if res is None:
         pytest.skip(f"{variant} is not eligible on this adapter")
     assert res["fused"] == 1
+    _close(res["webgpu"], res["python"], rtol=1e-4, atol=1e-4)
+
+
+def test_mv_matmul_in_the_page(page_result):
+    res = page_result["mv_kn"]
+    assert res["pipelines"] >= 1
     _close(res["webgpu"], res["python"], rtol=1e-4, atol=1e-4)
 
 
