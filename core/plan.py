@@ -459,19 +459,21 @@ def out_leaves(obj, leaves: list) -> list:
 
 
 def unflatten(tree, flat: list):
-    it = iter(flat)
+    # (a module-level builder, not a recursive closure: a closure that refers to itself is a
+    # reference cycle, and it held every output, GPU buffers included, until the next gc)
+    return _build(tree, iter(flat))
 
-    def build(t):
-        if t == "T":
-            return next(it)
-        kind = t[0]
-        if kind == "V":
-            return t[1]
-        if kind == "dict":
-            return {k: build(v) for k, v in t[1]}
-        items = [build(v) for v in t[1]]
-        return tuple(items) if kind == "tuple" else items
-    return build(tree)
+
+def _build(t, it):
+    if t == "T":
+        return next(it)
+    kind = t[0]
+    if kind == "V":
+        return t[1]
+    if kind == "dict":
+        return {k: _build(v, it) for k, v in t[1]}
+    items = [_build(v, it) for v in t[1]]
+    return tuple(items) if kind == "tuple" else items
 
 
 # ---- ember.compile -----------------------------------------------------------------------------

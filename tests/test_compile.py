@@ -223,3 +223,24 @@ def test_random_numbers_are_never_frozen_into_a_plan():
     h(x)
     h(x)
     assert h.stats()["plans"] == 0 and "random" in next(iter(h.stats()["eager"].values()))
+
+
+def test_replayed_outputs_are_freed_by_reference_counting():
+    """A replay's outputs are not held in a reference cycle: dropping them frees them at once
+    (a cycle kept every output, GPU buffers included, until the next gc: new buffers per step)."""
+    import gc
+    import weakref
+
+    f = ember.compile(lambda x: (x * 2.0, {"b": [x + 1.0]}))
+    x = ember.tensor([1.0, 2.0])
+    for _ in range(3):
+        a, d = f(x)
+    assert f.stats()["replays"] == 2
+    assert a.tolist() == [2.0, 4.0] and d["b"][0].tolist() == [2.0, 3.0]
+    refs = [weakref.ref(a), weakref.ref(d["b"][0])]
+    gc.disable()
+    try:
+        del a, d
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()

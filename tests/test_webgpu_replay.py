@@ -99,23 +99,115 @@ def test_index_guards_raise_on_the_replay_that_breaks_them(rt):
     assert f(ember.tensor([1], dtype="int32", device="webgpu")).tolist()[0] == 4.0 + 5 + 6 + 7
 
 
-def test_training_steps_replay_step_by_step(rt):
+def _mlp_trajectory(device, steps, *, compiled=True, counts=None, hold=True):
+    """Adam on a small MLP for ``steps`` compiled steps: (losses, parameters, gradients held
+    after each step (``hold``), the compiled function, its arguments, per-step counts).
+    ``counts``: {driver method: calls}, counted per step after eight warm-up steps."""
     from ember import nn
+    import ember.nn.functional as F
 
-    lin = nn.Linear(2, 1).to("webgpu")
-    opt = ember.optim.SGD(lin.parameters(), lr=0.1)
-    x, y = ember.ones((1, 2), device="webgpu"), ember.ones((1, 1), device="webgpu")
+    ember.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 3)).to(device)
+    opt = ember.optim.Adam(m.parameters(), lr=0.05)
+    rng = np.random.default_rng(1)
+    x = ember.tensor(rng.standard_normal((5, 6)).astype(np.float32), device=device)
+    y = ember.tensor(rng.integers(0, 3, 5), device=device)
 
-    @ember.compile
     def step(x, y):
         opt.zero_grad()
-        loss = ((lin(x) - y) ** 2).mean()
+        loss = F.cross_entropy(m(x), y)
         loss.backward()
         opt.step()
         return loss
-    for _ in range(3):
-        step(x, y).item()
-    assert step.plan_for(x, y).fast is False
+    f = ember.compile(step) if compiled else step
+    losses, grads, per_step = [], [], []
+    for i in range(steps):
+        before = dict(counts) if counts is not None else None
+        losses.append(f(x, y).item())
+        if hold:     # held: a later step must not change them
+            grads.append([p.grad for p in m.parameters()])
+        if counts is not None and i >= 8:
+            per_step.append({k: counts[k] - before[k] for k in counts})
+    return (losses, [p.numpy() for p in m.parameters()], [[g.numpy() for g in gs] for gs in grads], f,
+            (x, y), per_step)
+
+
+def test_training_step_replays_as_one_stream_and_creates_nothing(rt, monkeypatch):
+    from ember.webgpu import replay
+
+    drv = rt.driver
+    counts = {"alloc": 0, "_bind_group": 0, "stream_submit": 0, "pipeline": 0, "dispatch": 0}
+    for name in counts:
+        real = getattr(drv, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            counts[_name] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(drv, name, counted, raising=False)
+    # (no gc.collect() anywhere: the step's garbage must go back to the pool by reference counting)
+    _, _, _, f, args, per_step = _mlp_trajectory("webgpu", 12, counts=counts, hold=False)
+    fast = f.plan_for(*args).fast
+    assert isinstance(fast, replay.SegmentedReplay)
+    d = fast.describe()
+    # zero_grad, then forward and backward as ONE stream, then the gradients and Adam's step
+    assert d["segments"] == 1 and d["streams"] == 1 and d["dispatches"] > 10 and d["replays"] >= 9, d
+    assert d["host_steps"] == 1 + 6 + 1, d
+    # after warm-up: one stream submit, no new buffers, pipelines or bind groups; what Python
+    # dispatches one by one is Adam's fused kernel, one per parameter
+    assert len(per_step) == 4
+    for c in per_step:
+        assert c == {"alloc": 0, "_bind_group": 0, "stream_submit": 1, "pipeline": 0, "dispatch": 6}, per_step
+    got_l, got_p, got_g, *_ = _mlp_trajectory("webgpu", 7)
+    # the same bits as eager steps on the same GPU, gradients held across steps included
+    want_l, want_p, want_g, *_ = _mlp_trajectory("webgpu", 7, compiled=False)
+    assert got_l == want_l and want_l[-1] < want_l[0]
+    for a, b in zip(got_p + sum(got_g, []), want_p + sum(want_g, [])):
+        assert a.tobytes() == b.tobytes()
+    # and the numpy backend's trajectory (the reference kernels) to rounding
+    ref_l, ref_p, *_ = _mlp_trajectory("numpy", 7, compiled=False)
+    np.testing.assert_allclose(got_l, ref_l, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got_p, ref_p):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_training_steps_replay_step_by_step_when_segments_are_off(rt, monkeypatch):
+    from ember.webgpu import replay
+
+    monkeypatch.setattr(replay, "SEGMENTS", False)
+    got_l, got_p, _, f, args, _ = _mlp_trajectory("webgpu", 4)
+    assert f.plan_for(*args).fast is False
+    want_l, want_p, *_ = _mlp_trajectory("webgpu", 4, compiled=False)
+    assert got_l == want_l
+
+
+def test_a_swapped_tensor_read_later_splits_the_stream(rt):
+    """``_set_`` moves past kernel steps only until one reads the tensor it swaps: then the
+    stream ends there, the swap runs, and the next stream reads the new value."""
+    from ember.webgpu import replay
+
+    def run(compiled):
+        acc = ember.zeros((4,), device="webgpu")
+
+        def step(x):
+            acc._set_(acc * 0.5 + x)          # a running statistic, updated in place
+            return (acc * 3.0).sum() + x.sum()
+        f = ember.compile(step) if compiled else step
+        xs = [ember.tensor([float(i), 1.0, -2.0, 0.5 * i], device="webgpu") for i in range(6)]
+        return [f(x).item() for x in xs], acc.numpy(), f
+    got, acc, f = run(True)
+    want, acc_want, _ = run(False)
+    assert got == want and acc.tobytes() == acc_want.tobytes()
+    fast = f.plan_for(ember.ones((4,), device="webgpu")).fast
+    assert isinstance(fast, replay.SegmentedReplay)
+    d = fast.describe()
+    assert d["segments"] == 2 and d["host_steps"] == 1 and d["streams"] == 2, d
+    # numpy reference
+    a, ref = np.zeros(4, np.float32), []
+    for i in range(6):
+        x = np.array([i, 1.0, -2.0, 0.5 * i], np.float32)
+        a = a * np.float32(0.5) + x
+        ref.append(float((a * np.float32(3.0)).sum() + x.sum()))
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
 
 
 def test_llm_decode_stream_matches_step_by_step_with_one_read_per_token(rt, tmp_path, monkeypatch):

@@ -53,6 +53,8 @@ from ..tensor import Tensor
 from .fusion import GBuf, contiguous, realize
 
 ENABLED = os.environ.get("EMBER_WEBGPU_STREAM", "1") != "0"
+# Plans with host steps (training steps) as streams between their host steps (``SegmentedReplay``).
+SEGMENTS = os.environ.get("EMBER_WEBGPU_STREAM_SEGMENTS", "1") != "0"
 MAX_RECORDS = 3
 MIXED = "mixed"     # Bounds.src of a range that derives from more than one input
 
@@ -314,6 +316,15 @@ class _Stream:
         for _, g, st in self.consts:
             if st is not None:
                 const_bufs[id(st.buf)] = st.buf
+            elif getattr(g, "expr", None) is not None:
+                # a lazy constant (a folded one-hot, a broadcast): the buffers its expression reads
+                for b in _leaf_bufs(g.expr):
+                    const_bufs[id(b)] = b
+        # the runtime's own zero buffer, bound for absent operands (attention without a mask),
+        # lives as long as the runtime
+        dummy = getattr(rt, "_dummy", None)
+        if dummy is not None:
+            const_bufs[id(dummy.buf)] = dummy.buf
         # every buffer the dispatches bind must be the plan's or a constant's
         self.owned = []
         try:
@@ -431,6 +442,24 @@ class _Stream:
         return unflatten(self._tree, fresh)
 
 
+def _leaf_bufs(root) -> list:
+    """The GPU buffers that lazy expression ``root`` reads (its realised leaves)."""
+    out, seen, stack = [], set(), [root]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        g = n.buf
+        st = getattr(g, "storage", None)
+        if st is not None:
+            out.append(st.buf)
+        elif getattr(g, "expr", None) is not None:
+            stack.append(g.expr)
+        stack.extend(a for a in n.args if hasattr(a, "kind"))
+    return out
+
+
 def _give_back(pool, owned) -> None:
     for buf, cls in owned:
         try:
@@ -439,14 +468,128 @@ def _give_back(pool, owned) -> None:
             pass
 
 
+# Host steps that only store a value somewhere a kernel step does not look (a leaf's ``.grad``)
+# or swap a tensor's buffer (``_set_``: kernel steps that read the target come after it): they
+# may run later, after the kernel steps that follow them, in their own order.
+SINKABLE = frozenset({"set_", "accumulate_grad", "grad =", "grad = None"})
+
+
+class SegmentedReplay:
+    """``plan.fast`` for a webgpu plan with host steps (a compiled training step).
+
+    The kernel steps between host steps become sub-plans replayed as prebuilt dispatch streams
+    (``StreamReplay``); the host steps (``zero_grad``, gradients stored into ``.grad``,
+    ``optimizer.step``, BatchNorm's ``_set_``, random draws) run in Python between them. Host
+    steps in ``SINKABLE`` move past the kernel steps that follow them (unless one reads the
+    tensor a ``_set_`` swaps), so a training step's forward and backward are ONE stream and its
+    gradient and optimizer steps run after it.
+
+    A sub-plan reads the values made before it (plan inputs, earlier segments' outputs, host
+    steps' draws) as its inputs, copied into its own buffers GPU-side, as are the constants that
+    change between replays (parameters that require grad, tensors a ``_set_`` swaps); the other
+    constants are bound in place, their buffers checked on every replay. What later steps read
+    it gives as fresh copies (a gradient stored into ``.grad`` never changes under its holder)."""
+
+    def __init__(self, backend, plan):
+        from ..plan import Plan
+
+        self.plan = plan
+        steps = plan.steps
+        consts = dict(plan.consts)
+        swapped = {st.ins[0] for st in steps if st.multi == HOST and st.name == "set_"}
+        # items: ("seg", [steps]) and ("host", step), host steps sunk past kernels where allowed
+        items: list = []
+        run: list = []
+        pending: list = []
+        for st in steps:
+            if st.multi != HOST:
+                if pending and any(h.name == "set_" and h.ins[0] in st.ins for h in pending):
+                    items += [("seg", run)] + [("host", h) for h in pending]
+                    run, pending = [], []
+                run.append(st)
+            elif st.name in SINKABLE:
+                pending.append(st)
+            else:
+                items += [("seg", run)] + [("host", h) for h in pending] + [("host", st)]
+                run, pending = [], []
+        items += [("seg", run)] + [("host", h) for h in pending]
+        items = [it for it in items if it[0] == "host" or it[1]]
+        # slots read after each item, walking backwards (host steps read their ``ins``)
+        needed = set(plan.out_slots)
+        later = []
+        for kind, x in reversed(items):
+            later.append(set(needed))
+            for st in (x if kind == "seg" else [x]):
+                needed.update(st.ins)
+        later.reverse()
+        self.items = []
+        for (kind, x), after in zip(items, later):
+            if kind == "host":
+                self.items.append((x.kernel, None, None))
+                continue
+            made = {o for st in x for o in st.outs}
+            reads = list(dict.fromkeys(i for st in x for i in st.ins if i not in made))
+            ins = [i for i in reads if not (i in consts and _fixed(consts[i], i, swapped))]
+            local = {g: k for k, g in enumerate(ins)}
+            sub_consts = []
+            for i in reads:
+                if i not in local:
+                    local[i] = len(local)
+                    sub_consts.append((local[i], consts[i]))
+            for st in x:
+                for o in st.outs:
+                    local[o] = len(local)
+            outs = [o for st in x for o in st.outs if o in after]
+            sub_steps = [type(st)(st.kernel, st.name, tuple(local[i] for i in st.ins),
+                                  tuple(local[o] for o in st.outs), st.meta, st.attrs, st.device, st.multi)
+                         for st in x]
+            sub = Plan(sub_steps, len(local), len(ins), sub_consts, tuple(local[o] for o in outs),
+                       ("list", tuple("T" for _ in outs)))
+            sub.fast = StreamReplay(backend, sub)
+            self.items.append((sub, ins, outs))
+
+    def segments(self) -> list:
+        """The sub-plans' ``StreamReplay`` objects, in order."""
+        return [sub.fast for sub, ins, _ in self.items if ins is not None]
+
+    def describe(self) -> dict:
+        segs = [s.describe() for s in self.segments()]
+        return {"segments": len(segs), "streams": sum(1 for d in segs if d["stream"]),
+                "dispatches": sum(d["dispatches"] for d in segs),
+                "host_steps": sum(1 for _, ins, _ in self.items if ins is None),
+                "replays": min((d["replays"] for d in segs), default=0),
+                "reason": next((d["reason"] for d in segs if d["reason"]), None)}
+
+    def __call__(self, inputs):
+        plan = self.plan
+        vals = [None] * plan.n_slots
+        vals[:plan.n_inputs] = inputs
+        for s, t in plan.consts:
+            vals[s] = t
+        for sub, ins, outs in self.items:
+            if ins is None:
+                sub(vals)            # a host step
+                continue
+            res = sub.fast([vals[i] for i in ins])
+            for s, t in zip(outs, res):
+                vals[s] = t
+        return unflatten(plan.out_tree, [vals[s] for s in plan.out_slots])
+
+
+def _fixed(t, slot, swapped) -> bool:
+    """Whether constant ``t`` keeps its buffer between replays (bound in place, checked), as
+    opposed to a parameter an optimizer replaces or a tensor a ``_set_`` swaps (copied in)."""
+    return isinstance(t, Tensor) and slot not in swapped and not t.requires_grad
+
+
 def compile_plan(backend, plan):
-    """``plan.fast`` for a webgpu plan (None: replay step by step)."""
-    if not ENABLED or any(st.multi == HOST for st in plan.steps):
+    """``plan.fast`` for a webgpu plan (None: replay step by step): one stream, or for a plan with
+    host steps (a training step) streams between the host steps."""
+    if not ENABLED or not hasattr(backend.rt.driver, "stream_submit"):
         return None
-    if not hasattr(backend.rt.driver, "stream_submit"):
-        return None
-    r = StreamReplay(backend, plan)
-    return r
+    if any(st.multi == HOST for st in plan.steps):
+        return SegmentedReplay(backend, plan) if SEGMENTS else None
+    return StreamReplay(backend, plan)
 
 
 def read_ints(ts: list) -> list:

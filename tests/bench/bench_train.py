@@ -5,6 +5,7 @@ PyTorch CPU in the same run, as ratios.
     .venv/bin/python tests/bench/bench_train.py [--quick] [--devices numpy,webgpu] [--threads N]
                                                 [--torch-device cuda] [--cases cnn,encoder]
                                                 [--modes eager,compiled]
+    .venv/bin/python tests/bench/bench_train.py --host --devices webgpu --modes compiled [--steps N]
 
 Each ember step runs in two modes: ``eager`` (the step's Python runs every time) and
 ``compiled`` (the same step function under ``ember.compile``: forward, backward and the
@@ -16,6 +17,14 @@ webgpu backend on a GPU machine.
 The ember and PyTorch steps alternate (so a busy machine slows both alike) and the best and
 median of each are reported; ratio > 1 means ember is slower. BLAS and PyTorch use one thread
 unless ``--threads`` says otherwise. Losses of both are printed so that a broken step shows.
+
+``--host`` (no PyTorch needed) measures what the *host* does per webgpu step, the part a real GPU
+cannot hide: the time until the step's last submit returns, less the time spent inside
+``queue.submit``/``write_buffer`` (lavapipe runs the kernels on the CPU in there; a real GPU
+returns at once), with the loss read only after the clock stops, and per step the dispatches, dispatches encoded from
+Python one by one (``rt.dispatch``), prebuilt stream segments submitted, buffers and bind groups
+created, and the plan's replay form (``Plan.fast.describe()``). ``--profile`` adds cProfile's
+top functions of the measured steps.
 """
 from __future__ import annotations
 
@@ -216,5 +225,86 @@ def _timer(device):
     return _TIMERS["t"]
 
 
+def host_main():
+    """``--host``: host time and counts per step (see the module docstring)."""
+    import cProfile
+    import pstats
+
+    from ember.webgpu.runtime import get_runtime
+
+    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 5
+    rt = get_runtime()
+    drv = rt.driver
+    counts = {"alloc": 0, "_bind_group": 0, "stream_submit": 0, "dispatch": 0}
+    for name in list(counts):
+        real = getattr(drv, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            counts[_name] += 1
+            return _real(*a, **k)
+        setattr(drv, name, counted)
+    # lavapipe runs the kernels inside queue.submit (and a write waits for them): time spent in
+    # those calls is kernel time here, subtracted from the wall time (a real GPU returns at once)
+    queue = drv._dev.queue
+    waited = [0.0]
+    for name in ("submit", "write_buffer"):
+        real = getattr(queue, name)
+
+        def timed(*a, _real=real, **k):
+            t = time.perf_counter()
+            try:
+                return _real(*a, **k)
+            finally:
+                waited[0] += time.perf_counter() - t
+        setattr(queue, name, timed)
+    print(f"{'case':22} {'mode':9} {'host ms/step':>12} {'median':>7} {'dispatches':>10} {'from Python':>11} "
+          f"{'segments':>8} {'buffers':>7} {'bind groups':>11}   replay")
+    for device in DEVICES:
+        for mode in MODES:
+            for name, model, loss_fn, _ in cases(device):
+                opt = ember.optim.Adam(model.parameters(), lr=1e-3)
+
+                def e_body(model=model, loss_fn=loss_fn, opt=opt):
+                    opt.zero_grad()
+                    loss = loss_fn(model)
+                    loss.backward()
+                    opt.step()
+                    return loss
+
+                body = ember.compile(e_body) if mode == "compiled" else e_body
+                for _ in range(4):               # warm up (pipelines, autotune, capture, recording)
+                    body().item()
+                ht, per = [], []
+                prof = cProfile.Profile() if "--profile" in sys.argv else None
+                for _ in range(steps):
+                    c0, d0 = dict(counts), rt.stats["dispatches"]
+                    w0 = waited[0]
+                    t0 = time.perf_counter()
+                    if prof is not None:
+                        prof.enable()
+                    loss = body()
+                    drv.flush()
+                    if prof is not None:
+                        prof.disable()
+                    ht.append(time.perf_counter() - t0 - (waited[0] - w0))
+                    per.append({k: counts[k] - c0[k] for k in counts} | {"all": rt.stats["dispatches"] - d0})
+                    loss.item()                  # drains the GPU before the next step's clock
+                last = per[-1]
+                how = "eager"
+                if mode == "compiled":
+                    plan = next((p for p in body.plans.values() if not isinstance(p, str)), None)
+                    fast = getattr(plan, "fast", None)
+                    d = fast.describe() if hasattr(fast, "describe") else None
+                    how = f"{d}" if d is not None else ("step by step" if plan is not None else
+                                                       f"eager: {body.stats()['eager']}")
+                print(f"{name:22} {mode:9} {min(ht) * 1e3:10.2f}ms {statistics.median(ht) * 1e3:5.2f}ms "
+                      f"{last['all']:10d} {last['dispatch']:11d} {last['stream_submit']:8d} {last['alloc']:7d} "
+                      f"{last['_bind_group']:11d}   {how}")
+                if prof is not None:
+                    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    print(f"(steps={steps}, {drv.info.get('description') or drv.info.get('device')}, "
+          f"load average {os.getloadavg()[0]:.2f})")
+
+
 if __name__ == "__main__":
-    main()
+    host_main() if "--host" in sys.argv else main()
