@@ -35,7 +35,6 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("wasmtime")
 
 REPO = Path(__file__).resolve().parent.parent
-HAVE_RELAXED = os.path.exists(build_kernels.OUT_RELAXED) or runtime._has_module(runtime.RELAXED_FILE)
 
 
 def _relaxed_bytes() -> bytes:
