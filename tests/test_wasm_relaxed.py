@@ -16,7 +16,9 @@ and ``ember.wasm.info()`` says which and why. Checked here:
 - in Node with and without the flag, and in a cross-origin isolated Chromium page: which module
   runs, a compiled program (linear, gelu, layer_norm, softmax, matmul) gives the same bits on 1
   and 2 threads, and its bits are those of wasmtime's plain module (plain engines) or of one of
-  the two relaxed_madd behaviours (fused or not, the same for every element).
+  the two relaxed_madd behaviours (fused or not, the same for every element);
+- a relaxed module the engine refuses to compile: ``init()`` falls back to the plain one and
+  says why.
 """
 from __future__ import annotations
 
@@ -358,6 +360,43 @@ def test_node_with_relaxed_simd_runs_the_relaxed_module(tmp_path_factory):
     assert "validates relaxed SIMD" in res["info"]["module_note"], res["info"]
     res = _node_run(tmp_path_factory, flags, "plain")   # the setting wins over the engine
     _check_engine(res, relaxed=False)
+
+
+FALLBACK = r'''
+import json
+import ember, ember.wasm as W
+from ember.wasm import runtime as R
+real = R.read_module
+# a relaxed module the engine refuses (its code section cut short): auto falls back to the plain one
+R.read_module = lambda name=R.MODULE_FILE: real(name)[:-100] if name == R.RELAXED_FILE else real(name)
+got = await W.init()
+a = ember.tensor([[1.0, 2.0], [3.0, 4.0]], device="wasm")
+json.dump({"init": {k: got[k] for k in ("module", "relaxed_simd", "module_note")},
+           "info": {k: W.info()[k] for k in ("module", "relaxed_simd", "module_note")},
+           "mm": (a @ a).tolist()}, open("/io/out.json", "w"))
+'''
+
+
+def test_a_relaxed_module_that_fails_to_compile_falls_back_to_the_plain_one(tmp_path_factory):
+    import subprocess
+
+    import test_pyodide as tp
+
+    _relaxed_bytes()
+    flags = ["--experimental-wasm-relaxed-simd"] if _node_knows_the_flag() else []
+    if shutil.which("node") is None or not _node_validates_relaxed(flags):
+        pytest.skip("this Node cannot validate relaxed SIMD")
+    node, wheel = tp.need_node(), tp._wheel(tmp_path_factory)
+    io = tmp_path_factory.mktemp("pyodide-fallback")
+    (io / "driver.py").write_text(FALLBACK)
+    proc = subprocess.run([node, *flags, str(tp.RUNNER), "--wheel", str(wheel), "--mount", f"{io}:/io",
+                           str(io / "driver.py")], capture_output=True, text=True, timeout=tp.NODE_TIMEOUT_S)
+    assert proc.returncode == 0 and (io / "out.json").exists(), proc.stderr[-3000:]
+    res = json.loads((io / "out.json").read_text())
+    for key in ("init", "info"):
+        assert res[key]["module"] == "kernels.wasm" and res[key]["relaxed_simd"] is False, res
+        assert res[key]["module_note"].startswith("the relaxed module failed to compile"), res
+    assert res["mm"] == [[7.0, 10.0], [15.0, 22.0]]
 
 
 def test_chromium_page_runs_the_relaxed_module(tmp_path_factory):
