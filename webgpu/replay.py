@@ -32,7 +32,11 @@ recording that reads from the GPU (an index range that had to be computed), writ
 binds a buffer the plan cannot own is not used: that plan replays step by step.
 
 Plans with host steps (training steps: optimizer updates, ``_set_``, gradients, random draws)
-replay step by step. ``EMBER_WEBGPU_STREAM=0`` turns streams off.
+replay as streams between their host steps (``SegmentedReplay``): gradient stores and ``_set_``
+move past the kernels after them, so a training step's forward and backward are one stream, and
+only the host steps (``zero_grad``, the gradients, ``optimizer.step``'s fused kernel per
+parameter) run Python. ``EMBER_WEBGPU_STREAM=0`` turns streams off,
+``EMBER_WEBGPU_STREAM_SEGMENTS=0`` only those of plans with host steps (step by step).
 
 >>> import ember
 >>> f = ember.compile(lambda x: ember.relu(x * 2.0 - 1.0) @ ember.ones((3, 2), device="webgpu"))
