@@ -147,29 +147,3 @@ def test_gemv8_weight_at_an_offset(rt, qtype, lead):
     got = _np(ember.qlinear(_t(x[None]), w.data, qtype=qtype, n=n, k=k))[0]
     check(got, model(qtype, raw, wd, x, n, k), wd @ x.astype(np.float64))
 
-
-
-@pytest.mark.parametrize("lead", [0, 3])
-def test_gemv8_q8_0_by_pairs_of_blocks(rt, lead, monkeypatch):
-    """q8_0 rows of an even number of blocks run two blocks a lane (17 aligned words, the first
-    block's quants joined across words): the modelled product, as the block-by-block kernel
-    (``EMBER_QLINEAR_PAIR=0``) gives it, with the weight at any word offset."""
-    from ember.quant import QTensor
-    from ember.webgpu import quant as wq
-
-    n, k = 4100, 1088                     # 34 blocks a row: pairs; rows start 4-byte aligned
-    if not wq._use_gemv8(rt, "q8_0", n, k, 64, 4):
-        pytest.skip("this adapter's WGSL has no packed 4x8 dot product (the float kernel runs)")
-    rng = np.random.default_rng(11 + lead)
-    raw = quantize(rng.standard_normal((n, k)).astype(np.float32), G.Q8_0)
-    wd = dequantize(raw, G.Q8_0).reshape(n, k).astype(np.float64)
-    words = np.concatenate([np.arange(lead, dtype="<i4"), np.frombuffer(raw.tobytes(), "<i4")])
-    w = QTensor(_t(words, "int32")[lead:], "q8_0", (n, k))
-    x = rng.standard_normal(k).astype(np.float32)
-    x[32:64] = 0                          # a zero block (scale 0) as the second of a pair
-    for pair in ("1", "0"):
-        monkeypatch.setenv("EMBER_QLINEAR_PAIR", pair)
-        got = _np(ember.qlinear(_t(x[None]), w.data, qtype="q8_0", n=n, k=k))[0]
-        check(got, model("q8_0", raw, wd, x, n, k), wd @ x.astype(np.float64))
-        ran = {dict(key[2]).get("PAIR") for key in wq._PIPES if key[1] == "gemv8" and dict(key[2]).get("QK") == 0}
-        assert ("true" if pair == "1" else "false") in ran

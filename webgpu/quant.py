@@ -315,11 +315,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
         entry, wg = "gemv8", wg8
-        # q8_0 by pairs of blocks where every pair starts 4-byte aligned: an even number of blocks
-        # a row (the weight starts at a whole word); EMBER_QLINEAR_PAIR=0 turns it off (A/Bs)
-        pair = qtype == "q8_0" and (k // 32) % 2 == 0 and os.environ.get("EMBER_QLINEAR_PAIR") != "0"
-        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb,
-                      PAIR="true" if pair else "false")
+        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb)
     else:
         entry = "gemv"
         red = wg * mt * rb

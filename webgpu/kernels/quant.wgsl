@@ -297,30 +297,6 @@ fn block_dot(o: u32, xb: u32) -> f32 {
   return half_at(o) * xd[xb] * f32(s);
 }
 
-// PAIR (q8_0 in rows of whole pairs of blocks, 4-byte aligned): a lane takes two blocks at a
-// time, 68 bytes = 17 aligned words loaded at once (block 0: scale in the low half of word 0,
-// quants 2 bytes into the words, joined by constant shifts; block 1: scale in the high half of
-// word 8, quants words 9..16 as they are), instead of two loads and a select for each word of an
-// unaligned block: half the loads, all independent, and no selects.
-const PAIR: bool = {{PAIR}};
-fn pair_dot_q8(o: u32, xb: u32) -> f32 {
-  let a = o / 4u;
-  let w0 = wq[a]; let w1 = wq[a + 1u]; let w2 = wq[a + 2u]; let w3 = wq[a + 3u]; let w4 = wq[a + 4u];
-  let w5 = wq[a + 5u]; let w6 = wq[a + 6u]; let w7 = wq[a + 7u]; let w8 = wq[a + 8u];
-  let w9 = wq[a + 9u]; let w10 = wq[a + 10u]; let w11 = wq[a + 11u]; let w12 = wq[a + 12u];
-  let w13 = wq[a + 13u]; let w14 = wq[a + 14u]; let w15 = wq[a + 15u]; let w16 = wq[a + 16u];
-  let x0 = 8u * xb;
-  let s0 = ((dot4I8Packed((w0 >> 16u) | (w1 << 16u), xq[x0]) + dot4I8Packed((w1 >> 16u) | (w2 << 16u), xq[x0 + 1u]))
-          + (dot4I8Packed((w2 >> 16u) | (w3 << 16u), xq[x0 + 2u]) + dot4I8Packed((w3 >> 16u) | (w4 << 16u), xq[x0 + 3u])))
-          + ((dot4I8Packed((w4 >> 16u) | (w5 << 16u), xq[x0 + 4u]) + dot4I8Packed((w5 >> 16u) | (w6 << 16u), xq[x0 + 5u]))
-          + (dot4I8Packed((w6 >> 16u) | (w7 << 16u), xq[x0 + 6u]) + dot4I8Packed((w7 >> 16u) | (w8 << 16u), xq[x0 + 7u])));
-  let s1 = ((dot4I8Packed(w9, xq[x0 + 8u]) + dot4I8Packed(w10, xq[x0 + 9u]))
-          + (dot4I8Packed(w11, xq[x0 + 10u]) + dot4I8Packed(w12, xq[x0 + 11u])))
-          + ((dot4I8Packed(w13, xq[x0 + 12u]) + dot4I8Packed(w14, xq[x0 + 13u]))
-          + (dot4I8Packed(w15, xq[x0 + 14u]) + dot4I8Packed(w16, xq[x0 + 15u])));
-  return unpack2x16float(w0).x * xd[xb] * f32(s0) + unpack2x16float(w8).y * xd[xb + 1u] * f32(s1);
-}
-
 @compute @workgroup_size({{WG}})
 fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
@@ -367,13 +343,7 @@ fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   let row0 = ((wid.x + wid.y * nwg.x) * ({{WG}}u / LANES) + grp) * RB;
   let rbytes = u(3u);
   var acc: array<f32, {{RB}}>;
-  if (row0 < N && PAIR) {
-    for (var p = lane; p < nb / 2u; p = p + LANES) {
-      for (var r = 0u; r < RB; r = r + 1u) {
-        acc[r] = acc[r] + pair_dot_q8(u(4u) + min(row0 + r, N - 1u) * rbytes + p * 68u, 2u * p);
-      }
-    }
-  } else if (row0 < N) {
+  if (row0 < N) {
     for (var b = lane; b < nb; b = b + LANES) {
       for (var r = 0u; r < RB; r = r + 1u) {
         acc[r] = acc[r] + block_dot(u(4u) + min(row0 + r, N - 1u) * rbytes + b * {{BB}}u, b);
