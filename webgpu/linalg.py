@@ -315,8 +315,8 @@ class MatmulPlan:
         if variant == "sg":
             grid = ((N + 7) // 8, M, nb)
         elif variant == "mv":
-            cols = 4 * mv_columns(self.K)
-            grid = ((N + cols - 1) // cols, 1, nb)
+            cols = 4 * mv_columns(M, N, self.K, nb)
+            grid = ((N + cols - 1) // cols, (M + MV_ROWS - 1) // MV_ROWS, nb)
         else:
             tm, tn = _TILES[variant]
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
@@ -360,7 +360,7 @@ class MatmulPlan:
         if variant in RB:
             params.update(rb_layout(RB[variant], words))
         if variant == "mv":
-            params.update(MR=words[0], CW=mv_columns(words[2]))
+            params.update(MR=min(MV_ROWS, words[0]), CW=mv_columns(words[0], words[1], words[2], self.nb))
         name = f"matmul_{variant}"
         key = (name, tuple(sorted(params.items())), sig)
 
@@ -421,24 +421,36 @@ def _rb_loads(config: tuple, T: int, arow: bool, brow: bool) -> tuple:
     return setup, " ".join(fetch), " ".join(put)
 
 
-def mv_columns(K: int) -> int:
-    """vec4 columns per workgroup of ``mv``: fewer (more threads on each column's k) as k grows."""
-    return 16 if K <= 256 else 8 if K <= 1024 else 4
+def mv_columns(M: int, N: int, K: int, nb: int = 1) -> int:
+    """vec4 columns per workgroup of ``mv``: fewer (more threads on each column's k) as k grows,
+    and fewer still until the product has about 128 workgroups (an H100 has 132 cores; a BERT
+    layer's 16x384x384 as 12 workgroups of 8 columns took 26 us)."""
+    cw = 16 if K <= 256 else 8 if K <= 1024 else 4
+    groups = nb * ((M + MV_ROWS - 1) // MV_ROWS)
+    while cw > 1 and groups * ((N + 4 * cw - 1) // (4 * cw)) < 128:
+        cw //= 2
+    return cw
+
+
+MV_ROWS = 4     # output rows per mv workgroup (row groups are workgroup y)
 
 
 def render_mv(params: dict) -> str:
-    """``matmul_mv.wgsl`` with main's body written in for ``params["MR"]`` rows: named
-    accumulators, the k loop four rows of B at a time, the tree sums of the k groups."""
+    """``matmul_mv.wgsl`` with main's body written in for ``params["MR"]`` rows (up to
+    ``MV_ROWS``, from row0 = workgroup y * MV_ROWS): named accumulators, the k loop four rows of
+    B at a time, the tree sums of the k groups."""
     MR, KG = params["MR"], 256 // params["CW"]
     acc = [f"acc{m}" for m in range(MR)]
 
     def step(n):         # n rows of B at k, k + KG, ...; each accumulator adds them in k order
         loads = " ".join(f"let w{i} = B4[b0 + (k + {i * KG}u) * bs];" for i in range(n))
-        sums = [f"{a} = {a}" + "".join(f" + A[ak + {m}u * rs + {i * KG}u * ks] * w{i}" for i in range(n)) + ";"
+        sums = [f"{a} = {a}" + "".join(f" + A[ak + r{m} * rs + {i * KG}u * ks] * w{i}" for i in range(n)) + ";"
                 for m, a in enumerate(acc)]
         return [f"      {loads} let ak = offs.x + k * ks;"] + ["      " + x for x in sums]
 
     body = ["  " + " ".join(f"var {a} = vec4<f32>();" for a in acc),
+            # this workgroup's rows (a last group past M reads row M - 1 again and stores nothing)
+            "  " + " ".join(f"let r{m} = min(row0 + {m}u, M - 1u);" for m in range(MR)),
             "  if (on) {", "    var k = kg;",
             f"    for (; k + {3 * KG}u < K; k = k + {4 * KG}u) {{", *step(4), "    }",
             f"    for (; k < K; k = k + {KG}u) {{", *step(1), "    }", "  }"]
@@ -451,12 +463,12 @@ def render_mv(params: dict) -> str:
                             for j in range(len(rows)))
             body.append(f"  if (kg < {s}u) {{ {adds} }} workgroupBarrier();")
             s //= 2
-        stores = " ".join(f"{{ let v = red[{j * 256}u + t]; let at = wg.z * M * N + {m}u * N + col; "
+        stores = " ".join(f"if (row0 + {m}u < M) {{ let v = red[{j * 256}u + t]; let at = wg.z * M * N + (row0 + {m}u) * N + col; "
                           "C[at] = epilogue(v.x, at); C[at + 1u] = epilogue(v.y, at + 1u); "
                           "C[at + 2u] = epilogue(v.z, at + 2u); C[at + 3u] = epilogue(v.w, at + 3u); }"
                           for j, m in enumerate(rows))
         body.append(f"  if (kg == 0u && on) {{ {stores} }}")
-    return render(kernel_source("matmul_mv"), dict(params, BODY="\n".join(body)))
+    return render(kernel_source("matmul_mv"), dict(params, ROWS=MV_ROWS, BODY="\n".join(body)))
 
 
 def render_rb(config: tuple, params: dict) -> str:

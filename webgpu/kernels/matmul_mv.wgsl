@@ -4,10 +4,10 @@
 // H100); here a workgroup owns CW vec4 columns and its 256 threads split k into KG = 256 / CW
 // interleaved groups: thread t reads vec4 column t % CW of rows k = t / CW, t / CW + KG, ...
 // (consecutive threads, consecutive 16 bytes of a row of B), four rows in flight, and keeps
-// the MR rows of its partial sums in named vec4 registers. The k groups are then summed in
-// workgroup memory, four output rows at a time (a tree: the same order on every adapter).
-// render_mv writes the body in (MR is the pipeline's M). B: a vec4 binding, columns and rows
-// 16-byte aligned, N a multiple of 4; A through its strides.
+// its partial sums for MR (<= 4) output rows in named vec4 registers; workgroup y picks the
+// rows. The k groups are then summed in workgroup memory (a tree: the same order on every
+// adapter). render_mv writes the body in; CW shrinks until the product has ~128 workgroups.
+// B: a vec4 binding, columns and rows 16-byte aligned, N a multiple of 4; A through its strides.
 @group(0) @binding(0) var<storage, read_write> C: array<f32>;
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(2) var<storage, read> B4: array<vec4<f32>>;
@@ -30,5 +30,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
   let b0 = (offs.y + col) / 4u;     // vec4 index of row 0 of this column
   let bs = u(9u) / 4u;              // B's row stride in vec4s
   let rs = u(5u); let ks = u(6u);   // A's strides
+  let row0 = wg.y * {{ROWS}}u;
 {{BODY}}
 }
