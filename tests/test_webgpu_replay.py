@@ -323,3 +323,40 @@ def test_onnx_gather_of_uploaded_ids_streams_with_no_read(rt):
     assert fast.describe()["stream"] and fast.replays >= 2
     with pytest.raises(IndexingError, match="-51"):
         m.run({"ids": np.full((2, 5), -51, np.int64)})
+
+
+def test_long_streams_go_as_chunks_with_the_same_bits(rt, monkeypatch):
+    """A stream of 48 dispatches or more is submitted as command buffers of 16, 32, 64, ...
+    (the GPU starts while the rest are encoded): every chunk sets its pipeline again, even where
+    the dispatch before it used the same one, and the results are the bits of one buffer."""
+    from ember import nn
+    from ember.webgpu import native, replay
+
+    assert native.stream_chunks(47) == [(0, 47)]
+    for n in (48, 76, 154, 1000):
+        ch = native.stream_chunks(n)
+        assert ch[0] == (0, 16) and ch[-1][1] == n and all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ch, ch[1:]))
+    if not isinstance(rt.driver, native.NativeDriver):
+        pytest.skip("chunks are the native driver's")
+    ember.manual_seed(1)
+    m = nn.Sequential(*[nn.Linear(8, 8) for _ in range(60)]).to("webgpu")    # one pipeline, 60 times
+    rng = np.random.default_rng(1)
+    xs = [ember.tensor(rng.standard_normal((3, 8)).astype(np.float32), device="webgpu") for _ in range(4)]
+    cut = []
+    chunks = native.stream_chunks
+    monkeypatch.setattr(native, "stream_chunks", lambda n: (cut.append(n), chunks(n))[1])
+    got = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("EMBER_WEBGPU_CHUNKS", on)
+        with ember.no_grad():
+            f = ember.compile(lambda x: m(x))
+            got[on] = _run_many(f, xs)
+            st = f.plan_for(xs[0]).fast
+            assert isinstance(st, replay.StreamReplay) and st.describe()["dispatches"] >= 60
+    assert max(cut) >= 60
+    ref = xs[0].numpy()
+    for layer in m:
+        ref = ref @ layer.weight.numpy().T + layer.bias.numpy()
+    np.testing.assert_allclose(got["1"][0], ref, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got["1"], got["0"]):
+        assert a.tobytes() == b.tobytes()

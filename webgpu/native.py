@@ -265,12 +265,14 @@ class NativeDriver(BatchingDriver):
 
     def stream_prepare(self, cmds):
         """``cmds`` [(pipeline, bind group, grid)] as the list ``stream_submit`` walks: natively
-        wgpu-native handles (a pipeline only where it changes), for three direct C calls each."""
+        wgpu-native handles (a pipeline only where it changes, and at the start of every chunk),
+        for three direct C calls each, cut into the chunks ``stream_chunks`` gives."""
         out = []
         last = None
         fast = self._c is not None
-        for pipe, bg, (x, y, z) in cmds:
-            p = None if pipe is last else (pipe._internal if fast else pipe)
+        starts = {lo for lo, _ in stream_chunks(len(cmds))}
+        for i, (pipe, bg, (x, y, z)) in enumerate(cmds):
+            p = None if pipe is last and i not in starts else (pipe._internal if fast else pipe)
             last = pipe
             out.append((p, bg._internal if fast else bg, int(x), int(y), int(z)))
         return (fast, out, cmds)
@@ -281,8 +283,9 @@ class NativeDriver(BatchingDriver):
         self.stream_submit(None, copies, ())
 
     def stream_submit(self, prepared, copies_in, copies_out) -> None:
-        """One command buffer: ``copies_in``, the prebuilt dispatches in one compute pass,
-        ``copies_out``; submitted after the work recorded so far."""
+        """``copies_in``, the prebuilt dispatches, ``copies_out``; submitted after the work
+        recorded so far. A long stream goes as a few command buffers (``stream_chunks``): the
+        GPU starts on the first while the rest are encoded."""
         self._alive("submitting GPU work")
         self.flush()
         try:
@@ -291,29 +294,53 @@ class NativeDriver(BatchingDriver):
                 enc.copy_buffer_to_buffer(src, so, dst, do, n)
             if prepared is not None:
                 fast, cmds, objs = prepared
-                _, cpass = self._begin_pass(enc)
-                if fast:
-                    set_pipeline, set_bind_group, dispatch, null = self._c
-                    c = cpass._internal
-                    for p, b, x, y, z in cmds:
-                        if p is not None:
-                            set_pipeline(c, p)
-                        set_bind_group(c, 0, b, 0, null)
-                        dispatch(c, x, y, z)
-                else:
-                    for p, b, x, y, z in cmds:
-                        if p is not None:
-                            cpass.set_pipeline(p)
-                        cpass.set_bind_group(0, b)
-                        cpass.dispatch_workgroups(x, y, z)
-                cpass.end()
-                if self.timer is not None:
-                    self.timer.resolve(enc)
+                chunks = stream_chunks(len(cmds))
+                for j, (lo, hi) in enumerate(chunks):
+                    if j:
+                        enc = self._dev.create_command_encoder()
+                    _, cpass = self._begin_pass(enc)
+                    if fast:
+                        set_pipeline, set_bind_group, dispatch, null = self._c
+                        c = cpass._internal
+                        for p, b, x, y, z in cmds[lo:hi]:
+                            if p is not None:
+                                set_pipeline(c, p)
+                            set_bind_group(c, 0, b, 0, null)
+                            dispatch(c, x, y, z)
+                    else:
+                        for p, b, x, y, z in cmds[lo:hi]:
+                            if p is not None:
+                                cpass.set_pipeline(p)
+                            cpass.set_bind_group(0, b)
+                            cpass.dispatch_workgroups(x, y, z)
+                    cpass.end()
+                    if self.timer is not None:
+                        self.timer.resolve(enc)
+                    if j + 1 < len(chunks):
+                        self._dev.queue.submit([enc.finish()])
             for src, so, dst, do, n in copies_out:
                 enc.copy_buffer_to_buffer(src, so, dst, do, n)
             self._dev.queue.submit([enc.finish()])
         except Exception as e:
             raise device_error(e, "submitting a replayed plan", self) from e
+
+
+def stream_chunks(n: int) -> list:
+    """[(start, end)] of a stream of ``n`` dispatches as command buffers: ``STREAM_FIRST``
+    dispatches, then chunks twice as long as the one before, so the GPU works while the host
+    encodes and wgpu-native validates the rest (a single buffer only reaches the GPU after all of
+    it); one buffer where ``n`` < 3 * ``STREAM_FIRST`` or ``EMBER_WEBGPU_CHUNKS=0``."""
+    if n < 3 * STREAM_FIRST or os.environ.get("EMBER_WEBGPU_CHUNKS") == "0":
+        return [(0, n)] if n else []
+    out, lo, size = [], 0, STREAM_FIRST
+    while lo < n:
+        hi = n if n - lo < 2 * size else lo + size     # no runt at the end
+        out.append((lo, hi))
+        lo, size = hi, size * 2
+    return out
+
+
+STREAM_FIRST = 16
 
 
 class PassTimer:
