@@ -36,8 +36,9 @@ DEFAULT_SHAPES = ("1024", "2048", "4096", "512x384x384", "512x1536x384", "512x38
 def parse_variant(s: str) -> dict:
     if s.startswith("rb:"):     # ember's own template (ember.webgpu.linalg.render_rb), bounds checks and all
         p = s[3:].split("/")
-        v = parse_variant("/".join(p[:3] + ["s1"] + p[3:]))
-        v.update(name=s, ember=True)
+        edits = [e for e in p[3:] if e.startswith("+")]
+        v = parse_variant("/".join(p[:3] + ["s1"] + [e for e in p[3:] if not e.startswith("+")]))
+        v.update(name=s, ember=True, edits=[e[1:] for e in edits])
         return v
     p = s.split("/")
     bm, bn = map(int, p[0].split("x"))
@@ -55,6 +56,35 @@ def parse_variant(s: str) -> dict:
     return v
 
 
+# Edits of ember's rendered template (``rb:.../+name``), each moving one thing toward the bare
+# kernel, to find what the template's remaining gap is (a whole-tile, row-major, identity-epilogue
+# product; each edit asserts that its text was found):
+RB_EDITS = {
+    # vec4 stores straight into C (C bound as vec4s), no epilogue call, no per-element checks
+    "vs": [("var<storage, read_write> C: array<f32>;", "var<storage, read_write> C: array<vec4<f32>>;"),
+           ("fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) {",
+            "fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) { C[(base + col) / 4u] = v; }\nfn store4_old(base: u32, col: u32, N: u32, v: vec4<f32>) {"),
+           ("if (FULL || col < N) { C[i] = epilogue(v.x, i); }", ""),
+           ("if (FULL || col + 1u < N) { C[i + 1u] = epilogue(v.y, i + 1u); }", ""),
+           ("if (FULL || col + 2u < N) { C[i + 2u] = epilogue(v.z, i + 2u); }", ""),
+           ("if (FULL || col + 3u < N) { C[i + 3u] = epilogue(v.w, i + 3u); }", "")],
+    # the vec4 loads alone (no scalar fallback code after the return)
+    "nl": [("  if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }", "  return A4[base / 4u];"),
+           ("  if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }", "  return B4[base / 4u];")],
+    # no batch offsets (zero), no split-K arithmetic, k range straight from K
+    "nb": [("let offs = batch_offsets(wg.z / SPLIT);", "let offs = vec2<u32>(0u, 0u);")],
+    "ke": [("let kend = min(K, kbeg + kc);", "let kend = K;"), ("let kbeg = (wg.z % SPLIT) * kc;", "let kbeg = 0u;")],
+}
+
+
+def edit_rb(src: str, edits) -> str:
+    for name in edits:
+        for old, new in RB_EDITS[name]:
+            assert old in src, f"+{name}: {old!r} not in the template"
+            src = src.replace(old, new, 1) if name != "nl" else src.replace(old, new)
+    return src
+
+
 def info_words(M: int, N: int, K: int) -> list:
     """matmul_common's info words for A (M, K) and B (K, N), both row-major and vec4-aligned."""
     return [M, N, K, 1, 0, K, 1, 1, 0, N, 1, 1]
@@ -65,9 +95,10 @@ def gen(v: dict) -> str:
         from ember.webgpu.linalg import rb_layout, render_rb
 
         cfg = (v["BM"], v["BN"], v["TM"], v["TN"], v["BK"])
-        return render_rb(cfg, {"RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"],
-                               "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }",
-                               **rb_layout(cfg, info_words(v["M"], v["N"], v["K"]))})
+        src = render_rb(cfg, {"RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"],
+                              "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }",
+                              **rb_layout(cfg, info_words(v["M"], v["N"], v["K"]))})
+        return edit_rb(src, v.get("edits", ()))
     BM, BN, TM, TN, BK, S = v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"]
     TX, TY = BN // TN, BM // TM
     T = TX * TY
