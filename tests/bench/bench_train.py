@@ -134,6 +134,17 @@ def cases(device):
     return out
 
 
+def train_step(model, loss_fn, opt, mode: str):
+    """One Adam step of ``model`` on ``loss_fn(model)`` returning the loss, compiled or eager."""
+    def body():
+        opt.zero_grad()
+        loss = loss_fn(model)
+        loss.backward()
+        opt.step()
+        return loss
+    return ember.compile(body) if mode == "compiled" else body
+
+
 def main():
     import torch
     torch.set_num_threads(THREADS)
@@ -151,14 +162,7 @@ def main():
                 tloss_fn = (lambda m: torch.nn.functional.cross_entropy(m(ta), tb)) if kind == "ce" else \
                     (lambda m: torch.nn.functional.mse_loss(m(ta), tb))
 
-                def e_body(model=model, loss_fn=loss_fn, opt=opt):
-                    opt.zero_grad()
-                    loss = loss_fn(model)
-                    loss.backward()
-                    opt.step()
-                    return loss
-
-                body = ember.compile(e_body) if mode == "compiled" else e_body
+                body = train_step(model, loss_fn, opt, mode)
 
                 def e_step(body=body):
                     return body().item()
@@ -262,16 +266,7 @@ def host_main():
     for device in DEVICES:
         for mode in MODES:
             for name, model, loss_fn, _ in cases(device):
-                opt = ember.optim.Adam(model.parameters(), lr=1e-3)
-
-                def e_body(model=model, loss_fn=loss_fn, opt=opt):
-                    opt.zero_grad()
-                    loss = loss_fn(model)
-                    loss.backward()
-                    opt.step()
-                    return loss
-
-                body = ember.compile(e_body) if mode == "compiled" else e_body
+                body = train_step(model, loss_fn, ember.optim.Adam(model.parameters(), lr=1e-3), mode)
                 for _ in range(4):               # warm up (pipelines, autotune, capture, recording)
                     body().item()
                 ht, per = [], []
