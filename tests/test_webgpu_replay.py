@@ -354,6 +354,15 @@ def test_long_streams_go_as_chunks_with_the_same_bits(rt, monkeypatch):
             st = f.plan_for(xs[0]).fast
             assert isinstance(st, replay.StreamReplay) and st.describe()["dispatches"] >= 60
     assert max(cut) >= 60
+    # a stream recorded with one setting keeps its chunks when the setting changes later
+    with ember.no_grad():
+        monkeypatch.setenv("EMBER_WEBGPU_CHUNKS", "0")
+        f = ember.compile(lambda x: m(x))
+        for x in xs[:3]:
+            f(x).numpy()
+        assert f.plan_for(xs[0]).fast.describe()["replays"] >= 1      # the stream is prepared
+        monkeypatch.setenv("EMBER_WEBGPU_CHUNKS", "1")
+        assert f(xs[3]).numpy().tobytes() == got["1"][3].tobytes()
     ref = xs[0].numpy()
     for layer in m:
         ref = ref @ layer.weight.numpy().T + layer.bias.numpy()

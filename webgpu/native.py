@@ -270,12 +270,13 @@ class NativeDriver(BatchingDriver):
         out = []
         last = None
         fast = self._c is not None
-        starts = {lo for lo, _ in stream_chunks(len(cmds))}
+        chunks = stream_chunks(len(cmds))       # decided here, once: every chunk's start sets its pipeline
+        starts = {lo for lo, _ in chunks}
         for i, (pipe, bg, (x, y, z)) in enumerate(cmds):
             p = None if pipe is last and i not in starts else (pipe._internal if fast else pipe)
             last = pipe
             out.append((p, bg._internal if fast else bg, int(x), int(y), int(z)))
-        return (fast, out, cmds)
+        return (fast, out, cmds, chunks)
 
     def stream_copy(self, copies) -> None:
         """Submit buffer-to-buffer copies [(src, src offset, dst, dst offset, nbytes)] now, after
@@ -293,8 +294,7 @@ class NativeDriver(BatchingDriver):
             for src, so, dst, do, n in copies_in:
                 enc.copy_buffer_to_buffer(src, so, dst, do, n)
             if prepared is not None:
-                fast, cmds, objs = prepared
-                chunks = stream_chunks(len(cmds))
+                fast, cmds, objs, chunks = prepared
                 for j, (lo, hi) in enumerate(chunks):
                     if j:
                         enc = self._dev.create_command_encoder()
