@@ -284,20 +284,23 @@ def matmul_table(sizes, budget, cpu_adapter, cpu_peers=True):
 
 
 def linear_row(k, budget):
-    """Batch-1 linear layer: x (1, k) @ W.T with W (k, k) row-major (the transposed read)."""
+    """Batch-1 linear layer: x (1, k) @ W.T with W (k, k) row-major (the transposed read); the
+    ``mv`` column reads the same product with the weight stored (k_in, k_out) (x @ W.T copied)."""
     rng = np.random.default_rng(1)
     rt = wg.get_runtime()
     x = rng.standard_normal((1, k)).astype(np.float32)
     w = rng.standard_normal((k, k)).astype(np.float32)
     tx = ember.from_numpy(x, device="webgpu")
-    tw = ember.from_numpy(w, device="webgpu").permute_dims((1, 0))
+    tw_t = ember.from_numpy(w, device="webgpu").permute_dims((1, 0))
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     row = {"k": k}
     flop = 2.0 * k * k
+    t_kn = ember.from_numpy(np.ascontiguousarray(w.T), device="webgpu")
     for v in linalg.VARIANTS:
         if not linalg.eligible(rt, v, 1, k, k, "f32"):
             continue
         autotune.force("matmul", v)
+        tw = t_kn if v == "mv" else tw_t
         out = (tx @ tw).numpy()
         err = float(np.abs(out - ref).max() / np.abs(ref).max())
         if err > 1e-4:
