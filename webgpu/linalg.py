@@ -12,7 +12,8 @@
 - ``sg``: subgroup k-split for few rows (M <= 16), where the adapter has ``subgroups``.
 - ``mv``: few rows (M <= 16) times a B stored along its columns (``x @ w`` with w (K, N), as
   ONNX MatMul weights are): threads read consecutive vec4s of B's rows, k split across the
-  workgroup and summed in workgroup memory (``matmul_mv.wgsl``, body by ``render_mv``).
+  workgroup and summed in workgroup memory (``matmul_mv.wgsl``, body by ``render_mv``); an
+  autotune candidate, not a default (see ``MatmulPlan.variant``).
 
 Operands are read through their strides (a transposed weight ``x @ w.T`` is not copied) and
 batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the end.
@@ -179,13 +180,16 @@ class MatmulPlan:
         if v in ok:
             return v
         # a product of 1-4 rows reads each weight once: sg does that at the memory's speed where
-        # B runs along k (H100, x @ w.T at 4096^2: 95% of HBM), mv where B runs along its
-        # columns; timing variants of a ~20 us kernel against the host's sync is noise (autotune
-        # once picked a 10x slower one)
-        if M <= 4 and ("mv" in ok or "sg" in ok):
-            return "mv" if "mv" in ok else "sg"
+        # B runs along k (H100, x @ w.T at 4096^2: 95% of HBM), and timing variants of a ~20 us
+        # kernel against the host's sync is noise (autotune once picked a 10x slower one).
+        # mv (B along its columns) is only a candidate of autotune for now: its first form ran
+        # slower than sg on an H100 (BERT 1x16), the present one is not yet measured on a GPU,
+        # and on CPU adapters (lavapipe) its barriers make it slower than sg at one row (1.9 vs
+        # 1.0 ms at 1x384x384) though faster at 16 (9.0 vs 10.5 ms)
+        if M <= 4 and "sg" in ok:
+            return "sg"
         cands = {v: (lambda v=v: self._dispatch(v, storage, None, None)) for v in ok}
-        return autotune.choose(rt, self.key, cands, "mv" if "mv" in ok else default_variant(rt, M, N, K, kind),
+        return autotune.choose(rt, self.key, cands, default_variant(rt, M, N, K, kind),
                                lambda: _read(rt, storage, self.size), _close)
 
     def needs_chunks(self) -> bool:
