@@ -379,13 +379,18 @@ class Plan:
             return fast(inputs)
         return self._run_steps(inputs)
 
-    def _run_steps(self, inputs):
-        """Replay step by step: each kernel called from Python."""
-        wrap = Tensor._wrap
+    def slots(self, inputs) -> list:
+        """The value slots of one run: ``inputs`` and the constants in theirs, the rest None."""
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = inputs
         for s, t in self.consts:
             vals[s] = t
+        return vals
+
+    def _run_steps(self, inputs):
+        """Replay step by step: each kernel called from Python."""
+        wrap = Tensor._wrap
+        vals = self.slots(inputs)
         for kernel, ins, out, meta, attrs, dev, multi, free in self._program:
             if multi is False:
                 vals[out] = wrap(kernel(meta, *[vals[i] for i in ins], **attrs), meta.shape, meta.dtype, dev)

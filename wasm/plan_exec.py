@@ -452,10 +452,7 @@ class WasmPlanReplay:
         self.last_inputs = inputs
         rec, rkern = _recording_kernels(self.backend)
         wrap = Tensor._wrap
-        vals = [None] * plan.n_slots
-        vals[:plan.n_inputs] = inputs
-        for s, t in plan.consts:
-            vals[s] = t
+        vals = plan.slots(inputs)
         info = [None] * len(plan.steps)
         self.reasons = {}
         own_bytes = 0

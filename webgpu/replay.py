@@ -566,10 +566,7 @@ class SegmentedReplay:
 
     def __call__(self, inputs):
         plan = self.plan
-        vals = [None] * plan.n_slots
-        vals[:plan.n_inputs] = inputs
-        for s, t in plan.consts:
-            vals[s] = t
+        vals = plan.slots(inputs)
         for sub, ins, outs in self.items:
             if ins is None:
                 sub(vals)            # a host step

@@ -226,12 +226,7 @@ class NumpyReplay:
 
     # ---- running ---------------------------------------------------------------------------------
     def _setup(self, inputs):
-        plan = self.plan
-        vals = [None] * plan.n_slots
-        vals[:plan.n_inputs] = inputs
-        for s, t in plan.consts:
-            vals[s] = t
-        return vals
+        return self.plan.slots(inputs)
 
     def __call__(self, inputs):
         from ..plan import unflatten
