@@ -47,33 +47,33 @@ var<workgroup> Bs: array<array<vec4<f32>, {{BN4}}>, {{BK}}>;   // [k][column / 4
 // The loads below take a precomputed element offset (base) and the row/column and k it stands
 // for (bounds, unless FULL). render_rb works out each thread's offsets and workgroup-memory
 // coordinates once, before the k loop, so a fetch is an add and a load.
+// 4 elements of A (B) at base, base + s, base + 2s, base + 3s; element j read where ok and
+// i + j < n (i: the row, column or k of the first), else 0
+fn quad_a(base: u32, s: u32, ok: bool, i: u32, n: u32) -> vec4<f32> {
+  return vec4<f32>(select(0.0, A[base], ok && i < n), select(0.0, A[base + s], ok && i + 1u < n),
+                   select(0.0, A[base + 2u * s], ok && i + 2u < n), select(0.0, A[base + 3u * s], ok && i + 3u < n));
+}
+fn quad_b(base: u32, s: u32, ok: bool, i: u32, n: u32) -> vec4<f32> {
+  return vec4<f32>(select(0.0, B[base], ok && i < n), select(0.0, B[base + s], ok && i + 1u < n),
+                   select(0.0, B[base + 2u * s], ok && i + 2u < n), select(0.0, B[base + 3u * s], ok && i + 3u < n));
+}
 fn load_a4(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // k..k+3 of row r (A row-major)
   if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }
-  let ok = FULL || r < M;
-  return vec4<f32>(select(0.0, A[base], ok && k < K), select(0.0, A[base + 1u], ok && k + 1u < K),
-                   select(0.0, A[base + 2u], ok && k + 2u < K), select(0.0, A[base + 3u], ok && k + 3u < K));
+  return quad_a(base, 1u, FULL || r < M, k, K);
 }
 fn load_a_rows(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // rows r..r+3 at one k (A column-major: x.T)
-  let rs = u(5u);
-  let ok = FULL || k < K;
-  return vec4<f32>(select(0.0, A[base], ok && r < M), select(0.0, A[base + rs], ok && r + 1u < M),
-                   select(0.0, A[base + 2u * rs], ok && r + 2u < M), select(0.0, A[base + 3u * rs], ok && r + 3u < M));
+  return quad_a(base, u(5u), FULL || k < K, r, M);
 }
 fn load_b4(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // columns c..c+3 of row k (B row-major)
   if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }
-  let ok = FULL || k < K;
-  return vec4<f32>(select(0.0, B[base], ok && c < N), select(0.0, B[base + 1u], ok && c + 1u < N),
-                   select(0.0, B[base + 2u], ok && c + 2u < N), select(0.0, B[base + 3u], ok && c + 3u < N));
+  return quad_b(base, 1u, FULL || k < K, c, N);
 }
 fn load_b_ks(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // k..k+3 of column c (B column-major: w.T)
-  let ks = u(9u);
-  let ok = FULL || c < N;
-  return vec4<f32>(select(0.0, B[base], ok && k < K), select(0.0, B[base + ks], ok && k + 1u < K),
-                   select(0.0, B[base + 2u * ks], ok && k + 2u < K), select(0.0, B[base + 3u * ks], ok && k + 3u < K));
+  return quad_b(base, u(9u), FULL || c < N, k, K);
 }
 
 fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) {
