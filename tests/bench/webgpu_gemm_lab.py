@@ -81,7 +81,7 @@ def edit_rb(src: str, edits) -> str:
     for name in edits:
         for old, new in RB_EDITS[name]:
             assert old in src, f"+{name}: {old!r} not in the template"
-            src = src.replace(old, new, 1) if name != "nl" else src.replace(old, new)
+            src = src.replace(old, new)
     return src
 
 
