@@ -25,6 +25,11 @@ returns at once), with the loss read only after the clock stops, and per step th
 Python one by one (``rt.dispatch``), prebuilt stream segments submitted, buffers and bind groups
 created, and the plan's replay form (``Plan.fast.describe()``). ``--profile`` adds cProfile's
 top functions of the measured steps.
+
+``--kernels`` (webgpu, no PyTorch needed) lists every dispatch of one compiled step with its
+op, grid and shapes and, on an adapter with ``timestamp-query``, its GPU time, then a table per
+kernel and op with the total and share; dispatches with a handful of workgroups for a large
+input are marked ``<<`` (``tests/bench/webgpu_kernels.py``). ``--no-list`` prints the table only.
 """
 from __future__ import annotations
 
@@ -301,5 +306,37 @@ def host_main():
           f"load average {os.getloadavg()[0]:.2f})")
 
 
+def kernels_main():
+    """``--kernels``: every dispatch of one compiled step, and GPU time per kernel where timed."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import webgpu_kernels as wk
+    from ember.plan import Plan
+    from ember.webgpu.runtime import get_runtime
+
+    rt = get_runtime()
+    for name, model, loss_fn, _ in cases("webgpu"):
+        body = train_step(model, loss_fn, ember.optim.Adam(model.parameters(), lr=1e-3), "compiled")
+        for _ in range(4):               # warm up (pipelines, autotune, capture, recording)
+            body().item()
+        plan = next((p for p in body.plans.values() if isinstance(p, Plan)), None)
+        if plan is None:
+            print(f"== {name}: not compiled ({body.stats()['eager']})")
+            continue
+        step_us = wk.step_gpu_us(rt, body)
+        noted = wk.capture(rt, plan)
+        wk.time_each(rt, noted)
+        fast = getattr(plan, "fast", None)
+        print(wk.report(name, noted, step_us, listing="--no-list" not in sys.argv))
+        if hasattr(fast, "describe"):
+            print(f"  replay: {fast.describe()}")
+    print(f"({rt.driver.info.get('description') or rt.driver.info.get('device')}, "
+          f"load average {os.getloadavg()[0]:.2f})")
+
+
 if __name__ == "__main__":
-    host_main() if "--host" in sys.argv else main()
+    if "--kernels" in sys.argv:
+        kernels_main()
+    elif "--host" in sys.argv:
+        host_main()
+    else:
+        main()

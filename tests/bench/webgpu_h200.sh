@@ -41,5 +41,7 @@ for s in $S; do case $s in
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
   # generated GEMM variants (tile, thread tile, k depth, buffering, split-K) next to PyTorch's fp32
   gemmlab) run gemmlab 420 python3 tests/bench/webgpu_gemm_lab.py ${GEMMLAB_ARGS:-} ;;
+  # every dispatch of one compiled MNIST CNN / encoder training step: GPU us per kernel and op, grids, shapes
+  trainprof) run trainprof 240 python3 tests/bench/bench_train.py --kernels ;;
   train) run train 180 python3 tests/bench/bench_train.py --devices webgpu --torch-device cuda --modes compiled ;;
 esac; done
