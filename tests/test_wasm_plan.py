@@ -60,6 +60,8 @@ def test_mnist_forward_is_one_call(wasm):
     assert res["same"] and res["kept"], res
     assert res["segments"] == 1 and res["runs_per_forward"] == 1 and not res["python_steps"], res
     assert res["space"] == "wasmtime"
+    assert res["fused"] == ["conv2d + batch_norm + relu"] * 2 and res["fused_close"], res
+    assert res["fused_segments"] == 1 and res["fused_runs_per_forward"] == 1, res
 
 
 def test_llama_decode_step_bit_identical(wasm):
@@ -189,6 +191,8 @@ def test_pyodide_tables_on_pyodides_memory(pyodide):
     m = _ok(pyodide["mnist"])
     assert m["same"] and m["kept"] and m["segments"] == 1 and m["runs_per_forward"] == 1, m
     assert m["space"] == "pyodide"
+    assert m["fused"] == ["conv2d + batch_norm + relu"] * 2 and m["fused_close"], m
+    assert m["fused_segments"] == 1 and m["fused_runs_per_forward"] == 1, m
     assert _ok(pyodide["llama"])["same"], pyodide["llama"]
     g = _ok(pyodide["guard"])
     assert g["small"] and g["big"] and g["runs_big"] == 2, g

@@ -184,10 +184,13 @@ def kernels(rt) -> dict:
 
     # ---- conv2d ------------------------------------------------------------------------------
 
-    def conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
+    def conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups, relu=False):
+        """``relu``: max(y, 0) in the store (a conv followed by a relu, fused by ``plan_fuse``;
+        NaN and -0.0 pass as ``relu`` passes them, so the bits are the two steps' bits)."""
         if 0 in out.shape or 0 in weight.shape[1:]:
-            return PY["conv2d"](out, x, weight, bias, stride=stride, padding=padding, dilation=dilation,
-                                groups=groups)
+            y = PY["conv2d"](out, x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                             groups=groups)
+            return array(y.typecode, [0.0 if v < 0 else v for v in y]) if relu else y
         n, c, h, w = x.shape
         o, cg, kh, kw = weight.shape
         oh, ow = out.shape[2:]
@@ -198,7 +201,7 @@ def kernels(rt) -> dict:
         # one input channel per group; a single-channel image (c == 1) is faster as one GEMM
         depthwise = groups == c and c > 1 and cg == 1 and kh * kw > 1
         prm = array("i", [n, c, h, w, o, groups, kh, kw, stride[0], stride[1], pt, pl, dilation[0],
-                          dilation[1], oh, ow, chunk, BIAS_ROW if bias is not None else 0])
+                          dilation[1], oh, ow, chunk, (BIAS_ROW if bias is not None else 0) | (RELU if relu else 0)])
         y = _zeros(n * o * oh * ow)
         # the spans below are exactly what the kernels touch for these sizes
         b = 0 if bias is None else R(bias._buf, o)

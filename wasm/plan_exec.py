@@ -1520,6 +1520,10 @@ def compile_plan(backend, plan):
     if not ENABLED:
         return None
     try:
+        from .plan_fuse import FusedReplay, fuse_candidates
+
+        if fuse_candidates(plan):
+            return FusedReplay(backend, plan, WasmPlanReplay)
         return WasmPlanReplay(backend, plan)
     except DeviceError:
         return None   # a module without ember_run (an old build): step-by-step replay
