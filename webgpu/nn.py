@@ -69,6 +69,12 @@ def _run_rows(rt, pipe, bufs, info, rows):
 
 def _conv(rt, name):
     def kernel(out, x, weight, bias=None, *, stride, padding, dilation, groups, output_padding=None):
+        if name == "conv2d" and groups == 1 and bias is None and prod(out.shape) and \
+                _weight_grad_shaped(rt, x.shape, weight.shape, out.shape):
+            vx, vw = f32_view(rt, x._buf), f32_view(rt, weight._buf)
+            if vw.strides[2] == vw.shape[3] * vw.strides[3] and min(vx.strides + vw.strides) >= 0:
+                g = _conv_over_channels(rt, vx, vw, out.shape, stride, padding, dilation)
+                return _finish(rt, g, out)
         gx = as_f32(rt, x._buf)
         gw = as_f32(rt, weight._buf)
         gb = as_f32(rt, bias._buf) if bias is not None else None
@@ -129,9 +135,7 @@ def _conv_matmul(rt, gx, gw, gb, out_shape, stride, padding, dilation) -> GBuf:
         cols = GBuf(rt, (N, R, P), _dt.float32, storage=gx.storage, offset=gx.offset)
     else:
         cols, st, n = _new(rt, (N, R, P), _dt.float32)
-        info, info_n = _info([n, R, P, OW, C, H, W, KH, KW, stride[0], stride[1], padding[0][0],
-                              padding[1][0], dilation[0], dilation[1], gx.offset])
-        _run_1d(rt, rt.kernel("im2col", INFO=info_n, WG=WG), [(st.buf, 0, n * 4), _whole(gx)], info, n)
+        _im2col(rt, st, gx, gx.strides, (N, C, H, W), (KH, KW), (OH, OW), stride, padding, dilation)
     wmat = GBuf(rt, (O, R), _dt.float32, storage=gw.storage, offset=gw.offset)
     meta = Meta((N, O, P), _dt.float32)
     g = fusion.lazy_matmul(rt, MatmulPlan(rt, wmat, cols, meta), _dt.float32)
@@ -140,6 +144,60 @@ def _conv_matmul(rt, gx, gw, gb, out_shape, stride, padding, dilation) -> GBuf:
         g = fusion.record(rt, "add", meta, [g, bias])
     g = realize(g)
     return GBuf(rt, tuple(out_shape), _dt.float32, storage=g.storage, offset=g.offset)
+
+
+def _im2col(rt, st, gx: GBuf, xstrides, xshape, kernel, oshape, stride, padding, dilation) -> None:
+    """Unfold input view ``gx`` of shape ``xshape`` (N, C, H, W), read through ``xstrides``, into
+    ``st`` as (N, C*KH*KW, OH*OW) columns (``im2col.wgsl``)."""
+    N, C, H, W = xshape
+    KH, KW = kernel
+    OH, OW = oshape
+    R, P = C * KH * KW, OH * OW
+    n = N * R * P
+    info, info_n = _info([n, R, P, OW, C, H, W, KH, KW, stride[0], stride[1], padding[0][0],
+                          padding[1][0], dilation[0], dilation[1], gx.offset] + list(xstrides))
+    _run_1d(rt, rt.kernel("im2col", INFO=info_n, WG=WG), [(st.buf, 0, n * 4), _whole(gx)], info, n)
+
+
+def _weight_grad_shaped(rt, xshape, wshape, oshape) -> bool:
+    """A convolution whose kernel plane is much larger than its output plane: a weight gradient
+    (conv2d of the input with the output gradient, both with their first two axes swapped), where
+    the usual forms are latency-bound: the direct kernel loops over C*KH*KW (50,176 for the MNIST
+    CNN's first layer: 144 threads, one workgroup), the matmul of im2col's columns has N*O*OH*OW
+    outputs of that depth (16 workgroups for its second layer)."""
+    (N, C, H, W), (O, _, KH, KW), (OH, OW) = xshape, wshape, oshape[2:]
+    cols = C * N * OH * OW * KH * KW * 4
+    return KH * KW >= 4 * OH * OW and C >= 2 and cols <= min(IM2COL_MAX_BYTES, rt.max_binding)
+
+
+def _conv_over_channels(rt, gx: GBuf, gw: GBuf, out_shape, stride, padding, dilation) -> GBuf:
+    """conv2d (groups 1, no bias) as a matmul per input channel, summed: with the roles of the
+    input's first two axes swapped, x (N, C, H, W) is C images of N channels, whose im2col columns
+    (C, N*OH*OW, KH*KW) times the weight's planes (C, O, KH*KW), one product per c, give partial
+    outputs (C, O, N*OH*OW) of depth KH*KW; one reduction over c adds them up. For a weight
+    gradient this is the batch-times-plane depth split over the batch, as cuDNN's and PyTorch's
+    do: C*O*N*OH*OW/tile workgroups instead of N*O*OH*OW/tile. Views are read in place (the
+    transposed input and output gradient are not copied)."""
+    from .linalg import MatmulPlan
+    from .ops import reduce_all
+
+    N, C, H, W = gx.shape
+    O, KH, KW = gw.shape[0], gw.shape[2], gw.shape[3]
+    OH, OW = out_shape[2:]
+    R, P = N * OH * OW, KH * KW
+    cols, st, _ = _new(rt, (C, R, P), _dt.float32)
+    # x seen as C images of N channels; the (OH, OW) kernel sweeps a (KH, KW) plane, with the
+    # stride and dilation exchanged
+    xs = gx.strides
+    _im2col(rt, st, gx, (xs[1], xs[0], xs[2], xs[3]), (C, N, H, W), (OH, OW), (KH, KW), dilation, padding, stride)
+    a = GBuf(rt, (C, O, P), _dt.float32, storage=gw.storage, offset=gw.offset,
+             strides=(gw.strides[1], gw.strides[0], gw.strides[3]))
+    b = GBuf(rt, (C, P, R), _dt.float32, storage=st, offset=0, strides=(R * P, 1, P))
+    part = realize(fusion.lazy_matmul(rt, MatmulPlan(rt, a, b, Meta((C, O, R), _dt.float32)), _dt.float32))
+    ps = part.strides
+    view = GBuf(rt, (C, N, O, OH * OW), _dt.float32, storage=part.storage, offset=part.offset,
+                strides=(ps[0], OH * OW * ps[2], ps[1], ps[2]))
+    return reduce_all(rt, Meta(tuple(out_shape), _dt.float32), view, 0, (0,))
 
 
 # ---- pooling ---------------------------------------------------------------------------------
@@ -162,6 +220,28 @@ def _pool(rt, entry):
             _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(g)], info, n)
         if entry == "max_pool":
             res.dtype = _dt.float32 if out.dtype is _dt.float16 else out.dtype
+        return _finish(rt, res, out)
+    return kernel
+
+
+def _max_pool_backward(rt):
+    """max_pool2d's gradient as one kernel (``pool2d_grad.wgsl``: each input element gathers
+    from the windows it wins) instead of the composite's taps (a training step's pooling
+    backward was ~13 dispatches: pads, slices, compares and a recomputed pooling)."""
+    def kernel(out, g, x, *, kernel_size, stride, padding, dilation, ceil_mode):
+        if wgsl_type(x.dtype) != "f32" or wgsl_type(g.dtype) != "f32":
+            return OPS["max_pool2d_backward"].decompose(g, x, kernel_size=kernel_size, stride=stride, padding=padding,
+                                                        dilation=dilation, ceil_mode=ceil_mode)._buf
+        gx, gg = as_f32(rt, x._buf), as_f32(rt, g._buf)
+        res, st, n = _new(rt, out.shape, _dt.float32)
+        if n:
+            N, C, H, W = gx.shape
+            OH, OW = gg.shape[2:]
+            words = [n, H, W, OH, OW, kernel_size[0], kernel_size[1], stride[0], stride[1],
+                     padding[0][0], padding[1][0], dilation[0], dilation[1]]
+            info, info_n = _info(words)
+            pipe = rt.kernel("pool2d_grad", INFO=info_n, WG=WG)
+            _run_1d(rt, pipe, [(st.buf, 0, n * 4), _whole(gx), _whole(gg)], info, n)
         return _finish(rt, res, out)
     return kernel
 
@@ -343,6 +423,7 @@ def build_kernels(rt) -> dict:
         "conv2d": _conv(rt, "conv2d"),
         "conv_transpose2d": _conv(rt, "conv_transpose2d"),
         "max_pool2d": _pool(rt, "max_pool"),
+        "max_pool2d_backward": _max_pool_backward(rt),
         "avg_pool2d": _pool(rt, "avg_pool"),
         "cumsum": _cumsum(rt),
         "sort": _sort(rt),

@@ -368,9 +368,52 @@ def _fused_reduce_source(prog, base: int, params: dict) -> str:
     return render(src, params)
 
 
-def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False) -> GBuf:
+# Parallelism of a reduction (H100: a sum of (25, 576) over its leading axis, one thread per
+# output looping over 25 rows, 3 workgroups, took 32 us; BatchNorm's statistics, 16 workgroups of
+# 50,176 elements each, similar): lanes enough that each reads about ``PER_THREAD`` elements; where
+# a lane would still read over twice ``PART_PER_THREAD``, the elements are split over up to
+# ``MAX_PARTS`` parts (about ``TARGET_GROUPS`` workgroups in all), reduced by a second pass.
+TARGET_GROUPS = 512
+PER_THREAD = 4
+PART_PER_THREAD = 16
+MAX_PARTS = 64
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def reduce_layout(n_out: int, R: int, kdims, rdims, arg: bool = False, split: bool = True) -> tuple:
+    """(entry, CX, CY, parts) of a reduction of ``R`` elements into each of ``n_out`` outputs with
+    merged kept/reduced ``(size, stride)`` axes, CX outputs x CY lanes a workgroup: one output
+    a workgroup (CX 1) for long rows and rows of contiguous elements (a softmax's or layer
+    norm's backward sums: neighbouring threads read neighbouring elements); else lanes enough
+    for a few elements each, and where the innermost kept axis is contiguous (a sum over
+    leading axes) CX >= 32, so that neighbouring threads read whole lines. ``parts`` splits R
+    over workgroups too where the outputs alone give too few of them."""
+    contiguous_rows = bool(rdims) and rdims[-1][1] == 1
+    column_like = bool(kdims) and kdims[-1][1] == 1
+    per_wg = not column_like and ((R > 256 and n_out < 16384) or (R >= 64 and contiguous_rows and n_out <= (1 << 20)))
+    if arg:
+        per_wg = (R > 256 and n_out < 16384) or (R >= 64 and contiguous_rows and n_out <= (1 << 20))
+        return ("arg_wg" if per_wg else "arg_rows"), WG, 1, 1
+    if per_wg:
+        groups, lanes = n_out, WG
+        cx, cy = 1, WG
+    else:
+        cy = min(_pow2_at_least((R + PER_THREAD - 1) // PER_THREAD), 8 if column_like else 64)
+        cx = WG // cy
+        groups, lanes = (n_out + cx - 1) // cx, cy
+    parts = 1
+    if split and R > 2 * lanes * PART_PER_THREAD:
+        parts = max(1, min(MAX_PARTS, (TARGET_GROUPS + groups - 1) // groups, R // (lanes * PART_PER_THREAD)))
+    return "cols", cx, cy, parts
+
+
+def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False, split=True) -> GBuf:
     """Reduce view ``g`` over ``axes`` (None: all) with op code ``op``; raw result buffer. A
-    lazy elementwise ``g`` is computed inside the reduction (it is not stored)."""
+    lazy elementwise ``g`` is computed inside the reduction (it is not stored). A reduction with
+    few outputs for its size runs in parts (``reduce_layout``), then reduces the parts."""
     prog = _fusable_into_reduce(rt, g)
     if prog is None:
         g = realize(g)
@@ -389,34 +432,34 @@ def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False) -> GBuf:
     else:
         acc = odt = wgsl_type(out.dtype)
         res_dtype = raw_dtype(out.dtype)
-    st = rt.alloc(n_out * 4)
-    res = GBuf(rt, out.shape, res_dtype, storage=st)
     if n_out == 0:
-        return res
+        return GBuf(rt, out.shape, res_dtype, storage=rt.alloc(0))
+    entry, cx, cy, parts = reduce_layout(n_out, R, kdims, rdims, arg, split)
+    st = rt.alloc(n_out * parts * 4)
+    res = GBuf(rt, out.shape if parts == 1 else (parts, n_out), res_dtype, storage=st)
     words = [n_out, R, op, len(kdims), g.offset, 0, 0, 0] + [n for n, _ in dims] + [s for _, s in dims]
     base = len(words)
     if prog is not None:
         words += prog.words()
     info, info_n = info_words(words)
-    # One workgroup per output for long rows, and for rows of contiguous elements (a softmax's or
-    # layer norm's backward sums over the last axis): neighbouring threads then read neighbouring
-    # elements. One thread per output would read a row each, 4*R bytes apart (12288 rows of 128:
-    # 1.64 ms on the H200, ~4 GB/s).
-    per_wg = (R > 256 and n_out < 16384) or (R >= 64 and rdims[-1][1] == 1 and n_out <= (1 << 20))
-    entry = ("arg_" if arg else "") + ("wg" if per_wg else "rows")
-    params = dict(T=wgsl_type(g.dtype), A=acc, O=odt, FLOAT=str(acc == "f32").lower(), RANK=rank, INFO=info_n, WG=WG)
+    params = dict(T=wgsl_type(g.dtype), A=acc, O=odt, FLOAT=str(acc == "f32").lower(), RANK=rank, INFO=info_n,
+                  WG=WG, CX=cx, CY=cy)
     if prog is None:
         pipe = rt.kernel("reduce", entry, **params)
-        bufs = [(st.buf, 0, n_out * 4), (g.storage.buf, 0, g.storage.nbytes)]
+        bufs = [(st.buf, 0, n_out * parts * 4), (g.storage.buf, 0, g.storage.nbytes)]
     else:
         # (the program's code depends on its own rank too: where its words start and lie)
         key = ("reduce_fused", entry, tuple(sorted(params.items())), len(prog.shape), prog.sig)
         pipe = rt.pipeline(key, lambda: _fused_reduce_source(prog, base, params), entry)
-        bufs = [(st.buf, 0, n_out * 4)] + [(gb.storage.buf, 0, gb.storage.nbytes) for gb in prog.leaves]
+        bufs = [(st.buf, 0, n_out * parts * 4)] + [(gb.storage.buf, 0, gb.storage.nbytes) for gb in prog.leaves]
         rt.stats["fused_ops"] += prog.ops
-    groups = n_out if per_wg else (n_out + WG - 1) // WG
-    rt.dispatch(pipe, bufs, info, grid_1d(groups, rt.max_groups))
-    return res
+    groups = n_out if entry == "arg_wg" else (n_out + cx - 1) // cx
+    gx, gy, _ = grid_1d(groups, rt.max_groups)
+    rt.dispatch(pipe, bufs, info, (gx, gy, parts))
+    if parts == 1:
+        return res
+    # the parts: (parts, n_out), reduced over their leading axis by one more pass
+    return reduce_all(rt, out, res, op, (0,), split=False)
 
 
 def _reduce(rt, name):

@@ -23,8 +23,9 @@ from math import prod
 
 from ember.plan import HOST
 
-# A dispatch whose grid has fewer workgroups than this while its op reads at least
-# ``BIG_INPUT`` elements is flagged: on a GPU with ~132 multiprocessors it leaves most of them idle.
+# A dispatch whose grid has fewer workgroups than this while the buffers it reads (every binding
+# but the first, its output) hold at least ``BIG_INPUT`` floats is flagged: on a GPU with ~132
+# multiprocessors it leaves most of them idle.
 FEW_GROUPS = 32
 BIG_INPUT = 1 << 14
 
@@ -56,21 +57,26 @@ def _key_name(key) -> str:
 class Dispatch:
     """One noted dispatch: where it came from and what it binds."""
 
-    __slots__ = ("index", "op", "ins", "out", "pipe", "buffers", "info", "grid", "kernel", "us")
+    __slots__ = ("index", "op", "ins", "out", "pipe", "buffers", "info", "grid", "kernel", "us", "nbytes")
 
     def __init__(self, index, op, ins, out, pipe, buffers, info, grid):
         self.index, self.op, self.ins, self.out = index, op, ins, out
         self.pipe, self.buffers, self.info, self.grid = pipe, buffers, info, tuple(grid)
         self.kernel = "?"
         self.us = None
+        self.nbytes = 0
 
     @property
     def groups(self) -> int:
         return prod(self.grid)
 
+    def read_bytes(self, size_of) -> int:
+        """Bytes of the buffers bound after the first (the output): what the dispatch may read."""
+        return sum(b[2] if type(b) is tuple else size_of(b) for b in self.buffers[1:])
+
     def flagged(self) -> bool:
-        """Under-parallel: few workgroups for an op that reads many elements."""
-        return self.groups < FEW_GROUPS and max((prod(s) for s in self.ins), default=0) >= BIG_INPUT
+        """Under-parallel: few workgroups for many elements read."""
+        return self.groups < FEW_GROUPS and self.nbytes >= 4 * BIG_INPUT
 
 
 def _shape(t):
@@ -117,6 +123,7 @@ def capture(rt, plan, inputs=()) -> list:
     names = _pipeline_names(rt)
     for d in noted:
         d.kernel = names.get(id(d.pipe), "?")
+        d.nbytes = d.read_bytes(rt.driver._buffer_size)
     return noted
 
 

@@ -3,7 +3,8 @@
 // (0 outside the input). One thread per column element; the weight (O, C*KH*KW) times cols is
 // the convolution (groups = 1).
 // info (u32 words): 0 n_out, 1 rows (C*KH*KW), 2 cols per image (OH*OW), 3 OW, 4 C, 5 H, 6 W,
-//   7 KH, 8 KW, 9 stride h, 10 stride w, 11 pad top, 12 pad left, 13 dil h, 14 dil w, 15 x offset
+//   7 KH, 8 KW, 9 stride h, 10 stride w, 11 pad top, 12 pad left, 13 dil h, 14 dil w, 15 x offset,
+//   16..19 the element strides of x's n, c, h, w axes (x may be a permuted view)
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<uniform> info: array<vec4<u32>, {{INFO}}>;
@@ -29,7 +30,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   let H = i32(u(5u)); let W = i32(u(6u));
   var v = 0.0;
   if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-    v = x[u(15u) + ((n * u(4u) + c) * u32(H) + u32(iy)) * u32(W) + u32(ix)];
+    v = x[u(15u) + n * u(16u) + c * u(17u) + u32(iy) * u(18u) + u32(ix) * u(19u)];
   }
   out[i] = v;
 }

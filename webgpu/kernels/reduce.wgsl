@@ -3,9 +3,15 @@
 //   0 outputs, 1 reduced count R, 2 op (0 sum, 1 prod, 2 max, 3 min), 3 number of kept axes,
 //   4 input offset, 8.. shape[RANK], 8+RANK.. strides[RANK] (signed)
 // A is the accumulator type, O the output's (A, or i32 for the index of argmax/argmin).
-// Entry points: "rows" (one thread per output, for short rows) and "wg" (one workgroup of WG
-// threads per output, a tree in shared memory); "arg_rows"/"arg_wg" give argmax/argmin
-// (op 2/3) as the index of the first extreme, NaN counting as the largest and winning first.
+// Entry points:
+//   "cols": a workgroup of CX x CY threads (CX * CY = WG) handles CX outputs, each with CY lanes
+//     that split its reduced elements (summed in shared memory); neighbouring threads take
+//     neighbouring outputs, so a sum over leading axes (a bias gradient) reads whole lines. With
+//     CX = 1 a workgroup reduces one output (long rows); the reduced elements may be split over
+//     nwg.z workgroups too (parts): part s takes the s-th of nwg.z equal ranges and writes
+//     out[o + s * outputs]; the host reduces the parts;
+//   "arg_rows"/"arg_wg" give argmax/argmin (op 2/3) as the index of the first extreme, NaN
+//     counting as the largest and winning first (one thread / one workgroup per output).
 @group(0) @binding(0) var<storage, read_write> out: array<{{O}}>;
 @group(0) @binding(1) var<storage, read> x: array<{{T}}>;
 @group(0) @binding(2) var<uniform> info: array<vec4<u32>, {{INFO}}>;
@@ -68,50 +74,71 @@ fn combine(op: u32, a: {{A}}, b: {{A}}) -> {{A}} {
   }
 }
 
-// Sequential part: Kahan-compensated for float sums, plain otherwise.
-fn run(o: u32, start: u32, step: u32) -> {{A}} {
+// Sequential part over reduced elements lo+start, lo+start+step, ... < hi: Kahan-compensated
+// for float sums, plain otherwise; four loads issued before they are combined (they overlap).
+fn add(op: u32, acc: ptr<function, {{A}}>, comp: ptr<function, {{A}}>, v: {{A}}) {
+  if (op == 0u && {{FLOAT}}) {
+    let y = v - *comp;
+    let t = *acc + y;
+    *comp = (t - *acc) - y;
+    *acc = t;
+  } else {
+    *acc = combine(op, *acc, v);
+  }
+}
+
+fn run(o: u32, lo: u32, hi: u32, start: u32, step: u32) -> {{A}} {
   let op = u(2u);
-  let R = u(1u);
   var acc = identity(op);
   var comp = {{A}}(0);
-  for (var r = start; r < R; r = r + step) {
-    let v = load(o, r);
-    if (op == 0u && {{FLOAT}}) {
-      let y = v - comp;
-      let t = acc + y;
-      comp = (t - acc) - y;
-      acc = t;
-    } else {
-      acc = combine(op, acc, v);
-    }
+  var r = lo + start;
+  loop {
+    if (r + 3u * step >= hi) { break; }
+    let v0 = load(o, r);
+    let v1 = load(o, r + step);
+    let v2 = load(o, r + 2u * step);
+    let v3 = load(o, r + 3u * step);
+    add(op, &acc, &comp, v0);
+    add(op, &acc, &comp, v1);
+    add(op, &acc, &comp, v2);
+    add(op, &acc, &comp, v3);
+    r = r + 4u * step;
+  }
+  for (; r < hi; r = r + step) {
+    add(op, &acc, &comp, load(o, r));
   }
   return acc;
+}
+
+// [lo, hi) of part s of nparts of the R reduced elements
+fn part_range(s: u32, nparts: u32) -> vec2<u32> {
+  let R = u(1u);
+  let chunk = (R + nparts - 1u) / nparts;
+  let lo = min(R, s * chunk);
+  return vec2<u32>(lo, min(R, lo + chunk));
 }
 
 var<workgroup> part: array<{{A}}, {{WG}}>;
 var<workgroup> part_i: array<u32, {{WG}}>;
 
 @compute @workgroup_size({{WG}})
-fn rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let o = gid.x + gid.y * nwg.x * {{WG}}u;
-  if (o >= u(0u)) { return; }
-  out[o] = {{O}}(run(o, 0u, 1u));
-}
-
-@compute @workgroup_size({{WG}})
-fn wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-      @builtin(local_invocation_index) t: u32) {
-  let o = wid.x + wid.y * nwg.x;   // uniform across the workgroup
-  let valid = o < u(0u);
+fn cols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+  let tx = t % {{CX}}u;
+  let ty = t / {{CX}}u;
+  let o = (wid.x + wid.y * nwg.x) * {{CX}}u + tx;
+  let n = u(0u);
+  let valid = o < n;
   let op = u(2u);
+  let rng = part_range(wid.z, nwg.z);
   var acc = identity(op);
-  if (valid) { acc = run(o, t, {{WG}}u); }
+  if (valid) { acc = run(o, rng.x, rng.y, ty, {{CY}}u); }
   part[t] = acc;
-  for (var w = {{WG}}u / 2u; w > 0u; w = w / 2u) {
+  for (var w = {{CY}}u / 2u; w > 0u; w = w / 2u) {
     workgroupBarrier();
-    if (t < w) { part[t] = combine(op, part[t], part[t + w]); }
+    if (ty < w) { part[t] = combine(op, part[t], part[t + w * {{CX}}u]); }
   }
-  if (valid && t == 0u) { out[o] = {{O}}(part[0]); }
+  if (valid && ty == 0u) { out[o + wid.z * n] = {{O}}(part[t]); }
 }
 
 // (value, index) pairs: is (v, i) better than (w, j)?
