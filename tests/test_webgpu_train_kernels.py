@@ -40,6 +40,8 @@ REDUCE_CASES = [
     ((200003,), (0,)),               # everything into one value, in parts
     ((9, 11), (0, 1)),
     ((64, 10), (0,)),
+    ((2, 12, 17, 128), (3,)),        # attention rows: two a workgroup
+    ((333, 100), (1,)),              # rows shorter than their lanes
 ]
 
 

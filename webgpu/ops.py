@@ -386,8 +386,9 @@ def _pow2_at_least(n: int) -> int:
 def reduce_layout(n_out: int, R: int, kdims, rdims, arg: bool = False, split: bool = True) -> tuple:
     """(entry, CX, CY, parts) of a reduction of ``R`` elements into each of ``n_out`` outputs with
     merged kept/reduced ``(size, stride)`` axes, CX outputs x CY lanes a workgroup: one output
-    a workgroup (CX 1) for long rows and rows of contiguous elements (a softmax's or layer
-    norm's backward sums: neighbouring threads read neighbouring elements); else lanes enough
+    a workgroup (CX 1) for long rows, and rows of contiguous elements (a softmax's or layer
+    norm's backward sums: neighbouring threads read neighbouring elements) with a lane per
+    element up to WG (attention's 128-wide rows: two a workgroup); else lanes enough
     for a few elements each, and where the innermost kept axis is contiguous (a sum over
     leading axes) CX >= 32, so that neighbouring threads read whole lines. ``parts`` splits R
     over workgroups too where the outputs alone give too few of them."""
@@ -397,9 +398,10 @@ def reduce_layout(n_out: int, R: int, kdims, rdims, arg: bool = False, split: bo
     if arg:
         per_wg = (R > 256 and n_out < 16384) or (R >= 64 and contiguous_rows and n_out <= (1 << 20))
         return ("arg_wg" if per_wg else "arg_rows"), WG, 1, 1
-    if per_wg:
-        groups, lanes = n_out, WG
-        cx, cy = 1, WG
+    if per_wg:       # (rows shorter than WG: as many lanes as elements, several rows a workgroup)
+        cy = min(WG, max(32, _pow2_at_least(R)))
+        cx = WG // cy
+        groups, lanes = (n_out + cx - 1) // cx, cy
     else:
         cy = min(_pow2_at_least((R + PER_THREAD - 1) // PER_THREAD), 8 if column_like else 64)
         cx = WG // cy
