@@ -27,7 +27,10 @@ against ember by tests/bench/web/make_onnx.py into tests/bench/web/cache/ (gitig
 Each engine runs in a fresh browser context (empty HTTP cache and storage) per model: the page
 opens, boots its engine (for ember: Pyodide, the wheel install, the backend's init), downloads
 the model, runs the first workload once (that moment, since navigation start, is the cold
-start), warms up and then times repeated runs (the median is reported; the repetition count
+start), warms up (a few runs; for MNIST on every wasm engine, onnxruntime-web's and ember's alike,
+also at least 1 s of runs: V8 tiers the page's code up over ~0.3-0.5 s of calls) and then times
+repeated runs (the median is reported; MNIST on the wasm engines in samples of 10 runs timed
+together, as the page's clock ticks in 5 us steps; the repetition count
 stops early at a per-workload time budget, after at least 3 runs; on webgpu, which is SwiftShader
 here, MiniLM 8x64 gets one timed run after the first: about a minute each). ember's webgpu runs
 with matmul autotune off as both demo pages do (``--autotune`` keeps it on). The pure-Python backend runs
@@ -106,6 +109,11 @@ ENGINES = [
     ("ember-wasm-poolall", "ember", "wasm", -1, "ember wasm, thread pool of all threads"),
     ("ember-python", "ember", "python", 0, "ember python"),
 ]
+# The engines whose warm-up lasts WARMUP_S too and whose MNIST runs are timed in samples of BLOCK
+# runs: every wasm engine, onnxruntime-web's and ember's alike (webgpu here is SwiftShader, ~10 ms
+# a MNIST run, and the pure-Python backend has no tier-up to wait for).
+FULL_WARMUP_ENGINES = {"ort-wasm-1t", "ort-wasm-2t", "ort-wasm-all", "ember-wasm", "ember-wasm-pool1",
+                       "ember-wasm-poolall"}
 # Start-up: page open -> first MNIST answer on a first visit (a fresh browser profile) and on the
 # revisits that follow in the same profile (HTTP cache, Cache API, V8's code cache kept).
 START_ENGINES = ["ort-wasm-1t", "ort-wasm-all", "ember-wasm"]
@@ -118,7 +126,18 @@ WORKLOADS = {   # name: (model, label)
 }
 # name: (warm-up runs, timed runs at most, at least, time budget in s for the timed runs: no new
 # run starts past it once the least number is done)
-PLAN_FULL = {"mnist": (5, 50, 3, 10), "minilm1": (2, 20, 3, 15), "minilm8": (1, 5, 3, 30)}
+PLAN_FULL = {"mnist": (5, 200, 30, 10), "minilm1": (2, 20, 3, 15), "minilm8": (1, 5, 3, 30)}
+# The warm-up also lasts at least this long (s), the same for every engine: V8 tiers a page's
+# hot code up over its first ~0.3-0.5 s of calls (Liftoff -> TurboFan for the wasm, and the JS
+# around it). With 5 warm-up runs, a MNIST forward's first ~15-20 timed runs were still twice
+# as slow as the later ones on both engines, so the median measured how far each engine's
+# tier-up had come after ~1 ms of calls rather than its speed.
+WARMUP_S = {"mnist": 1.0}
+# Runs per timed sample (the same engines): a MNIST run is ~0.1 ms and a page's performance.now()
+# ticks in 5 us steps (cross-origin isolated Chromium), so a run timed alone reads 95, 100 or 105
+# us and medians tie; a sample of 10 runs timed together gives each run's mean to 0.5 us. The
+# median is then over the samples (200 runs: 20 samples).
+BLOCK = {"mnist": 10}
 # WebGPU is SwiftShader here (a CPU adapter): MiniLM 8x64 takes ~50-60 s a run on either engine.
 PLAN_WEBGPU = dict(PLAN_FULL, minilm1=(1, 20, 3, 10), minilm8=(0, 3, 1, 40))
 PLAN_PYTHON = {"mnist": (1, 10, 3, 5), "minilm1": (0, 2, 2, 60), "minilm8": (0, 0, 0, 0)}
@@ -142,7 +161,11 @@ def plan_for(engine_id: str, workloads, a) -> list:
             warm, reps, least, budget = PLAN_FULL[name]
         if a.reps is not None:
             reps = min(reps, a.reps)
-        steps.append({"name": name, "warmup": warm, "reps": reps, "min_reps": min(least, reps), "budget_s": budget})
+        full = not a.quick and engine_id in FULL_WARMUP_ENGINES
+        warm_s = WARMUP_S.get(name, 0.0) if full else 0.0
+        block = BLOCK.get(name, 1) if full else 1
+        steps.append({"name": name, "warmup": warm, "warmup_s": warm_s, "reps": reps, "min_reps": min(least, reps),
+                      "budget_s": budget, "block": block})
     return steps
 
 
@@ -448,7 +471,7 @@ def collect(results: dict, natives: dict) -> list:
                            if eid == "ember-python" and name == "minilm8" else "not run")
             elif r["status"] == "ok":
                 first = next(iter(r["workloads"])) == name
-                row.update(median_ms=w["median_ms"], runs=len(w["runs_ms"]), first_ms=w["first_ms"],
+                row.update(median_ms=w["median_ms"], runs=len(w["runs_ms"]) * w.get("block", 1), first_ms=w["first_ms"],
                            cold_ms=r.get("cold_ms") if first else None, phases=r.get("phases", {}),
                            diff_ref=max_abs_diff(w["output"], base["output"]) if base else None,
                            diff_native=max_abs_diff(w["output"], natives.get(name)))
@@ -486,7 +509,14 @@ def table(rows: list, meta: dict) -> str:
                        f"{fmt_ms(r['phases'].get('model_loaded'))} | {fmt_ms(r['cold_ms'])} |")
     out += ["", "Notes:",
             "- median ms: median of the timed runs after the warm-up (runs = how many; 0 means the "
-            "first run is the figure). One run = input tensors in, output read back into JS (ember on "
+            "first run is the figure). The warm-up is a few runs (MNIST 5, MiniLM 1×8 2, 8×64 1) and, "
+            "for MNIST on every wasm engine (onnxruntime-web's and ember's alike), at least "
+            f"{WARMUP_S['mnist']:g} s of runs: V8 tiers the page's code up over its first ~0.3-0.5 s "
+            "of calls, and both engines' first ~15-20 MNIST runs after 5 warm-ups were still twice "
+            "as slow as their later ones. MNIST on the wasm engines is timed in samples of "
+            f"{BLOCK['mnist']} runs (each sample's mean per run; the median is over the samples): the "
+            "page's clock ticks in 5 µs steps, 5% of a 0.1 ms run. One run = input tensors in, output "
+            "read back into JS (ember on "
             "wasm/python: a plain Python call that reads the output synchronously; on webgpu an awaited "
             "readback; onnxruntime-web: `await session.run`).",
             "- × ort wasm 1t: this median over onnxruntime-web wasm 1-thread's median (> 1 is slower).",

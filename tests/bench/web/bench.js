@@ -6,7 +6,7 @@
 // autotune=1 (ember webgpu: keep matmul autotuning on), snapshot=1 (ember: loadEmber's memory
 // snapshots on, and the result waits for the background snapshot to be stored; the timed
 // columns run with snapshots off so that no background work competes with them),
-// plan=JSON list of {name, warmup, reps, min_reps, budget_s}
+// plan=JSON list of {name, warmup, warmup_s, reps, min_reps, budget_s, block}
 // (workloads: mnist, minilm1, minilm8; the first one's first result is the cold start).
 //
 // window.benchResult = {status: "ok" | "n/a" | "error", reason, phases, cold_ms, workloads:
@@ -147,14 +147,27 @@ async function timeWorkload(engine, step, result, first) {
   const w = { first_ms: t1 - t0, runs_ms: [] };
   result.workloads[step.name] = w;
   log(`${step.name}: first run ${(t1 - t0).toFixed(1)} ms`);
-  for (let i = 0; i < (step.warmup || 0); i++) out = await engine.run(step.name);
+  // Warm-up: step.warmup runs, and runs until step.warmup_s seconds have passed (the same for
+  // every engine: V8 tiers the page's code up over its first fraction of a second of calls).
+  const w0 = performance.now();
+  let warm = 0;
+  while (warm < (step.warmup || 0) || performance.now() - w0 < 1000 * (step.warmup_s || 0)) {
+    out = await engine.run(step.name);
+    warm++;
+  }
+  w.warmup_runs = warm;
+  w.warmup_ms = performance.now() - w0;
+  // Timed samples of step.block runs each (1: every run timed alone), recorded as the mean run
+  // of the sample: the page's clock ticks in 5 us steps, coarse for a 0.1 ms run.
+  const block = Math.max(1, step.block || 1);
+  w.block = block;
   const start = performance.now();
   const minReps = Math.min(step.reps, step.min_reps ?? 3);
-  while (w.runs_ms.length < step.reps &&
-         (w.runs_ms.length < minReps || performance.now() - start < 1000 * (step.budget_s || 1e9))) {
+  while (w.runs_ms.length * block < step.reps &&
+         (w.runs_ms.length * block < minReps || performance.now() - start < 1000 * (step.budget_s || 1e9))) {
     const a = performance.now();
-    out = await engine.run(step.name);
-    w.runs_ms.push(performance.now() - a);
+    for (let j = 0; j < block; j++) out = await engine.run(step.name);
+    w.runs_ms.push((performance.now() - a) / block);
   }
   // No timed run asked for (a workload too slow to repeat): the first run is the figure.
   w.median_ms = w.runs_ms.length ? median(w.runs_ms) : w.first_ms;
