@@ -234,3 +234,48 @@ def test_conv_gradients_match_numpy_backend(rt):
         grads[dev] = [np.asarray(t.grad.tolist()) for t in ts]
     for a, b in zip(grads["webgpu"], grads["numpy"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+
+
+# ---- training batch norm ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(64, 16, 28, 28), (5, 3, 7, 9), (8, 6), (4, 5, 11), (3, 7, 1, 1)])
+def test_batch_norm_train_forward_and_backward(rt, shape):
+    """y, the batch statistics and every gradient against float64 numpy formulas."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal(shape) * 3 + 2).astype(np.float32)
+    w, b = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
+    gy = rng.standard_normal(shape).astype(np.float32)
+    axes = (0,) + tuple(range(2, len(shape)))
+    cs = (1, shape[1]) + (1,) * (len(shape) - 2)
+    x64, gy64 = x.astype(np.float64), gy.astype(np.float64)
+    mean, var = x64.mean(axis=axes), x64.var(axis=axes)
+    rstd = 1 / np.sqrt(var + 1e-5)
+    xhat = (x64 - mean.reshape(cs)) * rstd.reshape(cs)
+    n = x.size // shape[1]
+    gsum, gxh = gy64.sum(axis=axes), (gy64 * xhat).sum(axis=axes)
+    dx = (gy64 - (gsum / n).reshape(cs) - xhat * (gxh / n).reshape(cs)) * (w * rstd).reshape(cs)
+    xt = ember.tensor(x, device="webgpu", requires_grad=True)
+    wt, bt = (ember.tensor(a, device="webgpu", requires_grad=True) for a in (w, b))
+    y, m, v = ember.batch_norm_train(xt, wt, bt, eps=1e-5)
+    (y * ember.tensor(gy, device="webgpu")).sum().backward()
+    tol = dict(rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(y.tolist()), xhat * w.reshape(cs) + b.reshape(cs), **tol)
+    np.testing.assert_allclose(np.asarray(m.tolist()), mean, **tol)
+    np.testing.assert_allclose(np.asarray(v.tolist()), var, **tol)
+    np.testing.assert_allclose(np.asarray(xt.grad.tolist()), dx, **tol)
+    np.testing.assert_allclose(np.asarray(wt.grad.tolist()), gxh, rtol=1e-4, atol=1e-5 * np.sqrt(n))
+    np.testing.assert_allclose(np.asarray(bt.grad.tolist()), gsum, rtol=1e-4, atol=1e-5 * np.sqrt(n))
+
+
+def test_batch_norm_train_dispatches(rt):
+    """The statistics as two channel reductions (each in parts: 4 dispatches) and y fused into
+    its consumer: the composite took 9, one more sum and the (C, 1, 1) reshapes realised."""
+    x = ember.tensor(np.random.default_rng(9).standard_normal((64, 16, 28, 28)).astype(np.float32), device="webgpu")
+    w, b = ember.tensor(np.ones(16, np.float32), device="webgpu"), ember.tensor(np.zeros(16, np.float32), device="webgpu")
+    ember.relu(x).numpy()
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    y, m, v = ember.batch_norm_train(x, w, b)
+    rt.driver.flush()
+    assert rt.stats["dispatches"] - d0 == 4
+    assert abs(float(np.asarray(y.tolist()).mean())) < 1e-4

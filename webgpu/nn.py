@@ -246,6 +246,85 @@ def _max_pool_backward(rt):
     return kernel
 
 
+# ---- training batch norm ---------------------------------------------------------------------
+
+def _per_channel(g: GBuf, shape) -> GBuf:
+    """Per-channel values ``g`` (C,) read as ``shape`` (N, C, ...) (stride 0 but on axis 1): a
+    leaf of the elementwise expressions below, which then need no (C, 1, 1) copy."""
+    g = realize(g)
+    st = [0] * len(shape)
+    st[1] = g.strides[0] if g.strides else 0
+    return GBuf(g.rt, tuple(shape), g.dtype, storage=g.storage, offset=g.offset, strides=st)
+
+
+def _bn_ops(rt, shape):
+    """Record elementwise op ``name`` at ``shape`` (float32) on GBufs / Python numbers."""
+    meta = Meta(tuple(shape), _dt.float32)
+
+    def op(name, *args):
+        ins = [a if isinstance(a, GBuf) else fusion.const_buf(rt, (), float(a), _dt.float32) for a in args]
+        return fusion.record(rt, name, meta, ins)
+    return op
+
+
+def _channel_sum(rt, g: GBuf, C: int) -> GBuf:
+    from .ops import reduce_all
+
+    return reduce_all(rt, Meta((C,), _dt.float32), g, 0, (0,) + tuple(range(2, len(g.shape))))
+
+
+def _bn_train(rt):
+    """batch_norm_train (y, batch mean, biased batch variance) as two reductions of the channels
+    (the sum, then the squared deviations computed inside the second: each in parts, ``reduce_all``)
+    and y as an elementwise expression that reads the statistics per channel in place: no
+    (C, 1, 1) reshapes realised, no second mean (the composite's var recomputes it)."""
+    def kernel(outs, x, weight, bias, *, eps):
+        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (x, weight, bias)) or x.ndim < 2:
+            return tuple(t._buf for t in OPS["batch_norm_train"].decompose(x, weight, bias, eps=eps))
+        gx = realize(x._buf)
+        shape, C = gx.shape, gx.shape[1]
+        n = prod(shape) // C if C else 1
+        op = _bn_ops(rt, shape)
+        total = _channel_sum(rt, gx, C)
+        mean_x = op("divide", _per_channel(total, shape), n)
+        d = op("subtract", gx, mean_x)
+        sq_sum = _channel_sum(rt, op("multiply", d, d), C)
+        mean = fusion.record(rt, "divide", Meta((C,), _dt.float32), [total, fusion.const_buf(rt, (), float(n), _dt.float32)])
+        var = fusion.record(rt, "divide", Meta((C,), _dt.float32), [sq_sum, fusion.const_buf(rt, (), float(n), _dt.float32)])
+        rstd = op("rsqrt", op("add", op("divide", _per_channel(sq_sum, shape), n), eps))
+        scale = op("multiply", _per_channel(as_f32(rt, weight._buf), shape), rstd)
+        y = op("add", op("multiply", op("subtract", gx, op("divide", _per_channel(total, shape), n)), scale),
+               _per_channel(as_f32(rt, bias._buf), shape))
+        return _finish(rt, y, outs[0]), _finish(rt, mean, outs[1]), _finish(rt, var, outs[2])
+    return kernel
+
+
+def _bn_train_backward(rt):
+    """batch_norm_train_backward (dx, dweight, dbias): sum(dy) and sum(dy * xhat) as two channel
+    reductions (xhat computed inside), dx = (dy - sum(dy)/n - xhat * sum(dy * xhat)/n) * w * rstd
+    as one elementwise expression reading the per-channel values in place."""
+    def kernel(outs, g, x, mean, var, weight, *, eps):
+        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, x, mean, var, weight)) or x.ndim < 2:
+            return tuple(t._buf for t in OPS["batch_norm_train_backward"].decompose(g, x, mean, var, weight, eps=eps))
+        gx = realize(x._buf)
+        gy = realize(g._buf)     # (read three times: its own expression would pass MAX_NODES)
+        shape, C = gx.shape, gx.shape[1]
+        n = prod(shape) // C if C else 1
+        op = _bn_ops(rt, shape)
+        mean_b, var_b = _per_channel(mean._buf, shape), _per_channel(var._buf, shape)
+
+        def xhat():
+            return op("multiply", op("subtract", gx, mean_b), op("rsqrt", op("add", var_b, eps)))
+        gsum = _channel_sum(rt, gy, C)
+        gxh = _channel_sum(rt, op("multiply", gy, xhat()), C)
+        inner = op("subtract", op("subtract", gy, op("divide", _per_channel(gsum, shape), n)),
+                   op("multiply", xhat(), op("divide", _per_channel(gxh, shape), n)))
+        scale = op("multiply", _per_channel(as_f32(rt, weight._buf), shape), op("rsqrt", op("add", var_b, eps)))
+        dx = op("multiply", inner, scale)
+        return _finish(rt, dx, outs[0]), _finish(rt, gxh, outs[1]), _finish(rt, gsum, outs[2])
+    return kernel
+
+
 # ---- cumsum, sort, pad -----------------------------------------------------------------------
 
 def _lines(shape, axis):
@@ -424,6 +503,8 @@ def build_kernels(rt) -> dict:
         "conv_transpose2d": _conv(rt, "conv_transpose2d"),
         "max_pool2d": _pool(rt, "max_pool"),
         "max_pool2d_backward": _max_pool_backward(rt),
+        "batch_norm_train": _bn_train(rt),
+        "batch_norm_train_backward": _bn_train_backward(rt),
         "avg_pool2d": _pool(rt, "avg_pool"),
         "cumsum": _cumsum(rt),
         "sort": _sort(rt),
