@@ -279,3 +279,71 @@ def test_batch_norm_train_dispatches(rt):
     rt.driver.flush()
     assert rt.stats["dispatches"] - d0 == 4
     assert abs(float(np.asarray(y.tolist()).mean())) < 1e-4
+
+
+# ---- the per-dispatch listing of tests/bench/bench_train.py --kernels ---------------------------
+
+def test_kernel_listing_of_a_compiled_training_step(rt):
+    """``tests/bench/webgpu_kernels.py``: every dispatch of a replayed training step is listed
+    once with its op and grid (as many as the step makes), timed where the adapter has
+    timestamps, and grouped into a table."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "bench"))
+    import webgpu_kernels as wk
+    from ember import nn
+    from ember.plan import Plan
+
+    ember.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(4 * 4 * 4, 3)).to("webgpu")
+    opt = ember.optim.Adam(m.parameters(), lr=1e-3)
+    X = ember.tensor(np.random.default_rng(10).standard_normal((5, 2, 8, 8)).astype(np.float32), device="webgpu")
+    Y = ember.tensor(np.array([0, 1, 2, 1, 0]), device="webgpu")
+
+    @ember.compile
+    def step():
+        opt.zero_grad()
+        loss = ember.nn.functional.cross_entropy(m(X), Y)
+        loss.backward()
+        opt.step()
+        return loss
+    for _ in range(3):
+        step().item()
+    plan = next(p for p in step.plans.values() if isinstance(p, Plan))
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    step().item()
+    per_step = rt.stats["dispatches"] - d0
+    noted = wk.capture(rt, plan)
+    assert len(noted) == per_step
+    ops = {d.op for d in noted}
+    assert {"conv2d", "batch_norm_train", "max_pool2d_backward"} <= ops
+    assert all(d.groups >= 1 and d.kernel != "?" for d in noted)
+    timed = wk.time_each(rt, noted, rounds=1)
+    if timed:
+        assert all(d.us is not None and d.us >= 0 for d in noted)
+    text = wk.report("tiny", noted)
+    assert f"== tiny: {per_step} dispatches" in text and "pool2d_grad" in text
+
+
+@pytest.mark.parametrize("xs,ws,p", [((6, 32, 14, 14), (32, 16, 3, 3), (1, 1)),   # conv2's input gradient
+                                      ((2, 20, 9, 7), (20, 5, 3, 3), (0, 1))])
+def test_deep_few_channel_transposed_conv_as_matmul(rt, xs, ws, p):
+    """A stride-1 transposed conv with few output channels but a deep sum (C*KH*KW >= 128) runs
+    as im2col + matmul; same values as the numpy backend."""
+    from ember.webgpu import nn as wnn
+
+    assert ws[1] < wnn.MATMUL_MIN_CHANNELS and ws[0] * ws[2] * ws[3] >= wnn.MATMUL_MIN_DEPTH
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    ref = ember.conv_transpose2d(ember.tensor(x, device="numpy", dtype=ember.float64),
+                                 ember.tensor(w, device="numpy", dtype=ember.float64), padding=p).numpy()
+    tx, tw = ember.tensor(x, device="webgpu"), ember.tensor(w, device="webgpu")
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    got = ember.conv_transpose2d(tx, tw, padding=p)
+    _close(got.tolist(), ref, xs[1] * 9)
+    assert rt.stats["dispatches"] - d0 >= 3      # flipped weight, im2col, matmul (the direct kernel: 1)

@@ -87,7 +87,8 @@ def _conv(rt, name):
                 per_group, out_per_group = C // groups, O // groups
             else:
                 per_group, out_per_group = C // groups, gw.shape[1]
-            if groups == 1 and O >= MATMUL_MIN_CHANNELS and _as_matmul(rt, N, C * KH * KW, OH * OW):
+            deep = O >= MATMUL_MIN_CHANNELS or (name == "conv_transpose2d" and C * KH * KW >= MATMUL_MIN_DEPTH)
+            if groups == 1 and deep and _as_matmul(rt, N, C * KH * KW, OH * OW):
                 if name == "conv2d":
                     return _finish(rt, _conv_matmul(rt, gx, gw, gb, out.shape, stride, padding, dilation), out)
                 # stride 1: conv_transpose2d is conv2d with the kernel flipped, its two channel
@@ -116,8 +117,14 @@ def _conv(rt, name):
 # kernel runs instead.
 IM2COL_MAX_BYTES = 64 << 20
 # Fewer output channels than this leave the matmul's 64-row tiles mostly empty: the direct kernel
-# was faster there (lavapipe: a 16-channel transposed conv 676 ms direct, 866 ms as a matmul).
+# was faster there (lavapipe: a 16-channel transposed conv 676 ms direct, 866 ms as a matmul;
+# conv2d 16 -> 16 channels 3x3 at 64x28x28: 208 ms direct, 353 as a matmul), except for a stride-1
+# transposed conv (a conv2d's input gradient) summing at least MATMUL_MIN_DEPTH products per
+# output, whose direct kernel tests every tap's divisibility (lavapipe: the MNIST CNN's conv2
+# input gradient, 32 -> 16 channels 3x3 at 64x14x14: 310-616 ms direct, 95-184 ms as a matmul;
+# 16 -> 16 at 4x64x64: 416 vs 104 ms).
 MATMUL_MIN_CHANNELS = 32
+MATMUL_MIN_DEPTH = 128
 
 
 def _as_matmul(rt, N, rows, cols) -> bool:

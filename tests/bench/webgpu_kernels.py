@@ -6,11 +6,12 @@ workgroups for a large reduction).
 Used by ``tests/bench/bench_train.py --kernels``; ``capture(plan)`` and ``report(...)`` work on
 any ``ember.compile`` plan on device "webgpu".
 
-How: one step is replayed step by step (``Plan._run_steps``: the same kernel calls, in the same
-order, as the prebuilt streams record) with every dispatch noted (pipeline, buffers, uniforms,
-grid) together with the plan step that was running (op name, input and output shapes; a fused
-elementwise chain is dispatched by the step that first needs its value, and the optimizer's
-kernels by its host step). Then each noted dispatch is replayed alone in a compute pass of its own
+How: the step's plan is recorded once more as a fresh prebuilt stream (what every replay
+encodes: forward and backward as one stream, the optimizer's kernels from its host step) with
+every dispatch noted (pipeline, buffers, uniforms, grid) together with the plan step that was
+running (op name, input and output shapes; a lazy value, a fused elementwise chain or a matmul,
+is dispatched by the step that first needs it, shown as "during op"). Then each noted dispatch
+is replayed alone in a compute pass of its own
 between two GPU timestamps, ``rounds`` times; the median per dispatch is summed per kernel.
 Timing a dispatch alone adds the pass's fixed cost and loses the overlap of neighbours in one
 pass: the per-dispatch sum is printed next to the step's own GPU time (one pass per stream chunk)
@@ -84,8 +85,15 @@ def _shape(t):
 
 
 def capture(rt, plan, inputs=()) -> list:
-    """Replay ``plan`` once step by step on ``inputs`` noting every dispatch (a list of
-    ``Dispatch``); the step's effects happen (a training step trains one step)."""
+    """Record ``plan`` once more as a fresh prebuilt stream (``replay.compile_plan``: the same
+    recording every replay of it encodes, host steps in their places) on ``inputs``, noting every
+    dispatch (a list of ``Dispatch``); the step's effects happen (a training step trains one
+    step). The fresh recording is dropped after (its buffers go back to the pool)."""
+    import gc
+
+    import ember
+    from ember.webgpu.replay import compile_plan
+
     noted: list = []
     cur = ["?", (), ()]
     cls = type(rt)
@@ -97,10 +105,7 @@ def capture(rt, plan, inputs=()) -> list:
                                   bytes(info) if info else b"", grid))
         return real(self, pipe, buffers, info, grid)
 
-    program = plan._program
-    wrapped = []
-    for st, item in zip(plan.steps, program):
-        kernel = item[0]
+    def wrap(st, kernel):
         if st.multi == HOST:
             def k(vals, _k=kernel, _n=st.name):
                 cur[:] = [f"host: {_n}", (), ()]
@@ -111,15 +116,28 @@ def capture(rt, plan, inputs=()) -> list:
             def k(meta, *args, _k=kernel, _n=st.name, _o=tuple(m.shape for m in metas), **kw):
                 cur[:] = [_n, tuple(_shape(a) for a in args), _o]
                 return _k(meta, *args, **kw)
-        wrapped.append((k,) + tuple(item[1:]))
+        return k
+
+    kernels = [st.kernel for st in plan.steps]
+    program = plan._program
     cls.dispatch = dispatch
-    plan._program = wrapped
     try:
-        plan._run_steps(list(inputs))
+        for st in plan.steps:
+            st.kernel = wrap(st, st.kernel)
+        plan._program = [(st.kernel,) + tuple(item[1:]) for st, item in zip(plan.steps, program)]
+        fast = compile_plan(ember.get_backend("webgpu"), plan)
+        if fast is None:          # streams off: the step-by-step replay
+            plan._run_steps(list(inputs))
+        else:
+            fast(list(inputs))
+            fast = None
         rt.driver.flush()
     finally:
         cls.dispatch = real
         plan._program = program
+        for st, k in zip(plan.steps, kernels):
+            st.kernel = k
+    gc.collect()
     names = _pipeline_names(rt)
     for d in noted:
         d.kernel = names.get(id(d.pipe), "?")
