@@ -54,3 +54,36 @@ def test_conv2d_padded_im2col_reads_nothing_outside_the_input():
     out = np.frombuffer(bytes(got._buf), np.float32).reshape(got.shape)
     ref = _np_conv2d(np, x, w, None, (1, 1), ((1, 1), (1, 1)))
     assert np.array_equal(out, ref)
+
+
+DIRECT_CASES = [  # x shape, weight shape, stride, padding, dilation, groups: conv.c's direct form
+    ((1, 16, 14, 14), (32, 16, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),     # MNIST conv2: ow 14
+    ((1, 1, 28, 28), (16, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),       # MNIST conv1: ow 28
+    ((2, 48, 9, 7), (6, 48, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),        # K 432 > GEMM_KC, ow 7
+    ((1, 4, 17, 16), (6, 2, 3, 3), (2, 1), ((1, 0), (2, 1)), (2, 2), 2),        # row stride, dilation, groups
+    ((1, 3, 8, 10), (5, 3, 3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),         # no padding: ow 8
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, pads, dil, groups", DIRECT_CASES)
+@pytest.mark.parametrize("relu", [False, True])
+def test_conv2d_direct_form_same_bits_as_im2col(monkeypatch, xs, ws, stride, pads, dil, groups, relu):
+    """The direct form (no im2col: the tile reads the padded planes) gives im2col + gemm's bits,
+    relu stored or not, and numpy's values."""
+    from ember.wasm import ops_linalg
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[:1]).astype(np.float32)
+    t = [ember.from_bytes(a.tobytes(), a.shape, "float32", device="wasm") for a in (x, w, b)]
+    kern = ember.get_backend("wasm").kernels["conv2d"]
+    ref = _np_conv2d(np, x, w, b, stride, pads, dil, groups)
+    meta = type("Meta", (), {"shape": ref.shape, "dtype": ember.float32})()
+    outs = []
+    for direct in (True, False):
+        monkeypatch.setattr(ops_linalg, "CONV_DIRECT", direct)
+        buf = kern(meta, *t, stride=stride, padding=pads, dilation=dil, groups=groups, relu=relu)
+        outs.append(np.frombuffer(bytes(buf), np.float32).reshape(ref.shape))
+    assert outs[0].tobytes() == outs[1].tobytes()
+    np.testing.assert_allclose(outs[0], np.maximum(ref, 0) if relu else ref, rtol=1e-4, atol=1e-4)

@@ -12,8 +12,10 @@ pass over B, which a product with few rows cannot win back, so with at most ``SM
 matmul reads B in place (only its last partial panel is packed) and linear takes dot products of
 the input rows with the weight rows (never transposing the weight); with more rows B is packed
 first. conv2d writes image patches straight into packed panels (im2col, a chunk of output
-positions at a time), runs a 1x1 convolution as one GEMM on the input, and a depthwise one
-directly; bias is added in the GEMM's store. Scratch memory (packed panels, im2col chunks,
+positions at a time), or with column stride 1 and output rows that fill the 8-lane tiles well
+(``CONV_DIRECT``) reads a zero-padded copy of the planes in its 4x8 tile with no panels at all
+(the same bits); it runs a 1x1 convolution as one GEMM on the input, and a depthwise one
+directly; bias (and a fused relu) is added in the GEMM's store. Scratch memory (packed panels, im2col chunks,
 attention scores) is one float32 buffer per runtime, allocated here in Python: the module owns
 no memory, and every size table it gets is checked against the buffers here first.
 
@@ -24,6 +26,7 @@ no memory, and every size table it gets is checked against the buffers here firs
 """
 from __future__ import annotations
 
+import os
 from array import array
 from math import prod
 
@@ -35,6 +38,11 @@ from .runtime import R, W
 
 # gemm flags and modes of reading B (kernels/linalg.h)
 BIAS_COL, BIAS_ROW, RELU, ACCUMULATE = 1, 2, 4, 8
+CONV_IM2COL = 16       # conv2d_gemm: no direct form from the padded planes (linalg.h)
+# conv2d_gemm's direct form (column stride 1, few wasted lanes: conv.c conv_direct_ok) reads the
+# padded planes with no im2col; EMBER_WASM_CONV_DIRECT=0 (or this set False) keeps im2col + gemm.
+# Same bits either way.
+CONV_DIRECT = os.environ.get("EMBER_WASM_CONV_DIRECT", "1") != "0"
 B_KN_DIRECT, B_KN_PACKED, B_NK_PACKED, B_NK_DOT = 0, 1, 2, 3
 NR = 8                 # columns per packed panel
 MR, KC, MC = 4, 384, 96  # the microkernel's rows, gemm's K and row blocks (GEMM_MR/KC/MC)
@@ -201,7 +209,8 @@ def kernels(rt) -> dict:
         # one input channel per group; a single-channel image (c == 1) is faster as one GEMM
         depthwise = groups == c and c > 1 and cg == 1 and kh * kw > 1
         prm = array("i", [n, c, h, w, o, groups, kh, kw, stride[0], stride[1], pt, pl, dilation[0],
-                          dilation[1], oh, ow, chunk, (BIAS_ROW if bias is not None else 0) | (RELU if relu else 0)])
+                          dilation[1], oh, ow, chunk, (BIAS_ROW if bias is not None else 0) | (RELU if relu else 0)
+                          | (0 if CONV_DIRECT else CONV_IM2COL)])
         y = _zeros(n * o * oh * ow)
         # the spans below are exactly what the kernels touch for these sizes
         b = 0 if bias is None else R(bias._buf, o)

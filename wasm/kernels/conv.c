@@ -7,7 +7,9 @@
  *    come from a zero-padded copy of the group's planes (pad_planes, after the panels in the
  *    scratch): no bounds tests, whole vectors even where a panel's 8 positions cross into the
  *    next output row (MNIST's 14-wide rows: im2col 23 -> 9 us of a 16->32 3x3 conv's 75).
- *    Bias is fused into the GEMM.
+ *    Bias (and relu, GEMM_RELU) is fused into the GEMM. Where an output row wastes at most 1/8 of
+ *    the 8-lane tiles (conv_direct_ok), there is no im2col at all: the 4x8 tile reads the padded
+ *    planes directly (conv_tile), same float operations, same bits.
  *  - conv2d_depthwise: one input channel per group (groups == in channels): each output row
  *    accumulates kh*kw shifted, scaled input rows; stride 1 runs four columns at a time.
  * Shapes and attributes arrive as one int32 table (CONV_* indices in linalg.h); Python checked
@@ -15,6 +17,8 @@
 #include "ember.h"
 #include "linalg.h"
 #include "team.h"
+
+#define ROWS(X) X(0) if (R > 1) X(1) if (R > 2) X(2) if (R > 3) X(3)
 
 /* im2col of positions p0 .. p0 + np - 1 (row-major over oh x ow) of one group's input x (cg planes
  * of h x w) into panels of NR positions: P[q * K * NR + k * NR + lane], k = (ci, ky, kx) as in
@@ -168,6 +172,86 @@ static void im2col_padded(const f32 *pad, f32 *P, i32 cg, i32 hp, i32 wp, i32 kh
 #undef GATHER_LANE
 #undef GATHER_PUT
 
+/* ---- direct convolution from the padded planes (no im2col) ----------------------------------
+ * With column stride 1, the input under tap k = (ci, ky, kx) of output positions (oy, ox .. ox + 7)
+ * is 8 consecutive floats of the padded planes, at src + offs[k] with src = pad + oy * sh * wp + ox
+ * and offs[k] = ci * plane + ky * dh * wp + kx * dw. So the 4x8 tile (4 output channels, 8
+ * positions of one output row) reads B straight from the planes: no panels are written. Each row
+ * of ow outputs takes ceil(ow / 8) tiles; the lanes past ow read floats of the next padded row
+ * (or up to 7 past the last plane: the scratch's 8 floats of slack) and are never stored.
+ * Every output gets the same float operations in the same order as im2col + gemm_packed_one
+ * (the bias, then k = 0 .. K - 1 one FMA each, relu, store; gemm's K blocks store and reload
+ * exactly), so the bits are the same. Used where at most 1/8 of the lanes are wasted
+ * (conv_direct_ok). */
+
+INLINE void conv_tile(const i32 R, const f32 *a, const f32 *src, const i32 *o, const i32 *oend, f32 *c, i32 ldc,
+                      i32 nr, const f32 *bias, i32 relu) {
+  const f32x4 z = wasm_f32x4_splat(0.f);
+  f32x4 x00 = z, x01 = z, x10 = z, x11 = z, x20 = z, x21 = z, x30 = z, x31 = z;
+  if (bias) {
+#define CT_BIAS(r) x##r##0 = x##r##1 = wasm_v128_load32_splat(bias + r);
+    ROWS(CT_BIAS)
+  }
+  /* a: the rows packed as gemm's pack_a does (step k's R weights at a[k * MR + r]) */
+  for (; o != oend; o++, a += GEMM_MR) {
+    const f32 *s = src + *o;
+    const f32x4 b0 = wasm_v128_load(s), b1 = wasm_v128_load(s + 4);
+#define CT_STEP(r) { const f32x4 w = wasm_v128_load32_splat(a + r); FMA(x##r##0, w, b0); FMA(x##r##1, w, b1); }
+    ROWS(CT_STEP)
+  }
+  if (relu) {
+#define CT_RELU(r) x##r##0 = wasm_f32x4_pmax(x##r##0, z); x##r##1 = wasm_f32x4_pmax(x##r##1, z);
+    ROWS(CT_RELU)
+  }
+  f32 *c0 = c, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+#define CT_STORE(r) store_n(c##r, nr, x##r##0, x##r##1);
+  ROWS(CT_STORE)
+#undef CT_BIAS
+#undef CT_STEP
+#undef CT_RELU
+#undef CT_STORE
+}
+
+/* (its own function, as gemm's micro_packed: inlined into the loops below, V8 kept the tile's
+ * accumulators in memory and the direct form ran at 0.6x the im2col one) */
+static __attribute__((noinline)) void conv_tile_mr(i32 mr, const f32 *a, const f32 *src, const i32 *o,
+                                                   const i32 *oend, f32 *c, i32 ldc, i32 nr, const f32 *bias,
+                                                   i32 relu) {
+  switch (mr) {
+    case 4: conv_tile(4, a, src, o, oend, c, ldc, nr, bias, relu); break;
+    case 3: conv_tile(3, a, src, o, oend, c, ldc, nr, bias, relu); break;
+    case 2: conv_tile(2, a, src, o, oend, c, ldc, nr, bias, relu); break;
+    default: conv_tile(1, a, src, o, oend, c, ldc, nr, bias, relu); break;
+  }
+}
+
+/* Output channels r0 .. r1 - 1 of a group (weights wg, K apart; bias bg or 0) at every position,
+ * from the padded planes; ap: room for the rows' weights packed by 4 (K * 4 floats a block). */
+static void conv_direct_rows(const f32 *wg, const f32 *bg, const f32 *pad, const i32 *offs, f32 *ap, f32 *yg,
+                             i32 K, i32 r0, i32 r1, i32 oh, i32 ow, i32 sh, i32 wp, i32 relu) {
+  const i32 npos = oh * ow;
+  for (i32 r = r0; r < r1; r += GEMM_MR) {
+    const i32 mr = r1 - r < GEMM_MR ? r1 - r : GEMM_MR;
+    const f32 *br = bg ? bg + r : 0;
+    for (i32 k = 0; k < K; k++)
+      for (i32 q = 0; q < GEMM_MR; q++) ap[k * GEMM_MR + q] = q < mr ? wg[(r + q) * K + k] : 0.f;
+    for (i32 oy = 0; oy < oh; oy++)
+      for (i32 ox = 0; ox < ow; ox += GEMM_NR) {
+        const i32 nr = ow - ox < GEMM_NR ? ow - ox : GEMM_NR;
+        const f32 *src = pad + oy * sh * wp + ox;
+        f32 *c = yg + r * npos + oy * ow + ox;
+        conv_tile_mr(mr, ap, src, offs, offs + K, c, npos, nr, br, relu);
+      }
+  }
+}
+
+/* The direct form pays for ceil(ow / 8) * 8 lanes per output row: used where that is at most 1/8
+ * more than ow (MNIST's 28 and 14, and 7, 8, 16, ...). */
+INLINE i32 conv_direct_ok(i32 ow) {
+  const i32 lanes = (ow + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
+  return (lanes - ow) * 8 <= lanes;
+}
+
 /* One thread's share (team.h): per chunk of positions, the chunk's panels packed by panel ranges,
  * a barrier, then the output channels split in grains of 4 rows (a barrier again before the next
  * chunk reuses the scratch). */
@@ -185,6 +269,10 @@ void conv2d_gemm_team(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 
   const i32 padded = pad_floats(cg, sh, sw, kh, kw, dh, dw, oh, ow, plain) > 0;
   const i32 hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = ow + (kw - 1) * dw;
   f32 *pad = scratch + ((chunk + GEMM_NR - 1) / GEMM_NR) * GEMM_NR * K + 8;
+  /* direct from the padded planes (no im2col) where few lanes are wasted and every thread's K
+   * offsets fit in the panels' room */
+  const i32 direct = padded && conv_direct_ok(ow) && (i64)nt * (GEMM_MR + 1) * K <= (i64)((chunk + GEMM_NR - 1) / GEMM_NR) * GEMM_NR * K
+                     && !(flags & CONV_IM2COL);
   for (i32 b = 0; b < n; b++)
     for (i32 g = 0; g < groups; g++) {
       const f32 *xg = x + (b * c + g * cg) * h * w;
@@ -195,6 +283,21 @@ void conv2d_gemm_team(const f32 *x, const f32 *wt, const f32 *bias, f32 *y, f32 
         i32 c0, c1;
         team_range(cg, 1, tid, width, &c0, &c1);
         pad_planes(xg, pad, h, w, hp, wp, pt, pl, c0, c1);
+      }
+      if (direct) {
+        /* the taps' offsets in the panels' room (each thread writes the same values to its own
+         * K words), a barrier (the planes are copied), then output channels in grains of 4 */
+        i32 *offs = (i32 *)scratch + tid * (GEMM_MR + 1) * K, k = 0;
+        f32 *ap = scratch + tid * (GEMM_MR + 1) * K + K;
+        for (i32 ci = 0; ci < cg; ci++)
+          for (i32 ky = 0; ky < kh; ky++)
+            for (i32 kx = 0; kx < kw; kx++) offs[k++] = ci * hp * wp + ky * dh * wp + kx * dw;
+        if (width > 1) team_sync(ctl, tid, nt);
+        i32 r0, r1;
+        team_range(og, GEMM_MR, tid, width, &r0, &r1);
+        if (r0 < r1) conv_direct_rows(wg, bg, pad, offs, ap, yg, K, r0, r1, oh, ow, sh, wp, (flags & GEMM_RELU) != 0);
+        if (width > 1) team_sync(ctl, tid, nt);   /* the next group's copy reuses the planes */
+        continue;
       }
       for (i32 p0 = 0; p0 < npos; p0 += chunk) {
         const i32 np = npos - p0 < chunk ? npos - p0 : chunk;

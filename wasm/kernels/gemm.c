@@ -135,37 +135,7 @@ INLINE void load_n(const f32 *c, i32 n, f32x4 *lo, f32x4 *hi) {
   *hi = wasm_f32x4_make(v[4], v[5], v[6], v[7]);
 }
 
-INLINE void store_n(f32 *c, i32 n, f32x4 lo, f32x4 hi) {
-  if (n == 8) {
-    wasm_v128_store(c, lo);
-    wasm_v128_store(c + 4, hi);
-    return;
-  }
-  if (n >= 4) {
-    wasm_v128_store(c, lo);
-    c += 4;
-    n -= 4;
-    lo = hi;
-  }
-  if (n >= 2) {
-    wasm_v128_store64_lane(c, lo, 0);
-    lo = wasm_i64x2_shuffle(lo, lo, 1, 1);
-    c += 2;
-    n -= 2;
-  }
-  if (n) wasm_v128_store32_lane(c, lo, 0);
-}
-
-/* acc += a * b. The plain module: a float32 multiply, then an add (two roundings). The relaxed
- * module (kernels_relaxed.wasm, built with -mrelaxed-simd): f32x4.relaxed_madd, which the engine
- * runs fused (one rounding) where the CPU has FMA and as the plain pair where it does not; either
- * way the same for every element and call in one engine, so every split of a product (threads,
- * row blocks, packed or in-place A) still gives the same bits within one module. */
-#ifdef __wasm_relaxed_simd__
-#define FMA(acc, a, b) acc = wasm_f32x4_relaxed_madd(a, b, acc)
-#else
-#define FMA(acc, a, b) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(a, b))
-#endif
+/* (FMA(acc, a, b): linalg.h) */
 
 /* R (1..4, a constant after inlining) rows of A, lda apart (PK 0), or packed by pack_a (PK 1:
  * row r of step k at a[k * MR + r]; lda unused), times one slice p of B (kc rows, ldp apart, 8

@@ -10,6 +10,7 @@
 #define GEMM_BIAS_ROW 2      /* bias[i] added to row i (conv2d: one output channel per row) */
 #define GEMM_RELU 4          /* max(x, 0) before the store (NaN passes) */
 #define GEMM_ACCUMULATE 8    /* C += A · B instead of C = A · B (+ bias) */
+#define CONV_IM2COL 16       /* conv2d_gemm: always im2col + gemm, never the direct form (tests) */
 
 #define GEMM_NR 8            /* columns per packed panel of B */
 #define GEMM_MR 4            /* rows of A per microkernel call */
@@ -41,6 +42,39 @@ void gemm_direct_one(const f32 *A, i32 lda, const f32 *B, i32 ldb, const f32 *T,
 /* C = A · W^T for a (N, K) W (rows ldw apart) by dot products, no packing (few rows of A). */
 void gemm_dot_one(const f32 *A, i32 lda, const f32 *W, i32 ldw, f32 *C, i32 ldc, i32 M, i32 N, i32 K,
                   const f32 *bias, i32 flags);
+
+/* acc += a * b. The plain module: a float32 multiply, then an add (two roundings). The relaxed
+ * module (kernels_relaxed.wasm, built with -mrelaxed-simd): f32x4.relaxed_madd, which the engine
+ * runs fused (one rounding) where the CPU has FMA and as the plain pair where it does not; either
+ * way the same for every element and call in one engine, so every split of a product (threads,
+ * row blocks, packed or in-place A) still gives the same bits within one module. */
+#ifdef __wasm_relaxed_simd__
+#define FMA(acc, a, b) acc = wasm_f32x4_relaxed_madd(a, b, acc)
+#else
+#define FMA(acc, a, b) acc = wasm_f32x4_add(acc, wasm_f32x4_mul(a, b))
+#endif
+
+/* n (1..8) floats of lo, hi stored at c. */
+INLINE void store_n(f32 *c, i32 n, f32x4 lo, f32x4 hi) {
+  if (n == 8) {
+    wasm_v128_store(c, lo);
+    wasm_v128_store(c + 4, hi);
+    return;
+  }
+  if (n >= 4) {
+    wasm_v128_store(c, lo);
+    c += 4;
+    n -= 4;
+    lo = hi;
+  }
+  if (n >= 2) {
+    wasm_v128_store64_lane(c, lo, 0);
+    lo = wasm_i64x2_shuffle(lo, lo, 1, 1);
+    c += 2;
+    n -= 2;
+  }
+  if (n) wasm_v128_store32_lane(c, lo, 0);
+}
 
 /* conv2d_gemm copies a group's planes, zero padded, only up to this many floats (conv.c) */
 #define CONV_PAD_MAX (1 << 18)
