@@ -108,15 +108,19 @@ def test_reduce_layout_parallelism():
     assert reduce_layout(16, 50176, [(16, 784)], [(64, 12544), (784, 1)], split=False)[3] == 1
 
 
-def test_parts_pass_counts_dispatches(rt):
+def test_parts_pass_counts_dispatches(rt, monkeypatch):
     """BatchNorm-sized statistics: two dispatches (parts, then the parts reduced), not one
-    latency-bound one."""
+    latency-bound one; one with parts off (EMBER_WEBGPU_REDUCE_PARTS=0)."""
+    from ember.webgpu import ops
+
     x = ember.tensor(np.ones((64, 16, 28, 28), np.float32), device="webgpu")
-    rt.driver.flush()
-    d0 = rt.stats["dispatches"]
-    s = ember.sum(x, axis=(0, 2, 3))
-    assert s.tolist() == [50176.0] * 16
-    assert rt.stats["dispatches"] - d0 == 2
+    for parts, dispatches in ((True, 2), (False, 1)):
+        monkeypatch.setattr(ops, "PARTS", parts)
+        rt.driver.flush()
+        d0 = rt.stats["dispatches"]
+        s = ember.sum(x, axis=(0, 2, 3))
+        assert s.tolist() == [50176.0] * 16
+        assert rt.stats["dispatches"] - d0 == dispatches
 
 
 # ---- max-pool backward ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ through the strides). Everything else dispatches a kernel from ``kernels/*.wgsl`
 from __future__ import annotations
 
 import math
+import os
 from math import prod
 
 from .. import dtypes as _dt
@@ -377,6 +378,8 @@ TARGET_GROUPS = 512
 PER_THREAD = 4
 PART_PER_THREAD = 16
 MAX_PARTS = 64
+# ``EMBER_WEBGPU_REDUCE_PARTS=0``: never in parts (one pass, for A/B timings on a GPU)
+PARTS = os.environ.get("EMBER_WEBGPU_REDUCE_PARTS", "1") != "0"
 
 
 def _pow2_at_least(n: int) -> int:
@@ -407,7 +410,7 @@ def reduce_layout(n_out: int, R: int, kdims, rdims, arg: bool = False, split: bo
         cx = WG // cy
         groups, lanes = (n_out + cx - 1) // cx, cy
     parts = 1
-    if split and R > 2 * lanes * PART_PER_THREAD:
+    if split and PARTS and R > 2 * lanes * PART_PER_THREAD:
         parts = max(1, min(MAX_PARTS, (TARGET_GROUPS + groups - 1) // groups, R // (lanes * PART_PER_THREAD)))
     return "cols", cx, cy, parts
 
