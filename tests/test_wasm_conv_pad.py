@@ -87,3 +87,20 @@ def test_conv2d_direct_form_same_bits_as_im2col(monkeypatch, xs, ws, stride, pad
         outs.append(np.frombuffer(bytes(buf), np.float32).reshape(ref.shape))
     assert outs[0].tobytes() == outs[1].tobytes()
     np.testing.assert_allclose(outs[0], np.maximum(ref, 0) if relu else ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("w", [8, 9, 10, 13, 14, 15, 28, 30])
+def test_max_pool2d_2x2_row_tails_match_numpy(w):
+    """pool.c's 2x2 stride-2 rows end with one vector over the last four outputs (recomputing
+    some): every width, with a NaN in the last window of a row, against numpy."""
+    rng = np.random.default_rng(w)
+    x = rng.standard_normal((2, 3, 6, w)).astype(np.float32)
+    x[1, 2, 3, 2 * (w // 2) - 1] = np.nan
+    t = ember.from_bytes(x.tobytes(), x.shape, "float32", device="wasm")
+    got = ember.max_pool2d(t, 2).to("python")
+    out = np.frombuffer(bytes(got._buf), np.float32).reshape(got.shape)
+    oh, ow = 3, w // 2
+    ref = x[:, :, :2 * oh, :2 * ow].reshape(2, 3, oh, 2, ow, 2).max(axis=(3, 5))
+    assert out.shape == ref.shape
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.nan_to_num(out), np.nan_to_num(ref))

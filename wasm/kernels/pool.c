@@ -31,6 +31,15 @@ static void max2x2(const f32 *x, f32 *y, i32 h, i32 w, i32 oh, i32 ow) {
       wasm_v128_store(out + ox, wasm_f32x4_max(wasm_i32x4_shuffle(m0, m1, 0, 2, 4, 6),
                                                wasm_i32x4_shuffle(m0, m1, 1, 3, 5, 7)));
     }
+    if (ox < ow && ow >= 4 && 2 * ow <= w) {
+      /* the last 1-3 outputs: one more vector over the row's last four (recomputing some) */
+      const i32 o4 = ow - 4;
+      const f32x4 m0 = wasm_f32x4_max(wasm_v128_load(r0 + 2 * o4), wasm_v128_load(r1 + 2 * o4));
+      const f32x4 m1 = wasm_f32x4_max(wasm_v128_load(r0 + 2 * o4 + 4), wasm_v128_load(r1 + 2 * o4 + 4));
+      wasm_v128_store(out + o4, wasm_f32x4_max(wasm_i32x4_shuffle(m0, m1, 0, 2, 4, 6),
+                                               wasm_i32x4_shuffle(m0, m1, 1, 3, 5, 7)));
+      ox = ow;
+    }
     for (; ox < ow; ox++) {
       const f32 *a = r0 + 2 * ox, *b = r1 + 2 * ox;
       out[ox] = nanmax(nanmax(nanmax(a[0], a[1]), b[0]), b[1]);
