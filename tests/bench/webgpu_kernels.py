@@ -11,11 +11,10 @@ encodes: forward and backward as one stream, the optimizer's kernels from its ho
 every dispatch noted (pipeline, buffers, uniforms, grid) together with the plan step that was
 running (op name, input and output shapes; a lazy value, a fused elementwise chain or a matmul,
 is dispatched by the step that first needs it, shown as "during op"). Then each noted dispatch
-is replayed alone in a compute pass of its own
-between two GPU timestamps, ``rounds`` times; the median per dispatch is summed per kernel.
-Timing a dispatch alone adds the pass's fixed cost and loses the overlap of neighbours in one
-pass: the per-dispatch sum is printed next to the step's own GPU time (one pass per stream chunk)
-to show how far apart the two are.
+is replayed alone in a compute pass of its own between two GPU timestamps, ``rounds`` times; the
+median per dispatch is summed per kernel. Timing a dispatch alone adds the pass's fixed cost and
+loses the overlap of neighbours in one pass: the per-dispatch sum is printed next to the step's
+own GPU time (one pass per stream chunk) to show how far apart the two are.
 """
 from __future__ import annotations
 
@@ -48,8 +47,10 @@ def _key_name(key) -> str:
         return repr(key)[:60]
     entry = key[1] if len(key) > 1 and isinstance(key[1], str) else None
     name = head if entry in (None, "main") else f"{head}:{entry}"
-    if head == "reduce_fused":
-        name = f"reduce:{entry}+fused"
+    if head in ("reduce", "reduce_fused"):
+        params = dict(p for p in key[2] if isinstance(p, tuple) and len(p) == 2) if len(key) > 2 else {}
+        shape = f" {params['CX']}x{params['CY']}" if entry == "cols" and "CX" in params else ""
+        name = f"reduce:{entry}{'+fused' if head == 'reduce_fused' else ''}{shape}"
     elif head in ("fused", "fusion", "elementwise") or head.startswith("fused"):
         name = "fused elementwise"
     return name
