@@ -68,6 +68,33 @@ def test_fused_expression_summed_in_parts(rt, shape, axes):
            int(np.prod([shape[k] for k in axes])))
 
 
+@pytest.mark.parametrize("shape,axes", [((8, 128, 384), (2,)), ((64, 16, 28, 28), (0, 2, 3)), ((5, 7), (0,)),
+                                        ((100003,), (0,)), ((3, 4099, 5), (1,))])
+def test_mean_divides_in_the_reduction(rt, shape, axes):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(shape).astype(np.float32) + 1.0
+    t = ember.tensor(x, device="webgpu")
+    for keepdims in (False, True):
+        got = np.asarray(ember.mean(t, axis=axes, keepdims=keepdims).tolist())
+        ref = x.astype(np.float64).mean(axis=axes, keepdims=keepdims)
+        assert got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_mean_is_a_realised_buffer(rt):
+    """x - mean(x) over the last axis: the reduction and one elementwise dispatch (the composite's
+    lazy sum / count was realised on its own first); ints and empty axes keep the composite."""
+    x = ember.tensor(np.random.default_rng(13).standard_normal((64, 300)).astype(np.float32), device="webgpu")
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    d = (x - ember.mean(x, axis=-1, keepdims=True)).numpy()
+    assert rt.stats["dispatches"] - d0 == 2
+    np.testing.assert_allclose(d.mean(axis=-1), 0, atol=1e-5)
+    xi = ember.tensor(np.arange(12, dtype=np.int32).reshape(3, 4), device="webgpu")
+    assert ember.mean(xi, axis=0).tolist() == [4.0, 5.0, 6.0, 7.0]
+    assert all(np.isnan(ember.mean(ember.tensor(np.ones((0, 3), np.float32), device="webgpu"), axis=0).tolist()))
+
+
 def test_strided_views_and_ints(rt):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((33, 70, 9)).astype(np.float32)

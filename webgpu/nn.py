@@ -274,10 +274,11 @@ def _bn_ops(rt, shape):
     return op
 
 
-def _channel_sum(rt, g: GBuf, C: int) -> GBuf:
+def _channel_sum(rt, g: GBuf, C: int, divisor: float = 1.0) -> GBuf:
+    """Per-channel sums (over every axis but 1) of ``g``, divided by ``divisor`` (a mean)."""
     from .ops import reduce_all
 
-    return reduce_all(rt, Meta((C,), _dt.float32), g, 0, (0,) + tuple(range(2, len(g.shape))))
+    return reduce_all(rt, Meta((C,), _dt.float32), g, 0, (0,) + tuple(range(2, len(g.shape))), divisor=divisor)
 
 
 def _bn_train(rt):
@@ -292,15 +293,12 @@ def _bn_train(rt):
         shape, C = gx.shape, gx.shape[1]
         n = prod(shape) // C if C else 1
         op = _bn_ops(rt, shape)
-        total = _channel_sum(rt, gx, C)
-        mean_x = op("divide", _per_channel(total, shape), n)
-        d = op("subtract", gx, mean_x)
-        sq_sum = _channel_sum(rt, op("multiply", d, d), C)
-        mean = fusion.record(rt, "divide", Meta((C,), _dt.float32), [total, fusion.const_buf(rt, (), float(n), _dt.float32)])
-        var = fusion.record(rt, "divide", Meta((C,), _dt.float32), [sq_sum, fusion.const_buf(rt, (), float(n), _dt.float32)])
-        rstd = op("rsqrt", op("add", op("divide", _per_channel(sq_sum, shape), n), eps))
+        mean = _channel_sum(rt, gx, C, divisor=n)
+        d = op("subtract", gx, _per_channel(mean, shape))
+        var = _channel_sum(rt, op("multiply", d, d), C, divisor=n)
+        rstd = op("rsqrt", op("add", _per_channel(var, shape), eps))
         scale = op("multiply", _per_channel(as_f32(rt, weight._buf), shape), rstd)
-        y = op("add", op("multiply", op("subtract", gx, op("divide", _per_channel(total, shape), n)), scale),
+        y = op("add", op("multiply", op("subtract", gx, _per_channel(mean, shape)), scale),
                _per_channel(as_f32(rt, bias._buf), shape))
         return _finish(rt, y, outs[0]), _finish(rt, mean, outs[1]), _finish(rt, var, outs[2])
     return kernel

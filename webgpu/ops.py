@@ -415,10 +415,11 @@ def reduce_layout(n_out: int, R: int, kdims, rdims, arg: bool = False, split: bo
     return "cols", cx, cy, parts
 
 
-def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False, split=True) -> GBuf:
+def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False, split=True, divisor: float = 1.0) -> GBuf:
     """Reduce view ``g`` over ``axes`` (None: all) with op code ``op``; raw result buffer. A
     lazy elementwise ``g`` is computed inside the reduction (it is not stored). A reduction with
-    few outputs for its size runs in parts (``reduce_layout``), then reduces the parts."""
+    few outputs for its size runs in parts (``reduce_layout``), then reduces the parts. A float
+    result is divided by ``divisor`` as it is written (a mean: no separate divide to realise)."""
     prog = _fusable_into_reduce(rt, g)
     if prog is None:
         g = realize(g)
@@ -442,7 +443,9 @@ def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False, split=True
     entry, cx, cy, parts = reduce_layout(n_out, R, kdims, rdims, arg, split)
     st = rt.alloc(n_out * parts * 4)
     res = GBuf(rt, out.shape if parts == 1 else (parts, n_out), res_dtype, storage=st)
-    words = [n_out, R, op, len(kdims), g.offset, 0, 0, 0] + [n for n, _ in dims] + [s for _, s in dims]
+    last = parts == 1
+    words = [n_out, R, op, len(kdims), g.offset, f32_bits(float(divisor) if last else 1.0), 0, 0]
+    words += [n for n, _ in dims] + [s for _, s in dims]
     base = len(words)
     if prog is not None:
         words += prog.words()
@@ -464,7 +467,7 @@ def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False, split=True
     if parts == 1:
         return res
     # the parts: (parts, n_out), reduced over their leading axis by one more pass
-    return reduce_all(rt, out, res, op, (0,), split=False)
+    return reduce_all(rt, out, res, op, (0,), split=False, divisor=divisor)
 
 
 def _reduce(rt, name):
@@ -475,6 +478,18 @@ def _reduce(rt, name):
         if g.size == 0:
             return fusion.const_buf(rt, out.shape, 0 if name == "sum" else 1, out.dtype)
         return finish(rt, reduce_all(rt, out, g, op, axes), out)
+    return kernel
+
+
+def _mean(rt):
+    """mean as one reduction whose result is divided as it is written: a realised buffer, so
+    the elementwise ops that broadcast it (a layer norm's backward) read it in place instead of
+    realising the composite's lazy sum / count first."""
+    def kernel(out, x, *, axes, keepdims=False):
+        count = prod(x.shape[a] for a in axes)
+        if x.dtype is not _dt.float32 or out.dtype is not _dt.float32 or count == 0 or x._buf.size == 0:
+            return OPS["mean"].decompose(x, axes=axes, keepdims=keepdims)._buf
+        return reduce_all(rt, out, x._buf, 0, axes, divisor=count)
     return kernel
 
 
@@ -515,6 +530,7 @@ def build_kernels(rt) -> dict:
         k[name] = _reduce(rt, name)
     for name in ("argmax", "argmin"):
         k[name] = _argreduce(rt, name)
+    k["mean"] = _mean(rt)
     k.update(nn.build_kernels(rt))
     k.update(quant.build_kernels(rt))   # quantized weights and the llama ops
     # only ops the registry knows (a kernel for an op that another helper renamed is dead code)

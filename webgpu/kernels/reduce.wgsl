@@ -1,7 +1,8 @@
 // Reductions over any set of axes of a strided view. The host orders the view's axes as
 // (kept..., reduced...) and merges neighbours where it can; info layout (u32 words):
 //   0 outputs, 1 reduced count R, 2 op (0 sum, 1 prod, 2 max, 3 min), 3 number of kept axes,
-//   4 input offset, 8.. shape[RANK], 8+RANK.. strides[RANK] (signed)
+//   4 input offset, 5 divisor of a float result (f32 bits: 1, or the count of a mean),
+//   8.. shape[RANK], 8+RANK.. strides[RANK] (signed)
 // A is the accumulator type, O the output's (A, or i32 for the index of argmax/argmin).
 // Entry points:
 //   "cols": a workgroup of CX x CY threads (CX * CY = WG) handles CX outputs, each with CY lanes
@@ -110,6 +111,12 @@ fn run(o: u32, lo: u32, hi: u32, start: u32, step: u32) -> {{A}} {
   return acc;
 }
 
+// a float result divided by word 5 (a mean's count; 1 otherwise)
+fn scaled(v: {{A}}) -> {{A}} {
+  if ({{FLOAT}}) { return v / {{A}}(bitcast<f32>(u(5u))); }
+  return v;
+}
+
 // [lo, hi) of part s of nparts of the R reduced elements
 fn part_range(s: u32, nparts: u32) -> vec2<u32> {
   let R = u(1u);
@@ -138,7 +145,7 @@ fn cols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();
     if (ty < w) { part[t] = combine(op, part[t], part[t + w * {{CX}}u]); }
   }
-  if (valid && ty == 0u) { out[o + wid.z * n] = {{O}}(part[t]); }
+  if (valid && ty == 0u) { out[o + wid.z * n] = {{O}}(scaled(part[t])); }
 }
 
 // (value, index) pairs: is (v, i) better than (w, j)?
