@@ -139,7 +139,7 @@ WARMUP_S = {"mnist": 1.0}
 # median is then over the samples (200 runs: 20 samples).
 BLOCK = {"mnist": 10}
 # WebGPU is SwiftShader here (a CPU adapter): MiniLM 8x64 takes ~50-60 s a run on either engine.
-PLAN_WEBGPU = dict(PLAN_FULL, minilm1=(1, 20, 3, 10), minilm8=(0, 3, 1, 40))
+PLAN_WEBGPU = dict(PLAN_FULL, mnist=(5, 50, 3, 10), minilm1=(1, 20, 3, 10), minilm8=(0, 3, 1, 40))
 PLAN_PYTHON = {"mnist": (1, 10, 3, 5), "minilm1": (0, 2, 2, 60), "minilm8": (0, 0, 0, 0)}
 PLAN_QUICK = {"mnist": (1, 1, 1, 5), "minilm1": (0, 1, 1, 5), "minilm8": (0, 1, 1, 5)}
 QUICK_ENGINES = ["ort-wasm-1t", "ember-wasm", "ember-python"]
