@@ -443,6 +443,46 @@ def _layer_norm(rt):
     return kernel
 
 
+# layer_norm_backward: rows per workgroup are chosen for about LN_GROUPS workgroups (each writes
+# 2 * D partial column sums), at most LN_RMAX (the per-row statistics kept in shared memory).
+LN_GROUPS = 256
+LN_RMAX = 32
+
+
+def _layer_norm_backward(rt):
+    """layer_norm_backward (dx, dweight, dbias) as one row kernel (``layer_norm_grad.wgsl``: a
+    block of rows per workgroup, each row's statistics recomputed, dx written, the block's column
+    sums of g * xhat and g as partials) and one column reduction of the partials: 2-3 dispatches
+    instead of the composite's ~10 (two means of x, two of the gradient, a realised rstd, two
+    column sums in parts, dx)."""
+    def kernel(outs, g, x, weight, *, normalized_shape, eps):
+        D = prod(normalized_shape)
+        rows = prod(x.shape) // D if D else 0
+        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, x, weight)) or not rows:
+            return tuple(t._buf for t in OPS["layer_norm_backward"].decompose(
+                g, x, weight, normalized_shape=normalized_shape, eps=eps))
+        from .ops import reduce_all
+        from .runtime import f32_bits
+
+        gx, gg, gw = as_f32(rt, x._buf), as_f32(rt, g._buf), as_f32(rt, weight._buf)
+        R = min(LN_RMAX, -(-rows // LN_GROUPS))
+        blocks = -(-rows // R)
+        res, st, n = _new(rt, tuple(x.shape), _dt.float32)
+        part = rt.alloc(blocks * 2 * D * 4)
+        wg = 64 if D <= 256 else 128 if D <= 768 else 256
+        info, info_n = _info([rows, D, f32_bits(eps), R, gx.offset, gg.offset, gw.offset, blocks])
+        pipe = rt.kernel("layer_norm_grad", INFO=info_n, WG=wg, RMAX=LN_RMAX)
+        _run_rows(rt, pipe, [(st.buf, 0, n * 4), (part.buf, 0, blocks * 2 * D * 4), _whole(gx), _whole(gg),
+                             _whole(gw)], info, blocks)
+        sums = reduce_all(rt, Meta((2, D), _dt.float32),
+                          GBuf(rt, (blocks, 2, D), _dt.float32, storage=part), 0, (0,))
+        ws = tuple(weight.shape)
+        dw = GBuf(rt, ws, _dt.float32, storage=sums.storage, offset=sums.offset)
+        db = GBuf(rt, ws, _dt.float32, storage=sums.storage, offset=sums.offset + D)
+        return _finish(rt, res, outs[0]), _finish(rt, dw, outs[1]), _finish(rt, db, outs[2])
+    return kernel
+
+
 SMAX = 2048
 
 
@@ -517,5 +557,6 @@ def build_kernels(rt) -> dict:
         "softmax": _softmax(rt, "softmax"),
         "log_softmax": _softmax(rt, "log_softmax"),
         "layer_norm": _layer_norm(rt),
+        "layer_norm_backward": _layer_norm_backward(rt),
         "scaled_dot_product_attention": _attention(rt),
     }

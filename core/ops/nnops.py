@@ -811,7 +811,13 @@ def _bn_grad(g, y, x, mean, var, weight, bias, *, need, eps):
     return gx, gm, gv, gw, (gsum if need[4] else None)
 
 
-def _ln_grad(g, y, x, weight, bias, *, need, normalized_shape, eps):
+def _ln_backward_ops(gy, x, weight, *, normalized_shape, eps):
+    """(dx, dweight, dbias) of layer norm from the output gradient ``gy``, the input and the
+    weight, as ops (the decomposition of ``layer_norm_backward``): with xhat = (x - mean) * rstd
+    and gh = gy * weight over the trailing ``normalized_shape`` axes,
+    dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), dweight = sum(gy * xhat) and
+    dbias = sum(gy) over the leading axes. Backends may run it as one kernel (webgpu: a row
+    kernel and one column sum)."""
     o = _ops()
     k = len(normalized_shape)
     axes = tuple(range(x.ndim - k, x.ndim))
@@ -819,17 +825,43 @@ def _ln_grad(g, y, x, weight, bias, *, need, normalized_shape, eps):
     d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
     rstd = o.rsqrt(o.add(o.mean(o.multiply(d, d), axis=axes, keepdims=True), eps))
     xhat = o.multiply(d, rstd)
-    gx = gw = gb = None
+    gh = o.multiply(gy, weight)
+    gx = o.multiply(rstd, o.subtract(o.subtract(gh, o.mean(gh, axis=axes, keepdims=True)),
+                                     o.multiply(xhat, o.mean(o.multiply(gh, xhat), axis=axes, keepdims=True))))
+    gw = o.multiply(gy, xhat)
+    return gx, (o.sum(gw, axis=outer) if outer else gw), (o.sum(gy, axis=outer) if outer else gy)
+
+
+def _ln_backward_shape(gs, xs, ws, *, normalized_shape, eps):
+    if tuple(gs) != tuple(xs):
+        raise ShapeError(f"layer_norm_backward: gradient shape {tuple(gs)} must equal the input's {tuple(xs)}")
+    _ln_shape(xs, ws, ws, normalized_shape=normalized_shape, eps=eps)
+    return (tuple(xs), tuple(ws), tuple(ws))
+
+
+op("layer_norm_backward", kind="composite", shape=_ln_backward_shape,
+   dtype=lambda gt, xt, wt, **_: (_float_rule("layer_norm_backward")(gt, xt, wt),) * 3,
+   outputs=3, decompose=_ln_backward_ops,
+   doc="the gradient of layer_norm (inputs: dy, x, weight): (dx, dweight, dbias)")
+
+
+def _ln_grad(g, y, x, weight, bias, *, need, normalized_shape, eps):
     if need[0]:
-        gh = o.multiply(g, weight)
-        gx = o.multiply(rstd, o.subtract(o.subtract(gh, o.mean(gh, axis=axes, keepdims=True)),
-                                         o.multiply(xhat, o.mean(o.multiply(gh, xhat), axis=axes, keepdims=True))))
+        gx, gw, gb = apply("layer_norm_backward", g, x, weight, normalized_shape=normalized_shape, eps=eps)
+        return gx, (gw if need[1] else None), (gb if need[2] else None)
+    o = _ops()
+    k = len(normalized_shape)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    outer = tuple(range(x.ndim - k))
+    gw = gb = None
     if need[1]:
+        d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
+        xhat = o.multiply(d, o.rsqrt(o.add(o.mean(o.multiply(d, d), axis=axes, keepdims=True), eps)))
         gw = o.multiply(g, xhat)
         gw = o.sum(gw, axis=outer) if outer else gw
     if need[2]:
         gb = o.sum(g, axis=outer) if outer else g
-    return gx, gw, gb
+    return None, gw, gb
 
 
 op("batch_norm", kind="composite", shape=_bn_shape, dtype=_float_rule("batch_norm"), decompose=_dec_batch_norm,
