@@ -423,6 +423,24 @@ def _softmax(rt, entry):
     return kernel
 
 
+def _softmax_backward(rt):
+    """softmax_backward (y * (g - sum(g * y)) along an axis) as one row kernel
+    (``softmax_grad.wgsl``) instead of three dispatches (g * y realised, its row sums, dx)."""
+    def kernel(out, g, y, *, axis):
+        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, y)):
+            return OPS["softmax_backward"].decompose(g, y, axis=axis)._buf
+        gg, gy = as_f32(rt, g._buf), as_f32(rt, y._buf)
+        res, st, n = _new(rt, out.shape, _dt.float32)
+        if n:
+            outer, m, inner = _lines(out.shape, axis % len(out.shape))
+            lines = outer * inner
+            info, info_n = _info([lines, m, inner, gg.offset, gy.offset])
+            pipe = rt.kernel("softmax_grad", INFO=info_n, WG=64 if m <= 256 else 256)
+            _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(gg), _whole(gy)], info, lines)
+        return _finish(rt, res, out)
+    return kernel
+
+
 def _layer_norm(rt):
     def kernel(out, x, weight, bias, *, normalized_shape, eps):
         g = as_f32(rt, x._buf)
@@ -556,6 +574,7 @@ def build_kernels(rt) -> dict:
         "pad": _pad(rt),
         "softmax": _softmax(rt, "softmax"),
         "log_softmax": _softmax(rt, "log_softmax"),
+        "softmax_backward": _softmax_backward(rt),
         "layer_norm": _layer_norm(rt),
         "layer_norm_backward": _layer_norm_backward(rt),
         "scaled_dot_product_attention": _attention(rt),

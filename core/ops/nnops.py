@@ -275,11 +275,33 @@ def _dec_log_softmax(x, *, axis):
     return o.subtract(z, o.log(o.sum(o.exp(z), axis=axis, keepdims=True)))
 
 
+def _softmax_backward_ops(g, y, *, axis):
+    """The gradient of softmax from its output ``y``: y * (g - sum(g * y)) along ``axis`` (the
+    decomposition of ``softmax_backward``; webgpu runs it as one row kernel)."""
+    o = _ops()
+    return o.multiply(y, o.subtract(g, o.sum(o.multiply(g, y), axis=axis, keepdims=True)))
+
+
+def _softmax_backward_shape(gs, ys, *, axis):
+    if tuple(gs) != tuple(ys):
+        raise ShapeError(f"softmax_backward: gradient shape {tuple(gs)} must equal the output's {tuple(ys)}")
+    if not ys:
+        raise ShapeError("softmax_backward: the output must have at least one axis")
+    normalize_axis(axis, len(ys), "softmax_backward")
+    return tuple(ys)
+
+
+op("softmax_backward", kind="composite", shape=_softmax_backward_shape,
+   dtype=lambda gt, yt, **_: _float_rule("softmax_backward")(gt, yt), decompose=_softmax_backward_ops,
+   doc="the gradient of softmax (inputs: dy, the softmax's output y): y * (dy - sum(dy * y, axis))")
+
+
 @keeps_output
 def _softmax_grad(g, y, x, *, axis, **_):
-    o = _ops()
-    axis = axis if x.ndim else None
-    return o.multiply(y, o.subtract(g, o.sum(o.multiply(g, y), axis=axis, keepdims=True)))
+    if x.ndim == 0:
+        o = _ops()
+        return o.multiply(y, o.subtract(g, o.sum(o.multiply(g, y), axis=None, keepdims=True)))
+    return apply("softmax_backward", g, y, axis=normalize_axis(axis, x.ndim, "softmax"))
 
 
 @keeps_output
@@ -1101,15 +1123,22 @@ def _dec_sdpa(q, k, v, mask=None, *, is_causal, scale):
 
 
 def _sdpa_grad(g, y, q, k, v, mask=None, *, need, is_causal, scale):
-    # softmax recomputed from q and k (one matmul) instead of keeping the (L, S) probabilities
+    # softmax recomputed from q and k (one matmul) instead of keeping the (L, S) probabilities;
+    # without a mask as the softmax op (one row kernel on webgpu: no row can be all masked, the
+    # dead-row zeros of _sdpa_probs only differ where the scores themselves are all -inf)
     o = _ops()
-    p = _sdpa_probs(q, k, mask, is_causal, scale)                           # (..., L, S)
+    if mask is None and not is_causal:
+        nd = k.ndim
+        kt = o.permute_dims(k, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+        p = o.softmax(o.multiply(o.matmul(q, kt), scale), axis=-1)
+    else:
+        p = _sdpa_probs(q, k, mask, is_causal, scale)                       # (..., L, S)
     gq = gk = gv = gm = None
     if need[2]:
         gv = sum_to(o.matmul(o.matrix_transpose(p), g), v.shape)
     if need[0] or need[1] or (mask is not None and need[3]):
         gp = o.matmul(g, o.matrix_transpose(v))
-        gs = o.multiply(p, o.subtract(gp, o.sum(o.multiply(gp, p), axis=-1, keepdims=True)))
+        gs = apply("softmax_backward", gp, p, axis=p.ndim - 1)
         if need[0]:
             gq = sum_to(o.multiply(o.matmul(gs, k), scale), q.shape)
         if need[1]:
