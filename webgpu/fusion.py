@@ -186,7 +186,7 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
 
     def arg_of(g):
         if g.expr is not None:
-            if g.expr.kind == "const" or g.shape == out.shape:
+            if g.expr.kind == "const" or g.shape == out.shape or _inline_broadcast(g, out.shape):
                 return g.expr
             realize(g)
         return Node("leaf", g.dtype, buf=g)
@@ -209,6 +209,26 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
     if not _FUSION[0]:
         realize(g)
     return g
+
+
+# A lazy operand broadcast to a larger shape is realised first, so that its work is not repeated
+# for every broadcast copy, unless its expression is this small (a row statistic's
+# rsqrt(var + eps), a where over row maxima) and runs no matmul: recomputing a few ops per element
+# costs less than a dispatch of its own that writes the operand and the read back.
+INLINE_BROADCAST_NODES = 6
+
+
+def _inline_broadcast(g: GBuf, shape) -> bool:
+    """Whether lazy ``g`` may be read broadcast to ``shape`` as its own expression: a small
+    elementwise one without a pending matmul, whose shape broadcasts to ``shape`` (its leaves
+    are then read with the strides of ``shape``: broadcasting right-aligned composes)."""
+    nd = g.expr
+    if nd.kind != "op" or nd.bounds is None or len(g.shape) > len(shape):
+        return False
+    nodes, _, mms = nd.bounds
+    if nodes > INLINE_BROADCAST_NODES or mms:
+        return False
+    return all(a == 1 or a == b for a, b in zip(g.shape[::-1], tuple(shape)[::-1]))
 
 
 def realize(g: GBuf) -> GBuf:

@@ -1,0 +1,73 @@
+"""A small lazy operand broadcast into a larger elementwise expression is read as its own
+expression (no dispatch of its own); a long one, or one that runs a matmul, is still realised
+first. Values against float64 numpy, dispatches counted."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.errors import DeviceError
+
+
+@pytest.fixture
+def rt():
+    try:
+        ember.get_backend("webgpu")
+    except DeviceError as e:
+        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
+    from ember.webgpu.runtime import get_runtime
+
+    return get_runtime()
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _count(rt, fn):
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    out = fn()
+    return out, rt.stats["dispatches"] - d0
+
+
+def test_small_lazy_operand_is_read_broadcast(rt):
+    a, b = _rand(6, 1), _rand(6, 40, seed=1)
+    ta, tb = ember.tensor(a, device="webgpu"), ember.tensor(b, device="webgpu")
+    got, n = _count(rt, lambda: (tb * ember.rsqrt(ta * ta + 1.0)).numpy())
+    a64 = a.astype(np.float64)
+    np.testing.assert_allclose(got, b * (1 / np.sqrt(a64 * a64 + 1)), rtol=1e-5, atol=1e-6)
+    assert n == 1
+
+
+def test_two_lazy_operands_broadcast_over_different_axes(rt):
+    a, b, c = _rand(1, 5, 1), _rand(3, 1, 4, seed=1), _rand(3, 5, 4, seed=2)
+    ta, tb, tc = (ember.tensor(v, device="webgpu") for v in (a, b, c))
+    got, n = _count(rt, lambda: (tc + ember.exp(ta) * (tb - 2.0)).numpy())
+    np.testing.assert_allclose(got, c + np.exp(a.astype(np.float64)) * (b - 2.0), rtol=1e-5, atol=1e-6)
+    assert n == 1
+
+
+def test_long_lazy_operand_is_realised_first(rt):
+    a, b = _rand(6, 1), _rand(6, 40, seed=1)
+    ta, tb = ember.tensor(a, device="webgpu"), ember.tensor(b, device="webgpu")
+
+    def run():
+        s = ta
+        for k in range(6):
+            s = s * 1.5 + float(k)
+        return (tb + s).numpy()
+    got, n = _count(rt, run)
+    s = a.astype(np.float64)
+    for k in range(6):
+        s = s * 1.5 + k
+    np.testing.assert_allclose(got, b + s, rtol=1e-5, atol=1e-5)
+    assert n == 2
+
+
+def test_lazy_matmul_operand_is_realised_first(rt):
+    a, w, b = _rand(6, 7), _rand(7, 1, seed=1), _rand(6, 40, seed=2)
+    ta, tw, tb = (ember.tensor(v, device="webgpu") for v in (a, w, b))
+    got = (tb * ember.exp(ta @ tw)).numpy()
+    np.testing.assert_allclose(got, b * np.exp(a.astype(np.float64) @ w), rtol=1e-4, atol=1e-5)
