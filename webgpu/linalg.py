@@ -20,6 +20,7 @@ batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the
 """
 from __future__ import annotations
 
+import os
 from math import prod
 
 from .. import dtypes as _dt
@@ -385,7 +386,8 @@ def rb_layout(config: tuple, words) -> dict:
     M, N, K = words[0], words[1], words[2]
     return {"AROW": str(words[6] == 1).lower(), "AVEC": str(words[7] == 1).lower(),
             "BROW": str(words[10] == 1).lower(), "BVEC": str(words[11] == 1).lower(),
-            "FULL": str(M % BM == 0 and N % BN == 0 and K % BK == 0).lower()}
+            "FULL": str(M % BM == 0 and N % BN == 0 and K % BK == 0).lower(),
+            "CVEC": str(N % 4 == 0).lower()}
 
 
 def _rb_loads(config: tuple, T: int, arow: bool, brow: bool) -> tuple:
@@ -487,7 +489,7 @@ def render_rb(config: tuple, params: dict) -> str:
     acc = [f"c{r}_{j}" for r in range(TM) for j in range(TN // 4)]
     setup, fetch, put = _rb_loads(config, T, params["AROW"] == "true", params["BROW"] == "true")
     body = [f"  let tx = t % {TX}u; let ty = t / {TX}u;",
-            "  _ = &A4; _ = &B4;   // bound in every layout, whether or not its loads use them",
+            "  _ = &A; _ = &B; _ = &A4; _ = &B4;   // bound in every layout, whether or not its loads use them",
             "  " + " ".join(f"var {c} = vec4<f32>();" for c in acc),
             "  " + " ".join([f"var ga{i}: vec4<f32>;" for i in range(LA)] + [f"var gb{i}: vec4<f32>;" for i in range(LB)]),
             *("  " + line for line in setup),
@@ -511,8 +513,40 @@ def render_rb(config: tuple, params: dict) -> str:
             r = i * 4 + q
             stores = " ".join(f"store4(cb + row * N, col0 + (tx + {j * TX}u) * 4u, N, c{r}_{j});" for j in range(TN // 4))
             body.append(f"  {{ let row = row0 + (ty + {i * TY}u) * 4u + {q}u; if (FULL || row < M) {{ {stores} }} }}")
-    full = dict(params, BM=BM, BN=BN, BK=BK, BM4=BM // 4, BN4=BN // 4, T=T, BODY="\n".join(body))
+    full = dict(params, BM=BM, BN=BN, BK=BK, BM4=BM // 4, BN4=BN // 4, T=T, BODY="\n".join(body),
+                **_rb_edges(params))
     return render(kernel_source("matmul_rb"), full)
+
+
+def _rb_edges(params: dict) -> dict:
+    """C's element type, store4 and the vec4 loads of ``matmul_rb``. Whole tiles with aligned rows
+    (FULL and AVEC / BVEC) load A4 / B4 with no bounds code at all; where N % 4 == 0 (CVEC) every
+    group of 4 columns a thread stores is in range or not as a whole (columns start at multiples
+    of 4), so C is bound as vec4s and written with one vec4 store (the epilogue still sees each
+    element and its flat index). ``EMBER_WEBGPU_RB_PLAIN=1`` (or params["PLAIN"]: the GEMM lab)
+    keeps the scalar, checked forms (the previous kernel, for GPU A/Bs)."""
+    plain = params.get("PLAIN", bool(os.environ.get("EMBER_WEBGPU_RB_PLAIN")))
+    full = params.get("FULL") == "true" and not plain
+    cvec = params.get("CVEC") == "true" and not plain
+    out = {"LOAD_A4": "  if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }\n"
+                      "  return quad_a(base, 1u, FULL || r < M, k, K);",
+           "LOAD_B4": "  if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }\n"
+                      "  return quad_b(base, 1u, FULL || k < K, c, N);"}
+    if full and params.get("AVEC") == "true":
+        out["LOAD_A4"] = "  return A4[base / 4u];"
+    if full and params.get("BVEC") == "true":
+        out["LOAD_B4"] = "  return B4[base / 4u];"
+    if cvec:
+        out["CT"] = "vec4<f32>"
+        out["STORE4"] = ("  let i = base + col;\n"
+                         "  if (FULL || col < N) { C[i / 4u] = vec4<f32>(epilogue(v.x, i), epilogue(v.y, i + 1u), "
+                         "epilogue(v.z, i + 2u), epilogue(v.w, i + 3u)); }")
+    else:
+        out["CT"] = "f32"
+        out["STORE4"] = "\n".join(f"  if (FULL || col{f' + {j}u' if j else ''} < N) {{ C[i{f' + {j}u' if j else ''}] = "
+                                  f"epilogue(v.{'xyzw'[j]}, i{f' + {j}u' if j else ''}); }}" for j in range(4))
+        out["STORE4"] = "  let i = base + col;\n" + out["STORE4"]
+    return out
 
 
 def _read(rt, storage, n):

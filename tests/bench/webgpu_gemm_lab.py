@@ -56,6 +56,8 @@ def parse_variant(s: str) -> dict:
     return v
 
 
+# ``rb:...`` renders ember's previous (plain: scalar-checked loads and stores) form, the base the
+# edits below apply to; ``rb:.../+ok`` renders the template as ember runs it now.
 # Edits of ember's rendered template (``rb:.../+name``), each moving one thing toward the bare
 # kernel, to find what the template's remaining gap is (a whole-tile, row-major, identity-epilogue
 # product; each edit asserts that its text was found):
@@ -95,10 +97,11 @@ def gen(v: dict) -> str:
         from ember.webgpu.linalg import rb_layout, render_rb
 
         cfg = (v["BM"], v["BN"], v["TM"], v["TN"], v["BK"])
-        src = render_rb(cfg, {"RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"],
+        edits = [e for e in v.get("edits", ()) if e != "ok"]
+        src = render_rb(cfg, {"RANK": 0, "INFO": 3, "INFO_BINDING": 5, "SPLIT": v["P"], "PLAIN": len(edits) == len(v.get("edits", ())),
                               "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }",
                               **rb_layout(cfg, info_words(v["M"], v["N"], v["K"]))})
-        return edit_rb(src, v.get("edits", ()))
+        return edit_rb(src, edits)
     BM, BN, TM, TN, BK, S = v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"]
     TX, TY = BN // TN, BM // TM
     T = TX * TY

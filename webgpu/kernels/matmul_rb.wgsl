@@ -23,7 +23,7 @@
 // - Split-K ("sk", SPLIT > 1): workgroup z = batch * SPLIT + part; each part sums its own range
 //   of whole k tiles into plane z of a partial buffer (bound as C, identity epilogue), and
 //   matmul_splitk adds the planes up and applies the epilogue.
-@group(0) @binding(0) var<storage, read_write> C: array<f32>;
+@group(0) @binding(0) var<storage, read_write> C: array<{{CT}}>;   // vec4s where N % 4 == 0 (CVEC)
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
 @group(0) @binding(3) var<storage, read> A4: array<vec4<f32>>;
@@ -59,8 +59,7 @@ fn quad_b(base: u32, s: u32, ok: bool, i: u32, n: u32) -> vec4<f32> {
 }
 fn load_a4(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // k..k+3 of row r (A row-major)
-  if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }
-  return quad_a(base, 1u, FULL || r < M, k, K);
+{{LOAD_A4}}
 }
 fn load_a_rows(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // rows r..r+3 at one k (A column-major: x.T)
@@ -68,8 +67,7 @@ fn load_a_rows(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
 }
 fn load_b4(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // columns c..c+3 of row k (B row-major)
-  if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }
-  return quad_b(base, 1u, FULL || k < K, c, N);
+{{LOAD_B4}}
 }
 fn load_b_ks(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // k..k+3 of column c (B column-major: w.T)
@@ -77,11 +75,7 @@ fn load_b_ks(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
 }
 
 fn store4(base: u32, col: u32, N: u32, v: vec4<f32>) {
-  let i = base + col;
-  if (FULL || col < N) { C[i] = epilogue(v.x, i); }
-  if (FULL || col + 1u < N) { C[i + 1u] = epilogue(v.y, i + 1u); }
-  if (FULL || col + 2u < N) { C[i + 2u] = epilogue(v.z, i + 2u); }
-  if (FULL || col + 3u < N) { C[i + 3u] = epilogue(v.w, i + 3u); }
+{{STORE4}}
 }
 
 @compute @workgroup_size({{T}})
