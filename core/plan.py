@@ -65,7 +65,9 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
+from .autograd import _MODE as _GRAD_MODE
 from .autograd import is_grad_enabled as _is_grad_enabled
+from .backends import _default as _DEFAULT_DEVICE
 from .backends import default_device as _backend_default_device
 # The active capture (one at a time): registry.apply and Tensor reads look at it.
 from .registry import CAPTURE as _active
@@ -498,23 +500,41 @@ class Compiled:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
-        self._stats["calls"] += 1
+        stats = self._stats
+        stats["calls"] += 1
         if _active[0] is not None:   # inside someone else's capture: just record into it
             return self.fn(*args, **kwargs)
-        leaves: list = []
         # The default device and grad mode are part of the signature: creation ops inside fn
         # land on that device; with grad mode on and parameters that require grad, fn records
         # gradients, which a plan does not (that signature runs eagerly).
+        if not kwargs:
+            # The usual call, tensors only: the key ``flatten`` would build, made directly (this
+            # is per-call Python of every replay).
+            sig = []
+            for a in args:
+                if a.__class__ is not Tensor:
+                    break
+                sig.append(("T", a.shape, a.dtype.name, a.device))
+            else:
+                key = (("tuple", tuple(sig)), _NO_ITEMS, _DEFAULT_DEVICE[0], _GRAD_MODE[0])
+                plans = self.plans
+                plan = plans.get(key)
+                if plan.__class__ is Plan:
+                    if len(plans) > 1:
+                        plans.move_to_end(key)
+                    stats["replays"] += 1
+                    return plan.run(list(args))
+        leaves: list = []
         key = (flatten(args, leaves), flatten(kwargs, leaves) if kwargs else _NO_ITEMS, _default_device(),
                _grad_mode())
         try:
             plan = self.plans.get(key)
         except TypeError:   # an unhashable argument: cannot key a plan on it
-            self._stats["eager_calls"] += 1
+            stats["eager_calls"] += 1
             return self.fn(*args, **kwargs)
         if isinstance(plan, Plan):
             self.plans.move_to_end(key)
-            self._stats["replays"] += 1
+            stats["replays"] += 1
             return plan.run(leaves)
         if plan is not None:   # known to be data-dependent: eager
             self._stats["eager_calls"] += 1

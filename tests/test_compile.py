@@ -59,6 +59,33 @@ def test_non_tensor_arguments_are_part_of_the_signature():
     assert f.stats()["captures"] == 2
 
 
+def test_tensor_only_calls_key_like_every_other_call():
+    # calls with tensors only take a shorter path to their signature: it must be the key that
+    # plan_for and the general path build, and still tell dtypes, shapes, devices, the default
+    # device and grad mode apart
+    f = ember.compile(lambda x, y: x * y + 1)
+    x, y = ember.ones((2, 3)), ember.full((2, 3), 2.0)
+    assert f(x, y).tolist() == [[3.0] * 3] * 2
+    plan = f.plan_for(x, y)
+    assert plan is not None and f(x, y).tolist() == [[3.0] * 3] * 2 and f.stats()["replays"] == 1
+    assert f(x, y=y).tolist() == [[3.0] * 3] * 2 and f.stats()["captures"] == 2   # kwargs: another key
+    f(x.astype("float16"), y.astype("float16"))
+    f(ember.ones((3, 3)), ember.ones((3, 3)))
+    assert f.stats()["captures"] == 4
+    with ember.no_grad():
+        f(x, y)
+    from ember.backends import default_device, set_default_device
+    old = default_device()
+    set_default_device("numpy" if old != "numpy" else "python")
+    try:
+        f(x, y)
+    finally:
+        set_default_device(old)
+    st = f.stats()
+    assert st["captures"] == 6 and st["replays"] == 1 and f.plan_for(x, y) is plan
+    assert f(x, y).tolist() == [[3.0] * 3] * 2 and f.stats()["replays"] == 2
+
+
 def test_data_dependent_code_runs_eagerly_and_says_why(capsys):
     def f(x):
         if x.sum().item() > 0:   # Python branches on a value computed from the input

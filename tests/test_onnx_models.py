@@ -88,6 +88,37 @@ def test_outputs_dict_and_kwargs():
         model.run({"image": x, "other": x})
 
 
+def test_inputs_are_checked_on_every_call_path():
+    # positional calls take a shorter path than run(): the same checks must fire on both
+    from ember.errors import DTypeError
+    model = ember.onnx.load(os.path.join(FIX, "mnist_cnn.onnx"), device="numpy")
+    x = _data("mnist_cnn", (1, 1, 28, 28))
+    want = model.run({"image": x})["log_probs"].numpy()
+    for call in (lambda v: model(v), lambda v: model(image=v), lambda v: model.run({"image": v})["log_probs"]):
+        np.testing.assert_array_equal(call(x).numpy(), want)
+        np.testing.assert_array_equal(call(ember.tensor(x, device="numpy")).numpy(), want)
+        np.testing.assert_array_equal(call(ember.tensor(x, device="python")).numpy(), want)
+        np.testing.assert_array_equal(call(x.tolist()).numpy(), want)
+        with pytest.raises(ShapeError, match="expected shape"):
+            call(_data("mnist_cnn", (1, 1, 28, 27)))
+        with pytest.raises(ShapeError, match="expected shape"):
+            call(x[0])
+        with pytest.raises(ShapeError, match="expected shape"):
+            call(x[..., None])            # (every declared dimension matches: the rank does not)
+        with pytest.raises(DTypeError, match="expected float32"):
+            call(ember.tensor(x.astype("int32"), device="numpy"))
+    with pytest.raises(OnnxError, match="takes 1 inputs"):
+        model(x, x)
+    with pytest.raises(OnnxError, match="given twice"):
+        model(x, image=x)
+    with pytest.raises(OnnxError, match="missing input"):
+        model()
+    with pytest.raises(OnnxError, match="missing input"):
+        model(other=x)
+    with pytest.raises(OnnxError, match="unknown input"):
+        model(image=x, other=x)
+
+
 # ---- external data --------------------------------------------------------------------------
 
 def test_external_data_from_bytes_needs_its_file(tmp_path):

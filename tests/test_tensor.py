@@ -252,3 +252,40 @@ def test_docstring_examples_run(module):
 
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64", "bool"]
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (5,), (1, 4), (1, 0), (3, 2), (2, 1, 3), (2, 0, 3)])
+def test_tolist_every_dtype_and_shape_matches_numpy(shape):
+    # tolist decodes through array.tolist where the bytes allow (not float16 / bool) and nests
+    # 1-d and 1 x n shapes directly: the same values and nesting as numpy's tolist
+    rng = np.random.default_rng(len(shape))
+    for dtype in ALL_DTYPES:
+        if dtype.startswith("float"):
+            a = rng.standard_normal(shape).astype(dtype)
+            if a.size:
+                a.flat[0] = np.nan if a.size > 1 else -0.0
+        elif dtype == "bool":
+            a = rng.random(shape) > 0.5
+        else:
+            info = np.iinfo(dtype)
+            a = rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+            if a.size:
+                a.flat[-1] = info.max
+        t = ember.from_bytes(a.tobytes(), shape, dtype, device="python")
+        got, want = t.tolist(), a.tolist()
+        assert repr(got) == repr(want), (dtype, shape)
+        assert type(got) is type(want)
+
+
+def test_from_bytes_copies_mutable_sources(device):
+    src = bytearray(np.arange(4, dtype="float32").tobytes())
+    t = ember.from_bytes(src, (2, 2), "float32", device=device)
+    u = ember.from_bytes(memoryview(src), (4,), "float32", device=device)
+    src[:4] = np.float32(9).tobytes()
+    assert t.tolist() == [[0.0, 1.0], [2.0, 3.0]] and u.tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(ShapeError, match="do not hold shape"):
+        ember.from_bytes(bytes(12), (2, 2), "float32", device=device)

@@ -34,7 +34,10 @@ from ..backends import default_device, get_backend
 from ..backends.meta import NeedsData  # noqa: F401  (raised by handlers via this module)
 from ..errors import DTypeError, EmberError, OnnxError, ShapeError, UnsupportedOp
 from ..tensor import Tensor
+from ..tensor import from_numpy as _from_numpy
+from ..tensor import tensor as _tensor
 from . import proto
+from .proto import EMBER_DTYPES as _EMBER_DTYPES
 from .budget import Budget, estimate_work
 
 FOLD_LIMIT = 1 << 22      # folded constants larger than this (elements) are left to run time
@@ -1007,19 +1010,26 @@ class Model:
                 f"{self.output_names}, {len(self._plan)} nodes to run on {self.device!r}>")
 
     def _feed(self, name, value, vi):
-        dt = proto.EMBER_DTYPES.get(vi.elem_type) if vi.elem_type else None
-        if isinstance(value, Tensor):
+        dt = _EMBER_DTYPES.get(vi.elem_type) if vi.elem_type else None
+        if value.__class__ is Tensor or isinstance(value, Tensor):
             t = value if value.device == self.device else value.to(self.device)
             if dt is not None and t.dtype is not dt:
                 raise DTypeError(f"ONNX model input {name!r}: expected {dt.name}, got {t.dtype.name}; "
                                  f"cast it with .astype(ember.{dt.name})")
+        elif hasattr(value, "__array_interface__") and hasattr(value, "dtype") and hasattr(value, "tobytes"):
+            t = _from_numpy(value, device=self.device, dtype=dt)    # (what ember.tensor does with it)
         else:
-            from ..tensor import tensor
-            t = tensor(value, dtype=dt, device=self.device)
+            t = _tensor(value, dtype=dt, device=self.device)
         shape = self.input_shapes.get(name, vi.shape)
         if shape is not None:
-            ok = len(shape) == t.ndim and all(not isinstance(d, int) or d < 0 or d == n
-                                              for d, n in zip(shape, t.shape))
+            # declared fixed dimensions must match (symbolic and negative ones match anything)
+            ts = t.shape
+            ok = len(shape) == len(ts)
+            if ok:
+                for d, n in zip(shape, ts):
+                    if d != n and isinstance(d, int) and d >= 0:
+                        ok = False
+                        break
             if not ok:
                 shown = tuple(d if isinstance(d, int) else (d or "?") for d in shape)
                 raise ShapeError(f"ONNX model input {name!r}: expected shape {shown}, got {t.shape}")
@@ -1030,13 +1040,18 @@ class Model:
 
     def run(self, feeds: dict) -> dict:
         """Run the model on ``feeds`` (input name -> value); returns output name -> Tensor."""
-        missing = [n for n in self.input_names if n not in feeds]
-        if missing:
-            raise OnnxError(f"ONNX model: missing input(s) {missing}; the model takes {self.input_names}")
-        extra = [n for n in feeds if n not in self.input_names]
-        if extra:
-            raise OnnxError(f"ONNX model: unknown input(s) {extra}; the model takes {self.input_names}")
-        tensors = tuple(self._feed(vi.name, feeds[vi.name], vi) for vi in self.inputs)
+        names = self.input_names
+        if len(feeds) != len(names) or any(n not in feeds for n in names):
+            missing = [n for n in names if n not in feeds]
+            if missing:
+                raise OnnxError(f"ONNX model: missing input(s) {missing}; the model takes {names}")
+            extra = [n for n in feeds if n not in names]
+            if extra:
+                raise OnnxError(f"ONNX model: unknown input(s) {extra}; the model takes {names}")
+        feed = self._feed
+        return self._run_fed(tuple([feed(vi.name, feeds[vi.name], vi) for vi in self.inputs]))
+
+    def _run_fed(self, tensors: tuple) -> dict:
         if self._compiled is not None:   # replay the plan recorded for this input signature
             try:
                 return self._compiled(*tensors)
@@ -1084,16 +1099,24 @@ class Model:
         return out
 
     def __call__(self, *args, **kwargs):
-        if len(args) > len(self.input_names):
-            raise OnnxError(f"ONNX model takes {len(self.input_names)} inputs {self.input_names}, got {len(args)}")
-        feeds = dict(zip(self.input_names, args))
-        for k, v in kwargs.items():
-            if k in feeds:
-                raise OnnxError(f"ONNX model: input {k!r} given twice")
-            feeds[k] = v
-        out = self.run(feeds)
-        vals = tuple(out[n] for n in self.output_names)
-        return vals[0] if len(vals) == 1 else vals
+        names = self.input_names
+        if len(args) > len(names):
+            raise OnnxError(f"ONNX model takes {len(names)} inputs {names}, got {len(args)}")
+        if not kwargs and len(args) == len(names):
+            # every input once, by position: nothing missing or unknown to look for
+            feed = self._feed
+            out = self._run_fed(tuple([feed(vi.name, v, vi) for vi, v in zip(self.inputs, args)]))
+        else:
+            feeds = dict(zip(names, args))
+            for k, v in kwargs.items():
+                if k in feeds:
+                    raise OnnxError(f"ONNX model: input {k!r} given twice")
+                feeds[k] = v
+            out = self.run(feeds)
+        outs = self.output_names
+        if len(outs) == 1:
+            return out[outs[0]]
+        return tuple([out[n] for n in outs])
 
 
 def _one_node_graph(node):
