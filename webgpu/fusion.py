@@ -215,7 +215,7 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
 # for every broadcast copy, unless its expression is this small (a row statistic's
 # rsqrt(var + eps), a where over row maxima) and runs no matmul: recomputing a few ops per element
 # costs less than a dispatch of its own that writes the operand and the read back.
-INLINE_BROADCAST_NODES = 6
+INLINE_BROADCAST_NODES = int(os.environ.get("EMBER_WEBGPU_INLINE_BROADCAST", "6"))   # 0: off (A/B)
 
 
 def _inline_broadcast(g: GBuf, shape) -> bool:

@@ -4,6 +4,7 @@ scaled_dot_product_attention composites. Elementwise composites (relu, gelu, sig
 are fused elementwise ops (``fusion.OPS_WGSL``)."""
 from __future__ import annotations
 
+import os
 from math import prod
 
 from .. import dtypes as _dt
@@ -427,7 +428,7 @@ def _softmax_backward(rt):
     """softmax_backward (y * (g - sum(g * y)) along an axis) as one row kernel
     (``softmax_grad.wgsl``) instead of three dispatches (g * y realised, its row sums, dx)."""
     def kernel(out, g, y, *, axis):
-        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, y)):
+        if not ROW_GRADS or any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, y)):
             return OPS["softmax_backward"].decompose(g, y, axis=axis)._buf
         gg, gy = as_f32(rt, g._buf), as_f32(rt, y._buf)
         res, st, n = _new(rt, out.shape, _dt.float32)
@@ -461,6 +462,9 @@ def _layer_norm(rt):
     return kernel
 
 
+# EMBER_WEBGPU_ROW_GRADS=0 runs layer_norm_backward and softmax_backward as their composites (A/B)
+ROW_GRADS = os.environ.get("EMBER_WEBGPU_ROW_GRADS", "1").lower() not in ("0", "off", "false", "no")
+
 # layer_norm_backward: rows per workgroup are chosen for about LN_GROUPS workgroups (each writes
 # 2 * D partial column sums), at most LN_RMAX (the per-row statistics kept in shared memory).
 LN_GROUPS = 256
@@ -476,7 +480,8 @@ def _layer_norm_backward(rt):
     def kernel(outs, g, x, weight, *, normalized_shape, eps):
         D = prod(normalized_shape)
         rows = prod(x.shape) // D if D else 0
-        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, x, weight)) or not rows:
+        if not ROW_GRADS or any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, x, weight)) \
+                or not rows:
             return tuple(t._buf for t in OPS["layer_norm_backward"].decompose(
                 g, x, weight, normalized_shape=normalized_shape, eps=eps))
         from .ops import reduce_all
