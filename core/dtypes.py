@@ -97,7 +97,11 @@ default_int = int64
 
 def get(dtype) -> DType:
     """Accept a DType, its name, a numpy dtype or a Python type and return the ember DType."""
-    if isinstance(dtype, DType):
+    if dtype.__class__ is str:   # (the usual case after a DType: a name, e.g. from_bytes(..., "float32"))
+        d = _BY_NAME.get(dtype)
+        if d is not None:
+            return d
+    elif isinstance(dtype, DType):
         return dtype
     if dtype is float:
         return default_float

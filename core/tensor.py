@@ -495,7 +495,10 @@ def from_numpy(a, device: str | None = None, dtype=None) -> Tensor:
         dt = _dt.float32 if name == "float64" else _dt.get(name)
     _dt.check_device(dt, device)
     a = np.ascontiguousarray(a, dtype=_NP_NAMES[dt.name]).reshape(a.shape)  # ascontiguousarray makes 0-d 1-d
-    return Tensor._wrap(get_backend(device).from_bytes(a.tobytes(), a.shape, dt), a.shape, dt, device)
+    backend = get_backend(device)
+    if backend.__class__.__dict__.get("from_array") is not None:   # (the numpy backend: one copy)
+        return Tensor._wrap(backend.from_array(a, dt), a.shape, dt, device)
+    return Tensor._wrap(backend.from_bytes(a.tobytes(), a.shape, dt), a.shape, dt, device)
 
 
 def from_bytes(data, shape, dtype, device: str | None = None) -> Tensor:

@@ -289,3 +289,28 @@ def test_from_bytes_copies_mutable_sources(device):
     assert t.tolist() == [[0.0, 1.0], [2.0, 3.0]] and u.tolist() == [0.0, 1.0, 2.0, 3.0]
     with pytest.raises(ShapeError, match="do not hold shape"):
         ember.from_bytes(bytes(12), (2, 2), "float32", device=device)
+
+
+@pytest.mark.parametrize("dev", ["python", "numpy"])
+def test_from_numpy_copies_every_dtype_and_layout(dev):
+    # the numpy backend takes the array in one copy (from_array), the others through bytes:
+    # the same values, dtypes and independence from the source either way
+    rng = np.random.default_rng(3)
+    for dtype in ALL_DTYPES:
+        a = (rng.standard_normal((3, 4)) * 50).astype(dtype)
+        if dtype == "bool":
+            a = rng.random((3, 4)) > 0.5
+        for src in (a, a.T, a[:, ::2], a[1], np.asarray(a[0, 0]), a.astype(a.dtype.newbyteorder(">"))):
+            t = ember.from_numpy(src, device=dev)
+            name = "float32" if dtype == "float64" else dtype      # (float64 becomes float32)
+            want = np.ascontiguousarray(src).astype(name)
+            assert t.dtype.name == name and t.shape == src.shape
+            got = t.numpy()
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (dtype, src.shape)
+        b = a.copy()
+        t = ember.from_numpy(b, device=dev)
+        b[...] = 0
+        np.testing.assert_array_equal(t.numpy(), a.astype(t.numpy().dtype))
+    t = ember.from_numpy(np.arange(4.0), device=dev, dtype="int32")
+    assert t.dtype is ember.int32 and t.tolist() == [0, 1, 2, 3]
+    assert ember.from_numpy(np.arange(4.0), device=dev).dtype is ember.float32

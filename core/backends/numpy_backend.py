@@ -85,6 +85,11 @@ class NumpyBackend:
         return np.frombuffer(bytes(data), dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).astype(
             np_dtype(dtype), copy=True).reshape(shape)
 
+    def from_array(self, a, dtype):
+        """A copy of numpy array ``a``, already C-contiguous in ``dtype``'s little-endian layout
+        (``ember.from_numpy``): one copy, not bytes and back (what ``from_bytes`` would give)."""
+        return np.array(a, dtype=np_dtype(dtype), copy=True)
+
     def to_bytes(self, buf, shape, dtype) -> bytes:
         return np.ascontiguousarray(buf, dtype=np.dtype(np_dtype(dtype)).newbyteorder("<")).tobytes()
 
