@@ -329,6 +329,7 @@ class WasmPlanReplay:
         self.runs = 0             # ember_run calls so far
         self.replays = 0
         self.reasons = {}         # step index -> why it runs in Python
+        self.solo = None          # the one segment when that is the whole program (_replay)
         steps = plan.steps
         self.const_slots = {s for s, _ in plan.consts}
         if any(st.multi == _HOST and st.name != "draw" for st in steps):
@@ -391,7 +392,7 @@ class WasmPlanReplay:
         if getattr(self, "space", None) is not None:
             self.space.close()
             self.space = None
-        self.base = self.segments = self.program = self.prog = self.outs = None
+        self.base = self.segments = self.program = self.prog = self.outs = self.solo = None
         return slots
 
     def bind_constants(self, new: dict) -> bool:
@@ -789,6 +790,17 @@ class WasmPlanReplay:
         self.last_inputs = inputs   # (rebind_constants records steps again on them)
         vals = self.base.copy()
         vals[:self.n_inputs] = inputs
+        solo = self.solo
+        if solo is not None:    # the whole plan is one table (a compiled forward): one call
+            try:
+                self.space.run(solo, vals)
+            except _Stale as e:
+                self.ready = False
+                if self.records >= MAX_RECORDS:
+                    self.disabled = f"recorded {self.records} times: {e}"
+                return self._finish_steps(solo.steps[0], vals)
+            self.replays += 1
+            return self._outputs(vals)
         run = self.space.run
         wrap = Tensor._wrap
         # (self.prog: the program with what a replay needs resolved once, see _compile_program)
@@ -813,7 +825,12 @@ class WasmPlanReplay:
                 else:
                     x.kernel(vals)
         self.replays += 1
-        # outputs: copies of own buffers (the next replay overwrites them), the rest as they are
+        return self._outputs(vals)
+
+    def _outputs(self, vals):
+        """The replay's outputs: copies of own buffers (the next replay overwrites them), the
+        rest as they are."""
+        wrap = Tensor._wrap
         own_ids = self.own_ids
         if self.single:
             s, own = self.outs[0]
@@ -849,6 +866,8 @@ class WasmPlanReplay:
             else:
                 prog.append((_PY if what == "py" else _HOST_STEP, steps[x], ()))
         self.prog = prog
+        # one segment and nothing else to do around it: _replay's short path
+        self.solo = prog[0][1] if len(prog) == 1 and prog[0][0] is _SEG and not prog[0][2] else None
 
     @staticmethod
     def _alias(st, vals, wrap):
