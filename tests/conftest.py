@@ -72,3 +72,14 @@ def device(request):
     if reason:
         pytest.skip(f"{request.param} backend unavailable on this machine: {reason}")
     return request.param
+
+
+@pytest.fixture
+def rt():
+    """The WebGPU runtime (tests of webgpu internals); skips only where no adapter can exist here."""
+    reason = _skip_reason("webgpu")
+    if reason:
+        pytest.skip(f"webgpu backend unavailable on this machine: {reason}")
+    from ember.webgpu.runtime import get_runtime
+
+    return get_runtime()

@@ -100,17 +100,6 @@ def test_layer_norm_backward_bad_shapes_are_typed_errors():
         apply("layer_norm_backward", g, x, ember.ones((3,)), normalized_shape=(4,), eps=1e-5)
 
 
-@pytest.fixture
-def rt():
-    try:
-        ember.get_backend("webgpu")
-    except DeviceError as e:
-        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
-    from ember.webgpu.runtime import get_runtime
-
-    return get_runtime()
-
-
 def test_webgpu_layer_norm_backward_dispatches(rt):
     """The encoder's layer norm backward (1024 rows of 384): the row kernel and the partials'
     column sum, against the composite's ~10 dispatches."""

@@ -8,17 +8,6 @@ import ember
 from ember.errors import DeviceError
 
 
-@pytest.fixture
-def rt():
-    try:
-        ember.get_backend("webgpu")
-    except DeviceError as e:
-        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
-    from ember.webgpu.runtime import get_runtime
-
-    return get_runtime()
-
-
 def test_replay_reuses_bind_groups_and_free_forgets_them(rt):
     drv = rt.driver
     f = ember.compile(lambda x, w: ember.relu(x @ w) * 2.0 + 1.0)

@@ -9,18 +9,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.errors import DeviceError, IndexingError, ShapeError
-
-
-@pytest.fixture
-def rt():
-    try:
-        ember.get_backend("webgpu")
-    except DeviceError as e:
-        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
-    from ember.webgpu.runtime import get_runtime
-
-    return get_runtime()
+from ember.errors import IndexingError, ShapeError
 
 
 def _model(rt):
