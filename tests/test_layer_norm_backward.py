@@ -55,11 +55,10 @@ CASES = [((3, 5), 1), ((2, 7, 33), 1), ((4, 384), 1), ((1, 1000), 1), ((3, 2, 5,
          ((1100, 17), 1), ((9000, 3), 1), ((6,), 1)]
 
 
-@pytest.mark.parametrize("device", _devices())
-@pytest.mark.parametrize("shape,k", CASES)
+# (the many-block shapes are there for webgpu's row blocks: not run on the pure-Python backend)
+@pytest.mark.parametrize("device,shape,k", [(d, s, k) for d in _devices() for s, k in CASES
+                                            if d != "python" or np.prod(s) <= 5000])
 def test_layer_norm_backward_matches_float64(device, shape, k):
-    if device == "python" and np.prod(shape) > 5000:
-        pytest.skip("the python backend is slow at this size")
     g, x, w = _data(shape, k, seed=len(shape) + shape[-1])
     ns = tuple(shape[len(shape) - k:])
     t = [ember.tensor(a, device=device) for a in (g, x, w)]
