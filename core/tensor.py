@@ -230,15 +230,7 @@ class Tensor:
 
     def tolist(self):
         """Nested Python lists (a Python scalar for a 0-d tensor)."""
-        if _CAPTURE[0] is not None:
-            _CAPTURE[0].on_read(self)
-        raw = get_backend(self.device).to_bytes(self._buf, self.shape, self.dtype)
-        shape = self.shape
-        if len(shape) == 1:   # (the common small reads: a vector, a row of logits)
-            return _decode(raw, self.dtype)
-        if len(shape) == 2 and shape[0] == 1:
-            return [_decode(raw, self.dtype)]
-        return _nest(_decode(raw, self.dtype), shape)
+        return _nest(_decode(self._bytes(), self.dtype), self.shape)
 
     async def data_async(self):
         """Like ``tolist()`` but never blocks: awaits the GPU readback in the browser."""
@@ -439,6 +431,10 @@ def _decode(raw: bytes, dtype: _dt.DType) -> list:
 
 
 def _nest(flat, shape):
+    if len(shape) == 1:   # (the common small reads: a vector, a row of logits)
+        return flat
+    if len(shape) == 2 and shape[0] == 1:
+        return [flat]
     if not shape:
         return flat[0]
     if 0 in shape:
