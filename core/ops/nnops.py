@@ -299,8 +299,7 @@ op("softmax_backward", kind="composite", shape=_softmax_backward_shape,
 @keeps_output
 def _softmax_grad(g, y, x, *, axis, **_):
     if x.ndim == 0:
-        o = _ops()
-        return o.multiply(y, o.subtract(g, o.sum(o.multiply(g, y), axis=None, keepdims=True)))
+        return _softmax_backward_ops(g, y, axis=None)
     return apply("softmax_backward", g, y, axis=normalize_axis(axis, x.ndim, "softmax"))
 
 
@@ -841,17 +840,27 @@ def _ln_backward_ops(gy, x, weight, *, normalized_shape, eps):
     dbias = sum(gy) over the leading axes. Backends may run it as one kernel (webgpu: a row
     kernel and one column sum)."""
     o = _ops()
-    k = len(normalized_shape)
-    axes = tuple(range(x.ndim - k, x.ndim))
-    outer = tuple(range(x.ndim - k))
-    d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
-    rstd = o.rsqrt(o.add(o.mean(o.multiply(d, d), axis=axes, keepdims=True), eps))
-    xhat = o.multiply(d, rstd)
+    axes, outer = _ln_axes(x, normalized_shape)
+    xhat, rstd = _ln_xhat(x, axes, eps)
     gh = o.multiply(gy, weight)
     gx = o.multiply(rstd, o.subtract(o.subtract(gh, o.mean(gh, axis=axes, keepdims=True)),
                                      o.multiply(xhat, o.mean(o.multiply(gh, xhat), axis=axes, keepdims=True))))
     gw = o.multiply(gy, xhat)
     return gx, (o.sum(gw, axis=outer) if outer else gw), (o.sum(gy, axis=outer) if outer else gy)
+
+
+def _ln_axes(x, normalized_shape):
+    """The normalized (trailing) axes of a layer norm over ``x`` and the leading ones."""
+    k = len(normalized_shape)
+    return tuple(range(x.ndim - k, x.ndim)), tuple(range(x.ndim - k))
+
+
+def _ln_xhat(x, axes, eps):
+    """(xhat, rstd): (x - mean) * rstd over ``axes``, rstd = 1 / sqrt(var + eps) (the gradients' form)."""
+    o = _ops()
+    d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
+    rstd = o.rsqrt(o.add(o.mean(o.multiply(d, d), axis=axes, keepdims=True), eps))
+    return o.multiply(d, rstd), rstd
 
 
 def _ln_backward_shape(gs, xs, ws, *, normalized_shape, eps):
@@ -872,14 +881,10 @@ def _ln_grad(g, y, x, weight, bias, *, need, normalized_shape, eps):
         gx, gw, gb = apply("layer_norm_backward", g, x, weight, normalized_shape=normalized_shape, eps=eps)
         return gx, (gw if need[1] else None), (gb if need[2] else None)
     o = _ops()
-    k = len(normalized_shape)
-    axes = tuple(range(x.ndim - k, x.ndim))
-    outer = tuple(range(x.ndim - k))
+    axes, outer = _ln_axes(x, normalized_shape)
     gw = gb = None
     if need[1]:
-        d = o.subtract(x, o.mean(x, axis=axes, keepdims=True))
-        xhat = o.multiply(d, o.rsqrt(o.add(o.mean(o.multiply(d, d), axis=axes, keepdims=True), eps)))
-        gw = o.multiply(g, xhat)
+        gw = o.multiply(g, _ln_xhat(x, axes, eps)[0])
         gw = o.sum(gw, axis=outer) if outer else gw
     if need[2]:
         gb = o.sum(g, axis=outer) if outer else g
@@ -1096,12 +1101,17 @@ def _sdpa_dtype(qt, kt, vt, mt=None, **_):
     return r
 
 
+def _sdpa_scores(q, k, scale):
+    """q @ k^T * scale, (..., L, S)."""
+    o = _ops()
+    nd = k.ndim
+    return o.multiply(o.matmul(q, o.permute_dims(k, tuple(range(nd - 2)) + (nd - 1, nd - 2))), scale)
+
+
 def _sdpa_probs(q, k, mask, is_causal, scale):
     from ..tensor import tensor
     o = _ops()
-    nd = k.ndim
-    kt = o.permute_dims(k, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-    s = o.multiply(o.matmul(q, kt), scale)                                  # (..., L, S)
+    s = _sdpa_scores(q, k, scale)                                            # (..., L, S)
     if is_causal:
         # PyTorch aligns the causal mask top-left: query i sees keys 0..i.
         L, S = q.shape[-2], k.shape[-2]
@@ -1128,9 +1138,7 @@ def _sdpa_grad(g, y, q, k, v, mask=None, *, need, is_causal, scale):
     # dead-row zeros of _sdpa_probs only differ where the scores themselves are all -inf)
     o = _ops()
     if mask is None and not is_causal:
-        nd = k.ndim
-        kt = o.permute_dims(k, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-        p = o.softmax(o.multiply(o.matmul(q, kt), scale), axis=-1)
+        p = o.softmax(_sdpa_scores(q, k, scale), axis=-1)
     else:
         p = _sdpa_probs(q, k, mask, is_causal, scale)                       # (..., L, S)
     gq = gk = gv = gm = None
