@@ -519,34 +519,22 @@ def render_rb(config: tuple, params: dict) -> str:
 
 
 def _rb_edges(params: dict) -> dict:
-    """C's element type, store4 and the vec4 loads of ``matmul_rb``. Whole tiles with aligned rows
-    (FULL and AVEC / BVEC) load A4 / B4 with no bounds code at all; where N % 4 == 0 (CVEC) every
-    group of 4 columns a thread stores is in range or not as a whole (columns start at multiples
-    of 4), so C is bound as vec4s and written with one vec4 store (the epilogue still sees each
-    element and its flat index). ``EMBER_WEBGPU_RB_PLAIN=1`` (or params["PLAIN"]: the GEMM lab)
-    keeps the scalar, checked forms (the previous kernel, for GPU A/Bs)."""
-    plain = params.get("PLAIN", bool(os.environ.get("EMBER_WEBGPU_RB_PLAIN")))
-    full = params.get("FULL") == "true" and not plain
-    cvec = params.get("CVEC") == "true" and not plain
-    out = {"LOAD_A4": "  if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }\n"
-                      "  return quad_a(base, 1u, FULL || r < M, k, K);",
-           "LOAD_B4": "  if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }\n"
-                      "  return quad_b(base, 1u, FULL || k < K, c, N);"}
-    if full and params.get("AVEC") == "true":
-        out["LOAD_A4"] = "  return A4[base / 4u];"
-    if full and params.get("BVEC") == "true":
-        out["LOAD_B4"] = "  return B4[base / 4u];"
-    if cvec:
-        out["CT"] = "vec4<f32>"
-        out["STORE4"] = ("  let i = base + col;\n"
-                         "  if (FULL || col < N) { C[i / 4u] = vec4<f32>(epilogue(v.x, i), epilogue(v.y, i + 1u), "
-                         "epilogue(v.z, i + 2u), epilogue(v.w, i + 3u)); }")
-    else:
-        out["CT"] = "f32"
-        out["STORE4"] = "\n".join(f"  if (FULL || col{f' + {j}u' if j else ''} < N) {{ C[i{f' + {j}u' if j else ''}] = "
-                                  f"epilogue(v.{'xyzw'[j]}, i{f' + {j}u' if j else ''}); }}" for j in range(4))
-        out["STORE4"] = "  let i = base + col;\n" + out["STORE4"]
-    return out
+    """C's element type and store4 of ``matmul_rb``. Where N % 4 == 0 (CVEC) every group of 4
+    columns a thread stores is in range or not as a whole (columns start at multiples of 4), so
+    C is bound as vec4s and written with one vec4 store (the epilogue still sees each element and
+    its flat index). ``EMBER_WEBGPU_RB_PLAIN=1`` (or params["PLAIN"]: the GEMM lab) keeps the
+    scalar stores (the previous kernel, for GPU A/Bs)."""
+    if params.get("CVEC") == "true" and not params.get("PLAIN", bool(os.environ.get("EMBER_WEBGPU_RB_PLAIN"))):
+        return {"CT": "vec4<f32>",
+                "STORE4": "  let i = base + col;\n"
+                          "  if (FULL || col < N) { C[i / 4u] = vec4<f32>(epilogue(v.x, i), epilogue(v.y, i + 1u), "
+                          "epilogue(v.z, i + 2u), epilogue(v.w, i + 3u)); }"}
+    return {"CT": "f32",
+            "STORE4": "  let i = base + col;\n"
+                      "  if (FULL || col < N) { C[i] = epilogue(v.x, i); }\n"
+                      "  if (FULL || col + 1u < N) { C[i + 1u] = epilogue(v.y, i + 1u); }\n"
+                      "  if (FULL || col + 2u < N) { C[i + 2u] = epilogue(v.z, i + 2u); }\n"
+                      "  if (FULL || col + 3u < N) { C[i + 3u] = epilogue(v.w, i + 3u); }"}
 
 
 def _read(rt, storage, n):

@@ -56,7 +56,7 @@ def parse_variant(s: str) -> dict:
     return v
 
 
-# ``rb:...`` renders ember's previous (plain: scalar-checked loads and stores) form, the base the
+# ``rb:...`` renders ember's previous (plain: scalar C stores) form, the base the
 # edits below apply to; ``rb:.../+ok`` renders the template as ember runs it now.
 # Edits of ember's rendered template (``rb:.../+name``), each moving one thing toward the bare
 # kernel, to find what the template's remaining gap is (a whole-tile, row-major, identity-epilogue

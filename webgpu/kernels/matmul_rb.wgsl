@@ -59,7 +59,8 @@ fn quad_b(base: u32, s: u32, ok: bool, i: u32, n: u32) -> vec4<f32> {
 }
 fn load_a4(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // k..k+3 of row r (A row-major)
-{{LOAD_A4}}
+  if (AVEC && (FULL || (r < M && k + 4u <= K))) { return A4[base / 4u]; }
+  return quad_a(base, 1u, FULL || r < M, k, K);
 }
 fn load_a_rows(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
   // rows r..r+3 at one k (A column-major: x.T)
@@ -67,7 +68,8 @@ fn load_a_rows(base: u32, r: u32, k: u32, M: u32, K: u32) -> vec4<f32> {
 }
 fn load_b4(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // columns c..c+3 of row k (B row-major)
-{{LOAD_B4}}
+  if (BVEC && (FULL || (k < K && c + 4u <= N))) { return B4[base / 4u]; }
+  return quad_b(base, 1u, FULL || k < K, c, N);
 }
 fn load_b_ks(base: u32, c: u32, k: u32, N: u32, K: u32) -> vec4<f32> {
   // k..k+3 of column c (B column-major: w.T)
