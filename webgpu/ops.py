@@ -397,21 +397,18 @@ def reduce_layout(n_out: int, R: int, kdims, rdims, arg: bool = False, split: bo
     over workgroups too where the outputs alone give too few of them."""
     contiguous_rows = bool(rdims) and rdims[-1][1] == 1
     column_like = bool(kdims) and kdims[-1][1] == 1
-    per_wg = not column_like and ((R > 256 and n_out < 16384) or (R >= 64 and contiguous_rows and n_out <= (1 << 20)))
+    per_wg = (R > 256 and n_out < 16384) or (R >= 64 and contiguous_rows and n_out <= (1 << 20))
     if arg:
-        per_wg = (R > 256 and n_out < 16384) or (R >= 64 and contiguous_rows and n_out <= (1 << 20))
         return ("arg_wg" if per_wg else "arg_rows"), WG, 1, 1
-    if per_wg:       # (rows shorter than WG: as many lanes as elements, several rows a workgroup)
+    if per_wg and not column_like:   # (rows shorter than WG: as many lanes as elements, several rows a workgroup)
         cy = min(WG, max(32, _pow2_at_least(R)))
-        cx = WG // cy
-        groups, lanes = (n_out + cx - 1) // cx, cy
     else:
         cy = min(_pow2_at_least((R + PER_THREAD - 1) // PER_THREAD), 8 if column_like else 64)
-        cx = WG // cy
-        groups, lanes = (n_out + cx - 1) // cx, cy
+    cx = WG // cy
+    groups = (n_out + cx - 1) // cx
     parts = 1
-    if split and PARTS and R > 2 * lanes * PART_PER_THREAD:
-        parts = max(1, min(MAX_PARTS, (TARGET_GROUPS + groups - 1) // groups, R // (lanes * PART_PER_THREAD)))
+    if split and PARTS and R > 2 * cy * PART_PER_THREAD:
+        parts = max(1, min(MAX_PARTS, (TARGET_GROUPS + groups - 1) // groups, R // (cy * PART_PER_THREAD)))
     return "cols", cx, cy, parts
 
 
