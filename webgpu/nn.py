@@ -254,6 +254,12 @@ def _max_pool_backward(rt):
     return kernel
 
 
+def _float32(*ts) -> bool:
+    """Whether every tensor is float32 (the row and channel kernels below; float16, which the
+    GPU holds as f32 but rounds after each op, and other dtypes take the op's composite)."""
+    return all(t.dtype is _dt.float32 for t in ts)
+
+
 # ---- training batch norm ---------------------------------------------------------------------
 
 def _per_channel(g: GBuf, shape) -> GBuf:
@@ -288,7 +294,7 @@ def _bn_train(rt):
     and y as an elementwise expression that reads the statistics per channel in place: no
     (C, 1, 1) reshapes realised, no second mean (the composite's var recomputes it)."""
     def kernel(outs, x, weight, bias, *, eps):
-        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (x, weight, bias)) or x.ndim < 2:
+        if not _float32(x, weight, bias) or x.ndim < 2:
             return tuple(t._buf for t in OPS["batch_norm_train"].decompose(x, weight, bias, eps=eps))
         gx = realize(x._buf)
         shape, C = gx.shape, gx.shape[1]
@@ -310,7 +316,7 @@ def _bn_train_backward(rt):
     reductions (xhat computed inside), dx = (dy - sum(dy)/n - xhat * sum(dy * xhat)/n) * w * rstd
     as one elementwise expression reading the per-channel values in place."""
     def kernel(outs, g, x, mean, var, weight, *, eps):
-        if any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, x, mean, var, weight)) or x.ndim < 2:
+        if not _float32(g, x, mean, var, weight) or x.ndim < 2:
             return tuple(t._buf for t in OPS["batch_norm_train_backward"].decompose(g, x, mean, var, weight, eps=eps))
         gx = realize(x._buf)
         gy = realize(g._buf)     # (read three times: its own expression would pass MAX_NODES)
@@ -428,7 +434,7 @@ def _softmax_backward(rt):
     """softmax_backward (y * (g - sum(g * y)) along an axis) as one row kernel
     (``softmax_grad.wgsl``) instead of three dispatches (g * y realised, its row sums, dx)."""
     def kernel(out, g, y, *, axis):
-        if not ROW_GRADS or any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, y)):
+        if not ROW_GRADS or not _float32(g, y):
             return OPS["softmax_backward"].decompose(g, y, axis=axis)._buf
         gg, gy = as_f32(rt, g._buf), as_f32(rt, y._buf)
         res, st, n = _new(rt, out.shape, _dt.float32)
@@ -480,7 +486,7 @@ def _layer_norm_backward(rt):
     def kernel(outs, g, x, weight, *, normalized_shape, eps):
         D = prod(normalized_shape)
         rows = prod(x.shape) // D if D else 0
-        if not ROW_GRADS or any(wgsl_type(t.dtype) != "f32" or t.dtype is _dt.float16 for t in (g, x, weight)) \
+        if not ROW_GRADS or not _float32(g, x, weight) \
                 or not rows:
             return tuple(t._buf for t in OPS["layer_norm_backward"].decompose(
                 g, x, weight, normalized_shape=normalized_shape, eps=eps))
