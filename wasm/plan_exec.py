@@ -795,10 +795,7 @@ class WasmPlanReplay:
             try:
                 self.space.run(solo, vals)
             except _Stale as e:
-                self.ready = False
-                if self.records >= MAX_RECORDS:
-                    self.disabled = f"recorded {self.records} times: {e}"
-                return self._finish_steps(solo.steps[0], vals)
+                return self._stale(solo, vals, e)
             self.replays += 1
             return self._outputs(vals)
         run = self.space.run
@@ -809,10 +806,7 @@ class WasmPlanReplay:
                 try:
                     run(x, vals)
                 except _Stale as e:
-                    self.ready = False
-                    if self.records >= MAX_RECORDS:
-                        self.disabled = f"recorded {self.records} times: {e}"
-                    return self._finish_steps(x.steps[0], vals)
+                    return self._stale(x, vals, e)
                 for st in aliases:
                     _step(st, vals, wrap)
             elif what is _ALIAS:
@@ -826,6 +820,14 @@ class WasmPlanReplay:
                     x.kernel(vals)
         self.replays += 1
         return self._outputs(vals)
+
+    def _stale(self, seg, vals, e):
+        """A table refused as stale: record again on the next call (unless recorded too often),
+        and finish this one step by step from the segment's first step."""
+        self.ready = False
+        if self.records >= MAX_RECORDS:
+            self.disabled = f"recorded {self.records} times: {e}"
+        return self._finish_steps(seg.steps[0], vals)
 
     def _outputs(self, vals):
         """The replay's outputs: copies of own buffers (the next replay overwrites them), the
