@@ -389,6 +389,15 @@ class Plan:
             vals[s] = t
         return vals
 
+    def readers(self) -> dict:
+        """{slot: indices of the steps that read it, in step order} (the plan fusions of the numpy
+        and wasm backends look for a value's sole reader)."""
+        out: dict = {}
+        for i, st in enumerate(self.steps):
+            for s in st.ins:
+                out.setdefault(s, []).append(i)
+        return out
+
     def _run_steps(self, inputs):
         """Replay step by step: each kernel called from Python."""
         wrap = Tensor._wrap

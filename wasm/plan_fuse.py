@@ -54,15 +54,6 @@ def _const_f32(consts: dict, slot: int, device: str):
     return t
 
 
-def _readers(steps) -> dict:
-    """{slot: indices of the steps reading it}."""
-    out: dict = {}
-    for i, st in enumerate(steps):
-        for s in st.ins:
-            out.setdefault(s, []).append(i)
-    return out
-
-
 def _fold(conv_w: Tensor, conv_b, mean: Tensor, var: Tensor, gamma: Tensor, beta: Tensor,
           eps: float) -> tuple:
     """(weight buffer, bias buffer) of conv ``conv_w``/``conv_b`` followed by the batch norm."""
@@ -94,7 +85,7 @@ def fuse(plan: Plan, conv_kernel, bn_kernel, relu_kernel, device: str = "wasm"):
     if not ENABLED or any(st.multi == _HOST for st in steps):
         return None
     consts = {s: t for s, t in plan.consts if t is not None}
-    readers = _readers(steps)
+    readers = plan.readers()
     outs = set(plan.out_slots)
     new_steps = list(steps)
     drop: set = set()

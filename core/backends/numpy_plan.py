@@ -73,10 +73,7 @@ class NumpyReplay:
         if any(st.multi == HOST for st in steps):
             raise ValueError("host steps")           # they may touch any slot: replay as recorded
         consts = dict(plan.consts)
-        readers: dict = {}
-        for i, st in enumerate(steps):
-            for s in st.ins:
-                readers.setdefault(s, []).append(i)
+        readers = plan.readers()
         protected = set(plan.out_slots) | set(consts) | set(range(plan.n_inputs))
         ops = self._fuse(steps, consts, readers, protected)
         self._inplace(ops, protected)
