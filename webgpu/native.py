@@ -403,6 +403,24 @@ class PassTimer:
         w = self.SLOT // 8
         return [(q[i * w + 1] - q[i * w]) * 1e-9 for i in range(self.n)]   # nanoseconds (WebGPU's unit)
 
+    def each(self, cmds) -> list:
+        """GPU seconds of each ``(pipeline, bind group, grid)`` of ``cmds`` dispatched alone in a
+        compute pass of its own between timestamps (a submit per ``PAIRS`` of them; waits)."""
+        out = []
+        for lo in range(0, len(cmds), self.PAIRS):
+            self.start()
+            enc = self.dev.create_command_encoder()
+            for pipe, bg, grid in cmds[lo:lo + self.PAIRS]:
+                cp = enc.begin_compute_pass(timestamp_writes=self.writes())
+                cp.set_pipeline(pipe)
+                cp.set_bind_group(0, bg)
+                cp.dispatch_workgroups(*grid)
+                cp.end()
+                self.resolve(enc)
+            self.dev.queue.submit([enc.finish()])
+            out += self.durations()
+        return out
+
     def seconds(self):
         """GPU seconds summed over the passes since ``start()`` (waits for them); None when
         the query set overflowed."""

@@ -82,20 +82,9 @@ def print_stream_profile(rt, stream, timer) -> None:
     dispatch replayed in a pass of its own between GPU timestamps (third of three rounds), summed
     per pipeline and printed, largest first."""
     names = {id(v): repr(k)[:110] for k, v in rt.pipelines.items()}
-    dev = rt.driver._dev
     per = {}
     for rep in range(3):
-        timer.start()
-        enc = dev.create_command_encoder()
-        for pipe, bg, grid in stream.cmds:
-            cp = enc.begin_compute_pass(timestamp_writes=timer.writes())
-            cp.set_pipeline(pipe)
-            cp.set_bind_group(0, bg)
-            cp.dispatch_workgroups(*grid)
-            cp.end()
-            timer.resolve(enc)
-        dev.queue.submit([enc.finish()])
-        d = timer.durations()
+        d = timer.each(stream.cmds)
         if rep == 2:
             for (pipe, bg, grid), sec in zip(stream.cmds, d):
                 c = per.setdefault((names.get(id(pipe), "?"), tuple(grid)), [0, 0.0, grid])

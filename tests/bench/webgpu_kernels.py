@@ -159,7 +159,6 @@ def time_each(rt, noted: list, rounds: int = 5) -> bool:
     timer = PassTimer.install(rt)
     if timer is None:
         return False
-    dev = drv._dev
     align = max(int(rt.limits.get("min_uniform_buffer_offset_alignment", 256)), 16)
     blob, slots = bytearray(), []
     for d in noted:
@@ -184,19 +183,8 @@ def time_each(rt, noted: list, rounds: int = 5) -> bool:
     per = [[] for _ in cmds]
     try:
         for _ in range(rounds):
-            for lo in range(0, len(cmds), timer.PAIRS):
-                timer.start()
-                enc = dev.create_command_encoder()
-                for pipe, bg, grid in cmds[lo:lo + timer.PAIRS]:
-                    cp = enc.begin_compute_pass(timestamp_writes=timer.writes())
-                    cp.set_pipeline(pipe)
-                    cp.set_bind_group(0, bg)
-                    cp.dispatch_workgroups(*grid)
-                    cp.end()
-                    timer.resolve(enc)
-                dev.queue.submit([enc.finish()])
-                for k, sec in enumerate(timer.durations()):
-                    per[lo + k].append(sec * 1e6)
+            for k, sec in enumerate(timer.each(cmds)):
+                per[k].append(sec * 1e6)
     finally:
         drv.timer = None
     for d, xs in zip(noted, per):
