@@ -65,6 +65,12 @@ def _skip_reason(name):
     return None
 
 
+def available(*names) -> list:
+    """The devices among ``names`` whose backend exists on this machine, for parametrize lists
+    that pair devices with cases (``from conftest import available``)."""
+    return [n for n in names if _skip_reason(n) is None]
+
+
 @pytest.fixture(params=_wanted())
 def device(request):
     """The device name an op test runs on; skips only where that backend cannot exist here."""

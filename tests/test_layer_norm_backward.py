@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import ember
-from ember.errors import DeviceError, ShapeError
+from ember.errors import ShapeError
 from ember.registry import apply
+
+from conftest import available
 
 
 def _ref(g, x, w, k, eps):
@@ -39,14 +41,6 @@ def _check(got, ref, width):
                                    atol=2e-5 * max(1.0, np.sqrt(width)) * max(1.0, np.abs(b).max()))
 
 
-def _devices():
-    out = ["python", "numpy"]
-    try:
-        ember.get_backend("webgpu")
-        out.append("webgpu")
-    except DeviceError:
-        pass
-    return out
 
 
 # (shape, normalized axes): odd widths, a width over a workgroup (128 / 256 threads), rows over
@@ -56,7 +50,7 @@ CASES = [((3, 5), 1), ((2, 7, 33), 1), ((4, 384), 1), ((1, 1000), 1), ((3, 2, 5,
 
 
 # (the many-block shapes are there for webgpu's row blocks: not run on the pure-Python backend)
-@pytest.mark.parametrize("device,shape,k", [(d, s, k) for d in _devices() for s, k in CASES
+@pytest.mark.parametrize("device,shape,k", [(d, s, k) for d in available("python", "numpy", "webgpu") for s, k in CASES
                                             if d != "python" or np.prod(s) <= 5000])
 def test_layer_norm_backward_matches_float64(device, shape, k):
     g, x, w = _data(shape, k, seed=len(shape) + shape[-1])
@@ -67,7 +61,7 @@ def test_layer_norm_backward_matches_float64(device, shape, k):
     _check(got, _ref(g, x, w, k, 1e-5), np.prod(ns))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", available("python", "numpy", "webgpu"))
 def test_layer_norm_gradients_through_autograd(device):
     """x, weight and bias gradients of a layer norm inside a graph (the gradient reaching it is
     a lazy expression on webgpu), and weight/bias only (x needs no gradient: the composite's

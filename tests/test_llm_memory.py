@@ -23,6 +23,7 @@ from ember.errors import DeviceError
 from ember.io import gguf as gguf_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import available  # noqa: E402
 from llm_fixtures import write_tiny_gguf  # noqa: E402
 
 pytest.importorskip("gguf")
@@ -37,14 +38,6 @@ def model_file(tmp_path_factory):
     return path
 
 
-def _devices():
-    out = ["python", "numpy"]
-    try:
-        ember.get_backend("wasm")
-        out.append("wasm")
-    except DeviceError:
-        pass
-    return out
 
 
 def _held(llm) -> int:
@@ -70,7 +63,7 @@ def _measure(load):
     return obj, now - base, peak - base
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", available("python", "numpy", "wasm"))
 @pytest.mark.parametrize("source", ["path", "bytes", "path-unmapped"])
 def test_a_loaded_model_costs_about_its_file(model_file, device, source, monkeypatch):
     size = model_file.stat().st_size
@@ -253,7 +246,7 @@ def test_the_wasm_kv_cache_grows_to_what_a_reply_needs(model_file, monkeypatch):
     grew the compiled steps are made again: greedy ids equal the numpy reference's throughout."""
     from ember.nn import llama as L
 
-    if "wasm" not in _devices():
+    if "wasm" not in available("python", "numpy", "wasm"):
         pytest.skip("wasm backend unavailable")
     monkeypatch.setattr(L, "KV_CHUNK", 8)
     ref = ember.llm.load(str(model_file), device="numpy", context=64)

@@ -8,18 +8,12 @@ import numpy as np
 import pytest
 
 import ember
-from ember.errors import DeviceError, ShapeError
+from ember.errors import ShapeError
 from ember.registry import apply
 
+from conftest import available
 
-def _devices():
-    out = ["python", "numpy"]
-    try:
-        ember.get_backend("webgpu")
-        out.append("webgpu")
-    except DeviceError:
-        pass
-    return out
+
 
 
 def _softmax64(x, axis):
@@ -31,7 +25,7 @@ def _close(got, ref):
     np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=2e-4, atol=2e-5 * max(1.0, np.abs(ref).max()))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", available("python", "numpy", "webgpu"))
 @pytest.mark.parametrize("shape,axis", [((7,), 0), ((3, 5), 1), ((4, 33, 6), 1), ((300, 4), 0),
                                         ((2, 3, 513), -1), ((5, 128), 1)])
 def test_softmax_backward_matches_float64(device, shape, axis):
@@ -43,7 +37,7 @@ def test_softmax_backward_matches_float64(device, shape, axis):
     _close(got.numpy(), y64 * (g64 - (g64 * y64).sum(axis, keepdims=True)))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", available("python", "numpy", "webgpu"))
 def test_softmax_gradient_through_autograd(device):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 9, 4)).astype(np.float32)
@@ -67,7 +61,7 @@ def _attention_grads64(q, k, v, c, scale, mask=None):
 @pytest.mark.parametrize("device", ["numpy", "webgpu"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_gradients_match_float64(device, causal):
-    if device not in _devices():
+    if device not in available("python", "numpy", "webgpu"):
         pytest.skip("webgpu backend unavailable")
     rng = np.random.default_rng(2)
     q, k, v, c = (rng.standard_normal((2, 3, 20, 8)).astype(np.float32) for _ in range(4))
@@ -88,7 +82,7 @@ def test_softmax_backward_bad_shapes_are_typed_errors():
 
 
 def test_webgpu_softmax_backward_is_one_dispatch():
-    if "webgpu" not in _devices():
+    if "webgpu" not in available("python", "numpy", "webgpu"):
         pytest.skip("webgpu backend unavailable")
     from ember.webgpu.runtime import get_runtime
 
