@@ -121,10 +121,10 @@ def test_mnist_net_fused_matches_eager():
     np.testing.assert_allclose(_np(out), _np(net(x)), rtol=1e-4, atol=1e-5)
 
 
-def test_replaced_constants_are_folded_again():
-    """A weight or a statistic replaced after compiling (``copy_``: a new buffer) is folded again
-    before the next replay: the result follows the new values."""
-    rng = np.random.default_rng(4)
+def _small_block(seed):
+    """A 1x2x6x6 input and a 2 -> 3 channel 3x3 conv (with bias) + batch norm + relu on constant
+    tensors: (x, w, b, stats, the weight, bias and statistics tensors, the function)."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
     w, b, stats = _params(rng, 2, 3, 3)
     tw, tb = _t(w), _t(b)
@@ -132,6 +132,14 @@ def test_replaced_constants_are_folded_again():
 
     def fn(x):
         return ember.relu(ember.batch_norm(ember.conv2d(x, tw, tb, padding=1), *ts))
+
+    return x, w, b, stats, tw, tb, ts, fn
+
+
+def test_replaced_constants_are_folded_again():
+    """A weight or a statistic replaced after compiling (``copy_``: a new buffer) is folded again
+    before the next replay: the result follows the new values."""
+    x, w, b, stats, tw, tb, ts, fn = _small_block(4)
 
     f, _ = _compiled(fn, _t(x))
     for t, new in [(tw, w * 2), (ts[0], stats[0] + 1), (ts[1], stats[1] * 3), (tb, -b)]:
@@ -145,11 +153,7 @@ def test_replaced_constants_are_folded_again():
 
 
 def test_what_must_not_fuse():
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
-    w, b, stats = _params(rng, 2, 3, 3)
-    tw, tb = _t(w), _t(b)
-    ts = [_t(s) for s in stats]
+    x, _, _, _, tw, tb, ts, _ = _small_block(5)
 
     def both(x):   # the conv's output is read twice: nothing folds; the relu after the bn stays
         y = ember.conv2d(x, tw, tb, padding=1)
@@ -178,14 +182,7 @@ def test_what_must_not_fuse():
 
 def test_fusion_off(monkeypatch):
     monkeypatch.setattr(plan_fuse, "ENABLED", False)
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
-    w, b, stats = _params(rng, 2, 3, 3)
-    tw, tb = _t(w), _t(b)
-    ts = [_t(s) for s in stats]
-
-    def fn(x):
-        return ember.relu(ember.batch_norm(ember.conv2d(x, tw, tb, padding=1), *ts))
+    x, *_, fn = _small_block(6)
 
     f, out = _compiled(fn, _t(x))
     d = f.plan_for(_t(x)).fast.describe()
