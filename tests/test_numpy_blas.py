@@ -1,4 +1,7 @@
-"""core/backends/numpy_blas.py: mid-sized products on one OpenBLAS thread, the count restored."""
+"""core/backends/numpy_blas.py: mid-sized products on one OpenBLAS thread, the count restored; large
+ones in blocks over parallel_for's threads, the same bits as one product."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -48,13 +51,99 @@ def test_macs():
 def test_mid_sized_products_run_on_one_thread_and_restore(blas_at_two):
     get, seen = blas_at_two
     a = np.ones((256, 128), np.float32)
-    B.matmul(a, np.ones((128, 512), np.float32))          # 2**24 multiply-adds: one thread
+    B.matmul(a[:64], np.ones((128, 512), np.float32))     # 2**22 multiply-adds: one thread, whole
+    B.matmul(a, np.ones((128, 512), np.float32))          # 2**24: blocks of rows, each on one thread
     B.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))   # tiny: OpenBLAS's own choice
-    assert [n for _, n in seen] == [1, 2]
+    assert seen[0] == (1 << 22, 1) and seen[-1] == (512, 2)
+    blocks = seen[1:-1]
+    assert len(blocks) >= 2 and {n for _, n in blocks} == {1} and sum(m for m, _ in blocks) == 1 << 24
     assert get() == 2                                      # restored
     with pytest.raises(ValueError):                        # restored after an error too
         B.matmul(a, np.ones((64, 512), np.float32))        # (mismatched inner sizes)
     assert get() == 2
+
+
+@pytest.mark.parametrize("sa, sb, how", [
+    ((256, 128), (128, 512), "rows"),
+    ((8, 32, 128), (128, 384), "stack"),                  # a transformer's linear: rows of a stack
+    ((301, 333), (333, 97), "rows"),                      # blocks of 75 and 76 rows
+    ((512, 1000), (1000, 200), "out"),
+    ((256, 256), (256, 256), "a_view"),                   # a transposed (not contiguous) view of A
+])
+def test_split_products_are_the_same_bits_as_one(blas_at_two, sa, sb, how):
+    """Each block is the same BLAS kernel over the same summed axis as the whole product: the
+    result equals one product on one OpenBLAS thread bit for bit."""
+    get, seen = blas_at_two
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    if how == "a_view":
+        a = a.T
+    _, put = B.api()
+    put(1)
+    want = np.matmul(a, b)
+    put(2)
+    seen.clear()
+    if how == "out":
+        out = np.full(want.shape, np.nan, np.float32)
+        assert B.matmul(a, b, out=out) is out
+        got = out
+    else:
+        got = B.matmul(a, b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert len(seen) >= 2 and {n for _, n in seen} == {1}, seen      # it did split
+    assert get() == 2
+
+
+def test_few_rows_are_not_split(blas_at_two):
+    """Blocks of columns, or of fewer than 64 rows, are not the whole product's bits in OpenBLAS:
+    a product of 40 rows runs whole (on one thread)."""
+    get, seen = blas_at_two
+    a = np.ones((40, 120), np.float32)
+    B.matmul(a, np.ones((120, 6625), np.float32))
+    assert seen == [(40 * 120 * 6625, 1)]
+
+
+def test_parallel_for_runs_each_item_once_on_two_threads(blas_at_two):
+    """Item 0 waits for item 1 to have started: only a second thread can start it, so this
+    passes only when a helper thread takes items while the caller is busy."""
+    started = threading.Event()
+    ran, names = [], set()
+
+    def item(i):
+        names.add(threading.current_thread().name)
+        if i == 1:
+            started.set()
+        elif i == 0:
+            assert started.wait(20), "no second thread took an item"
+        ran.append(i)
+    for _ in range(3):
+        ran.clear()
+        started.clear()
+        B.parallel_for(6, lambda i: item(i if i < 2 else 2 + i))
+        assert sorted(ran) == [0, 1, 4, 5, 6, 7]
+    assert len(names) == 2
+
+
+def test_parallel_for_errors_nesting_and_one_thread(blas_at_two, monkeypatch):
+    get, _ = blas_at_two
+
+    def bad(i):
+        if i == 3:
+            raise KeyError("item 3")
+    with pytest.raises(KeyError, match="item 3"):
+        B.parallel_for(8, bad)
+    assert get() == 2
+    # a loop inside an item runs on the thread that runs the item (no helper waits on itself)
+    got = []
+    B.parallel_for(4, lambda i: B.parallel_for(3, lambda j: got.append((i, j))))
+    assert sorted(got) == [(i, j) for i in range(4) for j in range(3)]
+    # EMBER_NUMPY_THREADS=1 (read at import): everything on the calling thread, in order
+    monkeypatch.setattr(B, "_CAP", 1)
+    me, seen = threading.current_thread().name, []
+    B.parallel_for(5, lambda i: seen.append((i, threading.current_thread().name)))
+    assert seen == [(i, me) for i in range(5)]
 
 
 def test_off_switch(monkeypatch):

@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .numpy_blas import matmul
+from .numpy_blas import matmul, parallel_for
 
 # numpy_backend imports this module for its KERNELS, so the dtype map is not imported from there
 # (importing this module first would otherwise be circular)
@@ -606,11 +606,14 @@ def _conv_tiled(ap, wm, oh, ow, kh, kw, stride, dilation):
     y = np.empty((o, oh * ow), np.float32 if ap.dtype != np.float64 else ap.dtype)
     rows = max(1, _COLS_BYTES // (kk * ow * 4))
     sh = stride[0]
-    for r0 in range(0, oh, rows):
+    starts = range(0, oh, rows)
+
+    def band(i):
+        r0 = starts[i]
         r1 = min(oh, r0 + rows)
-        band = ap[:, :, r0 * sh:]
-        cols = _cols(band, r1 - r0, ow, kh, kw, stride, dilation).reshape(kk, (r1 - r0) * ow)
+        cols = _cols(ap[:, :, r0 * sh:], r1 - r0, ow, kh, kw, stride, dilation).reshape(kk, (r1 - r0) * ow)
         matmul(wm, cols, out=y[:, r0 * ow:r1 * ow])
+    parallel_for(len(starts), band)               # (bands on this thread and any helper thread)
     return y.reshape(1, o, oh, ow)
 
 
@@ -796,10 +799,15 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
         y = matmul(wm, cols.reshape(n, c, k, oh * ow))                              # (n, c, mult, oh*ow)
         return y.reshape(n, c * mult, oh, ow)
     y = np.empty((n, c, mult, oh * ow), np.float32 if ap.dtype != np.float64 else ap.dtype)
-    for c0 in range(0, c, step):
+    starts = range(0, c, step)
+
+    def chunk(j):
+        c0 = starts[j]
         c1 = min(c, c0 + step)
         cols = _cols(ap[:, c0:c1], oh, ow, kh, kw, stride, dilation)
         matmul(wm[c0:c1], cols.reshape(n, c1 - c0, k, oh * ow), out=y[:, c0:c1])
+    for j in range(len(starts)):
+        chunk(j)
     return y.reshape(n, c * mult, oh, ow)
 
 
@@ -829,7 +837,10 @@ def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
     windows = {p: strided_view(ap, (n, c, kw, hu, ow), (s0, s1, s3 * dw, s2 * sh, s3 * sw), p * s2)
                for p, hu in phases.items()}
     step = max(1, _COLS_BYTES // (n * kw * sum(phases.values()) * ow * 4))
-    for c0 in range(0, c, step):
+    starts = range(0, c, step)
+
+    def chunk(j):
+        c0 = starts[j]
         c1 = min(c, c0 + step)
         cols = {p: np.ascontiguousarray(v[:, c0:c1]) for p, v in windows.items()}   # (n, cc, kw, hu, ow)
         yb = y[:, c0:c1]
@@ -840,6 +851,8 @@ def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
                 matmul(wm[c0:c1, :, 0], rows, out=yb)
             else:
                 yb += matmul(wm[c0:c1, :, i], rows)
+    for j in range(len(starts)):
+        chunk(j)
     return y.reshape(n, c * mult, oh, ow)
 
 
@@ -865,7 +878,10 @@ def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
     wm = w.reshape(c, mult, kh, kw)
     y = np.empty((n, c, mult, span_out), ap.dtype)
     step = max(1, _COLS_BYTES // (n * kw * span * it))
-    for c0 in range(0, c, step):
+    starts = range(0, c, step)
+
+    def chunk(j):
+        c0 = starts[j]
         c1 = min(c, c0 + step)
         runs = np.ascontiguousarray(strided_view(ap, (n, c1 - c0, kw, span), (s0, s1, dw * it, it), c0 * s1))
         yb = y[:, c0:c1]
@@ -875,6 +891,8 @@ def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
                 matmul(wm[c0:c1, :, 0], rows, out=yb)
             else:
                 yb += matmul(wm[c0:c1, :, i], rows)
+    for j in range(len(starts)):
+        chunk(j)
     return np.ascontiguousarray(y.reshape(n, c * mult, oh, wp)[:, :, :, :ow])
 
 
