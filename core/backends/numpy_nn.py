@@ -799,15 +799,10 @@ def _conv_depthwise(a, w, mult, oh, ow, kh, kw, stride, padding, dilation):
         y = matmul(wm, cols.reshape(n, c, k, oh * ow))                              # (n, c, mult, oh*ow)
         return y.reshape(n, c * mult, oh, ow)
     y = np.empty((n, c, mult, oh * ow), np.float32 if ap.dtype != np.float64 else ap.dtype)
-    starts = range(0, c, step)
-
-    def chunk(j):
-        c0 = starts[j]
+    for c0 in range(0, c, step):
         c1 = min(c, c0 + step)
         cols = _cols(ap[:, c0:c1], oh, ow, kh, kw, stride, dilation)
         matmul(wm[c0:c1], cols.reshape(n, c1 - c0, k, oh * ow), out=y[:, c0:c1])
-    for j in range(len(starts)):
-        chunk(j)
     return y.reshape(n, c * mult, oh, ow)
 
 
@@ -837,10 +832,7 @@ def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
     windows = {p: strided_view(ap, (n, c, kw, hu, ow), (s0, s1, s3 * dw, s2 * sh, s3 * sw), p * s2)
                for p, hu in phases.items()}
     step = max(1, _COLS_BYTES // (n * kw * sum(phases.values()) * ow * 4))
-    starts = range(0, c, step)
-
-    def chunk(j):
-        c0 = starts[j]
+    for c0 in range(0, c, step):
         c1 = min(c, c0 + step)
         cols = {p: np.ascontiguousarray(v[:, c0:c1]) for p, v in windows.items()}   # (n, cc, kw, hu, ow)
         yb = y[:, c0:c1]
@@ -851,8 +843,6 @@ def _conv_depthwise_rows(ap, w, mult, oh, ow, kh, kw, stride, dilation, phases):
                 matmul(wm[c0:c1, :, 0], rows, out=yb)
             else:
                 yb += matmul(wm[c0:c1, :, i], rows)
-    for j in range(len(starts)):
-        chunk(j)
     return y.reshape(n, c * mult, oh, ow)
 
 
@@ -878,10 +868,7 @@ def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
     wm = w.reshape(c, mult, kh, kw)
     y = np.empty((n, c, mult, span_out), ap.dtype)
     step = max(1, _COLS_BYTES // (n * kw * span * it))
-    starts = range(0, c, step)
-
-    def chunk(j):
-        c0 = starts[j]
+    for c0 in range(0, c, step):
         c1 = min(c, c0 + step)
         runs = np.ascontiguousarray(strided_view(ap, (n, c1 - c0, kw, span), (s0, s1, dw * it, it), c0 * s1))
         yb = y[:, c0:c1]
@@ -891,8 +878,6 @@ def _conv_depthwise_flat(a, w, mult, oh, ow, kh, kw, padding, dilation):
                 matmul(wm[c0:c1, :, 0], rows, out=yb)
             else:
                 yb += matmul(wm[c0:c1, :, i], rows)
-    for j in range(len(starts)):
-        chunk(j)
     return np.ascontiguousarray(y.reshape(n, c * mult, oh, wp)[:, :, :, :ow])
 
 
