@@ -54,6 +54,9 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
     w.add_head_count(c["n_heads"])
     w.add_head_count_kv(c["n_kv_heads"])
     w.add_rope_freq_base(c["base"])
+    if c.get("rope_scaling") is not None:       # (type, factor): llama.{rope.scaling.type, .factor}
+        w.add_string("llama.rope.scaling.type", c["rope_scaling"][0])
+        w.add_float32("llama.rope.scaling.factor", c["rope_scaling"][1])
     w.add_layer_norm_rms_eps(c["eps"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -80,6 +83,8 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
             ref[name] = gguf.quants.dequantize(q, t).reshape(shape).astype(np.float32)
 
     add("token_embd.weight", (V, D), embd_q, scale=1.0)
+    if c.get("rope_factors") is not None:       # Llama 3.1+'s per-frequency RoPE divisors
+        w.add_tensor("rope_freqs.weight", np.asarray(c["rope_factors"], np.float32))
     add("output_norm.weight", (D,), ones=True)
     for i in range(c["n_layers"]):
         p = f"blk.{i}."
@@ -112,7 +117,12 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
     def norm(x, g):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + c["eps"]) * g
 
-    ang = np.arange(T)[:, None] * (c["base"] ** (-np.arange(hd // 2) * 2 / hd))[None, :]
+    inv = c["base"] ** (-np.arange(hd // 2) * 2 / hd)
+    if c.get("rope_factors") is not None:       # (llama.cpp: theta / freq_factor)
+        inv = inv / np.asarray(c["rope_factors"], np.float64)
+    if c.get("rope_scaling") is not None and c["rope_scaling"][0] == "linear":
+        inv = inv / c["rope_scaling"][1]         # (positions / factor)
+    ang = np.arange(T)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
     def rope(x):

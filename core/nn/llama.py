@@ -61,6 +61,7 @@ class LlamaConfig:
     rope_base: float = 10000.0
     rope_mode: str = "pairs"
     rope_dim: int = 0                 # 0: head_dim (features rotated per head)
+    rope_scale: float = 1.0           # linear RoPE scaling: positions divided by this factor
     rms_eps: float = 1e-5
     context_length: int = 2048        # what the model was trained for
     arch: str = "llama"
@@ -92,6 +93,23 @@ class LlamaConfig:
         n_heads = int(get("attention.head_count"))
         dim = int(get("embedding_length"))
         head_dim = int(md.get(f"{arch}.attention.key_length", dim // n_heads))
+        # RoPE scaling: "linear" divides positions by the factor (also the older key
+        # rope.scale_linear); Llama 3.1+'s per-frequency factors come as the tensor
+        # rope_freqs.weight (read by Llama); YaRN and LongRoPE change more than the angles
+        kind = str(md.get(f"{arch}.rope.scaling.type", "none")).lower()
+        factor = md.get(f"{arch}.rope.scaling.factor", md.get(f"{arch}.rope.scale_linear", 1.0))
+        if kind not in ("none", "linear"):
+            raise UnsupportedOp(f"llama: RoPE scaling {kind!r} ('{arch}.rope.scaling.type') is not supported "
+                                f"(supported: none, linear, and Llama 3's rope_freqs.weight)")
+        if kind == "none" and f"{arch}.rope.scale_linear" not in md:
+            factor = 1.0
+        try:
+            factor = float(factor)
+        except (TypeError, ValueError):
+            factor = math.nan
+        if not 0.0 < factor < math.inf:
+            raise WeightsError(f"llama: RoPE scaling factor {md.get(f'{arch}.rope.scaling.factor')!r} "
+                               f"('{arch}.rope.scaling.factor') must be a positive number")
         vocab = md.get(f"{arch}.vocab_size")
         if vocab is None:
             tokens = md.get("tokenizer.ggml.tokens")
@@ -101,6 +119,7 @@ class LlamaConfig:
                    ffn_dim=int(get("feed_forward_length")), vocab_size=int(vocab), head_dim=head_dim,
                    rope_base=float(get("rope.freq_base", 10000.0)), rope_mode=ARCHS[arch],
                    rope_dim=int(md.get(f"{arch}.rope.dimension_count", head_dim)),
+                   rope_scale=factor,
                    rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
                    context_length=int(get("context_length", 2048)), arch=arch)
 
@@ -179,7 +198,8 @@ class Llama:
         # tied embeddings: no output.weight, the head is the embedding matrix
         self.head = weights.get("output.weight", weights["token_embd.weight"])
         half = cfg.rope_dim // 2
-        self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device)
+        self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device,
+                                               scale=cfg.rope_scale, factors=self._rope_factors(half))
         self.k_cache = self.v_cache = None
         self.capacity = 0                     # key/value rows allocated (reserve)
         self._arange = {}
@@ -188,6 +208,20 @@ class Llama:
         self._stacked: dict = {}
         if self.device == "webgpu":
             self._fuse()
+
+    def _rope_factors(self, half: int):
+        """Llama 3.1+'s per-frequency RoPE divisors (GGUF tensor ``rope_freqs.weight``, float,
+        one per rotated pair), or None."""
+        f = self.w.get("rope_freqs.weight")
+        if f is None:
+            return None
+        if _quantized(f) or f.shape != (half,):
+            raise WeightsError(f"llama: 'rope_freqs.weight' must be {half} float values (one per rotated "
+                               f"pair of {2 * half} features), got {getattr(f, 'qtype', f.dtype)} {tuple(f.shape)}")
+        vals = [float(v) for v in f.tolist()]
+        if not all(0.0 < v < math.inf for v in vals):
+            raise WeightsError("llama: 'rope_freqs.weight' holds a value that is not a positive finite number")
+        return vals
 
     # ---- construction -------------------------------------------------------------------------
 

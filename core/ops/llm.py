@@ -136,22 +136,39 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, mode: str = "pairs") -> Tensor:
     return apply("rope", x, cos, sin, mode=mode)
 
 
-def rope_tables(positions: int, dim: int, base: float = 10000.0, device: str | None = None):
+def rope_tables(positions: int, dim: int, base: float = 10000.0, device: str | None = None, *,
+                scale: float = 1.0, factors=None):
     """``(cos, sin)`` float32 tensors of shape ``(positions, dim // 2)``: angle
-    ``p * base ** (-2i / dim)`` for position ``p`` and pair ``i`` (computed in float64).
+    ``(p / scale) * base ** (-2i / dim) / factors[i]`` for position ``p`` and pair ``i``
+    (computed in float64). ``scale``: linear RoPE scaling (GGUF ``rope.scaling.type`` "linear",
+    positions divided by ``rope.scaling.factor``); ``factors``: per-pair frequency divisors
+    (``dim // 2`` positive numbers: the ``rope_freqs.weight`` of Llama 3.1+ files, whose long
+    wavelengths turn ``factor`` times slower), None for all ones.
 
     >>> import ember
     >>> c, s = ember.ops.llm.rope_tables(3, 4)
     >>> c.shape, round(s.tolist()[1][0], 6)
     ((3, 2), 0.841471)
+    >>> c, s = ember.ops.llm.rope_tables(3, 4, scale=2.0, factors=[1.0, 4.0])
+    >>> round(s.tolist()[2][0], 6), round(s.tolist()[2][1], 6)   # angles 1 and 0.01 / 4
+    (0.841471, 0.0025)
     """
     from array import array
 
     from ..tensor import from_bytes
 
-    inv = [base ** (-2.0 * i / dim) for i in range(dim // 2)]
+    half = dim // 2
+    if factors is None:
+        factors = [1.0] * half
+    factors = [float(f) for f in factors]
+    if len(factors) != half or not all(0.0 < f < math.inf for f in factors):
+        raise ShapeError(f"rope_tables: factors must be {half} positive finite numbers "
+                         f"(one per rotated pair of {dim} features), got {len(factors)}")
+    if not 0.0 < float(scale) < math.inf:
+        raise ShapeError(f"rope_tables: scale must be a positive finite number, got {scale!r}")
+    inv = [base ** (-2.0 * i / dim) / f / float(scale) for i, f in zip(range(half), factors)]
     angles = [p * f for p in range(positions) for f in inv]
-    shape = (positions, dim // 2)
+    shape = (positions, half)
     # flat float32 bytes, not nested lists: a 2048-position table loads in milliseconds
     return (from_bytes(array("f", map(math.cos, angles)).tobytes(), shape, "float32", device=device),
             from_bytes(array("f", map(math.sin, angles)).tobytes(), shape, "float32", device=device))
