@@ -86,3 +86,20 @@ def test_bad_rope_freqs_and_factor(tmp_path):
     write_tiny_gguf(path, cfg=dict(rope_scaling=("linear", 0.0)))
     with pytest.raises(WeightsError, match="scaling factor"):
         ember.llm.load(str(path), device="numpy")
+
+
+def test_architectures_that_would_run_wrong_are_refused():
+    """Granite's extra scale factors and Mixtral's experts (arch "llama") are not run: refused
+    by name, not run as a plain llama."""
+    from ember.nn.llama import LlamaConfig
+
+    base = {"block_count": 2, "embedding_length": 64, "attention.head_count": 4, "feed_forward_length": 96}
+    md = {"general.architecture": "granite", **{"granite." + k: v for k, v in base.items()},
+          "granite.residual_scale": 0.22}
+    with pytest.raises(UnsupportedOp, match="'granite'"):
+        LlamaConfig.from_gguf(md)
+    md = {"general.architecture": "llama", **{"llama." + k: v for k, v in base.items()}, "llama.expert_count": 8}
+    with pytest.raises(UnsupportedOp, match="mixture of experts"):
+        LlamaConfig.from_gguf(md)
+    md["llama.expert_count"] = 0
+    assert LlamaConfig.from_gguf(md).n_layers == 2

@@ -44,7 +44,9 @@ from ..tensor import Tensor, tensor
 # of 28 MB on one thread)
 KV_CHUNK = 64
 
-ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "granite": "pairs", "qwen2": "halves"}
+# (not "granite": its files scale embeddings, residuals, attention and logits by factors of their
+# own, which this forward does not apply; it is refused rather than run wrong)
+ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "qwen2": "halves"}
 
 
 @dataclass
@@ -90,6 +92,9 @@ class LlamaConfig:
                 raise WeightsError(f"llama: GGUF metadata key '{arch}.{key}' is missing")
             return v
 
+        if int(md.get(f"{arch}.expert_count", 0) or 0) > 0:       # (Mixtral files are arch "llama")
+            raise UnsupportedOp(f"llama: a mixture of experts ('{arch}.expert_count' = "
+                                f"{md.get(f'{arch}.expert_count')}) is not supported")
         n_heads = int(get("attention.head_count"))
         dim = int(get("embedding_length"))
         head_dim = int(md.get(f"{arch}.attention.key_length", dim // n_heads))
