@@ -1,5 +1,7 @@
 """Tokenizers for GGUF language models and their chat templates, in pure Python (they run in
 Pyodide as in CPython: the standard library and, for chat templates, jinja2).
+``from_gguf(metadata)`` builds the one the file's ``tokenizer.ggml.model`` names: byte-level
+BPE (``"gpt2"``, :class:`BPETokenizer`) or SentencePiece BPE (``"llama"``, :class:`SPMTokenizer`).
 
 >>> from ember.tokenizers import BPETokenizer
 >>> md = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
@@ -18,11 +20,35 @@ Chat templates render in jinja2's immutable sandbox, with limits:
 ...                     [{"role": "user", "content": "hi"}])
 '<user>hi\\n'
 """
+from typing import Mapping
+
 from .bpe import BPETokenizer, StreamDecoder, bytes_to_unicode
+from .spm import SPMTokenizer
 from .chat import apply_chat_template, MAX_RENDER_CHARS, MAX_LOOP_STEPS, RENDER_TIMEOUT_S
 from .pretokenize import PRE_TOKENIZERS, pre_tokenize
 from ..errors import TokenizerError, ChatTemplateError
 
-__all__ = ["BPETokenizer", "StreamDecoder", "bytes_to_unicode", "apply_chat_template",
+__all__ = ["from_gguf", "BPETokenizer", "SPMTokenizer", "StreamDecoder", "bytes_to_unicode", "apply_chat_template",
            "PRE_TOKENIZERS", "pre_tokenize", "TokenizerError", "ChatTemplateError",
            "MAX_RENDER_CHARS", "MAX_LOOP_STEPS", "RENDER_TIMEOUT_S"]
+
+
+_MODELS = {"gpt2": BPETokenizer, "llama": SPMTokenizer}
+
+
+def from_gguf(metadata: Mapping[str, object]) -> "BPETokenizer | SPMTokenizer":
+    """The tokenizer of a GGUF file's metadata, by ``tokenizer.ggml.model``; TokenizerError
+    naming the model for vocabularies ember does not read (``"bert"``, ``"t5"``, ``"rwkv"``...).
+
+    >>> try:
+    ...     from_gguf({"tokenizer.ggml.model": "bert"})
+    ... except TokenizerError as e:
+    ...     print(e)
+    tokenizer.ggml.model is 'bert': ember reads 'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE) vocabularies
+    """
+    model = metadata.get("tokenizer.ggml.model")
+    cls = _MODELS.get(model) if isinstance(model, str) else None
+    if cls is None:
+        raise TokenizerError(f"tokenizer.ggml.model is {model!r}: ember reads 'gpt2' (byte-level BPE) "
+                             "and 'llama' (SentencePiece BPE) vocabularies")
+    return cls.from_gguf(metadata)

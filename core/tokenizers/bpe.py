@@ -8,19 +8,17 @@ ranks), into vocabulary tokens.
 """
 from __future__ import annotations
 
-import codecs
 import heapq
 import re
 from typing import Iterable, Mapping, Sequence
 
-from ..errors import IndexingError, TokenizerError
+from ..errors import TokenizerError
 from . import pretokenize
+from .base import (TokenizerBase, StreamDecoder, gguf_id,  # noqa: F401  (StreamDecoder: re-exported)
+                   UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE)
 
 __all__ = ["BPETokenizer", "StreamDecoder", "bytes_to_unicode",
            "NORMAL", "UNKNOWN", "CONTROL", "USER_DEFINED", "UNUSED", "BYTE"]
-
-# tokenizer.ggml.token_type values
-UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 0, 1, 2, 3, 4, 5, 6
 
 _CACHE_MAX = 65536      # words kept in the encode cache (cleared when full)
 # tokenizer.ggml.pre names for which llama.cpp adds BOS when the file has no add_bos_token
@@ -70,7 +68,7 @@ def _unspell(token: str) -> bytes:
         return b"".join(bytes([_U2B[c]]) if c in _U2B else c.encode("utf-8") for c in token)
 
 
-class BPETokenizer:
+class BPETokenizer(TokenizerBase):
     """A byte-level BPE tokenizer (``tokenizer.ggml.model == "gpt2"``), pure Python.
 
     Build it with :meth:`from_gguf` from a GGUF key/value dict, or directly from a vocabulary and
@@ -97,27 +95,10 @@ class BPETokenizer:
                  pad_id: int | None = None, unk_id: int | None = None,
                  add_bos: bool = False, add_eos: bool = False,
                  chat_template: str | None = None):
-        n = len(tokens)
-        if n == 0:
-            raise TokenizerError("BPETokenizer: empty vocabulary (tokenizer.ggml.tokens)")
-        if token_types is not None and len(token_types) != n:
-            raise TokenizerError(f"BPETokenizer: {len(token_types)} token types for {n} tokens "
-                                 "(tokenizer.ggml.token_type and tokenizer.ggml.tokens differ)")
-        for what, v in (("bos", bos_id), ("eos", eos_id), ("padding", pad_id), ("unknown", unk_id)):
-            if v is not None and not 0 <= v < n:
-                raise TokenizerError(f"BPETokenizer: {what} token id {v} outside the vocabulary "
-                                     f"of {n} tokens")
-        self._tokens = list(tokens)
-        self._types = list(token_types) if token_types is not None else [NORMAL] * n
+        self._init_vocab(tokens, token_types, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, unk_id=unk_id,
+                         add_bos=add_bos, add_eos=add_eos, chat_template=chat_template)
         self.pre = pre
         self._chain, self._ignore_merges = pretokenize.lookup(pre)
-        self.bos_id, self.eos_id, self.pad_id, self.unk_id = bos_id, eos_id, pad_id, unk_id
-        self.add_bos, self.add_eos = bool(add_bos), bool(add_eos)
-        if self.add_bos and bos_id is None:
-            raise TokenizerError("BPETokenizer: add_bos_token is set but there is no bos_token_id")
-        if self.add_eos and eos_id is None:
-            raise TokenizerError("BPETokenizer: add_eos_token is set but there is no eos_token_id")
-        self.chat_template = chat_template
 
         # text -> id. Byte-alphabet spelling is the key BPE looks up; a token written with
         # characters outside the alphabet (a user-defined "<think>" is inside; " x" is not) is
@@ -142,15 +123,6 @@ class BPETokenizer:
             ranks.setdefault(m, r)
         self._ranks = ranks
         self._cache: dict[str, tuple[int, ...]] = {}
-        self._bytes: list[bytes | None] = [None] * n
-
-        # Special tokens matched whole in text: control, user-defined and unknown (llama.cpp's
-        # set), longest first.
-        self._special_ids = frozenset(i for i, ty in enumerate(self._types) if ty in (CONTROL, UNKNOWN))
-        matched = sorted({t for i, t in enumerate(self._tokens)
-                          if self._types[i] in (CONTROL, USER_DEFINED, UNKNOWN) and t},
-                         key=lambda s: (-len(s), s))
-        self._special_re = re.compile("|".join(map(re.escape, matched))) if matched else None
 
     # ---- construction from GGUF metadata ----------------------------------------------------
     @classmethod
@@ -183,8 +155,7 @@ class BPETokenizer:
             raise TokenizerError("GGUF metadata has no tokenizer.ggml.merges (needed by a 'gpt2' vocabulary)")
 
         def opt_id(key):
-            v = get(key)
-            return None if v is None or int(v) < 0 else int(v)
+            return gguf_id(metadata, key)
 
         pre_name = pre if pre is not None else get("pre")
         add_bos = get("add_bos_token")
@@ -196,67 +167,17 @@ class BPETokenizer:
                    add_bos=bool(add_bos), add_eos=bool(get("add_eos_token", False)),
                    chat_template=metadata.get("tokenizer.chat_template"))
 
-    # ---- vocabulary ---------------------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        """Number of tokens (ids are ``0 .. vocab_size - 1``)."""
-        return len(self._tokens)
-
     def token_to_id(self, token: str) -> int | None:
         """The id of a token as the vocabulary spells it (``"Ġthe"``), or None."""
         return self._vocab.get(token)
 
-    def id_to_token(self, token_id: int) -> str:
-        """The vocabulary's spelling of ``token_id`` (byte alphabet for normal tokens)."""
-        self._check_id(token_id)
-        return self._tokens[token_id]
-
-    def token_type(self, token_id: int) -> int:
-        """``tokenizer.ggml.token_type`` of the id (1 normal, 2 unknown, 3 control, 4 user-defined,
-        5 unused, 6 byte)."""
-        self._check_id(token_id)
-        return self._types[token_id]
-
-    def is_special(self, token_id: int) -> bool:
-        """True for control and unknown tokens and for the BOS/EOS/padding/unknown ids: what
-        ``decode(..., skip_special=True)`` leaves out."""
-        self._check_id(token_id)
-        return token_id in self._special_ids or token_id in (self.bos_id, self.eos_id, self.pad_id, self.unk_id)
-
-    def _check_id(self, token_id: int) -> None:
-        if not isinstance(token_id, int) or not 0 <= token_id < len(self._tokens):
-            raise IndexingError(f"tokenizer: token id {token_id!r} outside the vocabulary "
-                                f"[0, {len(self._tokens)})")
-
     # ---- encoding -------------------------------------------------------------------------------
-    def encode(self, text: str, add_special: bool = True, *, parse_special: bool = True) -> list[int]:
-        """Token ids of ``text``.
-
-        ``add_special``: add BOS/EOS where the file's ``add_bos_token``/``add_eos_token`` say so.
-        ``parse_special``: match special tokens written in the text; False encodes them as plain
-        text (for untrusted input that must not inject ``<|im_start|>``).
-        """
-        if not isinstance(text, str):
-            raise TokenizerError(f"encode: text must be str, got {type(text).__name__}")
-        ids: list[int] = []
-        if add_special and self.add_bos:
-            ids.append(self.bos_id)
-        sre = self._special_re if parse_special else None
-        if sre is None:
-            self._encode_plain(text, 0, len(text), ids)
-        else:
-            pos = 0
-            for m in sre.finditer(text):
-                s, e = m.span()
-                if s > pos:
-                    self._encode_plain(text, pos, s, ids)
-                ids.append(self._vocab[m.group()])
-                pos = e
-            if pos < len(text):
-                self._encode_plain(text, pos, len(text), ids)
-        if add_special and self.add_eos:
-            ids.append(self.eos_id)
-        return ids
+    def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
+        for s, e, special in self._spans(text, parse_special):
+            if special is None:
+                self._encode_plain(text, s, e, out)
+            else:
+                out.append(special)
 
     def _encode_plain(self, text: str, start: int, end: int, out: list[int]) -> None:
         cache = self._cache
@@ -333,30 +254,15 @@ class BPETokenizer:
         return [s for s in sym if s is not None]
 
     # ---- decoding -------------------------------------------------------------------------------
-    def token_bytes(self, token_id: int) -> bytes:
-        """The bytes a token stands for: normal/byte tokens through the byte alphabet; control,
-        user-defined and unknown tokens as their own UTF-8 text.
+    def _bytes_of(self, token_id: int) -> bytes:
+        """Normal and byte tokens through the byte alphabet; control, user-defined and unknown
+        tokens as their own UTF-8 text.
 
         >>> BPETokenizer(["Ġhi", "<x>"], [], token_types=[1, 3]).token_bytes(0)
         b' hi'
         """
-        b = self._bytes[token_id] if 0 <= token_id < len(self._tokens) else None
-        if b is None:
-            self._check_id(token_id)
-            t = self._tokens[token_id]
-            b = t.encode("utf-8") if self._types[token_id] in (CONTROL, USER_DEFINED, UNKNOWN) else _unspell(t)
-            self._bytes[token_id] = b
-        return b
-
-    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """Text of ``ids`` (invalid UTF-8 becomes U+FFFD, as Hugging Face does).
-        ``skip_special`` leaves out the ids that :meth:`is_special` names."""
-        tb = self.token_bytes
-        if skip_special:
-            parts = [tb(i) for i in ids if not self.is_special(i)]
-        else:
-            parts = [tb(i) for i in ids]
-        return b"".join(parts).decode("utf-8", "replace")
+        t = self._tokens[token_id]
+        return t.encode("utf-8") if self._types[token_id] in (CONTROL, USER_DEFINED, UNKNOWN) else _unspell(t)
 
     def stream(self, skip_special: bool = False) -> "StreamDecoder":
         """A decoder for one id at a time that never returns half a character:
@@ -368,52 +274,7 @@ class BPETokenizer:
         """
         return StreamDecoder(self, skip_special)
 
-    # ---- chat -----------------------------------------------------------------------------------
-    def chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
-        """The file's ``tokenizer.chat_template`` rendered for ``messages`` (see
-        :func:`ember.tokenizers.apply_chat_template`; ``bos_token``/``eos_token`` are this
-        vocabulary's). Encode the result with ``encode(text, add_special=False)``, as
-        transformers' ``apply_chat_template(tokenize=True)`` does.
-        """
-        from .chat import apply_chat_template
-        from ..errors import ChatTemplateError
-        if not self.chat_template:
-            raise ChatTemplateError("chat: this tokenizer's GGUF has no tokenizer.chat_template; "
-                                    "call ember.tokenizers.apply_chat_template with a template")
-        tokens = {}
-        for name, i in (("bos_token", self.bos_id), ("eos_token", self.eos_id),
-                        ("pad_token", self.pad_id), ("unk_token", self.unk_id)):
-            if i is not None:
-                tokens[name] = self._tokens[i]
-        tokens.update(extra)
-        return apply_chat_template(self.chat_template, messages,
-                                   add_generation_prompt=add_generation_prompt, **tokens)
-
     def __repr__(self) -> str:
         return (f"BPETokenizer(vocab_size={self.vocab_size}, pre={self.pre!r}, bos_id={self.bos_id}, "
                 f"eos_id={self.eos_id}, add_bos={self.add_bos})")
 
-
-class StreamDecoder:
-    """Incremental detokenizer: :meth:`put` returns the text completed by one more id (a
-    character whose bytes are split over several tokens comes out once all of them arrived;
-    bytes that can never form a character come out as U+FFFD); :meth:`flush` returns what is
-    left (U+FFFD for an unfinished character) and starts over. The concatenation of all outputs
-    equals ``tokenizer.decode(ids)``."""
-
-    def __init__(self, tokenizer: BPETokenizer, skip_special: bool = False):
-        self._tok = tokenizer
-        self._skip = skip_special
-        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def put(self, token_id: int) -> str:
-        """Text completed by ``token_id`` ('' while a character is still incomplete)."""
-        if self._skip and self._tok.is_special(token_id):
-            return ""
-        return self._dec.decode(self._tok.token_bytes(token_id))
-
-    def flush(self) -> str:
-        """The rest (U+FFFD if the ids ended inside a character); the decoder is then empty."""
-        out = self._dec.decode(b"", final=True)
-        self._dec.reset()
-        return out
