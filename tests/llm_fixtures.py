@@ -36,15 +36,18 @@ def vocabulary():
 
 
 def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | None = None,
-                    mix: dict | None = None):
+                    mix: dict | None = None, tokenizer: dict | None = None):
     """Write the tiny model to ``path`` (``cfg`` overrides entries of ``CFG``; ``mix`` maps a
-    tensor name to its type, e.g. Q6_K for some layers as llama.cpp's Q4_K_M does); returns
-    {name: float32 array (dequantized)}."""
+    tensor name to its type, e.g. Q6_K for some layers as llama.cpp's Q4_K_M does;
+    ``tokenizer``: GGUF ``tokenizer.*`` keys written instead of the byte-level BPE vocabulary,
+    e.g. a SentencePiece one); returns {name: float32 array (dequantized)}."""
     import gguf
 
     rng = np.random.default_rng(seed)
     c = dict(CFG, **(cfg or {}))
     tokens, merges, types = vocabulary()
+    if tokenizer is not None:
+        tokens = tokenizer["tokenizer.ggml.tokens"]
     V, D, hd = len(tokens), c["dim"], c["dim"] // c["n_heads"]
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(c["n_layers"])
@@ -58,15 +61,25 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
         w.add_string("llama.rope.scaling.type", c["rope_scaling"][0])
         w.add_float32("llama.rope.scaling.factor", c["rope_scaling"][1])
     w.add_layer_norm_rms_eps(c["eps"])
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    if tokenizer is None:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens)
+        w.add_token_merges(merges)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(False)
+        w.add_chat_template(CHATML)
+    for key, value in (tokenizer or {}).items():
+        if isinstance(value, list):
+            w.add_array(key, value)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        else:
+            w.add_string(key, value)
     layer_q, embd_q = qtypes
     mix = mix or {}
     ref = {}

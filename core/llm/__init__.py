@@ -67,10 +67,10 @@ def load(source, device: str | None = None, *, context: int | None = None) -> "L
     ``ember.errors.UnsupportedOp`` (an architecture or tensor type ember does not run)."""
     from ..io.gguf import load_gguf
     from ..nn.llama import Llama
-    from ..tokenizers import BPETokenizer
+    from ..tokenizers import from_gguf
 
     g = load_gguf(source)
-    tok = BPETokenizer.from_gguf(g.metadata)
+    tok = from_gguf(g.metadata)       # byte-level BPE ("gpt2") or SentencePiece ("llama")
     model = Llama.from_gguf(g, device=device, context=context)
     return LLM(model, tok, metadata=g.metadata)
 
@@ -224,14 +224,16 @@ class LLM:
         """Continue ``prompt`` (text, or a list of token ids) and return the new text (``str``),
         or with ``stream=True`` an iterator of its pieces as they are decoded."""
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
-        it = self._run(ids, **options)
+        it = self._run(ids, lstrip=False, **options)
         return it if stream else "".join(it)
 
     def chat(self, messages: list, *, stream: bool = False, **options):
         """Answer a conversation (``[{"role": "system"|"user"|"assistant", "content": str}]``)
         with the file's own chat template; returns the assistant's reply like ``generate``."""
-        text = self.tokenizer.chat(messages, add_generation_prompt=True)
-        ids = self.tokenizer.encode(text)
+        tok = self.tokenizer
+        ids = tok.encode(tok.chat(messages, add_generation_prompt=True))
+        if tok.add_bos and len(ids) > 1 and ids[1] == ids[0]:
+            del ids[0]      # the template wrote BOS itself (Llama 2's does): once, as llama.cpp
         it = self._run(ids, **options)
         return it if stream else "".join(it)
 
@@ -239,7 +241,7 @@ class LLM:
 
     def _run(self, ids: list, *, max_tokens: int = 256, temperature: float = 0.0, top_k: int | None = None,
              top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
-             stop=None):
+             stop=None, lstrip: bool | None = None):
         # Validate everything before the generator starts, so errors raise at the call.
         sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                           repetition_penalty=repetition_penalty, seed=seed)
@@ -258,9 +260,9 @@ class LLM:
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
             raise EmberError(f"generate: token id {bad[0]} is outside the vocabulary of {vocab}")
-        return self._loop(list(ids), int(max_tokens), sampler, stops)
+        return self._loop(list(ids), int(max_tokens), sampler, stops, lstrip)
 
-    def _loop(self, ids, max_tokens, sampler, stops):
+    def _loop(self, ids, max_tokens, sampler, stops, lstrip=None):
         dev = self.device
         self._stop = False
         n_prompt = len(ids)
@@ -271,7 +273,9 @@ class LLM:
         if max_tokens == 0:
             return
         history = list(ids)
-        dec = self.tokenizer.stream()
+        # a reply's first space is dropped as decode drops it (SentencePiece's "▁Hello" after
+        # the chat prompt is "Hello"); generate's text continues the prompt and keeps it
+        dec = self.tokenizer.stream(lstrip=lstrip)
         held = ""          # text not yet given out: it might be the start of a stop string
         cut_by_stop = False
         longest = max((len(s) for s in stops), default=0)

@@ -177,10 +177,11 @@ class TokenizerBase:
         text = b"".join(parts).decode("utf-8", "replace")
         return text[1:] if self.STRIP_SPACE and text[:1] == " " else text
 
-    def stream(self, skip_special: bool = False) -> "StreamDecoder":
+    def stream(self, skip_special: bool = False, *, lstrip: bool | None = None) -> "StreamDecoder":
         """A decoder for one id at a time that never returns half a character (the outputs
-        joined are :meth:`decode` of the ids)."""
-        return StreamDecoder(self, skip_special)
+        joined are :meth:`decode` of the ids). ``lstrip=False`` keeps the stream's first space
+        where decode would drop it (ids that continue a text rather than start one)."""
+        return StreamDecoder(self, skip_special, lstrip=lstrip)
 
     # ---- chat -----------------------------------------------------------------------------------
     def chat(self, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
@@ -212,11 +213,12 @@ class StreamDecoder:
     equals ``tokenizer.decode(ids)`` (for a SentencePiece vocabulary: the first space of the
     stream is dropped, as decode drops the text's leading space)."""
 
-    def __init__(self, tokenizer: TokenizerBase, skip_special: bool = False):
+    def __init__(self, tokenizer: TokenizerBase, skip_special: bool = False, *, lstrip: bool | None = None):
         self._tok = tokenizer
         self._skip = skip_special
         self._dec = codecs.getincrementaldecoder("utf-8")("replace")
-        self._lead = tokenizer.STRIP_SPACE       # the stream's first character still to come
+        self._strip = tokenizer.STRIP_SPACE if lstrip is None else bool(lstrip)
+        self._lead = self._strip        # the stream's first character is still to come
 
     def put(self, token_id: int) -> str:
         """Text completed by ``token_id`` ('' while a character is still incomplete)."""
@@ -235,5 +237,5 @@ class StreamDecoder:
         self._dec.reset()
         if self._lead and out:
             out = out[1:] if out[0] == " " else out
-        self._lead = self._tok.STRIP_SPACE
+        self._lead = self._strip
         return out

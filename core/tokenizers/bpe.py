@@ -87,6 +87,13 @@ class BPETokenizer(TokenizerBase):
     EOS when ``add_eos_token``), like llama.cpp and Hugging Face; special tokens written in the
     text (control and user-defined tokens, e.g. ``<|im_start|>``) are matched whole, longest
     first, unless ``parse_special=False`` (use that for untrusted user text).
+
+    ``stream()`` decodes one id at a time and never returns half a character:
+
+    >>> tok = BPETokenizer(["\\u00e2\\u0124", "\\u00ac", "Ġ!"], [], pre="gpt2")  # "€" = e2 82 ac
+    >>> s = tok.stream()
+    >>> [s.put(0), s.put(1), s.put(2), s.flush()]
+    ['', '€', ' !', '']
     """
 
     def __init__(self, tokens: Sequence[str], merges: Iterable[str], *,
@@ -263,16 +270,6 @@ class BPETokenizer(TokenizerBase):
         """
         t = self._tokens[token_id]
         return t.encode("utf-8") if self._types[token_id] in (CONTROL, USER_DEFINED, UNKNOWN) else _unspell(t)
-
-    def stream(self, skip_special: bool = False) -> "StreamDecoder":
-        """A decoder for one id at a time that never returns half a character:
-
-        >>> tok = BPETokenizer(["\\u00e2\\u0124", "\\u00ac", "Ġ!"], [], pre="gpt2")  # "€" = e2 82 ac
-        >>> s = tok.stream()
-        >>> [s.put(0), s.put(1), s.put(2), s.flush()]
-        ['', '€', ' !', '']
-        """
-        return StreamDecoder(self, skip_special)
 
     def __repr__(self) -> str:
         return (f"BPETokenizer(vocab_size={self.vocab_size}, pre={self.pre!r}, bos_id={self.bos_id}, "
