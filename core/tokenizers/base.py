@@ -4,13 +4,14 @@ bytes, the streaming decoder and the chat template."""
 from __future__ import annotations
 
 import codecs
+import heapq
 import operator
 import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from ..errors import IndexingError, TokenizerError
 
-__all__ = ["TokenizerBase", "StreamDecoder", "gguf_id",
+__all__ = ["TokenizerBase", "StreamDecoder", "gguf_id", "merge_pairs",
            "UNDEFINED", "NORMAL", "UNKNOWN", "CONTROL", "USER_DEFINED", "UNUSED", "BYTE"]
 
 # tokenizer.ggml.token_type values
@@ -28,6 +29,57 @@ def gguf_id(metadata: Mapping[str, object], key: str) -> int | None:
     except TypeError:
         raise TokenizerError(f"tokenizer.ggml.{key} must be an integer token id, got {v!r}") from None
     return v if v >= 0 else None
+
+
+def merge_pairs(word, priority: Mapping[str, object], sep: str = "", rev: dict | None = None) -> list:
+    """The symbols of ``word`` (a str or a list of symbols) after pairwise merges: again and
+    again the adjacent pair ``a, b`` of the lowest ``priority[a + sep + b]`` (absent: never
+    merged) is replaced by ``a + b``, the leftmost first among equal priorities. A priority
+    queue over a linked list of symbols; a queued pair whose sides changed since (its priority
+    is no longer the queued one) is skipped. ``rev`` gets ``a + b -> (a, b)`` for each merge.
+
+    >>> merge_pairs("aaab", {"a a": 1, "a b": 2}, " ")
+    ['aa', 'ab']
+    """
+    sym = list(word)
+    n = len(sym)
+    get = priority.get
+    heap = []
+    for i in range(n - 1):
+        p = get(sym[i] + sep + sym[i + 1])
+        if p is not None:
+            heap.append((p, i))
+    if not heap:
+        return sym
+    heapq.heapify(heap)
+    nxt = list(range(1, n + 1))
+    prv = list(range(-1, n - 1))
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        p, i = pop(heap)
+        a = sym[i]
+        if a is None:
+            continue
+        j = nxt[i]
+        if j >= n or get(a + sep + sym[j]) != p:
+            continue                    # stale: a side was merged since this pair was queued
+        b = sym[j]
+        m = sym[i] = a + b
+        if rev is not None:
+            rev[m] = (a, b)
+        sym[j] = None
+        k = nxt[i] = nxt[j]
+        if k < n:
+            prv[k] = i
+            p = get(m + sep + sym[k])
+            if p is not None:
+                push(heap, (p, i))
+        h = prv[i]
+        if h >= 0:
+            p = get(sym[h] + sep + m)
+            if p is not None:
+                push(heap, (p, h))
+    return [x for x in sym if x is not None]
 
 
 def _regex(texts) -> re.Pattern | None:

@@ -8,13 +8,12 @@ ranks), into vocabulary tokens.
 """
 from __future__ import annotations
 
-import heapq
 import re
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import TokenizerError
 from . import pretokenize
-from .base import (TokenizerBase, StreamDecoder, gguf_id,  # noqa: F401  (StreamDecoder: re-exported)
+from .base import (TokenizerBase, StreamDecoder, gguf_id, merge_pairs,  # noqa: F401  (StreamDecoder: re-exported)
                    UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE)
 
 __all__ = ["BPETokenizer", "StreamDecoder", "bytes_to_unicode",
@@ -219,46 +218,7 @@ class BPETokenizer(TokenizerBase):
     def _merge(self, word) -> list[str]:
         """BPE merges of one spelled word (str or list of symbols): lowest rank first, leftmost
         first among equals."""
-        n = len(word)
-        if n <= 1:
-            return list(word)
-        ranks = self._ranks
-        sym: list[str | None] = list(word)
-        heap = []
-        for i in range(n - 1):
-            r = ranks.get(sym[i] + " " + sym[i + 1])
-            if r is not None:
-                heap.append((r, i))
-        if not heap:
-            return sym
-        heapq.heapify(heap)
-        nxt = list(range(1, n + 1))
-        prv = list(range(-1, n - 1))
-        pop, push = heapq.heappop, heapq.heappush
-        while heap:
-            r, i = pop(heap)
-            a = sym[i]
-            if a is None:
-                continue
-            j = nxt[i]
-            if j >= n or ranks.get(a + " " + sym[j]) != r:
-                continue            # stale: one side was merged since this pair was queued
-            a = a + sym[j]
-            sym[i] = a
-            sym[j] = None
-            k = nxt[j]
-            nxt[i] = k
-            if k < n:
-                prv[k] = i
-                r2 = ranks.get(a + " " + sym[k])
-                if r2 is not None:
-                    push(heap, (r2, i))
-            p = prv[i]
-            if p >= 0:
-                r2 = ranks.get(sym[p] + " " + a)
-                if r2 is not None:
-                    push(heap, (r2, p))
-        return [s for s in sym if s is not None]
+        return merge_pairs(word, self._ranks, " ") if len(word) > 1 else list(word)
 
     # ---- decoding -------------------------------------------------------------------------------
     def _bytes_of(self, token_id: int) -> bytes:

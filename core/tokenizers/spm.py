@@ -21,12 +21,11 @@ back into spaces, byte tokens into their bytes, and drops the text's leading spa
 """
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Mapping, Sequence
 
 from ..errors import TokenizerError
-from .base import (TokenizerBase, gguf_id,
+from .base import (TokenizerBase, gguf_id, merge_pairs,
                    UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE)
 
 __all__ = ["SPMTokenizer"]
@@ -74,17 +73,17 @@ class SPMTokenizer(TokenizerBase):
         for i, t in enumerate(self._tokens):
             vocab.setdefault(t, i)
         self._vocab = vocab
-        # merge results: text -> score; those that are not emitted as they are (unused) are
-        # cut back along the merge that made them (``_rev``, filled while encoding)
+        # merge results: text -> -score; those that are not emitted as they are (unused) are
+        # cut back along the merge that made them
         merge: dict[str, float] = {}
         emit: dict[str, int] = {}
         for i, t in enumerate(self._tokens):
             ty = self._types[i]
             if ty in (NORMAL, USER_DEFINED, UNUSED, UNDEFINED) and t not in merge:
-                merge[t] = scores[i]
+                merge[t] = -scores[i]
                 if ty != UNUSED:
                     emit[t] = i
-        self._merge_score, self._emit = merge, emit
+        self._neg_score, self._emit = merge, emit
         byte_ids = []
         for b in range(256):
             i = vocab.get(f"<0x{_HEX[b >> 4]}{_HEX[b & 15]}>")
@@ -141,53 +140,9 @@ class SPMTokenizer(TokenizerBase):
                 run = " " + run
             after_special = False
             rev: dict[str, tuple[str, str]] = {}
-            for sym in self._merge(run.replace(" ", SPACE), rev):
+            # highest score first: the lowest of the negated scores
+            for sym in merge_pairs(run.replace(" ", SPACE), self._neg_score, "", rev):
                 self._emit_symbol(sym, rev, out)
-
-    def _merge(self, text: str, rev: dict) -> list[str]:
-        """The symbols of ``text`` after merging: highest score first, leftmost first among
-        equal scores (a priority queue over a linked list of symbols). ``rev`` gets the two
-        symbols that made each merged symbol that is no token to emit (an unused token)."""
-        sym: list[str | None] = list(text)
-        n = len(sym)
-        score = self._merge_score
-        heap = []
-        for i in range(n - 1):
-            s = score.get(sym[i] + sym[i + 1])
-            if s is not None:
-                heap.append((-s, i, 2))
-        if not heap:
-            return sym
-        heapq.heapify(heap)
-        nxt = list(range(1, n + 1))
-        prv = list(range(-1, n - 1))
-        pop, push = heapq.heappop, heapq.heappush
-        emit = self._emit
-        while heap:
-            _, i, size = pop(heap)
-            a = sym[i]
-            j = nxt[i]
-            # stale: a side was merged since this pair was queued (a symbol only grows)
-            if a is None or j >= n or len(a) + len(sym[j]) != size:
-                continue
-            b = sym[j]
-            sym[i] = a + b
-            if sym[i] not in emit:
-                rev[sym[i]] = (a, b)
-            a = sym[i]
-            sym[j] = None
-            k = nxt[i] = nxt[j]
-            if k < n:
-                prv[k] = i
-                s = score.get(a + sym[k])
-                if s is not None:
-                    push(heap, (-s, i, len(a) + len(sym[k])))
-            p = prv[i]
-            if p >= 0:
-                s = score.get(sym[p] + a)
-                if s is not None:
-                    push(heap, (-s, p, len(sym[p]) + len(a)))
-        return [x for x in sym if x is not None]
 
     def _emit_symbol(self, sym: str, rev: dict, out: list[int]) -> None:
         """A merged symbol's id; one that is no token to emit is cut along the merge that made
