@@ -98,7 +98,7 @@ class TokenizerBase:
     """
 
     USER_ALWAYS = False         # user-defined tokens matched even with parse_special=False
-    STRIP_SPACE = False         # decode drops one leading space (set per instance)
+    _strip_space = False        # decode drops one leading space (SentencePiece: add_space_prefix)
 
     def _init_vocab(self, tokens: Sequence[str], token_types: Sequence[int] | None, *,
                     bos_id, eos_id, pad_id, unk_id, add_bos, add_eos, chat_template) -> None:
@@ -227,7 +227,7 @@ class TokenizerBase:
         else:
             parts = [tb(i) for i in ids]
         text = b"".join(parts).decode("utf-8", "replace")
-        return text[1:] if self.STRIP_SPACE and text[:1] == " " else text
+        return text[1:] if self._strip_space and text[:1] == " " else text
 
     def stream(self, skip_special: bool = False, *, lstrip: bool | None = None) -> "StreamDecoder":
         """A decoder for one id at a time that never returns half a character (the outputs
@@ -269,7 +269,7 @@ class StreamDecoder:
         self._tok = tokenizer
         self._skip = skip_special
         self._dec = codecs.getincrementaldecoder("utf-8")("replace")
-        self._strip = tokenizer.STRIP_SPACE if lstrip is None else bool(lstrip)
+        self._strip = tokenizer._strip_space if lstrip is None else bool(lstrip)
         self._lead = self._strip        # the stream's first character is still to come
 
     def put(self, token_id: int) -> str:

@@ -67,7 +67,7 @@ class SPMTokenizer(TokenizerBase):
         bad = next((i for i, x in enumerate(scores) if math.isnan(x)), None)
         if bad is not None:
             raise TokenizerError(f"SPMTokenizer: tokenizer.ggml.scores[{bad}] is NaN")
-        self.STRIP_SPACE = self.add_space_prefix = bool(add_space_prefix)
+        self._strip_space = self.add_space_prefix = bool(add_space_prefix)
 
         vocab: dict[str, int] = {}
         for i, t in enumerate(self._tokens):
