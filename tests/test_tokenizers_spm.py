@@ -217,3 +217,36 @@ def test_llm_chat_template_writing_bos(tiny_spm):
     ids = m.tokenizer.encode(m.tokenizer.chat(msgs))
     assert ids[:2] == [1, 1]
     assert isinstance(m.chat(msgs, max_tokens=3), str) and m.stats["prompt_tokens"] == len(ids) - 1   # one BOS
+
+
+# ---- inside Pyodide ---------------------------------------------------------------------------------
+
+PYODIDE_DRIVER = '''
+import json
+from ember.tokenizers import from_gguf
+golden = json.load(open("/golden/spm_tokenizer.json", encoding="utf-8"))
+tok = from_gguf(golden["metadata"])
+out = {"ids": [], "decoded": [], "stream": []}
+for case in golden["cases"]:
+    out["ids"].append(tok.encode(case["text"], add_special=False, parse_special=False))
+    out["decoded"].append(tok.decode(case["ids"]))
+    s = tok.stream()
+    out["stream"].append("".join(s.put(i) for i in case["ids"]) + s.flush())
+out["chat"] = tok.encode("<s>Hi</s>", add_special=False)
+json.dump(out, open("/io/out.json", "w"))
+'''
+
+
+def test_in_pyodide(tmp_path_factory):
+    """The same ids, decodes and streams in Pyodide (no C extensions, standard library only)."""
+    import test_pyodide as tp
+
+    node = tp.need_node()
+    wheel = tp._wheel(tmp_path_factory)
+    io = tmp_path_factory.mktemp("spm-pyodide")
+    proc = tp.run_driver(node, wheel, io, PYODIDE_DRIVER, {io: "/io", Path(__file__).resolve().parent / "golden": "/golden"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads((io / "out.json").read_text(encoding="utf-8"))
+    assert out["ids"] == [c["ids"] for c in CASES]
+    assert out["decoded"] == out["stream"] == [c["decoded"] for c in CASES]
+    assert out["chat"] == SPMTokenizer.from_gguf(MD).encode("<s>Hi</s>", add_special=False)
