@@ -11,7 +11,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from ..errors import IndexingError, TokenizerError
 
-__all__ = ["TokenizerBase", "StreamDecoder", "gguf_id", "merge_pairs",
+__all__ = ["TokenizerBase", "StreamDecoder", "gguf_id", "gguf_vocab", "merge_pairs",
            "UNDEFINED", "NORMAL", "UNKNOWN", "CONTROL", "USER_DEFINED", "UNUSED", "BYTE"]
 
 # tokenizer.ggml.token_type values
@@ -29,6 +29,23 @@ def gguf_id(metadata: Mapping[str, object], key: str) -> int | None:
     except TypeError:
         raise TokenizerError(f"tokenizer.ggml.{key} must be an integer token id, got {v!r}") from None
     return v if v >= 0 else None
+
+
+def gguf_vocab(metadata: Mapping[str, object], model: str, kind: str, extra: str) -> tuple[list, list]:
+    """``(tokens, tokenizer.ggml.<extra>)`` of a GGUF vocabulary whose ``tokenizer.ggml.model``
+    must be ``model`` (``kind`` names it in the error); TokenizerError naming what is missing."""
+    found = metadata.get("tokenizer.ggml.model")
+    if found != model:
+        raise TokenizerError(f"tokenizer.ggml.model is {found!r}: this tokenizer reads {kind} "
+                             f"({model!r}) vocabularies only")
+    got = []
+    for key in ("tokens", extra):
+        v = metadata.get("tokenizer.ggml." + key)
+        if v is None:
+            raise TokenizerError(f"GGUF metadata has no tokenizer.ggml.{key}"
+                                 + (f" (needed by a {model!r} vocabulary)" if key == extra else ""))
+        got.append(list(v))
+    return got[0], got[1]
 
 
 def merge_pairs(word, priority: Mapping[str, object], sep: str = "", rev: dict | None = None) -> list:

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import TokenizerError
 from . import pretokenize
-from .base import (TokenizerBase, StreamDecoder, gguf_id, merge_pairs,  # noqa: F401  (StreamDecoder: re-exported)
+from .base import (TokenizerBase, StreamDecoder, gguf_id, gguf_vocab, merge_pairs,  # noqa: F401  (StreamDecoder: re-exported)
                    UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE)
 
 __all__ = ["BPETokenizer", "StreamDecoder", "bytes_to_unicode",
@@ -148,17 +148,7 @@ class BPETokenizer(TokenizerBase):
         def get(key, default=None):
             return metadata.get("tokenizer.ggml." + key, default)
 
-        model = get("model")
-        if model != "gpt2":
-            raise TokenizerError(
-                f"tokenizer.ggml.model is {model!r}: BPETokenizer reads byte-level BPE ('gpt2') "
-                "vocabularies only")
-        tokens = get("tokens")
-        if tokens is None:
-            raise TokenizerError("GGUF metadata has no tokenizer.ggml.tokens")
-        merges = get("merges")
-        if merges is None:
-            raise TokenizerError("GGUF metadata has no tokenizer.ggml.merges (needed by a 'gpt2' vocabulary)")
+        tokens, merges = gguf_vocab(metadata, "gpt2", "byte-level BPE", "merges")
 
         def opt_id(key):
             return gguf_id(metadata, key)
@@ -167,7 +157,7 @@ class BPETokenizer(TokenizerBase):
         add_bos = get("add_bos_token")
         if add_bos is None:     # llama.cpp's default where the file does not say
             add_bos = pre_name in _ADD_BOS_BY_DEFAULT and opt_id("bos_token_id") is not None
-        return cls(list(tokens), list(merges), token_types=get("token_type"), pre=pre_name,
+        return cls(tokens, merges, token_types=get("token_type"), pre=pre_name,
                    bos_id=opt_id("bos_token_id"), eos_id=opt_id("eos_token_id"),
                    pad_id=opt_id("padding_token_id"), unk_id=opt_id("unknown_token_id"),
                    add_bos=bool(add_bos), add_eos=bool(get("add_eos_token", False)),

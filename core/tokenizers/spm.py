@@ -25,7 +25,7 @@ import math
 from typing import Mapping, Sequence
 
 from ..errors import TokenizerError
-from .base import (TokenizerBase, gguf_id, merge_pairs,
+from .base import (TokenizerBase, gguf_id, gguf_vocab, merge_pairs,
                    UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE)
 
 __all__ = ["SPMTokenizer"]
@@ -107,19 +107,10 @@ class SPMTokenizer(TokenizerBase):
         def get(key, default=None):
             return metadata.get("tokenizer.ggml." + key, default)
 
-        model = get("model")
-        if model != "llama":
-            raise TokenizerError(f"tokenizer.ggml.model is {model!r}: SPMTokenizer reads SentencePiece "
-                                 "('llama') vocabularies only")
-        tokens = get("tokens")
-        if tokens is None:
-            raise TokenizerError("GGUF metadata has no tokenizer.ggml.tokens")
-        scores = get("scores")
-        if scores is None:
-            raise TokenizerError("GGUF metadata has no tokenizer.ggml.scores (needed by a 'llama' vocabulary)")
+        tokens, scores = gguf_vocab(metadata, "llama", "SentencePiece", "scores")
         bos = gguf_id(metadata, "bos_token_id")
         add_bos = get("add_bos_token")
-        return cls(list(tokens), list(scores), token_types=get("token_type"),
+        return cls(tokens, scores, token_types=get("token_type"),
                    bos_id=bos, eos_id=gguf_id(metadata, "eos_token_id"),
                    pad_id=gguf_id(metadata, "padding_token_id"), unk_id=gguf_id(metadata, "unknown_token_id"),
                    add_bos=bos is not None if add_bos is None else bool(add_bos),
