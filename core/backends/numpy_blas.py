@@ -269,9 +269,9 @@ def matmul(a, b, out=None):
     if _api is False:
         return np.matmul(a, b, out=out)
     k = macs(a.shape, b.shape)
-    if b.ndim == 2 and a.ndim > 2:
-        k *= a.size // max(1, a.shape[-2] * a.shape[-1])       # (rows of every matrix of the stack)
-    if k <= _OWN_SINGLE:
+    # a stack of rows by one matrix splits as one product of all the rows
+    total = k * (a.size // max(1, a.shape[-2] * a.shape[-1])) if b.ndim == 2 and a.ndim > 2 else k
+    if total <= _OWN_SINGLE:
         return np.matmul(a, b, out=out)
     fns = _api or api()
     if not fns:
@@ -280,7 +280,7 @@ def matmul(a, b, out=None):
     n0 = get()
     if n0 <= 1:
         return np.matmul(a, b, out=out)
-    if k >= SPLIT_MACS and _CAP > 1 and b.ndim == 2 and a.ndim >= 2 and a.shape[-1] == b.shape[0] \
+    if total >= SPLIT_MACS and _CAP > 1 and b.ndim == 2 and a.ndim >= 2 and a.shape[-1] == b.shape[0] \
             and a.dtype == b.dtype and a.dtype.kind == "f" and not getattr(_local, "inside", False):
         a2 = a if a.ndim == 2 else a.reshape(-1, a.shape[-1]) if a.flags.c_contiguous else None
         o2 = out if out is None or out.ndim == 2 else out.reshape(-1, out.shape[-1]) \
