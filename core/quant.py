@@ -4,6 +4,8 @@
 format its ggml type number, how many elements one block holds, how many bytes it takes, and
 the pure-Python reference ``dequantize(raw) -> array('f')``, the specification every kernel
 (python, numpy, wasm, webgpu) is tested against, itself tested against the ``gguf`` package.
+Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 (blocks of 32), q3_k, q4_k, q5_k, q6_k (super-blocks
+of 256); every backend has a kernel for each.
 
 A quantized weight of ``n`` rows of ``k`` elements is stored as an **int32 tensor, 1-D, of
 ``ceil(n * row_bytes(qtype, k) / 4)`` words** holding the raw block bytes of its rows back to
@@ -175,6 +177,32 @@ def _deq_q6_k(raw) -> array:
     return out
 
 
+def _q3_k_scales(s) -> list:
+    """The 16 signed scales of a Q3_K block (``s``: its 12 scale bytes): the low 4 bits of scale
+    g are nibble g // 8 of byte g % 8, its top 2 bits the bit pair g // 4 of byte 8 + g % 4; the
+    stored 6-bit value is offset by 32."""
+    return [(((s[g % 8] >> (4 * (g // 8))) & 15) | (((s[8 + g % 4] >> (2 * (g // 4))) & 3) << 4)) - 32
+            for g in range(16)]
+
+
+def _deq_q3_k(raw) -> array:
+    # block of 256 (110 bytes): hmask (32), qs (64), 12 scale bytes, d (f16). Element
+    # e = 128h + 32j + l (h = 0..1, j = 0..3, l = 0..31) takes bits 2j..2j+1 of qs[32h + l] and
+    # its high bit from bit 4h + j of hmask[l]; a clear high bit subtracts 4; scale 16 elements
+    # wide; x = d * scale * q, q in -4..3
+    out = array("f")
+    for off in range(0, len(raw), 110):
+        hm = bytes(raw[off:off + 32])
+        sc = _q3_k_scales(bytes(raw[off + 96:off + 108]))
+        d = _half_at(raw, off + 108)
+        for i in range(8):
+            q = bytes(raw[off + 32 + 32 * (i // 4):off + 64 + 32 * (i // 4)])
+            sh = 2 * (i % 4)
+            out.extend([d * sc[2 * i + (l >> 4)] * (((b >> sh) & 3) - (0 if (hm[l] >> i) & 1 else 4))
+                        for l, b in enumerate(q)])
+    return out
+
+
 class QFormat(NamedTuple):
     """One block format: ``name`` (the key in ``FORMATS``), ``ggml_type`` (its number in GGUF
     files), ``block`` (elements per block), ``nbytes`` (bytes per block) and ``dequantize(raw)
@@ -198,6 +226,7 @@ FORMATS: dict = {f.name: f for f in (
     QFormat("q4_k", 12, 256, 144, _deq_q4_k),
     QFormat("q5_k", 13, 256, 176, _deq_q5_k),
     QFormat("q6_k", 14, 256, 210, _deq_q6_k),
+    QFormat("q3_k", 11, 256, 110, _deq_q3_k),
 )}
 
 # Every ggml type number -> its ggml name (GGUF files name tensor types by number; the ones ember

@@ -166,7 +166,7 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
     return norm(x, f["output_norm.weight"]) @ f["token_embd.weight"].T
 
 
-# ---- K-quants (Q4_K, Q6_K): the gguf package dequantizes them but does not quantize ----------
+# ---- K-quants (Q3_K, Q4_K, Q6_K): the gguf package dequantizes them but does not quantize ----------
 # Plain round-to-nearest quantizers in numpy (llama.cpp searches scales harder; any valid blocks
 # do for tests: ember's results are compared with gguf's dequantization of these same blocks).
 
@@ -220,6 +220,34 @@ def quantize_q6_k(a: np.ndarray) -> np.ndarray:
     return out.reshape(rows, -1)
 
 
+def quantize_q3_k(a: np.ndarray) -> np.ndarray:
+    """(rows, k) float32, k % 256 == 0 -> (rows, k // 256 * 110) uint8 of Q3_K blocks: hmask
+    (32), 2-bit quants (64), 16 6-bit sub-block scales stored + 32 (12 bytes), d (f16);
+    x = d * sc * q with q in -4..3 (the high bit set means no -4)."""
+    rows, k = a.shape
+    x = a.reshape(-1, 16, 16).astype(np.float32)
+    far = np.take_along_axis(x, np.abs(x).argmax(axis=2)[:, :, None], axis=2)[:, :, 0]
+    sub = far / -4.0                                 # signed: the largest magnitude becomes q = -4
+    d = _f16(np.abs(sub).max(axis=1) / 31.0)
+    df = d.astype(np.float32)[:, None]
+    sc = np.where(df > 0, np.rint(sub / np.where(df > 0, df, 1)), 0).clip(-32, 31).astype(np.int32)
+    step = (df * sc.astype(np.float32))[:, :, None]
+    q = np.where(step != 0, np.rint(x / np.where(step != 0, step, 1)), 0).clip(-4, 3).astype(np.int32) + 4
+    q = q.reshape(-1, 2, 4, 32).astype(np.uint8)     # (blocks, h, j, l): element 128h + 32j + l
+    qs = ((q[:, :, 0] & 3) | ((q[:, :, 1] & 3) << 2) | ((q[:, :, 2] & 3) << 4) | ((q[:, :, 3] & 3) << 6))
+    hbits = (q >> 2).reshape(-1, 8, 32)              # bit 4h + j of hmask[l]
+    hmask = np.zeros((q.shape[0], 32), np.uint8)
+    for i in range(8):
+        hmask |= hbits[:, i] << i
+    v = (sc + 32).astype(np.uint8)                   # (blocks, 16)
+    scales = np.zeros((q.shape[0], 12), np.uint8)
+    scales[:, :8] = (v[:, :8] & 15) | ((v[:, 8:] & 15) << 4)
+    for g in range(16):
+        scales[:, 8 + g % 4] |= (v[:, g] >> 4) << (2 * (g // 4))
+    out = np.concatenate([hmask, qs.reshape(-1, 64), scales, d.view(np.uint8).reshape(-1, 2)], axis=1)
+    return out.reshape(rows, -1)
+
+
 def quantize(a: np.ndarray, qtype: str):
     """(raw blocks, ggml type) of float32 ``a`` in ``qtype`` (a GGMLQuantizationType name)."""
     import gguf
@@ -229,4 +257,6 @@ def quantize(a: np.ndarray, qtype: str):
         return quantize_q4_k(a), t
     if qtype == "Q6_K":
         return quantize_q6_k(a), t
+    if qtype == "Q3_K":
+        return quantize_q3_k(a), t
     return gguf.quants.quantize(a, t), t

@@ -3,7 +3,9 @@ Q4_K layers with Q6_K for attn_v / ffn_down in some layers and for the tied outp
 the Q5_0 / Q8_0 fallbacks llama.cpp uses for rows that are not a multiple of 256 (SmolLM2's
 Q4_K_M file is that mix: 166 Q5_0, 16 Q4_K, 14 Q6_K, 15 Q8_0). Blocks are written by the numpy
 K-quant quantizers of tests/llm_fixtures.py; the reference is an independent float64 forward
-over ``gguf``'s dequantization of the same blocks. No torch needed."""
+over ``gguf``'s dequantization of the same blocks. No torch needed. A Q3_K_M-style file (Q3_K
+layers, Q4_K where llama.cpp's recipe raises attn_v / attn_output / ffn_down, a Q6_K head) takes
+the same checks."""
 from __future__ import annotations
 
 import sys
@@ -23,22 +25,37 @@ gguf = pytest.importorskip("gguf")
 CFG_KM = dict(n_layers=2, dim=256, n_heads=4, n_kv_heads=2, ffn_dim=512, ctx=64)
 MIX = {"blk.0.attn_v.weight": "Q6_K", "blk.0.ffn_down.weight": "Q6_K",
        "blk.1.attn_q.weight": "Q5_0", "blk.1.attn_v.weight": "Q8_0"}
+# llama.cpp's Q3_K_M: Q3_K layers; attn_v Q5_K (first layers) / Q4_K, attn_output and ffn_down
+# Q4_K; Q6_K output (here Q4_K stands for Q5_K, which the fixtures do not quantize)
+MIX_Q3 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.attn_output.weight": "Q4_K",
+          "blk.0.ffn_down.weight": "Q4_K", "blk.1.ffn_down.weight": "Q4_K"}
+RECIPES = {"q4_k_m": (("Q4_K", "Q6_K"), MIX), "q3_k_m": (("Q3_K", "Q6_K"), MIX_Q3)}
 TOL = {"python": 1e-4, "numpy": 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
+
+
+def _write(tmp_path_factory, recipe):
+    qtypes, mix = RECIPES[recipe]
+    path = tmp_path_factory.mktemp("kq") / f"tiny-{recipe}.gguf"
+    ref = write_tiny_gguf(path, seed=5, qtypes=qtypes, cfg=CFG_KM, mix=mix)
+    return path, ref
 
 
 @pytest.fixture(scope="module")
 def q4_k_m(tmp_path_factory):
-    path = tmp_path_factory.mktemp("kq") / "tiny-q4_k_m.gguf"
-    ref = write_tiny_gguf(path, seed=5, qtypes=("Q4_K", "Q6_K"), cfg=CFG_KM, mix=MIX)
-    return path, ref
+    return _write(tmp_path_factory, "q4_k_m")
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+@pytest.fixture(scope="module", params=list(RECIPES))
+def k_file(request, tmp_path_factory):
+    return _write(tmp_path_factory, request.param)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q3_K"])
 def test_k_quantizers_write_blocks_gguf_reads(qtype):
     a = np.random.default_rng(0).standard_normal((3, 512)).astype(np.float32)
     q, t = quantize(a, qtype)
     back = gguf.quants.dequantize(q, t).reshape(a.shape)
-    step = {"Q4_K": np.ptp(a) / 15, "Q6_K": np.abs(a).max() / 31}[qtype]
+    step = {"Q4_K": np.ptp(a) / 15, "Q6_K": np.abs(a).max() / 31, "Q3_K": np.abs(a).max() / 4}[qtype]
     assert np.abs(back - a).max() <= 0.75 * step
     # ember's own dequantization of the same blocks is gguf's
     w = ember.quant.QTensor.from_bytes(q.tobytes(), qtype.lower(), a.shape)
@@ -52,8 +69,16 @@ def test_the_file_has_the_mix(q4_k_m):
     assert {kinds[n] for n in MIX} == {"q6_k", "q5_0", "q8_0"}
 
 
-def test_q4_k_m_logits_and_greedy_match_the_float_reference(device, q4_k_m):
-    path, ref = q4_k_m
+def test_each_file_has_its_recipe(k_file):
+    path = k_file[0]
+    (layer_q, embd_q), mix = RECIPES[path.stem.removeprefix("tiny-")]
+    kinds = {n: i.qtype for n, i in ember.load_gguf(str(path)).tensors.items()}
+    assert kinds["blk.0.attn_q.weight"] == layer_q.lower() and kinds["token_embd.weight"] == embd_q.lower()
+    assert all(kinds[n] == t.lower() for n, t in mix.items())
+
+
+def test_k_quant_logits_and_greedy_match_the_float_reference(device, k_file):
+    path, ref = k_file
     m = ember.llm.load(str(path), device=device, context=32)
     ids = m.tokenizer.encode("the theater in a tent")
     want = reference_logits(ref, ids, CFG_KM)

@@ -43,13 +43,16 @@ from ember.wasm.runtime import R, W, runtime  # noqa: E402
 
 GT = gguf.GGMLQuantizationType
 GGUF_TYPE = {"f32": GT.F32, "f16": GT.F16, "bf16": GT.BF16, "q8_0": GT.Q8_0, "q4_0": GT.Q4_0,
-             "q4_1": GT.Q4_1, "q5_0": GT.Q5_0, "q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K}
-INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
+             "q4_1": GT.Q4_1, "q5_0": GT.Q5_0, "q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K,
+             "q3_k": GT.Q3_K}
+INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k", "q3_k")
 FLOATS = ("f32", "f16", "bf16")
-KQUANTS = ("q4_k", "q5_k", "q6_k")
+KQUANTS = ("q4_k", "q5_k", "q6_k", "q3_k")
+# bytes of a K-quant block that hold its half scales (d, and dmin where it has one)
+HALF_BYTES = {"q4_k": (0, 4), "q5_k": (0, 4), "q6_k": (208, 210), "q3_k": (108, 110)}
 # bytes of a block that are scales (kept by offset_weight; the rest are the quantized values)
 SCALE_BYTES = {"q4_0": (0, 2), "q4_1": (0, 4), "q5_0": (0, 2), "q8_0": (0, 2), "q4_k": (0, 16),
-               "q5_k": (0, 16), "q6_k": (192, 210)}
+               "q5_k": (0, 16), "q6_k": (192, 210), "q3_k": (96, 110)}
 
 
 def block_of(qtype: str) -> int:
@@ -64,7 +67,7 @@ def make_weight(qtype: str, n: int, k: int, rng) -> np.ndarray:
         return gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), g).view(np.uint8).reshape(n, -1)
     bs, ts = gguf.GGML_QUANT_SIZES[g]
     raw = rng.integers(0, 256, (n, k // bs, ts), dtype=np.uint8)
-    a, b = (208, 210) if qtype == "q6_k" else (0, 4)
+    a, b = HALF_BYTES[qtype]
     halves = rng.uniform(0.002, 0.02, raw.shape[:2] + ((b - a) // 2,)).astype(np.float16)
     raw[..., a:b] = halves.view(np.uint8).reshape(raw.shape[:2] + (b - a,))
     return raw.reshape(n, -1)
@@ -147,13 +150,13 @@ def test_dequantize_is_bit_equal_to_gguf(qtype):
     assert got.view(np.uint32).tolist() == dequant(raw, qtype).view(np.uint32).tolist()
 
 
-@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q6_k", "f16"))
+@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q6_k", "q3_k", "f16"))
 def test_dequantize_special_half_scales(qtype):
     # subnormal, zero, negative, inf and NaN half scales: the exact conversion gguf's numpy does
     rng = np.random.default_rng(2)
     raw = make_weight(qtype, 6, block_of(qtype), rng)
     specials = np.array([1e-7, 0.0, -0.5, np.inf, -np.inf, np.nan], np.float16).view(np.uint8).reshape(6, 2)
-    at = {"q6_k": 208, "f16": 0}.get(qtype, 0)
+    at = {"q6_k": 208, "q3_k": 108, "f16": 0}.get(qtype, 0)
     raw[:, at:at + 2] = specials
     w = wasm_tensor(np.frombuffer(words(raw), np.int32), "int32")
     got = np.array(ember.dequantize(w, qtype=qtype, n=6, k=block_of(qtype)).tolist(), np.float32)
@@ -210,7 +213,7 @@ def test_qlinear_row_results_do_not_depend_on_m(qtype):
     assert q_linear(qtype, w, x[:3], n, k).tobytes() == y37[:3].tobytes()
 
 
-@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q6_k", "f16"))
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q6_k", "q3_k", "f16"))
 def test_qlinear_op_against_the_python_kernel(qtype):
     k, n = 2 * block_of(qtype), 9
     raw, x = _linear_case(qtype, 6, k, n, seed=9)
@@ -288,7 +291,7 @@ def test_qlinear_zero_activation_blocks():
 
 # ---- qembedding ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_k", "bf16"))
+@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_k", "q3_k", "bf16"))
 @pytest.mark.parametrize("id_dtype", ("int32", "int64"))
 def test_qembedding(qtype, id_dtype):
     rng = np.random.default_rng(6)

@@ -164,6 +164,32 @@ fn item_q6_k(rb: u32, i: u32) -> Item {
   return Item(d * sa * (ubytes(lo) - 32.0), d * sb * (ubytes(hi) - 32.0), p.x, p.y);
 }
 
+// q3_k: 110 bytes = 32 bytes hmask, 64 bytes of 2-bit quants, 12 scale bytes (16 6-bit scales,
+// stored + 32), f16 d; element 128h + 32j + l: bits 2j of byte 32 + 32h + l, high bit 4h + j of
+// hmask byte l (clear: minus 4), scale (element / 16); value d*scale*q, q in -4..3. Item i
+// (positions as q4_k's) covers chunk c = w / 8 (h = c / 2, j = 2 (c % 2), j + 1 for e + 32).
+// scale g: low 4 bits in nibble g / 8 of byte g % 8, top 2 in bits 2 (g / 4) of byte 8 + g % 4
+fn q3_scale(base: u32, g: u32) -> f32 {
+  let lo = (byte_at(base + 96u + g % 8u) >> (4u * (g / 8u))) & 15u;
+  let hi = (byte_at(base + 104u + g % 4u) >> (2u * (g / 4u))) & 3u;
+  return f32(i32(lo | (hi << 4u)) - 32);
+}
+fn item_q3_k(rb: u32, i: u32) -> Item {
+  let p = pos_k4(i);
+  let base = rb + (i / 32u) * 110u;
+  let w = i % 32u;
+  let c = w / 8u;
+  let l = (w % 8u) * 4u;
+  let sh = 4u * (c % 2u);
+  let q = word_at(base + 32u + 32u * (c / 2u) + l);
+  let hm = word_at(base + l) >> (2u * c);
+  let lo = ((q >> sh) & 0x03030303u) | ((hm & 0x01010101u) << 2u);
+  let hi = ((q >> (sh + 2u)) & 0x03030303u) | (((hm >> 1u) & 0x01010101u) << 2u);
+  let d = half_at(base + 108u);
+  let g = (p.x % 256u) / 16u;
+  return Item(d * q3_scale(base, g) * (ubytes(lo) - 4.0), d * q3_scale(base, g + 2u) * (ubytes(hi) - 4.0), p.x, p.y);
+}
+
 // plain halves / bfloat16 / floats, one element per "block"; a row's last item may pass K
 fn flat_elem(rb: u32, e: u32, kind: u32) -> f32 {
   if (e >= u(2u)) { return 0.0; }
