@@ -4,8 +4,8 @@
 format its ggml type number, how many elements one block holds, how many bytes it takes, and
 the pure-Python reference ``dequantize(raw) -> array('f')``, the specification every kernel
 (python, numpy, wasm, webgpu) is tested against, itself tested against the ``gguf`` package.
-Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 (blocks of 32), q3_k, q4_k, q5_k, q6_k (super-blocks
-of 256); every backend has a kernel for each.
+Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k
+(super-blocks of 256); every backend has a kernel for each.
 
 A quantized weight of ``n`` rows of ``k`` elements is stored as an **int32 tensor, 1-D, of
 ``ceil(n * row_bytes(qtype, k) / 4)`` words** holding the raw block bytes of its rows back to
@@ -203,6 +203,24 @@ def _deq_q3_k(raw) -> array:
     return out
 
 
+def _deq_q2_k(raw) -> array:
+    # block of 256 (84 bytes): 16 scale bytes (low nibble a scale, high nibble a min, each for 16
+    # elements), qs (64), d, dmin (f16). Element 128h + 32j + l (as q3_k) takes bits 2j of
+    # qs[32h + l]; x = d * scale * q - dmin * min
+    out = array("f")
+    for off in range(0, len(raw), 84):
+        sc = bytes(raw[off:off + 16])
+        d, dmin = _HALF2.unpack_from(raw, off + 80)
+        for i in range(8):
+            q = bytes(raw[off + 16 + 32 * (i // 4):off + 48 + 32 * (i // 4)])
+            sh = 2 * (i % 4)
+            s1, s2 = sc[2 * i], sc[2 * i + 1]
+            d1, n1, d2, n2 = d * (s1 & 15), dmin * (s1 >> 4), d * (s2 & 15), dmin * (s2 >> 4)
+            out.extend([d1 * ((b >> sh) & 3) - n1 for b in q[:16]])
+            out.extend([d2 * ((b >> sh) & 3) - n2 for b in q[16:]])
+    return out
+
+
 class QFormat(NamedTuple):
     """One block format: ``name`` (the key in ``FORMATS``), ``ggml_type`` (its number in GGUF
     files), ``block`` (elements per block), ``nbytes`` (bytes per block) and ``dequantize(raw)
@@ -227,6 +245,7 @@ FORMATS: dict = {f.name: f for f in (
     QFormat("q5_k", 13, 256, 176, _deq_q5_k),
     QFormat("q6_k", 14, 256, 210, _deq_q6_k),
     QFormat("q3_k", 11, 256, 110, _deq_q3_k),
+    QFormat("q2_k", 10, 256, 84, _deq_q2_k),
 )}
 
 # Every ggml type number -> its ggml name (GGUF files name tensor types by number; the ones ember

@@ -166,7 +166,7 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
     return norm(x, f["output_norm.weight"]) @ f["token_embd.weight"].T
 
 
-# ---- K-quants (Q3_K, Q4_K, Q6_K): the gguf package dequantizes them but does not quantize ----------
+# ---- K-quants (Q2_K, Q3_K, Q4_K, Q6_K): the gguf package dequantizes them but does not quantize ----------
 # Plain round-to-nearest quantizers in numpy (llama.cpp searches scales harder; any valid blocks
 # do for tests: ember's results are compared with gguf's dequantization of these same blocks).
 
@@ -248,6 +248,27 @@ def quantize_q3_k(a: np.ndarray) -> np.ndarray:
     return out.reshape(rows, -1)
 
 
+def quantize_q2_k(a: np.ndarray) -> np.ndarray:
+    """(rows, k) float32, k % 256 == 0 -> (rows, k // 256 * 84) uint8 of Q2_K blocks: 16 bytes
+    of 4-bit sub-block scales (low nibble) and mins (high nibble), 2-bit quants (64), d, dmin
+    (f16); x = d * sc * q - dmin * m."""
+    rows, k = a.shape
+    x = a.reshape(-1, 16, 16).astype(np.float32)
+    mn = np.minimum(x.min(axis=2), 0.0)
+    sc_v, m_v = (x.max(axis=2) - mn) / 3.0, -mn
+    d, dmin = _f16(sc_v.max(axis=1) / 15.0), _f16(m_v.max(axis=1) / 15.0)
+    df, dminf = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
+    sc = np.where(df > 0, np.rint(sc_v / np.where(df > 0, df, 1)), 0).clip(0, 15).astype(np.uint8)
+    m = np.where(dminf > 0, np.rint(m_v / np.where(dminf > 0, dminf, 1)), 0).clip(0, 15).astype(np.uint8)
+    step = (df * sc)[:, :, None]
+    q = np.where(step > 0, np.rint((x + (dminf * m)[:, :, None]) / np.where(step > 0, step, 1)), 0)
+    q = q.clip(0, 3).astype(np.uint8).reshape(-1, 2, 4, 32)          # (blocks, h, j, l)
+    qs = (q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)).reshape(-1, 64)
+    out = np.concatenate([sc | (m << 4), qs, d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2)],
+                         axis=1)
+    return out.reshape(rows, -1)
+
+
 def quantize(a: np.ndarray, qtype: str):
     """(raw blocks, ggml type) of float32 ``a`` in ``qtype`` (a GGMLQuantizationType name)."""
     import gguf
@@ -259,4 +280,6 @@ def quantize(a: np.ndarray, qtype: str):
         return quantize_q6_k(a), t
     if qtype == "Q3_K":
         return quantize_q3_k(a), t
+    if qtype == "Q2_K":
+        return quantize_q2_k(a), t
     return gguf.quants.quantize(a, t), t

@@ -4,8 +4,7 @@ the Q5_0 / Q8_0 fallbacks llama.cpp uses for rows that are not a multiple of 256
 Q4_K_M file is that mix: 166 Q5_0, 16 Q4_K, 14 Q6_K, 15 Q8_0). Blocks are written by the numpy
 K-quant quantizers of tests/llm_fixtures.py; the reference is an independent float64 forward
 over ``gguf``'s dequantization of the same blocks. No torch needed. A Q3_K_M-style file (Q3_K
-layers, Q4_K where llama.cpp's recipe raises attn_v / attn_output / ffn_down, a Q6_K head) takes
-the same checks."""
+layers, Q4_K where llama.cpp's recipe raises attn_v / attn_output / ffn_down, a Q6_K head) and a Q2_K one (Q2_K layers with Q3_K / Q4_K where its recipe raises them) take the same checks."""
 from __future__ import annotations
 
 import sys
@@ -29,7 +28,11 @@ MIX = {"blk.0.attn_v.weight": "Q6_K", "blk.0.ffn_down.weight": "Q6_K",
 # Q4_K; Q6_K output (here Q4_K stands for Q5_K, which the fixtures do not quantize)
 MIX_Q3 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.attn_output.weight": "Q4_K",
           "blk.0.ffn_down.weight": "Q4_K", "blk.1.ffn_down.weight": "Q4_K"}
-RECIPES = {"q4_k_m": (("Q4_K", "Q6_K"), MIX), "q3_k_m": (("Q3_K", "Q6_K"), MIX_Q3)}
+# llama.cpp's Q2_K: Q2_K layers, attn_v Q4_K, ffn_down and attn_output Q3_K, Q6_K output
+MIX_Q2 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.ffn_down.weight": "Q3_K",
+          "blk.1.ffn_down.weight": "Q3_K", "blk.0.attn_output.weight": "Q3_K"}
+RECIPES = {"q4_k_m": (("Q4_K", "Q6_K"), MIX), "q3_k_m": (("Q3_K", "Q6_K"), MIX_Q3),
+           "q2_k": (("Q2_K", "Q6_K"), MIX_Q2)}
 TOL = {"python": 1e-4, "numpy": 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
 
 
@@ -50,12 +53,13 @@ def k_file(request, tmp_path_factory):
     return _write(tmp_path_factory, request.param)
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q3_K"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q3_K", "Q2_K"])
 def test_k_quantizers_write_blocks_gguf_reads(qtype):
     a = np.random.default_rng(0).standard_normal((3, 512)).astype(np.float32)
     q, t = quantize(a, qtype)
     back = gguf.quants.dequantize(q, t).reshape(a.shape)
-    step = {"Q4_K": np.ptp(a) / 15, "Q6_K": np.abs(a).max() / 31, "Q3_K": np.abs(a).max() / 4}[qtype]
+    step = {"Q4_K": np.ptp(a) / 15, "Q6_K": np.abs(a).max() / 31, "Q3_K": np.abs(a).max() / 4,
+            "Q2_K": np.ptp(a) / 3}[qtype]
     assert np.abs(back - a).max() <= 0.75 * step
     # ember's own dequantization of the same blocks is gguf's
     w = ember.quant.QTensor.from_bytes(q.tobytes(), qtype.lower(), a.shape)
@@ -91,6 +95,9 @@ def test_k_quant_logits_and_greedy_match_the_float_reference(device, k_file):
     for _ in range(6):
         out.append(int(np.argmax(reference_logits(ref, seq, CFG_KM)[-1])))
         seq.append(out[-1])
+        if out[-1] in m.eog:      # generate stops at an end token (its text is dropped)
+            out.pop()
+            break
     assert m.generate(prompt, max_tokens=6) == m.tokenizer.decode(out)
 
 

@@ -44,15 +44,18 @@ from ember.wasm.runtime import R, W, runtime  # noqa: E402
 GT = gguf.GGMLQuantizationType
 GGUF_TYPE = {"f32": GT.F32, "f16": GT.F16, "bf16": GT.BF16, "q8_0": GT.Q8_0, "q4_0": GT.Q4_0,
              "q4_1": GT.Q4_1, "q5_0": GT.Q5_0, "q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K,
-             "q3_k": GT.Q3_K}
-INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k", "q3_k")
+             "q3_k": GT.Q3_K, "q2_k": GT.Q2_K}
+INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
 FLOATS = ("f32", "f16", "bf16")
-KQUANTS = ("q4_k", "q5_k", "q6_k", "q3_k")
+KQUANTS = ("q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
 # bytes of a K-quant block that hold its half scales (d, and dmin where it has one)
-HALF_BYTES = {"q4_k": (0, 4), "q5_k": (0, 4), "q6_k": (208, 210), "q3_k": (108, 110)}
-# bytes of a block that are scales (kept by offset_weight; the rest are the quantized values)
+HALF_BYTES = {"q4_k": (0, 4), "q5_k": (0, 4), "q6_k": (208, 210), "q3_k": (108, 110),
+              "q2_k": (80, 84)}
+# bytes of a block that are scales (kept by offset_weight; the rest are the quantized values): one
+# span, or a tuple of spans
 SCALE_BYTES = {"q4_0": (0, 2), "q4_1": (0, 4), "q5_0": (0, 2), "q8_0": (0, 2), "q4_k": (0, 16),
-               "q5_k": (0, 16), "q6_k": (192, 210), "q3_k": (96, 110)}
+               "q5_k": (0, 16), "q6_k": (192, 210), "q3_k": (96, 110),
+               "q2_k": ((0, 16), (80, 84))}
 
 
 def block_of(qtype: str) -> int:
@@ -88,9 +91,10 @@ def offset_weight(raw: np.ndarray, qtype: str) -> np.ndarray:
     g = GGUF_TYPE[qtype]
     bs, ts = gguf.GGML_QUANT_SIZES[g]
     blocks = raw.reshape(raw.shape[0], -1, ts)
-    a, b = SCALE_BYTES[qtype]
+    spans = SCALE_BYTES[qtype]
     z = np.zeros_like(blocks)
-    z[..., a:b] = blocks[..., a:b]
+    for a, b in (spans,) if isinstance(spans[0], int) else spans:
+        z[..., a:b] = blocks[..., a:b]
     return dequant(z.reshape(raw.shape[0], -1), qtype)
 
 
@@ -150,13 +154,13 @@ def test_dequantize_is_bit_equal_to_gguf(qtype):
     assert got.view(np.uint32).tolist() == dequant(raw, qtype).view(np.uint32).tolist()
 
 
-@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q6_k", "q3_k", "f16"))
+@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q6_k", "q3_k", "q2_k", "f16"))
 def test_dequantize_special_half_scales(qtype):
     # subnormal, zero, negative, inf and NaN half scales: the exact conversion gguf's numpy does
     rng = np.random.default_rng(2)
     raw = make_weight(qtype, 6, block_of(qtype), rng)
     specials = np.array([1e-7, 0.0, -0.5, np.inf, -np.inf, np.nan], np.float16).view(np.uint8).reshape(6, 2)
-    at = {"q6_k": 208, "q3_k": 108, "f16": 0}.get(qtype, 0)
+    at = {"q6_k": 208, "q3_k": 108, "q2_k": 80, "f16": 0}.get(qtype, 0)
     raw[:, at:at + 2] = specials
     w = wasm_tensor(np.frombuffer(words(raw), np.int32), "int32")
     got = np.array(ember.dequantize(w, qtype=qtype, n=6, k=block_of(qtype)).tolist(), np.float32)
@@ -213,7 +217,7 @@ def test_qlinear_row_results_do_not_depend_on_m(qtype):
     assert q_linear(qtype, w, x[:3], n, k).tobytes() == y37[:3].tobytes()
 
 
-@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q6_k", "q3_k", "f16"))
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q6_k", "q3_k", "q2_k", "f16"))
 def test_qlinear_op_against_the_python_kernel(qtype):
     k, n = 2 * block_of(qtype), 9
     raw, x = _linear_case(qtype, 6, k, n, seed=9)
@@ -291,7 +295,7 @@ def test_qlinear_zero_activation_blocks():
 
 # ---- qembedding ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_k", "q3_k", "bf16"))
+@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_k", "q3_k", "q2_k", "bf16"))
 @pytest.mark.parametrize("id_dtype", ("int32", "int64"))
 def test_qembedding(qtype, id_dtype):
     rng = np.random.default_rng(6)

@@ -24,7 +24,7 @@ shapes: Q4_1 layers, the Q8_0 head of 49152 x 576; ``tests/bench/bench_wasm.py -
 - V8 does not prefetch for wasm and the hardware prefetcher lost track of four interleaved
   row streams: the Q8_0 head ran at ~5 GB/s. Reading one byte per cache line a few rows ahead
   (clamped to the weight) doubled it; the fused kernel does that.
-- Prompts (more than ``FUSED_MAX_M`` = 3 rows in quant.c), q3_k, q5_k and q6_k decode four weight
+- Prompts (more than ``FUSED_MAX_M`` = 3 rows in quant.c), q2_k, q3_k, q5_k and q6_k decode four weight
   rows at a time into a small int16 tile (with per-block float scales) and run every activation
   row against it: the weight is decoded once per call instead of once per row (Q4_1 1536 x 576
   with 37 rows: 18.5 GMAC/s, against 13 for one row fused and ~12 for the float GEMM). Same
@@ -65,7 +65,7 @@ from .fallback import PY
 from .runtime import R, W
 
 # formats the module knows (ggml type numbers, as in quant.c)
-KNOWN = frozenset(("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q3_k", "q4_k", "q5_k", "q6_k"))
+KNOWN = frozenset(("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"))
 FLOAT_FORMATS = frozenset(("f32", "f16", "bf16"))
 FLOAT_ROWS = 32                 # quant.c FLOAT_ROWS
 QERR_QTYPE, QERR_SHAPE = -1, -2

@@ -132,9 +132,18 @@ def _d_q3_k(B):
     return y.reshape(nb, 256)
 
 
+def _d_q2_k(B):
+    nb = B.shape[0]
+    sc = B[:, :16]
+    dl = (_half(B, 80) * (sc & 15).astype(_F32)).reshape(nb, 16, 1)
+    ml = (_half(B, 82) * (sc >> 4).astype(_F32)).reshape(nb, 16, 1)
+    q = ((B[:, 16:80].reshape(nb, 2, 1, 32) >> _SHIFT6) & 3).reshape(nb, 16, 16).astype(_F32)
+    return (dl * q - ml).reshape(nb, 256)
+
+
 DEQUANT = {"f32": _d_f32, "f16": _d_f16, "bf16": _d_bf16, "q8_0": _d_q8_0, "q4_0": _d_q4_0,
            "q4_1": _d_q4_1, "q5_0": _d_q5_0, "q4_k": _d_q4_k, "q5_k": _d_q5_k, "q6_k": _d_q6_k,
-           "q3_k": _d_q3_k}
+           "q2_k": _d_q2_k, "q3_k": _d_q3_k}
 
 
 def _bytes(w):

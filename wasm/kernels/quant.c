@@ -2,7 +2,7 @@
  * ember/wasm/ops_quant.py calls these and documents the design; the numbers here (ggml type
  * numbers, the parameter tables, the scratch layout) are mirrored there.
  *
- * qlinear on the integer formats (q8_0 q4_0 q4_1 q5_0 q3_k q4_k q5_k q6_k) never expands the weight:
+ * qlinear on the integer formats (q8_0 q4_0 q4_1 q5_0 q2_k q3_k q4_k q5_k q6_k) never expands the weight:
  *  1. each row of x is quantized per block of 32 to int16 (scale dx = amax / 32767, q = round to
  *     nearest even of x * (32767 / amax)), with the float sums of its two halves, into scratch;
  *  2. the weight's 4-to-6-bit (or 8-bit) values become int16 lanes straight from the block bytes
@@ -13,7 +13,7 @@
  *  3. per block, the exact integer sum becomes a float: y += (isum * D) * dx + C * sum(x), where
  *     D is the block's scale and C its offset term (q4_1: D = d, C = m; q4_0: C = -8 d; q5_0:
  *     C = -16 d; q8_0: C = 0; q4_k/q5_k: D = d * sc, C = -dmin * m per 32; q6_k: C = -32 D, q3_k:
- *     C = -4 D, per 16).
+ *     C = -4 D, q2_k: D = d * sc, C = -dmin * m, per 16).
  * Four weight rows are done together: their integer sums are transposed into one vector (a lane
  * per row), so the scales of four rows convert from half precision and accumulate as one vector.
  * The fused path converts the scales without the inf/NaN case and redoes a group of rows exactly
@@ -41,8 +41,8 @@ typedef u32 u32u __attribute__((aligned(1)));
 typedef i64 i64a __attribute__((aligned(4)));
 
 /* ggml type numbers */
-enum { QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q8_0 = 8, QT_Q3_K = 11,
-       QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14, QT_BF16 = 30 };
+enum { QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q8_0 = 8, QT_Q2_K = 10,
+       QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14, QT_BF16 = 30 };
 /* q_linear's parameter table */
 enum { QL_QTYPE, QL_M, QL_N, QL_K, QL_NPARAMS };
 /* q_embedding's */
@@ -109,7 +109,7 @@ static i32 q_block(i32 qt) {
   switch (qt) {
     case QT_F32: case QT_F16: case QT_BF16: return 1;
     case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q8_0: return 32;
-    case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return 256;
+    case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return 256;
     default: return 0;
   }
 }
@@ -122,6 +122,7 @@ static i32 q_nbytes(i32 qt) {
     case QT_Q4_1: return 20;
     case QT_Q5_0: return 22;
     case QT_Q8_0: return 34;
+    case QT_Q2_K: return 84;
     case QT_Q3_K: return 110;
     case QT_Q4_K: return 144;
     case QT_Q5_K: return 176;
@@ -222,6 +223,23 @@ static void deq_row(i32 qt, const u8 *w, f32 *o, i32 k) {
             i32 v = (q[l] >> sh) & 0xF;
             if (qt == QT_Q5_K) v |= ((qh[l] >> j) & 1) << 4;
             o[32 * j + l] = dl * (f32)v - ml;
+          }
+        }
+        o += 256;
+        break;
+      }
+      case QT_Q2_K: {
+        /* element 32i + l (i = 4h + j): bits 2j of qs[32h + l]; scale byte 2i + l / 16: low
+         * nibble the scale, high nibble the min */
+        const u8 *sc = p, *qs = p + 16;
+        const f32 d = h2f(ld16(p + 80)), dmin = h2f(ld16(p + 82));
+        for (i32 i = 0; i < 8; i++) {
+          const u8 *q = qs + 32 * (i >> 2);
+          const i32 sh = 2 * (i & 3);
+          for (i32 l = 0; l < 32; l++) {
+            const i32 s = sc[2 * i + (l >> 4)];
+            const f32 dl = d * (f32)(s & 0xF), ml = dmin * (f32)(s >> 4);
+            o[32 * i + l] = dl * (f32)((q[l] >> sh) & 3) - ml;
           }
         }
         o += 256;
@@ -634,7 +652,7 @@ static void q4k_fused(const u8 *w, i32 N, i32 nb, const i16 *xq, const f32 *xs, 
 
 /* ---- the tiled path: four rows decoded once, then every row of x ------------------------------
  * Tile layout (in scratch): Wt int16 [nb][4 rows][32], then per block and row D, C (and for
- * q6_k and q3_k, whose scales change every 16 elements, D2, C2 for the second half): [nb][4] floats each. */
+ * q6_k, q3_k and q2_k, whose scales change every 16 elements, D2, C2 for the second half): [nb][4] floats each. */
 
 INLINE void put4(i16 *o, v128_t a, v128_t b, v128_t c, v128_t d) {
   wasm_v128_store(o, a);
@@ -724,6 +742,31 @@ static void decode_row(i32 qt, const u8 *w, i32 nb, i32 r, i16 *Wt, f32 *Dt, f32
       }
       return;
     }
+    case QT_Q2_K: {
+      /* 2-bit lanes; D = d * scale, C = -dmin * min, per 16 (the split tile) */
+      const v128_t m = wasm_i16x8_splat(3);
+      for (i32 sb = 0; sb < nb / 8; sb++) {
+        const u8 *p = w + sb * 84, *sc = p, *qs = p + 16;
+        const f32 dd = h2f(ld16(p + 80)), dmin = h2f(ld16(p + 82));
+        for (i32 i = 0; i < 8; i++) {
+          const u8 *q = qs + 32 * (i >> 2);
+          const i32 sh = 2 * (i & 3);
+          const v128_t u0 = wasm_u16x8_shr(wasm_v128_load(q), sh), u1 = wasm_u16x8_shr(wasm_v128_load(q + 16), sh);
+          a = wasm_v128_and(u0, m);
+          b = wasm_v128_and(wasm_u16x8_shr(u0, 8), m);
+          c = wasm_v128_and(u1, m);
+          d = wasm_v128_and(wasm_u16x8_shr(u1, 8), m);
+          const i32 k = 8 * sb + i;
+          put4(Wt + (4 * k + r) * 32, a, b, c, d);
+          const i32 s0 = sc[2 * i], s1 = sc[2 * i + 1];
+          Dt[4 * k + r] = dd * (f32)(s0 & 0xF);
+          Ct[4 * k + r] = -(dmin * (f32)(s0 >> 4));
+          D2t[4 * k + r] = dd * (f32)(s1 & 0xF);
+          C2t[4 * k + r] = -(dmin * (f32)(s1 >> 4));
+        }
+      }
+      return;
+    }
     case QT_Q3_K: {
       /* the unsigned 3-bit value (low 2 bits | high bit << 2) with C = -4 D: q6_k's scheme */
       const v128_t m = wasm_i16x8_splat(3), bit = wasm_i16x8_splat(4);
@@ -794,7 +837,7 @@ static void tiled(i32 qt, const u8 *w, i32 rb, i32 M, i32 N, i32 nb, const i16 *
                   i32 ldy, f32 *tile) {
   i16 *Wt = (i16 *)tile;
   f32 *Dt = tile + 64 * nb, *Ct = Dt + 4 * nb, *D2t = Ct + 4 * nb, *C2t = D2t + 4 * nb;
-  const i32 split = qt == QT_Q6_K || qt == QT_Q3_K, hasC = qt != QT_Q8_0;
+  const i32 split = qt == QT_Q6_K || qt == QT_Q3_K || qt == QT_Q2_K, hasC = qt != QT_Q8_0;
   for (i32 n = 0; n < N; n += 4) {
     const i32 nr = N - n < 4 ? N - n : 4;
     for (i32 r = 0; r < 4; r++) decode_row(qt, w + (n + (r < nr ? r : nr - 1)) * rb, nb, r, Wt, Dt, Ct, D2t, C2t);
@@ -853,6 +896,7 @@ i64 q_linear_extent(const i32 *prm, i32 scratch) {
     case QT_Q4_1: nbytes = OPQ(20); break;
     case QT_Q5_0: nbytes = OPQ(22); break;
     case QT_Q8_0: nbytes = OPQ(34); break;
+    case QT_Q2_K: nbytes = OPQ(84); blk = 256; break;
     case QT_Q3_K: nbytes = OPQ(110); blk = 256; break;
     case QT_Q4_K: nbytes = OPQ(144); blk = 256; break;
     case QT_Q5_K: nbytes = OPQ(176); blk = 256; break;

@@ -190,6 +190,24 @@ fn item_q3_k(rb: u32, i: u32) -> Item {
   return Item(d * q3_scale(base, g) * (ubytes(lo) - 4.0), d * q3_scale(base, g + 2u) * (ubytes(hi) - 4.0), p.x, p.y);
 }
 
+// q2_k: 84 bytes = 16 scale bytes (low nibble a scale, high nibble a min, for 16 elements each),
+// 64 bytes of 2-bit quants (as q3_k's), f16 d, f16 dmin; value d*scale*q - dmin*min
+fn item_q2_k(rb: u32, i: u32) -> Item {
+  let p = pos_k4(i);
+  let base = rb + (i / 32u) * 84u;
+  let w = i % 32u;
+  let c = w / 8u;
+  let l = (w % 8u) * 4u;
+  let sh = 4u * (c % 2u);
+  let q = word_at(base + 16u + 32u * (c / 2u) + l);
+  let dm = unpack2x16float(word_at(base + 80u));
+  let g = (p.x % 256u) / 16u;
+  let sa = byte_at(base + g);
+  let sb = byte_at(base + g + 2u);
+  return Item(dm.x * f32(sa & 15u) * ubytes((q >> sh) & 0x03030303u) - dm.y * f32(sa >> 4u),
+              dm.x * f32(sb & 15u) * ubytes((q >> (sh + 2u)) & 0x03030303u) - dm.y * f32(sb >> 4u), p.x, p.y);
+}
+
 // plain halves / bfloat16 / floats, one element per "block"; a row's last item may pass K
 fn flat_elem(rb: u32, e: u32, kind: u32) -> f32 {
   if (e >= u(2u)) { return 0.0; }
