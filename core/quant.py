@@ -4,7 +4,7 @@
 format its ggml type number, how many elements one block holds, how many bytes it takes, and
 the pure-Python reference ``dequantize(raw) -> array('f')``, the specification every kernel
 (python, numpy, wasm, webgpu) is tested against, itself tested against the ``gguf`` package.
-Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k
+Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k
 (super-blocks of 256); every backend has a kernel for each.
 
 A quantized weight of ``n`` rows of ``k`` elements is stored as an **int32 tensor, 1-D, of
@@ -113,6 +113,19 @@ def _deq_q5_0(raw) -> array:
         qs = bytes(raw[off + 6:off + 22])
         out.extend([d * (((b & 15) | ((qh >> j) & 1) << 4) - 16) for j, b in enumerate(qs)])
         out.extend([d * (((b >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16) for j, b in enumerate(qs)])
+    return out
+
+
+def _deq_q5_1(raw) -> array:
+    # block: d (f16), m (f16), qh (32 bits, as q5_0's), 16 bytes of nibbles (as q4_0);
+    # x = d * (nibble | fifth bit << 4) + m
+    out = array("f")
+    for off in range(0, len(raw), 24):
+        d, m = _HALF2.unpack_from(raw, off)
+        qh = int.from_bytes(raw[off + 4:off + 8], "little")
+        qs = bytes(raw[off + 8:off + 24])
+        out.extend([d * ((b & 15) | ((qh >> j) & 1) << 4) + m for j, b in enumerate(qs)])
+        out.extend([d * ((b >> 4) | ((qh >> (j + 16)) & 1) << 4) + m for j, b in enumerate(qs)])
     return out
 
 
@@ -241,6 +254,7 @@ FORMATS: dict = {f.name: f for f in (
     QFormat("q4_0", 2, 32, 18, _deq_q4_0),
     QFormat("q4_1", 3, 32, 20, _deq_q4_1),
     QFormat("q5_0", 6, 32, 22, _deq_q5_0),
+    QFormat("q5_1", 7, 32, 24, _deq_q5_1),
     QFormat("q4_k", 12, 256, 144, _deq_q4_k),
     QFormat("q5_k", 13, 256, 176, _deq_q5_k),
     QFormat("q6_k", 14, 256, 210, _deq_q6_k),
@@ -365,13 +379,22 @@ def _q_q5_0(xs) -> bytes:
     return _to_half(d) + qh.to_bytes(4, "little") + _pack_nibbles(q)
 
 
-_QUANTIZERS = {"q8_0": _q_q8_0, "q4_0": _q_q4_0, "q4_1": _q_q4_1, "q5_0": _q_q5_0}
+def _q_q5_1(xs) -> bytes:
+    lo, hi = min(xs), max(xs)
+    d = _r32(_r32(hi - lo) / 31)
+    i = _recip(d)
+    q = [min(31, trunc(_r32(_r32(_r32(v - lo) * i) + 0.5))) for v in xs]
+    qh = sum(((v >> 4) & 1) << j for j, v in enumerate(q))
+    return _to_half(d) + _to_half(lo) + qh.to_bytes(4, "little") + _pack_nibbles(q)
+
+
+_QUANTIZERS = {"q8_0": _q_q8_0, "q4_0": _q_q4_0, "q4_1": _q_q4_1, "q5_0": _q_q5_0, "q5_1": _q_q5_1}
 
 
 def quantize(values, qtype: str) -> bytes:
     """Quantize a flat sequence of floats (a multiple of the block size long) to ``qtype``'s
     raw blocks, rounding exactly as ggml (and ``gguf.quants.quantize``) do. Formats:
-    ``q8_0``, ``q4_0``, ``q4_1``, ``q5_0``; ``f32``, ``f16`` and ``bf16`` (round to nearest
+    ``q8_0``, ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``; ``f32``, ``f16`` and ``bf16`` (round to nearest
     even) too.
 
     >>> raw = quantize([127.0] * 32, "q8_0")

@@ -82,20 +82,20 @@ def write_gguf(path, *, alignment=None, version=3):
     braw = gguf.quants.quantize(b, GT.BF16)
     w.add_tensor("bf16_2d", braw, raw_dtype=GT.BF16)
     want["bf16_2d"] = (gguf.quants.dequantize(braw, GT.BF16), "bf16")
-    for i, qt in enumerate((GT.Q8_0, GT.Q4_0, GT.Q4_1, GT.Q5_0)):
+    for i, qt in enumerate((GT.Q8_0, GT.Q4_0, GT.Q4_1, GT.Q5_0, GT.Q5_1)):
         x = _rand((3, 64), 10 + i)
         raw = gguf.quants.quantize(x, qt)
         w.add_tensor(f"{qt.name.lower()}_w", raw, raw_dtype=qt)
         want[f"{qt.name.lower()}_w"] = (gguf.quants.dequantize(raw, qt), qt.name.lower())
-    for i, qt in enumerate((GT.Q4_K, GT.Q5_K, GT.Q6_K)):
+    for i, qt in enumerate((GT.Q4_K, GT.Q5_K, GT.Q6_K, GT.Q3_K, GT.Q2_K)):
         nbytes = gguf.GGML_QUANT_SIZES[qt][1]
         raw = _k_blocks(2, nbytes, 20 + i)
-        if qt == GT.Q6_K:
-            raw[:, 208:210] = np.full((2, 1), 0.01, np.float16).view(np.uint8)
+        for at in {GT.Q6_K: (208,), GT.Q3_K: (108,), GT.Q2_K: (80, 82)}.get(qt, ()):   # their f16 scales
+            raw[:, at:at + 2] = np.full((2, 1), 0.01, np.float16).view(np.uint8)
         w.add_tensor(f"{qt.name.lower()}_w", raw.reshape(2, nbytes), raw_dtype=qt)
         want[f"{qt.name.lower()}_w"] = (gguf.quants.dequantize(raw.reshape(2, nbytes), qt), qt.name.lower())
-    x = _rand((2, 32), 30)
-    w.add_tensor("q5_1_w", gguf.quants.quantize(x, GT.Q5_1), raw_dtype=GT.Q5_1)   # a type ember does not read
+    x = _rand((2, 256), 30)
+    w.add_tensor("tq2_0_w", gguf.quants.quantize(x, GT.TQ2_0), raw_dtype=GT.TQ2_0)   # a type ember does not read
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -174,11 +174,11 @@ def test_tensors(written, tag, device):
 
 def test_unsupported_type_is_listed_but_refused_on_use(written):
     f = ember.load_gguf(written["v3"][0])
-    info = f.tensors["q5_1_w"]
-    assert info.qtype == "q5_1" and info.shape == (2, 32) and info.nbytes == 48 and not info.supported
-    assert len(f.raw("q5_1_w")) == 48
-    with raises(UnsupportedOp, "q5_1_w", "Q5_1"):
-        f.tensor("q5_1_w")
+    info = f.tensors["tq2_0_w"]
+    assert info.qtype == "tq2_0" and info.shape == (2, 256) and info.nbytes == 132 and not info.supported
+    assert len(f.raw("tq2_0_w")) == 132
+    with raises(UnsupportedOp, "tq2_0_w", "TQ2_0"):
+        f.tensor("tq2_0_w")
     with pytest.raises(KeyError, match="nope"):
         f.tensor("nope")
 

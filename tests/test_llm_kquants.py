@@ -4,7 +4,9 @@ the Q5_0 / Q8_0 fallbacks llama.cpp uses for rows that are not a multiple of 256
 Q4_K_M file is that mix: 166 Q5_0, 16 Q4_K, 14 Q6_K, 15 Q8_0). Blocks are written by the numpy
 K-quant quantizers of tests/llm_fixtures.py; the reference is an independent float64 forward
 over ``gguf``'s dequantization of the same blocks. No torch needed. A Q3_K_M-style file (Q3_K
-layers, Q4_K where llama.cpp's recipe raises attn_v / attn_output / ffn_down, a Q6_K head) and a Q2_K one (Q2_K layers with Q3_K / Q4_K where its recipe raises them) take the same checks."""
+layers, Q4_K where llama.cpp's recipe raises attn_v / attn_output / ffn_down, a Q6_K head) and a
+Q2_K one (Q2_K layers with Q3_K / Q4_K where its recipe raises them) and a Q5_1 one take the same
+checks."""
 from __future__ import annotations
 
 import sys
@@ -31,8 +33,9 @@ MIX_Q3 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.a
 # llama.cpp's Q2_K: Q2_K layers, attn_v Q4_K, ffn_down and attn_output Q3_K, Q6_K output
 MIX_Q2 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.ffn_down.weight": "Q3_K",
           "blk.1.ffn_down.weight": "Q3_K", "blk.0.attn_output.weight": "Q3_K"}
+# llama.cpp's Q5_1: Q5_1 layers, a Q6_K head
 RECIPES = {"q4_k_m": (("Q4_K", "Q6_K"), MIX), "q3_k_m": (("Q3_K", "Q6_K"), MIX_Q3),
-           "q2_k": (("Q2_K", "Q6_K"), MIX_Q2)}
+           "q2_k": (("Q2_K", "Q6_K"), MIX_Q2), "q5_1": (("Q5_1", "Q6_K"), {})}
 TOL = {"python": 1e-4, "numpy": 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
 
 

@@ -148,7 +148,7 @@ def test_attention_cached_replays_with_new_positions(device):
     assert step.stats()["plans"] == 1 and step.stats()["replays"] == C - 1
 
 
-@pytest.mark.parametrize("qtype", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("qtype", ["q4_1", "q8_0", "q5_1"])
 def test_qlinear_rms_and_residual(device, qtype):
     """The folded decode products (RMSNorm before, silu(gate) * up and a residual add around a
     quantized product) against float64 numpy over the dequantized weight; rows 1 and 3 run the
@@ -247,7 +247,7 @@ def _qweight(rng, n, k, qtype, scale=0.3):
     from ember.quant import QTensor
 
     a = rng.standard_normal((n, k)) * scale
-    if qtype in ("q4_k", "q6_k"):            # (ember quantizes to the 32-element formats only)
+    if qtype.endswith("_k"):                 # (ember quantizes to the 32-element formats only)
         from llm_fixtures import quantize
 
         raw = quantize(a.astype(np.float32), qtype.upper())[0]
@@ -294,7 +294,8 @@ def test_qlinear_rms_parts(device, qtype):
         qlinear_rms(_t(np.ones(k), device), _t(nw, device), w.to(device), parts=True)
 
 
-@pytest.mark.parametrize("qtype,d", [("q8_0", 32), ("q4_1", 64), ("q4_k", 64), ("q8_0", 16)])
+@pytest.mark.parametrize("qtype,d", [("q8_0", 32), ("q4_1", 64), ("q4_k", 64), ("q8_0", 16), ("q3_k", 64),
+                                     ("q2_k", 64), ("q5_1", 32)])
 def test_attention_proj(device, qtype, d):
     """attention_cached then the residual and each head's share of the output projection
     (1 + Hq, T, n): against float64 numpy; the caches are written as attention_cached writes

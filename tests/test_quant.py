@@ -18,11 +18,11 @@ GT = gguf.GGMLQuantizationType
 # The backends whose quant kernels this file checks; the wasm and webgpu kernels have their own
 # tests (they compare against the same reference).
 QUANT_DEVICES = ("python", "numpy")
-QUANTIZABLE = ("q8_0", "q4_0", "q4_1", "q5_0")
+QUANTIZABLE = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FORMATS = tuple(quant.FORMATS)
 
 # byte offsets of the float16 scale fields in each block format
-_HALF_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q4_k": (0, 2), "q5_k": (0, 2),
+_HALF_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q5_k": (0, 2),
                 "q6_k": (208,), "q3_k": (108,), "q2_k": (80, 82)}
 
 
@@ -60,7 +60,7 @@ def test_formats_match_ggml_sizes():
         assert gguf.GGML_QUANT_SIZES[GT(f.ggml_type)] == (f.block, f.nbytes), name
         assert GT(f.ggml_type).name.lower() == name
     assert set(FORMATS) == {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k",
-                            "q3_k", "q2_k"}
+                            "q3_k", "q2_k", "q5_1"}
     for t, name in quant.GGML_TYPES.items():
         if t not in (4, 5):                    # Q4_2 / Q4_3: removed from ggml long ago
             assert GT(t).name == name
@@ -191,7 +191,7 @@ def test_numpy_qlinear_chunks(monkeypatch):
 
     monkeypatch.setattr(numpy_quant, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(numpy_quant, "FAST_CHUNK_BYTES", 4096)
-    for qtype, k in (("q8_0", 128), ("q4_1", 128), ("q4_0", 128), ("q4_0", 96), ("q5_0", 128), ("q6_k", 256),
+    for qtype, k in (("q8_0", 128), ("q4_1", 128), ("q4_0", 128), ("q4_0", 96), ("q5_0", 128), ("q5_1", 96), ("q6_k", 256),
                      ("q3_k", 256), ("q2_k", 256), ("f16", 128)):   # q4_0 with k=96: 54-byte rows, chunks not 4-byte aligned
         w, ref = make_weight(qtype, 53, k, "numpy", seed=9)
         for m in (1, 3, 17, 70):

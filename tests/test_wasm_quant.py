@@ -44,8 +44,8 @@ from ember.wasm.runtime import R, W, runtime  # noqa: E402
 GT = gguf.GGMLQuantizationType
 GGUF_TYPE = {"f32": GT.F32, "f16": GT.F16, "bf16": GT.BF16, "q8_0": GT.Q8_0, "q4_0": GT.Q4_0,
              "q4_1": GT.Q4_1, "q5_0": GT.Q5_0, "q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K,
-             "q3_k": GT.Q3_K, "q2_k": GT.Q2_K}
-INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
+             "q3_k": GT.Q3_K, "q2_k": GT.Q2_K, "q5_1": GT.Q5_1}
+INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
 FLOATS = ("f32", "f16", "bf16")
 KQUANTS = ("q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
 # bytes of a K-quant block that hold its half scales (d, and dmin where it has one)
@@ -53,7 +53,7 @@ HALF_BYTES = {"q4_k": (0, 4), "q5_k": (0, 4), "q6_k": (208, 210), "q3_k": (108, 
               "q2_k": (80, 84)}
 # bytes of a block that are scales (kept by offset_weight; the rest are the quantized values): one
 # span, or a tuple of spans
-SCALE_BYTES = {"q4_0": (0, 2), "q4_1": (0, 4), "q5_0": (0, 2), "q8_0": (0, 2), "q4_k": (0, 16),
+SCALE_BYTES = {"q4_0": (0, 2), "q4_1": (0, 4), "q5_0": (0, 2), "q5_1": (0, 4), "q8_0": (0, 2), "q4_k": (0, 16),
                "q5_k": (0, 16), "q6_k": (192, 210), "q3_k": (96, 110),
                "q2_k": ((0, 16), (80, 84))}
 
@@ -242,7 +242,7 @@ def test_qlinear_non_finite_activation_gives_nan_where_it_reaches():
     assert np.isnan(y[0]).all() and np.isnan(y[2]).all() and np.isfinite(y[1]).all()
 
 
-@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q5_0"))
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q5_0", "q5_1"))
 def test_qlinear_inf_and_nan_scales(qtype):
     # the fused path converts scales without the inf/NaN case and redoes such a group exactly
     k, n = 96, 11
@@ -250,7 +250,7 @@ def test_qlinear_inf_and_nan_scales(qtype):
     bs = gguf.GGML_QUANT_SIZES[GGUF_TYPE[qtype]][1]
     bad = raw.copy()
     bad[2, bs:bs + 2] = np.array([np.inf], np.float16).view(np.uint8)        # row 2, block 1: d = inf
-    at = 2 if qtype == "q4_1" else 0                                          # row 9: m (or d) = NaN
+    at = 2 if qtype in ("q4_1", "q5_1") else 0                                # row 9: m (or d) = NaN
     bad[9, at:at + 2] = np.array([np.nan], np.float16).view(np.uint8)
     clean = q_linear(qtype, words(raw), x[:1], n, k)[0]
     y1 = q_linear(qtype, words(bad), x[:1], n, k)[0]
@@ -260,7 +260,7 @@ def test_qlinear_inf_and_nan_scales(qtype):
     np.testing.assert_array_equal(y1, q_linear(qtype, words(bad), x, n, k)[0])   # the tiled path agrees
 
 
-@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q4_0"))
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q4_0", "q5_1"))
 def test_qlinear_every_half_scale(qtype):
     # the fused path (one row of x) converts a block's half scales with a shift trick and finds
     # exponent 31 from the fields' maximum; the tiled path (4 rows) converts each half exactly:
@@ -272,7 +272,7 @@ def test_qlinear_every_half_scale(qtype):
     rows = raw.reshape(n, 2, bs)
     rows[:, 0, 0:2] = halves.view(np.uint8).reshape(n, 2)               # block 0: d = every half
     rows[:, 1, 0:2] = np.array([0.01], np.float16).view(np.uint8)       # block 1: a finite d
-    if qtype == "q4_1":
+    if qtype in ("q4_1", "q5_1"):
         rows[:, 1, 2:4] = halves[::-1].copy().view(np.uint8).reshape(n, 2)   # block 1: m = every half
     w = words(raw)
     fused = q_linear(qtype, w, x[:1], n, k)[0]
@@ -295,7 +295,7 @@ def test_qlinear_zero_activation_blocks():
 
 # ---- qembedding ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_k", "q3_k", "q2_k", "bf16"))
+@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_1", "q5_k", "q3_k", "q2_k", "bf16"))
 @pytest.mark.parametrize("id_dtype", ("int32", "int64"))
 def test_qembedding(qtype, id_dtype):
     rng = np.random.default_rng(6)

@@ -13,7 +13,7 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as G  # noqa: E402
 from gguf.quants import dequantize, quantize  # noqa: E402
 
-FORMATS = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0}
+FORMATS = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0, "q5_1": G.Q5_1}
 N, K = 1040, 4096          # n * k just over the 4M elements from which products take gemv8
 
 
@@ -44,10 +44,10 @@ def x_int8(x):
 
 
 def model(qtype, raw, wd, x, n=N, k=K):
-    """gemv8's product in float64: q4_1's minimum meets the exact float sum of each x block, every
-    other term the rounded x."""
+    """gemv8's product in float64: q4_1's / q5_1's minimum meets the exact float sum of each x
+    block, every other term the rounded x."""
     xr = x_int8(x)
-    if qtype != "q4_1":
+    if qtype not in ("q4_1", "q5_1"):
         return wd @ xr
     blk = raw.reshape(n, k // 32, -1)
     m = blk[:, :, 2:4].copy().view(np.float16).astype(np.float64)[..., 0]

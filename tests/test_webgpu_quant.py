@@ -25,15 +25,15 @@ if _REASON is None:
 from gguf import GGMLQuantizationType as G  # noqa: E402
 from gguf.quants import dequantize as g_dequantize, quantize as g_quantize  # noqa: E402
 
-GT = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0, "q4_k": G.Q4_K, "q5_k": G.Q5_K,
+GT = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0, "q5_1": G.Q5_1, "q4_k": G.Q4_K, "q5_k": G.Q5_K,
       "q6_k": G.Q6_K, "q3_k": G.Q3_K, "q2_k": G.Q2_K, "f16": G.F16, "bf16": G.BF16, "f32": G.F32}
 # the K-quants' half-precision scale fields (byte offsets in a block)
 K_HALVES = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "q2_k": (80, 82)}
 QTYPES = list(GT)
 # k per format: 3 blocks of 32 (rows of 54/60/66/102 bytes: not word aligned for q4_0, q5_0,
 # q8_0), 2 super-blocks of 256, 40 plain values (the tiled kernel's last k slice is partial)
-K_OF = {"q8_0": 96, "q4_0": 96, "q4_1": 96, "q5_0": 96, "q4_k": 512, "q5_k": 512, "q6_k": 512, "q3_k": 512, "q2_k": 512,
-        "f16": 40, "bf16": 40, "f32": 40}
+K_OF = {"q8_0": 96, "q4_0": 96, "q4_1": 96, "q5_0": 96, "q5_1": 96, "q4_k": 512, "q5_k": 512, "q6_k": 512,
+        "q3_k": 512, "q2_k": 512, "f16": 40, "bf16": 40, "f32": 40}
 
 
 def make_weight(qtype, n, k, seed=0):

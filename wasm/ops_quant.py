@@ -65,7 +65,7 @@ from .fallback import PY
 from .runtime import R, W
 
 # formats the module knows (ggml type numbers, as in quant.c)
-KNOWN = frozenset(("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"))
+KNOWN = frozenset(("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"))
 FLOAT_FORMATS = frozenset(("f32", "f16", "bf16"))
 FLOAT_ROWS = 32                 # quant.c FLOAT_ROWS
 QERR_QTYPE, QERR_SHAPE = -1, -2

@@ -6,7 +6,7 @@ table keeps only the ops the registry declares).
 **Quantized weights.** A weight is an int32 tensor of raw GGUF block bytes (``ember.quant``):
 the kernels read it as u32 words and cut out bytes, nibbles and halves; nothing is expanded to
 float in memory (``dequantize`` excepted, which is asked to). Formats: q8_0, q4_0, q4_1, q5_0,
-q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32.
+q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32.
 
 - ``qlinear`` with few rows of x (``M <= GEMV_MAX_M``, decode): ``gemv``. Groups of LANES
   threads own RB weight rows each; each step a lane takes U 8-element items, interleaved with
@@ -17,8 +17,8 @@ q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32.
   ``gemv_shape`` picks the layout from the shape; ``EMBER_QLINEAR_LANES`` / ``_RB`` / ``_U`` /
   ``_IL`` / ``_XSH=1`` (x staged in workgroup memory) force it (``tests/bench/bench_webgpu.py --qlinear``
   sweeps them on a GPU).
-- one x row and a large weight (n * k > 4M, k <= 4096) of a 32-block format (q8_0 q4_0 q4_1 q5_0),
-  where the WGSL has ``packed_4x8_integer_dot_product``: ``gemv8``, x rounded to int8 per block of
+- one x row and a large weight (n * k > 4M, k <= 4096) of a 32-block format (q8_0 q4_0 q4_1 q5_0
+  q5_1), where the WGSL has ``packed_4x8_integer_dot_product``: ``gemv8``, x rounded to int8 per block of
   32 in workgroup memory and each block's products summed by ``dot4I8Packed`` (~0.5% of the
   outputs' spread, as llama.cpp's int8 activations; ``EMBER_QLINEAR_I8=0`` keeps float).
 - more rows (prompt): ``tiled4``, 64x64 output tiles, 4x4 per thread read from workgroup memory
@@ -101,12 +101,11 @@ from .runtime import f32_bits, kernel_source, pack_info, render
 
 # (elements per block, bytes per block) of each format the kernels decode (GGUF's layouts)
 BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
-          "q4_1": (32, 20), "q5_0": (32, 22), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210),
-          "q3_k": (256, 110), "q2_k": (256, 84)}
-_POS = {"q8_0": "pos_q8_0", "q4_0": "pos_q4", "q4_1": "pos_q4", "q5_0": "pos_q4", "q4_k": "pos_k4",
-        "q5_k": "pos_k4", "q6_k": "pos_q6_k", "q3_k": "pos_k4", "q2_k": "pos_k4",
-        "f16": "pos_flat", "bf16": "pos_flat",
-        "f32": "pos_flat"}
+          "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "q2_k": (256, 84), "q3_k": (256, 110),
+          "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+_POS = {"q8_0": "pos_q8_0", "q4_0": "pos_q4", "q4_1": "pos_q4", "q5_0": "pos_q4", "q5_1": "pos_q4",
+        "q2_k": "pos_k4", "q3_k": "pos_k4", "q4_k": "pos_k4", "q5_k": "pos_k4", "q6_k": "pos_q6_k",
+        "f16": "pos_flat", "bf16": "pos_flat", "f32": "pos_flat"}
 
 WG = 256
 GEMV_MAX_M = 8      # x rows up to which qlinear runs the matrix-vector kernel
@@ -245,8 +244,8 @@ def gemv_shape(n: int, k: int, mt: int) -> tuple:
     return min(lanes, wg), max(1, min(rb, 8 // mt)), u, il, wg
 
 
-# formats gemv8 reads (its QK code): blocks of 32 with one f16 scale (and q4_1's min)
-_I8_FORMATS = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3}
+# formats gemv8 reads (its QK code): blocks of 32 with one f16 scale (and q4_1's / q5_1's min)
+_I8_FORMATS = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3, "q5_1": 4}
 
 
 def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:

@@ -64,6 +64,12 @@ def _d_q5_0(B):
     return q.astype(_F32) * _half(B, 0)
 
 
+def _d_q5_1(B):
+    qh = np.ascontiguousarray(B[:, 4:8]).view("<u4")
+    high = ((qh >> _BIT32) & 1).astype(np.uint8) << 4
+    return (_nibbles(B[:, 8:24]) | high).astype(_F32) * _half(B, 0) + _half(B, 2)
+
+
 def _scales_mins_k4(s):
     """(blocks, 12) packed bytes -> (blocks, 8) 6-bit scales and (blocks, 8) 6-bit mins."""
     sc = np.empty((s.shape[0], 8), np.uint8)
@@ -142,7 +148,7 @@ def _d_q2_k(B):
 
 
 DEQUANT = {"f32": _d_f32, "f16": _d_f16, "bf16": _d_bf16, "q8_0": _d_q8_0, "q4_0": _d_q4_0,
-           "q4_1": _d_q4_1, "q5_0": _d_q5_0, "q4_k": _d_q4_k, "q5_k": _d_q5_k, "q6_k": _d_q6_k,
+           "q4_1": _d_q4_1, "q5_0": _d_q5_0, "q5_1": _d_q5_1, "q4_k": _d_q4_k, "q5_k": _d_q5_k, "q6_k": _d_q6_k,
            "q2_k": _d_q2_k, "q3_k": _d_q3_k}
 
 

@@ -228,7 +228,7 @@ def build_gguf(kv, tensors, data: bytes, *, version: int = 3, align: int = 32) -
 def gguf_seeds() -> list:
     """Small valid GGUF files (built here, no gguf package needed): every metadata type, nested
     and string arrays, tensors of the types ember reads (F32, F16 1-D and 2-D, Q8_0, Q4_1,
-    Q5_0, Q2_K, Q3_K, Q4_K, Q6_K) and, in the v2 seed, one it does not (Q5_1); v2 and v3, alignments 32 and 8."""
+    Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q6_K) and, in the v2 seed, one it does not (TQ2_0); v2 and v3, alignments 32 and 8."""
     rng = random.Random(7)
 
     def blocks(nbytes, n, halves=(0,)):
@@ -259,16 +259,17 @@ def gguf_seeds() -> list:
              ("q8_0_w", (32, 2), 8, blocks(34, 2)),
              ("q4_1_w", (64, 1), 3, blocks(20, 2, (0, 2))),
              ("q5_0_w", (32, 1), 6, blocks(22, 1)),
+             ("q5_1_w", (32, 1), 7, blocks(24, 1, (0, 2))),
              ("q2_k_w", (256, 1), 10, blocks(84, 1, (80, 82))),
              ("q3_k_w", (256, 1), 11, blocks(110, 1, (108,))),
              ("q4_k_w", (256, 1), 12, blocks(144, 1, (0, 2))),
              ("q6_k_w", (256, 1), 14, blocks(210, 1, (208,))),
-             ("q5_1_w", (32, 1), 7, blocks(24, 1, (0, 2)))]
+             ("tq2_0_w", (256, 1), 35, blocks(66, 1, (64,)))]
     seeds = []
     for version, align in ((3, 32), (2, 32), (3, 8)):
         tensors, data = [], b""
         for name, dims, gt, raw in parts:
-            if gt == 7 and version != 2:     # the unsupported type in one seed only: the others load
+            if gt == 35 and version != 2:     # the unsupported type in one seed only: the others load
                 continue
             data += b"\0" * (-len(data) % align)
             tensors.append((name, dims, gt, len(data)))
@@ -340,7 +341,7 @@ def gguf_fields(data: bytes) -> list:
 
 _GGUF_VALUES = {
     "vtype": [0, 4, 7, 8, 9, 10, 12, 13, 255, 2 ** 32 - 1],
-    "ggml_type": [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 15, 20, 23, 30, 31, 39, 99, 2 ** 31],
+    "ggml_type": [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 15, 20, 23, 30, 31, 35, 39, 99, 2 ** 31],
     "rank": [0, 1, 2, 3, 4, 5, 64, 2 ** 32 - 1],
     "version": [0, 1, 2, 3, 4, 0x03000000],
     "dim": [0, 1, 2, 31, 32, 33, 256, 2 ** 31, 2 ** 32, 2 ** 40, 2 ** 62, 2 ** 63, 2 ** 64 - 1],

@@ -2,7 +2,7 @@
  * ember/wasm/ops_quant.py calls these and documents the design; the numbers here (ggml type
  * numbers, the parameter tables, the scratch layout) are mirrored there.
  *
- * qlinear on the integer formats (q8_0 q4_0 q4_1 q5_0 q2_k q3_k q4_k q5_k q6_k) never expands the weight:
+ * qlinear on the integer formats (q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k) never expands the weight:
  *  1. each row of x is quantized per block of 32 to int16 (scale dx = amax / 32767, q = round to
  *     nearest even of x * (32767 / amax)), with the float sums of its two halves, into scratch;
  *  2. the weight's 4-to-6-bit (or 8-bit) values become int16 lanes straight from the block bytes
@@ -11,7 +11,7 @@
  *     whose int16 values are stored in the matching order: per block of 32
  *     [x0 x2 .. x14 | x1 x3 .. x15 | x16 x18 .. x30 | x17 .. x31];
  *  3. per block, the exact integer sum becomes a float: y += (isum * D) * dx + C * sum(x), where
- *     D is the block's scale and C its offset term (q4_1: D = d, C = m; q4_0: C = -8 d; q5_0:
+ *     D is the block's scale and C its offset term (q4_1, q5_1: D = d, C = m; q4_0: C = -8 d; q5_0:
  *     C = -16 d; q8_0: C = 0; q4_k/q5_k: D = d * sc, C = -dmin * m per 32; q6_k: C = -32 D, q3_k:
  *     C = -4 D, q2_k: D = d * sc, C = -dmin * m, per 16).
  * Four weight rows are done together: their integer sums are transposed into one vector (a lane
@@ -41,8 +41,8 @@ typedef u32 u32u __attribute__((aligned(1)));
 typedef i64 i64a __attribute__((aligned(4)));
 
 /* ggml type numbers */
-enum { QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q8_0 = 8, QT_Q2_K = 10,
-       QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14, QT_BF16 = 30 };
+enum { QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q5_1 = 7, QT_Q8_0 = 8,
+       QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14, QT_BF16 = 30 };
 /* q_linear's parameter table */
 enum { QL_QTYPE, QL_M, QL_N, QL_K, QL_NPARAMS };
 /* q_embedding's */
@@ -105,28 +105,34 @@ INLINE f32 hmax4(f32x4 v) {   /* NaN wins */
   return wasm_f32x4_extract_lane(v, 0);
 }
 
+
+/* (each size through an empty asm: clang would make the switch a lookup table, i.e. data, which
+ * the module may not have) */
+#define OPQ(v) ({ i32 v_ = (v); __asm__("" : "+r"(v_)); v_; })
+
 static i32 q_block(i32 qt) {
   switch (qt) {
-    case QT_F32: case QT_F16: case QT_BF16: return 1;
-    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q8_0: return 32;
-    case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return 256;
+    case QT_F32: case QT_F16: case QT_BF16: return OPQ(1);
+    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0: return OPQ(32);
+    case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return OPQ(256);
     default: return 0;
   }
 }
 
 static i32 q_nbytes(i32 qt) {
   switch (qt) {
-    case QT_F32: return 4;
-    case QT_F16: case QT_BF16: return 2;
-    case QT_Q4_0: return 18;
-    case QT_Q4_1: return 20;
-    case QT_Q5_0: return 22;
-    case QT_Q8_0: return 34;
-    case QT_Q2_K: return 84;
-    case QT_Q3_K: return 110;
-    case QT_Q4_K: return 144;
-    case QT_Q5_K: return 176;
-    case QT_Q6_K: return 210;
+    case QT_F32: return OPQ(4);
+    case QT_F16: case QT_BF16: return OPQ(2);
+    case QT_Q4_0: return OPQ(18);
+    case QT_Q4_1: return OPQ(20);
+    case QT_Q5_0: return OPQ(22);
+    case QT_Q5_1: return OPQ(24);
+    case QT_Q8_0: return OPQ(34);
+    case QT_Q2_K: return OPQ(84);
+    case QT_Q3_K: return OPQ(110);
+    case QT_Q4_K: return OPQ(144);
+    case QT_Q5_K: return OPQ(176);
+    case QT_Q6_K: return OPQ(210);
     default: return 0;
   }
 }
@@ -206,6 +212,16 @@ static void deq_row(i32 qt, const u8 *w, f32 *o, i32 k) {
         for (i32 i = 0; i < 16; i++) {
           o[i] = d * (f32)((i32)((p[6 + i] & 0xF) | (((qh >> i) & 1) << 4)) - 16);
           o[i + 16] = d * (f32)((i32)((p[6 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16);
+        }
+        o += 32;
+        break;
+      }
+      case QT_Q5_1: {
+        const f32 d = h2f(ld16(p)), m = h2f(ld16(p + 2));
+        const u32 qh = ld32(p + 4);
+        for (i32 i = 0; i < 16; i++) {
+          o[i] = d * (f32)((p[8 + i] & 0xF) | (((qh >> i) & 1) << 4)) + m;
+          o[i + 16] = d * (f32)((p[8 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) + m;
         }
         o += 32;
         break;
@@ -405,8 +421,9 @@ INLINE void block_lanes(const i32 QT, const u8 *p, v128_t *a, v128_t *b, v128_t 
     q8_4(p + 2, a, b, c, d);
     return;
   }
-  nib4(wasm_v128_load(p + (QT == QT_Q4_0 ? 2 : QT == QT_Q4_1 ? 4 : 6)), a, b, c, d);
+  nib4(wasm_v128_load(p + (QT == QT_Q4_0 ? 2 : QT == QT_Q4_1 ? 4 : QT == QT_Q5_0 ? 6 : 8)), a, b, c, d);
   if (QT == QT_Q5_0) q5_high(ld32(p + 2), a, b, c, d);
+  if (QT == QT_Q5_1) q5_high(ld32(p + 4), a, b, c, d);
 }
 
 INLINE v128_t dot4(v128_t a, v128_t b, v128_t c, v128_t d, v128_t X0, v128_t X1, v128_t X2, v128_t X3) {
@@ -426,7 +443,7 @@ INLINE v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {
 /* D and C (see the top) of block o of four rows, a lane per row */
 INLINE void block_scales(const i32 QT, const u8 *p0, const u8 *p1, const u8 *p2, const u8 *p3, f32x4 *D,
                          f32x4 *C) {
-  if (QT == QT_Q4_1) {
+  if (QT == QT_Q4_1 || QT == QT_Q5_1) {
     v128_t dm = wasm_v128_load32_zero(p0);
     dm = wasm_v128_load32_lane(p1, dm, 1);
     dm = wasm_v128_load32_lane(p2, dm, 2);
@@ -460,7 +477,7 @@ INLINE i32 h_bad(v128_t bad) { return wasm_v128_any_true(wasm_i16x8_eq(bad, wasm
 
 INLINE void block_scales_fast(const i32 QT, const u8 *p0, const u8 *p1, const u8 *p2, const u8 *p3, f32x4 *D,
                               f32x4 *C, v128_t *bad) {
-  if (QT == QT_Q4_1) {
+  if (QT == QT_Q4_1 || QT == QT_Q5_1) {
     v128_t dm = wasm_v128_load32_zero(p0);   /* d in the low 16 bits of a lane, m in the high */
     dm = wasm_v128_load32_lane(p1, dm, 1);
     dm = wasm_v128_load32_lane(p2, dm, 2);
@@ -515,7 +532,7 @@ INLINE void store_rows(f32 *y, f32x4 v, i32 nr) {
  * scale (EXACT = 0), in which case the caller redoes the group with EXACT = 1 */
 INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n, i32 nr, i32 nb, const i16 *xq,
                        const f32 *xs, f32 *y, u32 ahead, i32 *touch) {
-  const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : 34;
+  const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : QT == QT_Q5_1 ? 24 : 34;
   const u8 *w0 = w + n * rb;
   const u8 *w1 = nr > 1 ? w0 + rb : w0, *w2 = nr > 2 ? w1 + rb : w1, *w3 = nr > 3 ? w2 + rb : w2;
   f32x4 acc = wasm_f32x4_splat(0.f), accm = acc;
@@ -554,7 +571,7 @@ INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n
 
 INLINE void fused_rows(const i32 QT, const u8 *w, i32 N, i32 nb, const i16 *xq, const f32 *xs, f32 *y,
                        i32 *touch) {
-  const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : 34;
+  const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : QT == QT_Q5_1 ? 24 : 34;
   const i32 rb = nb * bs;
   /* the touches of a group reach less than 4 rows + 128 bytes past `ahead` (offsets, not
    * pointers: nothing past the weight is formed); a weight smaller than that is read exactly,
@@ -575,6 +592,7 @@ static void fused(i32 qt, const u8 *w, i32 N, i32 nb, const i16 *xq, const f32 *
     case QT_Q4_0: fused_rows(QT_Q4_0, w, N, nb, xq, xs, y, touch); break;
     case QT_Q4_1: fused_rows(QT_Q4_1, w, N, nb, xq, xs, y, touch); break;
     case QT_Q5_0: fused_rows(QT_Q5_0, w, N, nb, xq, xs, y, touch); break;
+    case QT_Q5_1: fused_rows(QT_Q5_1, w, N, nb, xq, xs, y, touch); break;
     default: fused_rows(QT_Q8_0, w, N, nb, xq, xs, y, touch); break;
   }
 }
@@ -665,19 +683,20 @@ INLINE void put4(i16 *o, v128_t a, v128_t b, v128_t c, v128_t d) {
 static void decode_row(i32 qt, const u8 *w, i32 nb, i32 r, i16 *Wt, f32 *Dt, f32 *Ct, f32 *D2t, f32 *C2t) {
   v128_t a, b, c, d;
   switch (qt) {
-    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q8_0: {
+    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0: {
       const i32 bs = q_nbytes(qt);
       for (i32 k = 0; k < nb; k++) {
         const u8 *p = w + k * bs;
         if (qt == QT_Q8_0) q8_4(p + 2, &a, &b, &c, &d);
         else {
-          nib4(wasm_v128_load(p + (qt == QT_Q4_0 ? 2 : qt == QT_Q4_1 ? 4 : 6)), &a, &b, &c, &d);
+          nib4(wasm_v128_load(p + (qt == QT_Q4_0 ? 2 : qt == QT_Q4_1 ? 4 : qt == QT_Q5_0 ? 6 : 8)), &a, &b, &c, &d);
           if (qt == QT_Q5_0) q5_high(ld32(p + 2), &a, &b, &c, &d);
+          if (qt == QT_Q5_1) q5_high(ld32(p + 4), &a, &b, &c, &d);
         }
         put4(Wt + (4 * k + r) * 32, a, b, c, d);
         const f32 dd = h2f(ld16(p));
         Dt[4 * k + r] = dd;
-        Ct[4 * k + r] = qt == QT_Q4_1 ? h2f(ld16(p + 2)) : qt == QT_Q4_0 ? dd * -8.f : qt == QT_Q5_0 ? dd * -16.f : 0.f;
+        Ct[4 * k + r] = qt == QT_Q4_1 || qt == QT_Q5_1 ? h2f(ld16(p + 2)) : qt == QT_Q4_0 ? dd * -8.f : qt == QT_Q5_0 ? dd * -16.f : 0.f;
       }
       return;
     }
@@ -888,13 +907,12 @@ i32 q_linear_width(const i32 *prm, const i32 *ctl, i32 nt) {
  * a float format (whose team version uses the team's scratch even on one thread). */
 i64 q_linear_extent(const i32 *prm, i32 scratch) {
   const i32 qt = prm[QL_QTYPE], M = prm[QL_M], N = prm[QL_N], K = prm[QL_K];
-  /* (each size through an empty asm: clang would make the switch a lookup table, i.e. data) */
-#define OPQ(v) ({ i32 v_ = (v); __asm__("" : "+r"(v_)); v_; })
   i32 blk = 32, nbytes;
   switch (qt) {
     case QT_Q4_0: nbytes = OPQ(18); break;
     case QT_Q4_1: nbytes = OPQ(20); break;
     case QT_Q5_0: nbytes = OPQ(22); break;
+    case QT_Q5_1: nbytes = OPQ(24); break;
     case QT_Q8_0: nbytes = OPQ(34); break;
     case QT_Q2_K: nbytes = OPQ(84); blk = 256; break;
     case QT_Q3_K: nbytes = OPQ(110); blk = 256; break;
@@ -903,7 +921,6 @@ i64 q_linear_extent(const i32 *prm, i32 scratch) {
     case QT_Q6_K: nbytes = OPQ(210); blk = 256; break;
     default: return -1;
   }
-#undef OPQ
   if (M < 0 || N < 0 || K < 0 || K % blk) return -1;
   const i64 nb = K / 32;
   if (scratch) return 4 * ((i64)M * K / 2 + (i64)M * nb * 4 + 80 * nb + 4);

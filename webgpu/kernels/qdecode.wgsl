@@ -93,6 +93,19 @@ fn item_q5_0(rb: u32, i: u32) -> Item {
   return Item(d * (ubytes(lo) - 16.0), d * (ubytes(hi) - 16.0), p.x, p.y);
 }
 
+// q5_1: 24 bytes = f16 d, f16 m, 32 high bits (as q5_0), 16 bytes of low nibbles, value d*q + m
+fn item_q5_1(rb: u32, i: u32) -> Item {
+  let p = pos_q4(i);
+  let base = rb + (i / 4u) * 24u;
+  let dm = unpack2x16float(word_at(base));
+  let qh = word_at(base + 4u);
+  let t = i % 4u;
+  let q = word_at(base + 8u + t * 4u);
+  let lo = (q & 0x0f0f0f0fu) | bit4(qh >> (t * 4u));
+  let hi = ((q >> 4u) & 0x0f0f0f0fu) | bit4(qh >> (16u + t * 4u));
+  return Item(dm.x * ubytes(lo) + dm.y, dm.x * ubytes(hi) + dm.y, p.x, p.y);
+}
+
 // q4_k / q5_k: 6-bit scale and min of sub-block s (0..7) from the 12 scale bytes (words s0 = bytes
 // 0..3, s1 = 4..7, s2 = 8..11 of the scale field)
 fn kscale(s: u32, s0: u32, s1: u32, s2: u32) -> vec2<f32> {

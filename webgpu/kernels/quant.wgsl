@@ -15,7 +15,7 @@
 // works on 64-element slices of k knows which items fall in a slice from the index alone. A row
 // of K elements has ceil(K / 8) items, whatever the format.
 //
-// Template: QT (format: q8_0 q4_0 q4_1 q5_0 q2_k q3_k q4_k q5_k q6_k f16 bf16 f32), AL (true when every
+// Template: QT (format: q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k f16 bf16 f32), AL (true when every
 // block starts 4-byte aligned), WG (threads), R (gemv rows per workgroup), MT (gemv x rows,
 // padded), XS (gemv x floats kept in workgroup memory), TM, TN (tiled tile sizes), INFO.
 // info (every entry): 0 M (x rows / ids), 1 N (weight rows), 2 K, 3 bytes per weight row,
@@ -267,10 +267,15 @@ fn block_dot(o: u32, xb: u32) -> f32 {
     for (var j = 0u; j < 8u; j = j + 1u) { s = s + dot4I8Packed(word_at(o + 2u + 4u * j), xq[xw + j]); }
     return half_at(o) * xd[xb] * f32(s);
   }
-  if ({{QK}} == 2u) {            // q4_1: f16 d, f16 m, nibbles
+  if ({{QK}} == 2u || {{QK}} == 4u) {   // q4_1: f16 d, f16 m, nibbles; q5_1: the same + 32 high bits
+    let q5 = {{QK}} == 4u;
+    let qh = select(0u, word_at(o + 4u), q5);
     for (var j = 0u; j < 4u; j = j + 1u) {
-      let q = word_at(o + 4u + 4u * j);
-      s = s + dot4I8Packed(q & 0x0f0f0f0fu, xq[xw + j]) + dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, xq[xw + 4u + j]);
+      let q = word_at(o + select(4u, 8u, q5) + 4u * j);
+      var lo = q & 0x0f0f0f0fu;
+      var hi = (q >> 4u) & 0x0f0f0f0fu;
+      if (q5) { lo = lo | bit4(qh >> (4u * j)); hi = hi | bit4(qh >> (16u + 4u * j)); }
+      s = s + dot4I8Packed(lo, xq[xw + j]) + dot4I8Packed(hi, xq[xw + 4u + j]);
     }
     let dm = unpack2x16float(word_at(o));
     return dm.x * xd[xb] * f32(s) + dm.y * xs[xb];
