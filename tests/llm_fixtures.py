@@ -49,7 +49,8 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
     if tokenizer is not None:
         tokens = tokenizer["tokenizer.ggml.tokens"]
     V, D, hd = len(tokens), c["dim"], c["dim"] // c["n_heads"]
-    w = gguf.GGUFWriter(str(path), "llama")
+    arch = c.get("arch", "llama")                # "qwen2"/"qwen3": the rotation over halves of a head
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(c["n_layers"])
     w.add_context_length(c["ctx"])
     w.add_embedding_length(D)
@@ -58,8 +59,8 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
     w.add_head_count_kv(c["n_kv_heads"])
     w.add_rope_freq_base(c["base"])
     if c.get("rope_scaling") is not None:       # (type, factor): llama.{rope.scaling.type, .factor}
-        w.add_string("llama.rope.scaling.type", c["rope_scaling"][0])
-        w.add_float32("llama.rope.scaling.factor", c["rope_scaling"][1])
+        w.add_string(f"{arch}.rope.scaling.type", c["rope_scaling"][0])
+        w.add_float32(f"{arch}.rope.scaling.factor", c["rope_scaling"][1])
     w.add_layer_norm_rms_eps(c["eps"])
     if tokenizer is None:
         w.add_tokenizer_model("gpt2")
@@ -106,6 +107,12 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
         add(p + "attn_q.weight", (c["n_heads"] * hd, D), layer_q)
         add(p + "attn_k.weight", (c["n_kv_heads"] * hd, D), layer_q)
         add(p + "attn_v.weight", (c["n_kv_heads"] * hd, D), layer_q)
+        if c.get("qkv_bias"):                     # (Qwen2)
+            for part, rows in (("q", c["n_heads"]), ("k", c["n_kv_heads"]), ("v", c["n_kv_heads"])):
+                add(p + f"attn_{part}.bias", (rows * hd,))
+        if c.get("qk_norm"):                      # (Qwen3)
+            add(p + "attn_q_norm.weight", (hd,), ones=True)
+            add(p + "attn_k_norm.weight", (hd,), ones=True)
         add(p + "attn_output.weight", (D, c["n_heads"] * hd), layer_q)
         add(p + "ffn_gate.weight", (c["ffn_dim"], D), layer_q)
         add(p + "ffn_up.weight", (c["ffn_dim"], D), layer_q)
@@ -138,19 +145,31 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
     ang = np.arange(T)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
+    halves = c.get("arch", "llama") in ("qwen2", "qwen3")
+
     def rope(x):
+        if halves:                                # feature i turns with feature i + hd/2
+            a, b = x[..., :hd // 2], x[..., hd // 2:]
+            return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
         a, b = x[..., 0::2], x[..., 1::2]
         y = np.empty_like(x)
         y[..., 0::2], y[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+        return y
+
+    def proj(h, p, part, heads):
+        y = h @ f[p + f"attn_{part}.weight"].T
+        if p + f"attn_{part}.bias" in f:
+            y = y + f[p + f"attn_{part}.bias"]
+        y = y.reshape(T, heads, hd)
+        if part != "v" and p + f"attn_{part}_norm.weight" in f:
+            y = norm(y, f[p + f"attn_{part}_norm.weight"])
         return y
 
     x = f["token_embd.weight"][ids]
     for i in range(c["n_layers"]):
         p = f"blk.{i}."
         h = norm(x, f[p + "attn_norm.weight"])
-        q = rope((h @ f[p + "attn_q.weight"].T).reshape(T, hq, hd))
-        k = rope((h @ f[p + "attn_k.weight"].T).reshape(T, hkv, hd))
-        v = (h @ f[p + "attn_v.weight"].T).reshape(T, hkv, hd)
+        q, k, v = rope(proj(h, p, "q", hq)), rope(proj(h, p, "k", hkv)), proj(h, p, "v", hkv)
         out = np.zeros((T, hq, hd))
         for hh in range(hq):
             g = hh // (hq // hkv)

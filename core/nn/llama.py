@@ -1,4 +1,4 @@
-"""A llama-architecture decoder (llama, SmolLM, Mistral-style, Qwen2) in one readable file.
+"""A llama-architecture decoder (llama, SmolLM, Mistral-style, Qwen2, Qwen3) in one readable file.
 
 Weights come from a GGUF file (``ember.load_gguf``) and stay in the file's block format:
 each matrix is an ``ember.quant.QTensor`` (Q4_1, Q8_0, Q4_K... blocks) multiplied by the
@@ -44,9 +44,10 @@ from ..tensor import Tensor, tensor
 # of 28 MB on one thread)
 KV_CHUNK = 64
 
+# Qwen3 adds an RMSNorm over each head of q and k before the rotation (attn_q_norm, attn_k_norm).
 # (not "granite": its files scale embeddings, residuals, attention and logits by factors of their
 # own, which this forward does not apply; it is refused rather than run wrong)
-ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "qwen2": "halves"}
+ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "qwen2": "halves", "qwen3": "halves"}
 
 
 @dataclass
@@ -200,6 +201,16 @@ class Llama:
                          "ffn_gate", "ffn_up", "ffn_down"):
                 if f"blk.{i}.{part}.weight" not in weights:
                     raise WeightsError(f"llama: the weights have no 'blk.{i}.{part}.weight'")
+        # Qwen3: every layer's q and k heads RMS-normalised (a (head_dim,) weight each) before RoPE
+        self._qk_norm = "blk.0.attn_q_norm.weight" in weights
+        if self._qk_norm:
+            for i in range(cfg.n_layers):
+                for part in ("attn_q_norm", "attn_k_norm"):
+                    t = weights.get(f"blk.{i}.{part}.weight")
+                    if t is None or _quantized(t) or tuple(t.shape) != (cfg.head_dim,):
+                        raise WeightsError(f"llama: 'blk.{i}.{part}.weight' must be a float ({cfg.head_dim},) "
+                                           f"weight (q/k normalised per head), got "
+                                           f"{None if t is None else tuple(t.shape)}")
         # tied embeddings: no output.weight, the head is the embedding matrix
         self.head = weights.get("output.weight", weights["token_embd.weight"])
         half = cfg.rope_dim // 2
@@ -357,8 +368,9 @@ class Llama:
             return self._decode_parts(ids, pos)
         hq, hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim
         fold = bool(self._stacked)           # (webgpu: norms, rope and residual adds folded in)
-        # the q/k rotation folded into the stacked product reads the tables at pos itself
-        turn = c.rope_mode == "pairs" and c.rope_dim == hd
+        # the q/k rotation folded into the stacked product reads the tables at pos itself (not
+        # where each head of q and k is normalised before it turns: Qwen3)
+        turn = c.rope_mode == "pairs" and c.rope_dim == hd and not self._qk_norm
         if not fold or not turn or len(self._stacked) < 2 * c.n_layers:
             p = self._positions(pos, T)
             cos = F.take(self.cos, p, axis=0)                            # (T, rope_dim/2)
@@ -375,7 +387,11 @@ class Llama:
                     qk = y[:, :nqk].reshape((T, hq + hkv, hd))
                 else:
                     y = F.llm.qlinear_rms(x, w[b + "attn_norm.weight"], qkv, eps=c.rms_eps)
-                    qk = self._rope(y[:, :nqk].reshape((T, hq + hkv, hd)), cos, sin)    # q and k: one rope
+                    qk = y[:, :nqk].reshape((T, hq + hkv, hd))
+                    if self._qk_norm:
+                        qk = F.concat([F.rms_norm(qk[:, :hq], w[b + "attn_q_norm.weight"], eps=c.rms_eps),
+                                       F.rms_norm(qk[:, hq:], w[b + "attn_k_norm.weight"], eps=c.rms_eps)], axis=1)
+                    qk = self._rope(qk, cos, sin)                               # q and k: one rope
                 q, k = qk[:, :hq], qk[:, hq:]
                 v = y[:, nqk:].reshape((T, hkv, hd))
             else:
@@ -383,6 +399,9 @@ class Llama:
                 q = _linear(h, w[b + "attn_q.weight"], w.get(b + "attn_q.bias")).reshape((T, hq, hd))
                 k = _linear(h, w[b + "attn_k.weight"], w.get(b + "attn_k.bias")).reshape((T, hkv, hd))
                 v = _linear(h, w[b + "attn_v.weight"], w.get(b + "attn_v.bias")).reshape((T, hkv, hd))
+                if self._qk_norm:
+                    q = F.rms_norm(q, w[b + "attn_q_norm.weight"], eps=c.rms_eps)
+                    k = F.rms_norm(k, w[b + "attn_k_norm.weight"], eps=c.rms_eps)
                 q = self._rope(q, cos, sin)
                 k = self._rope(k, cos, sin)
             a = F.attention_cached(q, k, v, self.k_cache[i], self.v_cache[i], pos)   # (T, Hq, hd)
@@ -420,6 +439,7 @@ class Llama:
             return got
         c, w, st = self.cfg, self.w, self._stacked
         ok = (os.environ.get("EMBER_LLM_PARTS", "0") == "1" and c.rope_mode == "pairs" and c.rope_dim == c.head_dim
+              and not self._qk_norm
               and c.n_layers > 0 and all(
                   f"blk.{i}.qkv" in st and f"blk.{i}.gate_up" in st and _quantized(w[f"blk.{i}.attn_output.weight"])
                   and _quantized(w[f"blk.{i}.ffn_down.weight"]) for i in range(c.n_layers)))
