@@ -4,8 +4,8 @@
 format its ggml type number, how many elements one block holds, how many bytes it takes, and
 the pure-Python reference ``dequantize(raw) -> array('f')``, the specification every kernel
 (python, numpy, wasm, webgpu) is tested against, itself tested against the ``gguf`` package.
-Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32), q2_k, q3_k, q4_k, q5_k, q6_k
-(super-blocks of 256); every backend has a kernel for each.
+Formats: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (blocks of 32), q2_k, q3_k, q4_k, q5_k,
+q6_k, iq4_xs (super-blocks of 256); every backend has a kernel for each.
 
 A quantized weight of ``n`` rows of ``k`` elements is stored as an **int32 tensor, 1-D, of
 ``ceil(n * row_bytes(qtype, k) / 4)`` words** holding the raw block bytes of its rows back to
@@ -234,6 +234,41 @@ def _deq_q2_k(raw) -> array:
     return out
 
 
+# the 16 values a 4-bit index of IQ4_NL / IQ4_XS stands for (ggml's kvalues_iq4nl)
+IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+def _deq_iq4_nl(raw) -> array:
+    # block: d (f16), 16 bytes of 4-bit indices (as q4_0's nibbles); x = d * IQ4_VALUES[index]
+    out = array("f")
+    t = IQ4_VALUES
+    for off in range(0, len(raw), 18):
+        d = _half_at(raw, off)
+        qs = bytes(raw[off + 2:off + 18])
+        out.extend([d * t[b & 15] for b in qs])
+        out.extend([d * t[b >> 4] for b in qs])
+    return out
+
+
+def _deq_iq4_xs(raw) -> array:
+    # block of 256 (136 bytes): d (f16), scales_h (u16), scales_l (4 bytes), 128 bytes of indices.
+    # Sub-block s (32 elements, indices as iq4_nl's in bytes 16s..16s+15) has the 6-bit scale
+    # (nibble s % 2 of scales_l[s // 2]) | (bits 2s..2s+1 of scales_h) << 4, stored + 32;
+    # x = d * (scale - 32) * IQ4_VALUES[index]
+    out = array("f")
+    t = IQ4_VALUES
+    for off in range(0, len(raw), 136):
+        d = _half_at(raw, off)
+        sh = int.from_bytes(raw[off + 2:off + 4], "little")
+        sl = bytes(raw[off + 4:off + 8])
+        for s in range(8):
+            dl = d * ((((sl[s // 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4)) - 32)
+            qs = bytes(raw[off + 8 + 16 * s:off + 24 + 16 * s])
+            out.extend([dl * t[b & 15] for b in qs])
+            out.extend([dl * t[b >> 4] for b in qs])
+    return out
+
+
 class QFormat(NamedTuple):
     """One block format: ``name`` (the key in ``FORMATS``), ``ggml_type`` (its number in GGUF
     files), ``block`` (elements per block), ``nbytes`` (bytes per block) and ``dequantize(raw)
@@ -260,6 +295,8 @@ FORMATS: dict = {f.name: f for f in (
     QFormat("q6_k", 14, 256, 210, _deq_q6_k),
     QFormat("q3_k", 11, 256, 110, _deq_q3_k),
     QFormat("q2_k", 10, 256, 84, _deq_q2_k),
+    QFormat("iq4_nl", 20, 32, 18, _deq_iq4_nl),
+    QFormat("iq4_xs", 23, 256, 136, _deq_iq4_xs),
 )}
 
 # Every ggml type number -> its ggml name (GGUF files name tensor types by number; the ones ember
@@ -421,7 +458,7 @@ def quantize(values, qtype: str) -> bytes:
     q = _QUANTIZERS.get(qtype)
     if q is None:
         raise DTypeError(f"quantize: ember quantizes to {', '.join(list(_QUANTIZERS) + ['f32', 'f16', 'bf16'])}, "
-                         f"not {qtype!r} (K-quant weights come from GGUF files)")
+                         f"not {qtype!r} (K-quant and iq4 weights come from GGUF files)")
     if any(v != v or v in (float("inf"), float("-inf")) for v in xs):
         raise WeightsError(f"quantize: {qtype} needs finite values (got inf or NaN)")
     b = f.block

@@ -185,7 +185,7 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
     return norm(x, f["output_norm.weight"]) @ f["token_embd.weight"].T
 
 
-# ---- K-quants (Q2_K, Q3_K, Q4_K, Q6_K): the gguf package dequantizes them but does not quantize ----------
+# ---- K-quants (Q2_K, Q3_K, Q4_K, Q6_K), IQ4_NL, IQ4_XS: gguf dequantizes them, does not quantize
 # Plain round-to-nearest quantizers in numpy (llama.cpp searches scales harder; any valid blocks
 # do for tests: ember's results are compared with gguf's dequantization of these same blocks).
 
@@ -288,6 +288,51 @@ def quantize_q2_k(a: np.ndarray) -> np.ndarray:
     return out.reshape(rows, -1)
 
 
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+
+
+def _iq4_indices(x: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The nearest IQ4_VALUES index of each x / step (step broadcast over x's last axis)."""
+    t = np.where(step != 0, x / np.where(step != 0, step, 1), 0)
+    return np.abs(t[..., None] - IQ4_VALUES).argmin(axis=-1).astype(np.uint8)
+
+
+def quantize_iq4_nl(a: np.ndarray) -> np.ndarray:
+    """(rows, k) float32, k % 32 == 0 -> (rows, k // 32 * 18) uint8 of IQ4_NL blocks: d (f16),
+    16 bytes of 4-bit indices into IQ4_VALUES (element j low nibble of byte j, j + 16 high);
+    the block's largest magnitude becomes -127 d."""
+    rows, k = a.shape
+    x = a.reshape(-1, 32).astype(np.float32)
+    far = np.take_along_axis(x, np.abs(x).argmax(axis=1)[:, None], axis=1)
+    d = _f16(far[:, 0] / -127.0)
+    q = _iq4_indices(x, d.astype(np.float32)[:, None])
+    out = np.concatenate([d.view(np.uint8).reshape(-1, 2), q[:, :16] | (q[:, 16:] << 4)], axis=1)
+    return out.reshape(rows, -1)
+
+
+def quantize_iq4_xs(a: np.ndarray) -> np.ndarray:
+    """(rows, k) float32, k % 256 == 0 -> (rows, k // 256 * 136) uint8 of IQ4_XS blocks: d (f16),
+    scales_h (u16: 2 high bits per sub-block), scales_l (4 bytes: low nibbles), 8 sub-blocks of
+    32 indices as IQ4_NL's; x = d * (ls - 32) * IQ4_VALUES[index]."""
+    rows, k = a.shape
+    x = a.reshape(-1, 8, 32).astype(np.float32)
+    far = np.take_along_axis(x, np.abs(x).argmax(axis=2)[:, :, None], axis=2)[:, :, 0]
+    sub = far / -127.0
+    d = _f16(np.abs(sub).max(axis=1) / 31.0)
+    df = d.astype(np.float32)[:, None]
+    ls = np.where(df > 0, np.rint(sub / np.where(df > 0, df, 1)), 0).clip(-32, 31).astype(np.int32)
+    q = _iq4_indices(x, (df * ls.astype(np.float32))[:, :, None])          # (blocks, 8, 32)
+    v = (ls + 32).astype(np.uint16)
+    scales_h = np.zeros(x.shape[0], np.uint16)
+    for s in range(8):
+        scales_h |= (v[:, s] >> 4) << (2 * s)
+    scales_l = ((v[:, 0::2] & 15) | ((v[:, 1::2] & 15) << 4)).astype(np.uint8)
+    qs = (q[:, :, :16] | (q[:, :, 16:] << 4)).reshape(-1, 128)
+    out = np.concatenate([d.view(np.uint8).reshape(-1, 2), scales_h.view(np.uint8).reshape(-1, 2), scales_l, qs],
+                         axis=1)
+    return out.reshape(rows, -1)
+
+
 def quantize(a: np.ndarray, qtype: str):
     """(raw blocks, ggml type) of float32 ``a`` in ``qtype`` (a GGMLQuantizationType name)."""
     import gguf
@@ -301,4 +346,8 @@ def quantize(a: np.ndarray, qtype: str):
         return quantize_q3_k(a), t
     if qtype == "Q2_K":
         return quantize_q2_k(a), t
+    if qtype == "IQ4_NL":
+        return quantize_iq4_nl(a), t
+    if qtype == "IQ4_XS":
+        return quantize_iq4_xs(a), t
     return gguf.quants.quantize(a, t), t

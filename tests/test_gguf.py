@@ -87,7 +87,7 @@ def write_gguf(path, *, alignment=None, version=3):
         raw = gguf.quants.quantize(x, qt)
         w.add_tensor(f"{qt.name.lower()}_w", raw, raw_dtype=qt)
         want[f"{qt.name.lower()}_w"] = (gguf.quants.dequantize(raw, qt), qt.name.lower())
-    for i, qt in enumerate((GT.Q4_K, GT.Q5_K, GT.Q6_K, GT.Q3_K, GT.Q2_K)):
+    for i, qt in enumerate((GT.Q4_K, GT.Q5_K, GT.Q6_K, GT.Q3_K, GT.Q2_K, GT.IQ4_NL, GT.IQ4_XS)):
         nbytes = gguf.GGML_QUANT_SIZES[qt][1]
         raw = _k_blocks(2, nbytes, 20 + i)
         for at in {GT.Q6_K: (208,), GT.Q3_K: (108,), GT.Q2_K: (80, 82)}.get(qt, ()):   # their f16 scales

@@ -5,8 +5,8 @@ Q4_K_M file is that mix: 166 Q5_0, 16 Q4_K, 14 Q6_K, 15 Q8_0). Blocks are writte
 K-quant quantizers of tests/llm_fixtures.py; the reference is an independent float64 forward
 over ``gguf``'s dequantization of the same blocks. No torch needed. A Q3_K_M-style file (Q3_K
 layers, Q4_K where llama.cpp's recipe raises attn_v / attn_output / ffn_down, a Q6_K head) and a
-Q2_K one (Q2_K layers with Q3_K / Q4_K where its recipe raises them) and a Q5_1 one take the same
-checks."""
+Q2_K one (Q2_K layers with Q3_K / Q4_K where its recipe raises them) a Q5_1 one and an IQ4_XS one (IQ4_NL
+in two tensors) take the same checks."""
 from __future__ import annotations
 
 import sys
@@ -35,7 +35,8 @@ MIX_Q2 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.f
           "blk.1.ffn_down.weight": "Q3_K", "blk.0.attn_output.weight": "Q3_K"}
 # llama.cpp's Q5_1: Q5_1 layers, a Q6_K head
 RECIPES = {"q4_k_m": (("Q4_K", "Q6_K"), MIX), "q3_k_m": (("Q3_K", "Q6_K"), MIX_Q3),
-           "q2_k": (("Q2_K", "Q6_K"), MIX_Q2), "q5_1": (("Q5_1", "Q6_K"), {})}
+           "q2_k": (("Q2_K", "Q6_K"), MIX_Q2), "q5_1": (("Q5_1", "Q6_K"), {}),
+           "iq4_xs": (("IQ4_XS", "Q6_K"), {"blk.0.attn_v.weight": "IQ4_NL", "blk.1.ffn_down.weight": "IQ4_NL"})}
 TOL = {"python": 1e-4, "numpy": 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
 
 
@@ -56,13 +57,13 @@ def k_file(request, tmp_path_factory):
     return _write(tmp_path_factory, request.param)
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q3_K", "Q2_K"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"])
 def test_k_quantizers_write_blocks_gguf_reads(qtype):
     a = np.random.default_rng(0).standard_normal((3, 512)).astype(np.float32)
     q, t = quantize(a, qtype)
     back = gguf.quants.dequantize(q, t).reshape(a.shape)
     step = {"Q4_K": np.ptp(a) / 15, "Q6_K": np.abs(a).max() / 31, "Q3_K": np.abs(a).max() / 4,
-            "Q2_K": np.ptp(a) / 3}[qtype]
+            "Q2_K": np.ptp(a) / 3, "IQ4_NL": np.abs(a).max() / 6, "IQ4_XS": np.abs(a).max() / 6}[qtype]
     assert np.abs(back - a).max() <= 0.75 * step
     # ember's own dequantization of the same blocks is gguf's
     w = ember.quant.QTensor.from_bytes(q.tobytes(), qtype.lower(), a.shape)

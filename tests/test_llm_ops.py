@@ -247,7 +247,7 @@ def _qweight(rng, n, k, qtype, scale=0.3):
     from ember.quant import QTensor
 
     a = rng.standard_normal((n, k)) * scale
-    if qtype.endswith("_k"):                 # (ember quantizes to the 32-element formats only)
+    if qtype not in ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1"):   # (ember quantizes these only)
         from llm_fixtures import quantize
 
         raw = quantize(a.astype(np.float32), qtype.upper())[0]
@@ -295,7 +295,7 @@ def test_qlinear_rms_parts(device, qtype):
 
 
 @pytest.mark.parametrize("qtype,d", [("q8_0", 32), ("q4_1", 64), ("q4_k", 64), ("q8_0", 16), ("q3_k", 64),
-                                     ("q2_k", 64), ("q5_1", 32)])
+                                     ("q2_k", 64), ("q5_1", 32), ("iq4_nl", 32), ("iq4_xs", 64)])
 def test_attention_proj(device, qtype, d):
     """attention_cached then the residual and each head's share of the output projection
     (1 + Hq, T, n): against float64 numpy; the caches are written as attention_cached writes

@@ -22,8 +22,8 @@ QUANTIZABLE = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 FORMATS = tuple(quant.FORMATS)
 
 # byte offsets of the float16 scale fields in each block format
-_HALF_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q5_k": (0, 2),
-                "q6_k": (208,), "q3_k": (108,), "q2_k": (80, 82)}
+_HALF_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2),
+                "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "q2_k": (80, 82), "iq4_nl": (0,), "iq4_xs": (0,)}
 
 
 def random_blocks(qtype: str, n_blocks: int, seed: int = 0) -> np.ndarray:
@@ -60,7 +60,7 @@ def test_formats_match_ggml_sizes():
         assert gguf.GGML_QUANT_SIZES[GT(f.ggml_type)] == (f.block, f.nbytes), name
         assert GT(f.ggml_type).name.lower() == name
     assert set(FORMATS) == {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k",
-                            "q3_k", "q2_k", "q5_1"}
+                            "q3_k", "q2_k", "q5_1", "iq4_nl", "iq4_xs"}
     for t, name in quant.GGML_TYPES.items():
         if t not in (4, 5):                    # Q4_2 / Q4_3: removed from ggml long ago
             assert GT(t).name == name
@@ -143,7 +143,7 @@ def make_weight(qtype, n, k, device, seed=5):
 @pytest.mark.parametrize("device", QUANT_DEVICES)
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_dequantize_op(device, qtype):
-    k = 256 if qtype.endswith("_k") else 64
+    k = 256 if quant.FORMATS[qtype].block == 256 else 64
     w, ref = make_weight(qtype, 3, k, device)
     got = ember.dequantize(w.data, qtype=qtype, n=3, k=k)
     assert got.device == device and got.dtype == ember.float32 and got.shape == (3, k)
@@ -157,7 +157,7 @@ def _linear_ref(x, ref):
 @pytest.mark.parametrize("device", QUANT_DEVICES)
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_qlinear(device, qtype):
-    k = 256 if qtype.endswith("_k") else 96
+    k = 256 if quant.FORMATS[qtype].block == 256 else 96
     n = 7
     w, ref = make_weight(qtype, n, k, device, seed=6)
     rng = np.random.default_rng(7)
@@ -191,8 +191,9 @@ def test_numpy_qlinear_chunks(monkeypatch):
 
     monkeypatch.setattr(numpy_quant, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(numpy_quant, "FAST_CHUNK_BYTES", 4096)
-    for qtype, k in (("q8_0", 128), ("q4_1", 128), ("q4_0", 128), ("q4_0", 96), ("q5_0", 128), ("q5_1", 96), ("q6_k", 256),
-                     ("q3_k", 256), ("q2_k", 256), ("f16", 128)):   # q4_0 with k=96: 54-byte rows, chunks not 4-byte aligned
+    # (q4_0, q5_1, iq4_nl with k=96: 54/72/54-byte rows, chunks not all 4-byte aligned)
+    for qtype, k in (("q8_0", 128), ("q4_1", 128), ("q4_0", 128), ("q4_0", 96), ("q5_0", 128), ("q5_1", 96),
+                     ("iq4_nl", 96), ("q6_k", 256), ("q3_k", 256), ("q2_k", 256), ("iq4_xs", 256), ("f16", 128)):
         w, ref = make_weight(qtype, 53, k, "numpy", seed=9)
         for m in (1, 3, 17, 70):
             x = np.random.default_rng(m).normal(size=(m, k)).astype(np.float32)
@@ -233,7 +234,7 @@ def test_numpy_half_decoding_is_exact():
 @pytest.mark.parametrize("device", QUANT_DEVICES)
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_qembedding(device, qtype):
-    k = 256 if qtype.endswith("_k") else 32   # q8_0 with k=32: 34-byte rows straddle words
+    k = 256 if quant.FORMATS[qtype].block == 256 else 32   # q8_0 with k=32: 34-byte rows straddle words
     w, ref = make_weight(qtype, 6, k, device, seed=10)
     for ids in ([5, 0, 5, 2], [[1, 4], [3, 0]], [], 3):
         idt = ember.tensor(ids, dtype="int32", device=device)

@@ -44,18 +44,20 @@ from ember.wasm.runtime import R, W, runtime  # noqa: E402
 GT = gguf.GGMLQuantizationType
 GGUF_TYPE = {"f32": GT.F32, "f16": GT.F16, "bf16": GT.BF16, "q8_0": GT.Q8_0, "q4_0": GT.Q4_0,
              "q4_1": GT.Q4_1, "q5_0": GT.Q5_0, "q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K,
-             "q3_k": GT.Q3_K, "q2_k": GT.Q2_K, "q5_1": GT.Q5_1}
-INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
+             "q3_k": GT.Q3_K, "q2_k": GT.Q2_K, "q5_1": GT.Q5_1, "iq4_nl": GT.IQ4_NL, "iq4_xs": GT.IQ4_XS}
+INTEGER = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k",
+           "iq4_xs")
 FLOATS = ("f32", "f16", "bf16")
-KQUANTS = ("q4_k", "q5_k", "q6_k", "q3_k", "q2_k")
+KQUANTS = ("q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs")
+RANDOM = KQUANTS + ("iq4_nl",)   # formats gguf does not quantize: random blocks
 # bytes of a K-quant block that hold its half scales (d, and dmin where it has one)
 HALF_BYTES = {"q4_k": (0, 4), "q5_k": (0, 4), "q6_k": (208, 210), "q3_k": (108, 110),
-              "q2_k": (80, 84)}
+              "q2_k": (80, 84), "iq4_nl": (0, 2), "iq4_xs": (0, 2)}
 # bytes of a block that are scales (kept by offset_weight; the rest are the quantized values): one
 # span, or a tuple of spans
 SCALE_BYTES = {"q4_0": (0, 2), "q4_1": (0, 4), "q5_0": (0, 2), "q5_1": (0, 4), "q8_0": (0, 2), "q4_k": (0, 16),
                "q5_k": (0, 16), "q6_k": (192, 210), "q3_k": (96, 110),
-               "q2_k": ((0, 16), (80, 84))}
+               "q2_k": ((0, 16), (80, 84)), "iq4_nl": (0, 0), "iq4_xs": (0, 0)}   # (iq4: no offset)
 
 
 def block_of(qtype: str) -> int:
@@ -64,9 +66,9 @@ def block_of(qtype: str) -> int:
 
 def make_weight(qtype: str, n: int, k: int, rng) -> np.ndarray:
     """(n, row_bytes) uint8 raw blocks: gguf-quantized normal values for the formats gguf can
-    quantize; random bytes with small positive half scales for the K-quants."""
+    quantize; random bytes with small positive half scales for the K-quants and iq4_*."""
     g = GGUF_TYPE[qtype]
-    if qtype not in KQUANTS:
+    if qtype not in RANDOM:
         return gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), g).view(np.uint8).reshape(n, -1)
     bs, ts = gguf.GGML_QUANT_SIZES[g]
     raw = rng.integers(0, 256, (n, k // bs, ts), dtype=np.uint8)
@@ -217,7 +219,7 @@ def test_qlinear_row_results_do_not_depend_on_m(qtype):
     assert q_linear(qtype, w, x[:3], n, k).tobytes() == y37[:3].tobytes()
 
 
-@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q6_k", "q3_k", "q2_k", "f16"))
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q6_k", "q3_k", "q2_k", "iq4_nl", "iq4_xs", "f16"))
 def test_qlinear_op_against_the_python_kernel(qtype):
     k, n = 2 * block_of(qtype), 9
     raw, x = _linear_case(qtype, 6, k, n, seed=9)
@@ -242,7 +244,7 @@ def test_qlinear_non_finite_activation_gives_nan_where_it_reaches():
     assert np.isnan(y[0]).all() and np.isnan(y[2]).all() and np.isfinite(y[1]).all()
 
 
-@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q5_0", "q5_1"))
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q5_0", "q5_1", "iq4_nl"))
 def test_qlinear_inf_and_nan_scales(qtype):
     # the fused path converts scales without the inf/NaN case and redoes such a group exactly
     k, n = 96, 11
@@ -295,7 +297,7 @@ def test_qlinear_zero_activation_blocks():
 
 # ---- qembedding ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_1", "q5_k", "q3_k", "q2_k", "bf16"))
+@pytest.mark.parametrize("qtype", ("q8_0", "q4_1", "q5_1", "q5_k", "q3_k", "q2_k", "iq4_nl", "iq4_xs", "bf16"))
 @pytest.mark.parametrize("id_dtype", ("int32", "int64"))
 def test_qembedding(qtype, id_dtype):
     rng = np.random.default_rng(6)

@@ -25,21 +25,23 @@ if _REASON is None:
 from gguf import GGMLQuantizationType as G  # noqa: E402
 from gguf.quants import dequantize as g_dequantize, quantize as g_quantize  # noqa: E402
 
-GT = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0, "q5_1": G.Q5_1, "q4_k": G.Q4_K, "q5_k": G.Q5_K,
-      "q6_k": G.Q6_K, "q3_k": G.Q3_K, "q2_k": G.Q2_K, "f16": G.F16, "bf16": G.BF16, "f32": G.F32}
-# the K-quants' half-precision scale fields (byte offsets in a block)
-K_HALVES = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "q2_k": (80, 82)}
+GT = {"q8_0": G.Q8_0, "q4_0": G.Q4_0, "q4_1": G.Q4_1, "q5_0": G.Q5_0, "q5_1": G.Q5_1, "iq4_nl": G.IQ4_NL,
+      "q4_k": G.Q4_K, "q5_k": G.Q5_K, "q6_k": G.Q6_K, "q3_k": G.Q3_K, "q2_k": G.Q2_K, "iq4_xs": G.IQ4_XS,
+      "f16": G.F16, "bf16": G.BF16, "f32": G.F32}
+# the half-precision scale fields (byte offsets in a block) of the formats gguf cannot quantize
+K_HALVES = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "q2_k": (80, 82), "iq4_nl": (0,),
+            "iq4_xs": (0,)}
 QTYPES = list(GT)
 # k per format: 3 blocks of 32 (rows of 54/60/66/102 bytes: not word aligned for q4_0, q5_0,
 # q8_0), 2 super-blocks of 256, 40 plain values (the tiled kernel's last k slice is partial)
 K_OF = {"q8_0": 96, "q4_0": 96, "q4_1": 96, "q5_0": 96, "q5_1": 96, "q4_k": 512, "q5_k": 512, "q6_k": 512,
-        "q3_k": 512, "q2_k": 512, "f16": 40, "bf16": 40, "f32": 40}
+        "q3_k": 512, "q2_k": 512, "iq4_nl": 96, "iq4_xs": 512, "f16": 40, "bf16": 40, "f32": 40}
 
 
 def make_weight(qtype, n, k, seed=0):
     """(int32 words, float32 reference (n, k)) of a random ``qtype`` weight. gguf quantizes the
-    32-blocks and bf16; K-quants (gguf only dequantizes them) are random bytes with small f16
-    scales. The reference is gguf's dequantization."""
+    32-blocks and bf16; K-quants and iq4_* (gguf only dequantizes them) are random bytes with
+    small f16 scales. The reference is gguf's dequantization."""
     rng = np.random.default_rng(seed)
     block, nbytes = wq.BLOCKS[qtype]
     if qtype in K_HALVES:

@@ -65,7 +65,8 @@ from .fallback import PY
 from .runtime import R, W
 
 # formats the module knows (ggml type numbers, as in quant.c)
-KNOWN = frozenset(("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"))
+KNOWN = frozenset(("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k",
+                   "q4_k", "q5_k", "q6_k", "iq4_xs"))
 FLOAT_FORMATS = frozenset(("f32", "f16", "bf16"))
 FLOAT_ROWS = 32                 # quant.c FLOAT_ROWS
 QERR_QTYPE, QERR_SHAPE = -1, -2

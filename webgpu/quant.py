@@ -6,7 +6,7 @@ table keeps only the ops the registry declares).
 **Quantized weights.** A weight is an int32 tensor of raw GGUF block bytes (``ember.quant``):
 the kernels read it as u32 words and cut out bytes, nibbles and halves; nothing is expanded to
 float in memory (``dequantize`` excepted, which is asked to). Formats: q8_0, q4_0, q4_1, q5_0,
-q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32.
+q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, f16, bf16, f32.
 
 - ``qlinear`` with few rows of x (``M <= GEMV_MAX_M``, decode): ``gemv``. Groups of LANES
   threads own RB weight rows each; each step a lane takes U 8-element items, interleaved with
@@ -101,11 +101,11 @@ from .runtime import f32_bits, kernel_source, pack_info, render
 
 # (elements per block, bytes per block) of each format the kernels decode (GGUF's layouts)
 BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
-          "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "q2_k": (256, 84), "q3_k": (256, 110),
-          "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+          "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "iq4_nl": (32, 18), "q2_k": (256, 84),
+          "q3_k": (256, 110), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210), "iq4_xs": (256, 136)}
 _POS = {"q8_0": "pos_q8_0", "q4_0": "pos_q4", "q4_1": "pos_q4", "q5_0": "pos_q4", "q5_1": "pos_q4",
-        "q2_k": "pos_k4", "q3_k": "pos_k4", "q4_k": "pos_k4", "q5_k": "pos_k4", "q6_k": "pos_q6_k",
-        "f16": "pos_flat", "bf16": "pos_flat", "f32": "pos_flat"}
+        "iq4_nl": "pos_q4", "iq4_xs": "pos_q4", "q2_k": "pos_k4", "q3_k": "pos_k4", "q4_k": "pos_k4",
+        "q5_k": "pos_k4", "q6_k": "pos_q6_k", "f16": "pos_flat", "bf16": "pos_flat", "f32": "pos_flat"}
 
 WG = 256
 GEMV_MAX_M = 8      # x rows up to which qlinear runs the matrix-vector kernel

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from ..errors import IndexingError
-from ..quant import FORMATS, row_bytes
+from ..quant import FORMATS, IQ4_VALUES, row_bytes
 from .numpy_blas import matmul
 
 _F32 = np.float32
@@ -147,9 +147,29 @@ def _d_q2_k(B):
     return (dl * q - ml).reshape(nb, 256)
 
 
+_IQ4 = np.array(IQ4_VALUES, _F32)
+
+
+def _d_iq4_nl(B):
+    return _IQ4[_nibbles(B[:, 2:18])] * _half(B, 0)
+
+
+_BIT16 = np.arange(0, 16, 2, dtype=np.uint16)
+
+
+def _d_iq4_xs(B):
+    nb = B.shape[0]
+    sl = B[:, 4:8]
+    low = np.stack([sl & 15, sl >> 4], axis=2).reshape(nb, 8)                  # nibble s % 2 of byte s // 2
+    high = ((np.ascontiguousarray(B[:, 2:4]).view("<u2") >> _BIT16) & 3).astype(np.uint8)   # bits 2s of scales_h
+    dl = _half(B, 0) * ((low | (high << 4)).view(np.int8) - np.int8(32)).astype(_F32)          # (nb, 8)
+    q = B[:, 8:136].reshape(nb, 8, 16)
+    return (dl[:, :, None] * _IQ4[np.concatenate([q & 15, q >> 4], axis=2)]).reshape(nb, 256)
+
+
 DEQUANT = {"f32": _d_f32, "f16": _d_f16, "bf16": _d_bf16, "q8_0": _d_q8_0, "q4_0": _d_q4_0,
            "q4_1": _d_q4_1, "q5_0": _d_q5_0, "q5_1": _d_q5_1, "q4_k": _d_q4_k, "q5_k": _d_q5_k, "q6_k": _d_q6_k,
-           "q2_k": _d_q2_k, "q3_k": _d_q3_k}
+           "q2_k": _d_q2_k, "q3_k": _d_q3_k, "iq4_nl": _d_iq4_nl, "iq4_xs": _d_iq4_xs}
 
 
 def _bytes(w):

@@ -228,7 +228,8 @@ def build_gguf(kv, tensors, data: bytes, *, version: int = 3, align: int = 32) -
 def gguf_seeds() -> list:
     """Small valid GGUF files (built here, no gguf package needed): every metadata type, nested
     and string arrays, tensors of the types ember reads (F32, F16 1-D and 2-D, Q8_0, Q4_1,
-    Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q6_K) and, in the v2 seed, one it does not (TQ2_0); v2 and v3, alignments 32 and 8."""
+    Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS) and, in the v2 seed, one it does not
+    (TQ2_0); v2 and v3, alignments 32 and 8."""
     rng = random.Random(7)
 
     def blocks(nbytes, n, halves=(0,)):
@@ -260,6 +261,8 @@ def gguf_seeds() -> list:
              ("q4_1_w", (64, 1), 3, blocks(20, 2, (0, 2))),
              ("q5_0_w", (32, 1), 6, blocks(22, 1)),
              ("q5_1_w", (32, 1), 7, blocks(24, 1, (0, 2))),
+             ("iq4_nl_w", (32, 1), 20, blocks(18, 1)),
+             ("iq4_xs_w", (256, 1), 23, blocks(136, 1)),
              ("q2_k_w", (256, 1), 10, blocks(84, 1, (80, 82))),
              ("q3_k_w", (256, 1), 11, blocks(110, 1, (108,))),
              ("q4_k_w", (256, 1), 12, blocks(144, 1, (0, 2))),

@@ -2,7 +2,8 @@
  * ember/wasm/ops_quant.py calls these and documents the design; the numbers here (ggml type
  * numbers, the parameter tables, the scratch layout) are mirrored there.
  *
- * qlinear on the integer formats (q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k) never expands the weight:
+ * qlinear on the integer formats (q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs)
+ * never expands the weight:
  *  1. each row of x is quantized per block of 32 to int16 (scale dx = amax / 32767, q = round to
  *     nearest even of x * (32767 / amax)), with the float sums of its two halves, into scratch;
  *  2. the weight's 4-to-6-bit (or 8-bit) values become int16 lanes straight from the block bytes
@@ -12,8 +13,8 @@
  *     [x0 x2 .. x14 | x1 x3 .. x15 | x16 x18 .. x30 | x17 .. x31];
  *  3. per block, the exact integer sum becomes a float: y += (isum * D) * dx + C * sum(x), where
  *     D is the block's scale and C its offset term (q4_1, q5_1: D = d, C = m; q4_0: C = -8 d; q5_0:
- *     C = -16 d; q8_0: C = 0; q4_k/q5_k: D = d * sc, C = -dmin * m per 32; q6_k: C = -32 D, q3_k:
- *     C = -4 D, q2_k: D = d * sc, C = -dmin * m, per 16).
+ *     C = -16 d; q8_0, iq4_nl: C = 0; iq4_xs: D = d * sc, C = 0; q4_k/q5_k: D = d * sc,
+ *     C = -dmin * m per 32; q6_k: C = -32 D, q3_k: C = -4 D, q2_k: D = d * sc, C = -dmin * m, per 16).
  * Four weight rows are done together: their integer sums are transposed into one vector (a lane
  * per row), so the scales of four rows convert from half precision and accumulate as one vector.
  * The fused path converts the scales without the inf/NaN case and redoes a group of rows exactly
@@ -42,7 +43,8 @@ typedef i64 i64a __attribute__((aligned(4)));
 
 /* ggml type numbers */
 enum { QT_F32 = 0, QT_F16 = 1, QT_Q4_0 = 2, QT_Q4_1 = 3, QT_Q5_0 = 6, QT_Q5_1 = 7, QT_Q8_0 = 8,
-       QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14, QT_BF16 = 30 };
+       QT_Q2_K = 10, QT_Q3_K = 11, QT_Q4_K = 12, QT_Q5_K = 13, QT_Q6_K = 14, QT_IQ4_NL = 20, QT_IQ4_XS = 23,
+       QT_BF16 = 30 };
 /* q_linear's parameter table */
 enum { QL_QTYPE, QL_M, QL_N, QL_K, QL_NPARAMS };
 /* q_embedding's */
@@ -51,6 +53,9 @@ enum { QE_QTYPE, QE_COUNT, QE_N, QE_K, QE_IDSIZE, QE_NPARAMS };
 enum { QD_QTYPE, QD_N, QD_K, QD_NPARAMS };
 #define QERR_QTYPE (-1) /* not a format this module knows */
 #define QERR_SHAPE (-2) /* k is not a whole number of blocks */
+
+/* whether a format's blocks have an offset term C (q8_0, iq4_nl, iq4_xs: none) */
+#define HAS_C(qt) ((qt) != QT_Q8_0 && (qt) != QT_IQ4_NL && (qt) != QT_IQ4_XS)
 
 #define FUSED_MAX_M 3   /* at most this many rows of x: the fused path (else: decoded tiles) */
 #define FLOAT_ROWS 32   /* float formats: weight rows expanded to float32 per chunk */
@@ -113,8 +118,8 @@ INLINE f32 hmax4(f32x4 v) {   /* NaN wins */
 static i32 q_block(i32 qt) {
   switch (qt) {
     case QT_F32: case QT_F16: case QT_BF16: return OPQ(1);
-    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0: return OPQ(32);
-    case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: return OPQ(256);
+    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0: case QT_IQ4_NL: return OPQ(32);
+    case QT_Q2_K: case QT_Q3_K: case QT_Q4_K: case QT_Q5_K: case QT_Q6_K: case QT_IQ4_XS: return OPQ(256);
     default: return 0;
   }
 }
@@ -133,6 +138,8 @@ static i32 q_nbytes(i32 qt) {
     case QT_Q4_K: return OPQ(144);
     case QT_Q5_K: return OPQ(176);
     case QT_Q6_K: return OPQ(210);
+    case QT_IQ4_NL: return OPQ(18);
+    case QT_IQ4_XS: return OPQ(136);
     default: return 0;
   }
 }
@@ -152,6 +159,31 @@ INLINE void scale_min_k4(i32 j, const u8 *s, i32 *sc, i32 *m) {
  * of byte g % 8, top 2 bits in bits 2 (g / 4) of byte 8 + g % 4, stored offset by 32 */
 INLINE i32 scale_q3k(i32 g, const u8 *s) {
   return (i32)(((s[g & 7] >> (4 * (g >> 3))) & 0xF) | (((s[8 + (g & 3)] >> (2 * (g >> 2))) & 3) << 4)) - 32;
+}
+
+/* iq4_nl / iq4_xs: a 4-bit index stands for one of 16 int8 values (ggml's kvalues_iq4nl), looked
+ * up by one swizzle of a constant vector (an instruction's immediate: the module has no data).
+ * 16 bytes of indices (q4_0's nibble order) -> the int8 values of elements 0..15 and 16..31. */
+INLINE void iq4_vals(const u8 *q, v128_t *lo, v128_t *hi) {
+  const v128_t T = wasm_i8x16_make(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  const v128_t v = wasm_v128_load(q);
+  *lo = wasm_i8x16_swizzle(T, wasm_v128_and(v, wasm_i8x16_splat(0x0F)));
+  *hi = wasm_i8x16_swizzle(T, wasm_u8x16_shr(v, 4));
+}
+
+/* o[0..16) = d * the 16 int8 values of t (one rounding each, as the scalar product) */
+INLINE void iq4_deq16(v128_t t, f32 d, f32 *o) {
+  const f32x4 D = wasm_f32x4_splat(d);
+  const v128_t l = wasm_i16x8_extend_low_i8x16(t), h = wasm_i16x8_extend_high_i8x16(t);
+  wasm_v128_store(o, wasm_f32x4_mul(D, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(l))));
+  wasm_v128_store(o + 4, wasm_f32x4_mul(D, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(l))));
+  wasm_v128_store(o + 8, wasm_f32x4_mul(D, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(h))));
+  wasm_v128_store(o + 12, wasm_f32x4_mul(D, wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(h))));
+}
+
+/* the iq4_xs sub-block s's scale (6 bits, stored + 32) */
+INLINE i32 scale_iq4xs(i32 s, const u8 *p) {
+  return (i32)(((p[4 + (s >> 1)] >> (4 * (s & 1))) & 0xF) | (((ld16(p + 2) >> (2 * s)) & 3) << 4)) - 32;
 }
 
 /* ---- dequantize: one row of k elements, natural order ------------------------------------------
@@ -224,6 +256,27 @@ static void deq_row(i32 qt, const u8 *w, f32 *o, i32 k) {
           o[i + 16] = d * (f32)((p[8 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) + m;
         }
         o += 32;
+        break;
+      }
+      case QT_IQ4_NL: {
+        v128_t lo, hi;
+        const f32 d = h2f(ld16(p));
+        iq4_vals(p + 2, &lo, &hi);
+        iq4_deq16(lo, d, o);
+        iq4_deq16(hi, d, o + 16);
+        o += 32;
+        break;
+      }
+      case QT_IQ4_XS: {
+        const f32 d = h2f(ld16(p));
+        for (i32 s = 0; s < 8; s++) {
+          v128_t lo, hi;
+          const f32 dl = d * (f32)scale_iq4xs(s, p);
+          iq4_vals(p + 8 + 16 * s, &lo, &hi);
+          iq4_deq16(lo, dl, o + 32 * s);
+          iq4_deq16(hi, dl, o + 32 * s + 16);
+        }
+        o += 256;
         break;
       }
       case QT_Q4_K: case QT_Q5_K: {
@@ -415,10 +468,25 @@ INLINE void q8_4(const u8 *q, v128_t *a, v128_t *b, v128_t *c, v128_t *d) {
   *d = wasm_i16x8_shr(v, 8);
 }
 
+/* 16 bytes of 4-bit indices (as q4_0's nibbles) -> their iq4 values as int16 in the dot order:
+ * the table lookup (iq4_vals), then q8_4's widening */
+INLINE void iq4_4(const u8 *q, v128_t *a, v128_t *b, v128_t *c, v128_t *d) {
+  v128_t lo, hi;
+  iq4_vals(q, &lo, &hi);
+  *a = wasm_i16x8_shr(wasm_i16x8_shl(lo, 8), 8);
+  *b = wasm_i16x8_shr(lo, 8);
+  *c = wasm_i16x8_shr(wasm_i16x8_shl(hi, 8), 8);
+  *d = wasm_i16x8_shr(hi, 8);
+}
+
 /* a block of the simple formats as the four int16 vectors */
 INLINE void block_lanes(const i32 QT, const u8 *p, v128_t *a, v128_t *b, v128_t *c, v128_t *d) {
   if (QT == QT_Q8_0) {
     q8_4(p + 2, a, b, c, d);
+    return;
+  }
+  if (QT == QT_IQ4_NL) {
+    iq4_4(p + 2, a, b, c, d);
     return;
   }
   nib4(wasm_v128_load(p + (QT == QT_Q4_0 ? 2 : QT == QT_Q4_1 ? 4 : QT == QT_Q5_0 ? 6 : 8)), a, b, c, d);
@@ -528,11 +596,16 @@ INLINE void store_rows(f32 *y, f32x4 v, i32 nr) {
   ({ const i16 *xr_ = xb; __asm__("" : "+r"(xr_)); wasm_v128_load(xr_ + 16); }),                   \
   ({ const i16 *xr_ = xb; __asm__("" : "+r"(xr_)); wasm_v128_load(xr_ + 24); })
 
+/* block bytes of the fused path's formats (a constant where QT is) */
+INLINE i32 fused_bytes(const i32 QT) {
+  return QT == QT_Q4_0 || QT == QT_IQ4_NL ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : QT == QT_Q5_1 ? 24 : 34;
+}
+
 /* rows n..n+nr-1 (nr <= 4) of W . x; returns nonzero when the fast half conversion met an inf/NaN
  * scale (EXACT = 0), in which case the caller redoes the group with EXACT = 1 */
 INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n, i32 nr, i32 nb, const i16 *xq,
                        const f32 *xs, f32 *y, u32 ahead, i32 *touch) {
-  const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : QT == QT_Q5_1 ? 24 : 34;
+  const i32 bs = fused_bytes(QT);
   const u8 *w0 = w + n * rb;
   const u8 *w1 = nr > 1 ? w0 + rb : w0, *w2 = nr > 2 ? w1 + rb : w1, *w3 = nr > 3 ? w2 + rb : w2;
   f32x4 acc = wasm_f32x4_splat(0.f), accm = acc;
@@ -561,17 +634,17 @@ INLINE i32 fused_group(const i32 QT, const i32 EXACT, const u8 *w, i32 rb, i32 n
     else block_scales_fast(QT, w0 + o, w1 + o, w2 + o, w3 + o, &D, &C, &bad);
     const f32x4 P = wasm_f32x4_convert_i32x4(reduce4(p0, p1, p2, p3));
     acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_mul(P, D), wasm_v128_load32_splat(xs + 4 * b)));
-    if (QT != QT_Q8_0) accm = wasm_f32x4_add(accm, wasm_f32x4_mul(C, wasm_v128_load32_splat(xs + 4 * b + 3)));
+    if (HAS_C(QT)) accm = wasm_f32x4_add(accm, wasm_f32x4_mul(C, wasm_v128_load32_splat(xs + 4 * b + 3)));
   }
   *touch ^= t;
   if (!EXACT && h_bad(bad)) return 1;
-  store_rows(y + n, QT != QT_Q8_0 ? wasm_f32x4_add(acc, accm) : acc, nr);
+  store_rows(y + n, HAS_C(QT) ? wasm_f32x4_add(acc, accm) : acc, nr);
   return 0;
 }
 
 INLINE void fused_rows(const i32 QT, const u8 *w, i32 N, i32 nb, const i16 *xq, const f32 *xs, f32 *y,
                        i32 *touch) {
-  const i32 bs = QT == QT_Q4_0 ? 18 : QT == QT_Q4_1 ? 20 : QT == QT_Q5_0 ? 22 : QT == QT_Q5_1 ? 24 : 34;
+  const i32 bs = fused_bytes(QT);
   const i32 rb = nb * bs;
   /* the touches of a group reach less than 4 rows + 128 bytes past `ahead` (offsets, not
    * pointers: nothing past the weight is formed); a weight smaller than that is read exactly,
@@ -593,6 +666,7 @@ static void fused(i32 qt, const u8 *w, i32 N, i32 nb, const i16 *xq, const f32 *
     case QT_Q4_1: fused_rows(QT_Q4_1, w, N, nb, xq, xs, y, touch); break;
     case QT_Q5_0: fused_rows(QT_Q5_0, w, N, nb, xq, xs, y, touch); break;
     case QT_Q5_1: fused_rows(QT_Q5_1, w, N, nb, xq, xs, y, touch); break;
+    case QT_IQ4_NL: fused_rows(QT_IQ4_NL, w, N, nb, xq, xs, y, touch); break;
     default: fused_rows(QT_Q8_0, w, N, nb, xq, xs, y, touch); break;
   }
 }
@@ -683,11 +757,12 @@ INLINE void put4(i16 *o, v128_t a, v128_t b, v128_t c, v128_t d) {
 static void decode_row(i32 qt, const u8 *w, i32 nb, i32 r, i16 *Wt, f32 *Dt, f32 *Ct, f32 *D2t, f32 *C2t) {
   v128_t a, b, c, d;
   switch (qt) {
-    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0: {
+    case QT_Q4_0: case QT_Q4_1: case QT_Q5_0: case QT_Q5_1: case QT_Q8_0: case QT_IQ4_NL: {
       const i32 bs = q_nbytes(qt);
       for (i32 k = 0; k < nb; k++) {
         const u8 *p = w + k * bs;
         if (qt == QT_Q8_0) q8_4(p + 2, &a, &b, &c, &d);
+        else if (qt == QT_IQ4_NL) iq4_4(p + 2, &a, &b, &c, &d);
         else {
           nib4(wasm_v128_load(p + (qt == QT_Q4_0 ? 2 : qt == QT_Q4_1 ? 4 : qt == QT_Q5_0 ? 6 : 8)), &a, &b, &c, &d);
           if (qt == QT_Q5_0) q5_high(ld32(p + 2), &a, &b, &c, &d);
@@ -696,7 +771,8 @@ static void decode_row(i32 qt, const u8 *w, i32 nb, i32 r, i16 *Wt, f32 *Dt, f32
         put4(Wt + (4 * k + r) * 32, a, b, c, d);
         const f32 dd = h2f(ld16(p));
         Dt[4 * k + r] = dd;
-        Ct[4 * k + r] = qt == QT_Q4_1 || qt == QT_Q5_1 ? h2f(ld16(p + 2)) : qt == QT_Q4_0 ? dd * -8.f : qt == QT_Q5_0 ? dd * -16.f : 0.f;
+        Ct[4 * k + r] = qt == QT_Q4_1 || qt == QT_Q5_1 ? h2f(ld16(p + 2))
+                        : qt == QT_Q4_0 ? dd * -8.f : qt == QT_Q5_0 ? dd * -16.f : 0.f;
       }
       return;
     }
@@ -757,6 +833,21 @@ static void decode_row(i32 qt, const u8 *w, i32 nb, i32 r, i16 *Wt, f32 *Dt, f32
             D2t[4 * k + r] = dh;
             C2t[4 * k + r] = dh * -32.f;
           }
+        }
+      }
+      return;
+    }
+    case QT_IQ4_XS: {
+      /* the table values as lanes (iq4_nl's), D = d * (scale - 32) per 32, no offset */
+      for (i32 sb = 0; sb < nb / 8; sb++) {
+        const u8 *p = w + sb * 136;
+        const f32 dd = h2f(ld16(p));
+        for (i32 s = 0; s < 8; s++) {
+          iq4_4(p + 8 + 16 * s, &a, &b, &c, &d);
+          const i32 k = 8 * sb + s;
+          put4(Wt + (4 * k + r) * 32, a, b, c, d);
+          Dt[4 * k + r] = dd * (f32)scale_iq4xs(s, p);
+          Ct[4 * k + r] = 0.f;
         }
       }
       return;
@@ -856,7 +947,7 @@ static void tiled(i32 qt, const u8 *w, i32 rb, i32 M, i32 N, i32 nb, const i16 *
                   i32 ldy, f32 *tile) {
   i16 *Wt = (i16 *)tile;
   f32 *Dt = tile + 64 * nb, *Ct = Dt + 4 * nb, *D2t = Ct + 4 * nb, *C2t = D2t + 4 * nb;
-  const i32 split = qt == QT_Q6_K || qt == QT_Q3_K || qt == QT_Q2_K, hasC = qt != QT_Q8_0;
+  const i32 split = qt == QT_Q6_K || qt == QT_Q3_K || qt == QT_Q2_K, hasC = HAS_C(qt);
   for (i32 n = 0; n < N; n += 4) {
     const i32 nr = N - n < 4 ? N - n : 4;
     for (i32 r = 0; r < 4; r++) decode_row(qt, w + (n + (r < nr ? r : nr - 1)) * rb, nb, r, Wt, Dt, Ct, D2t, C2t);
@@ -919,6 +1010,8 @@ i64 q_linear_extent(const i32 *prm, i32 scratch) {
     case QT_Q4_K: nbytes = OPQ(144); blk = 256; break;
     case QT_Q5_K: nbytes = OPQ(176); blk = 256; break;
     case QT_Q6_K: nbytes = OPQ(210); blk = 256; break;
+    case QT_IQ4_NL: nbytes = OPQ(18); break;
+    case QT_IQ4_XS: nbytes = OPQ(136); blk = 256; break;
     default: return -1;
   }
   if (M < 0 || N < 0 || K < 0 || K % blk) return -1;

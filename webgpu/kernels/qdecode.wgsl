@@ -221,6 +221,44 @@ fn item_q2_k(rb: u32, i: u32) -> Item {
               dm.x * f32(sb & 15u) * ubytes((q >> (sh + 2u)) & 0x03030303u) - dm.y * f32(sb >> 4u), p.x, p.y);
 }
 
+// iq4_nl / iq4_xs: a 4-bit index stands for one of 16 int8 values (ggml's kvalues_iq4nl: -127 -104
+// -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113), kept as the bytes of four words and cut out
+// as the other decoders cut bytes (no array indexed at run time)
+fn iq4_value(n: u32) -> f32 {
+  let hi = (n & 4u) != 0u;
+  let w = select(select(0xbfad9881u, 0xf6eaddcfu, hi), select(0x26190d01u, 0x71594535u, hi), n >= 8u);
+  return f32(bitcast<i32>(w << (24u - 8u * (n & 3u))) >> 24u);
+}
+// the values of the four indices held in the low nibbles of the bytes of w
+fn iq4_values(w: u32) -> vec4<f32> {
+  return vec4<f32>(iq4_value(w & 15u), iq4_value((w >> 8u) & 15u), iq4_value((w >> 16u) & 15u),
+                   iq4_value((w >> 24u) & 15u));
+}
+
+// iq4_nl: 18 bytes = f16 d, 16 bytes of indices (as q4_0's nibbles), value d * iq4_value(index)
+fn item_iq4_nl(rb: u32, i: u32) -> Item {
+  let p = pos_q4(i);
+  let base = rb + (i / 4u) * 18u;
+  let d = half_at(base);
+  let q = word_at(base + 2u + (i % 4u) * 4u);
+  return Item(d * iq4_values(q), d * iq4_values(q >> 4u), p.x, p.y);
+}
+
+// iq4_xs: 136 bytes = f16 d, u16 scales_h, 4 bytes scales_l, 128 bytes of indices: 8 sub-blocks
+// of 32 laid out as iq4_nl blocks (items as q4_0's, 4 per sub-block s), each with the 6-bit scale
+// (nibble s % 2 of scales_l[s / 2]) | (bits 2s of scales_h) << 4, stored + 32; value
+// d * (scale - 32) * iq4_value(index)
+fn item_iq4_xs(rb: u32, i: u32) -> Item {
+  let p = pos_q4(i);
+  let base = rb + (i / 32u) * 136u;
+  let s = (i / 4u) % 8u;
+  let h = word_at(base);
+  let ls = ((byte_at(base + 4u + s / 2u) >> (4u * (s % 2u))) & 15u) | (((h >> (16u + 2u * s)) & 3u) << 4u);
+  let dl = unpack2x16float(h).x * f32(i32(ls) - 32);
+  let q = word_at(base + 8u + 16u * s + (i % 4u) * 4u);
+  return Item(dl * iq4_values(q), dl * iq4_values(q >> 4u), p.x, p.y);
+}
+
 // plain halves / bfloat16 / floats, one element per "block"; a row's last item may pass K
 fn flat_elem(rb: u32, e: u32, kind: u32) -> f32 {
   if (e >= u(2u)) { return 0.0; }

@@ -15,9 +15,9 @@
 // works on 64-element slices of k knows which items fall in a slice from the index alone. A row
 // of K elements has ceil(K / 8) items, whatever the format.
 //
-// Template: QT (format: q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k f16 bf16 f32), AL (true when every
-// block starts 4-byte aligned), WG (threads), R (gemv rows per workgroup), MT (gemv x rows,
-// padded), XS (gemv x floats kept in workgroup memory), TM, TN (tiled tile sizes), INFO.
+// Template: QT (format: q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q4_k q5_k q6_k iq4_xs f16
+// bf16 f32), AL (true when every block starts 4-byte aligned), WG (threads), R (gemv rows per
+// workgroup), MT (gemv x rows, padded), XS (gemv x floats kept in workgroup memory), TM, TN (tiled tile sizes), INFO.
 // info (every entry): 0 M (x rows / ids), 1 N (weight rows), 2 K, 3 bytes per weight row,
 //       4 weight byte offset, 5 x element offset (ids offset for embed), 6 items per row
 //
