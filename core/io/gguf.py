@@ -23,7 +23,7 @@ Tensors keep the file's storage: ``f.tensor(name)`` gives a float32 ``Tensor`` f
 1-D F16/BF16: norms, biases), and an ``ember.quant.QTensor`` (the raw blocks, never expanded)
 for quantized and 2-D half-precision matrices; ``dequantize=True`` gives float32 always. Shapes
 are row-major (numpy order: the file's dims reversed), so a linear weight is ``(n_out, n_in)``.
-Tensors of a type ember does not read (Q5_1, IQ*, ...) are listed; using one raises
+Tensors of a type ember does not read (IQ2_*, IQ3_*, IQ1_*, TQ*, MXFP4, ...) are listed; using one raises
 ``UnsupportedOp`` naming the type and the tensor.
 
 >>> import ember
