@@ -187,38 +187,39 @@ fn q3_scale(base: u32, g: u32) -> f32 {
   let hi = (byte_at(base + 104u + g % 4u) >> (2u * (g / 4u))) & 3u;
   return f32(i32(lo | (hi << 4u)) - 32);
 }
-fn item_q3_k(rb: u32, i: u32) -> Item {
-  let p = pos_k4(i);
-  let base = rb + (i / 32u) * 110u;
+// the 2-bit quants of item i (q3_k, q2_k: 64 bytes of them at qoff in each 256-block of
+// nbytes): .q the item's word shifted so that each byte's bits 0-1 are its first four values and
+// bits 2-3 the next four; .l its byte offset in the 32-byte group, .c its 8-item chunk
+struct K2 { q: u32, l: u32, c: u32, base: u32 }
+fn k2_word(rb: u32, i: u32, nbytes: u32, qoff: u32) -> K2 {
+  let base = rb + (i / 32u) * nbytes;
   let w = i % 32u;
   let c = w / 8u;
   let l = (w % 8u) * 4u;
-  let sh = 4u * (c % 2u);
-  let q = word_at(base + 32u + 32u * (c / 2u) + l);
-  let hm = word_at(base + l) >> (2u * c);
-  let lo = ((q >> sh) & 0x03030303u) | ((hm & 0x01010101u) << 2u);
-  let hi = ((q >> (sh + 2u)) & 0x03030303u) | (((hm >> 1u) & 0x01010101u) << 2u);
-  let d = half_at(base + 108u);
+  return K2(word_at(base + qoff + 32u * (c / 2u) + l) >> (4u * (c % 2u)), l, c, base);
+}
+fn item_q3_k(rb: u32, i: u32) -> Item {
+  let p = pos_k4(i);
+  let k = k2_word(rb, i, 110u, 32u);
+  let hm = word_at(k.base + k.l) >> (2u * k.c);
+  let lo = (k.q & 0x03030303u) | ((hm & 0x01010101u) << 2u);
+  let hi = ((k.q >> 2u) & 0x03030303u) | (((hm >> 1u) & 0x01010101u) << 2u);
+  let d = half_at(k.base + 108u);
   let g = (p.x % 256u) / 16u;
-  return Item(d * q3_scale(base, g) * (ubytes(lo) - 4.0), d * q3_scale(base, g + 2u) * (ubytes(hi) - 4.0), p.x, p.y);
+  return Item(d * q3_scale(k.base, g) * (ubytes(lo) - 4.0), d * q3_scale(k.base, g + 2u) * (ubytes(hi) - 4.0), p.x, p.y);
 }
 
 // q2_k: 84 bytes = 16 scale bytes (low nibble a scale, high nibble a min, for 16 elements each),
 // 64 bytes of 2-bit quants (as q3_k's), f16 d, f16 dmin; value d*scale*q - dmin*min
 fn item_q2_k(rb: u32, i: u32) -> Item {
   let p = pos_k4(i);
-  let base = rb + (i / 32u) * 84u;
-  let w = i % 32u;
-  let c = w / 8u;
-  let l = (w % 8u) * 4u;
-  let sh = 4u * (c % 2u);
-  let q = word_at(base + 16u + 32u * (c / 2u) + l);
-  let dm = unpack2x16float(word_at(base + 80u));
+  let k = k2_word(rb, i, 84u, 16u);
+  let dm = unpack2x16float(word_at(k.base + 80u));
   let g = (p.x % 256u) / 16u;
-  let sa = byte_at(base + g);
-  let sb = byte_at(base + g + 2u);
-  return Item(dm.x * f32(sa & 15u) * ubytes((q >> sh) & 0x03030303u) - dm.y * f32(sa >> 4u),
-              dm.x * f32(sb & 15u) * ubytes((q >> (sh + 2u)) & 0x03030303u) - dm.y * f32(sb >> 4u), p.x, p.y);
+  let sa = byte_at(k.base + g);
+  let sb = byte_at(k.base + g + 2u);
+  return Item(dm.x * f32(sa & 15u) * ubytes(k.q & 0x03030303u) - dm.y * f32(sa >> 4u),
+              dm.x * f32(sb & 15u) * ubytes((k.q >> 2u) & 0x03030303u) - dm.y * f32(sb >> 4u), p.x, p.y);
 }
 
 // iq4_nl / iq4_xs: a 4-bit index stands for one of 16 int8 values (ggml's kvalues_iq4nl: -127 -104
