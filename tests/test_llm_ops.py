@@ -18,19 +18,24 @@ def _np(t):
     return np.asarray(t.tolist(), dtype=np.float64)
 
 
-def ref_attention(q, kc, vc, pos):
-    """q (T, Hq, D) over filled cache rows; float64 softmax."""
+def ref_attention(q, kc, vc, pos, window=0, softcap=0.0, scale=None):
+    """q (T, Hq, D) over filled cache rows; float64 softmax. ``window``: query t sees only the
+    last ``window`` rows up to pos+t; ``softcap``: scores cap * tanh(s / cap)."""
     T, hq, d = q.shape
     hkv = kc.shape[1]
+    scale = 1 / math.sqrt(d) if scale is None else scale
     out = np.zeros_like(q, dtype=np.float64)
     for t in range(T):
         n = pos + t + 1
+        lo = max(0, n - window) if window else 0
         for h in range(hq):
             g = h // (hq // hkv)
-            s = kc[:n, g, :] @ q[t, h] / math.sqrt(d)
+            s = kc[lo:n, g, :] @ q[t, h] * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
             p = np.exp(s - s.max())
             p /= p.sum()
-            out[t, h] = p @ vc[:n, g, :]
+            out[t, h] = p @ vc[lo:n, g, :]
     return out
 
 
@@ -106,6 +111,36 @@ def test_attention_cached_long(device, d, T, pos):
     rk, rv = kc0.copy(), vc0.copy()
     rk[pos:pos + T], rv[pos:pos + T] = k, v
     np.testing.assert_allclose(_np(y), ref_attention(q.astype(np.float64), rk, rv, pos), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("d,T,pos,window,softcap", [(8, 5, 0, 3, 0.0), (8, 1, 6, 4, 0.0), (8, 3, 4, 2, 0.0),
+                                                    (8, 4, 3, 0, 1.5), (8, 1, 7, 3, 2.0), (12, 6, 1, 4, 1.0),
+                                                    (64, 1, 520, 300, 0.0), (64, 2, 300, 40, 3.0)])
+def test_attention_cached_window_and_softcap(device, d, T, pos, window, softcap):
+    """Gemma's sliding window (the last ``window`` rows up to each query's own) and soft-capped
+    scores, against the float64 reference; each also moves the result (not ignored)."""
+    rng = np.random.default_rng(d * 7 + T + pos)
+    C, hq, hkv = pos + T + 2, 6 if d < 64 else 2, 2 if d < 64 else 1
+    kc0 = rng.standard_normal((C, hkv, d)).astype(np.float32)
+    vc0 = rng.standard_normal((C, hkv, d)).astype(np.float32)
+    q = (3.0 * rng.standard_normal((T, hq, d))).astype(np.float32)     # (scores large enough to cap)
+    k, v = (rng.standard_normal((T, hkv, d)).astype(np.float32) for _ in range(2))
+    y = ember.attention_cached(_t(q, device), _t(k, device), _t(v, device), _t(kc0, device), _t(vc0, device),
+                               _t([pos], device, "int32"), window=window, softcap=softcap)
+    rk, rv = kc0.copy(), vc0.copy()
+    rk[pos:pos + T], rv[pos:pos + T] = k, v
+    want = ref_attention(q.astype(np.float64), rk, rv, pos, window, softcap)
+    tol = 1e-4 if d >= 64 else 2e-5
+    np.testing.assert_allclose(_np(y), want, rtol=tol, atol=tol)
+    assert np.abs(want - ref_attention(q.astype(np.float64), rk, rv, pos)).max() > 1e-2
+
+
+def test_attention_cached_window_rules():
+    kc = ember.zeros((4, 1, 2))
+    one = ember.ones((1, 1, 2))
+    for bad in (dict(window=-1), dict(softcap=-1.0), dict(softcap=math.inf)):
+        with pytest.raises(ShapeError, match="window"):
+            ember.attention_cached(one, one, one, kc, kc, ember.tensor([0], dtype="int32"), **bad)
 
 
 def test_attention_cached_full_context_raises(device):

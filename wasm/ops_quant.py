@@ -54,6 +54,7 @@ the python kernels' typed errors.
 from __future__ import annotations
 
 from array import array
+import struct
 from math import prod
 
 from .. import dtypes as _dt
@@ -175,15 +176,17 @@ def kernels(rt) -> dict:
              T, H, D, MODES[mode])
         return y
 
-    def attention_cached(out, q, k, v, kc, vc, pos, *, scale, **attrs):
+    def attention_cached(out, q, k, v, kc, vc, pos, *, scale, window=0, softcap=0.0, **attrs):
         T, hq, d = q.shape
         C, hkv, _ = kc.shape
         if d % 4 or T * hq * d == 0 or pos._buf.typecode != "i":
-            return PY["attention_cached"](out, q, k, v, kc, vc, pos, scale=scale, **attrs)
+            return PY["attention_cached"](out, q, k, v, kc, vc, pos, scale=scale, window=window, softcap=softcap,
+                                          **attrs)
+        cap_bits = struct.unpack("<i", struct.pack("<f", softcap))[0]
         y = _ZERO * (T * hq * d)
         rc = call("attention_cached_f32", R(q._buf, T * hq * d), R(k._buf, T * hkv * d), R(v._buf, T * hkv * d),
                   W(kc._buf, C * hkv * d), W(vc._buf, C * hkv * d), R(pos._buf, 1), W(y, len(y)),
-                  scratch.span((hq // hkv) * (C + 1)), prm(T, hq, hkv, d, C), float(scale))
+                  scratch.span((hq // hkv) * (C + 1)), prm(T, hq, hkv, d, C, window, cap_bits), float(scale))
         if rc:
             check_pos(int(pos._buf[0]), T, C)   # raises the python kernel's ShapeError
             raise ShapeError(f"attention_cached: the wasm kernel failed ({rc})")

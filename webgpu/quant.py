@@ -452,10 +452,12 @@ def _cache(op, t, name, shape) -> GBuf:
     return g
 
 
-def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, **_):
+def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, window=0, softcap=0.0, **_):
     """The ``attention_cached`` kernel, one dispatch: write k, v into the caches at rows pos..,
-    and causal grouped-query attention of q over rows 0..pos+t (see the module docstring)."""
-    return _attention(rt, "attention_cached", out, q, k, v, k_cache, v_cache, pos, scale)
+    and causal grouped-query attention of q over rows 0..pos+t (see the module docstring); a
+    sliding window and a soft cap (Gemma) are constants of the pipeline (one per value)."""
+    return _attention(rt, "attention_cached", out, q, k, v, k_cache, v_cache, pos, scale, window=window,
+                      softcap=softcap)
 
 
 def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, r, *, scale, qtype, n, k, **_):
@@ -479,7 +481,7 @@ def decoder(qtype: str, k: int, gw: GBuf) -> str:
     return render(kernel_source("qdecode"), _prelude_params(qtype, k, gw))
 
 
-def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
+def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None, window=0, softcap=0.0):
     T, Hq, D = q.shape
     C, Hkv, Dc = k_cache.shape
     if k.shape != (T, Hkv, D) or v.shape != (T, Hkv, D) or v_cache.shape != (C, Hkv, D) or Dc != D:
@@ -522,6 +524,9 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None):
     bufs = [(res_st.buf, 0, nout * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
                   QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="",
+                  WIN=int(window),
+                  # (tanh's argument clamped: some drivers' tanh is NaN far out, where it is +-1)
+                  CAP=f"s = {float(softcap)!r} * tanh(clamp(s / {float(softcap)!r}, -15.0, 15.0));" if softcap else "",
                   **_sg_params(rt))
     if proj is not None:
         w, qtype, n, K, gr = proj

@@ -42,7 +42,7 @@ def _rope(out, x, cos, sin, *, mode):
     return y
 
 
-def _attention_cached(out, q, k, v, kc, vc, pos, *, scale):
+def _attention_cached(out, q, k, v, kc, vc, pos, *, scale, window=0, softcap=0.0):
     T, hq, d = q.shape
     C, hkv, _ = kc.shape
     p0 = int(pos._buf.reshape(-1)[0])
@@ -55,20 +55,29 @@ def _attention_cached(out, q, k, v, kc, vc, pos, *, scale):
     qa = _f32(q).reshape(T, hkv, group, d)
     res = np.empty((T, hkv, group, d), dtype=np.float32)
     # causal: query t sees rows 0..p0+t
+    # a sliding window: query t sees rows p0+t-window+1..p0+t (the rows before the first query's
+    # window are never read)
+    lo = max(0, p0 + 1 - window) if window else 0
     mask = None
     if T > 1:
-        mask = np.arange(n)[None, :] > (p0 + np.arange(T))[:, None]       # (T, n)
+        j = np.arange(lo, n)[None, :]
+        last = (p0 + np.arange(T))[:, None]
+        mask = j > last                                                   # (T, n - lo)
+        if window:
+            mask |= j <= last - window
         mask = np.repeat(mask, group, axis=0)                              # (T*group, n) in t-major order
     for g in range(hkv):
         qg = qa[:, g].reshape(T * group, d)                                # rows (t, head in group)
-        s = matmul(qg, kb[:n, g, :].T)
+        s = matmul(qg, kb[lo:n, g, :].T)
         s *= np.float32(scale)
+        if softcap:
+            s = np.tanh(s / np.float32(softcap)) * np.float32(softcap)
         if mask is not None:
             s[mask] = -np.inf
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
-        res[:, g] = matmul(s, vb[:n, g, :]).reshape(T, group, d)
+        res[:, g] = matmul(s, vb[lo:n, g, :]).reshape(T, group, d)
     return res.reshape(T, hq, d)
 
 

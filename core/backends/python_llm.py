@@ -51,7 +51,7 @@ def _rope(out, x, cos, sin, *, mode):
     return res
 
 
-def _attention_cached(out, q, k, v, kc, vc, pos, *, scale):
+def _attention_cached(out, q, k, v, kc, vc, pos, *, scale, window=0, softcap=0.0):
     T, hq, d = q.shape
     C, hkv, _ = kc.shape
     p0 = int(pos._buf[0])
@@ -65,16 +65,19 @@ def _attention_cached(out, q, k, v, kc, vc, pos, *, scale):
     res = array("f", bytes(4 * len(qb)))
     for t in range(T):
         n = p0 + t + 1
+        lo = max(0, n - window) if window else 0          # a sliding window: the last `window` rows
         for h in range(hq):
             g = h // group
             qv = qb[(t * hq + h) * d:(t * hq + h + 1) * d].tolist()
-            scores = [_dot(qv, kb[(j * hkv + g) * d:(j * hkv + g + 1) * d].tolist()) * scale for j in range(n)]
+            scores = [_dot(qv, kb[(j * hkv + g) * d:(j * hkv + g + 1) * d].tolist()) * scale for j in range(lo, n)]
+            if softcap:
+                scores = [softcap * math.tanh(s / softcap) for s in scores]
             m = max(scores)
             e = [math.exp(s - m) for s in scores]
             z = sum(e)
             acc = [0.0] * d
-            for j in range(n):
-                wj = e[j] / z
+            for j in range(lo, n):
+                wj = e[j - lo] / z
                 vj = vb[(j * hkv + g) * d:(j * hkv + g + 1) * d]
                 acc = [a + wj * b for a, b in zip(acc, vj)]
             res[(t * hq + h) * d:(t * hq + h + 1) * d] = array("f", acc)

@@ -7,10 +7,11 @@ a preallocated key/value cache.
   ``(x[2i], x[2i+1])``: llama GGUF files, whose converter reordered the Q/K rows into that
   layout; ``"halves"`` rotates ``(x[i], x[i + D/2])``: the Hugging Face / NeoX layout
   (Qwen2 GGUFs keep it). Composite.
-- ``attention_cached(q, k, v, k_cache, v_cache, pos, scale=...)``: **writes** ``k``/``v``
-  (``(T, Hkv, D)``) into the caches (``(C, Hkv, D)``) in place at rows ``pos .. pos+T-1``, then
-  runs causal grouped-query attention of ``q`` (``(T, Hq, D)``) over cache rows ``0 .. pos+t``
-  for query ``t``. ``pos`` is an int32 tensor of shape ``(1,)``, read by the kernel when it
+- ``attention_cached(q, k, v, k_cache, v_cache, pos, scale=..., window=0, softcap=0.0)``:
+  **writes** ``k``/``v`` (``(T, Hkv, D)``) into the caches (``(C, Hkv, D)``) in place at rows
+  ``pos .. pos+T-1``, then runs causal grouped-query attention of ``q`` (``(T, Hq, D)``) over
+  cache rows ``0 .. pos+t`` for query ``t`` (``window > 0``: rows ``pos+t-window+1 .. pos+t``
+  only, a sliding window; ``softcap > 0``: scores ``softcap * tanh(s / softcap)``, Gemma 2). ``pos`` is an int32 tensor of shape ``(1,)``, read by the kernel when it
   runs, so a compiled decoding step replays unchanged for every position. A primitive: each
   backend has a kernel (the python one below is the specification).
 - ``qlinear_rms(x, norm_weight, w, eps=, qtype=, n=, k=)``: ``qlinear(rms_norm(x, norm_weight), w)``;
@@ -176,8 +177,11 @@ def rope_tables(positions: int, dim: int, base: float = 10000.0, device: str | N
 
 # ---- attention over a KV cache -----------------------------------------------------------------
 
-def _attn_shape(qs, ks, vs, kcs, vcs, ps, *, scale):
+def _attn_shape(qs, ks, vs, kcs, vcs, ps, *, scale, window=0, softcap=0.0):
     name = "attention_cached"
+    if not (isinstance(window, int) and window >= 0) or not 0.0 <= softcap < math.inf:
+        raise ShapeError(f"{name}: window must be an int >= 0 and softcap a finite number >= 0 "
+                         f"(0: none), got {window!r} and {softcap!r}")
     if len(qs) != 3 or len(ks) != 3 or tuple(vs) != tuple(ks):
         raise ShapeError(f"{name}: q must be (T, Hq, D) and k, v (T, Hkv, D); got {tuple(qs)}, {tuple(ks)}, {tuple(vs)}")
     T, hq, d = qs
@@ -209,12 +213,16 @@ op("attention_cached", kind="other", shape=_attn_shape, dtype=_attn_dtype,
 
 
 def attention_cached(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor,
-                     scale: float | None = None) -> Tensor:
+                     scale: float | None = None, *, window: int = 0, softcap: float = 0.0) -> Tensor:
     """Causal grouped-query attention of the ``T`` new tokens over a key/value cache.
 
     Writes ``k`` and ``v`` into ``k_cache``/``v_cache`` at rows ``pos .. pos+T-1`` (in place:
     the caches are state, owned by the caller), then returns ``(T, Hq, D)``: query ``t`` of
     head ``h`` attends to cache rows ``0 .. pos+t`` of key/value head ``h // (Hq // Hkv)``.
+    ``window > 0`` (a sliding window, Gemma 2/3's local layers): only the rows
+    ``max(0, pos+t-window+1) .. pos+t``. ``softcap > 0`` (Gemma 2): each score ``s`` (already
+    times ``scale``) becomes ``softcap * tanh(s / softcap)`` before the softmax. The defaults
+    (0) are plain causal attention, and pass no attribute to the kernels.
 
     >>> import ember
     >>> kc, vc = ember.zeros((4, 1, 2)), ember.zeros((4, 1, 2))
@@ -226,7 +234,12 @@ def attention_cached(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: 
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    return apply("attention_cached", q, k, v, k_cache, v_cache, pos, scale=float(scale))
+    extra = {}
+    if window:
+        extra["window"] = window
+    if softcap:
+        extra["softcap"] = float(softcap)
+    return apply("attention_cached", q, k, v, k_cache, v_cache, pos, scale=float(scale), **extra)
 
 
 # ---- quantized products with their neighbours folded in (decode) ---------------------------------

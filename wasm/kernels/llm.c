@@ -69,7 +69,7 @@ EXPORT(rope_f32) void rope_f32(const f32 *x, const f32 *cs, const f32 *sn, f32 *
 
 /* ---- attention over a key/value cache -------------------------------------------------------- */
 
-enum { AC_T, AC_HQ, AC_HKV, AC_D, AC_C, AC_NPARAMS };
+enum { AC_T, AC_HQ, AC_HKV, AC_D, AC_C, AC_WIN, AC_CAP, AC_NPARAMS };  /* AC_CAP: f32 bits */
 #define AC_ERR_POS 1   /* pos < 0 or pos + T > C: nothing was written */
 
 /* exp(d) for d = s - max <= 0; below float's normal range (d < -87) it is 0 (as attention.c) */
@@ -82,6 +82,24 @@ INLINE f32x4 dot_d(const f32 *a, const f32 *b, i32 D) {
   f32x4 s = F4(0.f);
   for (i32 d = 0; d < D; d += 4) s = wasm_f32x4_add(s, wasm_f32x4_mul(wasm_v128_load(a + d), wasm_v128_load(b + d)));
   return s;
+}
+
+/* s = cap tanh(s / cap) for the L scores of each of NH heads (rows C apart): tanh y =
+ * sign(y) (1 - e) / (1 + e), e = exp(-2 |y|) (0 for |y| > 43: tanh = +-1) */
+INLINE f32x4 cap4(f32x4 x, f32 cap) {
+  const f32x4 one = F4(1.f);
+  const f32x4 e = exp_neg(wasm_f32x4_mul(wasm_f32x4_abs(x), F4(-2.f / cap)));
+  const f32x4 th = wasm_f32x4_div(wasm_f32x4_sub(one, e), wasm_f32x4_add(one, e));
+  return wasm_f32x4_mul(wasm_v128_bitselect(wasm_f32x4_neg(th), th, wasm_f32x4_lt(x, F4(0.f))), F4(cap));
+}
+
+static void soft_cap(f32 *sc, i32 C, i32 NH, i32 L, f32 cap) {
+  for (i32 hh = 0; hh < NH; hh++) {
+    f32 *s = sc + hh * C;
+    i32 j = 0;
+    for (; j + 4 <= L; j += 4) wasm_v128_store(s + j, cap4(wasm_v128_load(s + j), cap));
+    for (; j < L; j++) s[j] = wasm_f32x4_extract_lane(cap4(F4(s[j]), cap), 0);
+  }
 }
 
 /* [hsum a, hsum b, hsum c, hsum d] */
@@ -133,7 +151,9 @@ INLINE void pv_heads(const i32 NH, const f32 *sc, i32 C, const f32 *vb, i32 row,
  * four key rows used by every head of the group while in cache, and each value row by up to three
  * heads at once. scratch: G * (C + 1) floats (a group's scores, then 1 / their sums). Returns 0,
  * or AC_ERR_POS before
- * anything is written. */
+ * anything is written. prm[AC_WIN] > 0: a sliding window (query t over rows pos+t-WIN+1 .. pos+t
+ * only: the run starts WIN rows back); prm[AC_CAP] (the bits of a float) > 0: scores soft-capped,
+ * cap * tanh(s / cap), before the softmax (Gemma 2). */
 /* One thread's share (team.h): thread 0 writes the cache rows, a barrier, then the (token, query
  * head) pairs split among threads in contiguous ranges (a decoded token has 9 heads over 3 key/value
  * heads here: 5 + 4 on two threads, where whole groups gave 1 + 2); each range runs as groups of
@@ -142,7 +162,9 @@ INLINE void pv_heads(const i32 NH, const f32 *sc, i32 C, const f32 *vb, i32 row,
 i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc, f32 *vc, const i32 *pos,
                               f32 *out, f32 *scratch, const i32 *prm, f32 scale, i32 *ctl, i32 tid, i32 nt) {
   const i32 T = prm[AC_T], Hq = prm[AC_HQ], Hkv = prm[AC_HKV], D = prm[AC_D], C = prm[AC_C];
-  const i32 p = pos[0];
+  const i32 p = pos[0], win = prm[AC_WIN];
+  f32 cap;
+  __builtin_memcpy(&cap, prm + AC_CAP, 4);
   if (p < 0 || p > C - T) return AC_ERR_POS;
   const i32 row = Hkv * D, G = Hq / Hkv;
   i32 width = team_width(ctl, nt, (i64)T * Hq * D * (p + T)), u0, u1;
@@ -162,9 +184,10 @@ i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc,
     const i32 t = u / Hq, h0 = u % Hq, g = h0 / G;
     const i32 NH = (g + 1) * G - h0 < u1 - u ? (g + 1) * G - h0 : u1 - u;   /* heads h0 .. h0+NH-1 */
     u += NH;
-    const i32 L = p + t + 1;
+    const i32 lo = win > 0 && p + t + 1 > win ? p + t + 1 - win : 0;   /* the window's first row */
+    const i32 L = p + t + 1 - lo;
     {
-      const f32 *kb = kc + g * D, *vb = vc + g * D;
+      const f32 *kb = kc + lo * row + g * D, *vb = vc + lo * row + g * D;
       const f32 *qg = q + (t * Hq + h0) * D;
       /* scores of the run's heads: head hh's at scratch + hh * C */
       i32 j = 0;
@@ -180,6 +203,7 @@ i32 attention_cached_f32_team(const f32 *q, const f32 *k, const f32 *v, f32 *kc,
       }
       for (; j < L; j++)
         for (i32 hh = 0; hh < NH; hh++) scratch[hh * C + j] = hsum(dot_d(qg + hh * D, kb + j * row, D)) * scale;
+      if (cap > 0.f) soft_cap(scratch, C, NH, L, cap);
       /* softmax numerators in place; 1 / their sum per head into rz */
       f32 *rz = scratch + G * C;
       for (i32 hh = 0; hh < NH; hh++) {

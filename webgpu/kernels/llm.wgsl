@@ -3,7 +3,8 @@
 // Every position comes from the pos buffer at run time (never from Python), so a recorded plan
 // replays these dispatches unchanged with a new pos. Rows outside [0, C) are never written.
 //
-// Template: WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), NS
+// Template: WIN (attn: a sliding window of WIN rows, 0: none), CAP (attn: the scores' soft cap,
+// a statement or nothing), WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), NS
 // (attn: value-row slices, WG / D), KT, KDOT_C, KDOT_N, KIN_AT, KC_SET (keys read and written as
 // vec4 or as floats), INFO. amax_part / amax_fin: greedy_tokens' two passes.
 //
@@ -133,6 +134,8 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
   }
   let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
+  // WIN > 0 (a template constant): a sliding window, rows pos+t-WIN+1 .. pos+t only
+  let lo = select(0u, u32(clamp(pos + i32(tq) + 1 - {{WIN}}, 0, i32(S))), {{WIN}} > 0);
   var m = -f_inf();
   var l = 0.0;
   var acc: array<f32, {{DPT}}>;
@@ -143,7 +146,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let kno = u(10u) + hk * D;
   let vno = u(11u) + hk * D;
   let sl = t / D;
-  for (var j0 = 0u; j0 < S; j0 = j0 + {{WG}}u) {
+  for (var j0 = lo; j0 < S; j0 = j0 + {{WG}}u) {
     let j = j0 + t;
     var s = -f_inf();
     if (j < S) {
@@ -152,6 +155,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       } else {
         s = kdot_c(ko + j * rs, D);
       }
+      {{CAP}}
     }
     rsh[t] = s;
     let mx = max(m, tree_max(t, sgs));
