@@ -48,9 +48,18 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
     tokens, merges, types = vocabulary()
     if tokenizer is not None:
         tokens = tokenizer["tokenizer.ggml.tokens"]
-    V, D, hd = len(tokens), c["dim"], c["dim"] // c["n_heads"]
-    arch = c.get("arch", "llama")                # "qwen2"/"qwen3": the rotation over halves of a head
+    V, D = len(tokens), c["dim"]
+    hd = c.get("head_dim") or D // c["n_heads"]
+    arch = c.get("arch", "llama")                # "qwen2"/"qwen3"/"gemma*": the rotation over halves of a head
     w = gguf.GGUFWriter(str(path), arch)
+    if c.get("head_dim"):                        # (Gemma: heads need not split dim)
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if c.get("sliding_window"):                   # Gemma 2/3's local layers
+        w.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):   # (Gemma 2)
+        if c.get(key):
+            w.add_float32(f"{arch}.{key}", c[key])
     w.add_block_count(c["n_layers"])
     w.add_context_length(c["ctx"])
     w.add_embedding_length(D)
@@ -114,6 +123,9 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
             add(p + "attn_q_norm.weight", (hd,), ones=True)
             add(p + "attn_k_norm.weight", (hd,), ones=True)
         add(p + "attn_output.weight", (D, c["n_heads"] * hd), layer_q)
+        if arch in ("gemma2", "gemma3"):           # block outputs normalised before the residual add
+            add(p + "post_attention_norm.weight", (D,), ones=True)
+            add(p + "post_ffw_norm.weight", (D,), ones=True)
         add(p + "ffn_gate.weight", (c["ffn_dim"], D), layer_q)
         add(p + "ffn_up.weight", (c["ffn_dim"], D), layer_q)
         add(p + "ffn_down.weight", (D, c["ffn_dim"]), layer_q, scale=0.2)
@@ -127,11 +139,22 @@ def write_tiny_gguf(path, seed: int = 0, qtypes=("Q4_1", "Q8_0"), cfg: dict | No
 def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarray:
     """float64 llama forward over all of ``ids`` from position 0: logits (T, V). Written from
     the architecture's definition (RMSNorm, adjacent-pair RoPE, causal GQA, SiLU-gated MLP,
-    tied head), independently of ember. ``cfg``: as given to ``write_tiny_gguf``."""
+    tied head), independently of ember. ``cfg``: as given to ``write_tiny_gguf``.
+
+    Gemma (arch "gemma", "gemma2", "gemma3", from llama.cpp's build_gemma*): embeddings times
+    sqrt(dim), halves rotation, GELU (tanh) gate; gemma2/3: post-attention / post-MLP RMSNorms
+    before each residual add, a sliding window (``sliding_window``) on layers i with
+    i % n < n - 1 (n = 2 for gemma2, 6 for gemma3); gemma2: scores and logits soft-capped
+    (``attn_logit_softcapping``, ``final_logit_softcapping``); gemma3: q/k norms (``qk_norm``),
+    local layers turned with base 10000 and no scaling. Keys of ``cfg`` set to None/0 switch a
+    feature off here only (tests that the reference sees each one)."""
     c = dict(CFG, **(cfg or {}))
     D, hq, hkv = c["dim"], c["n_heads"], c["n_kv_heads"]
-    hd = D // hq
+    hd = c.get("head_dim") or D // hq
     T = len(ids)
+    arch = c.get("arch", "llama")
+    gemma = arch.startswith("gemma")
+    pattern = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
     f = {k: v.astype(np.float64) for k, v in ref.items()}
 
     def norm(x, g):
@@ -143,9 +166,13 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
     if c.get("rope_scaling") is not None and c["rope_scaling"][0] == "linear":
         inv = inv / c["rope_scaling"][1]         # (positions / factor)
     ang = np.arange(T)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    tables = {False: (np.cos(ang)[:, None, :], np.sin(ang)[:, None, :])}
+    base_local = c.get("base_local", 10000.0 if arch == "gemma3" else None)
+    if base_local:                                 # local layers: their own base, unscaled
+        ang = np.arange(T)[:, None] * (base_local ** (-np.arange(hd // 2) * 2 / hd))[None, :]
+        tables[True] = (np.cos(ang)[:, None, :], np.sin(ang)[:, None, :])
 
-    halves = c.get("arch", "llama") in ("qwen2", "qwen3")
+    halves = arch in ("qwen2", "qwen3") or gemma
 
     def rope(x):
         if halves:                                # feature i turns with feature i + hd/2
@@ -165,24 +192,42 @@ def reference_logits(ref: dict, ids: list, cfg: dict | None = None) -> np.ndarra
             y = norm(y, f[p + f"attn_{part}_norm.weight"])
         return y
 
+    def post(y, name):                             # (gemma2/3: the block output normalised)
+        return norm(y, f[name]) if name in f else y
+
     x = f["token_embd.weight"][ids]
+    if gemma and c.get("embed_scale", True):
+        x = x * np.sqrt(D)
+    window = c.get("sliding_window") or 0
+    cap, final_cap = c.get("attn_logit_softcapping") or 0, c.get("final_logit_softcapping") or 0
     for i in range(c["n_layers"]):
         p = f"blk.{i}."
+        local = bool(window and pattern and i % pattern < pattern - 1)
+        cos, sin = tables[bool(local and base_local)]
         h = norm(x, f[p + "attn_norm.weight"])
         q, k, v = rope(proj(h, p, "q", hq)), rope(proj(h, p, "k", hkv)), proj(h, p, "v", hkv)
         out = np.zeros((T, hq, hd))
+        tt, jj = np.arange(T)[:, None], np.arange(T)[None, :]
+        masked = (jj > tt) | ((tt - jj >= window) if local else False)
         for hh in range(hq):
             g = hh // (hq // hkv)
             s = q[:, hh] @ k[:, g].T / np.sqrt(hd)
-            s[np.triu_indices(T, 1)] = -np.inf
+            if cap:
+                s = cap * np.tanh(s / cap)
+            s[masked] = -np.inf
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             out[:, hh] = s @ v[:, g]
-        x = x + out.reshape(T, D) @ f[p + "attn_output.weight"].T
+        x = x + post(out.reshape(T, hq * hd) @ f[p + "attn_output.weight"].T, p + "post_attention_norm.weight")
         h = norm(x, f[p + "ffn_norm.weight"])
         gg, u = h @ f[p + "ffn_gate.weight"].T, h @ f[p + "ffn_up.weight"].T
-        x = x + (gg / (1 + np.exp(-gg)) * u) @ f[p + "ffn_down.weight"].T
-    return norm(x, f["output_norm.weight"]) @ f["token_embd.weight"].T
+        if gemma:                                  # GELU, tanh approximation
+            act = 0.5 * gg * (1 + np.tanh(np.sqrt(2 / np.pi) * (gg + 0.044715 * gg ** 3)))
+        else:                                      # SiLU
+            act = gg / (1 + np.exp(-gg))
+        x = x + post((act * u) @ f[p + "ffn_down.weight"].T, p + "post_ffw_norm.weight")
+    logits = norm(x, f["output_norm.weight"]) @ f["token_embd.weight"].T
+    return final_cap * np.tanh(logits / final_cap) if final_cap else logits
 
 
 # ---- K-quants (Q2_K, Q3_K, Q4_K, Q6_K), IQ4_NL, IQ4_XS: gguf dequantizes them, does not quantize

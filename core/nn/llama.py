@@ -1,4 +1,5 @@
-"""A llama-architecture decoder (llama, SmolLM, Mistral-style, Qwen2, Qwen3) in one readable file.
+"""A llama-architecture decoder (llama, SmolLM, Mistral-style, Qwen2, Qwen3, Gemma, Gemma 2,
+Gemma 3) in one readable file.
 
 Weights come from a GGUF file (``ember.load_gguf``) and stay in the file's block format:
 each matrix is an ``ember.quant.QTensor`` (Q4_1, Q8_0, Q4_K... blocks) multiplied by the
@@ -16,6 +17,18 @@ On device "wasm" with the thread team running (``ember.wasm.team``), the quantiz
 read from the file straight into the team's shared memory and the cache made there
 (``Team.moved``): Python holds ``Moved`` arrays without elements, so the weights exist once
 (they used to be in Pyodide's heap and again in the shared memory).
+
+**Gemma** files differ from llama in a few switches of ``LlamaConfig`` (llama.cpp's
+``build_gemma*``): embeddings times ``sqrt(dim)``, a GELU (tanh) gate, the rotation over halves,
+``head_dim`` from the file (``attention.key_length``), a tied head; Gemma 2 and 3 add an RMSNorm
+on each block's output before its residual add (``post_attention_norm``, ``post_ffw_norm``) and
+a sliding window on their local layers (every other layer for Gemma 2, five of six for Gemma 3,
+whose local layers turn with RoPE base 10000 unscaled); Gemma 2 soft-caps attention scores and
+the final logits (``c * tanh(s / c)``); Gemma 3 RMS-normalises each head of q and k (as Qwen3).
+The converter stored Gemma's RMSNorm weights with the +1 already added, so they are used as is.
+On webgpu a Gemma layer keeps the stacked Q/K/V and gate/up products with the norm folded in
+(``qlinear_rms``), but not the folded residual adds (a post-norm sits between product and add)
+nor the folded SiLU gate (GELU here) nor the folded rotation (halves): those run as plain ops.
 
 Shapes: T tokens in, D = ``dim``, Hq/Hkv query/key-value heads of ``head_dim`` features.
 
@@ -47,7 +60,12 @@ KV_CHUNK = 64
 # Qwen3 adds an RMSNorm over each head of q and k before the rotation (attn_q_norm, attn_k_norm).
 # (not "granite": its files scale embeddings, residuals, attention and logits by factors of their
 # own, which this forward does not apply; it is refused rather than run wrong)
-ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "qwen2": "halves", "qwen3": "halves"}
+# Gemma, Gemma 2, Gemma 3: see the module docstring (the switches are set in LlamaConfig.from_gguf).
+ARCHS = {"llama": "pairs", "mistral": "pairs", "smollm": "pairs", "qwen2": "halves", "qwen3": "halves",
+         "gemma": "halves", "gemma2": "halves", "gemma3": "halves"}
+# the sliding-window layer pattern of each architecture with one (llama.cpp's swa pattern n:
+# layer i is local when i % n < n - 1)
+SWA_PATTERN = {"gemma2": 2, "gemma3": 6}
 
 
 @dataclass
@@ -68,6 +86,16 @@ class LlamaConfig:
     rms_eps: float = 1e-5
     context_length: int = 2048        # what the model was trained for
     arch: str = "llama"
+    # Gemma's switches (defaults: llama's behaviour)
+    act: str = "silu"                 # the MLP gate: "silu" or "gelu_tanh"
+    embed_scale: float = 1.0          # embeddings multiplied by this (Gemma: sqrt(dim))
+    post_norms: bool = False          # RMSNorm of each block's output before its residual add
+    query_scale: float = 0.0          # attention scores' scale (0: 1 / sqrt(head_dim))
+    attn_softcap: float = 0.0         # scores c * tanh(s / c) before the softmax (0: none)
+    final_softcap: float = 0.0        # logits c * tanh(l / c) (0: none)
+    sliding_window: int = 0           # local layers attend to the last this many positions (0: none)
+    swa_pattern: int = 0              # layer i is local when i % swa_pattern < swa_pattern - 1
+    rope_base_local: float = 0.0      # local layers' RoPE base, unscaled (0: as the global layers)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -78,6 +106,16 @@ class LlamaConfig:
         if self.n_heads % self.n_kv_heads:
             raise WeightsError(f"llama: {self.n_heads} query heads are not a multiple of "
                                f"{self.n_kv_heads} key/value heads")
+        if self.act not in ("silu", "gelu_tanh"):
+            raise UnsupportedOp(f"llama: MLP activation {self.act!r} is not supported (silu, gelu_tanh)")
+        if self.sliding_window < 0 or self.swa_pattern < 0:
+            raise WeightsError(f"llama: sliding window {self.sliding_window} and its layer pattern "
+                               f"{self.swa_pattern} must be >= 0")
+
+    def local(self, i: int) -> bool:
+        """Whether layer ``i`` attends through the sliding window (Gemma 2/3's local layers)."""
+        n = self.swa_pattern
+        return self.sliding_window > 0 and n > 0 and i % n < n - 1
 
     @classmethod
     def from_gguf(cls, md: dict) -> "LlamaConfig":
@@ -116,6 +154,25 @@ class LlamaConfig:
         if not 0.0 < factor < math.inf:
             raise WeightsError(f"llama: RoPE scaling factor {md.get(f'{arch}.rope.scaling.factor')!r} "
                                f"('{arch}.rope.scaling.factor') must be a positive number")
+        gemma = {}
+        if arch.startswith("gemma"):        # (the facts: the module docstring)
+            n_layers = int(get("block_count"))
+            gemma = dict(act="gelu_tanh", embed_scale=math.sqrt(dim), post_norms=arch != "gemma")
+            # query scale 1/sqrt(head_dim), but 1/sqrt(dim / heads) for the 27B models (llama.cpp
+            # tells them by their layer count)
+            if (arch, n_layers) in (("gemma2", 46), ("gemma3", 62)):
+                gemma["query_scale"] = 1.0 / math.sqrt(dim // n_heads)
+            if arch == "gemma2":
+                gemma.update(attn_softcap=float(md.get(f"{arch}.attn_logit_softcapping", 50.0) or 0.0),
+                             final_softcap=float(md.get(f"{arch}.final_logit_softcapping", 30.0) or 0.0))
+            if arch == "gemma3":
+                gemma.update(final_softcap=float(md.get(f"{arch}.final_logit_softcapping", 0.0) or 0.0),
+                             rope_base_local=10000.0)
+            if arch in SWA_PATTERN:
+                window = int(md.get(f"{arch}.attention.sliding_window", 0) or 0)
+                if arch == "gemma2" and not window:
+                    raise WeightsError(f"llama: GGUF metadata key '{arch}.attention.sliding_window' is missing")
+                gemma.update(sliding_window=window, swa_pattern=SWA_PATTERN[arch])
         vocab = md.get(f"{arch}.vocab_size")
         if vocab is None:
             tokens = md.get("tokenizer.ggml.tokens")
@@ -127,7 +184,7 @@ class LlamaConfig:
                    rope_dim=int(md.get(f"{arch}.rope.dimension_count", head_dim)),
                    rope_scale=factor,
                    rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-                   context_length=int(get("context_length", 2048)), arch=arch)
+                   context_length=int(get("context_length", 2048)), arch=arch, **gemma)
 
 
 def _linear(x: Tensor, w, b=None) -> Tensor:
@@ -211,11 +268,26 @@ class Llama:
                         raise WeightsError(f"llama: 'blk.{i}.{part}.weight' must be a float ({cfg.head_dim},) "
                                            f"weight (q/k normalised per head), got "
                                            f"{None if t is None else tuple(t.shape)}")
+        if cfg.arch == "gemma3" and not self._qk_norm:
+            raise WeightsError("llama: a gemma3 file needs 'blk.N.attn_q_norm.weight' / 'attn_k_norm.weight'")
+        # Gemma 2/3: each block's attention and MLP output RMS-normalised before the residual add
+        if cfg.post_norms:
+            for i in range(cfg.n_layers):
+                for part in ("post_attention_norm", "post_ffw_norm"):
+                    t = weights.get(f"blk.{i}.{part}.weight")
+                    if t is None or _quantized(t) or tuple(t.shape) != (cfg.dim,):
+                        raise WeightsError(f"llama: 'blk.{i}.{part}.weight' must be a float ({cfg.dim},) weight, "
+                                           f"got {None if t is None else tuple(t.shape)}")
         # tied embeddings: no output.weight, the head is the embedding matrix
         self.head = weights.get("output.weight", weights["token_embd.weight"])
         half = cfg.rope_dim // 2
         self.cos, self.sin = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base, device=self.device,
                                                scale=cfg.rope_scale, factors=self._rope_factors(half))
+        # Gemma 3's local layers: their own base, no scaling
+        self.cos_local = self.sin_local = None
+        if cfg.rope_base_local and any(cfg.local(i) for i in range(cfg.n_layers)):
+            self.cos_local, self.sin_local = F.llm.rope_tables(self.context, 2 * half, cfg.rope_base_local,
+                                                               device=self.device)
         self.k_cache = self.v_cache = None
         self.capacity = 0                     # key/value rows allocated (reserve)
         self._arange = {}
@@ -375,10 +447,18 @@ class Llama:
             p = self._positions(pos, T)
             cos = F.take(self.cos, p, axis=0)                            # (T, rope_dim/2)
             sin = F.take(self.sin, p, axis=0)
+            if self.cos_local is not None:
+                cos_g, sin_g = cos, sin
+                cos_l, sin_l = F.take(self.cos_local, p, axis=0), F.take(self.sin_local, p, axis=0)
         x = _embedding(ids, w["token_embd.weight"])                      # (T, D)
+        if c.embed_scale != 1.0:
+            x = x * c.embed_scale
         nqk = (hq + hkv) * hd
         for i in range(c.n_layers):
             b = f"blk.{i}."
+            local = c.local(i)
+            if self.cos_local is not None:
+                cos, sin = (cos_l, sin_l) if local else (cos_g, sin_g)
             qkv = self._stacked.get(b + "qkv")
             if qkv is not None:
                 if turn:
@@ -404,13 +484,18 @@ class Llama:
                     k = F.rms_norm(k, w[b + "attn_k_norm.weight"], eps=c.rms_eps)
                 q = self._rope(q, cos, sin)
                 k = self._rope(k, cos, sin)
-            a = F.attention_cached(q, k, v, self.k_cache[i], self.v_cache[i], pos)   # (T, Hq, hd)
-            x = self._residual(a.reshape((T, hq * hd)), w[b + "attn_output.weight"], x, fold)
+            a = F.attention_cached(q, k, v, self.k_cache[i], self.v_cache[i], pos, c.query_scale or None,
+                                   window=c.sliding_window if local else 0, softcap=c.attn_softcap)  # (T, Hq, hd)
+            if c.post_norms:
+                o = _linear(a.reshape((T, hq * hd)), w[b + "attn_output.weight"])
+                x = x + F.rms_norm(o, w[b + "post_attention_norm.weight"], eps=c.rms_eps)
+            else:
+                x = self._residual(a.reshape((T, hq * hd)), w[b + "attn_output.weight"], x, fold)
             gu = self._stacked.get(b + "gate_up")
             if gu is not None:
                 y = F.llm.qlinear_rms(x, w[b + "ffn_norm.weight"], gu, eps=c.rms_eps)    # (T, 2 * ffn)
                 wd = w[b + "ffn_down.weight"]
-                if _quantized(wd):
+                if _quantized(wd) and c.act == "silu" and not c.post_norms:
                     x = F.llm.qlinear_residual(y, wd, x, glu=True)
                     continue
                 f = c.ffn_dim
@@ -419,13 +504,20 @@ class Llama:
                 h = F.rms_norm(x, w[b + "ffn_norm.weight"], eps=c.rms_eps)
                 g = _linear(h, w[b + "ffn_gate.weight"])                     # (T, ffn)
                 u = _linear(h, w[b + "ffn_up.weight"])
-            x = self._residual(F.silu(g) * u, w[b + "ffn_down.weight"], x, fold)
+            h = F.silu(g) * u if c.act == "silu" else F.gelu(g, approximate="tanh") * u
+            if c.post_norms:
+                x = x + F.rms_norm(_linear(h, w[b + "ffn_down.weight"]), w[b + "post_ffw_norm.weight"], eps=c.rms_eps)
+            else:
+                x = self._residual(h, w[b + "ffn_down.weight"], x, fold)
         if not all_logits and T > 1:
             x = x[T - 1:]                                                # (1, D): only the next token
         if fold and _quantized(self.head):
-            return F.llm.qlinear_rms(x, w["output_norm.weight"], self.head, eps=c.rms_eps)
-        x = F.rms_norm(x, w["output_norm.weight"], eps=c.rms_eps)
-        return _linear(x, self.head)                                     # (1 or T, vocab)
+            logits = F.llm.qlinear_rms(x, w["output_norm.weight"], self.head, eps=c.rms_eps)
+        else:
+            logits = _linear(F.rms_norm(x, w["output_norm.weight"], eps=c.rms_eps), self.head)  # (1 or T, vocab)
+        if c.final_softcap:
+            logits = F.tanh(logits * (1.0 / c.final_softcap)) * c.final_softcap
+        return logits
 
     def _parts_ok(self) -> bool:
         """Whether a one-token step can run as four ops a layer (webgpu: every layer's q/k/v and
@@ -439,7 +531,8 @@ class Llama:
             return got
         c, w, st = self.cfg, self.w, self._stacked
         ok = (os.environ.get("EMBER_LLM_PARTS", "0") == "1" and c.rope_mode == "pairs" and c.rope_dim == c.head_dim
-              and not self._qk_norm
+              and not self._qk_norm and c.act == "silu" and not c.post_norms and c.embed_scale == 1.0
+              and not (c.sliding_window or c.attn_softcap or c.final_softcap)
               and c.n_layers > 0 and all(
                   f"blk.{i}.qkv" in st and f"blk.{i}.gate_up" in st and _quantized(w[f"blk.{i}.attn_output.weight"])
                   and _quantized(w[f"blk.{i}.ffn_down.weight"]) for i in range(c.n_layers)))

@@ -698,6 +698,9 @@ def _rope(g, a, outs, x, cos, sin):
 @emits("attention_cached")
 def _attn_cached(g, a, outs, q, k, v, kc, vc, pos):
     # Stateless: cache rows 0..pos-1 as they were at export, then the T new rows; causal.
+    if a.get("window") or a.get("softcap"):
+        raise UnsupportedOp("onnx export: attention_cached with a sliding window or soft-capped scores "
+                            "(Gemma) is not exported")
     T, hq, d = q.shape
     hkv = k.shape[1]
     p64 = g.node("Cast", [pos.name], to=ONNX_TYPES["int64"])                       # (1,)
