@@ -122,3 +122,21 @@ def test_bad_qk_norm_weight(tmp_path):
     w["blk.1.attn_k_norm.weight"] = ember.ones((8,), device="numpy")
     with pytest.raises(WeightsError, match="attn_k_norm"):
         Llama(Llama.from_gguf(g, device="numpy").cfg, w, device="numpy")
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_gemma_greedy_generation_matches_the_reference(device, tmp_path, arch):
+    """ember.llm's generation (its compiled one-token step, replayed per position) past the
+    sliding window: the greedy tokens of the float64 reference."""
+    cfg = CASES[arch]
+    path = tmp_path / "m.gguf"
+    ref = write_tiny_gguf(path, cfg=cfg)
+    m = ember.llm.load(str(path), device=device, context=64)
+    prompt = m.tokenizer.encode("on the tin in a tent")
+    ids, want = list(prompt), []
+    for _ in range(10):
+        want.append(int(np.argmax(reference_logits(ref, ids, cfg)[-1])))
+        ids.append(want[-1])
+    stops = m.eog
+    cut = next((i for i, t in enumerate(want) if t in stops), len(want))
+    assert m.generate(prompt, max_tokens=10) == m.tokenizer.decode(want[:cut])

@@ -169,9 +169,8 @@ class LlamaConfig:
                 gemma.update(final_softcap=float(md.get(f"{arch}.final_logit_softcapping", 0.0) or 0.0),
                              rope_base_local=10000.0)
             if arch in SWA_PATTERN:
-                window = int(md.get(f"{arch}.attention.sliding_window", 0) or 0)
-                if arch == "gemma2" and not window:
-                    raise WeightsError(f"llama: GGUF metadata key '{arch}.attention.sliding_window' is missing")
+                # (gemma2: 4096 where the file has no key, as llama.cpp; gemma3 without one: no window)
+                window = int(md.get(f"{arch}.attention.sliding_window", 4096 if arch == "gemma2" else 0) or 0)
                 gemma.update(sliding_window=window, swa_pattern=SWA_PATTERN[arch])
         vocab = md.get(f"{arch}.vocab_size")
         if vocab is None:
