@@ -140,3 +140,18 @@ def test_gemma_greedy_generation_matches_the_reference(device, tmp_path, arch):
     stops = m.eog
     cut = next((i for i, t in enumerate(want) if t in stops), len(want))
     assert m.generate(prompt, max_tokens=10) == m.tokenizer.decode(want[:cut])
+
+
+def test_onnx_export_refuses_a_windowed_attention(tmp_path):
+    """The ONNX exporter writes plain causal attention: a Gemma-style layer (sliding window,
+    soft-capped scores) is refused by name instead of exported wrong."""
+    from ember.errors import UnsupportedOp
+    from ember.nn.llama import Llama, LlamaConfig
+
+    cfg = LlamaConfig(n_layers=1, dim=32, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=48, sliding_window=4,
+                      swa_pattern=2, attn_softcap=5.0)
+    m = Llama.random(cfg, seed=1, context=16, device="numpy")
+    ids = ember.tensor([3, 1, 4], dtype="int32", device="numpy")
+    pos = ember.tensor([0], dtype="int32", device="numpy")
+    with pytest.raises(UnsupportedOp, match="sliding window"):
+        ember.onnx.export(lambda i, p: m.forward(i, p, all_logits=True), (ids, pos), tmp_path / "g.onnx")
