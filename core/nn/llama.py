@@ -234,6 +234,16 @@ def _shared_tensor(gguf, name: str, team, device: str):
     return QTensor(Tensor._wrap(words, (nw,), dtypes.int32, device), info.qtype, info.shape or (1,))
 
 
+def _check_norms(weights: dict, n_layers: int, parts, size: int, what: str) -> None:
+    """WeightsError unless every layer has each ``blk.N.<part>.weight`` as a float (size,) weight."""
+    for i in range(n_layers):
+        for part in parts:
+            t = weights.get(f"blk.{i}.{part}.weight")
+            if t is None or _quantized(t) or tuple(t.shape) != (size,):
+                raise WeightsError(f"llama: 'blk.{i}.{part}.weight' must be a float ({size},) weight{what}, "
+                                   f"got {None if t is None else tuple(t.shape)}")
+
+
 def _embedding(ids: Tensor, w) -> Tensor:
     if isinstance(w, Tensor):
         return F.take(w, ids, axis=0)
@@ -260,23 +270,12 @@ class Llama:
         # Qwen3: every layer's q and k heads RMS-normalised (a (head_dim,) weight each) before RoPE
         self._qk_norm = "blk.0.attn_q_norm.weight" in weights
         if self._qk_norm:
-            for i in range(cfg.n_layers):
-                for part in ("attn_q_norm", "attn_k_norm"):
-                    t = weights.get(f"blk.{i}.{part}.weight")
-                    if t is None or _quantized(t) or tuple(t.shape) != (cfg.head_dim,):
-                        raise WeightsError(f"llama: 'blk.{i}.{part}.weight' must be a float ({cfg.head_dim},) "
-                                           f"weight (q/k normalised per head), got "
-                                           f"{None if t is None else tuple(t.shape)}")
+            _check_norms(weights, cfg.n_layers, ("attn_q_norm", "attn_k_norm"), cfg.head_dim, " (q/k normalised per head)")
         if cfg.arch == "gemma3" and not self._qk_norm:
             raise WeightsError("llama: a gemma3 file needs 'blk.N.attn_q_norm.weight' / 'attn_k_norm.weight'")
         # Gemma 2/3: each block's attention and MLP output RMS-normalised before the residual add
         if cfg.post_norms:
-            for i in range(cfg.n_layers):
-                for part in ("post_attention_norm", "post_ffw_norm"):
-                    t = weights.get(f"blk.{i}.{part}.weight")
-                    if t is None or _quantized(t) or tuple(t.shape) != (cfg.dim,):
-                        raise WeightsError(f"llama: 'blk.{i}.{part}.weight' must be a float ({cfg.dim},) weight, "
-                                           f"got {None if t is None else tuple(t.shape)}")
+            _check_norms(weights, cfg.n_layers, ("post_attention_norm", "post_ffw_norm"), cfg.dim, "")
         # tied embeddings: no output.weight, the head is the embedding matrix
         self.head = weights.get("output.weight", weights["token_embd.weight"])
         half = cfg.rope_dim // 2
