@@ -118,6 +118,69 @@ def load(source, backends=("cpu",), remove: bool = False) -> dict:
     return dict(_info)
 
 
+# A model the page may load (weights + its key/value cache at CONTEXT positions): Pyodide's
+# WebAssembly memory is 32-bit (4 GiB at most, the interpreter and the file's header in it too).
+MAX_MODEL_BYTES = 3 << 30
+
+
+def check(path: str, name: str = "") -> dict:
+    """Read a GGUF's header (not its tensors) and refuse, before anything is released, what the
+    page cannot load: not a GGUF (``GGUFError``), an architecture or a tensor type ember does not
+    run (``UnsupportedOp`` naming the key or the tensor), a vocabulary it cannot read
+    (``TokenizerError``), a model too large for the page's memory (``ResourceError``). Returns
+    ``{"name", "architecture", "parameters", "bytes", "quant_types"}`` (``name``:
+    ``general.name``, else the given file name)."""
+    from ember.errors import ResourceError, UnsupportedOp
+    from ember.io.gguf import load_gguf
+    from ember.nn.llama import LlamaConfig
+    from ember.tokenizers import from_gguf
+
+    with load_gguf(path) as g:
+        md = g.metadata
+        cfg = LlamaConfig.from_gguf(md)
+        from_gguf(md)
+        for t in g.tensors.values():
+            if not t.supported:
+                raise UnsupportedOp(f"gguf: tensor {t.name!r} has type {t.qtype.upper()} (ggml type "
+                                    f"{t.ggml_type}), which ember does not run")
+        weights = sum(t.nbytes for t in g.tensors.values())
+        cache = 2 * cfg.n_layers * min(CONTEXT, cfg.context_length) * cfg.n_kv_heads * cfg.head_dim * 4
+        if weights + cache > MAX_MODEL_BYTES:
+            raise ResourceError(f"the model needs {(weights + cache) / 1e6:,.0f} MB (weights "
+                                f"{weights / 1e6:,.0f} MB + key/value cache {cache / 1e6:,.0f} MB); "
+                                f"the page's memory holds at most {MAX_MODEL_BYTES / 1e6:,.0f} MB",
+                                op="load", nbytes=weights + cache, limit=MAX_MODEL_BYTES)
+        quant: dict = {}
+        for t in g.tensors.values():
+            quant[t.qtype.upper()] = quant.get(t.qtype.upper(), 0) + 1
+        return {"name": str(md.get("general.name") or name), "architecture": str(md.get("general.architecture")),
+                "parameters": sum(math.prod(t.shape) for t in g.tensors.values()),
+                "bytes": os.path.getsize(path), "quant_types": quant}
+
+
+def load_file(path: str, backend: str = "cpu", name: str = "") -> dict:
+    """The page's "Open a GGUF file…": ``check`` the file, then release the model (every
+    backend) and ``load`` this one on ``backend`` (the file is removed once read). ``load``'s
+    dict plus ``check``'s (``name``, ``architecture``, ``parameters``, ``quant_types``)."""
+    try:
+        about = check(path, name)
+    except BaseException:
+        os.remove(path)
+        raise
+    release()
+    info = load(path, [backend], remove=True)
+    info.update(about, backend=backend)
+    return info
+
+
+def release() -> None:
+    """Let the loaded model go (every backend), so a next one has the memory."""
+    import gc
+
+    _models.clear()
+    gc.collect()
+
+
 def _held_bytes(m) -> int:
     """Bytes of the buffers a loaded model holds (weights, RoPE tables; the key/value cache once
     a generation allocated it)."""
@@ -304,3 +367,18 @@ async def chat(messages, options=None) -> dict:
     options as ``generate``, plus ``trim`` (drop the oldest turns when the conversation and
     ``max_tokens`` do not fit the context; ``dropped`` says how many)."""
     return await _run("chat", messages, options)
+
+
+def start_cpu(source, remove: bool = False) -> dict:
+    """Put the model on the CPU backend too (a model of the user's that was opened on WebGPU,
+    then the CPU picked): ``{"load_ms", "warm"}``."""
+    load_ms = _build("cpu", source, remove)
+    cpu = _models["cpu"]
+    warm = cpu.warm_up() if DEVICES["cpu"] == "wasm" else None
+    _info["backends"] = list(_models)
+    return {"load_ms": load_ms, "warm": warm}
+
+
+def loaded() -> list:
+    """The backends a model is loaded on now (empty after a failed ``load_file``)."""
+    return list(_models)

@@ -30,6 +30,11 @@
 //   window.emberDemo.newChat()                   the "New chat" button
 //   window.emberDemo.setBackend(name)            the radio buttons ("cpu" | "webgpu" | "server")
 //   window.emberDemo.lastResult, .info, .worker  the last reply's figures, load info, the EmberWorker
+//   await window.emberDemo.loadModel(source, {backend})   a GGUF of the user's (a File, Blob,
+//        ArrayBuffer or typed array) replaces the model (the "Open a GGUF file…" control does
+//        the same) -> {name, architecture, parameters, bytes, quantTypes, backend}; null: back
+//        to the built-in SmolLM2. A file that cannot load rejects with its error (shown on the
+//        page) and leaves the previous model answering. User files stay out of the Cache API.
 
 import { loadEmber } from "../../wasm/ember.js";
 import { $, progressBar, showError, clearError, inputError, loadFailed, pageReady, startApp,
@@ -38,6 +43,9 @@ import { $, progressBar, showError, clearError, inputError, loadFailed, pageRead
 const PY_DIR = "/home/pyodide/chat";
 const GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const GGUF_PATH = `${PY_DIR}/model.gguf`;
+const USER_PATH = `${PY_DIR}/user.gguf`;
+const BUILTIN = "SmolLM2-135M-Instruct";
+const USERFILE_JS = new URL("userfile.js", import.meta.url).href;   // runs in the worker
 const LABELS = { wasm: "CPU (WebAssembly)", python: "CPU (pure Python)", webgpu: "WebGPU" };
 const MB = 1e6;
 // JS option name -> app.py's
@@ -53,6 +61,10 @@ let gpuChecked;             // resolves when gpu.state leaves "checking"
 const gpuCheck = new Promise((r) => { gpuChecked = r; });
 let running = null;         // the AbortController of the generation in progress
 let history = [];           // the conversation so far: [{role, content}]
+// The model in use: file null = the built-in GGUF, else the user's Blob (kept as a handle: the
+// browser holds its bytes, read again when the model goes onto another backend); cpu: whether
+// it is loaded on the CPU backend (a user's file opened on WebGPU is not, until picked)
+let current = { file: null, name: BUILTIN, cpu: true };
 const ggufUrl = new URL(GGUF, location.href).href;
 
 // The "server" backend: an ember serve process named by the site's remote.json (build.py demo --remote URL).
@@ -85,7 +97,7 @@ function ensureWebGPU() {
     $("webgpu-state").textContent = "(loading the model onto the GPU…)";
     $("status").textContent = "Loading the model onto the GPU…";
     const t0 = performance.now();
-    await worker.fetchFile(ggufUrl, GGUF_PATH);
+    await writeCurrent(GGUF_PATH);
     info.webgpuWarm = await worker.call("app", "start_webgpu", [GGUF_PATH, true]);
     info.webgpuReadyMs = performance.now() - t0;
     gpu.state = "ready";
@@ -165,7 +177,7 @@ function ensureServer() {
   if (server.loading) return server.loading;
   server.loading = (async () => {
     $("server-state").textContent = "(loading the model onto the server…)";
-    await worker.fetchFile(ggufUrl, GGUF_PATH);
+    await writeCurrent(GGUF_PATH);
     info.server = await worker.call("app", "start_remote", [server.url, server.token, GGUF_PATH, true]);
     server.state = "ready";
     server.label = `Server GPU (${info.server.server_device} at ${server.url})`;
@@ -268,6 +280,7 @@ function run(kind, payload, options, { trim = false } = {}) {
   const outer = options && options.signal;
   return serially(async () => {
     if (o.backend === "webgpu") await ensureWebGPU();
+    if (o.backend === "cpu") await ensureCPU();
     running = new AbortController();
     const stop = () => running && running.abort();
     if (outer) {
@@ -334,7 +347,7 @@ function addMessage(role, text) {
   li.dataset.role = role;
   const who = document.createElement("span");
   who.className = "who";
-  who.textContent = role === "user" ? "You" : "SmolLM2";
+  who.textContent = role === "user" ? "You" : current.file ? current.name : "SmolLM2";
   const body = document.createElement("div");
   body.className = "text";
   body.textContent = text;
@@ -408,6 +421,125 @@ function newChat() {
   resetMessages();
   clearError();
   $("prompt").focus();
+}
+
+// ---- the model: the built-in one or a GGUF of the user's -----------------------------------------
+
+/** Write the current model's GGUF to `path` in Pyodide's file system: the built-in one from the
+ *  browser's cache, a user's file read again from its Blob (in chunks, never cached). */
+function writeCurrent(path, onProgress = null) {
+  return current.file ? worker.callJs(USERFILE_JS, "writeFile", [current.file, path], { onProgress })
+    : worker.fetchFile(ggufUrl, path, { onProgress });
+}
+
+/** The CPU backend for a user's model that was opened on WebGPU (once). */
+async function ensureCPU() {
+  if (current.cpu) return;
+  $("status").textContent = "Loading the model onto the CPU…";
+  await writeCurrent(GGUF_PATH);
+  await worker.call("app", "start_cpu", [GGUF_PATH, true]);
+  current.cpu = true;
+}
+
+function describe(m) {
+  const params = m.parameters >= 1e9 ? `${(m.parameters / 1e9).toFixed(1)} B`
+    : `${(m.parameters / 1e6).toFixed(m.parameters < 1e7 ? 2 : 0)} M`;
+  const size = m.bytes >= 1e9 ? `${(m.bytes / 1e9).toFixed(2)} GB` : `${(m.bytes / 1e6).toFixed(1)} MB`;
+  const types = Object.entries(m.quantTypes).sort((a, b) => b[1] - a[1]).map(([t, n]) => `${t} ×${n}`).join(", ");
+  return `${m.name} · ${m.architecture} · ${params} parameters · ${size} · tensors ${types}`;
+}
+
+function modelProgress(fraction, label) {
+  const bar = $("model-progress");
+  bar.hidden = fraction == null;
+  if (fraction != null) bar.value = fraction;
+  $("status").textContent = label || "";
+}
+
+/** Load `source` into the worker and make it the model (see loadModel in the API notes). */
+async function switchModel(file, b) {
+  if (b === "server") throw inputError('a model of your own runs on "cpu" or "webgpu", not on the server');
+  if (b === "webgpu") {
+    await gpuCheck;
+    if (gpu.state !== "available" && gpu.state !== "ready") {
+      throw inputError(`WebGPU is not available here (${gpu.error}); use backend "cpu"`);
+    }
+  }
+  const previous = current;
+  const name = file ? (file.name || "model.gguf") : `${GGUF}`;
+  const path = file ? USER_PATH : GGUF_PATH;
+  const t0 = performance.now();
+  $("model-file").disabled = $("model-builtin").disabled = true;
+  try {
+    current = { file, name, cpu: b === "cpu" };
+    modelProgress(0, `Reading ${name}…`);
+    await writeCurrent(path, (p) => modelProgress(p.fraction, `Reading ${name}: ${p.label || ""}`));
+    modelProgress(null, `Loading ${name} into ember…`);
+    const r = await worker.call("app", "load_file", [path, b, name]);
+    const m = { name: file ? r.name || name : BUILTIN, architecture: r.architecture, parameters: r.parameters, bytes: r.bytes,
+                quantTypes: r.quant_types, backend: b };
+    current = { file, name: m.name, cpu: b === "cpu" };
+    // what was on the other backends was released with the old model: it goes there when picked
+    if (gpu.state === "ready") gpu.state = "available";
+    if (b === "webgpu") gpu.state = "ready";
+    gpu.loading = null;
+    if (server.state === "ready") server.state = "available";
+    server.loading = null;
+    info.model = m.name;
+    info.userModel = file ? { ...m, loadMs: performance.now() - t0 } : null;
+    $("model-about").textContent = `${file ? "Your file" : "Built in"}: ${describe(m)}` +
+      (file ? `; loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s.` : ".");
+    $("model-builtin").hidden = !file;
+    setBackend(b);
+    newChat();
+    return m;
+  } catch (e) {
+    current = previous;
+    // A file refused by its header (not GGUF, an unsupported architecture, tensor type or
+    // vocabulary, too large) left the model loaded; one that failed later had it released:
+    // load the previous one again.
+    const still = await worker.call("app", "loaded").catch(() => []);
+    if (!still.length) {
+      modelProgress(null, "Loading the previous model again…");
+      await writeCurrent(previous.file ? USER_PATH : GGUF_PATH);
+      await worker.call("app", "load_file", [previous.file ? USER_PATH : GGUF_PATH, "cpu", previous.name]);
+      current = { ...previous, cpu: true };
+      if (gpu.state === "ready") gpu.state = "available";
+      gpu.loading = null;
+      if (server.state === "ready") server.state = "available";
+      server.loading = null;
+      if (backend !== "cpu") setBackend("cpu");
+    }
+    throw e && e.pythonType ? Object.assign(inputError(`${name} cannot be loaded: ${e.pythonType}: ${e.pythonMessage}`),
+                                            { errorType: e.pythonType }) : e;
+  } finally {
+    modelProgress(null, "");
+    $("model-file").disabled = $("model-builtin").disabled = false;
+  }
+}
+
+/** window.emberDemo.loadModel: a File, Blob, ArrayBuffer or typed array; null: the built-in model. */
+async function loadModel(source, options = {}) {
+  clearError();
+  try {
+    if (!worker) throw inputError(loadError ? `the page did not load: ${loadError}` : "await emberDemo.ready first");
+    let file = source;
+    if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) file = new Blob([source]);
+    else if (source != null && !(source instanceof Blob)) {
+      throw inputError("loadModel: give a File, Blob, ArrayBuffer or typed array (null: the built-in model)");
+    }
+    if (file && file.size === 0) throw inputError("loadModel: the file is empty");
+    const b = (options && options.backend) || backend;
+    if (b !== "cpu" && b !== "webgpu" && b !== "server") {
+      throw inputError(`unknown backend ${JSON.stringify(b)}: use "cpu" or "webgpu"`);
+    }
+    stop();
+    return await serially(() => switchModel(file, b));
+  } catch (e) {
+    const r = readable(e);
+    showError(r);
+    throw r;
+  }
 }
 
 // ---- loading -------------------------------------------------------------------------------------
@@ -497,6 +629,26 @@ async function main() {
     `Model file ${(got.bytes / MB).toFixed(1)} MB${info.modelCached ? " (from the browser's cache)" : ""}, ` +
     `context ${loaded.context} tokens, ${loaded.vocab.toLocaleString("en")} token vocabulary; ` +
     `loaded in ${(info.loadMs / 1000).toFixed(1)} s, page ready in ${(info.readyMs / 1000).toFixed(1)} s.`;
+  $("model-about").textContent = `Built in: ${BUILTIN} · llama · 135 M parameters · ${(got.bytes / MB).toFixed(1)} MB · Q4_1.`;
+  $("model-file").addEventListener("change", () => {
+    const f = $("model-file").files[0];
+    $("model-file").value = "";
+    if (f) loadModel(f).catch(() => {});   // (shown on the page)
+  });
+  $("model-builtin").addEventListener("click", () => loadModel(null).catch(() => {}));
+  document.addEventListener("dragover", (e) => {
+    if (e.dataTransfer && [...e.dataTransfer.types].includes("Files")) e.preventDefault();
+  });
+  document.addEventListener("drop", (e) => {
+    const f = e.dataTransfer && e.dataTransfer.files[0];
+    if (!f) return;
+    e.preventDefault();
+    if (!/\.gguf$/i.test(f.name)) {
+      showError(inputError(`${f.name} is not a .gguf file: drop a GGUF model here`));
+      return;
+    }
+    loadModel(f).catch(() => {});
+  });
   $("prompt").focus();
 
   checkWebGPU().then(webgpuDone);
@@ -518,6 +670,7 @@ window.emberDemo = {
   webgpuReady: new Promise((resolve) => { webgpuDone = resolve; }),
   serverChecked: new Promise((resolve) => { serverChecked = resolve; }),   // {ok, error}: a server is named
   startServer: () => serially(() => ensureServer()),   // the model onto the server -> {server_device, ...}
+  loadModel,   // (source, {backend}) -> {name, architecture, parameters, bytes, quantTypes, backend}
 };
 window.emberDemo.ready = main().catch((e) => {
   loadError = e.pythonMessage || e.message || String(e);
