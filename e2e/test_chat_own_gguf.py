@@ -9,6 +9,7 @@ for the page's memory give their error on the page and leave the previous model 
 from __future__ import annotations
 
 import json
+import struct
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,15 @@ def models(tmp_path_factory) -> dict:
     write_tiny_gguf(d / "spm.gguf", seed=1, qtypes=("Q8_0", "Q8_0"),
                     cfg=dict(n_layers=1, dim=32, n_heads=2, n_kv_heads=1, ffn_dim=32, ctx=64),
                     tokenizer={**spm_md, "tokenizer.chat_template": ZEPHYR, "general.name": "Tiny SPM"})
-    return {k: (d / f"{k}.gguf").read_bytes() for k in ("bpe", "spm")}
+    write_tiny_gguf(d / "phi3.gguf", cfg={"arch": "phi3"})      # an architecture ember does not run
+    out = {k: (d / f"{k}.gguf").read_bytes() for k in ("bpe", "spm", "phi3")}
+    # a tensor type ggml does not define (99): output_norm.weight's type in the header
+    b = bytearray(out["bpe"])
+    name = b"output_norm.weight"
+    at = b.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    struct.pack_into("<I", b, at + 4 + 8 * struct.unpack_from("<I", b, at)[0], 99)
+    out["badtype"] = bytes(b)
+    return out
 
 
 def _native(data: bytes) -> str:
@@ -136,6 +145,13 @@ def test_a_bad_file_says_why_and_the_model_still_answers(chat_page, models):
     assert "junk.gguf cannot be loaded" in shown and "GGUFError" in shown and "GGUF" in shown, shown
     err = _load(page, junk)
     assert "GGUFError" in err["error"] and err["error"] in page.inner_text("#error"), err
+    assert _chat(page)["text"] == want
+    # an architecture, a tensor type ember does not run: named in the error
+    err = _load(page, models["phi3"])
+    assert "UnsupportedOp" in err["error"] and "'phi3'" in err["error"], err
+    err = _load(page, models["badtype"])
+    assert "UnsupportedOp" in err["error"] and "'output_norm.weight'" in err["error"] and "99" in err["error"], err
+    assert err["error"] in page.inner_text("#error")
     assert _chat(page)["text"] == want
     # too large for the page's memory (the limit lowered for the test): refused before release
     page.evaluate("() => window.emberDemo.worker.runPython('import app\\napp.MAX_MODEL_BYTES = 1000')")

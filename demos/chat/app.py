@@ -141,8 +141,9 @@ def check(path: str, name: str = "") -> dict:
         from_gguf(md)
         for t in g.tensors.values():
             if not t.supported:
-                raise UnsupportedOp(f"gguf: tensor {t.name!r} has type {t.qtype.upper()} (ggml type "
-                                    f"{t.ggml_type}), which ember does not run")
+                kind = f"ggml type {t.ggml_type}" if t.qtype.startswith("type") else \
+                    f"type {t.qtype.upper()} (ggml type {t.ggml_type})"
+                raise UnsupportedOp(f"gguf: tensor {t.name!r} has {kind}, which ember does not run")
         weights = sum(t.nbytes for t in g.tensors.values())
         cache = 2 * cfg.n_layers * min(CONTEXT, cfg.context_length) * cfg.n_kv_heads * cfg.head_dim * 4
         if weights + cache > MAX_MODEL_BYTES:
