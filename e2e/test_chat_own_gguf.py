@@ -197,3 +197,20 @@ def test_back_to_the_built_in_model(chat_page, site_dir):
     r = page.evaluate("(p) => window.emberDemo.generate(p, {maxTokens: 3, temperature: 0, backend: 'cpu'})",
                       case["prompt"])
     assert r["text"].strip() and case["text"].startswith(r["text"]), (r["text"], case["text"])
+
+
+def test_own_gguf_on_webgpu(chat_page, models):
+    page = chat_page
+    done = page.evaluate("() => window.emberDemo.webgpuReady")
+    if not done["ok"]:
+        pytest.skip(f"no WebGPU in this browser: {done['error']}")
+    t0 = time.perf_counter()
+    m = _load(page, models["bpe"], backend="webgpu")
+    assert m.get("backend") == "webgpu", m
+    r = page.evaluate("(m) => window.emberDemo.chat(m, {maxTokens: %d, temperature: 0, backend: 'webgpu'})" % TOKENS,
+                      MESSAGES)
+    print(f"\nown GGUF on WebGPU: loaded and answered in {time.perf_counter() - t0:.1f} s")
+    assert r["backend"] == "webgpu" and r["text"] == _native(models["bpe"]), r
+    # the CPU picked afterwards: the model goes there from the user's Blob
+    r = _chat(page)
+    assert r["backend"] == "cpu" and r["text"] == _native(models["bpe"]), r

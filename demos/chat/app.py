@@ -187,7 +187,11 @@ def _held_bytes(m) -> int:
     a generation allocated it)."""
     def size(t):
         b = t._buf
-        return b.nbytes if hasattr(b, "nbytes") else len(b) * getattr(b, "itemsize", 1)
+        if hasattr(b, "nbytes"):
+            return b.nbytes
+        if hasattr(b, "__len__"):
+            return len(b) * getattr(b, "itemsize", 1)
+        return int(getattr(b, "size", 0)) * 4     # a WebGPU buffer (4-byte elements)
     model = m.model
     total = 0
     for w in model.w.values():   # (with the thread team: in its shared memory, not Python's heap)
