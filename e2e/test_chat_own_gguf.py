@@ -188,6 +188,11 @@ def test_back_to_the_built_in_model(chat_page, site_dir):
     print(f"\nown GGUF: the {(site_dir / 'demos' / 'chat' / GGUF).stat().st_size / 1e6:.0f} MB SmolLM2 file "
           f"opened through the input in {time.perf_counter() - t0:.1f} s (load average {load:.2f})")
     assert "Q4_1" in page.inner_text("#model-about")
+    u = page.evaluate("() => window.emberDemo.info.userModel")
+    print(f"own GGUF: {u['loadMs']:.0f} ms from the pick (ember's load {u['emberLoadMs']:.0f} ms), weights held "
+          f"{u['weightsBytes'] / 1e6:.0f} MB, WebAssembly memory {u['heapWarm'] / 1e6:.0f} MB, "
+          f"shared {(u['sharedAfter'] or 0) / 1e6:.0f} MB (high-water marks)")
+    assert 0.9 * u["bytes"] <= u["weightsBytes"] <= 1.02 * u["bytes"], u
     t0 = time.perf_counter()
     m = page.evaluate("() => window.emberDemo.loadModel(null)")
     print(f"\nown GGUF: back to SmolLM2 (from the Cache API) in {time.perf_counter() - t0:.1f} s")

@@ -486,10 +486,14 @@ async function switchModel(file, b) {
     if (server.state === "ready") server.state = "available";
     server.loading = null;
     info.model = m.name;
-    info.userModel = file ? { ...m, loadMs: performance.now() - t0 } : null;
+    // (ms from the pick to ready; ember's load; WebAssembly memory and the thread team's shared
+    // memory after it: high-water marks, as info.heapWarm / info.sharedAfter)
+    info.userModel = file ? { ...m, loadMs: performance.now() - t0, emberLoadMs: r.load_ms[b], heapWarm: r.heap_warm,
+                              sharedAfter: r.shared_after, weightsBytes: r.weights_bytes } : null;
     $("model-about").textContent = `${file ? "Your file" : "Built in"}: ${describe(m)}` +
       (file ? `; loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s.` : ".");
     $("model-builtin").hidden = !file;
+    $("model-info").hidden = !!file;   // (the built-in model's file and load figures)
     setBackend(b);
     newChat();
     return m;
@@ -499,19 +503,28 @@ async function switchModel(file, b) {
     // vocabulary, too large) left the model loaded; one that failed later had it released:
     // load the previous one again.
     const still = await worker.call("app", "loaded").catch(() => []);
+    let again = "";
     if (!still.length) {
       modelProgress(null, "Loading the previous model again…");
-      await writeCurrent(previous.file ? USER_PATH : GGUF_PATH);
-      await worker.call("app", "load_file", [previous.file ? USER_PATH : GGUF_PATH, "cpu", previous.name]);
-      current = { ...previous, cpu: true };
+      try {
+        await writeCurrent(previous.file ? USER_PATH : GGUF_PATH);
+        await worker.call("app", "load_file", [previous.file ? USER_PATH : GGUF_PATH, "cpu", previous.name]);
+        current = { ...previous, cpu: true };
+      } catch (e2) {
+        again = ` (and the previous model did not load again: ${e2.pythonMessage || e2.message || e2}; reload the page)`;
+      }
       if (gpu.state === "ready") gpu.state = "available";
       gpu.loading = null;
       if (server.state === "ready") server.state = "available";
       server.loading = null;
       if (backend !== "cpu") setBackend("cpu");
     }
-    throw e && e.pythonType ? Object.assign(inputError(`${name} cannot be loaded: ${e.pythonType}: ${e.pythonMessage}`),
-                                            { errorType: e.pythonType }) : e;
+    if (e && e.pythonType) {
+      throw Object.assign(inputError(`${name} cannot be loaded: ${e.pythonType}: ${e.pythonMessage}${again}`),
+                          { errorType: e.pythonType });
+    }
+    if (again && e && typeof e.message === "string") e.message += again;
+    throw e;
   } finally {
     modelProgress(null, "");
     $("model-file").disabled = $("model-builtin").disabled = false;
