@@ -484,11 +484,8 @@ class Llama:
                 k = self._rope(k, cos, sin)
             a = F.attention_cached(q, k, v, self.k_cache[i], self.v_cache[i], pos, c.query_scale or None,
                                    window=c.sliding_window if local else 0, softcap=c.attn_softcap)  # (T, Hq, hd)
-            if c.post_norms:
-                o = _linear(a.reshape((T, hq * hd)), w[b + "attn_output.weight"])
-                x = x + F.rms_norm(o, w[b + "post_attention_norm.weight"], eps=c.rms_eps)
-            else:
-                x = self._residual(a.reshape((T, hq * hd)), w[b + "attn_output.weight"], x, fold)
+            x = self._residual(a.reshape((T, hq * hd)), w[b + "attn_output.weight"], x, fold,
+                               w.get(b + "post_attention_norm.weight"), c.rms_eps)
             gu = self._stacked.get(b + "gate_up")
             if gu is not None:
                 y = F.llm.qlinear_rms(x, w[b + "ffn_norm.weight"], gu, eps=c.rms_eps)    # (T, 2 * ffn)
@@ -503,10 +500,7 @@ class Llama:
                 g = _linear(h, w[b + "ffn_gate.weight"])                     # (T, ffn)
                 u = _linear(h, w[b + "ffn_up.weight"])
             h = F.silu(g) * u if c.act == "silu" else F.gelu(g, approximate="tanh") * u
-            if c.post_norms:
-                x = x + F.rms_norm(_linear(h, w[b + "ffn_down.weight"]), w[b + "post_ffw_norm.weight"], eps=c.rms_eps)
-            else:
-                x = self._residual(h, w[b + "ffn_down.weight"], x, fold)
+            x = self._residual(h, w[b + "ffn_down.weight"], x, fold, w.get(b + "post_ffw_norm.weight"), c.rms_eps)
         if not all_logits and T > 1:
             x = x[T - 1:]                                                # (1, D): only the next token
         if fold and _quantized(self.head):
@@ -565,8 +559,11 @@ class Llama:
         return F.llm.qlinear_rms(x, w["output_norm.weight"], self.head, eps=c.rms_eps)
 
     @staticmethod
-    def _residual(x: Tensor, wt, r: Tensor, fold: bool) -> Tensor:
-        """``r + x @ wt.T``: one folded product where ``fold`` and the weight is quantized."""
+    def _residual(x: Tensor, wt, r: Tensor, fold: bool, post=None, eps: float = 1e-5) -> Tensor:
+        """``r + x @ wt.T``: one folded product where ``fold`` and the weight is quantized;
+        with ``post`` (Gemma 2/3's post-norm weight) ``r + rms_norm(x @ wt.T, post)``."""
+        if post is not None:
+            return r + F.rms_norm(_linear(x, wt), post, eps=eps)
         if fold and _quantized(wt):
             return F.llm.qlinear_residual(x, wt, r)
         return r + _linear(x, wt)
