@@ -122,14 +122,11 @@ def _d_q6_k(B):
     return y.reshape(nb, 256)
 
 
-_SHIFT2 = np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)
-
-
 def _d_q3_k(B):
     nb = B.shape[0]
     s = B[:, 96:108]
     low = np.concatenate([s[:, :8] & 15, s[:, :8] >> 4], axis=1)                  # scale g: byte g % 8
-    high = ((s[:, None, 8:12] >> _SHIFT2) & 3).reshape(nb, 16)                    # bits 2 (g // 4) of byte 8 + g % 4
+    high = ((s[:, None, 8:12] >> _SHIFT6[0]) & 3).reshape(nb, 16)                    # bits 2 (g // 4) of byte 8 + g % 4
     sc = ((low | (high << 4)).view(np.int8) - np.int8(32)).astype(_F32)
     ql = (B[:, 32:96].reshape(nb, 2, 1, 32) >> _SHIFT6) & 3                       # (nb, h, j, l)
     hb = (B[:, None, 0:32] >> _BIT8) & 1                                          # bit 4h + j of hmask[l]
