@@ -456,6 +456,15 @@ function modelProgress(fraction, label) {
   $("status").textContent = label || "";
 }
 
+/** The WebGPU and server backends lost their copy of the model (it was released): they load the
+ *  current one again when picked. */
+function releasedElsewhere() {
+  if (gpu.state === "ready") gpu.state = "available";
+  gpu.loading = null;
+  if (server.state === "ready") server.state = "available";
+  server.loading = null;
+}
+
 /** Load `source` into the worker and make it the model (see loadModel in the API notes). */
 async function switchModel(file, b) {
   if (b === "server") throw inputError('a model of your own runs on "cpu" or "webgpu", not on the server');
@@ -480,11 +489,8 @@ async function switchModel(file, b) {
                 quantTypes: r.quant_types, backend: b };
     current = { file, name: m.name, cpu: b === "cpu" };
     // what was on the other backends was released with the old model: it goes there when picked
-    if (gpu.state === "ready") gpu.state = "available";
+    releasedElsewhere();
     if (b === "webgpu") gpu.state = "ready";
-    gpu.loading = null;
-    if (server.state === "ready") server.state = "available";
-    server.loading = null;
     info.model = m.name;
     // (ms from the pick to ready; ember's load; WebAssembly memory and the thread team's shared
     // memory after it: high-water marks, as info.heapWarm / info.sharedAfter)
@@ -513,10 +519,7 @@ async function switchModel(file, b) {
       } catch (e2) {
         again = ` (and the previous model did not load again: ${e2.pythonMessage || e2.message || e2}; reload the page)`;
       }
-      if (gpu.state === "ready") gpu.state = "available";
-      gpu.loading = null;
-      if (server.state === "ready") server.state = "available";
-      server.loading = null;
+      releasedElsewhere();
       if (backend !== "cpu") setBackend("cpu");
     }
     if (e && e.pythonType) {
