@@ -761,13 +761,7 @@ static void decode_row(i32 qt, const u8 *w, i32 nb, i32 r, i16 *Wt, f32 *Dt, f32
       const i32 bs = q_nbytes(qt);
       for (i32 k = 0; k < nb; k++) {
         const u8 *p = w + k * bs;
-        if (qt == QT_Q8_0) q8_4(p + 2, &a, &b, &c, &d);
-        else if (qt == QT_IQ4_NL) iq4_4(p + 2, &a, &b, &c, &d);
-        else {
-          nib4(wasm_v128_load(p + (qt == QT_Q4_0 ? 2 : qt == QT_Q4_1 ? 4 : qt == QT_Q5_0 ? 6 : 8)), &a, &b, &c, &d);
-          if (qt == QT_Q5_0) q5_high(ld32(p + 2), &a, &b, &c, &d);
-          if (qt == QT_Q5_1) q5_high(ld32(p + 4), &a, &b, &c, &d);
-        }
+        block_lanes(qt, p, &a, &b, &c, &d);
         put4(Wt + (4 * k + r) * 32, a, b, c, d);
         const f32 dd = h2f(ld16(p));
         Dt[4 * k + r] = dd;
