@@ -630,6 +630,7 @@ CONV_TRANSPOSES = [
     ((1, 3, 4, 5), (3, 2, 2, 2), {"stride": 2, "output_padding": 1}),              # apart, an extra row/col
     ((2, 3, 4, 5), (3, 2, 2, 2), {"stride": 2, "padding": ((1, 0), (0, 1))}),     # apart, trimmed
     ((1, 3, 4, 5), (3, 2, 1, 1), {"stride": 2, "dilation": 2}),
+    ((2, 3, 4, 5), (3, 2, 1, 1), {"stride": 2, "dilation": 2, "output_padding": 1}),    # apart, every other row 0
     ((1, 3, 4, 5), (3, 2, 2, 2), {"stride": 2, "dilation": 2}),                    # overlapping: summed
     ((1, 3, 4, 5), (3, 2, 3, 3), {"stride": (2, 1), "padding": 1}),
 ]

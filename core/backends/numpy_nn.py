@@ -957,7 +957,9 @@ def _conv_transpose2d(out, x, weight, bias=None, *, stride, padding, output_padd
     full_h = max((h - 1) * sh + dh * (kh - 1) + 1, pt + oh)
     full_w = max((w - 1) * sw + dw * (kw - 1) + 1, pl + ow)
     apart = (kh - 1) * dh < sh and (kw - 1) * dw < sw         # no two taps write one output
-    covered = apart and kh * dh == sh and kw * dw == sw and full_h == h * sh and full_w == w * sw
+    # every output written: the taps' offsets i * dh are 0..sh-1 only with dh == 1 and kh == sh (a
+    # dilated 1x1 kernel at stride 2 writes every other row: those rows are zeros, not np.empty's)
+    covered = apart and dh == 1 and dw == 1 and kh == sh and kw == sw and full_h == h * sh and full_w == w * sw
     full = (np.empty if covered else np.zeros)((n, g, og, full_h, full_w), dtype=y.dtype)   # (each written once)
     for i in range(kh):
         for j in range(kw):
