@@ -63,6 +63,20 @@ def run(cmd, **kw) -> None:
 # ---- setup ----------------------------------------------------------------------------------
 
 def ensure_venv(reqs) -> None:
+    """The virtual environment with ``reqs`` and ember (editable), and the native kernels built."""
+    _install_venv(reqs)
+    build_native()
+
+
+def build_native() -> None:
+    """core/native's C kernels for the numpy backend, built when missing or stale (quick when
+    current). Without a C compiler the numpy backend runs its numpy paths; the message says so."""
+    r = subprocess.run([PY, "-m", "ember.native", "--if-stale"], cwd=ROOT)
+    if r.returncode:
+        log("WARNING: the native kernels (core/native) did not build: the numpy backend runs without them")
+
+
+def _install_venv(reqs) -> None:
     if not os.path.exists(PY):
         log("creating the virtual environment .venv")
         run([sys.executable, "-m", "venv", VENV])

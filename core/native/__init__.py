@@ -1,0 +1,214 @@
+"""Native CPU kernels for the numpy backend: the C in this folder, compiled on the machine it runs on.
+
+numpy runs every operation as its own pass over memory, so an op made of many small passes
+(a depthwise convolution's taps, GELU's polynomial, a layer norm's statistics) costs many times
+what one loop over the data would. The kernels here are those loops, for the numpy backend's
+ops where numpy itself is the bottleneck; matrix products stay in numpy's BLAS.
+
+- **Build**: ``build()`` compiles every ``*.c`` here into one shared library
+  ``_ember_native-<machine>.so`` beside the sources, with the first C compiler found (``$CC``,
+  ``cc``, ``gcc``, ``clang``) and ``-O3 -march=native``: code for the CPU that built it. It is a
+  build output (git-ignored, never in the wheel); ``python build.py setup``, ``test`` and ``demo``
+  build it when missing or stale, and print why when they cannot.
+- **Load**: ``lib()`` loads it with ctypes on first use, and only when the hash compiled into it
+  equals ``source_hash()`` (this folder's sources, the flags, this CPU's feature flags): a stale
+  library is never called. ctypes releases the GIL during a call, so ``numpy_blas.parallel_for``
+  can run kernels on two cores.
+- **Absent** (no compiler, Pyodide, ``EMBER_NATIVE=0``, a failed build): ``lib()`` is None and the
+  numpy backend runs its numpy paths, the same results to rounding. ``info()`` says which and why.
+
+>>> import ember.native as nat
+>>> sorted(nat.info())
+['available', 'compiler', 'path', 'reason']
+>>> with nat.disabled():
+...     nat.lib() is None
+True
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+from ..errors import DeviceError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV = "EMBER_NATIVE"
+# -fno-math-errno: sqrtf/expf inline (no errno to set); never -ffast-math: NaN and infinity
+# keep their IEEE meaning and sums their written order
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fno-math-errno", "-fvisibility=hidden",
+         "-Wall", "-Werror", "-Wno-unused-function"]
+LIBS = ["-lm"]
+
+_lock = threading.Lock()
+_state: dict = {}          # "lib": CDLL | None, "reason": str, "fns": {name: configured function}
+_off = threading.local()
+
+
+def sources() -> list:
+    """The C sources and headers here, sorted by name (what ``source_hash`` covers)."""
+    return sorted(f for f in os.listdir(HERE) if f.endswith((".c", ".h")))
+
+
+def _cpu_id() -> str:
+    """This CPU's architecture and feature flags: -march=native code is for these only."""
+    ident = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return ident + ":" + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ident + ":" + platform.processor()
+
+
+def source_hash() -> str:
+    """SHA-256 over the sources, the compile flags and this CPU's features."""
+    h = hashlib.sha256()
+    for name in sources():
+        h.update(name.encode() + b"\0")
+        with open(os.path.join(HERE, name), "rb") as f:
+            h.update(f.read() + b"\0")
+    h.update(" ".join(FLAGS + LIBS).encode() + b"\0" + _cpu_id().encode())
+    return h.hexdigest()
+
+
+def lib_path() -> str:
+    """Where the built library lives (beside the sources)."""
+    ext = ".dylib" if sys.platform == "darwin" else ".dll" if os.name == "nt" else ".so"
+    return os.path.join(HERE, f"_ember_native-{platform.machine() or 'cpu'}{ext}")
+
+
+def find_compiler() -> str | None:
+    """The C compiler ``build`` uses: ``$CC``, else the first of cc, gcc, clang on PATH."""
+    for name in ([os.environ["CC"]] if os.environ.get("CC") else []) + ["cc", "gcc", "clang"]:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+TAG = b"ember-native-hash:"
+
+
+def _built_hash(path: str) -> str | None:
+    """The source hash a library was built from, read from the file (not loaded: a process
+    keeps the first library it loaded from a path)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    at = data.find(TAG)
+    return data[at + len(TAG):at + len(TAG) + 64].decode("ascii", "replace") if at >= 0 else None
+
+
+def up_to_date(path: str | None = None) -> bool:
+    """Whether the library at ``path`` exists and was built from these sources for this CPU."""
+    path = path or lib_path()
+    return os.path.exists(path) and _built_hash(path) == source_hash()
+
+
+def build(out: str | None = None, cc: str | None = None) -> str:
+    """Compile the kernels into ``out`` (default ``lib_path()``); return its path.
+
+    Raises DeviceError (with the compiler's message) when there is no compiler or it fails. The
+    library is written to a temporary file and moved into place, so a process that has the old
+    one loaded keeps it."""
+    cc = cc or find_compiler()
+    if cc is None:
+        raise DeviceError("native kernels: no C compiler (set CC, or install gcc or clang)")
+    out = out or lib_path()
+    srcs = [os.path.join(HERE, f) for f in sources() if f.endswith(".c")]
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out))
+    os.close(fd)
+    cmd = [cc, *FLAGS, f'-DEMBER_NATIVE_HASH="{source_hash()}"', "-I", HERE, *srcs, "-o", tmp, *LIBS]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise DeviceError(f"native kernels: {os.path.basename(cc)} failed (exit {r.returncode}):\n"
+                              f"{(r.stderr or r.stdout)[-4000:]}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    with _lock:
+        _state.clear()
+    return out
+
+
+def _load():
+    if sys.platform == "emscripten":
+        return None, "not on this platform (Pyodide: the page runs the WebAssembly kernels)"
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
+        return None, f"{ENV}=0"
+    path = lib_path()
+    if not os.path.exists(path):
+        return None, f"not built ({os.path.basename(path)} missing: python build.py setup builds it)"
+    if _built_hash(path) != source_hash():
+        return None, "stale (built from other sources or for another CPU: python build.py setup rebuilds it)"
+    try:
+        dll = ctypes.CDLL(path)
+        fn = dll.ember_native_hash
+        fn.restype = ctypes.c_char_p
+        if fn().decode() != source_hash():
+            return None, "stale (this process had loaded an older build of it)"
+    except (OSError, AttributeError) as exc:
+        return None, f"cannot load {os.path.basename(path)}: {exc}"
+    return dll, "loaded"
+
+
+def lib():
+    """The loaded library (a ctypes CDLL), or None where the numpy paths run (see ``info``)."""
+    if getattr(_off, "on", False):
+        return None
+    st = _state
+    if "lib" not in st:
+        with _lock:
+            if "lib" not in st:
+                st["fns"] = {}
+                st["lib"], st["reason"] = _load()
+    return st["lib"]
+
+
+def kernel(name: str, restype, *argtypes):
+    """The library's function ``name`` with its ctypes signature set (cached), or None when the
+    library is not in use. Pointers are passed as ``ctypes.c_void_p`` (``array.ctypes.data``)."""
+    dll = lib()
+    if dll is None:
+        return None
+    fns = _state["fns"]
+    fn = fns.get(name)
+    if fn is None:
+        fn = getattr(dll, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+        fns[name] = fn
+    return fn
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within this block (on this thread) ``lib()`` is None: the numpy paths run (tests compare)."""
+    prev = getattr(_off, "on", False)
+    _off.on = True
+    try:
+        yield
+    finally:
+        _off.on = prev
+
+
+def info() -> dict:
+    """Whether the native kernels run here, the library's path, the compiler a build would use,
+    and the reason when they do not."""
+    dll = lib()
+    return {"available": dll is not None, "path": lib_path(), "compiler": find_compiler(),
+            "reason": "disabled on this thread" if getattr(_off, "on", False) else _state.get("reason", "")}
