@@ -16,6 +16,7 @@ import weakref
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import numpy_rows
 from .numpy_blas import matmul, parallel_for
 
 # numpy_backend imports this module for its KERNELS, so the dtype map is not imported from there
@@ -178,6 +179,9 @@ def _gelu_erf(a):
 
 def _gelu(out, x, *, approximate):
     a = _f(x).astype(np.float32, copy=False)
+    y = numpy_rows.gelu(a, approximate)                 # (core/native/rows.c where it is loaded)
+    if y is not None:
+        return _out(y, out)
     if approximate == "tanh":
         shape, a = a.shape, a.reshape(-1)     # 1-D, so 0-d inputs stay arrays for out=
         y = a * a
@@ -241,6 +245,9 @@ def _softmax(out, x, *, axis):
     if a.size == 0 or a.ndim == 0:
         return _out(np.exp(a - a), out)   # empty stays empty, one element gives 1
     if axis % a.ndim == a.ndim - 1 and a.shape[-1] > 1:
+        y = numpy_rows.softmax(a)                       # (core/native/rows.c where it is loaded)
+        if y is not None:
+            return _out(y, out)
         rows = a.reshape(-1, a.shape[-1])
         e = np.exp(rows)
         s = _row_sums(e)
@@ -394,6 +401,9 @@ def _layer_norm(out, x, weight, bias, *, normalized_shape, eps):
     a = _f(x)
     axes = tuple(range(a.ndim - len(normalized_shape), a.ndim))
     if len(axes) == 1 and a.ndim and a.size and a.shape[-1] > 1 and a.dtype == np.float32:
+        y = numpy_rows.layer_norm(a, _f(weight), _f(bias), eps)    # (core/native/rows.c where loaded)
+        if y is not None:
+            return _out(y, out)
         # one normalized axis: the row sums as one BLAS matrix-vector product and the squared
         # deviations as np.vecdot (numpy's mean over a short last axis costs ~5x the GEMV)
         n = a.shape[-1]

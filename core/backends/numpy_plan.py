@@ -29,6 +29,7 @@ from math import isfinite
 
 import numpy as np
 
+from . import numpy_rows
 from .numpy_blas import matmul
 from .numpy_nn import clip
 
@@ -44,12 +45,14 @@ _F32 = np.dtype(np.float32)
 class _Op:
     """One step of the compiled program: a recorded kernel call, or a fused/in-place one."""
 
-    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode")
+    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode", "qgemm")
 
     def __init__(self, name, ins, out, meta, run, multi=False):
         self.name, self.ins, self.out, self.meta, self.run, self.multi = name, ins, out, meta, run, multi
         self.inplace = None
         self.mode = None        # int8 ops: "centered" (see _centered_quantization)
+        self.qgemm = None       # matmul_integer: its numpy_rows.QGemm; dynamic_quantize_linear: True
+        #                         when every reader has one (then y stays uint8 where the library runs)
         self.free = ()
 
 
@@ -430,6 +433,17 @@ def _dynamic_quantize(steps, i, consts, readers, only):
         else:
             zt = wrap(np.asarray(zf, np.float32).reshape(()), (), metas[1].dtype, dev)
             zp = cast_zp(metas[2], zt, **zp_attrs)                             # (the recorded cast: NaN -> 0)
+        if finite and a.size:
+            # the native pass (rows.c's ember_quantize: the same float32 operations): uint8 y,
+            # also in "centered" mode where every reader multiplies uint8 natively
+            u8 = op.mode != "centered" or (op.qgemm and numpy_rows.qgemm_available())
+            q = numpy_rows.quantize(a, scale, zp.astype(np.float32), ylo, yhi, centered=not u8)
+            if q is not None:
+                m = metas[0] if u8 else metas[1]
+                vals[op.out[0]] = wrap(q.reshape(metas[0].shape), metas[0].shape, m.dtype, dev)
+                vals[op.out[1]] = wrap(scale.reshape(()), (), metas[1].dtype, dev)
+                vals[op.out[2]] = wrap(zp, (), metas[2].dtype, dev)
+                return
         y = np.true_divide(a, scale)
         np.rint(y, out=y)
         if op.mode == "centered":
@@ -562,10 +576,16 @@ def _integer_matmul(steps, i, consts, readers, only, dtypes):
 
     def run(vals, op):
         at, zt = vals[op.ins[0]], vals[op.ins[1]]
-        if op.mode == "centered":
-            x = at._buf                                 # (a - zp) as float32 already
+        A = at._buf
+        if A.dtype != np.uint8:
+            x = A                                       # "centered": (a - zp) as float32 already
         else:
-            A, Z = at._buf, zt._buf                     # uint8 both (checked when compiled)
+            Z = zt._buf                                 # uint8 both (checked when compiled)
+            if op.qgemm is not None:                    # the native integer product (exact int32)
+                y = op.qgemm(A, Z, as_float=op.meta.dtype.name == "float32")
+                if y is not None:
+                    vals[op.out] = wrap(y.reshape(op.meta.shape), op.meta.shape, op.meta.dtype, dev)
+                    return
             x = A.astype(ft)
             x -= ft(Z)                                  # exact: integers below 256
         if x.ndim > 2:
@@ -577,6 +597,8 @@ def _integer_matmul(steps, i, consts, readers, only, dtypes):
         vals[op.out] = wrap(y, op.meta.shape, op.meta.dtype, dev)
     op = _Op("matmul_integer", ins, out, meta, run)
     op.mode = "float32" if ft is np.float32 else None    # (may become "centered")
+    qg = numpy_rows.QGemm(wb)                            # (W packed once, where its values are int8)
+    op.qgemm = qg if qg.ok else None
     return op, used
 
 
@@ -596,6 +618,7 @@ def _centered_quantization(ops: list, protected) -> None:
         mms = readers.get(y, [])
         if mms and all(m.name == "matmul_integer" and m.mode == "float32" and m.ins == (y, zp) for m in mms):
             op.mode = "centered"
+            op.qgemm = all(m.qgemm is not None for m in mms)
             for m in mms:
                 m.mode = "centered"
 
