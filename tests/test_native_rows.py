@@ -191,27 +191,47 @@ def test_qgemm_declines_what_it_cannot_do_exactly():
     assert q(np.ones((2, 5), np.uint8), 0) is None and q(np.ones((2, 4), np.int8), 0) is None
 
 
-def _quantize_numpy(x, scale, zp):
-    y = np.rint(np.true_divide(x, scale)) + np.float32(zp)
-    return np.clip(y, 0, 255).astype(np.uint8)
+# DynamicQuantizeLinear's constants as ember.onnx.quant writes them: lo0, hi0, n255, zero, one,
+# zlo, zhi, ylo, yhi
+DQ = np.array([0, 0, 255, 0, 1, 0, 255, 0, 255], np.float32)
 
 
-def test_quantize_exact(native):
-    scale = np.float32(0.25)
-    # halves round to even (2.5 -> 2, 3.5 -> 4), saturation at both ends, a strided input
-    x = np.array([0.625, 0.875, -0.625, 1000.0, -1000.0, 0.0, -0.0, 0.124, 0.126], np.float32)
-    for zp in (0, 128, 255):
-        got = R.quantize(x, scale, np.float32(zp), np.float32(0), np.float32(255), centered=False)
-        np.testing.assert_array_equal(got, _quantize_numpy(x, scale, zp))
-        cen = R.quantize(x, scale, np.float32(zp), np.float32(0), np.float32(255), centered=True)
-        np.testing.assert_array_equal(cen, _quantize_numpy(x, scale, zp).astype(np.float32) - zp)
-    assert R.quantize(x, scale, np.float32(0), np.float32(0), np.float32(255), False)[:2].tolist() == [2, 4]
+def _dq_numpy(x, c=DQ):
+    """numpy_plan's float32 steps for finite x: (uint8 y, scale, zp)."""
+    lo = np.minimum(x.min(), c[0])
+    hi = np.maximum(x.max(), c[1])
+    scale = np.true_divide(np.subtract(hi, lo), c[2])
+    scale = c[4] if scale == c[3] else scale
+    zf = np.clip(np.rint(np.negative(np.true_divide(lo, scale))), c[5], c[6])
+    y = np.rint(np.true_divide(x, scale)) + zf
+    return np.clip(y, c[7], c[8]).astype(np.uint8), np.float32(scale), np.uint8(zf)
+
+
+def test_dynamic_quantize_exact(native):
+    # scale 0.25: 0.625 / 0.25 = 2.5 -> 2, 0.875 / 0.25 = 3.5 -> 4 (half to even); zp = rint(127.5) = 128
+    x = np.array([-31.875, 31.875, 0.625, 0.875, -0.625, 0.0, -0.0, 0.124, 0.126], np.float32)
+    y, s, z = R.dynamic_quantize(x, DQ, centered=False)
+    assert float(s) == 0.25 and int(z) == 128 and y[2:5].tolist() == [130, 132, 126]
+    x2 = np.array([0.0, 63.75, 0.625, 0.875], np.float32)
+    assert R.dynamic_quantize(x2, DQ, centered=False)[0].tolist() == [0, 255, 2, 4]
+    cases = [x, x2, np.zeros(5, np.float32), np.full(3, 7.0, np.float32), np.full(3, -7.0, np.float32),
+             np.array([1e30, -1e30], np.float32), np.array([3e-39, -1e-45], np.float32)]
     for n in LENGTHS + (100003,):
-        a = (rng.standard_normal((2, 2 * n)) * 3).astype(np.float32)[:, ::2]
-        s = np.float32((a.max() - min(a.min(), 0)) / 255)
-        zp = np.float32(np.clip(np.rint(-min(a.min(), 0) / s), 0, 255))
-        got = R.quantize(a, s, zp, np.float32(0), np.float32(255), centered=False)
-        np.testing.assert_array_equal(got, _quantize_numpy(a, s, zp))
+        cases.append((rng.standard_normal((2, 2 * n)) * 3).astype(np.float32)[:, ::2])      # strided
+        cases.append(np.abs(rng.standard_normal(n)).astype(np.float32) + 1)                  # lo = lo0 = 0
+    for a in cases:
+        want = _dq_numpy(a)
+        y, s, z = R.dynamic_quantize(a, DQ, centered=False)
+        assert y.dtype == np.uint8 and s.dtype == np.float32 and z.dtype == np.uint8
+        np.testing.assert_array_equal(y, want[0])
+        assert (float(s), int(z)) == (float(want[1]), int(want[2]))
+        yc = R.dynamic_quantize(a, DQ, centered=True)[0]
+        assert yc.dtype == np.float32
+        np.testing.assert_array_equal(yc, want[0].astype(np.float32) - np.float32(want[2]))
+    for bad in (np.array([1.0, np.nan], np.float32), np.array([np.inf, 0.0], np.float32),
+                np.array([-np.inf], np.float32), np.array([3e38, -3e38], np.float32)):     # (scale overflows)
+        assert R.dynamic_quantize(bad, DQ, centered=False) is None
+    assert R.dynamic_quantize(np.zeros(0, np.float32), DQ, centered=False) is None
 
 
 def _quantized_matmul_model(tmp_path, k=37, n1=70, n2=5):

@@ -418,9 +418,22 @@ def _dynamic_quantize(steps, i, consts, readers, only):
     wrap = Tensor._wrap
     metas = (seq[19].meta, seq[7].meta, seq[12].meta)
 
+    native_consts = np.array([lo0, hi0, n255, zero, one, zlo, zhi, ylo, yhi], np.float32) if zp_in_range else None
+
     def run(vals, op):
         xt = vals[op.ins[0]]
         a = xt._buf
+        if native_consts is not None:
+            # the whole op in one native call (rows.c: the same float32 operations); uint8 y, also
+            # in "centered" mode where every reader multiplies uint8 natively
+            u8 = op.mode != "centered" or (op.qgemm and numpy_rows.qgemm_available())
+            r = numpy_rows.dynamic_quantize(a, native_consts, centered=not u8)
+            if r is not None:
+                q, scale, zp = r
+                vals[op.out[0]] = wrap(q.reshape(metas[0].shape), metas[0].shape, (metas[0] if u8 else metas[1]).dtype, dev)
+                vals[op.out[1]] = wrap(scale, (), metas[1].dtype, dev)
+                vals[op.out[2]] = wrap(zp, (), metas[2].dtype, dev)
+                return
         lo = np.minimum(a.min(), lo0) if a.size else np.minimum(np.float32(0), lo0)
         hi = np.maximum(a.max(), hi0) if a.size else np.maximum(np.float32(0), hi0)
         scale = np.true_divide(np.subtract(hi, lo), n255)
@@ -433,17 +446,6 @@ def _dynamic_quantize(steps, i, consts, readers, only):
         else:
             zt = wrap(np.asarray(zf, np.float32).reshape(()), (), metas[1].dtype, dev)
             zp = cast_zp(metas[2], zt, **zp_attrs)                             # (the recorded cast: NaN -> 0)
-        if finite and a.size:
-            # the native pass (rows.c's ember_quantize: the same float32 operations): uint8 y,
-            # also in "centered" mode where every reader multiplies uint8 natively
-            u8 = op.mode != "centered" or (op.qgemm and numpy_rows.qgemm_available())
-            q = numpy_rows.quantize(a, scale, zp.astype(np.float32), ylo, yhi, centered=not u8)
-            if q is not None:
-                m = metas[0] if u8 else metas[1]
-                vals[op.out[0]] = wrap(q.reshape(metas[0].shape), metas[0].shape, m.dtype, dev)
-                vals[op.out[1]] = wrap(scale.reshape(()), (), metas[1].dtype, dev)
-                vals[op.out[2]] = wrap(zp, (), metas[2].dtype, dev)
-                return
         y = np.true_divide(a, scale)
         np.rint(y, out=y)
         if op.mode == "centered":

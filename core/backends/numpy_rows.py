@@ -9,8 +9,7 @@ uint8 input. The kernels here are one loop per row (or element) instead:
   use or the case is not one the kernel takes (then the numpy path runs). Non-contiguous inputs
   are copied contiguous first. Large inputs are split into whole-row ranges over
   ``numpy_blas.parallel_for`` (ctypes releases the GIL): the bits do not depend on the threads.
-- ``quantize``: DynamicQuantizeLinear's pass for y (numpy's min and max, already one fast
-  vectorised pass each, and the scale and zero point stay as before).
+- ``dynamic_quantize``: DynamicQuantizeLinear whole (range, scale, zero point, y) in one call.
 - ``QGemm``: MatMulInteger's ``(A - za) @ W`` for uint8 A and a constant W of int8 values, with
   W packed once (for vpdpbusd: 64 columns by 4 values of k) and exact int32 results, or float32
   ones (the int32 value converted). Used only where the library's product is vectorised
@@ -111,25 +110,25 @@ def layer_norm(a, weight, bias, eps: float):
 
 # ---- int8 -----------------------------------------------------------------------------------------
 
-def quantize(a, scale, zp, lo, hi, centered: bool):
-    """min(max(rint(a / scale) + zp, lo), hi) as uint8, or minus zp as float32 (``centered``), for
-    finite float32 ``a`` and scale (the numpy path's float32 operations); None without the library."""
-    fn = native.kernel("ember_quantize", None, _I64, _P, _F32, _F32, _F32, _F32, _P, _P)
-    if fn is None or a.dtype != _F:
+def dynamic_quantize(a, consts, centered: bool):
+    """DynamicQuantizeLinear of float32 ``a`` in one native call (rows.c's ember_dynamic_quantize:
+    the numpy path's float32 operations), ``consts`` its float32 constants (lo0, hi0, n255, zero,
+    one, zlo, zhi, ylo, yhi; 0 <= zlo <= zhi <= 255): (y, scale, zero point) as uint8, float32 0-d
+    and uint8 0-d arrays, y as float32 ``y - zp`` when ``centered``; None where the library is not
+    in use or ``a`` holds NaN or inf (the numpy path's recorded steps then run)."""
+    fn = None if a.dtype != _F or a.size == 0 else native.kernel(
+        "ember_dynamic_quantize", ctypes.c_int, _I64, _P, _P, _P, _P, _P, _P)
+    if fn is None:
         return None
     x = _contig(a)
     y = np.empty(x.shape, np.float32 if centered else np.uint8)
-    n = x.size
-    blocks = (n + 63) // 64
-    xp, yp = x.ctypes.data, y.ctypes.data
-    s, z, l, h = (float(np.float32(v)) for v in (scale, zp, lo, hi))
-
-    def call(b0, b1):
-        e0, e1 = b0 * 64, min(b1 * 64, n)
-        fn(e1 - e0, xp + 4 * e0, s, z, l, h, None if centered else yp + e0, yp + 4 * e0 if centered else None)
-    if n:
-        _run(_ranges(blocks, n), call)
-    return y
+    scale = np.empty((), np.float32)
+    zp = np.empty((), np.uint8)
+    yp = y.ctypes.data
+    if not fn(x.size, x.ctypes.data, consts.ctypes.data, scale.ctypes.data, zp.ctypes.data,
+              None if centered else yp, yp if centered else None):
+        return None
+    return y, scale, zp
 
 
 QN = 64          # the packed weight's block of columns (rows.c's QN)

@@ -228,6 +228,53 @@ EXPORT void ember_quantize(i64 n, const f32 *x, f32 scale, f32 zp, f32 lo, f32 h
   }
 }
 
+/* DynamicQuantizeLinear as ember.onnx.quant writes it (numpy_plan._dynamic_quantize's pattern),
+ * whole: c = {lo0, hi0, n255, zero, one, zlo, zhi, ylo, yhi} its float32 constants (0 <= zlo <=
+ * zhi <= 255, checked by Python); lo = min(min(x), lo0), hi = max(max(x), hi0), scale = (hi -
+ * lo) / n255 (one where that is zero), zp = min(max(rint(-(lo / scale)), zlo), zhi), then y as
+ * ember_quantize. Every step the numpy path's float32 operation. Returns 0 (and writes nothing)
+ * where x holds NaN or inf or the scale is not finite: the caller's numpy path then runs the
+ * recorded steps (NaN -> 0 casts). */
+EXPORT int ember_dynamic_quantize(i64 n, const f32 *x, const f32 *c, f32 *scale_out, uint8_t *zp_out,
+                                  uint8_t *u8, f32 *f) {
+  if (n < 1) return 0;
+  v16 lo = vsplat(x[0]), hi = lo, bad = vsplat(0.0f);
+  i64 i = 0;
+  for (; i + LANES <= n; i += LANES) {
+    v16 v = vload(x + i);
+    lo = vsel(v < lo, v, lo);
+    hi = vsel(v > hi, v, hi);
+    bad += v - v;                                       /* NaN once any value is NaN or inf */
+  }
+  for (int j = 0; i + j < n; j++) {
+    f32 v = x[i + j];
+    lo[j] = v < lo[j] ? v : lo[j];
+    hi[j] = v > hi[j] ? v : hi[j];
+    bad[j] += v - v;
+  }
+  f32 l = lo[0], h = hi[0], e = 0.0f;
+  for (int j = 0; j < LANES; j++) {
+    l = lo[j] < l ? lo[j] : l;
+    h = hi[j] > h ? hi[j] : h;
+    e += bad[j];
+  }
+  if (e != 0.0f) return 0;
+  l = c[0] < l ? c[0] : l;
+  h = c[1] > h ? c[1] : h;
+  f32 scale = (h - l) / c[2];
+  if (scale == c[3]) scale = c[4];
+  if (!(fabsf(scale) <= 3.40282347e38f) || !(fabsf(l) <= 3.40282347e38f) || !(fabsf(h) <= 3.40282347e38f))
+    return 0;
+  f32 z = rintf(-(l / scale));
+  z = z > c[5] ? z : c[5];
+  z = z < c[6] ? z : c[6];
+  if (!(z == z)) return 0;
+  *scale_out = scale;
+  *zp_out = (uint8_t)(int32_t)z;
+  ember_quantize(n, x, scale, z, c[7], c[8], u8, f);
+  return 1;
+}
+
 /* MatMulInteger: C[m, n] = sum_k (A[m, k] - za) W[k, n] = sum_k A[m, k] W[k, n] - za colsum[n],
  * A uint8 (rows of lda bytes), W int8 packed by Python (rows.py's pack) as blocks of QN = 64
  * columns: block b holds, for each quad of k (K padded to a multiple of 4 with zeros), its 64
@@ -284,6 +331,7 @@ INLINE int32_t quad(const uint8_t *a, i64 kq, i64 K) {
 EXPORT void ember_qgemm(i64 r0, i64 r1, i64 K, i64 N, const uint8_t *A, i64 lda, int32_t za,
                         const int8_t *packed, const int32_t *colsum, int32_t *ci, f32 *cf, i64 ldc) {
   i64 KQ = (K + 3) / 4, NB = (N + QN - 1) / QN, KF = K / 4;
+  __m512i zv = _mm512_set1_epi32(za);
   for (i64 b = 0; b < NB; b++) {
     const int8_t *wb = packed + b * KQ * QN * 4;
     i64 nc = N - b * QN < QN ? N - b * QN : QN;
@@ -309,10 +357,14 @@ EXPORT void ember_qgemm(i64 r0, i64 r1, i64 K, i64 N, const uint8_t *A, i64 lda,
         }
       }
       for (int i = 0; i < QM && m + i < r1; i++) {
-        int32_t tmp[QN];
-        for (int j = 0; j < 4; j++) _mm512_storeu_si512(tmp + 16 * j, acc[i][j]);
         i64 off = (m + i) * ldc + b * QN;
-        qgemm_store(nc, tmp, colsum + b * QN, za, ci ? ci + off : NULL, cf ? cf + off : NULL);
+        for (int j = 0; j < 4 && 16 * j < nc; j++) {
+          __m512i cs = _mm512_loadu_si512(colsum + b * QN + 16 * j);
+          __m512i v = _mm512_sub_epi32(acc[i][j], _mm512_mullo_epi32(cs, zv));
+          __mmask16 keep = nc - 16 * j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - 16 * j)) - 1);
+          if (cf) _mm512_mask_storeu_ps(cf + off + 16 * j, keep, _mm512_cvtepi32_ps(v));
+          else _mm512_mask_storeu_epi32(ci + off + 16 * j, keep, v);
+        }
       }
     }
   }
