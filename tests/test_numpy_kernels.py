@@ -6,12 +6,14 @@ softmax / log_softmax / layer_norm (inputs are never written) and attention as t
 matmuls (masked rows, causal, float and bool masks)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 import pytest
 
 import ember
+import ember.native
 
 rng = np.random.default_rng(7)
 
@@ -68,11 +70,15 @@ DEPTHWISE_PATHS = {
     ((1, 2, 72, 72), (2, 1, 3, 3)): "rows"}
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("xs,ws,kw", CONVS, ids=[f"{x}-{w}-{k}" for x, w, k in CONVS])
-def test_conv2d_paths(xs, ws, kw, bias):
+def test_conv2d_paths(xs, ws, kw, bias, native):
+    """With the native kernels (depthwise: core/native/conv.c, where loaded) and without (the
+    numpy paths)."""
     arrays = [f32(*xs), f32(*ws)] + ([f32(ws[0])] if bias else [])
-    got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
+    with contextlib.nullcontext() if native else ember.native.disabled():
+        got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -86,12 +92,15 @@ def test_conv2d_paths_in_cache_sized_slices(xs, ws, kw, taps_bytes, monkeypatch)
     monkeypatch.setattr(numpy_nn, "_COLS_BYTES", 64)
     monkeypatch.setattr(numpy_nn, "_TAPS_BYTES", taps_bytes)  # channels-last depthwise: 1 row a band, or more
     arrays = [f32(*xs), f32(*ws), f32(ws[0])]
-    got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
+    with ember.native.disabled():               # (the numpy paths' slices)
+        got, want = both(lambda *t: ember.conv2d(*t, **kw), *arrays)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_depthwise_paths_taken(monkeypatch):
-    """The CONVS depthwise cases reach each depthwise path (so the tests above cover all four)."""
+    """The CONVS depthwise cases reach each depthwise path (so the tests above cover all four)
+    when the native kernels are off (where they are loaded, depthwise runs core/native/conv.c:
+    tests/test_native_conv.py)."""
     from ember.backends import numpy_nn
     seen = []
     for name in ("_conv_depthwise_taps", "_conv_depthwise_rows", "_conv_depthwise_flat"):
@@ -102,7 +111,9 @@ def test_depthwise_paths_taken(monkeypatch):
         if kw.get("groups", 1) != xs[1] or ws[1] != 1 or xs[1] == 1:
             continue
         seen.clear()
-        ember.conv2d(ember.from_numpy(f32(*xs), device="numpy"), ember.from_numpy(f32(*ws), device="numpy"), **kw)
+        with ember.native.disabled():
+            ember.conv2d(ember.from_numpy(f32(*xs), device="numpy"), ember.from_numpy(f32(*ws), device="numpy"),
+                         **kw)
         want = DEPTHWISE_PATHS[(xs, ws)] or ("flat" if kw.get("stride", 1) == 1 else "rows")
         assert seen == ([] if want == "im2col" else [want]), (xs, ws, kw, seen)
         paths.append(want)
@@ -452,8 +463,9 @@ def test_conv_band_and_chunk_loops(case):
                          "depthwise_chunked": (64, 64, 3, 1, 64, 64), "pointwise_split": (96, 128, 1, 1, 1, 48)}[case]
     x = f32(1, c, hw, hw)
     w = f32(o, c // g, k, k)
-    got = ember.conv2d(ember.from_numpy(x, device="numpy"), ember.from_numpy(w, device="numpy"),
-                       stride=s, padding=k // 2, groups=g).numpy()
+    with ember.native.disabled():               # (the numpy depthwise path's chunks)
+        got = ember.conv2d(ember.from_numpy(x, device="numpy"), ember.from_numpy(w, device="numpy"),
+                           stride=s, padding=k // 2, groups=g).numpy()
     np.testing.assert_allclose(got, _conv_ref(x, w, s, k // 2, g), rtol=1e-4, atol=1e-4)
 
 

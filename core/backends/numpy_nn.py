@@ -5,19 +5,24 @@ combines the taps pairwise (``np.maximum`` / ``+=``); convolutions copy them onc
 matrix laid out so that one GEMM per group (depthwise: one small product per channel, batched)
 writes the NCHW result directly (a 1x1 convolution uses the input itself); 3x3 stride-1
 convolutions with many channels and pixels go through Winograd's F(2x2, 3x3) (_conv_winograd:
-2.25x fewer products, float32 rounding only). float16 inputs are computed in float32 and
-rounded back once.
+2.25x fewer products, float32 rounding only). Depthwise convolutions run the native kernel
+(core/native/conv.c, bias included) where ember.native is loaded. float16 inputs are computed
+in float32 and rounded back once.
 """
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
 import weakref
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import native
+from ..errors import DeviceError
 from . import numpy_rows
-from .numpy_blas import matmul, parallel_for
+from .numpy_blas import matmul, parallel_for, threads
 
 # numpy_backend imports this module for its KERNELS, so the dtype map is not imported from there
 # (importing this module first would otherwise be circular)
@@ -564,6 +569,10 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
     w = _f(weight)
     g = groups
     if g == c and cg == 1 and c > 1:
+        y = _conv_depthwise_native(a, w, None if bias is None else _f(bias), o // g, oh, ow, kh, kw, stride,
+                                   padding, dilation)
+        if y is not None:                    # (the bias is in it)
+            return _out(y, out)
         y = _conv_depthwise(a, w, o // g, oh, ow, kh, kw, stride, padding, dilation)
     else:
         og = o // g
@@ -776,6 +785,81 @@ def _conv_winograd(a, w, padding):
     # those of a direct sum (~40 us on PP-OCR det's 24x120x160 result)
     if not np.isfinite(y).all():
         return None
+    return y
+
+
+# the native depthwise kernel (core/native/conv.c) over ranges of whole input planes: on more
+# than one thread from this many multiply-adds, in this many ranges per thread (handed out to
+# whichever thread is free: numpy_blas.parallel_for). Below it, waking the helper thread costs
+# more than it saves (7x7 to 28x28 planes: 1.3-2x slower on two threads, load ~0.4)
+_NATIVE_DW_PARALLEL_MACS = 1 << 22
+_NATIVE_DW_RANGES_PER_THREAD = 2
+# what the kernel takes (conv.c's MAX_TAPS and MAX_STRIDE); other cases run the numpy paths
+_NATIVE_DW_MAX_TAPS = 256
+_NATIVE_DW_MAX_STRIDE = 16
+# scratch (one padded input plane) up to this many floats is kept per thread between calls
+_NATIVE_DW_KEEP = 1 << 22
+_native_scratch = threading.local()
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+
+
+def _scratch_for(count=0):
+    """This thread's float32 scratch of at least ``count`` floats and its address (kept for the
+    next call up to _NATIVE_DW_KEEP floats, else a fresh one)."""
+    got = getattr(_native_scratch, "buf", None)
+    if got is not None and got[0].size >= count:
+        return got
+    buf = np.empty(max(count, 1 << 14), np.float32)
+    got = (buf, buf.ctypes.data)
+    if buf.size <= _NATIVE_DW_KEEP:
+        _native_scratch.buf = got
+    return got
+
+
+def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, dilation):
+    """Depthwise convolution by the native kernel (core/native/conv.c: a zero-padded copy of each
+    input plane, then blocks of output rows and 8-column vectors with the taps inside, the bias
+    added first), float32 ``a`` (N, C, H, W) in any strides, ``w`` (C * mult, 1, kh, kw), ``bias``
+    (C * mult,) or None; the (N, C * mult, oh, ow) float32 result. None where the library is not
+    in use (ember.native) or the kernel does not take the case: then the numpy paths run."""
+    n, c, h, wd = a.shape
+    if a.dtype != np.float32 or w.dtype != np.float32 or (bias is not None and bias.dtype != np.float32) \
+            or kh * kw > _NATIVE_DW_MAX_TAPS or stride[1] > _NATIVE_DW_MAX_STRIDE or h * wd == 0:
+        return None
+    fn = native.kernel("ember_conv_depthwise", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64)
+    if fn is None:
+        return None
+    s0, s1, s2, s3 = a.strides
+    if s0 % 4 or s1 % 4 or s2 % 4 or s3 % 4:
+        a = np.ascontiguousarray(a)
+        s0, s1, s2, s3 = a.strides
+    (sh, sw), (dh, dw), ((pt, _), (pl, _)) = stride, dilation, padding
+    geom = np.array([n, c, h, wd, s0 // 4, s1 // 4, s2 // 4, s3 // 4, mult, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl],
+                    np.int64)
+    if not w.flags.c_contiguous:
+        w = np.ascontiguousarray(w)
+    if bias is not None and not bias.flags.c_contiguous:
+        bias = np.ascontiguousarray(bias)
+    y = np.empty((n, c * mult, oh, ow), np.float32)
+    args = (a.ctypes.data, w.ctypes.data, None if bias is None else bias.ctypes.data, y.ctypes.data, geom.ctypes.data)
+    planes = n * c
+    parts = 1
+    if planes > 1 and planes * mult * oh * ow * kh * kw >= _NATIVE_DW_PARALLEL_MACS:
+        parts = min(planes, threads() * _NATIVE_DW_RANGES_PER_THREAD)
+
+    def run(i):
+        p0, p1 = planes * i // parts, planes * (i + 1) // parts
+        buf, ptr = _scratch_for()
+        r = fn(*args, ptr, buf.size, p0, p1)
+        if r > 0:                            # (a larger scratch: the kernel wrote nothing)
+            buf, ptr = _scratch_for(r)
+            r = fn(*args, ptr, buf.size, p0, p1)
+        if r:
+            raise DeviceError(f"conv2d: the native depthwise kernel refused geometry {geom.tolist()} ({r})")
+    if parts == 1:
+        run(0)
+    else:
+        parallel_for(parts, run)
     return y
 
 
