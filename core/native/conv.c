@@ -275,7 +275,10 @@ EXPORT i64 ember_conv_depthwise(const f32 *x, const f32 *w, const f32 *bias, f32
       toff[i * kw + j] = i * dh * s.pitch + ((j * dw) % sw) * s.L + (j * dw) / sw;
   const phases f = plane_phases(g, s);
   plane_args a = {.rstep = rstep, .ntaps = ntaps, .ow = ow, .toff = toff};
-  const int rows_max = nv == 1 ? 8 : ROWS2;
+  /* rows per block: at most 8 (one vector) or ROWS2 (two), as even as the plane's rows allow
+   * (14 rows: two blocks of 7, not 8 and a moved-back 8) */
+  const i64 rmax = nv == 1 ? 8 : ROWS2, nblk = (oh + rmax - 1) / rmax;
+  const int rows_max = (int)((oh + nblk - 1) / nblk);
   /* column blocks: 16 columns at a time, then the rest as one block moved left to end at the
    * last column (computing some columns again, to the same bits); a row narrower than 16 ends
    * in a partial vector */
