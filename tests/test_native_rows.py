@@ -181,6 +181,31 @@ def test_qgemm_exact(native, generic):
     assert got.shape == (2, 3, 21) and np.array_equal(got, (a.astype(np.int64) - 7) @ w)
 
 
+@pytest.mark.parametrize("generic", [False, True])
+def test_qgemm_writes_only_its_rows_and_columns(native, generic):
+    """The kernel itself into a wider buffer (ldc > N) full of sentinels: rows [r0, r1) and N
+    columns written, nothing else (column tails of 1..15 past a vector, row tails of 1..3)."""
+    import ctypes
+    if not generic and not R.qgemm_available():
+        pytest.skip("not vectorised on this CPU")
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    fn = nat.kernel("ember_qgemm_generic" if generic else "ember_qgemm", None, I, I, I, I, P, I, ctypes.c_int32,
+                    P, P, P, P, I)
+    for m, k, n in [(7, 9, 31), (6, 5, 79), (5, 4, 15), (3, 130, 64)]:
+        a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+        w = rng.integers(-128, 128, (k, n)).astype(np.int32)
+        packed, colsum = R.pack_weight(w)
+        ref = (a.astype(np.int64) - 9) @ w
+        for as_float in (False, True):
+            c = np.full((m + 1, n + 3), -7, np.float32 if as_float else np.int32)
+            p = c.ctypes.data
+            fn(1, m - 1, k, n, a.ctypes.data, k, 9, packed.ctypes.data, colsum.ctypes.data,
+               None if as_float else p, p if as_float else None, n + 3)
+            np.testing.assert_array_equal(c[1:m - 1, :n], ref[1:m - 1])
+            c[1:m - 1, :n] = -7
+            assert (c == -7).all(), (m, k, n, as_float)
+
+
 def test_qgemm_declines_what_it_cannot_do_exactly():
     assert R.pack_weight(np.full((4, 4), 128, np.int32)) is None          # not int8 values
     assert R.pack_weight(np.full((4, 4), -129, np.int32)) is None
