@@ -29,8 +29,11 @@ from .. import native
 from .numpy_blas import parallel_for, threads
 
 _P, _I64, _F32, _I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int32
-# elements from which a call is split over the threads (a thread handoff costs ~10-20 us)
-PARALLEL_ELEMENTS = 1 << 15
+# elements from which a call is split over the threads: ~120-250 us of work on one thread. A
+# handoff to parallel_for's helper costs 15-40 us here, more while the other core is busy: at
+# 8x32x512 (GELU, 120 us) two threads were no faster on this 2-core machine under load 1-2, and
+# layer norm / softmax at 32768 values (20-25 us) 1.5x slower
+PARALLEL_ELEMENTS = 1 << 18
 _F = np.dtype(np.float32)
 
 
@@ -191,7 +194,7 @@ class QGemm:
         packed, colsum = self.packed
         xp, yp, pp, cp = x.ctypes.data, y.ctypes.data, packed.ctypes.data, colsum.ctypes.data
         zi = int(za)
-        _run(_ranges(m, m * self.k * self.n // 16),
+        _run(_ranges(m, m * self.k * self.n // 64),          # (~80 multiply-adds a ns on one core)
              lambda r0, r1: fn(r0, r1, self.k, self.n, xp, self.k, zi, pp, cp,
                                None if as_float else yp, yp if as_float else None, self.n))
         return y
