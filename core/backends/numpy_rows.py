@@ -194,7 +194,7 @@ class QGemm:
         packed, colsum = self.packed
         xp, yp, pp, cp = x.ctypes.data, y.ctypes.data, packed.ctypes.data, colsum.ctypes.data
         zi = int(za)
-        _run(_ranges(m, m * self.k * self.n // 64),          # (~80 multiply-adds a ns on one core)
+        _run(_ranges(m, m * self.k * self.n // 128),         # (~150 multiply-adds a ns on one core)
              lambda r0, r1: fn(r0, r1, self.k, self.n, xp, self.k, zi, pp, cp,
                                None if as_float else yp, yp if as_float else None, self.n))
         return y

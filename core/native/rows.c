@@ -326,8 +326,29 @@ INLINE int32_t quad(const uint8_t *a, i64 kq, i64 K) {
   return v;
 }
 
-/* QM rows x 64 columns per step: 16 accumulators, vpdpbusd (4 uint8 x int8 products summed into
- * each int32 lane) per row and 16 columns */
+/* the product's epilogue for one row: - za colsum, int32 or float32, the columns past nc masked */
+INLINE void qgemm_row_out(__m512i c0, __m512i c1, __m512i c2, __m512i c3, const int32_t *colsum, __m512i zv,
+                          i64 nc, int32_t *ci, f32 *cf) {
+  __m512i acc[4] = {c0, c1, c2, c3};
+  for (int j = 0; j < 4 && 16 * j < nc; j++) {
+    __m512i cs = _mm512_loadu_si512(colsum + 16 * j);
+    __m512i v = _mm512_sub_epi32(acc[j], _mm512_mullo_epi32(cs, zv));
+    __mmask16 keep = nc - 16 * j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - 16 * j)) - 1);
+    if (cf) _mm512_mask_storeu_ps(cf + 16 * j, keep, _mm512_cvtepi32_ps(v));
+    else _mm512_mask_storeu_epi32(ci + 16 * j, keep, v);
+  }
+}
+
+/* one row's 4 A bytes times the 4 x 64 W values, into that row's 4 accumulators */
+#define QROW(q, c0, c1, c2, c3) do {                                                   \
+    __m512i av_ = _mm512_set1_epi32(q);                                                 \
+    c0 = _mm512_dpbusd_epi32(c0, av_, w0); c1 = _mm512_dpbusd_epi32(c1, av_, w1);      \
+    c2 = _mm512_dpbusd_epi32(c2, av_, w2); c3 = _mm512_dpbusd_epi32(c3, av_, w3);      \
+  } while (0)
+
+/* QM = 4 rows x 64 columns per step: 16 accumulators in registers, vpdpbusd (4 uint8 x int8
+ * products summed into each int32 lane) per row and 16 columns; the full quads of k, then the
+ * last partial one (zeros past K) */
 EXPORT void ember_qgemm(i64 r0, i64 r1, i64 K, i64 N, const uint8_t *A, i64 lda, int32_t za,
                         const int8_t *packed, const int32_t *colsum, int32_t *ci, f32 *cf, i64 ldc) {
   i64 KQ = (K + 3) / 4, NB = (N + QN - 1) / QN, KF = K / 4;
@@ -336,36 +357,34 @@ EXPORT void ember_qgemm(i64 r0, i64 r1, i64 K, i64 N, const uint8_t *A, i64 lda,
     const int8_t *wb = packed + b * KQ * QN * 4;
     i64 nc = N - b * QN < QN ? N - b * QN : QN;
     for (i64 m = r0; m < r1; m += QM) {
-      const uint8_t *a[QM];
-      for (int i = 0; i < QM; i++) a[i] = A + (m + i < r1 ? m + i : r1 - 1) * lda;  /* (tail: repeat a row) */
-      __m512i acc[QM][4];
-      for (int i = 0; i < QM; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_si512();
+      const uint8_t *a0 = A + m * lda;                                      /* (tail: repeat a row) */
+      const uint8_t *a1 = A + (m + 1 < r1 ? m + 1 : r1 - 1) * lda;
+      const uint8_t *a2 = A + (m + 2 < r1 ? m + 2 : r1 - 1) * lda;
+      const uint8_t *a3 = A + (m + 3 < r1 ? m + 3 : r1 - 1) * lda;
+      __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00,
+              c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
       for (i64 kq = 0; kq < KQ; kq++) {
         const int8_t *w = wb + kq * QN * 4;
         __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 64);
         __m512i w2 = _mm512_loadu_si512(w + 128), w3 = _mm512_loadu_si512(w + 192);
-        for (int i = 0; i < QM; i++) {
-          int32_t q;
-          if (kq < KF) memcpy(&q, a[i] + 4 * kq, 4);
-          else q = quad(a[i], kq, K);
-          __m512i av = _mm512_set1_epi32(q);
-          acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, w0);
-          acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, w1);
-          acc[i][2] = _mm512_dpbusd_epi32(acc[i][2], av, w2);
-          acc[i][3] = _mm512_dpbusd_epi32(acc[i][3], av, w3);
+        int32_t q0, q1, q2, q3;
+        if (kq < KF) {
+          memcpy(&q0, a0 + 4 * kq, 4), memcpy(&q1, a1 + 4 * kq, 4);
+          memcpy(&q2, a2 + 4 * kq, 4), memcpy(&q3, a3 + 4 * kq, 4);
+        } else {
+          q0 = quad(a0, kq, K), q1 = quad(a1, kq, K), q2 = quad(a2, kq, K), q3 = quad(a3, kq, K);
         }
+        QROW(q0, c00, c01, c02, c03);
+        QROW(q1, c10, c11, c12, c13);
+        QROW(q2, c20, c21, c22, c23);
+        QROW(q3, c30, c31, c32, c33);
       }
-      for (int i = 0; i < QM && m + i < r1; i++) {
-        i64 off = (m + i) * ldc + b * QN;
-        for (int j = 0; j < 4 && 16 * j < nc; j++) {
-          __m512i cs = _mm512_loadu_si512(colsum + b * QN + 16 * j);
-          __m512i v = _mm512_sub_epi32(acc[i][j], _mm512_mullo_epi32(cs, zv));
-          __mmask16 keep = nc - 16 * j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nc - 16 * j)) - 1);
-          if (cf) _mm512_mask_storeu_ps(cf + off + 16 * j, keep, _mm512_cvtepi32_ps(v));
-          else _mm512_mask_storeu_epi32(ci + off + 16 * j, keep, v);
-        }
-      }
+      i64 off = m * ldc + b * QN;
+      const int32_t *cs = colsum + b * QN;
+      qgemm_row_out(c00, c01, c02, c03, cs, zv, nc, ci ? ci + off : NULL, cf ? cf + off : NULL);
+      if (m + 1 < r1) qgemm_row_out(c10, c11, c12, c13, cs, zv, nc, ci ? ci + off + ldc : NULL, cf ? cf + off + ldc : NULL);
+      if (m + 2 < r1) qgemm_row_out(c20, c21, c22, c23, cs, zv, nc, ci ? ci + off + 2 * ldc : NULL, cf ? cf + off + 2 * ldc : NULL);
+      if (m + 3 < r1) qgemm_row_out(c30, c31, c32, c33, cs, zv, nc, ci ? ci + off + 3 * ldc : NULL, cf ? cf + off + 3 * ldc : NULL);
     }
   }
 }
