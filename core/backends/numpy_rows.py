@@ -16,9 +16,9 @@ uint8 input. The kernels here are one loop per row (or element) instead:
   (``ember_qgemm_vectorised``: AVX-512 VNNI here); elsewhere float32 BLAS stays faster.
 
 Accuracy (tests/test_native_rows.py, against float64): GELU erf within 4e-7 absolute (the numpy
-path: 5.5e-7), <= 1 ulp for x >= 3, <= 1.5 ulp on [1, 3], <= 5.3 ulp relative on [-8, 1) and 9 on
-the tail below -8 (values under 1e-14; the numpy path is accurate there in absolute terms only:
-gelu(-5) 0.2% off); tanh form within 6e-7; layer norm and softmax within a few ulp (other
+path: 5.5e-7), <= 1 ulp for x >= 3, <= 2.5 ulp on [-1, 3), <= 5.3 ulp relative on [-8, -1) and 8
+on the tail below -8 (values under 1e-14; the numpy path is accurate there in absolute terms
+only: gelu(-5) 0.2% off); tanh form within 6e-7; layer norm and softmax within a few ulp (other
 summation orders than numpy's).
 """
 from __future__ import annotations
