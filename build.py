@@ -44,8 +44,9 @@ REQ_TEST = REQ_DEMO + ["numpy", "pytest", "hypothesis", "safetensors", "onnx", "
 # Debian packages: clang + lld build the WebAssembly SIMD kernels (wasm/build_kernels.py) that
 # every wheel ships; the tests also need Chromium and lavapipe (Vulkan on the CPU).
 # clang-19 + lld-19 build the second, relaxed-SIMD module (Debian's clang 14 has no relaxed intrinsics).
+# libsimde-dev (headers only): ember.native compiles those kernels' quant.c for this CPU (numpy backend).
 APT_BUILD = {"/usr/bin/clang": "clang", "/usr/bin/wasm-ld": "lld", "/usr/bin/clang-19": "clang-19",
-             "/usr/lib/llvm-19/bin/wasm-ld": "lld-19"}
+             "/usr/lib/llvm-19/bin/wasm-ld": "lld-19", "/usr/include/simde/wasm/simd128.h": "libsimde-dev"}
 APT = {**APT_BUILD, "/usr/bin/chromium": "chromium",
        "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json": "mesa-vulkan-drivers", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc": "fonts-wqy-zenhei",
        "/usr/sbin/haproxy": "haproxy"}   # ember.remote's many-server set-up (tests/test_remote.py)

@@ -13,6 +13,7 @@ import pytest
 
 import ember
 import ember.llm
+from ember.backends.numpy_quant import native_qlinear
 from ember.errors import ContextLengthError, EmberError
 from llm_fixtures import reference_logits, write_tiny_gguf
 
@@ -38,8 +39,9 @@ def _greedy_ref(ref, ids, n, cfg=None):
     return out
 
 
-# activations quantized to 8/16 bits per block by the wasm and WebGPU kernels: logits move a bit
-TOL = {"python": 1e-4, "numpy": 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
+# activations quantized to 8/16 bits per block by the wasm and WebGPU kernels (and by the wasm
+# kernels compiled natively on the numpy device, ember.native with SIMDe): logits move a bit
+TOL = {"python": 1e-4, "numpy": 2e-2 if native_qlinear() else 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
 
 
 def test_tiny_logits_and_incremental_decoding(device, tiny):

@@ -17,6 +17,7 @@ import pytest
 
 import ember
 import ember.llm
+from ember.backends.numpy_quant import native_qlinear
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llm_fixtures import quantize, reference_logits, write_tiny_gguf  # noqa: E402
@@ -37,7 +38,7 @@ MIX_Q2 = {"blk.0.attn_v.weight": "Q4_K", "blk.1.attn_v.weight": "Q4_K", "blk.0.f
 RECIPES = {"q4_k_m": (("Q4_K", "Q6_K"), MIX), "q3_k_m": (("Q3_K", "Q6_K"), MIX_Q3),
            "q2_k": (("Q2_K", "Q6_K"), MIX_Q2), "q5_1": (("Q5_1", "Q6_K"), {}),
            "iq4_xs": (("IQ4_XS", "Q6_K"), {"blk.0.attn_v.weight": "IQ4_NL", "blk.1.ffn_down.weight": "IQ4_NL"})}
-TOL = {"python": 1e-4, "numpy": 1e-4, "wasm": 2e-2, "webgpu": 1e-3}
+TOL = {"python": 1e-4, "numpy": 2e-2 if native_qlinear() else 1e-4, "wasm": 2e-2, "webgpu": 1e-3}   # (numpy: see test_llm.py)
 
 
 def _write(tmp_path_factory, recipe):

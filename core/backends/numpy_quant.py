@@ -4,6 +4,14 @@
 ``qlinear`` never keeps a float copy of the weight: it decodes a few MB of rows at a time into
 a scratch and multiplies them with BLAS. Results equal the reference (``ember.quant.FORMATS``):
 every dequantized value is one float32 rounding of the exact value, as in ggml.
+
+Where ``ember.native`` was built with the wasm backend's kernels (``wasm/kernels/quant.c``
+compiled for this CPU through SIMDe, see ``ember.native``), the three ops call them instead
+(``_native_*`` below): qlinear multiplies the weight's blocks as integers with an int16 copy of
+the activation (within ~1e-5 of the float product, the same bits as the page's kernels
+compute), dequantize and qembedding are bit-equal to the numpy paths. The rows of the output
+are split over ``numpy_blas.parallel_for``'s threads in whole rows (the same bits on any number
+of threads). ``ember.native.disabled()`` or ``EMBER_NATIVE=0`` runs the numpy paths.
 """
 from __future__ import annotations
 
@@ -12,9 +20,12 @@ import threading
 
 import numpy as np
 
-from ..errors import IndexingError
+import ctypes
+
+from .. import native
+from ..errors import IndexingError, ShapeError
 from ..quant import FORMATS, IQ4_VALUES, row_bytes
-from .numpy_blas import matmul
+from .numpy_blas import matmul, parallel_for, threads
 
 _F32 = np.float32
 
@@ -181,8 +192,150 @@ def dequantize_rows(raw, qtype: str, rows: int, k: int):
     return DEQUANT[qtype](raw.reshape(-1, fmt.nbytes)).reshape(rows, k)
 
 
+# ---- the wasm backend's kernels, compiled natively (ember.native) ---------------------------------
+# quant.c's entry points (ember_wasm_ prefix, see core/native/wasm_kernels.h) with its parameter
+# tables: q_linear (qtype, m, n, k), q_dequantize (qtype, n, k), q_embedding (qtype, count, n, k,
+# idsize). Their offsets are int32 in C (the page's memory is 32-bit): a call gets at most
+# _NATIVE_MAX_BYTES of weight (a row range of it, from its own pointer) and m * n, m * k under 2**31.
+
+_P = ctypes.c_void_p
+_NATIVE_SIGS = {"ember_wasm_q_linear": (_P, _P, _P, _P, _P), "ember_wasm_q_dequantize": (_P, _P, _P),
+                "ember_wasm_q_embedding": (_P, _P, _P, _P)}
+_NATIVE_MAX_BYTES = (1 << 31) - 1
+_QERR = {-1: "does not know the format", -2: "got rows that are not whole blocks"}
+# qlinear runs natively for m rows of x in [lo, hi] (else numpy's dequantize + BLAS), by measurement
+# (notes/native-quant.md, 2 cores): the integer formats' int16 products (fused for m <= 3, decoded
+# tiles above) beat dequantize + BLAS up to m = 256 (1.1-1.4x there, 3-18x for m <= 16) and lose
+# from ~512 (0.7-1.0x); the float formats expand rows for quant.c's float GEMM, which wins only for
+# few rows (f16 to 32: numpy's float16 cast is slow; bf16 to 16; f32 from 2 to 8: at m = 1 numpy's
+# gemv on the weight in place is faster)
+NATIVE_QLINEAR_M = {"f32": (2, 8), "bf16": (1, 16), "f16": (1, 32)}
+NATIVE_QLINEAR_MAX_M = 256   # the integer formats'
+# split a call over threads from this many weight bytes: parallel_for's hand-off costs ~20-40 us,
+# more than the second core gives below (one row: q4_1 2048 x 2048, 2.6 MB: 247 -> 209 us; q8_0
+# 49152 x 576: 1656 -> 897 us; q6_k 576 x 1536, 0.5 MB: 136 -> 158 us); one piece per thread
+NATIVE_SPLIT_BYTES = 1 << 21
+_NATIVE_PIECES = 1
+
+
+def _native_fn(name: str):
+    """quant.c's kernel ``name`` from ember.native, or None (not built, SIMDe absent, disabled)."""
+    return native.kernel(name, ctypes.c_int32, *_NATIVE_SIGS[name])
+
+
+def native_qlinear() -> bool:
+    """Whether qlinear runs quant.c natively here (ember.native built with SIMDe, not disabled):
+    results then carry its int16 activation's rounding, as the wasm backend's do."""
+    return _native_fn("ember_wasm_q_linear") is not None
+
+
+def scratch_floats(qtype: str, m: int, k: int) -> int:
+    """Floats of scratch quant.c's ``q_linear`` needs for ``m`` rows of ``k`` (its layout; the
+    same as ``ember.wasm.ops_quant.scratch_floats``)."""
+    if FORMATS[qtype].block == 1:
+        return 2 * 32 * k          # FLOAT_ROWS (32) float rows, and as many packed
+    nb = k // 32
+    return m * k // 2 + m * nb * 4 + 80 * nb + 4
+
+
+def _native_fail(op: str, rc: int, qtype: str, n: int, k: int):
+    raise ShapeError(f"{op}: the native kernel {_QERR.get(rc, f'failed ({rc})')} (qtype {qtype}, n={n}, k={k})")
+
+
+def _row_pieces(n: int, rb: int, grain: int = 4, m: int = 1) -> list:
+    """Row ranges [(r0, r1)] covering n rows of rb bytes: at most _NATIVE_MAX_BYTES each, one per
+    thread and piece when the work (the bytes, times m rows of x) is large enough to split, cut at
+    multiples of ``grain``."""
+    total = n * rb
+    want = threads() * _NATIVE_PIECES if total * m >= NATIVE_SPLIT_BYTES else 1
+    pieces = max(want, -(-total // _NATIVE_MAX_BYTES))
+    groups = -(-n // grain)
+    pieces = max(1, min(pieces, groups))
+    cuts = [min(n, groups * i // pieces * grain) for i in range(pieces + 1)]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _run_pieces(pieces: list, fn) -> None:
+    if len(pieces) == 1:
+        fn(*pieces[0])
+    else:
+        parallel_for(len(pieces), lambda i: fn(*pieces[i]))
+
+
+def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
+    """(m, n) float32 = x2 @ dequantize(w).T through quant.c's q_linear, or None when it does not
+    apply (no kernel, a format or size it leaves to numpy)."""
+    m = x2.shape[0]
+    lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))
+    if not lo <= m <= hi or m * max(n, k) >= 1 << 31 or k % FORMATS[qtype].block:
+        return None
+    fn = _native_fn("ember_wasm_q_linear")
+    if fn is None:
+        return None
+    rb = row_bytes(qtype, k)
+    x2 = np.ascontiguousarray(x2)
+    y = np.empty((m, n), _F32)
+    gt = FORMATS[qtype].ggml_type
+    sf = scratch_floats(qtype, m, k)
+
+    def rows(r0: int, r1: int) -> None:
+        out = y[0, r0:r1] if m == 1 else np.empty((m, r1 - r0), _F32)
+        prm = np.array([gt, m, r1 - r0, k], np.int32)
+        rc = fn(raw[r0 * rb:].ctypes.data, x2.ctypes.data, out.ctypes.data, _scratch("native", sf).ctypes.data,
+                prm.ctypes.data)
+        if rc:
+            _native_fail("qlinear", rc, qtype, n, k)
+        if m > 1:
+            y[:, r0:r1] = out
+
+    _run_pieces(_row_pieces(n, rb, m=m), rows)
+    return y
+
+
+def _native_dequantize(raw, qtype: str, n: int, k: int):
+    """(n, k) float32 through quant.c's q_dequantize (bit-equal to the numpy path), or None."""
+    fn = _native_fn("ember_wasm_q_dequantize")
+    if fn is None or k >= 1 << 31 or k % FORMATS[qtype].block:
+        return None
+    rb = row_bytes(qtype, k)
+    y = np.empty((n, k), _F32)
+    gt = FORMATS[qtype].ggml_type
+
+    def rows(r0: int, r1: int) -> None:
+        prm = np.array([gt, r1 - r0, k], np.int32)
+        rc = fn(raw[r0 * rb:].ctypes.data, y[r0:r1].ctypes.data, prm.ctypes.data)
+        if rc:
+            _native_fail("dequantize", rc, qtype, n, k)
+
+    _run_pieces(_row_pieces(n, max(rb, 4 * k), grain=1), rows)   # (a piece's r * k floats: int32 too)
+    return y
+
+
+def _native_qembedding(flat, raw, qtype: str, n: int, k: int):
+    """(len(flat), k) float32: rows ``flat`` (ids already checked) through quant.c's q_embedding."""
+    rb = row_bytes(qtype, k)
+    fn = _native_fn("ember_wasm_q_embedding")
+    if fn is None or n * rb > _NATIVE_MAX_BYTES or flat.size * k >= 1 << 31 or k % FORMATS[qtype].block:
+        return None
+    ids = np.ascontiguousarray(flat, np.int64 if flat.dtype.itemsize == 8 else np.int32)
+    y = np.empty((ids.size, k), _F32)
+    prm = np.array([FORMATS[qtype].ggml_type, ids.size, n, k, ids.itemsize], np.int32)
+    rc = fn(raw.ctypes.data, ids.ctypes.data, y.ctypes.data, prm.ctypes.data)
+    if rc > 0:   # (the ids were checked before: only a changed buffer gets here)
+        raise IndexingError(f"qembedding: id {int(ids[rc - 1])} is out of range for a {qtype} weight of {n} rows "
+                            f"(ids must be in [0, {n}))")
+    if rc:
+        _native_fail("qembedding", rc, qtype, n, k)
+    return y
+
+
 def _dequantize(out, w, *, qtype, n, k, **_):
-    return dequantize_rows(_bytes(w)[:n * row_bytes(qtype, k)], qtype, n, k)
+    raw = _bytes(w)[:n * row_bytes(qtype, k)]
+    if n * k:
+        y = _native_dequantize(raw, qtype, n, k)
+        if y is not None:
+            return y
+    return dequantize_rows(raw, qtype, n, k)
 
 
 # ---- qlinear ---------------------------------------------------------------------------------------
@@ -377,6 +530,9 @@ def _qlinear(out, x, w, *, qtype, n, k, **_):
     if n == 0 or x2.shape[0] == 0:
         return np.zeros(out.shape, _F32)
     raw = _bytes(w)
+    yn = _native_qlinear(x2, raw[:n * rb], qtype, n, k)
+    if yn is not None:
+        return yn.reshape(out.shape)
     if qtype in _FAST:
         return _fast_qlinear(qtype, x2, raw[:n * rb], n, k).reshape(out.shape)
     y = np.empty((x2.shape[0], n), _F32)
@@ -395,6 +551,10 @@ def _qembedding(out, ids, w, *, qtype, n, k, **_):
         bad = flat[(flat < 0) | (flat >= n)][0]
         raise IndexingError(f"qembedding: id {int(bad)} is out of range for a {qtype} weight of {n} rows "
                             f"(ids must be in [0, {n}))")
+    if flat.size * k:
+        y = _native_qembedding(flat, _bytes(w)[:n * rb], qtype, n, k)
+        if y is not None:
+            return y.reshape(out.shape)
     rows = _bytes(w)[:n * rb].reshape(n, rb)[flat]
     return dequantize_rows(rows.reshape(-1), qtype, flat.size, k).reshape(out.shape)
 

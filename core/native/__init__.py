@@ -14,12 +14,19 @@ ops where numpy itself is the bottleneck; matrix products stay in numpy's BLAS.
   equals ``source_hash()`` (this folder's sources, the flags, this CPU's feature flags): a stale
   library is never called. ctypes releases the GIL during a call, so ``numpy_blas.parallel_for``
   can run kernels on two cores.
+- **The wasm backend's quantized kernels** (``wasm/kernels/quant.c`` and the ``gemm.c`` it calls,
+  written with wasm SIMD128 intrinsics) are compiled into the same library when SIMDe's header
+  ``simde/wasm/simd128.h`` is found (Debian: ``libsimde-dev``): SIMDe runs those intrinsics on this
+  CPU's vector unit. ``wasm_quant.c`` and ``wasm_gemm.c`` here include them with the shim of
+  ``wasm_shim/`` and the renames of ``wasm_kernels.h`` (every name gets the prefix ``ember_wasm_``).
+  Without SIMDe (or without the sources) they are left out, ``info()["wasm_kernels"]`` says why, and
+  numpy_quant runs its numpy paths. The source hash covers those files and where SIMDe is.
 - **Absent** (no compiler, Pyodide, ``EMBER_NATIVE=0``, a failed build): ``lib()`` is None and the
   numpy backend runs its numpy paths, the same results to rounding. ``info()`` says which and why.
 
 >>> import ember.native as nat
 >>> sorted(nat.info())
-['available', 'compiler', 'path', 'reason']
+['available', 'compiler', 'path', 'reason', 'wasm_kernels']
 >>> with nat.disabled():
 ...     nat.lib() is None
 True
@@ -53,8 +60,47 @@ _off = threading.local()
 
 
 def sources() -> list:
-    """The C sources and headers here, sorted by name (what ``source_hash`` covers)."""
+    """The C sources and headers here, sorted by name (``source_hash`` covers them, ``wasm_shim/``
+    and, when they are built, ``wasm_sources()``)."""
     return sorted(f for f in os.listdir(HERE) if f.endswith((".c", ".h")))
+
+
+SHIM = os.path.join(HERE, "wasm_shim")
+SIMDE_HEADER = os.path.join("simde", "wasm", "simd128.h")
+SIMDE_DIRS = ("/usr/include", "/usr/local/include", "/opt/homebrew/include")
+# what wasm_quant.c and wasm_gemm.c compile from wasm/kernels/ (the two sources and their headers)
+WASM_FILES = ("quant.c", "gemm.c", "ember.h", "team.h", "linalg.h")
+
+
+def simde_dir() -> str | None:
+    """The include folder holding SIMDe's ``simde/wasm/simd128.h`` (``$SIMDE_INCLUDE`` first), or None."""
+    dirs = ([os.environ["SIMDE_INCLUDE"]] if os.environ.get("SIMDE_INCLUDE") else []) + list(SIMDE_DIRS)
+    return next((d for d in dirs if os.path.isfile(os.path.join(d, SIMDE_HEADER))), None)
+
+
+def wasm_kernels_dir() -> str | None:
+    """``wasm/kernels`` (the package ``ember.wasm``'s), when every file of ``WASM_FILES`` is there."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("ember.wasm")
+    except ImportError:
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        d = os.path.join(root, "kernels")
+        if all(os.path.isfile(os.path.join(d, f)) for f in WASM_FILES):
+            return d
+    return None
+
+
+def wasm_sources() -> tuple:
+    """(paths of the wasm kernel files the build compiles, SIMDe's include folder), or ((), why not)."""
+    simde, kdir = simde_dir(), wasm_kernels_dir()
+    if simde is None:
+        return (), f"not built: SIMDe's {SIMDE_HEADER} not found (Debian: apt-get install libsimde-dev)"
+    if kdir is None:
+        return (), "not built: the wasm kernel sources (ember/wasm/kernels) are not installed"
+    return tuple(os.path.join(kdir, f) for f in WASM_FILES), simde
 
 
 def _cpu_id() -> str:
@@ -73,10 +119,16 @@ def _cpu_id() -> str:
 def source_hash() -> str:
     """SHA-256 over the sources, the compile flags and this CPU's features."""
     h = hashlib.sha256()
-    for name in sources():
-        h.update(name.encode() + b"\0")
-        with open(os.path.join(HERE, name), "rb") as f:
+    files = [os.path.join(HERE, name) for name in sources()]
+    files += [os.path.join(SHIM, name) for name in sorted(os.listdir(SHIM))]
+    wasm, simde = wasm_sources()
+    if wasm:   # the sources compiled and SIMDe's header (its version); else only that they are absent
+        files += [*wasm, os.path.join(simde, SIMDE_HEADER)]
+    for path in files:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
             h.update(f.read() + b"\0")
+    h.update(f"wasm kernels: {bool(wasm)}\0".encode())
     h.update(" ".join(FLAGS + LIBS).encode() + b"\0" + _cpu_id().encode())
     return h.hexdigest()
 
@@ -130,7 +182,9 @@ def build(out: str | None = None, cc: str | None = None) -> str:
     srcs = [os.path.join(HERE, f) for f in sources() if f.endswith(".c")]
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out))
     os.close(fd)
-    cmd = [cc, *FLAGS, f'-DEMBER_NATIVE_HASH="{source_hash()}"', "-I", HERE, *srcs, "-o", tmp, *LIBS]
+    wasm, simde = wasm_sources()
+    inc = ["-DEMBER_WASM_KERNELS", "-I", SHIM, "-I", os.path.dirname(wasm[0]), "-idirafter", simde] if wasm else []
+    cmd = [cc, *FLAGS, f'-DEMBER_NATIVE_HASH="{source_hash()}"', "-I", HERE, *inc, *srcs, "-o", tmp, *LIBS]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
@@ -181,14 +235,17 @@ def lib():
 
 def kernel(name: str, restype, *argtypes):
     """The library's function ``name`` with its ctypes signature set (cached), or None when the
-    library is not in use. Pointers are passed as ``ctypes.c_void_p`` (``array.ctypes.data``)."""
+    library is not in use or was built without it (the ``ember_wasm_`` kernels without SIMDe).
+    Pointers are passed as ``ctypes.c_void_p`` (``array.ctypes.data``)."""
     dll = lib()
     if dll is None:
         return None
     fns = _state["fns"]
     fn = fns.get(name)
     if fn is None:
-        fn = getattr(dll, name)
+        fn = getattr(dll, name, None)
+        if fn is None:
+            return None
         fn.restype = restype
         fn.argtypes = argtypes
         fns[name] = fn
@@ -208,7 +265,14 @@ def disabled():
 
 def info() -> dict:
     """Whether the native kernels run here, the library's path, the compiler a build would use,
-    and the reason when they do not."""
+    the reason when they do not, and whether the wasm backend's quantized kernels are in it (or why not)."""
     dll = lib()
+    wasm, simde = wasm_sources()
+    if dll is not None:
+        wasm_state = ("built (SIMDe in {})".format(simde) if getattr(dll, "ember_wasm_q_linear", None)
+                      else "not built" if wasm else simde)
+    else:
+        wasm_state = f"not in use (the library is not); a build would: {'include them' if wasm else simde}"
     return {"available": dll is not None, "path": lib_path(), "compiler": find_compiler(),
-            "reason": "disabled on this thread" if getattr(_off, "on", False) else _state.get("reason", "")}
+            "reason": "disabled on this thread" if getattr(_off, "on", False) else _state.get("reason", ""),
+            "wasm_kernels": wasm_state}

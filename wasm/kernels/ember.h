@@ -13,7 +13,11 @@
 #define EMBER_H
 #include <wasm_simd128.h>
 
-#define EXPORT(name) __attribute__((export_name(#name))) 
+#ifdef __wasm__
+#define EXPORT(name) __attribute__((export_name(#name)))
+#else   /* compiled natively through SIMDe (ember.native, core/native/wasm_kernels.h): a visible symbol */
+#define EXPORT(name) __attribute__((visibility("default")))
+#endif
 #define INLINE static inline __attribute__((always_inline))
 
 typedef float f32;
