@@ -262,27 +262,56 @@ def _run_pieces(pieces: list, fn) -> None:
         parallel_for(len(pieces), lambda i: fn(*pieces[i]))
 
 
+_PRM: dict = {}   # parameter tables by value (read only by the kernels): (array, its address)
+
+
+def _prm(*values) -> int:
+    """The address of an int32 array holding ``values`` (made once per distinct table)."""
+    p = _PRM.get(values)
+    if p is None:
+        if len(_PRM) > 4096:
+            _PRM.clear()
+        a = np.array(values, np.int32)
+        p = _PRM[values] = (a, a.ctypes.data)
+    return p[1]
+
+
+def _scratch_at(size: int) -> int:
+    """The address of this thread's native scratch of at least ``size`` floats (kept, grown)."""
+    got = getattr(_local, "native", None)
+    if got is None or got[0].size < size:
+        a = np.empty(max(size, 1 << 12), _F32)
+        got = _local.native = (a, a.ctypes.data)
+    return got[1]
+
+
 def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
     """(m, n) float32 = x2 @ dequantize(w).T through quant.c's q_linear, or None when it does not
-    apply (no kernel, a format or size it leaves to numpy)."""
+    apply (no kernel, a format or size it leaves to numpy). A decode step makes ~200 of these
+    calls: the one-piece case does no more Python than it must (~4 us a call)."""
     m = x2.shape[0]
     lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))
-    if not lo <= m <= hi or m * max(n, k) >= 1 << 31 or k % FORMATS[qtype].block:
+    f = FORMATS[qtype]
+    if not lo <= m <= hi or m * max(n, k) >= 1 << 31 or k % f.block:
         return None
     fn = _native_fn("ember_wasm_q_linear")
     if fn is None:
         return None
-    rb = row_bytes(qtype, k)
-    x2 = np.ascontiguousarray(x2)
+    rb = k // f.block * f.nbytes
+    if not x2.flags.c_contiguous:
+        x2 = np.ascontiguousarray(x2)
     y = np.empty((m, n), _F32)
-    gt = FORMATS[qtype].ggml_type
     sf = scratch_floats(qtype, m, k)
+    w0, xp, gt = raw.ctypes.data, x2.ctypes.data, f.ggml_type
+    if n * rb * m < NATIVE_SPLIT_BYTES:   # one call (n * rb < 2**31 then)
+        rc = fn(w0, xp, y.ctypes.data, _scratch_at(sf), _prm(gt, m, n, k))
+        if rc:
+            _native_fail("qlinear", rc, qtype, n, k)
+        return y
 
     def rows(r0: int, r1: int) -> None:
         out = y[0, r0:r1] if m == 1 else np.empty((m, r1 - r0), _F32)
-        prm = np.array([gt, m, r1 - r0, k], np.int32)
-        rc = fn(raw[r0 * rb:].ctypes.data, x2.ctypes.data, out.ctypes.data, _scratch("native", sf).ctypes.data,
-                prm.ctypes.data)
+        rc = fn(w0 + r0 * rb, xp, out.ctypes.data, _scratch_at(sf), _prm(gt, m, r1 - r0, k))
         if rc:
             _native_fail("qlinear", rc, qtype, n, k)
         if m > 1:
