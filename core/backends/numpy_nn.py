@@ -576,6 +576,11 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
         y = _conv_depthwise(a, w, o // g, oh, ow, kh, kw, stride, padding, dilation)
     else:
         og = o // g
+        if g == 1:
+            y = _conv_dense_native(a, w, None if bias is None else _f(bias), oh, ow, kh, kw, stride, padding,
+                                   dilation)
+            if y is not None:                # (the bias is in it)
+                return _out(y, out)
         if kh == kw == 1 and padding == ((0, 0), (0, 0)):
             # 1x1: the input itself (strided: its subsampled view) is the column matrix
             if stride != (1, 1):
@@ -860,6 +865,83 @@ def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, di
         run(0)
     else:
         parallel_for(parts, run)
+    return y
+
+
+# the native dense kernel (core/native/dense.c): a product of the packed weight by the input
+# itself (1x1, stride 1, no padding) or by its im2col columns, the bias and an activation in its
+# epilogue. Columns are split over threads from this many multiply-adds, in whole blocks of 32
+# columns, this many ranges per thread; im2col columns above _NATIVE_DENSE_MAX_COLS floats and
+# Winograd's cases keep the numpy paths (bands of columns, fewer products)
+_NATIVE_DENSE_PARALLEL_MACS = 1 << 23
+_NATIVE_DENSE_RANGES_PER_THREAD = 2
+_NATIVE_DENSE_MAX_COLS = 1 << 21
+_NATIVE_DENSE_MIN_PIXELS = 150
+_NATIVE_DENSE_MIN_PIXELS_COLS = 1024
+_NATIVE_DENSE_MIN_K = 16
+_NATIVE_DENSE_ACTS = {None: 0, "relu": 1, "clip": 2, "hard_sigmoid": 3, "hard_swish": 4}
+
+
+def _pack_dense(w):
+    """(O, K) float32 weight as dense.c's panels: (ceil(O / 8), K, 8), rows past O zero."""
+    o, k = w.shape[0], w.size // max(1, w.shape[0])
+    p = -(-o // 8)
+    wp = np.zeros((p * 8, k), np.float32)
+    wp[:o] = w.reshape(o, k)
+    return np.ascontiguousarray(wp.reshape(p, 8, k).transpose(0, 2, 1))
+
+
+def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, act=None, act_args=(0, 0, 0, 0)):
+    """Groups-1 convolution by the native kernel (core/native/dense.c), float32 ``a`` (N, C, H, W),
+    ``w`` (O, C, kh, kw), ``bias`` (O,) or None, then ``act`` (None, "relu", "clip",
+    "hard_sigmoid", "hard_swish" with ``act_args`` (a, b, lo, hi)); the (N, O, oh, ow) float32
+    result. None where the library is not in use or the case is not taken: Winograd's cases,
+    im2col columns above _NATIVE_DENSE_MAX_COLS floats, other dtypes."""
+    n, c, h, wd = a.shape
+    o = w.shape[0]
+    if a.dtype != np.float32 or w.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
+        return None
+    one = kh == kw == 1 and padding == ((0, 0), (0, 0)) and stride == (1, 1)
+    k = c * kh * kw
+    if oh * ow < (_NATIVE_DENSE_MIN_PIXELS if one else _NATIVE_DENSE_MIN_PIXELS_COLS) or k < _NATIVE_DENSE_MIN_K:
+        return None
+    if not one:
+        if k * oh * ow > _NATIVE_DENSE_MAX_COLS:
+            return None
+        if (kh == kw == 3 and stride == dilation == (1, 1) and c >= _WINO_MIN_CHANNELS
+                and o <= _WINO_MAX_OUT_PER_IN * c and oh * ow >= _WINO_MIN_PIXELS
+                and c * oh * ow >= _WINO_MIN_VALUES):
+            return None
+    fn = native.kernel("ember_conv_gemm", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
+    if fn is None:
+        return None
+    wp = _derived(w, "dense8", _pack_dense)
+    if bias is not None and not bias.flags.c_contiguous:
+        bias = np.ascontiguousarray(bias)
+    npix = oh * ow
+    y = np.empty((n, o, oh, ow), np.float32)
+    ap = np.array(act_args, np.float32)
+    geom = np.array([o, k, npix, npix, npix, _NATIVE_DENSE_ACTS[act]], np.int64)
+    blocks = -(-npix // 32)
+    parts = 1
+    if blocks > 1 and o * k * npix >= _NATIVE_DENSE_PARALLEL_MACS:
+        parts = min(blocks, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
+    for b in range(n):
+        if one:
+            x = a[b].reshape(c, npix) if a[b].flags.c_contiguous else np.ascontiguousarray(a[b]).reshape(c, npix)
+        else:
+            x = _cols(_padded(a[b:b + 1], padding), oh, ow, kh, kw, stride, dilation).reshape(k, npix)
+        args = (wp.ctypes.data, x.ctypes.data, None if bias is None else bias.ctypes.data, y[b].ctypes.data,
+                geom.ctypes.data, ap.ctypes.data)
+
+        def run(i):
+            r = fn(*args, 32 * (blocks * i // parts), min(npix, 32 * (blocks * (i + 1) // parts)))
+            if r:
+                raise DeviceError(f"conv2d: the native dense kernel refused geometry {geom.tolist()} ({r})")
+        if parts == 1:
+            run(0)
+        else:
+            parallel_for(parts, run)
     return y
 
 

@@ -1,0 +1,166 @@
+/* Dense convolution as a matrix product with its epilogue: numpy_nn._conv2d's native path for
+ * groups-1 convolutions (1x1 ones read the input itself, others their im2col columns).
+ *
+ *   Y[o, p] = act(bias[o] + sum_k W[o, k] X[k, p])      o < M, k < K, p in [n0, n1)
+ *
+ * W comes packed (once per weight, by Python): panels of 8 output rows, each k-major, rows past M
+ * zero: wp[(o / 8) * K * 8 + k * 8 + o % 8]. X is K rows of at least n1 floats, `ldx` apart (the
+ * input planes of a 1x1 convolution: no copy); Y is M rows `ldy` apart.
+ *
+ * The product is computed in blocks of 8 output rows by two vectors of VW columns (16
+ * accumulators: 8 x 32 with AVX-512), k the loop inside: per k two loads of X and 16
+ * multiply-adds with the 8 weights broadcast. The block's X columns (K x 32 floats) are read
+ * from the caches for every panel of 8 rows. The last block of columns loads and stores only its
+ * lanes (masks with AVX-512, else a copy through a local vector).
+ *
+ * Order of the float32 math, per output: acc = 0, acc += W[o, k] * X[k, p] for k ascending (fused
+ * multiply-adds: this file is compiled with FP contraction; without FMA, a multiply then an add),
+ * then acc + bias, then the activation:
+ *   0 none, 1 relu max(v, 0), 2 clip min(max(v, lo), hi), 3 hard sigmoid clip(v * a + b, 0, 1),
+ *   4 hard swish v * clip(v * a + b, 0, 1)
+ * (NaN stays NaN through relu and clip, as numpy's clip keeps it). A column's outputs do not depend
+ * on the range a call is given, so results are the same bits on any number of threads.
+ */
+#include "ember_native.h"
+#include <string.h>
+
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast", "no-tree-loop-distribute-patterns")
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef f32 vf __attribute__((vector_size(VW * 4)));
+typedef f32 vfu __attribute__((vector_size(VW * 4), aligned(4)));   /* an unaligned load or store */
+typedef i32 vi __attribute__((vector_size(VW * 4)));
+
+#define MR 8          /* output rows per packed panel and per block */
+#define NR (2 * VW)   /* columns per block */
+
+INLINE vf load(const f32 *p) { return *(const vfu *)p; }
+INLINE void store(f32 *p, vf v) { *(vfu *)p = v; }
+
+#if defined(__AVX512F__)
+/* lanes [0, n) of p, 0 < n <= VW, by masked loads/stores (no access to the other lanes) */
+INLINE vf load_part(const f32 *p, i64 n) { return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+INLINE void store_part(f32 *p, vf v, i64 n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
+#else
+INLINE vf load_part(const f32 *p, i64 n) {
+  vf v = {0};
+  memcpy(&v, p, (size_t)n * 4);
+  return v;
+}
+INLINE void store_part(f32 *p, vf v, i64 n) { memcpy(p, &v, (size_t)n * 4); }
+#endif
+
+enum { G_M, G_K, G_N, G_LDX, G_LDY, G_ACT, G_LEN };
+enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARD_SIGMOID, ACT_HARD_SWISH, ACT_COUNT };
+
+INLINE vf sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }   /* m ? a : b */
+
+/* the epilogue of one vector: + bias, then the activation (see the top) */
+INLINE vf finish(vf v, f32 bias, int act, const f32 *ap) {
+  v = v + bias;
+  if (act == ACT_NONE) return v;
+  if (act == ACT_RELU || act == ACT_CLIP) {
+    vf lo = v * 0 + (act == ACT_RELU ? 0.0f : ap[2]);
+    v = sel(v < lo, lo, v);                  /* (NaN compares false: kept) */
+    if (act == ACT_CLIP) {
+      vf hi = v * 0 + ap[3];
+      v = sel(v > hi, hi, v);
+    }
+    return v;
+  }
+  vf zero = {0}, one = zero + 1.0f;
+  vf t = v * ap[0];
+  t = t + ap[1];                             /* (FP contraction may fuse this: the product's rounding skipped) */
+  t = sel(t < zero, zero, t);
+  t = sel(t > one, one, t);
+  return act == ACT_HARD_SWISH ? v * t : t;
+}
+
+/* one block: rows [o0, o0 + rows) (rows <= MR) of panel `w`, columns [j, j + VW * (nv - 1) + last)
+ * of X and Y; nv is 1 or 2 vectors, the last one `last` lanes (VW: a whole vector) */
+INLINE void block(const f32 *w, const f32 *x, f32 *y, const f32 *bias, i64 K, i64 ldx, i64 ldy, i64 rows,
+                  int nv, i64 last, int act, const f32 *ap) {
+  vf a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+  vf a40 = {0}, a41 = {0}, a50 = {0}, a51 = {0}, a60 = {0}, a61 = {0}, a70 = {0}, a71 = {0};
+  const int whole = last == VW;
+  for (i64 k = 0; k < K; k++) {
+    const f32 *xr = x + k * ldx;
+    const f32 *wk = w + k * MR;
+    vf x0, x1 = {0};
+    if (nv == 2) {
+      x0 = load(xr);
+      x1 = whole ? load(xr + VW) : load_part(xr + VW, last);
+    } else {
+      x0 = whole ? load(xr) : load_part(xr, last);
+    }
+    a00 += wk[0] * x0; a10 += wk[1] * x0; a20 += wk[2] * x0; a30 += wk[3] * x0;
+    a40 += wk[4] * x0; a50 += wk[5] * x0; a60 += wk[6] * x0; a70 += wk[7] * x0;
+    if (nv == 2) {
+      a01 += wk[0] * x1; a11 += wk[1] * x1; a21 += wk[2] * x1; a31 += wk[3] * x1;
+      a41 += wk[4] * x1; a51 += wk[5] * x1; a61 += wk[6] * x1; a71 += wk[7] * x1;
+    }
+  }
+  vf acc[MR][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}, {a60, a61}, {a70, a71}};
+  for (i64 r = 0; r < rows; r++) {
+    f32 *yr = y + r * ldy;
+    f32 b = bias ? bias[r] : 0.0f;
+    for (int v = 0; v < nv; v++) {
+      vf o = finish(acc[r][v], b, act, ap);
+      if (v == nv - 1 && !whole) store_part(yr + v * VW, o, last);
+      else store(yr + v * VW, o);
+    }
+  }
+}
+
+/* Columns [n0, n1) of Y (see the top). geom: [0] M [1] K [2] N [3] ldx [4] ldy [5] activation;
+ * ap: the activation's parameters [a, b, lo, hi] (read for codes 2-4). Returns 0, or -1 with
+ * nothing written for a geometry it does not take (numpy_nn checks the same before it calls). */
+EXPORT i64 ember_conv_gemm(const f32 *wp, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap,
+                           i64 n0, i64 n1) {
+  const i64 M = g[G_M], K = g[G_K], N = g[G_N], ldx = g[G_LDX], ldy = g[G_LDY], act = g[G_ACT];
+  if (M <= 0 || K <= 0 || N <= 0 || ldx < N || ldy < N || act < 0 || act >= ACT_COUNT || n0 < 0 || n1 > N ||
+      n0 > n1)
+    return -1;
+  const i64 panels = (M + MR - 1) / MR;
+  for (i64 j = n0; j < n1; j += NR) {
+    const i64 left = n1 - j;
+    const int nv = left > VW ? 2 : 1;
+    const i64 last = left >= NR ? VW : left - (nv - 1) * VW;
+    for (i64 p = 0; p < panels; p++) {
+      const i64 o0 = p * MR, rows = M - o0 < MR ? M - o0 : MR;
+      const f32 *w = wp + p * K * MR;
+      const f32 *b = bias ? bias + o0 : NULL;
+      f32 *yb = y + o0 * ldy + j;
+      /* (constant nv / whole / act per call below: the compiler makes each its own loop) */
+#define BLOCK(NV, LAST, ACT) block(w, x + j, yb, b, K, ldx, ldy, rows, NV, LAST, ACT, ap)
+#define ACTS(NV, LAST)                                                            \
+  switch (act) {                                                                  \
+    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
+    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
+    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
+    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
+    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
+  }
+      if (nv == 2 && last == VW) {
+        ACTS(2, VW)
+      } else if (nv == 2) {
+        ACTS(2, last)
+      } else {
+        ACTS(1, last)
+      }
+#undef ACTS
+#undef BLOCK
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,206 @@
+"""The native dense convolution (core/native/dense.c, numpy_nn._conv_dense_native): a packed-weight
+product by the input (1x1) or its im2col columns, the bias and an activation in the epilogue,
+against float64 references, with the library on and off (``ember.native.disabled()``): column
+tails of every length, row panels past O, batches, non-contiguous inputs, the activations (NaN
+kept), the same bits on any number of column ranges, the cases left to numpy, and the C entry
+point's refusals."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import ember
+import ember.native as nat
+from ember.backends import numpy_nn
+
+rng = np.random.default_rng(7)
+P, I64 = ctypes.c_void_p, ctypes.c_int64
+
+
+def native_or_skip():
+    if nat.lib() is None:
+        pytest.skip(f"native kernels not in use: {nat.info()['reason']}")
+
+
+def reference(x, w, b, stride, pad):
+    """The convolution as a float64 product of the zero-padded input's windows."""
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    (sh, sw), ((pt, pb), (pl, pr)) = stride, pad
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    xp[:, :, pt:pt + h, pl:pl + wd] = x64
+    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    y = np.zeros((n, o, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("oc,nchw->nohw", w64[:, :, i, j], xp[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw])
+    if b is not None:
+        y += b.astype(np.float64)[None, :, None, None]
+    return y
+
+
+def tolerance(x, w, b):
+    k = w[0].size
+    scale = np.abs(x).max() * np.abs(w).max() * k + (0 if b is None else np.abs(b).max())
+    return 4 * np.finfo(np.float32).eps * (k + 1) * scale
+
+
+def conv(x, w, b, stride, pad):
+    t = lambda a: ember.from_numpy(a, device="numpy")   # noqa: E731
+    (pt, pb), (pl, pr) = pad
+    return ember.conv2d(t(x), t(w), None if b is None else t(b), stride=stride,
+                        padding=((pt, pb), (pl, pr))).numpy()
+
+
+CASES = [  # (n, c, h, w, o, k, stride, pad)
+    (1, 16, 56, 56, 72, 1, (1, 1), ((0, 0), (0, 0))),        # MobileNet's 1x1, 3136 columns
+    (1, 48, 14, 14, 288, 1, (1, 1), ((0, 0), (0, 0))),       # 196 columns: a 4-column tail
+    (1, 20, 13, 17, 9, 1, (1, 1), ((0, 0), (0, 0))),         # 221 columns, 9 rows (a panel of 1)
+    (2, 17, 15, 11, 13, 1, (1, 1), ((0, 0), (0, 0))),        # batch 2
+    (1, 3, 64, 64, 16, 3, (2, 2), ((1, 1), (1, 1))),         # a first conv: im2col, K = 27
+    (1, 4, 40, 33, 20, 3, (1, 1), ((1, 0), (2, 1))),         # asymmetric padding, K = 36
+    (2, 2, 36, 36, 5, 5, (1, 2), ((2, 2), (2, 2))),          # 5x5, stride (1, 2)
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("native", [True, False])
+def test_conv2d_on_and_off(case, bias, native):
+    n, c, h, wd, o, k, stride, pad = case
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if bias else None
+    if native:
+        native_or_skip()
+        y = conv(x, w, b, stride, pad)
+    else:
+        with nat.disabled():
+            y = conv(x, w, b, stride, pad)
+    ref = reference(x, w, b, stride, pad)
+    assert y.shape == ref.shape and y.dtype == np.float32
+    assert np.abs(y - ref).max() <= tolerance(x, w, b)
+
+
+def test_native_taken_where_it_applies(monkeypatch):
+    native_or_skip()
+    calls = []
+    real = numpy_nn._conv_dense_native
+
+    def spy(*a, **kw):
+        y = real(*a, **kw)
+        calls.append(y is not None)
+        return y
+    monkeypatch.setattr(numpy_nn, "_conv_dense_native", spy)
+    x = rng.standard_normal((1, 16, 56, 56)).astype(np.float32)
+    conv(x, rng.standard_normal((8, 16, 1, 1)).astype(np.float32), None, (1, 1), ((0, 0), (0, 0)))
+    conv(x[:, :, :3, :3], rng.standard_normal((8, 16, 1, 1)).astype(np.float32), None, (1, 1), ((0, 0), (0, 0)))
+    with nat.disabled():
+        conv(x, rng.standard_normal((8, 16, 1, 1)).astype(np.float32), None, (1, 1), ((0, 0), (0, 0)))
+    assert calls == [True, False, False]     # (9 columns: the BLAS path; disabled: None)
+
+
+def direct(x, w, b, act=None, args=(0, 0, 0, 0), k=1, stride=(1, 1), pad=((0, 0), (0, 0))):
+    n, c, h, wd = x.shape
+    oh, ow = (h + sum(pad[0]) - k) // stride[0] + 1, (wd + sum(pad[1]) - k) // stride[1] + 1
+    return numpy_nn._conv_dense_native(x, w, b, oh, ow, k, k, stride, pad, (1, 1), act, args)
+
+
+@pytest.mark.parametrize("cols", [16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 200])
+@pytest.mark.parametrize("o", [1, 7, 8, 9, 16, 17])
+def test_column_tails_and_row_panels(cols, o):
+    native_or_skip()
+    old = numpy_nn._NATIVE_DENSE_MIN_PIXELS
+    numpy_nn._NATIVE_DENSE_MIN_PIXELS = 1
+    try:
+        x = rng.standard_normal((1, 19, 1, cols)).astype(np.float32)
+        w = rng.standard_normal((o, 19, 1, 1)).astype(np.float32)
+        b = rng.standard_normal(o).astype(np.float32)
+        y = direct(x, w, b)
+    finally:
+        numpy_nn._NATIVE_DENSE_MIN_PIXELS = old
+    ref = reference(x, w, b, (1, 1), ((0, 0), (0, 0)))
+    assert np.abs(y - ref).max() <= tolerance(x, w, b)
+
+
+def acts(v, act, a, b_, lo, hi):
+    if act == "relu":
+        return np.where(v < 0, 0, v)
+    if act == "clip":
+        return np.where(v < lo, lo, np.where(v > hi, hi, v))
+    t = np.clip(v * a + b_, 0, 1)
+    return t if act == "hard_sigmoid" else v * t
+
+
+@pytest.mark.parametrize("act", ["relu", "clip", "hard_sigmoid", "hard_swish"])
+def test_activation_epilogue(act):
+    native_or_skip()
+    x = rng.standard_normal((1, 24, 20, 20)).astype(np.float32)
+    tol = 2 * tolerance(x, w := rng.standard_normal((20, 24, 1, 1)).astype(np.float32), b := rng.standard_normal(20).astype(np.float32))
+    x[0, :, 3, 4] = np.nan                        # (one column NaN: NaN out, whatever the activation)
+    args = (1 / 6, 0.5, -0.75, 1.5)
+    y = direct(x, w, b, act, args)
+    ref = acts(reference(x, w, b, (1, 1), ((0, 0), (0, 0))), act, *args)
+    assert np.isnan(y[0, :, 3, 4]).all()
+    ok = ~np.isnan(ref)
+    assert np.isnan(y[~ok]).all()
+    assert np.abs(y[ok] - ref[ok]).max() <= tol
+
+
+def test_same_bits_on_any_ranges():
+    native_or_skip()
+    x = rng.standard_normal((1, 32, 40, 41)).astype(np.float32)
+    w = rng.standard_normal((40, 32, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    old = numpy_nn._NATIVE_DENSE_PARALLEL_MACS, numpy_nn._NATIVE_DENSE_RANGES_PER_THREAD
+    try:
+        numpy_nn._NATIVE_DENSE_PARALLEL_MACS = 1 << 40
+        one = direct(x, w, b)
+        for ranges in (1, 3, 50):
+            numpy_nn._NATIVE_DENSE_PARALLEL_MACS, numpy_nn._NATIVE_DENSE_RANGES_PER_THREAD = 1, ranges
+            assert np.array_equal(direct(x, w, b), one)
+    finally:
+        numpy_nn._NATIVE_DENSE_PARALLEL_MACS, numpy_nn._NATIVE_DENSE_RANGES_PER_THREAD = old
+
+
+def test_non_contiguous_input():
+    native_or_skip()
+    base = rng.standard_normal((1, 40, 30, 30)).astype(np.float32)
+    x = base[:, ::2]                               # every other channel
+    w = rng.standard_normal((24, 20, 1, 1)).astype(np.float32)
+    y = direct(x, w, None)
+    assert np.abs(y - reference(x, w, None, (1, 1), ((0, 0), (0, 0)))).max() <= tolerance(x, w, None)
+    xt = np.ascontiguousarray(base[:, :20].transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+    y = direct(xt, w, None)
+    assert np.abs(y - reference(xt, w, None, (1, 1), ((0, 0), (0, 0)))).max() <= tolerance(xt, w, None)
+
+
+def test_cases_left_to_numpy():
+    native_or_skip()
+    x = rng.standard_normal((1, 64, 20, 20)).astype(np.float32)
+    assert direct(x.astype(np.float64), rng.standard_normal((8, 64, 1, 1)), None) is None       # float64
+    assert direct(x, rng.standard_normal((8, 64, 1, 1)).astype(np.float32), None, stride=(2, 2)) is None \
+        or True   # (strided 1x1 goes through im2col: taken or not by size)
+    w3 = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    x3 = rng.standard_normal((1, 64, 40, 40)).astype(np.float32)
+    assert direct(x3, w3, None, k=3, pad=((1, 1), (1, 1))) is None                              # Winograd's
+    small = rng.standard_normal((1, 8, 40, 40)).astype(np.float32)
+    assert direct(small, rng.standard_normal((8, 8, 1, 1)).astype(np.float32), None) is None    # K < 16
+
+
+def test_c_refusals():
+    native_or_skip()
+    fn = nat.kernel("ember_conv_gemm", I64, P, P, P, P, P, P, I64, I64)
+    wp = np.zeros((1, 4, 8), np.float32)
+    x = np.ones((4, 10), np.float32)
+    y = np.full((3, 10), 7.0, np.float32)
+    ap = np.zeros(4, np.float32)
+    for geom, n0, n1 in [([0, 4, 10, 10, 10, 0], 0, 10), ([3, 4, 10, 9, 10, 0], 0, 10),
+                         ([3, 4, 10, 10, 10, 5], 0, 10), ([3, 4, 10, 10, 10, 0], 0, 11),
+                         ([3, 4, 10, 10, 10, 0], 6, 5), ([3, 4, 10, 10, 10, -1], 0, 10)]:
+        g = np.array(geom, np.int64)
+        assert fn(wp.ctypes.data, x.ctypes.data, None, y.ctypes.data, g.ctypes.data, ap.ctypes.data, n0, n1) == -1
+        assert (y == 7).all()
