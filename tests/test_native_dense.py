@@ -63,6 +63,9 @@ CASES = [  # (n, c, h, w, o, k, stride, pad)
     (1, 3, 64, 64, 16, 3, (2, 2), ((1, 1), (1, 1))),         # a first conv: im2col, K = 27
     (1, 4, 40, 33, 20, 3, (1, 1), ((1, 0), (2, 1))),         # asymmetric padding, K = 36
     (2, 2, 36, 36, 5, 5, (1, 2), ((2, 2), (2, 2))),          # 5x5, stride (1, 2)
+    (1, 3, 75, 81, 16, 3, (2, 2), ((1, 1), (1, 1))),         # odd sizes, stride 2 (vector deinterleave + edges)
+    (1, 3, 70, 70, 8, 3, (3, 3), ((0, 2), (1, 0))),          # stride 3 (scalar gather)
+    (1, 1, 64, 64, 16, 3, (1, 1), ((4, 4), (4, 4))),         # padding larger than the kernel
 ]
 
 
@@ -112,18 +115,26 @@ def direct(x, w, b, act=None, args=(0, 0, 0, 0), k=1, stride=(1, 1), pad=((0, 0)
 @pytest.mark.parametrize("cols", [16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 200])
 @pytest.mark.parametrize("o", [1, 7, 8, 9, 16, 17])
 def test_column_tails_and_row_panels(cols, o):
+    """1x1 (ember_conv_gemm) and 3x3 (ember_conv_direct: blocks across output rows) at every tail."""
     native_or_skip()
-    old = numpy_nn._NATIVE_DENSE_MIN_PIXELS
+    old, old3 = numpy_nn._NATIVE_DENSE_MIN_PIXELS, numpy_nn._NATIVE_DIRECT_MIN_PIXELS
     numpy_nn._NATIVE_DENSE_MIN_PIXELS = 1
     try:
         x = rng.standard_normal((1, 19, 1, cols)).astype(np.float32)
         w = rng.standard_normal((o, 19, 1, 1)).astype(np.float32)
         b = rng.standard_normal(o).astype(np.float32)
         y = direct(x, w, b)
+        numpy_nn._NATIVE_DIRECT_MIN_PIXELS = 1
+        x3 = rng.standard_normal((1, 3, 3, cols)).astype(np.float32)       # 3 output rows of cols
+        w3 = rng.standard_normal((o, 3, 3, 3)).astype(np.float32)
+        y3 = direct(x3, w3, b, k=3, pad=((1, 1), (1, 1)))
     finally:
         numpy_nn._NATIVE_DENSE_MIN_PIXELS = old
+        numpy_nn._NATIVE_DIRECT_MIN_PIXELS = old3
     ref = reference(x, w, b, (1, 1), ((0, 0), (0, 0)))
     assert np.abs(y - ref).max() <= tolerance(x, w, b)
+    ref3 = reference(x3, w3, b, (1, 1), ((1, 1), (1, 1)))
+    assert np.abs(y3 - ref3).max() <= tolerance(x3, w3, b)
 
 
 def acts(v, act, a, b_, lo, hi):
@@ -204,3 +215,19 @@ def test_c_refusals():
         g = np.array(geom, np.int64)
         assert fn(wp.ctypes.data, x.ctypes.data, None, y.ctypes.data, g.ctypes.data, ap.ctypes.data, n0, n1) == -1
         assert (y == 7).all()
+
+
+@pytest.mark.parametrize("view", ["channels", "transposed", "reversed"])
+def test_direct_strided_inputs(view):
+    """ember_conv_direct reads the input through its strides (column stride != 1: the scalar gather)."""
+    native_or_skip()
+    base = rng.standard_normal((1, 6, 70, 70)).astype(np.float32)
+    x = {"channels": base[:, ::2], "transposed": base[:, :3].transpose(0, 1, 3, 2),
+         "reversed": base[:, :3, ::-1, ::-1]}[view]
+    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    for stride in ((1, 1), (2, 2)):
+        y = direct(x, w, b, k=3, stride=stride, pad=((1, 1), (1, 1)))
+        assert y is not None
+        ref = reference(x, w, b, stride, ((1, 1), (1, 1)))
+        assert np.abs(y - ref).max() <= tolerance(x, w, b)

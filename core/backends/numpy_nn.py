@@ -879,6 +879,14 @@ _NATIVE_DENSE_MAX_COLS = 1 << 21
 _NATIVE_DENSE_MIN_PIXELS = 150
 _NATIVE_DENSE_MIN_PIXELS_COLS = 1024
 _NATIVE_DENSE_MIN_K = 16
+# dense.c's ember_conv_direct (no im2col matrix, a column panel per block of 32 pixels) for
+# convolutions of at most this many taps per output (C * kh * kw; the kernel takes up to 4096) and
+# at least this many output pixels. Measured, best of 3 x 40, load ~1.2, us, im2col + BLAS /
+# direct: 3->16 3x3 s2 at 224x224 340 / 204 (1 thread), at 480x640 2005 / 1259; 16->32 3x3 at
+# 28x28 (K = 144) 125 / 128, at 14x14 39 / 44 (MNIST's: left to BLAS); 96->24 3x3 at 120x160
+# (K = 864) Winograd 9.6 ms / 15.5 ms (its cases stay Winograd's)
+_NATIVE_DIRECT_MAX_K = 256
+_NATIVE_DIRECT_MIN_PIXELS = 1024
 _NATIVE_DENSE_ACTS = {None: 0, "relu": 1, "clip": 2, "hard_sigmoid": 3, "hard_swish": 4}
 
 
@@ -903,9 +911,13 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
         return None
     one = kh == kw == 1 and padding == ((0, 0), (0, 0)) and stride == (1, 1)
     k = c * kh * kw
-    if oh * ow < (_NATIVE_DENSE_MIN_PIXELS if one else _NATIVE_DENSE_MIN_PIXELS_COLS) or k < _NATIVE_DENSE_MIN_K:
+    direct = not one and k <= _NATIVE_DIRECT_MAX_K
+    if direct:
+        if oh * ow < _NATIVE_DIRECT_MIN_PIXELS:
+            return None
+    elif oh * ow < (_NATIVE_DENSE_MIN_PIXELS if one else _NATIVE_DENSE_MIN_PIXELS_COLS) or k < _NATIVE_DENSE_MIN_K:
         return None
-    if not one:
+    if not one and not direct:
         if k * oh * ow > _NATIVE_DENSE_MAX_COLS:
             return None
         if (kh == kw == 3 and stride == dilation == (1, 1) and c >= _WINO_MIN_CHANNELS
@@ -926,6 +938,8 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
     parts = 1
     if blocks > 1 and o * k * npix >= _NATIVE_DENSE_PARALLEL_MACS:
         parts = min(blocks, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
+    if direct:
+        return _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilation, act, ap)
     for b in range(n):
         if one:
             x = a[b].reshape(c, npix) if a[b].flags.c_contiguous else np.ascontiguousarray(a[b]).reshape(c, npix)
@@ -938,6 +952,39 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
             r = fn(*args, 32 * (blocks * i // parts), min(npix, 32 * (blocks * (i + 1) // parts)))
             if r:
                 raise DeviceError(f"conv2d: the native dense kernel refused geometry {geom.tolist()} ({r})")
+        if parts == 1:
+            run(0)
+        else:
+            parallel_for(parts, run)
+    return y
+
+
+def _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilation, act, ap):
+    """dense.c's ember_conv_direct into ``y`` (N, O, oh, ow): the im2col columns gathered a block
+    of 32 output pixels at a time (K = C * kh * kw <= _NATIVE_DIRECT_MAX_K), over ranges of whole
+    blocks."""
+    fn = native.kernel("ember_conv_direct", _I64, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64)
+    n, c, h, wd = a.shape
+    if any(s % 4 for s in a.strides):
+        a = np.ascontiguousarray(a)
+    o = y.shape[1]
+    (sh, sw), (dh, dw), ((pt, _), (pl, _)) = stride, dilation, padding
+    geom = np.array([c, h, wd, a.strides[1] // 4, a.strides[2] // 4, a.strides[3] // 4, o, oh, ow, kh, kw, sh, sw,
+                     dh, dw, pt, pl, _NATIVE_DENSE_ACTS[act]], np.int64)
+    npix = oh * ow
+    blocks = -(-npix // 32)
+    parts = 1
+    if blocks > 1 and o * c * kh * kw * npix >= _NATIVE_DENSE_PARALLEL_MACS:
+        parts = min(blocks, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
+    for b in range(n):
+        args = (wp.ctypes.data, a[b].ctypes.data, None if bias is None else bias.ctypes.data, y[b].ctypes.data,
+                geom.ctypes.data, ap.ctypes.data)
+
+        def run(i):
+            buf, ptr = _scratch_for(c * kh * kw * 32)
+            r = fn(*args, ptr, buf.size, 32 * (blocks * i // parts), min(npix, 32 * (blocks * (i + 1) // parts)))
+            if r:
+                raise DeviceError(f"conv2d: the native direct kernel refused geometry {geom.tolist()} ({r})")
         if parts == 1:
             run(0)
         else:

@@ -164,3 +164,110 @@ EXPORT i64 ember_conv_gemm(const f32 *wp, const f32 *x, const f32 *bias, f32 *y,
   }
   return 0;
 }
+
+/* ---- direct: the im2col columns made a block at a time ---------------------------------------
+ *
+ * For a convolution of K = C * kh * kw <= DIRECT_MAX_K taps per output (the caller's scratch
+ * `panel` holds K x 32 floats), each block of up to 32 output pixels (row-major, across rows) gets its K x 32
+ * column panel gathered into a local buffer (zeros where a tap reads padding), then the product
+ * above runs on it: no im2col matrix in memory. The same order of math per output as the product
+ * (the panel holds the same values im2col would). Stride-2 rows are deinterleaved by vectors
+ * (AVX-512) where a whole run of 32 lies inside the row. */
+#define DIRECT_MAX_K 4096
+
+enum { D_C, D_H, D_W, D_SC, D_SH, D_SW, D_O, D_OH, D_OW, D_KH, D_KW, D_STH, D_STW, D_DH, D_DW, D_PT, D_PL, D_ACT,
+       D_LEN };
+
+/* panel row: out[t] = x[(x0 + t) * sw - pl + j * dw] along one input row (zero outside [0, w)) */
+static void gather(f32 *out, const f32 *xr, i64 xs, i64 w, i64 x0, i64 nc, i64 sw, i64 off) {
+  /* input column of output t: (x0 + t) * sw + off; inside for t in [t0, t1) */
+  i64 first = x0 * sw + off;
+  i64 t0 = first >= 0 ? 0 : (-first + sw - 1) / sw;
+  i64 t1 = w - first > 0 ? (w - first + sw - 1) / sw : 0;
+  if (t1 > nc) t1 = nc;
+  if (t0 > t1) t0 = t1;
+  for (i64 t = 0; t < t0; t++) out[t] = 0;
+  const f32 *src = xr + first * xs;
+  i64 t = t0;
+  if (xs == 1 && sw == 1) {
+    memcpy(out + t0, src + t0, (size_t)(t1 - t0) * 4);
+    t = t1;
+  }
+#if defined(__AVX512F__)
+  else if (xs == 1 && sw == 2) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (; t + 16 <= t1; t += 16) {   /* (the two loads read input columns first + 2t .. first + 2t + 31) */
+      if (first + 2 * t + 31 > w - 1) break;
+      __m512 a = _mm512_loadu_ps(src + 2 * t), b = _mm512_loadu_ps(src + 2 * t + 16);
+      _mm512_storeu_ps(out + t, _mm512_permutex2var_ps(a, even, b));
+    }
+  }
+#endif
+  for (; t < t1; t++) out[t] = src[t * sw * xs];
+  for (t = t1; t < nc; t++) out[t] = 0;
+}
+
+/* Output rows [r0, r1) of one image's convolution (see above). geom: [0] C [1] H [2] W, [3..5] the
+ * input's element strides (C, H, W), [6] O [7] oh [8] ow [9] kh [10] kw [11] sh [12] sw [13] dh
+ * [14] dw [15] pt [16] pl [17] activation; panel: scratch of panel_len >= K * 32 floats; wp packed as for ember_conv_gemm with K = C * kh * kw
+ * (k = (c * kh + i) * kw + j); y (O, oh, ow) C-contiguous. [r0, r1): a range of output pixels
+ * (row-major), blocks of 32 of them from r0 (a block may span output rows). Returns 0, or -1 with
+ * nothing written for a geometry it does not take. */
+EXPORT i64 ember_conv_direct(const f32 *wp, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap,
+                             f32 *panel, i64 panel_len, i64 r0, i64 r1) {
+  const i64 C = g[D_C], H = g[D_H], W = g[D_W], O = g[D_O], oh = g[D_OH], ow = g[D_OW], kh = g[D_KH], kw = g[D_KW];
+  const i64 sh = g[D_STH], sw = g[D_STW], dh = g[D_DH], dw = g[D_DW], act = g[D_ACT];
+  const i64 K = C * kh * kw;
+  if (C <= 0 || H <= 0 || W <= 0 || O <= 0 || oh <= 0 || ow <= 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
+      dh <= 0 || dw <= 0 || K > DIRECT_MAX_K || panel_len < K * NR || act < 0 || act >= ACT_COUNT || r0 < 0 || r1 > oh * ow || r0 > r1)
+    return -1;
+  const i64 panels = (O + MR - 1) / MR, npix = oh * ow;
+  for (i64 pb = r0; pb < r1; pb += NR) {
+    {
+      const i64 nc = r1 - pb < NR ? r1 - pb : NR;
+      for (i64 c = 0, k = 0; c < C; c++)
+        for (i64 i = 0; i < kh; i++)
+          for (i64 j = 0; j < kw; j++, k++) {
+            f32 *row = panel + k * NR;
+            /* the block's pixels, a run of one output row at a time */
+            for (i64 t = 0; t < nc;) {
+              const i64 r = (pb + t) / ow, x0 = (pb + t) % ow;
+              const i64 seg = nc - t < ow - x0 ? nc - t : ow - x0;
+              const i64 iy = r * sh - g[D_PT] + i * dh;
+              if (iy < 0 || iy >= H)
+                memset(row + t, 0, (size_t)seg * 4);
+              else
+                gather(row + t, x + c * g[D_SC] + iy * g[D_SH], g[D_SW], W, x0, seg, sw, j * dw - g[D_PL]);
+              t += seg;
+            }
+          }
+      const int nv = nc > VW ? 2 : 1;
+      const i64 last = nc == NR ? VW : nc - (nv - 1) * VW;
+      for (i64 p = 0; p < panels; p++) {
+        const i64 o0 = p * MR, rows = O - o0 < MR ? O - o0 : MR;
+        const f32 *w = wp + p * K * MR;
+        const f32 *b = bias ? bias + o0 : NULL;
+        f32 *yb = y + o0 * npix + pb;
+#define BLOCK(NV, LAST, ACT) block(w, panel, yb, b, K, NR, npix, rows, NV, LAST, ACT, ap)
+#define ACTS(NV, LAST)                                                            \
+  switch (act) {                                                                  \
+    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
+    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
+    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
+    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
+    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
+  }
+        if (nv == 2 && last == VW) {
+          ACTS(2, VW)
+        } else if (nv == 2) {
+          ACTS(2, last)
+        } else {
+          ACTS(1, last)
+        }
+#undef ACTS
+#undef BLOCK
+      }
+    }
+  }
+  return 0;
+}
