@@ -204,13 +204,16 @@ _NATIVE_SIGS = {"ember_wasm_q_linear": (_P, _P, _P, _P, _P), "ember_wasm_q_dequa
 _NATIVE_MAX_BYTES = (1 << 31) - 1
 _QERR = {-1: "does not know the format", -2: "got rows that are not whole blocks"}
 # qlinear runs natively for m rows of x in [lo, hi] (else numpy's dequantize + BLAS), by measurement
-# (notes/native-quant.md, 2 cores): the integer formats' int16 products (fused for m <= 3, decoded
-# tiles above) beat dequantize + BLAS up to m = 256 (1.1-1.4x there, 3-18x for m <= 16) and lose
-# from ~512 (0.7-1.0x); the float formats expand rows for quant.c's float GEMM, which wins only for
-# few rows (f16 to 32: numpy's float16 cast is slow; bf16 to 16; f32 from 2 to 8: at m = 1 numpy's
-# gemv on the weight in place is faster)
-NATIVE_QLINEAR_M = {"f32": (2, 8), "bf16": (1, 16), "f16": (1, 32)}
-NATIVE_QLINEAR_MAX_M = 256   # the integer formats'
+# (notes/native-quant.md, 2 cores, alternating): the integer formats' int16 products (fused for
+# m <= 3, decoded tiles above) beat dequantize + BLAS 3-18x for m <= 16; q8_0/q4_0/q4_1, whose
+# numpy path is the faster _FastPlan, to m = 64 only (SmolLM2's k = 576 shapes: 1.0-1.6x at 64,
+# 0.6-1.2x at 128-256), the other formats to m = 256 (1.0-1.4x there, 0.7-1.0x at 512); the float
+# formats expand rows for quant.c's float GEMM, which wins only for few rows (f16 to 32: numpy's
+# float16 cast is slow; bf16 to 16; f32 from 2 to 8: at m = 1 numpy's gemv on the weight in place
+# is faster)
+NATIVE_QLINEAR_M = {"f32": (2, 8), "bf16": (1, 16), "f16": (1, 32), "q8_0": (1, 64), "q4_0": (1, 64),
+                    "q4_1": (1, 64)}
+NATIVE_QLINEAR_MAX_M = 256   # the other integer formats'
 # split a call over threads from this many weight bytes: parallel_for's hand-off costs ~20-40 us,
 # more than the second core gives below (one row: q4_1 2048 x 2048, 2.6 MB: 247 -> 209 us; q8_0
 # 49152 x 576: 1656 -> 897 us; q6_k 576 x 1536, 0.5 MB: 136 -> 158 us); one piece per thread
