@@ -628,7 +628,7 @@ def replay_rows(layers: int = 64, width: int = 64, reps: int = 50) -> list:
             row = {"mode": mode, "dispatches": n, "host_us": (t1 - t0) / reps * 1e6, "wall_us": (t2 - t0) / reps * 1e6}
             if fast is not None and fast.stream is not None and rt.driver._c is not None:
                 drv = rt.driver
-                fast_, cmds, _ = fast.stream.prepared
+                fast_, cmds = fast.stream.prepared[:2]
                 set_pipeline, set_bind_group, dispatch, null = drv._c
                 best = float("inf")
                 for _ in range(10):
