@@ -231,3 +231,31 @@ def test_direct_strided_inputs(view):
         assert y is not None
         ref = reference(x, w, b, stride, ((1, 1), (1, 1)))
         assert np.abs(y - ref).max() <= tolerance(x, w, b)
+
+
+@pytest.mark.parametrize("act, args", [("relu", (0, 0, 0, np.inf)), ("clip", (0, 0, -0.5, 6.0)),
+                                       ("clip", (0, 0, -np.inf, 0.25)), ("hard_sigmoid", (1 / 6, 0.5, 0, 1)),
+                                       ("hard_swish", (1 / 6, 0.5, 0, 1)), ("hard_sigmoid", (0.2, 0.5, 0, 1))])
+@pytest.mark.parametrize("size", [1, 15, 16, 17, 1000])
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_activation_pass_same_bits_as_numpy_steps(act, args, size):
+    """numpy_nn.activation_ (dense.c's ember_activation where loaded) gives the bits of the plan's
+    separate numpy steps: clip / multiply, add, clip, multiply, each rounded (no fused multiply-add),
+    NaN, infinities and -0 as numpy's clip treats them."""
+    v = (rng.standard_normal(size) * 8).astype(np.float32)
+    v[: min(size, 6)] = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 3.0000002], np.float32)[: min(size, 6)]
+    a, b, lo, hi = (np.float32(t) for t in args)
+    want = v.copy()
+    if act in ("relu", "clip"):
+        want = numpy_nn.clip(want, lo, hi)
+    else:
+        t = want * a
+        t += b
+        numpy_nn.clip(t, np.float32(0), np.float32(1), out=t)
+        want = want * t if act == "hard_swish" else t
+    got = numpy_nn.activation_(v.copy(), act, args)
+    with nat.disabled():
+        off = numpy_nn.activation_(v.copy(), act, args)
+    for y in (got, off):
+        assert y.dtype == np.float32
+        np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32))   # (bits: -0 and NaN too)

@@ -959,6 +959,51 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
     return y
 
 
+def activation_(y, act, act_args):
+    """``y`` (a float32 array of the caller's own) through ``act`` in place, each step rounded as
+    the plan's separate steps round it (numpy_plan: relu / clip as numpy's clip, hard sigmoid /
+    hard swish as multiply, add, clip[, multiply]): natively in one pass where the library is
+    loaded (dense.c's ember_activation), else those numpy steps. Returns ``y``."""
+    lo_hi = (np.float32(act_args[2]), np.float32(act_args[3]))
+    fn = native.kernel("ember_activation", _I64, _P, _I64, _I64, _P) if y.flags.c_contiguous else None
+    if fn is not None and y.dtype == np.float32:
+        ap = np.array(act_args, np.float32)
+        if fn(y.ctypes.data, y.size, _NATIVE_DENSE_ACTS[act], ap.ctypes.data) == 0:
+            return y
+    if act in ("relu", "clip"):
+        clip(y, *((np.float32(0.0), np.float32(np.inf)) if act == "relu" else lo_hi), out=y)
+    elif act is not None:
+        a, b = np.float32(act_args[0]), np.float32(act_args[1])
+        if act == "hard_swish":
+            t = y * a
+            t += b
+            clip(t, np.float32(0.0), np.float32(1.0), out=t)
+            y *= t
+        else:
+            y *= a
+            y += b
+            clip(y, np.float32(0.0), np.float32(1.0), out=y)
+    return y
+
+
+def conv2d_act(out, x, weight, bias=None, *, stride, padding, dilation, groups, act, act_args):
+    """``act(conv2d(...))`` for float32 (numpy_plan's conv + activation step): groups-1
+    convolutions that dense.c takes with the activation in its epilogue, others convolved as
+    ``_conv2d`` does, then ``activation_`` on the result (its own fresh array)."""
+    n, o, oh, ow = out.shape
+    if groups == 1 and n * o * oh * ow and x._buf.dtype == weight._buf.dtype == np.float32 \
+            and (bias is None or bias._buf.dtype == np.float32):
+        kh, kw = weight.shape[2:]
+        y = _conv_dense_native(x._buf, weight._buf, None if bias is None else bias._buf, oh, ow, kh, kw, stride,
+                               padding, dilation, act, act_args)
+        if y is not None:
+            return y
+    y = _conv2d(out, x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    if y.dtype != np.float32 or not y.flags.writeable:
+        y = np.array(y, np.float32)
+    return activation_(y, act, act_args)
+
+
 def _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilation, act, ap):
     """dense.c's ember_conv_direct into ``y`` (N, O, oh, ow): the im2col columns gathered a block
     of 32 output pixels at a time (K = C * kh * kw <= _NATIVE_DIRECT_MAX_K), over ranges of whole

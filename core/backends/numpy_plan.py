@@ -8,6 +8,10 @@ same float32 operations in the same order, only the destination arrays differ):
 
 - **activation chains** ``clip(x * a + b, 0, 1)`` (hard sigmoid) and ``x * clip(x * a + b, 0, 1)``
   (hard swish), with ``a``, ``b`` scalar constants, become one step: one temporary at most;
+- **convolution + activation**: a float32 conv2d read only by a relu, a clip or one of those
+  chains becomes one step (numpy_nn.conv2d_act): the activation in the native product's epilogue
+  (core/native/dense.c) or one in-place pass after the convolution, each rounded as the
+  separate steps round it;
 - **in place**: an elementwise step (add, subtract, multiply, divide, relu, clip, the fused
   activations) writes into one of its float32 inputs when that array is the plan's own (made by
   a kernel that always returns a new array, never an input, a constant or an output), has the
@@ -45,7 +49,7 @@ _F32 = np.dtype(np.float32)
 class _Op:
     """One step of the compiled program: a recorded kernel call, or a fused/in-place one."""
 
-    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode", "qgemm")
+    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode", "qgemm", "act")
 
     def __init__(self, name, ins, out, meta, run, multi=False):
         self.name, self.ins, self.out, self.meta, self.run, self.multi = name, ins, out, meta, run, multi
@@ -53,6 +57,7 @@ class _Op:
         self.mode = None        # int8 ops: "centered" (see _centered_quantization)
         self.qgemm = None       # matmul_integer: its numpy_rows.QGemm; dynamic_quantize_linear: True
         #                         when every reader has one (then y stays uint8 where the library runs)
+        self.act = None         # conv2d: the activation fused into it (_conv_act)
         self.free = ()
 
 
@@ -92,7 +97,9 @@ class NumpyReplay:
         for op, f in zip(ops, frees):
             op.free = tuple(f)
         self.ops = ops
-        self.fused = sum(1 for op in ops if op.name.startswith("hard_"))
+        # (hard sigmoid / hard swish chains: their own op or fused into a convolution)
+        self.fused = sum(1 for op in ops if op.name.startswith("hard_") or (op.act or "").startswith("hard_"))
+        self.conv_act = sum(1 for op in ops if op.act is not None)
         self.in_place = sum(1 for op in ops if op.inplace is not None)
 
     # ---- rewriting -------------------------------------------------------------------------------
@@ -123,6 +130,12 @@ class NumpyReplay:
             lin = _linear_const(st, consts, dtypes, budget)
             if lin is not None:
                 ops.append(lin)
+                continue
+            ca = self._conv_act(steps, i, consts, readers, only, protected)
+            if ca is not None:
+                op, used = ca
+                skip.update(used)
+                ops.append(op)
                 continue
             chain = self._hard_chain(steps, i, consts, readers, only)
             if chain is not None:
@@ -182,6 +195,52 @@ class NumpyReplay:
         if tuple(cl.meta.shape) != tuple(st.meta.shape):
             return None
         return "hard_sigmoid", x, a, b, idx
+
+    def _conv_act(self, steps, i, consts, readers, only, protected):
+        """``(op, later step indices)`` when step i is a float32 conv2d whose result is read only
+        by a relu, a clip or a hard sigmoid / hard swish chain (``_hard_chain``): one op,
+        ``numpy_nn.conv2d_act`` (the activation in dense.c's epilogue, or one in-place pass after
+        the convolution; the same bits as the separate steps on the same convolution); else None."""
+        st = steps[i]
+        if st.name != "conv2d" or st.multi or st.meta.dtype.name != "float32":
+            return None
+        y = st.outs[0]
+        r = sorted(readers.get(y, []))
+        if not r or len(r) > 2 or y in protected:
+            return None
+        nxt = steps[r[0]]
+        if nxt.multi or nxt.meta.dtype.name != "float32" or tuple(nxt.meta.shape) != tuple(st.meta.shape):
+            return None
+        if len(r) == 1 and nxt.name == "relu" and nxt.ins == (y,):
+            act, args, used = "relu", (0.0, 0.0, 0.0, np.inf), [r[0]]
+        elif len(r) == 1 and nxt.name == "clip" and nxt.ins == (y,):
+            lo, hi = nxt.attrs.get("min"), nxt.attrs.get("max")
+            act, used = "clip", [r[0]]
+            args = (0.0, 0.0, -np.inf if lo is None else float(np.float32(lo)),
+                    np.inf if hi is None else float(np.float32(hi)))
+        else:
+            chain = self._hard_chain(steps, r[0], consts, readers, only)
+            if chain is None or chain[1] != y:
+                return None
+            act, _, a, b, used = chain
+            # y's readers: the chain's first step, and for hard swish its last (x * clip(...))
+            if r != sorted({used[0], used[-1]} if act == "hard_swish" else {used[0]}):
+                return None
+            args = (float(a), float(b), 0.0, 1.0)
+            nxt = steps[used[-1]]
+            if tuple(nxt.meta.shape) != tuple(st.meta.shape) or nxt.meta.dtype.name != "float32":
+                return None
+        from .numpy_nn import conv2d_act
+        from ..tensor import Tensor
+        wrap, attrs, dev, ins = Tensor._wrap, dict(st.attrs), st.device, tuple(st.ins)
+        meta, o, cmeta = nxt.meta, nxt.outs[0], st.meta
+
+        def run(vals, op):
+            yb = conv2d_act(cmeta, *[vals[k] for k in ins], **attrs, act=act, act_args=args)
+            vals[o] = wrap(yb, meta.shape, meta.dtype, dev)
+        op = _Op("conv2d", ins, o, meta, run)
+        op.act = act
+        return op, used
 
     def _inplace(self, ops, protected) -> None:
         """Mark elementwise ops that may write into one of their inputs (see the docstring)."""

@@ -18,7 +18,8 @@
  * then acc + bias, then the activation:
  *   0 none, 1 relu max(v, 0), 2 clip min(max(v, lo), hi), 3 hard sigmoid clip(v * a + b, 0, 1),
  *   4 hard swish v * clip(v * a + b, 0, 1)
- * (NaN stays NaN through relu and clip, as numpy's clip keeps it). A column's outputs do not depend
+ * each step rounded as numpy's clip / multiply / add round it: the same bits as the plan's separate
+ * activation steps on the same product (NaN stays NaN, -0 stays -0 as in numpy's clip). A column's outputs do not depend
  * on the range a call is given, so results are the same bits on any number of threads.
  */
 #include "ember_native.h"
@@ -63,24 +64,36 @@ INLINE void store_part(f32 *p, vf v, i64 n) { memcpy(p, &v, (size_t)n * 4); }
 enum { G_M, G_K, G_N, G_LDX, G_LDY, G_ACT, G_LEN };
 enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARD_SIGMOID, ACT_HARD_SWISH, ACT_COUNT };
 
+/* an empty asm the value passes through: the compiler cannot fuse the product before it with the
+ * add after it (this file is compiled with FP contraction), so activations round as numpy's steps */
+#if defined(__x86_64__) || defined(__i386__)
+#define NO_CONTRACT(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define NO_CONTRACT(v) __asm__("" : "+w"(v))
+#else
+#define NO_CONTRACT(v) __asm__("" : "+m"(v))
+#endif
+
 INLINE vf sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }   /* m ? a : b */
 
-/* the epilogue of one vector: + bias, then the activation (see the top) */
-INLINE vf finish(vf v, f32 bias, int act, const f32 *ap) {
-  v = v + bias;
+/* the epilogue of one vector: + bias (where there is one), then the activation (see the top) */
+INLINE vf finish(vf v, int has_bias, f32 bias, int act, const f32 *ap) {
+  const vf zero = {0};
+  if (has_bias) v = v + bias;
   if (act == ACT_NONE) return v;
   if (act == ACT_RELU || act == ACT_CLIP) {
-    vf lo = v * 0 + (act == ACT_RELU ? 0.0f : ap[2]);
-    v = sel(v < lo, lo, v);                  /* (NaN compares false: kept) */
+    vf lo = zero + (act == ACT_RELU ? 0.0f : ap[2]);
+    v = sel(v < lo, lo, v);                  /* (NaN compares false: kept; so is -0 against 0, as in numpy) */
     if (act == ACT_CLIP) {
-      vf hi = v * 0 + ap[3];
+      vf hi = zero + ap[3];
       v = sel(v > hi, hi, v);
     }
     return v;
   }
-  vf zero = {0}, one = zero + 1.0f;
+  const vf one = zero + 1.0f;
   vf t = v * ap[0];
-  t = t + ap[1];                             /* (FP contraction may fuse this: the product's rounding skipped) */
+  NO_CONTRACT(t);                            /* (rounded before the add: numpy's multiply, then add) */
+  t = t + ap[1];
   t = sel(t < zero, zero, t);
   t = sel(t > one, one, t);
   return act == ACT_HARD_SWISH ? v * t : t;
@@ -115,7 +128,7 @@ INLINE void block(const f32 *w, const f32 *x, f32 *y, const f32 *bias, i64 K, i6
     f32 *yr = y + r * ldy;
     f32 b = bias ? bias[r] : 0.0f;
     for (int v = 0; v < nv; v++) {
-      vf o = finish(acc[r][v], b, act, ap);
+      vf o = finish(acc[r][v], bias != NULL, b, act, ap);
       if (v == nv - 1 && !whole) store_part(yr + v * VW, o, last);
       else store(yr + v * VW, o);
     }
@@ -269,5 +282,25 @@ EXPORT i64 ember_conv_direct(const f32 *wp, const f32 *x, const f32 *bias, f32 *
       }
     }
   }
+  return 0;
+}
+
+/* y[i] = act(y[i]) for i < n, in place (the activations of ember_conv_gemm's epilogue, without a
+ * bias: the same bits as numpy's steps); for the convolutions the product above does not make.
+ * Returns 0, or -1 for an unknown activation. */
+EXPORT i64 ember_activation(f32 *y, i64 n, i64 act, const f32 *ap) {
+  if (act < 0 || act >= ACT_COUNT || n < 0) return -1;
+  i64 i = 0;
+#define ACT_LOOP(ACT)                                                                                 \
+  for (; i + VW <= n; i += VW) store(y + i, finish(load(y + i), 0, 0.0f, ACT, ap));                        \
+  if (i < n) store_part(y + i, finish(load_part(y + i, n - i), 0, 0.0f, ACT, ap), n - i);
+  switch (act) {
+    case ACT_NONE: break;
+    case ACT_RELU: ACT_LOOP(ACT_RELU) break;
+    case ACT_CLIP: ACT_LOOP(ACT_CLIP) break;
+    case ACT_HARD_SIGMOID: ACT_LOOP(ACT_HARD_SIGMOID) break;
+    default: ACT_LOOP(ACT_HARD_SWISH) break;
+  }
+#undef ACT_LOOP
   return 0;
 }
