@@ -63,3 +63,28 @@ def test_env_switch_and_compiler_errors(tmp_path, monkeypatch):
     assert nat.find_compiler() is None
     with pytest.raises(nat.DeviceError, match="no C compiler"):
         nat.build(out=str(tmp_path / "x.so"))
+
+
+def test_require_raises_where_the_library_is_not_in_use(tmp_path):
+    code = ("import ember.native as n\n"
+            "try:\n    n.lib()\nexcept n.DeviceError as e:\n    print('raised', e)\nelse:\n    print('loaded')")
+    env = dict(os.environ, EMBER_NATIVE="require")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.stdout.startswith("loaded" if nat.up_to_date() else "raised"), r.stderr
+    # the same where the library is missing
+    r = subprocess.run([sys.executable, "-c", code.replace("import ember.native as n",
+                        "import ember.native as n; n.lib_path = lambda: '/nonexistent/lib.so'")],
+                       capture_output=True, text=True, env=env)
+    assert r.stdout.startswith("raised native kernels required (EMBER_NATIVE=require) but not in use: not built"), \
+        r.stdout + r.stderr
+
+
+def test_one_symbol_two_signatures():
+    a = nat.kernel("ember_native_axpy", None, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p)
+    if a is None:
+        pytest.skip(nat.info()["reason"])
+    b = nat.kernel("ember_native_axpy", ctypes.c_int64)      # a probe without argument types
+    assert a is not b and a.argtypes and not b.argtypes
+    assert nat.kernel("ember_native_axpy", None, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p,
+                      ctypes.c_void_p) is a
+    assert nat.kernel("no_such_kernel", None) is None

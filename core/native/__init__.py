@@ -21,6 +21,8 @@ ops where numpy itself is the bottleneck; matrix products stay in numpy's BLAS.
   ``wasm_shim/`` and the renames of ``wasm_kernels.h`` (every name gets the prefix ``ember_wasm_``).
   Without SIMDe (or without the sources) they are left out, ``info()["wasm_kernels"]`` says why, and
   numpy_quant runs its numpy paths. The source hash covers those files and where SIMDe is.
+- ``EMBER_NATIVE=require`` (benchmarks, CI): ``lib()`` raises DeviceError instead of falling back
+  when the library is not in use (a stale build after a source edit is the usual reason).
 - **Absent** (no compiler, Pyodide, ``EMBER_NATIVE=0``, a failed build): ``lib()`` is None and the
   numpy backend runs its numpy paths, the same results to rounding. ``info()`` says which and why.
 
@@ -230,25 +232,31 @@ def lib():
             if "lib" not in st:
                 st["fns"] = {}
                 st["lib"], st["reason"] = _load()
+                st["require"] = os.environ.get(ENV, "").strip().lower() == "require"
+    if st["lib"] is None and st["require"]:
+        raise DeviceError(f"native kernels required ({ENV}=require) but not in use: {st['reason']}")
     return st["lib"]
 
 
 def kernel(name: str, restype, *argtypes):
-    """The library's function ``name`` with its ctypes signature set (cached), or None when the
+    """The library's function ``name`` with this ctypes signature (cached per signature: two
+    callers may declare one symbol differently without changing each other's), or None when the
     library is not in use or was built without it (the ``ember_wasm_`` kernels without SIMDe).
     Pointers are passed as ``ctypes.c_void_p`` (``array.ctypes.data``)."""
     dll = lib()
     if dll is None:
         return None
     fns = _state["fns"]
-    fn = fns.get(name)
+    key = (name, restype, argtypes)
+    fn = fns.get(key)
     if fn is None:
-        fn = getattr(dll, name, None)
-        if fn is None:
+        try:
+            fn = dll[name]          # a new function object each time (getattr would share one)
+        except AttributeError:
             return None
         fn.restype = restype
         fn.argtypes = argtypes
-        fns[name] = fn
+        fns[key] = fn
     return fn
 
 
