@@ -704,6 +704,11 @@ def main() -> int:
     print(f"ember bench core: CPython {platform.python_version()} on {platform.machine()}, "
           f"{os.cpu_count()} CPUs, peers on {THREADS} thread(s); numpy {np.__version__}; "
           + (f"torch {torch.__version__}" if torch else "torch not installed"))
+    import ember.native
+    nat = ember.native.info()
+    print("numpy backend's native kernels (ember.native): " + ("in use" if nat["available"] else
+          f"NOT in use ({nat['reason']}): the numpy paths run") + ("" if not nat["available"] else
+          "; wasm quant kernels " + str(nat.get("wasm_kernels"))))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"median wall time per call (ms); ratio = left / right; load average {load:.1f} "
           f"(other processes on a loaded machine inflate wall times, multi-threaded peers most)\n")
