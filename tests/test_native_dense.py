@@ -259,3 +259,24 @@ def test_activation_pass_same_bits_as_numpy_steps(act, args, size):
     for y in (got, off):
         assert y.dtype == np.float32
         np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32))   # (bits: -0 and NaN too)
+
+
+def test_repeated_calls_reuse_the_packing_and_follow_new_buffers():
+    """A 1x1 convolution seen before runs from the kept packing and addresses (numpy_nn._DENSE_CALLS):
+    the same bits; another weight or bias buffer, or the library disabled, is not served from it."""
+    native_or_skip()
+    x = rng.standard_normal((1, 24, 15, 15)).astype(np.float32)
+    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    first = direct(x, w, b, "relu", (0, 0, 0, np.inf))
+    assert any(k[0] == id(w) for k in numpy_nn._DENSE_CALLS)
+    again = direct(x, w, b, "relu", (0, 0, 0, np.inf))
+    assert np.array_equal(first, again)
+    ref = np.maximum(reference(x, w, b, (1, 1), ((0, 0), (0, 0))), 0)
+    assert np.abs(again - ref).max() <= tolerance(x, w, b)
+    w2 = -w                                              # another buffer (the key's id may be reused)
+    b2 = b + 1
+    y2 = direct(x, w2, b2, "relu", (0, 0, 0, np.inf))
+    assert np.abs(y2 - np.maximum(reference(x, w2, b2, (1, 1), ((0, 0), (0, 0))), 0)).max() <= tolerance(x, w2, b2)
+    with nat.disabled():
+        assert direct(x, w, b, "relu", (0, 0, 0, np.inf)) is None
