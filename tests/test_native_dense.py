@@ -66,6 +66,9 @@ CASES = [  # (n, c, h, w, o, k, stride, pad)
     (1, 3, 75, 81, 16, 3, (2, 2), ((1, 1), (1, 1))),         # odd sizes, stride 2 (vector deinterleave + edges)
     (1, 3, 70, 70, 8, 3, (3, 3), ((0, 2), (1, 0))),          # stride 3 (scalar gather)
     (1, 1, 64, 64, 16, 3, (1, 1), ((4, 4), (4, 4))),         # padding larger than the kernel
+    (1, 40, 40, 33, 12, 3, (1, 1), ((1, 1), (1, 1))),        # K = 360, stride 1: ember_conv_rows (33: a 1-lane tail)
+    (2, 64, 36, 40, 24, 3, (1, 1), ((1, 1), (1, 1))),        # Winograd's kind of case, batch 2: rows too
+    (1, 12, 40, 50, 9, 5, (1, 1), ((2, 1), (0, 3))),         # 5x5, asymmetric padding: rows
 ]
 
 
@@ -196,8 +199,9 @@ def test_cases_left_to_numpy():
     assert direct(x, rng.standard_normal((8, 64, 1, 1)).astype(np.float32), None, stride=(2, 2)) is None \
         or True   # (strided 1x1 goes through im2col: taken or not by size)
     w3 = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
-    x3 = rng.standard_normal((1, 64, 40, 40)).astype(np.float32)
-    assert direct(x3, w3, None, k=3, pad=((1, 1), (1, 1))) is None                              # Winograd's
+    x3 = rng.standard_normal((1, 64, 20, 20)).astype(np.float32)
+    assert direct(x3, w3, None, k=3, pad=((1, 1), (1, 1))) is None                              # 400 pixels
+    assert direct(x3, w3, None, k=3, stride=(2, 2), pad=((1, 1), (1, 1))) is None   # K = 576, stride 2: im2col
     small = rng.standard_normal((1, 8, 40, 40)).astype(np.float32)
     assert direct(small, rng.standard_normal((8, 8, 1, 1)).astype(np.float32), None) is None    # K < 16
 
@@ -280,3 +284,28 @@ def test_repeated_calls_reuse_the_packing_and_follow_new_buffers():
     assert np.abs(y2 - np.maximum(reference(x, w2, b2, (1, 1), ((0, 0), (0, 0))), 0)).max() <= tolerance(x, w2, b2)
     with nat.disabled():
         assert direct(x, w, b, "relu", (0, 0, 0, np.inf)) is None
+
+
+def test_rows_kernel_dilation_and_refusals():
+    """ember_conv_rows with dilation (reference: the dilated kernel as a zero-filled dense one), and
+    the C entry point's refusals (a padded input too small for the taps)."""
+    native_or_skip()
+    x = rng.standard_normal((1, 30, 40, 44)).astype(np.float32)
+    w = rng.standard_normal((10, 30, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    pad = ((2, 2), (2, 2))
+    y = numpy_nn._conv_dense_native(x, w, b, 40, 44, 3, 3, (1, 1), pad, (2, 2))
+    wd = np.zeros((10, 30, 5, 5), np.float32)
+    wd[:, :, ::2, ::2] = w
+    ref = reference(x, wd, b, (1, 1), pad)
+    assert y is not None and np.abs(y - ref).max() <= tolerance(x, w, b)
+    fn = nat.kernel("ember_conv_rows", I64, P, P, P, P, P, P, I64, I64)
+    wp = np.zeros((1, 27, 8), np.float32)
+    xp = np.ones((3, 10, 10), np.float32)
+    out = np.full((2, 8, 8), 7.0, np.float32)
+    ap = np.zeros(4, np.float32)
+    for geom, r0, r1 in [([3, 10, 10, 2, 9, 8, 3, 3, 1, 1, 0], 0, 9), ([3, 10, 10, 2, 8, 8, 3, 3, 2, 1, 0], 0, 8),
+                         ([3, 10, 10, 2, 8, 8, 3, 3, 1, 1, 0], 0, 9), ([3, 10, 10, 2, 8, 8, 3, 3, 1, 1, 7], 0, 8)]:
+        g = np.array(geom, np.int64)
+        assert fn(wp.ctypes.data, xp.ctypes.data, None, out.ctypes.data, g.ctypes.data, ap.ctypes.data, r0, r1) == -1
+        assert (out == 7).all()

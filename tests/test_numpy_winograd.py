@@ -58,7 +58,9 @@ def winograd_bound(x, w, padding):
 
 @pytest.fixture
 def everywhere(monkeypatch):
-    """Every 3x3 stride-1 float32 groups-1 convolution takes the Winograd path."""
+    """Every 3x3 stride-1 float32 groups-1 convolution takes the Winograd path (the native rows
+    kernel, which takes such convolutions first where the library is loaded, left out)."""
+    monkeypatch.setattr(numpy_nn, "_NATIVE_ROWS_MIN_PIXELS", 1 << 62)
     monkeypatch.setattr(numpy_nn, "_WINO_MIN_CHANNELS", 1)
     monkeypatch.setattr(numpy_nn, "_WINO_MAX_OUT_PER_IN", 1000)
     monkeypatch.setattr(numpy_nn, "_WINO_MIN_PIXELS", 1)
@@ -135,6 +137,7 @@ def test_winograd_error_like_im2col_on_a_large_sum():
     ((1, 96, 30, 40), (24, 96, 5, 5), {"padding": 2}, False),
 ])
 def test_winograd_taken_where_it_measured_faster(xs, ws, kw, taken, monkeypatch):
+    monkeypatch.setattr(numpy_nn, "_NATIVE_ROWS_MIN_PIXELS", 1 << 62)   # (the numpy paths' choice)
     seen = []
     real = numpy_nn._conv_winograd
     monkeypatch.setattr(numpy_nn, "_conv_winograd", lambda *a: seen.append(1) or real(*a))

@@ -887,6 +887,10 @@ _NATIVE_DENSE_MIN_K = 16
 # (K = 864) Winograd 9.6 ms / 15.5 ms (its cases stay Winograd's)
 _NATIVE_DIRECT_MAX_K = 256
 _NATIVE_DIRECT_MIN_PIXELS = 1024
+# dense.c's ember_conv_rows (stride 1, more taps: the padded input read in place) from this wide
+# and this many output pixels
+_NATIVE_ROWS_MIN_WIDTH = 16
+_NATIVE_ROWS_MIN_PIXELS = 1024
 _NATIVE_DENSE_ACTS = {None: 0, "relu": 1, "clip": 2, "hard_sigmoid": 3, "hard_swish": 4}
 
 
@@ -930,12 +934,16 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
     one = kh == kw == 1 and padding == ((0, 0), (0, 0)) and stride == (1, 1)
     k = c * kh * kw
     direct = not one and k <= _NATIVE_DIRECT_MAX_K
+    taps = not one and not direct and stride == (1, 1) and ow >= _NATIVE_ROWS_MIN_WIDTH \
+        and oh * ow >= _NATIVE_ROWS_MIN_PIXELS
     if direct:
         if oh * ow < _NATIVE_DIRECT_MIN_PIXELS:
             return None
+    elif taps:
+        pass
     elif oh * ow < (_NATIVE_DENSE_MIN_PIXELS if one else _NATIVE_DENSE_MIN_PIXELS_COLS) or k < _NATIVE_DENSE_MIN_K:
         return None
-    if not one and not direct:
+    if not one and not direct and not taps:
         if k * oh * ow > _NATIVE_DENSE_MAX_COLS:
             return None
         if (kh == kw == 3 and stride == dilation == (1, 1) and c >= _WINO_MIN_CHANNELS
@@ -958,6 +966,8 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
         parts = min(blocks, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
     if direct:
         return _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilation, act, ap)
+    if taps:
+        return _conv_rows_native(a, wp, bias, y, oh, ow, kh, kw, padding, dilation, act, ap)
     if one and n == 1 and parts == 1 and bias is not None and a.flags.c_contiguous:
         if len(_DENSE_CALLS) >= _DENSE_CALLS_MAX:
             _DENSE_CALLS.clear()
@@ -1029,6 +1039,33 @@ def conv2d_act(out, x, weight, bias=None, *, stride, padding, dilation, groups, 
     if y.dtype != np.float32 or not y.flags.writeable:
         y = np.array(y, np.float32)
     return activation_(y, act, act_args)
+
+
+def _conv_rows_native(a, wp, bias, y, oh, ow, kh, kw, padding, dilation, act, ap):
+    """dense.c's ember_conv_rows into ``y`` (N, O, oh, ow): stride 1, the zero-padded input's taps
+    read in place (one padded copy per image), over ranges of output rows."""
+    fn = native.kernel("ember_conv_rows", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
+    n, c = a.shape[:2]
+    o = y.shape[1]
+    parts = 1
+    if oh > 1 and o * c * kh * kw * oh * ow >= _NATIVE_DENSE_PARALLEL_MACS:
+        parts = min(oh, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
+    for b in range(n):
+        xp = np.ascontiguousarray(_padded(a[b:b + 1], padding))
+        geom = np.array([c, xp.shape[2], xp.shape[3], o, oh, ow, kh, kw, dilation[0], dilation[1],
+                         _NATIVE_DENSE_ACTS[act]], np.int64)
+        args = (wp.ctypes.data, xp.ctypes.data, None if bias is None else bias.ctypes.data, y[b].ctypes.data,
+                geom.ctypes.data, ap.ctypes.data)
+
+        def run(i):
+            r = fn(*args, oh * i // parts, oh * (i + 1) // parts)
+            if r:
+                raise DeviceError(f"conv2d: the native rows kernel refused geometry {geom.tolist()} ({r})")
+        if parts == 1:
+            run(0)
+        else:
+            parallel_for(parts, run)
+    return y
 
 
 def _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilation, act, ap):

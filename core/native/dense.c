@@ -99,40 +99,59 @@ INLINE vf finish(vf v, int has_bias, f32 bias, int act, const f32 *ap) {
   return act == ACT_HARD_SWISH ? v * t : t;
 }
 
+/* the block's 16 accumulators, one k's step (x row `xr`, weights `wk`) and the epilogue */
+#define ACC_DECL                                                                                  \
+  vf a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};      \
+  vf a40 = {0}, a41 = {0}, a50 = {0}, a51 = {0}, a60 = {0}, a61 = {0}, a70 = {0}, a71 = {0};      \
+  const int whole = last == VW;
+#define ACC_STEP(xr, wk)                                                                          \
+  {                                                                                               \
+    vf x0, x1 = {0};                                                                              \
+    if (nv == 2) {                                                                                \
+      x0 = load(xr);                                                                              \
+      x1 = whole ? load((xr) + VW) : load_part((xr) + VW, last);                                  \
+    } else {                                                                                      \
+      x0 = whole ? load(xr) : load_part(xr, last);                                                \
+    }                                                                                             \
+    a00 += (wk)[0] * x0; a10 += (wk)[1] * x0; a20 += (wk)[2] * x0; a30 += (wk)[3] * x0;           \
+    a40 += (wk)[4] * x0; a50 += (wk)[5] * x0; a60 += (wk)[6] * x0; a70 += (wk)[7] * x0;           \
+    if (nv == 2) {                                                                                \
+      a01 += (wk)[0] * x1; a11 += (wk)[1] * x1; a21 += (wk)[2] * x1; a31 += (wk)[3] * x1;         \
+      a41 += (wk)[4] * x1; a51 += (wk)[5] * x1; a61 += (wk)[6] * x1; a71 += (wk)[7] * x1;         \
+    }                                                                                             \
+  }
+#define ACC_STORE                                                                                 \
+  vf acc[MR][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}, {a60, a61}, {a70, a71}}; \
+  for (i64 r = 0; r < rows; r++) {                                                                \
+    f32 *yr = y + r * ldy;                                                                        \
+    f32 b = bias ? bias[r] : 0.0f;                                                                \
+    for (int v = 0; v < nv; v++) {                                                                \
+      vf o = finish(acc[r][v], bias != NULL, b, act, ap);                                         \
+      if (v == nv - 1 && !whole) store_part(yr + v * VW, o, last);                                \
+      else store(yr + v * VW, o);                                                                 \
+    }                                                                                             \
+  }
+
 /* one block: rows [o0, o0 + rows) (rows <= MR) of panel `w`, columns [j, j + VW * (nv - 1) + last)
  * of X and Y; nv is 1 or 2 vectors, the last one `last` lanes (VW: a whole vector) */
 INLINE void block(const f32 *w, const f32 *x, f32 *y, const f32 *bias, i64 K, i64 ldx, i64 ldy, i64 rows,
                   int nv, i64 last, int act, const f32 *ap) {
-  vf a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
-  vf a40 = {0}, a41 = {0}, a50 = {0}, a51 = {0}, a60 = {0}, a61 = {0}, a70 = {0}, a71 = {0};
-  const int whole = last == VW;
-  for (i64 k = 0; k < K; k++) {
-    const f32 *xr = x + k * ldx;
-    const f32 *wk = w + k * MR;
-    vf x0, x1 = {0};
-    if (nv == 2) {
-      x0 = load(xr);
-      x1 = whole ? load(xr + VW) : load_part(xr + VW, last);
-    } else {
-      x0 = whole ? load(xr) : load_part(xr, last);
+  ACC_DECL
+  for (i64 k = 0; k < K; k++) ACC_STEP(x + k * ldx, w + k * MR)
+  ACC_STORE
+}
+
+/* the same block with X's row k = (c * kh + i) * kw + j at x + c * sc + i * si + j * sj: the taps
+ * of a zero-padded input read in place (ember_conv_rows) */
+INLINE void block_taps(const f32 *w, const f32 *x, f32 *y, const f32 *bias, i64 C, i64 kh, i64 kw, i64 sc,
+                       i64 si, i64 sj, i64 ldy, i64 rows, int nv, i64 last, int act, const f32 *ap) {
+  ACC_DECL
+  for (i64 c = 0; c < C; c++)
+    for (i64 i = 0; i < kh; i++) {
+      const f32 *xi = x + c * sc + i * si;
+      for (i64 j = 0; j < kw; j++, w += MR) ACC_STEP(xi + j * sj, w)
     }
-    a00 += wk[0] * x0; a10 += wk[1] * x0; a20 += wk[2] * x0; a30 += wk[3] * x0;
-    a40 += wk[4] * x0; a50 += wk[5] * x0; a60 += wk[6] * x0; a70 += wk[7] * x0;
-    if (nv == 2) {
-      a01 += wk[0] * x1; a11 += wk[1] * x1; a21 += wk[2] * x1; a31 += wk[3] * x1;
-      a41 += wk[4] * x1; a51 += wk[5] * x1; a61 += wk[6] * x1; a71 += wk[7] * x1;
-    }
-  }
-  vf acc[MR][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}, {a60, a61}, {a70, a71}};
-  for (i64 r = 0; r < rows; r++) {
-    f32 *yr = y + r * ldy;
-    f32 b = bias ? bias[r] : 0.0f;
-    for (int v = 0; v < nv; v++) {
-      vf o = finish(acc[r][v], bias != NULL, b, act, ap);
-      if (v == nv - 1 && !whole) store_part(yr + v * VW, o, last);
-      else store(yr + v * VW, o);
-    }
-  }
+  ACC_STORE
 }
 
 /* Columns [n0, n1) of Y (see the top). geom: [0] M [1] K [2] N [3] ldx [4] ldy [5] activation;
@@ -302,5 +321,58 @@ EXPORT i64 ember_activation(f32 *y, i64 n, i64 act, const f32 *ap) {
     default: ACT_LOOP(ACT_HARD_SWISH) break;
   }
 #undef ACT_LOOP
+  return 0;
+}
+
+/* ---- rows: stride-1 convolutions of many taps on a zero-padded input, read in place ------------
+ *
+ * The input comes padded (C, Hp, Wp), C-contiguous; output row r, columns [x0, x0 + 32) read for
+ * tap (c, i, j) the run at c * Hp * Wp + (r + i * dh) * Wp + j * dw + x0: no copy at all. Blocks
+ * stay within one output row (the last of a row: its lanes only). Same order of math as above. */
+enum { R_C, R_HP, R_WP, R_O, R_OH, R_OW, R_KH, R_KW, R_DH, R_DW, R_ACT, R_LEN };
+
+/* Output rows [r0, r1). geom: [0] C [1] Hp [2] Wp [3] O [4] oh [5] ow [6] kh [7] kw [8] dh [9] dw
+ * [10] activation; wp packed as for ember_conv_gemm with K = C * kh * kw; y (O, oh, ow)
+ * C-contiguous. Returns 0, or -1 with nothing written for a geometry it does not take. */
+EXPORT i64 ember_conv_rows(const f32 *wp, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap,
+                           i64 r0, i64 r1) {
+  const i64 C = g[R_C], Hp = g[R_HP], Wp = g[R_WP], O = g[R_O], oh = g[R_OH], ow = g[R_OW], kh = g[R_KH];
+  const i64 kw = g[R_KW], dh = g[R_DH], dw = g[R_DW], act = g[R_ACT];
+  if (C <= 0 || O <= 0 || oh <= 0 || ow <= 0 || kh <= 0 || kw <= 0 || dh <= 0 || dw <= 0 ||
+      oh + (kh - 1) * dh > Hp || ow + (kw - 1) * dw > Wp || act < 0 || act >= ACT_COUNT || r0 < 0 || r1 > oh ||
+      r0 > r1)
+    return -1;
+  const i64 K = C * kh * kw, panels = (O + MR - 1) / MR, npix = oh * ow, plane = Hp * Wp;
+  for (i64 r = r0; r < r1; r++)
+    for (i64 x0 = 0; x0 < ow; x0 += NR) {
+      const i64 nc = ow - x0 < NR ? ow - x0 : NR;
+      const int nv = nc > VW ? 2 : 1;
+      const i64 last = nc == NR ? VW : nc - (nv - 1) * VW;
+      const f32 *xb = x + r * Wp + x0;
+      for (i64 p = 0; p < panels; p++) {
+        const i64 o0 = p * MR, rows = O - o0 < MR ? O - o0 : MR;
+        const f32 *w = wp + p * K * MR;
+        const f32 *b = bias ? bias + o0 : NULL;
+        f32 *yb = y + o0 * npix + r * ow + x0;
+#define BLOCK(NV, LAST, ACT) block_taps(w, xb, yb, b, C, kh, kw, plane, dh * Wp, dw, npix, rows, NV, LAST, ACT, ap)
+#define ACTS(NV, LAST)                                                            \
+  switch (act) {                                                                  \
+    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
+    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
+    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
+    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
+    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
+  }
+        if (nv == 2 && last == VW) {
+          ACTS(2, VW)
+        } else if (nv == 2) {
+          ACTS(2, last)
+        } else {
+          ACTS(1, last)
+        }
+#undef ACTS
+#undef BLOCK
+      }
+    }
   return 0;
 }
