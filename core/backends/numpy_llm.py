@@ -2,11 +2,27 @@
 
 ``attention_cached`` writes the new keys/values into the caches in place (they are state the
 caller owns) and attends over the filled rows only, one key/value head group at a time: one
-``(T * group, D) @ (D, n)`` product per group instead of a masked pass over the whole cache."""
+``(T * group, D) @ (D, n)`` product per group instead of a masked pass over the whole cache.
+
+Where ``ember.native`` was built with the wasm backend's kernels (``wasm/kernels/llm.c`` compiled
+for this CPU through SIMDe, see ``ember.native``), the three ops call them instead (``_native_*``
+below), with the wasm backend's argument layout (``ember.wasm.ops_quant``): rms_norm and rope in
+float64 from the float32 inputs, one rounding per result (rope's results are the python
+specification's bit for bit; the numpy paths round in float32 at every step), attention in
+float32 with its own exp (within ~1e-6 relative of the numpy path). A decode step makes ~100 such
+calls of a few microseconds each, so each runs on one thread (no split over ``parallel_for``,
+whose hand-off costs more). ``ember.native.disabled()`` or ``EMBER_NATIVE=0`` runs the numpy paths.
+"""
 from __future__ import annotations
+
+import ctypes
+import struct
+import threading
 
 import numpy as np
 
+from .. import native
+from ..errors import ShapeError
 from ..ops.llm import check_pos
 from .numpy_blas import matmul
 
@@ -16,7 +32,120 @@ def _f32(t):
     return a if a.dtype == np.float32 else a.astype(np.float32)
 
 
+# ---- the wasm backend's kernels, compiled natively (ember.native) ---------------------------------
+# llm.c's entry points (ember_wasm_ prefix, see core/native/wasm_kernels.h). Their offsets are int32
+# in C (the page's memory is 32-bit): an array of 2**31 elements or more runs the numpy path.
+
+_P, _I = ctypes.c_void_p, ctypes.c_int32
+_NATIVE_SIGS = {
+    "ember_wasm_rms_norm_f32": (None, (_P, _P, _P, _I, _I, ctypes.c_double)),     # x, w, y, rows, n, eps
+    "ember_wasm_rope_f32": (None, (_P, _P, _P, _P, _I, _I, _I, _I)),             # x, cos, sin, y, T, H, D, mode
+    # q, k, v, k_cache, v_cache, pos, out, scratch, prm (T, Hq, Hkv, D, C, window, softcap's bits), scale
+    "ember_wasm_attention_cached_f32": (_I, (_P,) * 9 + (ctypes.c_float,)),
+}
+_MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
+_LIMIT = 1 << 31
+_local = threading.local()
+_PRM: dict = {}   # attention's parameter tables by value (read only by the kernel): (array, its address)
+
+
+def _native_fn(name: str):
+    """llm.c's kernel ``name`` from ember.native, or None (not built, SIMDe absent, disabled)."""
+    restype, argtypes = _NATIVE_SIGS[name]
+    return native.kernel(name, restype, *argtypes)
+
+
+def native_llm() -> bool:
+    """Whether rms_norm, rope and attention_cached run llm.c natively here."""
+    return _native_fn("ember_wasm_attention_cached_f32") is not None
+
+
+def _c32(t):
+    """t's buffer as a C-contiguous float32 array (a copy only where it is not one already)."""
+    return np.ascontiguousarray(t._buf, dtype=np.float32)
+
+
+def _native_rms_norm(x, w, eps: float):
+    fn = _native_fn("ember_wasm_rms_norm_f32")
+    shape = x.shape
+    n = shape[-1]
+    rows = x._buf.size // n if n else 0
+    if fn is None or rows * n == 0 or rows * n >= _LIMIT:
+        return None
+    a, g = _c32(x), _c32(w)
+    y = np.empty(shape, np.float32)
+    fn(a.ctypes.data, g.ctypes.data, y.ctypes.data, rows, n, eps)
+    return y
+
+
+def _native_rope(x, cos, sin, mode: str):
+    fn = _native_fn("ember_wasm_rope_f32")
+    T, H, D = x.shape
+    if fn is None or mode not in _MODES or T * H * D == 0 or T * H * D >= _LIMIT:
+        return None
+    a, c, s = _c32(x), _c32(cos), _c32(sin)
+    y = np.empty((T, H, D), np.float32)
+    fn(a.ctypes.data, c.ctypes.data, s.ctypes.data, y.ctypes.data, T, H, D, _MODES[mode])
+    return y
+
+
+def _scratch_at(size: int) -> int:
+    """The address of this thread's attention scratch of at least ``size`` floats (kept, grown)."""
+    got = getattr(_local, "scratch", None)
+    if got is None or got[0].size < size:
+        a = np.empty(max(size, 1 << 12), np.float32)
+        got = _local.scratch = (a, a.ctypes.data)
+    return got[1]
+
+
+def _prm(*values) -> int:
+    """The address of an int32 array holding ``values`` (made once per distinct table)."""
+    p = _PRM.get(values)
+    if p is None:
+        if len(_PRM) > 1024:
+            _PRM.clear()
+        a = np.array(values, np.int32)
+        p = _PRM[values] = (a, a.ctypes.data)
+    return p[1]
+
+
+def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: float, p0: int):
+    """llm.c's attention_cached_f32 (writes k, v into the caches, then attends), or None where it
+    does not apply: D not a multiple of 4 (its vectors), caches that are not C-contiguous float32
+    (written in place), sizes past int32."""
+    fn = _native_fn("ember_wasm_attention_cached_f32")
+    T, hq, d = q.shape
+    C, hkv, _ = kc.shape
+    kb, vb = kc._buf, vc._buf
+    try:   # the kernel takes softcap's float32 bits (> 0: on)
+        cap = struct.unpack("<i", struct.pack("<f", softcap))[0]
+    except OverflowError:
+        return None
+    if softcap and not 0 < cap < 0x7F800000:   # 0 or inf in float32: left to the numpy path's rule
+        return None
+    if (fn is None or d % 4 or T * hq * d == 0 or C * hkv * d >= _LIMIT or T * hq * d >= _LIMIT
+            or not (kb.dtype == np.float32 and vb.dtype == np.float32 and kb.flags.c_contiguous
+                    and vb.flags.c_contiguous)):
+        return None
+    qa, ka, va = _c32(q), _c32(k), _c32(v)
+    pa = np.ascontiguousarray(pos._buf, dtype=np.int32)
+    group = hq // hkv
+    y = np.empty((T, hq, d), np.float32)
+    # a window of at least C rows never cuts a row off: none
+    rc = fn(qa.ctypes.data, ka.ctypes.data, va.ctypes.data, kb.ctypes.data, vb.ctypes.data, pa.ctypes.data,
+            y.ctypes.data, _scratch_at(group * (C + 1)), _prm(T, hq, hkv, d, C, window if window < C else 0, cap),
+            scale)
+    if rc:
+        check_pos(int(pa.reshape(-1)[0]), T, C)   # the kernel checks only what check_pos did: never here
+        raise ShapeError(f"attention_cached: the native kernel failed ({rc}) for q {tuple(q.shape)}, "
+                         f"caches {tuple(kc.shape)}, position {p0}")
+    return y
+
+
 def _rms_norm(out, x, w, *, eps):
+    y = _native_rms_norm(x, w, eps)
+    if y is not None:
+        return y
     a = _f32(x)
     ms = np.einsum("...i,...i->...", a, a)[..., None]
     ms /= np.float32(a.shape[-1])
@@ -25,6 +154,9 @@ def _rms_norm(out, x, w, *, eps):
 
 
 def _rope(out, x, cos, sin, *, mode):
+    y = _native_rope(x, cos, sin, mode)
+    if y is not None:
+        return y
     a = _f32(x)
     T, H, D = a.shape
     c = _f32(cos)[:, None, :]
@@ -47,6 +179,9 @@ def _attention_cached(out, q, k, v, kc, vc, pos, *, scale, window=0, softcap=0.0
     C, hkv, _ = kc.shape
     p0 = int(pos._buf.reshape(-1)[0])
     check_pos(p0, T, C)
+    y = _native_attention(q, k, v, kc, vc, pos, scale, window, softcap, p0)
+    if y is not None:
+        return y
     kb, vb = kc._buf, vc._buf
     kb[p0:p0 + T] = k._buf
     vb[p0:p0 + T] = v._buf

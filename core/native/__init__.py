@@ -14,13 +14,15 @@ ops where numpy itself is the bottleneck; matrix products stay in numpy's BLAS.
   equals ``source_hash()`` (this folder's sources, the flags, this CPU's feature flags): a stale
   library is never called. ctypes releases the GIL during a call, so ``numpy_blas.parallel_for``
   can run kernels on two cores.
-- **The wasm backend's quantized kernels** (``wasm/kernels/quant.c`` and the ``gemm.c`` it calls,
-  written with wasm SIMD128 intrinsics) are compiled into the same library when SIMDe's header
+- **The wasm backend's kernels** for quantized weights (``wasm/kernels/quant.c`` and the ``gemm.c``
+  it calls) and the language-model ops (``llm.c``: rms_norm, rope, attention over a KV cache),
+  written with wasm SIMD128 intrinsics, are compiled into the same library when SIMDe's header
   ``simde/wasm/simd128.h`` is found (Debian: ``libsimde-dev``): SIMDe runs those intrinsics on this
-  CPU's vector unit. ``wasm_quant.c`` and ``wasm_gemm.c`` here include them with the shim of
-  ``wasm_shim/`` and the renames of ``wasm_kernels.h`` (every name gets the prefix ``ember_wasm_``).
-  Without SIMDe (or without the sources) they are left out, ``info()["wasm_kernels"]`` says why, and
-  numpy_quant runs its numpy paths. The source hash covers those files and where SIMDe is.
+  CPU's vector unit. ``wasm_quant.c``, ``wasm_gemm.c`` and ``wasm_llm.c`` here include them with the
+  shim of ``wasm_shim/`` and the renames of ``wasm_kernels.h`` (every name gets the prefix
+  ``ember_wasm_``). Without SIMDe (or without the sources) they are left out,
+  ``info()["wasm_kernels"]`` says why, and numpy_quant / numpy_llm run their numpy paths. The
+  source hash covers those files and where SIMDe is.
 - ``EMBER_NATIVE=require`` (benchmarks, CI): ``lib()`` raises DeviceError instead of falling back
   when the library is not in use (a stale build after a source edit is the usual reason).
 - **Absent** (no compiler, Pyodide, ``EMBER_NATIVE=0``, a failed build): ``lib()`` is None and the
@@ -70,8 +72,8 @@ def sources() -> list:
 SHIM = os.path.join(HERE, "wasm_shim")
 SIMDE_HEADER = os.path.join("simde", "wasm", "simd128.h")
 SIMDE_DIRS = ("/usr/include", "/usr/local/include", "/opt/homebrew/include")
-# what wasm_quant.c and wasm_gemm.c compile from wasm/kernels/ (the two sources and their headers)
-WASM_FILES = ("quant.c", "gemm.c", "ember.h", "team.h", "linalg.h")
+# what wasm_quant.c, wasm_gemm.c and wasm_llm.c compile from wasm/kernels/ (the sources and their headers)
+WASM_FILES = ("quant.c", "gemm.c", "llm.c", "ember.h", "team.h", "linalg.h", "mathf.h")
 
 
 def simde_dir() -> str | None:

@@ -1,4 +1,5 @@
-/* The wasm backend's quantized-weight kernels, compiled natively (wasm_quant.c, wasm_gemm.c here).
+/* The wasm backend's kernels compiled natively: quantized weights (wasm_quant.c, wasm_gemm.c here)
+ * and the language-model ops (wasm_llm.c).
  *
  * wasm/kernels/quant.c (and gemm.c, whose float GEMM quant.c uses for f32/f16/bf16 weights) are
  * written with wasm SIMD128 intrinsics; SIMDe emulates those with this CPU's vector instructions
@@ -8,11 +9,12 @@
  * wasm_shim/ and wasm/kernels/ on the include path); without it they are empty.
  *
  * Every function those sources define outside `static` is renamed here with the prefix
- * ember_wasm_ (the same in both files, so quant.c's calls reach gemm.c's definitions), so that no
+ * ember_wasm_ (the same in every file, so quant.c's calls reach gemm.c's definitions), so that no
  * name from wasm/kernels can clash with a kernel of this folder. EXPORT (ember.h) gives the entry
- * points default visibility natively; Python calls ember_wasm_q_linear, _q_dequantize, _q_embedding.
- * A new non-static function in quant.c or gemm.c needs a line here (else a clash is a link error,
- * and tests/test_native_quant.py checks the exported names). */
+ * points default visibility natively; Python calls ember_wasm_q_linear, _q_dequantize, _q_embedding
+ * (numpy_quant.py) and ember_wasm_rms_norm_f32, _rope_f32, _attention_cached_f32 (numpy_llm.py).
+ * A new non-static function in quant.c, gemm.c or llm.c needs a line here (else a clash is a link
+ * error, and tests/test_native_quant.py, test_native_llm.py check the exported names). */
 #ifndef EMBER_NATIVE_WASM_KERNELS_H
 #define EMBER_NATIVE_WASM_KERNELS_H
 
@@ -31,5 +33,10 @@
 #define gemm_packed_one ember_wasm_gemm_packed_one
 #define gemm_direct_one ember_wasm_gemm_direct_one
 #define gemm_dot_one ember_wasm_gemm_dot_one
+/* llm.c */
+#define rms_norm_f32 ember_wasm_rms_norm_f32
+#define rope_f32 ember_wasm_rope_f32
+#define attention_cached_f32 ember_wasm_attention_cached_f32
+#define attention_cached_f32_team ember_wasm_attention_cached_f32_team
 
 #endif
