@@ -1,4 +1,4 @@
-"""matmul on webgpu: seven kernel variants, chosen per shape class by ``autotune``.
+"""matmul on webgpu: nine kernel variants, chosen per shape class by ``autotune``.
 
 - ``tiled``: 16x16 shared-memory tiles, one output per thread; any dtype, the reference.
 - ``rb32``, ``rb64``, ``rb128``: register-blocked float32 kernels generated from one template
@@ -14,6 +14,13 @@
   ONNX MatMul weights are): threads read consecutive vec4s of B's rows, k split across the
   workgroup and summed in workgroup memory (``matmul_mv.wgsl``, body by ``render_mv``); an
   autotune candidate, not a default (see ``MatmulPlan.variant``).
+- ``bare``, ``bare2``: the GEMM lab's bare kernel (``matmul_bare.py``: 128x128 tiles, 8x8 outputs a
+  thread, k tiles of 16, no bounds checks, strides or batch offsets) for the one case it covers:
+  one batch, A (M, K) and B (K, N) row-major and contiguous, their offsets aligned to a binding,
+  M and N multiples of 128, K of 16 (``bare2``: split-K in 2 parts plus one reduction dispatch,
+  K a multiple of 32, at most ``SPLIT_TARGET / 2`` output tiles). Bias / activation epilogues run
+  in its stores (or in the reduction). Autotune candidates where eligible, not defaults;
+  ``EMBER_WEBGPU_BARE=0`` takes them out (for A/Bs on a GPU).
 
 Operands are read through their strides (a transposed weight ``x @ w.T`` is not copied) and
 batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the end.
@@ -25,12 +32,12 @@ from math import prod
 
 from .. import dtypes as _dt
 from ..registry import Meta, broadcast_shapes
-from . import autotune, fusion
+from . import autotune, fusion, matmul_bare
 from .driver import grid_1d
 from .fusion import GBuf, realize
 from .runtime import kernel_source, pack_info, render
 
-VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv")
+VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv", "bare", "bare2")
 # the register-blocked variants: (BM, BN, TM, TN, BK) = output tile, outputs per thread, k tile
 # (threads: (BM / TM) * (BN / TN)). H100, `tests/bench/webgpu_gemm_lab.py` (`rb:` rows, PyTorch
 # fp32 in the same run): rb128 41.2 TFLOP/s at 4096^3 (torch 51.7); rb32 17.6 us at 512x384x384
@@ -40,6 +47,37 @@ _TILES = {"tiled": (16, 16), "sk": RB["rb128"][:2], **{v: c[:2] for v, c in RB.i
 # split-K: about this many workgroups (an H200 measured: 256 beat 512 at 1024^2, 0.62x against
 # 0.47x of PyTorch), and no part shallower than 64
 SPLIT_TARGET = 256
+# the bare kernel's variants: split-K parts (H100, webgpu_gemm_lab: 4096^3 46.2 TFLOP/s against
+# rb128's 44.1, 2048^3 45.5 against ~43; 1024^3 in 2 parts 38.9 against 34.0 autotuned)
+BARE_PARTS = {"bare": 1, "bare2": 2}
+
+
+def bare_enabled() -> bool:
+    """``EMBER_WEBGPU_BARE=0`` (or off/false/no) takes ``bare`` and ``bare2`` out of the candidates."""
+    return os.environ.get("EMBER_WEBGPU_BARE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def bare_variants(M: int, N: int, K: int, kind: str) -> list:
+    """The bare variants a product of this shape may take (the operands' layout aside:
+    ``MatmulPlan.bare``): whole 128x128 tiles and k tiles of 16 (times the parts); ``bare2``
+    only where the tiles alone leave a large GPU half idle, as ``sk``."""
+    BM, BN, _, _, BK = matmul_bare.CONFIG
+    if kind != "f32" or not bare_enabled() or M % BM or N % BN or K % BK or K == 0:
+        return []
+    out = ["bare"]
+    if K % (BK * 2) == 0 and K >= 256 and (M // BM) * (N // BN) <= SPLIT_TARGET // 2:
+        out.append("bare2")
+    return out
+
+
+def plan_key(kind: str, M: int, N: int, K: int, nb: int = 1, a_row: bool = True, b_row: bool = True,
+             bare: int = 0) -> str:
+    """The autotune key of a matmul: shape class, operand layouts, divisibility, and the number of
+    bare variants among the candidates (only where there are some: other keys are unchanged, and
+    a choice made without them is not reused once they are offered, nor one with them under
+    ``EMBER_WEBGPU_BARE=0``)."""
+    flags = (a_row, b_row, M % 64 == 0, N % 64 == 0, K % 16 == 0) + ((bare,) if bare else ())
+    return autotune.shape_key("matmul", kind, (M, N, K, nb), flags)
 
 
 def eligible(rt, variant: str, M: int, N: int, K: int, kind: str) -> bool:
@@ -53,6 +91,8 @@ def eligible(rt, variant: str, M: int, N: int, K: int, kind: str) -> bool:
         return M <= 16
     if variant == "sk":
         return K >= 256 and split_k(M, N, K) > 1
+    if variant in BARE_PARTS:
+        return variant in bare_variants(M, N, K, kind)
     return True
 
 
@@ -171,12 +211,18 @@ class MatmulPlan:
         self.mv_ok = b_vec and N % 4 == 0 and self.kind == "f32"
         self.words = [M, N, K, self.nb, a_off, a_rs, a_ks, int(a_vec), b_off, b_ks, b_ns, int(b_vec)]
         self.words += list(batch) + abst + bbst
-        self.key = autotune.shape_key("matmul", self.kind, (M, N, K, self.nb),
-                                      (a_ks == 1, b_ns == 1, M % 64 == 0, N % 64 == 0, K % 16 == 0))
+        # the bare kernel: one batch, both operands row-major and contiguous (vec4 rows: K and N
+        # are multiples of 16 and 128 there), bound from their offsets (binding-aligned)
+        al = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
+        self.bare = bare_variants(M, N, K, self.kind) if (
+            self.nb == 1 and a_ks == 1 and a_rs == K and b_ns == 1 and b_ks == N
+            and a_off % al == 0 and b_off % al == 0) else []
+        self.key = plan_key(self.kind, M, N, K, self.nb, a_ks == 1, b_ns == 1, len(self.bare))
 
     def variant(self, storage) -> str:
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
-        ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)]
+        ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)
+              and (v not in BARE_PARTS or v in self.bare)]
         v = autotune.forced("matmul")
         if v in ok:
             return v
@@ -299,6 +345,9 @@ class MatmulPlan:
     def _dispatch(self, variant, storage, prog, epi_words, out=None, ops=None, words=None, M=None, nb=None,
                   N=None) -> None:
         rt = self.rt
+        if variant in BARE_PARTS:      # (never for row blocks: _row_blocks takes default variants)
+            self._dispatch_bare(BARE_PARTS[variant], storage, prog, epi_words)
+            return
         if out is None:
             out = (storage.buf, 0, max(4, self.size * 4))
             ops = [(self.ga.storage.buf, 0, self.ga.storage.nbytes), (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
@@ -326,6 +375,45 @@ class MatmulPlan:
             tm, tn = _TILES[variant]
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
         self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words)
+
+    def _dispatch_bare(self, parts: int, storage, prog, epi_words) -> None:
+        """The bare kernel over whole tiles: C (vec4s), A and B bound from their offsets, the
+        sizes (M, N, K, k per part) as the uniform. In parts: planes of partial sums, then
+        ``render_reduce``'s kernel adds them (and runs the epilogue)."""
+        rt, M, N, K, size = self.rt, self.M, self.N, self.K, self.size
+        BM, BN = matmul_bare.CONFIG[:2]
+        sa, sb, a_off, b_off = self.ga.storage, self.gb.storage, self.words[4], self.words[8]
+        ops = [(sa.buf, a_off * 4, sa.nbytes - a_off * 4), (sb.buf, b_off * 4, sb.nbytes - b_off * 4)]
+        out = (storage.buf, 0, size * 4)
+        grid = (N // BN, M // BM, parts)
+        dims = [M, N, K, K // parts]
+        if parts == 1:
+            self._record_bare("matmul_bare", [out] + ops, dims, prog, epi_words, grid)
+            return
+        part = rt.alloc(parts * size * 4, "split-K partial sums")
+        pbuf = (part.buf, 0, parts * size * 4)
+        self._record_bare("matmul_bare", [pbuf] + ops, dims, None, None, grid)
+        self._record_bare("matmul_bare_reduce", [out, pbuf], [size // 4, parts, 0, 0], prog, epi_words,
+                          grid_1d((size // 4 + 255) // 256, rt.max_groups))
+
+    def _record_bare(self, name: str, bufs, words, prog, epi_words, grid) -> None:
+        """One dispatch of ``matmul_bare`` or its reduction; an epilogue's inputs are bound after
+        ``bufs``, its words follow ``words`` (4 of them), the uniform comes last."""
+        rt = self.rt
+        sig, base, first = None, len(words), len(bufs)
+        if prog is not None:
+            words = words + list(epi_words)
+            bufs = bufs + [(g.storage.buf, 0, g.storage.nbytes) for g in prog.leaves]
+            sig = (prog.sig, base, len(prog.shape))
+        info_n = (len(words) + 3) // 4
+
+        def source():   # WGSL generated on a pipeline-cache miss only
+            epi = None if prog is None else fusion.epilogue_source(prog, base, first)[0]
+            if name == "matmul_bare":
+                return matmul_bare.render_bare(*matmul_bare.CONFIG, epilogue=epi, info=info_n, info_binding=len(bufs))
+            return matmul_bare.render_reduce(epi, info_n, len(bufs))
+        pipe = rt.pipeline((name, matmul_bare.CONFIG, info_n, len(bufs), sig), source)
+        rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
     def _record(self, variant, bufs, prog, epi_words, split, grid, words=None) -> None:
         rt = self.rt

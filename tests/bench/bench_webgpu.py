@@ -238,7 +238,7 @@ def matmul_table(sizes, budget, cpu_adapter, cpu_peers=True):
         wg.evaluate(ta @ tb)
         wg.synchronize()
         row["autotune_s"] = time.perf_counter() - t0
-        key = autotune.shape_key("matmul", "f32", (n, n, n, 1), (True, True, n % 64 == 0, n % 64 == 0, n % 16 == 0))
+        key = linalg.plan_key("f32", n, n, n, bare=len(linalg.bare_variants(n, n, n, "f32")))
         row["chosen"] = autotune._table(rt).get(key, linalg.default_variant(rt, n, n, n, "f32"))
         one = gpu_timed(lambda: wg.evaluate(ta @ tb), 1)
         reps = reps_for(one, budget)

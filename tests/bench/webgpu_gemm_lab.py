@@ -7,7 +7,9 @@ outputs per thread (named vec4 accumulators), k tiles of BK in workgroup memory 
 as is, both as vec4 rows), S = 2 for double-buffered tiles (one barrier a tile, the next tile
 fetched into registers during the multiply) or 1 (two barriers), P parts of k (split-K: partial
 planes, then one reduction dispatch, timed with it). A is M x K and B is K x N, both row-major;
-M, N, K are multiples of the tiles (a lab: no bounds checks beyond WebGPU's own). ``rb:BMxBN/TMxTN/kBK[/pP]``
+M, N, K are multiples of the tiles (a lab: no bounds checks beyond WebGPU's own). These kernels come from
+``ember.webgpu.matmul_bare.render_bare``, the generator of ember's own ``bare`` / ``bare2`` matmul variants
+(``128x128/8x8/k16/s1`` and ``.../p2`` are exactly what ember runs for them). ``rb:BMxBN/TMxTN/kBK[/pP]``
 is ember's own kernel for that configuration (``ember.webgpu.linalg.render_rb``: bounds checks,
 strided layouts, the info words), to compare with.
 
@@ -24,6 +26,8 @@ import sys
 
 import numpy as np
 import wgpu
+
+from ember.webgpu.matmul_bare import render_bare, render_reduce
 
 DEFAULT_VARIANTS = ("128x128/8x8/k8/s2", "128x128/8x8/k16/s2", "128x128/8x8/k16/s1", "128x128/8x8/k32/s1",
                     "128x64/8x4/k16/s2", "128x64/8x8/k16/s2", "64x128/8x8/k16/s2", "64x64/8x8/k16/s2",
@@ -102,143 +106,10 @@ def gen(v: dict) -> str:
                               "EPILOGUE": "fn epilogue(acc: f32, i: u32) -> f32 { return acc; }",
                               **rb_layout(cfg, info_words(v["M"], v["N"], v["K"]))})
         return edit_rb(src, edits)
-    BM, BN, TM, TN, BK, S = v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"]
-    TX, TY = BN // TN, BM // TM
-    T = TX * TY
-    assert TM % 4 == 0 and TN % 4 == 0 and (BM * BK // 4) % T == 0 and (BK * BN // 4) % T == 0
-    LA, LB = BM * BK // 4 // T, BK * BN // 4 // T
-    L = []
-    w = L.append
-    w(f"@group(0) @binding(0) var<storage, read_write> C: array<{'f32' if v.get('cs') else 'vec4<f32>'}>;")
-    w("@group(0) @binding(1) var<storage, read> A: array<vec4<f32>>;")
-    w("@group(0) @binding(2) var<storage, read> B: array<vec4<f32>>;")
-    if v.get("u"):
-        w("@group(0) @binding(3) var<uniform> info: array<vec4<u32>, 3>;")
-        w("fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }")
-    else:
-        w("@group(0) @binding(3) var<uniform> dims: vec4<u32>;")
-    if v.get("al"):
-        w("@group(0) @binding(4) var<storage, read> A1: array<f32>;")
-        w("@group(0) @binding(5) var<storage, read> B1: array<f32>;")
-    w(f"var<workgroup> As: array<array<vec4<f32>, {BM // 4}>, {S * BK}>;")
-    w(f"var<workgroup> Bs: array<array<vec4<f32>, {BN // 4}>, {S * BK}>;")
-    w(f"@compute @workgroup_size({T})")
-    w("fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {")
-    if v.get("u"):
-        w("  let M = u(0u); let N = u(1u); let K = u(2u); let KC = u(3u);")
-    else:
-        w("  let M = dims.x; let N = dims.y; let K = dims.z; let KC = dims.w;")
-    w("  let kbeg = wg.z * KC; let kend = kbeg + KC;")
-    w(f"  let row0 = wg.y * {BM}u; let col0 = wg.x * {BN}u;")
-    w(f"  let tx = t % {TX}u; let ty = t / {TX}u;")
-    if v["W"]:
-        assert (BM, BN, TM, TN) == (128, 128, 8, 8)
-        w("  let ao = (t / 128u) * 16u + ((t % 32u) / 4u) * 2u; let bo = ((t / 32u) % 4u) * 8u + t % 4u;")
-        arow = lambda i: f"ao + {i}u"           # noqa: E731
-        bcol = lambda j: f"bo + {4 * j}u"       # noqa: E731
-    else:
-        arow = lambda i: f"ty + {i * TY}u"      # noqa: E731
-        bcol = lambda j: f"tx + {j * TX}u"      # noqa: E731
-    for r in range(TM):
-        for j in range(TN // 4):
-            w(f"  var c{r}_{j} = vec4<f32>();")
-    if v.get("al"):      # a use the compiler cannot drop (never true at run time)
-        w("  if (KC == 0xffffffffu) { c0_0.x = A1[t] + B1[t]; }")
-    # per-thread global load coordinates (constant over k)
-    for i in range(LA):
-        w(f"  let ea{i} = t + {i * T}u; let ar{i} = ea{i} / {BK // 4}u; let aq{i} = (ea{i} % {BK // 4}u) * 4u;")
-    for i in range(LB):
-        w(f"  let eb{i} = t + {i * T}u; let bk{i} = eb{i} / {BN // 4}u; let bc{i} = eb{i} % {BN // 4}u;")
-    for i in range(LA):
-        w(f"  var ga{i}: vec4<f32>;")
-    for i in range(LB):
-        w(f"  var gb{i}: vec4<f32>;")
-
-    def load(k0):
-        out = []
-        for i in range(LA):
-            out.append(f"ga{i} = A[((row0 + ar{i}) * K + {k0} + aq{i}) / 4u];")
-        for i in range(LB):
-            out.append(f"gb{i} = B[(({k0} + bk{i}) * N) / 4u + col0 / 4u + bc{i}];")
-        return " ".join(out)
-
-    def store(stage):
-        out = []
-        for i in range(LA):
-            for j in range(4):
-                out.append(f"As[{stage * BK}u + aq{i} + {j}u][ar{i} >> 2u][ar{i} & 3u] = ga{i}[{j}];")
-        for i in range(LB):
-            out.append(f"Bs[{stage * BK}u + bk{i}][bc{i}] = gb{i};")
-        return " ".join(out)
-
-    def tile(stage):
-        out = []
-        for kk in range(BK):
-            r = stage * BK + kk
-            loads = [f"let a{i} = As[{r}][{arow(i)}];" for i in range(TM // 4)]
-            loads += [f"let b{j} = Bs[{r}][{bcol(j)}];" for j in range(TN // 4)]
-            out.append("    { " + " ".join(loads))
-            for rr in range(TM):
-                a = f"a{rr // 4}.{'xyzw'[rr % 4]}"
-                out.append("      " + " ".join(f"c{rr}_{j} = c{rr}_{j} + {a} * b{j};" for j in range(TN // 4)))
-            out.append("    }")
-        return "\n".join(out)
-
-    w(f"  {load('kbeg')}")
-    w(f"  {store(0)}")
-    w("  workgroupBarrier();")
-    if S == 2:
-        w(f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {2 * BK}u) {{")
-        w(f"    let more1 = k0 + {BK}u < kend;")
-        w(f"    if (more1) {{ {load(f'k0 + {BK}u')} }}")
-        w(tile(0))
-        w(f"    if (more1) {{ {store(1)} }}")
-        w("    workgroupBarrier();")
-        w("    if (!more1) { break; }")
-        w(f"    let more2 = k0 + {2 * BK}u < kend;")
-        w(f"    if (more2) {{ {load(f'k0 + {2 * BK}u')} }}")
-        w(tile(1))
-        w(f"    if (more2) {{ {store(0)} }}")
-        w("    workgroupBarrier();")
-        w("  }")
-    else:
-        w(f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {BK}u) {{")
-        w(f"    let more = k0 + {BK}u < kend;")
-        w(f"    if (more) {{ {load(f'k0 + {BK}u')} }}")
-        w(tile(0))
-        w("    workgroupBarrier();")
-        w(f"    if (more) {{ {store(0)} }}")
-        w("    workgroupBarrier();")
-        w("  }")
-    w("  let cb = wg.z * M * N / 4u;")
-    for i in range(TM // 4):
-        for q in range(4):
-            rr = i * 4 + q
-            w(f"  {{ let row = row0 + ({arow(i)}) * 4u + {q}u;")
-            for j in range(TN // 4):
-                if v.get("cs"):
-                    w(f"    {{ let o = cb * 4u + row * N + col0 + ({bcol(j)}) * 4u; let x = c{rr}_{j};"
-                      " C[o] = x.x; C[o + 1u] = x.y; C[o + 2u] = x.z; C[o + 3u] = x.w; }")
-                else:
-                    w(f"    C[cb + row * N / 4u + col0 / 4u + {bcol(j)}] = c{rr}_{j};")
-            w("  }")
-    w("}")
-    return "\n".join(L)
+    return render_bare(v["BM"], v["BN"], v["TM"], v["TN"], v["BK"], v["S"], warp=v["W"], cs=v.get("cs", False),
+                       al=v.get("al", False), u=v.get("u", False))
 
 
-REDUCE = """
-@group(0) @binding(0) var<storage, read_write> O: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> P: array<vec4<f32>>;
-@group(0) @binding(2) var<uniform> dims: vec4<u32>;   // (M*N/4, parts)
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) g: vec3<u32>) {
-  let i = g.x + g.y * 65535u * 256u;
-  if (i >= dims.x) { return; }
-  var s = P[i];
-  for (var z = 1u; z < dims.y; z = z + 1u) { s = s + P[z * dims.x + i]; }
-  O[i] = s;
-}
-"""
 
 
 def parse_shape(s: str):
@@ -258,7 +129,7 @@ class Lab:
         self.qs = self.dev.create_query_set(type="timestamp", count=2)
         self.qbuf = self.dev.create_buffer(size=256, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
         self.reduce = self.dev.create_compute_pipeline(
-            layout="auto", compute={"module": self.dev.create_shader_module(code=REDUCE), "entry_point": "main"})
+            layout="auto", compute={"module": self.dev.create_shader_module(code=render_reduce()), "entry_point": "main"})
 
     def buf(self, data=None, size=None):
         u = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
