@@ -212,6 +212,18 @@ def test_attention_against_float64(mode, ran, T, hq, hkv, d, C, pos, window, sof
     assert ran["attention"] == (1 if mode == "native" and d % 4 == 0 else 0)
 
 
+@pytest.mark.parametrize("T,pos,native", [(54, 256, False), (40, 30, False), (40, 30, True), (1, 1900, True)])
+def test_attention_prompt_chunks(mode, ran, monkeypatch, T, pos, native):
+    """Prompt chunks past NATIVE_ATTENTION_WORK run the numpy path (a decode step never does);
+    forced native, the kernel's many-row case against float64."""
+    if native:
+        monkeypatch.setattr(nl, "NATIVE_ATTENTION_WORK", 1 << 30)
+    q, k, v, kc, vc = _case(7 + T, T, 9, 3, 64, 2048)
+    y, kc2, vc2 = _attend(q, k, v, kc, vc, pos, window=500)
+    np.testing.assert_allclose(y, ref_attention(q, kc2, vc2, pos, 1 / 8, 500), rtol=1e-5, atol=2e-6)
+    assert ran["attention"] == (1 if mode == "native" and native else 0)
+
+
 def test_attention_scale_and_underflow(mode):
     """Scores far apart (exp below float32's range for most rows: the kernel's 0 there) and a
     scale that is not 1/sqrt(D). A score's float32 rounding (~6e-8 |s|) moves its weight by as
@@ -252,6 +264,16 @@ def test_attention_bad_position_writes_nothing(mode):
         with pytest.raises(ShapeError, match="do not fit a cache of 6"):
             ember.attention_cached(_t(q), _t(k), _t(v), tk, tv, ember.tensor([pos], dtype="int32", device="numpy"))
         assert np.array_equal(tk.numpy(), kc) and np.array_equal(tv.numpy(), vc)
+
+
+def test_attention_read_only_cache_is_not_written(mode):
+    """A read-only cache: the numpy path's error, and the kernel never writes into it."""
+    q, k, v, kc, vc = _case(3, 1, 4, 2, 8, 6)
+    tk, tv = _t(kc), _t(vc)
+    tk._buf.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        ember.attention_cached(_t(q), _t(k), _t(v), tk, tv, ember.tensor([2], dtype="int32", device="numpy"))
+    assert np.array_equal(tk.numpy(), kc)
 
 
 def test_attention_nan_stays_in_its_head(mode):

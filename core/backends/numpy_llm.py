@@ -44,6 +44,13 @@ _NATIVE_SIGS = {
     "ember_wasm_attention_cached_f32": (_I, (_P,) * 9 + (ctypes.c_float,)),
 }
 _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
+# attention_cached runs natively for one new token at any position, for T > 1 tokens at position p
+# while T (4p + T) <= NATIVE_ATTENTION_WORK, else the numpy path (notes/native-llm.md, 2 cores,
+# alternating; SmolLM2's heads 9/3/64): the kernel's cost grows with the rows it attends,
+# T (p + T/2) at ~0.11 ns per multiply-add, the numpy path's BLAS products are 3-4x cheaper per
+# score from ~8 query rows on (a decode step: native 1.3-2x at every position to 1900; T = 2 at
+# p = 1000 0.97x, T = 16 at p = 100 0.79x, T = 8 at p = 100 1.0x, a first chunk of 64 1.15x, of 96 1.0x)
+NATIVE_ATTENTION_WORK = 4096
 _LIMIT = 1 << 31
 _local = threading.local()
 _PRM: dict = {}   # attention's parameter tables by value (read only by the kernel): (array, its address)
@@ -65,6 +72,18 @@ def _c32(t):
     return np.ascontiguousarray(t._buf, dtype=np.float32)
 
 
+_char_at, _address = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _addr(a) -> int:
+    """The address of a C-contiguous array's data: through ctypes' buffer export (~0.25 us)
+    where the array is writable, else ``a.ctypes.data`` (~1 us: a decode step passes ~500)."""
+    try:
+        return _address(_char_at(a))
+    except TypeError:   # read-only
+        return a.ctypes.data
+
+
 def _native_rms_norm(x, w, eps: float):
     fn = _native_fn("ember_wasm_rms_norm_f32")
     shape = x.shape
@@ -74,7 +93,7 @@ def _native_rms_norm(x, w, eps: float):
         return None
     a, g = _c32(x), _c32(w)
     y = np.empty(shape, np.float32)
-    fn(a.ctypes.data, g.ctypes.data, y.ctypes.data, rows, n, eps)
+    fn(_addr(a), _addr(g), _addr(y), rows, n, eps)
     return y
 
 
@@ -85,7 +104,7 @@ def _native_rope(x, cos, sin, mode: str):
         return None
     a, c, s = _c32(x), _c32(cos), _c32(sin)
     y = np.empty((T, H, D), np.float32)
-    fn(a.ctypes.data, c.ctypes.data, s.ctypes.data, y.ctypes.data, T, H, D, _MODES[mode])
+    fn(_addr(a), _addr(c), _addr(s), _addr(y), T, H, D, _MODES[mode])
     return y
 
 
@@ -111,30 +130,31 @@ def _prm(*values) -> int:
 
 def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: float, p0: int):
     """llm.c's attention_cached_f32 (writes k, v into the caches, then attends), or None where it
-    does not apply: D not a multiple of 4 (its vectors), caches that are not C-contiguous float32
-    (written in place), sizes past int32."""
+    does not apply: a prompt chunk past NATIVE_ATTENTION_WORK, D not a multiple of 4 (its vectors), caches that are not writable C-contiguous
+    float32 (written in place: the numpy path raises for a read-only one), sizes past int32."""
     fn = _native_fn("ember_wasm_attention_cached_f32")
     T, hq, d = q.shape
     C, hkv, _ = kc.shape
     kb, vb = kc._buf, vc._buf
-    try:   # the kernel takes softcap's float32 bits (> 0: on)
-        cap = struct.unpack("<i", struct.pack("<f", softcap))[0]
-    except OverflowError:
-        return None
-    if softcap and not 0 < cap < 0x7F800000:   # 0 or inf in float32: left to the numpy path's rule
-        return None
-    if (fn is None or d % 4 or T * hq * d == 0 or C * hkv * d >= _LIMIT or T * hq * d >= _LIMIT
+    cap = 0
+    if softcap:   # the kernel takes softcap's float32 bits (> 0: on)
+        try:
+            cap = struct.unpack("<i", struct.pack("<f", softcap))[0]
+        except OverflowError:
+            return None
+        if not 0 < cap < 0x7F800000:   # 0 or inf in float32: left to the numpy path's rule
+            return None
+    if (fn is None or d % 4 or T * hq * d == 0 or (T > 1 and T * (4 * p0 + T) > NATIVE_ATTENTION_WORK) or C * hkv * d >= _LIMIT or T * hq * d >= _LIMIT
             or not (kb.dtype == np.float32 and vb.dtype == np.float32 and kb.flags.c_contiguous
-                    and vb.flags.c_contiguous)):
+                    and vb.flags.c_contiguous and kb.flags.writeable and vb.flags.writeable)):
         return None
     qa, ka, va = _c32(q), _c32(k), _c32(v)
     pa = np.ascontiguousarray(pos._buf, dtype=np.int32)
     group = hq // hkv
     y = np.empty((T, hq, d), np.float32)
     # a window of at least C rows never cuts a row off: none
-    rc = fn(qa.ctypes.data, ka.ctypes.data, va.ctypes.data, kb.ctypes.data, vb.ctypes.data, pa.ctypes.data,
-            y.ctypes.data, _scratch_at(group * (C + 1)), _prm(T, hq, hkv, d, C, window if window < C else 0, cap),
-            scale)
+    rc = fn(_addr(qa), _addr(ka), _addr(va), _addr(kb), _addr(vb), _addr(pa), _addr(y), _scratch_at(group * (C + 1)),
+            _prm(T, hq, hkv, d, C, window if window < C else 0, cap), scale)
     if rc:
         check_pos(int(pa.reshape(-1)[0]), T, C)   # the kernel checks only what check_pos did: never here
         raise ShapeError(f"attention_cached: the native kernel failed ({rc}) for q {tuple(q.shape)}, "
