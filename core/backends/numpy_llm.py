@@ -9,9 +9,9 @@ for this CPU through SIMDe, see ``ember.native``), the three ops call them inste
 below), with the wasm backend's argument layout (``ember.wasm.ops_quant``): rms_norm and rope in
 float64 from the float32 inputs, one rounding per result (rope's results are the python
 specification's bit for bit; the numpy paths round in float32 at every step), attention in
-float32 with its own exp (within ~1e-6 relative of the numpy path). A decode step makes ~100 such
-calls of a few microseconds each, so each runs on one thread (no split over ``parallel_for``,
-whose hand-off costs more). ``ember.native.disabled()`` or ``EMBER_NATIVE=0`` runs the numpy paths.
+float32 with its own exp (within ~1e-6 relative of the numpy path). A SmolLM2 decode step makes
+~150 such calls of a few microseconds each, so each runs on one thread (no split over
+``parallel_for``, whose hand-off costs more). ``ember.native.disabled()`` or ``EMBER_NATIVE=0`` runs the numpy paths.
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
 # attention_cached runs natively for one new token at any position, for T > 1 tokens at position p
 # while T (4p + T) <= NATIVE_ATTENTION_WORK, else the numpy path (notes/native-llm.md, 2 cores,
 # alternating; SmolLM2's heads 9/3/64): the kernel's cost grows with the rows it attends,
-# T (p + T/2) at ~0.11 ns per multiply-add, the numpy path's BLAS products are 3-4x cheaper per
-# score from ~8 query rows on (a decode step: native 1.3-2x at every position to 1900; T = 2 at
+# T (p + T/2) rows at ~0.1 ns per multiply-add (scores and values); the numpy path's BLAS products
+# are 3-4x cheaper per score from ~8 query rows on (a decode step: native 1.3-2x at every position to 1900; T = 2 at
 # p = 1000 0.97x, T = 16 at p = 100 0.79x, T = 8 at p = 100 1.0x, a first chunk of 64 1.15x, of 96 1.0x)
 NATIVE_ATTENTION_WORK = 4096
 _LIMIT = 1 << 31
@@ -130,8 +130,9 @@ def _prm(*values) -> int:
 
 def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: float, p0: int):
     """llm.c's attention_cached_f32 (writes k, v into the caches, then attends), or None where it
-    does not apply: a prompt chunk past NATIVE_ATTENTION_WORK, D not a multiple of 4 (its vectors), caches that are not writable C-contiguous
-    float32 (written in place: the numpy path raises for a read-only one), sizes past int32."""
+    does not apply: a prompt chunk past NATIVE_ATTENTION_WORK, D not a multiple of 4 (its vectors),
+    caches that are not writable C-contiguous float32 (written in place: the numpy path raises for a
+    read-only one), sizes past int32."""
     fn = _native_fn("ember_wasm_attention_cached_f32")
     T, hq, d = q.shape
     C, hkv, _ = kc.shape
@@ -144,7 +145,8 @@ def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: 
             return None
         if not 0 < cap < 0x7F800000:   # 0 or inf in float32: left to the numpy path's rule
             return None
-    if (fn is None or d % 4 or T * hq * d == 0 or (T > 1 and T * (4 * p0 + T) > NATIVE_ATTENTION_WORK) or C * hkv * d >= _LIMIT or T * hq * d >= _LIMIT
+    if (fn is None or d % 4 or T * hq * d == 0 or (T > 1 and T * (4 * p0 + T) > NATIVE_ATTENTION_WORK)
+            or C * hkv * d >= _LIMIT or T * hq * d >= _LIMIT
             or not (kb.dtype == np.float32 and vb.dtype == np.float32 and kb.flags.c_contiguous
                     and vb.flags.c_contiguous and kb.flags.writeable and vb.flags.writeable)):
         return None
