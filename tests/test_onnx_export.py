@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import ember
+import ember.native
 import ember.onnx
 from ember.errors import UnsupportedOp
 from ember.onnx import exporter
@@ -167,7 +168,11 @@ def test_llama_block_round_trip(tmp_path, quantized):
         assert not any("q8" in o.lower() for o in r["ops"])
     ids5 = np.array([5, 9, 2, 6, 5], np.int32)
     feeds = {"ids": ids5, "pos": np.array([0], np.int32)}
-    _back(path, tmp_path, feeds, _check(path, step, feeds)[0])
+    # the graph holds the dequantized weights' float product; the numpy device's native qlinear
+    # (ember.native: the page's kernels) rounds activations to int16 per block, so ember's side
+    # runs its float path here
+    with ember.native.disabled():
+        _back(path, tmp_path, feeds, _check(path, step, feeds)[0])
 
 
 # ---- every op of the op cases that ONNX can express -------------------------------------------------
