@@ -51,8 +51,9 @@ Natively (CPython):
 - llama-cpp-python 0.3.36 (CPU, 1 and 2 threads; tests/bench/llm/llamacpp_peer.py). PyPI has only
   its source: the bench builds it once into ~/.cache/ember/bench_llm/llamacpp-venv ($EMBER_BENCH_CACHE
   overrides the folder; outside the repository, so clones share it) with
-  ``CMAKE_ARGS="-DGGML_NATIVE=OFF" MAKEFLAGS=-jN pip install llama-cpp-python==0.3.36`` (about
-  5 min on 2 cores; pip's wheel cache makes a rebuild instant); a failed build is one "n/a" row
+  ``CMAKE_ARGS="-DGGML_NATIVE=ON" MAKEFLAGS=-jN pip install --no-cache-dir llama-cpp-python==0.3.36``
+  (about 5 min on 2 cores): code for this CPU, as ember's numpy backend's native kernels are
+  (ember.native, -march=native); no wheel cache, which could hand back a build for other flags; a failed build is one "n/a" row
   per file saying so (log llamacpp-build.log next to the venv), never a failed bench. ``--llama-cpp-python PY`` uses another
   interpreter that has it.
 - PyTorch (tests/bench/llm/torch_peer.py, run with ``--torch-python PY`` or this interpreter if it
@@ -622,11 +623,11 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
     jobs = max(1, os.cpu_count() or 1)
     log(f"building llama-cpp-python=={LLAMA_CPP_VERSION} into {LLAMA_CPP_VENV} "
         f"(about 5 min on 2 cores; log {logf})")
-    env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=OFF", MAKEFLAGS=f"-j{jobs}")
+    env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON", MAKEFLAGS=f"-j{jobs}")
     t = time.monotonic()
     with open(logf, "w") as lf:
         ok = subprocess.run([sys.executable, "-m", "venv", str(LLAMA_CPP_VENV)], stdout=lf, stderr=lf).returncode == 0
-        ok = ok and subprocess.run([str(py), "-m", "pip", "install", f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
+        ok = ok and subprocess.run([str(py), "-m", "pip", "install", "--no-cache-dir", f"llama-cpp-python=={LLAMA_CPP_VERSION}"],
                                    stdout=lf, stderr=lf, env=env).returncode == 0
     if not ok or subprocess.run(check, capture_output=True).returncode != 0:
         tail = logf.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
@@ -1394,7 +1395,7 @@ def main(argv=None) -> int:
                 "python3 build.py bench llm --native-only --devices webgpu    # GPU machine: ember webgpu vs PyTorch CUDA",
                 "python3 build.py bench llm --native-only --devices numpy --peers torch "
                 "--torch-python /work/refvenv/bin/python   # PyTorch CPU path",
-                f'CMAKE_ARGS="-DGGML_NATIVE=OFF" MAKEFLAGS=-j2 pip install llama-cpp-python=={LLAMA_CPP_VERSION}'
+                f'CMAKE_ARGS="-DGGML_NATIVE=ON" MAKEFLAGS=-j2 pip install --no-cache-dir llama-cpp-python=={LLAMA_CPP_VERSION}'
                 "   # what the bench runs once into ~/.cache/ember/bench_llm/llamacpp-venv",
             ]}
     stem = "results" if in_browser and natively else ("results-browser" if in_browser else
