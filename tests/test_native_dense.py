@@ -6,6 +6,7 @@ kept), the same bits on any number of column ranges, the cases left to numpy, an
 point's refusals."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import numpy as np
@@ -309,3 +310,107 @@ def test_rows_kernel_dilation_and_refusals():
         g = np.array(geom, np.int64)
         assert fn(wp.ctypes.data, xp.ctypes.data, None, out.ctypes.data, g.ctypes.data, ap.ctypes.data, r0, r1) == -1
         assert (out == 7).all()
+
+
+# ---- ember_gemv: 1x1 convolutions at one pixel (squeeze-excite) and one-row linears ---------------
+
+GEMV_SHAPES = [(1, 1), (5, 3), (15, 4), (16, 8), (17, 9), (33, 5), (96, 24), (144, 576), (576, 144), (1024, 1000)]
+
+
+@pytest.mark.parametrize("c,o", GEMV_SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("native", [True, False])
+def test_gemv_conv_and_linear_on_and_off(c, o, bias, native):
+    """A 1x1 convolution at one pixel and a linear of one row, against float64, library on and off;
+    with the library on, the kernel really runs (every K tail 1..16 and row remainder 0..3 above)."""
+    if native:
+        native_or_skip()
+    t = lambda a: ember.from_numpy(a, device="numpy")   # noqa: E731
+    x = rng.standard_normal((1, c)).astype(np.float32)
+    w = rng.standard_normal((o, c)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32) if bias else None
+    ref = x.astype(np.float64) @ w.T.astype(np.float64) + (0 if b is None else b.astype(np.float64))
+    tol = tolerance(x, w, b)
+    with contextlib.nullcontext() if native else nat.disabled():
+        for _ in range(2):                                 # (the second conv call: from _DENSE_CALLS)
+            yc = conv(x.reshape(1, c, 1, 1), w.reshape(o, c, 1, 1), b, (1, 1), ((0, 0), (0, 0)))
+            assert yc.shape == (1, o, 1, 1) and yc.dtype == np.float32
+            assert np.abs(yc.reshape(1, o) - ref).max() <= tol
+        yl = ember.linear(t(x), t(w), None if b is None else t(b)).numpy()
+        assert yl.shape == (1, o) and np.abs(yl - ref).max() <= tol
+        taken = numpy_nn._gemv_native(w, x[0], b)
+        assert (taken is not None) == native
+    if native:
+        assert np.array_equal(taken, yl[0])
+
+
+@pytest.mark.parametrize("act", ["relu", "clip", "hard_sigmoid", "hard_swish"])
+@pytest.mark.parametrize("o", [1, 15, 16, 17, 144])
+def test_gemv_activation_epilogue_same_bits_as_the_pass(act, o):
+    """The epilogue (+ bias, then the activation) rounds as numpy's separate steps: the same bits as
+    the product without it, + bias in numpy, then the activation pass; NaN rows stay NaN."""
+    native_or_skip()
+    c = 37
+    x = rng.standard_normal(c).astype(np.float32)
+    w = rng.standard_normal((o, c)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    tol = 2 * tolerance(x[None], w, b)
+    if o > 1:
+        w[o // 2, 3] = np.nan                         # (one row NaN: NaN out, whatever the activation)
+    args = (1 / 6, 0.5, -0.75, 1.5)
+    y = numpy_nn._gemv_native(w, x, b, act, args)
+    plain = numpy_nn._gemv_native(w, x, None)
+    plain += b
+    with nat.disabled():
+        want = numpy_nn.activation_(plain, act, args)
+    np.testing.assert_array_equal(y, want)
+    assert o == 1 or np.isnan(y[o // 2])
+    ref = acts(w.astype(np.float64) @ x.astype(np.float64) + b, act, *args)
+    ok = ~np.isnan(ref)
+    assert np.abs(y[ok] - ref[ok]).max() <= tol
+
+
+def test_gemv_same_bits_on_any_row_range_and_refusals():
+    native_or_skip()
+    fn = nat.kernel("ember_gemv", I64, P, P, P, P, P, P, I64, I64)
+    m, k = 23, 45
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    x = rng.standard_normal(k).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    ap = np.array((1 / 6, 0.5, 0, 1), np.float32)
+    g = np.array([m, k, 1, 1, 1, 4], np.int64)
+    whole = np.empty(m, np.float32)
+    assert fn(w.ctypes.data, x.ctypes.data, b.ctypes.data, whole.ctypes.data, g.ctypes.data, ap.ctypes.data, 0, m) == 0
+    parts = np.full(m, np.nan, np.float32)
+    for o0, o1 in ((0, 1), (1, 6), (6, 6), (6, 19), (19, 23)):
+        assert fn(w.ctypes.data, x.ctypes.data, b.ctypes.data, parts.ctypes.data, g.ctypes.data, ap.ctypes.data,
+                  o0, o1) == 0
+    np.testing.assert_array_equal(parts, whole)
+    y = np.full(m, 7.0, np.float32)
+    for geom, o0, o1 in [([0, k, 1, 1, 1, 0], 0, 0), ([m, 0, 1, 1, 1, 0], 0, m), ([m, k, 2, 1, 1, 0], 0, m),
+                         ([m, k, 1, 1, 1, 5], 0, m), ([m, k, 1, 1, 1, -1], 0, m), ([m, k, 1, 1, 1, 0], 0, m + 1),
+                         ([m, k, 1, 1, 1, 0], 5, 4), ([m, k, 1, 1, 1, 0], -1, 3)]:
+        gg = np.array(geom, np.int64)
+        assert fn(w.ctypes.data, x.ctypes.data, None, y.ctypes.data, gg.ctypes.data, ap.ctypes.data, o0, o1) == -1
+    assert (y == 7).all()
+    # left to numpy / BLAS: other dtypes, mismatched shapes, products above _NATIVE_GEMV_MAX_MACS
+    assert numpy_nn._gemv_native(w.astype(np.float64), x, None) is None
+    assert numpy_nn._gemv_native(w, x[:-1], None) is None
+    assert numpy_nn._gemv_native(w, x, b[:-1]) is None
+    old = numpy_nn._NATIVE_GEMV_MAX_MACS
+    try:
+        numpy_nn._NATIVE_GEMV_MAX_MACS = m * k - 1
+        assert numpy_nn._gemv_native(w, x, None) is None
+    finally:
+        numpy_nn._NATIVE_GEMV_MAX_MACS = old
+
+
+def test_gemv_strided_operands():
+    """A transposed weight (the linear's w.T view of another matrix) and a strided row are copied."""
+    native_or_skip()
+    w = np.ascontiguousarray(rng.standard_normal((40, 30)).astype(np.float32).T)[:, ::2]   # (30, 20) strided
+    x = rng.standard_normal((2, 20)).astype(np.float32)[:, ::1][0]
+    xs = rng.standard_normal(40).astype(np.float32)[::2]
+    for xx in (x, xs):
+        y = numpy_nn._gemv_native(w, xx, None)
+        assert np.abs(y - w.astype(np.float64) @ xx.astype(np.float64)).max() <= tolerance(xx[None], w, None)

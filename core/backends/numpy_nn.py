@@ -444,6 +444,11 @@ def _linear(out, x, weight, bias=None):
     a, w = _f(x), _f(weight)
     if a.ndim > 2 and a.flags.c_contiguous:
         a = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+    if a.ndim == 2 and a.shape[0] == 1 and w.ndim == 2:
+        # one row (a classifier's at batch 1): the native matrix-vector kernel, bias included
+        y = _gemv_native(w, a[0], None if bias is None else _f(bias))
+        if y is not None:
+            return _out(y.reshape(out.shape), out)
     y = matmul(a, w.T)
     if bias is not None:
         y += _f(bias)
@@ -891,6 +896,9 @@ _NATIVE_DIRECT_MIN_PIXELS = 1024
 # and this many output pixels
 _NATIVE_ROWS_MIN_WIDTH = 16
 _NATIVE_ROWS_MIN_PIXELS = 1024
+# dense.c's ember_gemv (one output pixel of a 1x1 convolution, one row of a linear) up to this many
+# multiply-adds; larger products keep BLAS (its threads)
+_NATIVE_GEMV_MAX_MACS = 1 << 23
 _NATIVE_DENSE_ACTS = {None: 0, "relu": 1, "clip": 2, "hard_sigmoid": 3, "hard_swish": 4}
 
 
@@ -936,6 +944,8 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
     direct = not one and k <= _NATIVE_DIRECT_MAX_K
     taps = not one and not direct and stride == (1, 1) and ow >= _NATIVE_ROWS_MIN_WIDTH \
         and oh * ow >= _NATIVE_ROWS_MIN_PIXELS
+    if one and n == 1 and oh * ow == 1:
+        return _conv_gemv_native(key, a, w, bias, o, c, act, act_args)
     if direct:
         if oh * ow < _NATIVE_DIRECT_MIN_PIXELS:
             return None
@@ -994,6 +1004,54 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
         else:
             parallel_for(parts, run)
     return y
+
+
+def _gemv_native(w, x, bias, act=None, act_args=(0, 0, 0, 0)):
+    """``act(w @ x + bias)`` by dense.c's ember_gemv: float32 ``w`` (M, K) C-contiguous, ``x`` (K,)
+    contiguous, ``bias`` (M,) or None; the (M,) float32 result. None where the library is not in
+    use or the case is not taken (other dtypes, more than _NATIVE_GEMV_MAX_MACS: BLAS's threads)."""
+    m, k = w.shape
+    if w.dtype != np.float32 or x.dtype != np.float32 or (bias is not None and bias.dtype != np.float32) \
+            or not m or not k or m * k > _NATIVE_GEMV_MAX_MACS or x.shape != (k,) \
+            or (bias is not None and bias.shape != (m,)):
+        return None
+    fn = native.kernel("ember_gemv", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
+    if fn is None:
+        return None
+    w = w if w.flags.c_contiguous else np.ascontiguousarray(w)
+    x = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    if bias is not None and not bias.flags.c_contiguous:
+        bias = np.ascontiguousarray(bias)
+    y = np.empty(m, np.float32)
+    geom = np.array([m, k, 1, 1, 1, _NATIVE_DENSE_ACTS[act]], np.int64)
+    ap = np.array(act_args, np.float32)
+    if fn(w.ctypes.data, x.ctypes.data, None if bias is None else bias.ctypes.data, y.ctypes.data,
+          geom.ctypes.data, ap.ctypes.data, 0, m):
+        raise DeviceError(f"linear: the native matrix-vector kernel refused geometry {geom.tolist()}")
+    return y
+
+
+def _conv_gemv_native(key, a, w, bias, o, c, act, act_args):
+    """A 1x1 convolution of one image at one pixel (squeeze-excite's) as ``_gemv_native``, the
+    (1, O, 1, 1) result; a call with a bias kept in _DENSE_CALLS as ember_conv_gemm's are."""
+    x = a.reshape(c) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(c)
+    wm = w.reshape(o, c) if w.flags.c_contiguous else np.ascontiguousarray(w).reshape(o, c)
+    y = _gemv_native(wm, x, bias, act, act_args)
+    if y is None:
+        return None
+    if bias is not None and bias.flags.c_contiguous and a.flags.c_contiguous:
+        fn = native.kernel("ember_gemv", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
+        geom = np.array([o, c, 1, 1, 1, _NATIVE_DENSE_ACTS[act]], np.int64)
+        ap = np.array(act_args, np.float32)
+        if len(_DENSE_CALLS) >= _DENSE_CALLS_MAX:
+            _DENSE_CALLS.clear()
+        try:
+            _DENSE_CALLS[key] = (weakref.ref(w), weakref.ref(bias), native.lib(), fn,
+                                 (wm.ctypes.data, bias.ctypes.data, geom.ctypes.data, ap.ctypes.data),
+                                 (1, o, 1, 1), o, (wm, bias, ap), geom)
+        except TypeError:                    # (a buffer without weak references: not kept)
+            pass
+    return y.reshape(1, o, 1, 1)
 
 
 def activation_(y, act, act_args):

@@ -376,3 +376,68 @@ EXPORT i64 ember_conv_rows(const f32 *wp, const f32 *x, const f32 *bias, f32 *y,
     }
   return 0;
 }
+
+/* ---- matrix-vector: one output pixel / one row of a linear --------------------------------------
+ *
+ *   y[o] = act(bias[o] + sum_k W[o, k] x[k])      o in [o0, o1)
+ *
+ * W is row-major (M, K), rows K apart (a 1x1 convolution's or a linear's weight as it is: no packed
+ * copy), x K contiguous floats, y M floats. The packed kernels above use 1 lane of 16 for one
+ * column; here 4 rows are read at once, each into its own VW-lane accumulator.
+ * Order of the float32 math, per output: lane l sums W[o, k] x[k] for k = l, l + VW, ... ascending
+ * (fused multiply-adds; the last vector of a row its lanes only), then the lanes pairwise (lane i +=
+ * lane i + h for h = VW / 2, ..., 1), then + bias, then the activation, rounded as above. Bits do
+ * not depend on the row range. Returns 0, or -1 with nothing written for a geometry it does not
+ * take. geom: [0] M [1] K [2] N (must be 1) [3] ldx [4] ldy (unused) [5] activation. */
+INLINE f32 hsum(vf v) {
+  f32 t[VW];
+  memcpy(t, &v, sizeof t);
+  for (int h = VW / 2; h > 0; h /= 2)
+    for (int i = 0; i < h; i++) t[i] += t[i + h];
+  return t[0];
+}
+
+EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap, i64 o0,
+                      i64 o1) {
+  const i64 M = g[G_M], K = g[G_K], act = g[G_ACT];
+  if (M <= 0 || K <= 0 || g[G_N] != 1 || act < 0 || act >= ACT_COUNT || o0 < 0 || o1 > M || o0 > o1) return -1;
+  const i64 kv = K / VW * VW, tail = K - kv;
+  i64 o = o0;
+  for (; o + 4 <= o1; o += 4) {
+    const f32 *w0 = w + o * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (i64 k = 0; k < kv; k += VW) {
+      const vf xv = load(x + k);
+      a0 += load(w0 + k) * xv; a1 += load(w1 + k) * xv; a2 += load(w2 + k) * xv; a3 += load(w3 + k) * xv;
+    }
+    if (tail) {
+      const vf xv = load_part(x + kv, tail);
+      a0 += load_part(w0 + kv, tail) * xv; a1 += load_part(w1 + kv, tail) * xv;
+      a2 += load_part(w2 + kv, tail) * xv; a3 += load_part(w3 + kv, tail) * xv;
+    }
+    y[o] = hsum(a0); y[o + 1] = hsum(a1); y[o + 2] = hsum(a2); y[o + 3] = hsum(a3);
+  }
+  for (; o < o1; o++) {
+    const f32 *w0 = w + o * K;
+    vf a0 = {0};
+    for (i64 k = 0; k < kv; k += VW) a0 += load(w0 + k) * load(x + k);
+    if (tail) a0 += load_part(w0 + kv, tail) * load_part(x + kv, tail);
+    y[o] = hsum(a0);
+  }
+  /* the epilogue over [o0, o1): + bias, then the activation (ember_conv_gemm's, vector by vector) */
+  for (i64 i = o0; i < o1; i += VW) {
+    const i64 n = o1 - i < VW ? o1 - i : VW;
+    vf v = n == VW ? load(y + i) : load_part(y + i, n);
+    if (bias) v = v + (n == VW ? load(bias + i) : load_part(bias + i, n));
+    switch (act) {
+      case ACT_NONE: break;
+      case ACT_RELU: v = finish(v, 0, 0.0f, ACT_RELU, ap); break;
+      case ACT_CLIP: v = finish(v, 0, 0.0f, ACT_CLIP, ap); break;
+      case ACT_HARD_SIGMOID: v = finish(v, 0, 0.0f, ACT_HARD_SIGMOID, ap); break;
+      default: v = finish(v, 0, 0.0f, ACT_HARD_SWISH, ap); break;
+    }
+    if (n == VW) store(y + i, v);
+    else store_part(y + i, v, n);
+  }
+  return 0;
+}
