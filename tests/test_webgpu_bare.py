@@ -3,6 +3,7 @@
 split-K, epilogues, autotune's table, the layouts and shapes just off its case (which must take
 another variant), ``EMBER_WEBGPU_BARE=0``, and the GEMM lab running the same text. Skipped where
 no adapter exists."""
+import math
 import os
 import sys
 
@@ -254,3 +255,28 @@ def test_bare_in_a_replayed_plan(variant, ran):
         fast = f.plan_for(gpu(xs[0])).fast
     d = fast.describe()
     assert d["stream"] and d["replays"] >= 2, d
+
+
+def test_autotune_keeps_bare_off_products_with_an_epilogue(tmp_path, monkeypatch, ran):
+    """A product with an epilogue (here a bias and GELU fused into it) never gets bare from autotune
+    (it times variants without the epilogue, and bare's epilogue form ran slower on an H100's BERT
+    layers): the candidates and the key are those without bare, even with a table entry naming
+    bare for the same shape without an epilogue; forcing bare still runs it."""
+    monkeypatch.setitem(autotune._STATE, "enabled", True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(autotune, "_MEMORY", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    rt = get_runtime()
+    a, b, c = rand(128, 256), rand(256, 128, seed=1), rand(128, seed=2)
+    autotune._table(rt)[linalg.plan_key("f32", 128, 128, 256, bare=2)] = "bare"
+    want = a @ b + c
+    want = 0.5 * want * (1 + np.vectorize(math.erf)(want / math.sqrt(2)))
+    close(ember.gelu(gpu(a) @ gpu(b) + gpu(c)).numpy(), want, "epilogue, autotuned")
+    assert ran and "matmul_bare" not in ran
+    assert autotune._table(rt)[linalg.plan_key("f32", 128, 128, 256)] in linalg.VARIANTS
+    del ran[:]
+    close((gpu(a) @ gpu(b)).numpy(), a @ b, "no epilogue: the table's bare")
+    assert ran == ["matmul_bare"]
+    del ran[:]
+    close(forced("bare", lambda: ember.gelu(gpu(a) @ gpu(b) + gpu(c)).numpy()), want, "epilogue, forced")
+    assert ran == ["matmul_bare"]

@@ -218,14 +218,26 @@ class MatmulPlan:
             self.nb == 1 and a_ks == 1 and a_rs == K and b_ns == 1 and b_ks == N
             and a_off % al == 0 and b_off % al == 0) else []
         self.key = plan_key(self.kind, M, N, K, self.nb, a_ks == 1, b_ns == 1, len(self.bare))
+        # the key of a product with an epilogue (never bare, see variant)
+        self.key_epilogue = plan_key(self.kind, M, N, K, self.nb, a_ks == 1, b_ns == 1, 0)
 
-    def variant(self, storage) -> str:
+    def variant(self, storage, epilogue: bool = False) -> str:
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
         ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)
               and (v not in BARE_PARTS or v in self.bare)]
         v = autotune.forced("matmul")
         if v in ok:
             return v
+        key = self.key
+        if epilogue:
+            # autotune times the variants without the epilogue, and bare's epilogue form (sizes
+            # from the info words, each stored value through epilogue()) measured slower than
+            # that: H100, BERT 32x128 (ONNX, every linear with a bias or a residual): rb64/rb128
+            # 6.77-6.97 ms, with bare chosen 7.34-7.53 (GPU: 30 rb64 products 2,205 us in all,
+            # as bare 18 x 62 us (4096x384x384 + bias: 96 tiles) + 12 x 130 us = 2,675). So
+            # products with an epilogue keep the other variants (and the key they had before)
+            ok = [v for v in ok if v not in BARE_PARTS]
+            key = self.key_epilogue
         # a product of 1-4 rows reads each weight once: sg does that at the memory's speed where
         # B runs along k (H100, x @ w.T at 4096^2: 95% of HBM), and timing variants of a ~20 us
         # kernel against the host's sync is noise (autotune once picked a 10x slower one).
@@ -236,7 +248,7 @@ class MatmulPlan:
         if M <= 4 and "sg" in ok:
             return "sg"
         cands = {v: (lambda v=v: self._dispatch(v, storage, None, None)) for v in ok}
-        return autotune.choose(rt, self.key, cands, default_variant(rt, M, N, K, kind),
+        return autotune.choose(rt, key, cands, default_variant(rt, M, N, K, kind),
                                lambda: _read(rt, storage, self.size), _close)
 
     def needs_chunks(self) -> bool:
@@ -251,7 +263,7 @@ class MatmulPlan:
                 raise AssertionError("a chunked matmul takes no epilogue")
             self._launch_rows(storage)
             return
-        self._dispatch(self.variant(storage), storage, prog, epi_words)
+        self._dispatch(self.variant(storage, prog is not None), storage, prog, epi_words)
 
     def _launch_rows(self, storage) -> None:
         """The matmul in blocks, for outputs or operands larger than one binding: one batch at a
