@@ -881,7 +881,10 @@ def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, di
 _NATIVE_DENSE_PARALLEL_MACS = 1 << 23
 _NATIVE_DENSE_RANGES_PER_THREAD = 2
 _NATIVE_DENSE_MAX_COLS = 1 << 21
-_NATIVE_DENSE_MIN_PIXELS = 150
+# 1x1 convolutions from this many output pixels (one pixel: ember_gemv). Measured (conv2d_act with
+# hard swish, median us, load 1.3, dense.c / BLAS + the activation pass): 96->576 at 7x7 73 / 88,
+# 576->96 at 7x7 70 / 82, 48->288 at 7x7 23 / 32, 96->576 at 3x3 23 / 34, at 2x2 22 / 22
+_NATIVE_DENSE_MIN_PIXELS = 9
 _NATIVE_DENSE_MIN_PIXELS_COLS = 1024
 _NATIVE_DENSE_MIN_K = 16
 # dense.c's ember_conv_direct (no im2col matrix, a column panel per block of 32 pixels) for
