@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
 import ember
 from ember.backends import numpy_llm as nl
+from bench_quant import best_ms     # (run as a script: tests/bench is on sys.path)
 
 
 def best_us(fn, reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e6
+    return best_ms(fn, reps) * 1e3
 
 
 def main(argv=None) -> None:

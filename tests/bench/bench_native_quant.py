@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
 import ember
 from ember import quant
 from ember.backends import numpy_quant as nq
+from bench_quant import best_ms     # (run as a script: tests/bench is on sys.path)
 
 # byte offsets of each block format's float16 scales
 HALVES = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q5_k": (0, 2),
@@ -36,16 +36,6 @@ def weight(qtype: str, n: int, k: int, rng) -> quant.QTensor:
         for off in HALVES[qtype]:
             raw[:, off:off + 2] = rng.uniform(1e-3, 2e-2, size=(len(raw), 1)).astype(np.float16).view(np.uint8)
     return quant.QTensor.from_bytes(raw.tobytes(), qtype, (n, k), device="numpy")
-
-
-def best_ms(fn, reps: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
 
 
 def main(argv=None) -> None:
