@@ -285,3 +285,33 @@ def test_bad_shapes_raise_the_same_typed_errors(shapes, kw):
     on = err()
     assert on == off
     assert issubclass(on[0], ember.errors.EmberError), on
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_repeated_calls_reuse_the_kept_addresses_and_follow_new_buffers(monkeypatch, with_bias):
+    """A one-range depthwise call seen before runs from kept addresses (numpy_nn._DW_CALLS): the
+    same bits, also through the scratch retry and on a read-only input; another weight or bias
+    buffer, another input shape, or the library disabled is not served from them."""
+    native_or_skip()
+    x = rng.standard_normal((1, 24, 15, 15)).astype(np.float32)
+    w = rng.standard_normal((24, 1, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32) if with_bias else None
+    geo = ((2, 2), ((2, 2), (2, 2)), (1, 1))
+    first = direct(x, w, b, *geo)
+    assert any(k[0] == id(w) and k[1] == id(b) for k in numpy_nn._DW_CALLS)
+    np.testing.assert_allclose(first, reference(x, w, b, *geo), rtol=0, atol=tolerance(x, w, b))
+    assert np.array_equal(direct(x, w, b, *geo), first)
+    ro = x.copy()
+    ro.flags.writeable = False
+    assert np.array_equal(direct(ro, w, b, *geo), first)
+    small = numpy_nn._scratch_for()
+    monkeypatch.setattr(numpy_nn._native_scratch, "buf", (small[0][:8], small[1]))   # the kernel asks for more
+    assert np.array_equal(direct(x, w, b, *geo), first)
+    w2 = -w                                             # another buffer (its id may be the old one's)
+    b2 = None if b is None else b + 1
+    y2 = direct(x, w2, b2, *geo)
+    np.testing.assert_allclose(y2, reference(x, w2, b2, *geo), rtol=0, atol=tolerance(x, w2, b2))
+    x3 = rng.standard_normal((1, 24, 17, 13)).astype(np.float32)
+    np.testing.assert_allclose(direct(x3, w, b, *geo), reference(x3, w, b, *geo), rtol=0, atol=tolerance(x3, w, b))
+    with nat.disabled():
+        assert direct(x, w, b, *geo) is None
