@@ -64,6 +64,28 @@ INLINE void store_part(f32 *p, vf v, i64 n) { memcpy(p, &v, (size_t)n * 4); }
 enum { G_M, G_K, G_N, G_LDX, G_LDY, G_ACT, G_LEN };
 enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARD_SIGMOID, ACT_HARD_SWISH, ACT_COUNT };
 
+/* One call of BLOCK(NV, LAST, ACT) (a macro the caller defines just before) with the block's vector
+ * count, last vector's width and the activation as constants, so that each combination becomes its
+ * own inlined loop; reads `act` and VW. */
+#define BLOCK_ACTS(NV, LAST)                                                      \
+  switch (act) {                                                                  \
+    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
+    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
+    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
+    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
+    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
+  }
+#define BLOCKS(nv, last)                                                          \
+  do {                                                                            \
+    if ((nv) == 2 && (last) == VW) {                                              \
+      BLOCK_ACTS(2, VW)                                                           \
+    } else if ((nv) == 2) {                                                       \
+      BLOCK_ACTS(2, last)                                                         \
+    } else {                                                                      \
+      BLOCK_ACTS(1, last)                                                         \
+    }                                                                             \
+  } while (0);
+
 /* an empty asm the value passes through: the compiler cannot fuse the product before it with the
  * add after it (this file is compiled with FP contraction), so activations round as numpy's steps */
 #if defined(__x86_64__) || defined(__i386__)
@@ -175,22 +197,7 @@ EXPORT i64 ember_conv_gemm(const f32 *wp, const f32 *x, const f32 *bias, f32 *y,
       f32 *yb = y + o0 * ldy + j;
       /* (constant nv / whole / act per call below: the compiler makes each its own loop) */
 #define BLOCK(NV, LAST, ACT) block(w, x + j, yb, b, K, ldx, ldy, rows, NV, LAST, ACT, ap)
-#define ACTS(NV, LAST)                                                            \
-  switch (act) {                                                                  \
-    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
-    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
-    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
-    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
-    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
-  }
-      if (nv == 2 && last == VW) {
-        ACTS(2, VW)
-      } else if (nv == 2) {
-        ACTS(2, last)
-      } else {
-        ACTS(1, last)
-      }
-#undef ACTS
+      BLOCKS(nv, last)
 #undef BLOCK
     }
   }
@@ -281,22 +288,7 @@ EXPORT i64 ember_conv_direct(const f32 *wp, const f32 *x, const f32 *bias, f32 *
         const f32 *b = bias ? bias + o0 : NULL;
         f32 *yb = y + o0 * npix + pb;
 #define BLOCK(NV, LAST, ACT) block(w, panel, yb, b, K, NR, npix, rows, NV, LAST, ACT, ap)
-#define ACTS(NV, LAST)                                                            \
-  switch (act) {                                                                  \
-    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
-    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
-    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
-    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
-    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
-  }
-        if (nv == 2 && last == VW) {
-          ACTS(2, VW)
-        } else if (nv == 2) {
-          ACTS(2, last)
-        } else {
-          ACTS(1, last)
-        }
-#undef ACTS
+        BLOCKS(nv, last)
 #undef BLOCK
       }
     }
@@ -355,22 +347,7 @@ EXPORT i64 ember_conv_rows(const f32 *wp, const f32 *x, const f32 *bias, f32 *y,
         const f32 *b = bias ? bias + o0 : NULL;
         f32 *yb = y + o0 * npix + r * ow + x0;
 #define BLOCK(NV, LAST, ACT) block_taps(w, xb, yb, b, C, kh, kw, plane, dh * Wp, dw, npix, rows, NV, LAST, ACT, ap)
-#define ACTS(NV, LAST)                                                            \
-  switch (act) {                                                                  \
-    case ACT_NONE: BLOCK(NV, LAST, ACT_NONE); break;                              \
-    case ACT_RELU: BLOCK(NV, LAST, ACT_RELU); break;                              \
-    case ACT_CLIP: BLOCK(NV, LAST, ACT_CLIP); break;                              \
-    case ACT_HARD_SIGMOID: BLOCK(NV, LAST, ACT_HARD_SIGMOID); break;              \
-    default: BLOCK(NV, LAST, ACT_HARD_SWISH); break;                              \
-  }
-        if (nv == 2 && last == VW) {
-          ACTS(2, VW)
-        } else if (nv == 2) {
-          ACTS(2, last)
-        } else {
-          ACTS(1, last)
-        }
-#undef ACTS
+        BLOCKS(nv, last)
 #undef BLOCK
       }
     }
