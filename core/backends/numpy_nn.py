@@ -1044,10 +1044,7 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
             r = fn(*args, 32 * (blocks * i // parts), min(npix, 32 * (blocks * (i + 1) // parts)))
             if r:
                 raise DeviceError(f"conv2d: the native dense kernel refused geometry {geom.tolist()} ({r})")
-        if parts == 1:
-            run(0)
-        else:
-            parallel_for(parts, run)
+        parallel_for(parts, run)      # (one part: run(0) on this thread)
     return y
 
 
@@ -1164,10 +1161,7 @@ def _conv_rows_native(a, wp, bias, y, oh, ow, kh, kw, padding, dilation, act, ap
             r = fn(*args, oh * i // parts, oh * (i + 1) // parts)
             if r:
                 raise DeviceError(f"conv2d: the native rows kernel refused geometry {geom.tolist()} ({r})")
-        if parts == 1:
-            run(0)
-        else:
-            parallel_for(parts, run)
+        parallel_for(parts, run)      # (one part: run(0) on this thread)
     return y
 
 
@@ -1197,10 +1191,7 @@ def _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilatio
             r = fn(*args, ptr, buf.size, 32 * (blocks * i // parts), min(npix, 32 * (blocks * (i + 1) // parts)))
             if r:
                 raise DeviceError(f"conv2d: the native direct kernel refused geometry {geom.tolist()} ({r})")
-        if parts == 1:
-            run(0)
-        else:
-            parallel_for(parts, run)
+        parallel_for(parts, run)      # (one part: run(0) on this thread)
     return y
 
 
