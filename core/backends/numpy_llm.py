@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import threading
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from .. import native
 from ..errors import ShapeError
 from ..ops.llm import check_pos
 from .numpy_blas import matmul
+from .numpy_quant import _prm, _scratch_at   # (the native kernels' parameter tables and per-thread scratch)
 
 
 def _f32(t):
@@ -52,8 +52,6 @@ _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
 # p = 1000 0.97x, T = 16 at p = 100 0.79x, T = 8 at p = 100 1.0x, a first chunk of 64 1.15x, of 96 1.0x)
 NATIVE_ATTENTION_WORK = 4096
 _LIMIT = 1 << 31
-_local = threading.local()
-_PRM: dict = {}   # attention's parameter tables by value (read only by the kernel): (array, its address)
 
 
 def _native_fn(name: str):
@@ -106,26 +104,6 @@ def _native_rope(x, cos, sin, mode: str):
     y = np.empty((T, H, D), np.float32)
     fn(_addr(a), _addr(c), _addr(s), _addr(y), T, H, D, _MODES[mode])
     return y
-
-
-def _scratch_at(size: int) -> int:
-    """The address of this thread's attention scratch of at least ``size`` floats (kept, grown)."""
-    got = getattr(_local, "scratch", None)
-    if got is None or got[0].size < size:
-        a = np.empty(max(size, 1 << 12), np.float32)
-        got = _local.scratch = (a, a.ctypes.data)
-    return got[1]
-
-
-def _prm(*values) -> int:
-    """The address of an int32 array holding ``values`` (made once per distinct table)."""
-    p = _PRM.get(values)
-    if p is None:
-        if len(_PRM) > 1024:
-            _PRM.clear()
-        a = np.array(values, np.int32)
-        p = _PRM[values] = (a, a.ctypes.data)
-    return p[1]
 
 
 def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: float, p0: int):
