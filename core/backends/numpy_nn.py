@@ -7,7 +7,9 @@ writes the NCHW result directly (a 1x1 convolution uses the input itself); 3x3 s
 convolutions with many channels and pixels go through Winograd's F(2x2, 3x3) (_conv_winograd:
 2.25x fewer products, float32 rounding only). Depthwise convolutions run the native kernel
 (core/native/conv.c, bias included) where ember.native is loaded. float16 inputs are computed
-in float32 and rounded back once.
+in float32 and rounded back once. Small stride-1 groups-1 convolutions (below 1024 output pixels)
+run dense.c's ember_conv_pad there, which pads the input itself and can max-pool 2x2 in its
+epilogue (numpy_plan's conv + activation + pool step).
 """
 from __future__ import annotations
 
@@ -592,10 +594,8 @@ def _conv2d(out, x, weight, bias=None, *, stride, padding, dilation, groups):
                 a = a[:, :, ::stride[0], ::stride[1]][:, :, :oh, :ow]
             cols = a.reshape(n, g, cg, oh * ow)                                  # copies only if strided
         else:
-            if (g == 1 and kh == kw == 3 and stride == dilation == (1, 1)
-                    and x._buf.dtype == weight._buf.dtype == np.float32 and c >= _WINO_MIN_CHANNELS
-                    and o <= _WINO_MAX_OUT_PER_IN * c and oh * ow >= _WINO_MIN_PIXELS
-                    and c * oh * ow >= _WINO_MIN_VALUES):
+            if g == 1 and x._buf.dtype == weight._buf.dtype == np.float32 \
+                    and _winograd_case(c, o, oh, ow, kh, kw, stride, dilation):
                 y = _conv_winograd(a, w, padding)
                 if y is not None:
                     if bias is not None:
@@ -666,6 +666,13 @@ _WINO_MIN_CHANNELS = 64
 _WINO_MAX_OUT_PER_IN = 2
 _WINO_MIN_PIXELS = 144
 _WINO_MIN_VALUES = 1 << 14          # input channels x output pixels
+
+
+def _winograd_case(c, o, oh, ow, kh, kw, stride, dilation) -> bool:
+    """Whether a float32 groups-1 convolution of c -> o channels at oh x ow output pixels takes
+    _conv_winograd (3x3, stride and dilation 1, the sizes above)."""
+    return (kh == kw == 3 and stride == dilation == (1, 1) and c >= _WINO_MIN_CHANNELS
+            and o <= _WINO_MAX_OUT_PER_IN * c and oh * ow >= _WINO_MIN_PIXELS and c * oh * ow >= _WINO_MIN_VALUES)
 
 
 def _wino_weights(w):
@@ -941,6 +948,14 @@ _NATIVE_DIRECT_MIN_PIXELS = 1024
 # and this many output pixels
 _NATIVE_ROWS_MIN_WIDTH = 16
 _NATIVE_ROWS_MIN_PIXELS = 1024
+# dense.c's ember_conv_pad (stride 1; the kernel copies the zero-padded rows it reads, two output rows
+# per block; 2x2 max pooling in its epilogue for numpy_plan's conv + activation + pool step) below
+# this many output pixels, where the kernels above are not taken. Measured (relu, median us, load
+# ~0.3; im2col + BLAS or Winograd + the activation pass / ember_conv_pad's call alone): MNIST's 1->16
+# 3x3 at 28x28 21 / 3.5, 16->32 at 14x14 40 / 14; 32->64 at 7x7 41 / 23; PP-OCR det's 96->24 at
+# 15x20 (Winograd) 250 / 132; PP-OCR rec's 480->60 1x3 at 1x40 93 / 71, 960->60 171 / 137; 64->64 at
+# 16x16 263 / 100; at 32x32 (1024 pixels) ember_conv_rows 390 / 454: left to it
+_NATIVE_PAD_MAX_PIXELS = 1024
 # dense.c's ember_gemv (one output pixel of a 1x1 convolution, one row of a linear) up to this many
 # multiply-adds; larger products keep BLAS (its threads)
 _NATIVE_GEMV_MAX_MACS = 1 << 23
@@ -991,6 +1006,8 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
         and oh * ow >= _NATIVE_ROWS_MIN_PIXELS
     if one and n == 1 and oh * ow == 1:
         return _conv_gemv_native(key, a, w, bias, o, c, act, act_args)
+    if _pad_case(c, o, oh, ow, kh, kw, stride, padding, dilation, 0):
+        return _conv_pad_native(a, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args)
     if direct:
         if oh * ow < _NATIVE_DIRECT_MIN_PIXELS:
             return None
@@ -1001,9 +1018,7 @@ def _conv_dense_native(a, w, bias, oh, ow, kh, kw, stride, padding, dilation, ac
     if not one and not direct and not taps:
         if k * oh * ow > _NATIVE_DENSE_MAX_COLS:
             return None
-        if (kh == kw == 3 and stride == dilation == (1, 1) and c >= _WINO_MIN_CHANNELS
-                and o <= _WINO_MAX_OUT_PER_IN * c and oh * ow >= _WINO_MIN_PIXELS
-                and c * oh * ow >= _WINO_MIN_VALUES):
+        if _winograd_case(c, o, oh, ow, kh, kw, stride, dilation):
             return None
     fn = native.kernel("ember_conv_gemm", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
     if fn is None:
@@ -1073,6 +1088,46 @@ def _gemv_native(w, x, bias, act=None, act_args=(0, 0, 0, 0)):
     return y
 
 
+class NativeGemv:
+    """``act(w @ x + bias)`` by dense.c's ember_gemv for one float32 weight (M, K) and bias (M,) or
+    None (numpy_plan's one-row linear [+ relu / clip] step): the addresses of the weight, bias,
+    geometry and activation parameters taken once, ~8 -> ~1.5 us of Python a call. ``ok``: whether
+    the kernel takes them (the library in use, float32, at most _NATIVE_GEMV_MAX_MACS); calling it
+    with ``x`` gives the (M,) result, or None where it cannot run now (the library not in use on
+    this thread, ``x`` not K contiguous float32 values): then the caller runs the numpy path."""
+
+    __slots__ = ("w", "bias", "ok", "lib", "fn", "m", "k", "ptrs", "keep")
+
+    def __init__(self, w, bias, act=None, act_args=(0, 0, 0, 0)):
+        self.w, self.bias, self.ok = w, bias, False
+        lib = native.lib()
+        if lib is None or not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 2 or not w.size \
+                or w.size > _NATIVE_GEMV_MAX_MACS or (bias is not None and (
+                    not isinstance(bias, np.ndarray) or bias.dtype != np.float32 or bias.shape != (w.shape[0],))):
+            return
+        fn = native.kernel("ember_gemv", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)
+        if fn is None:
+            return
+        m, k = w.shape
+        wc = np.ascontiguousarray(w)
+        bc = None if bias is None else np.ascontiguousarray(bias)
+        geom = np.array([m, k, 1, 1, 1, _NATIVE_DENSE_ACTS[act]], np.int64)
+        ap = np.array(act_args, np.float32)
+        self.lib, self.fn, self.m, self.k = lib, fn, m, k
+        self.ptrs = (wc.ctypes.data, None if bc is None else bc.ctypes.data, geom.ctypes.data, ap.ctypes.data)
+        self.keep = (wc, bc, geom, ap)
+        self.ok = True
+
+    def __call__(self, x):
+        if native.lib() is not self.lib or x.dtype != np.float32 or x.size != self.k or not x.flags.c_contiguous:
+            return None
+        y = np.empty(self.m, np.float32)
+        p = self.ptrs
+        if self.fn(p[0], _addr(x), p[1], _address(_char_at(y)), p[2], p[3], 0, self.m):
+            raise DeviceError(f"linear: the native matrix-vector kernel refused geometry {self.keep[2].tolist()}")
+        return y
+
+
 def _conv_gemv_native(key, a, w, bias, o, c, act, act_args):
     """A 1x1 convolution of one image at one pixel (squeeze-excite's) as ``_gemv_native``, the
     (1, O, 1, 1) result; a call with a bias kept in _DENSE_CALLS as ember_conv_gemm's are."""
@@ -1123,22 +1178,183 @@ def activation_(y, act, act_args):
     return y
 
 
-def conv2d_act(out, x, weight, bias=None, *, stride, padding, dilation, groups, act, act_args):
+def conv2d_act(out, x, weight, bias=None, *, stride, padding, dilation, groups, act, act_args, pool=0):
     """``act(conv2d(...))`` for float32 (numpy_plan's conv + activation step): groups-1
     convolutions that dense.c takes with the activation in its epilogue, others convolved as
-    ``_conv2d`` does, then ``activation_`` on the result (its own fresh array)."""
+    ``_conv2d`` does, then ``activation_`` on the result (its own fresh array). ``out``: the
+    convolution's (N, O, oh, ow). ``pool`` 2: then a 2x2 max pooling of stride 2 (floor mode: the
+    (N, O, oh // 2, ow // 2) result), in ember_conv_pad's epilogue where it takes the
+    convolution, else ``_max_pool_tiled`` on the activation's result (the plan's max_pool2d step)."""
     n, o, oh, ow = out.shape
     if groups == 1 and n * o * oh * ow and x._buf.dtype == weight._buf.dtype == np.float32 \
             and (bias is None or bias._buf.dtype == np.float32):
         kh, kw = weight.shape[2:]
-        y = _conv_dense_native(x._buf, weight._buf, None if bias is None else bias._buf, oh, ow, kh, kw, stride,
-                               padding, dilation, act, act_args)
+        a, w, b = x._buf, weight._buf, None if bias is None else bias._buf
+        if _pad_case(a.shape[1], o, oh, ow, kh, kw, stride, padding, dilation, pool):
+            y = _conv_pad_native(a, w, b, oh, ow, kh, kw, padding, dilation, act, act_args, pool)
+        else:
+            y = _conv_dense_native(a, w, b, oh, ow, kh, kw, stride, padding, dilation, act, act_args)
+            if y is not None and pool:
+                y = _max_pool_floor(y)
         if y is not None:
             return y
     y = _conv2d(out, x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     if y.dtype != np.float32 or not y.flags.writeable:
         y = np.array(y, np.float32)
-    return activation_(y, act, act_args)
+    y = activation_(y, act, act_args)
+    return _max_pool_floor(y) if pool else y
+
+
+_NO_PAD = ((0, 0), (0, 0))
+
+
+def native_conv_pad_case(out_shape, attrs, pool) -> bool:
+    """Whether a conv2d step of this output shape and these attributes may run as ember_conv_pad
+    (numpy_plan sets a NativeConvPad up for it): groups 1, stride 1, few output pixels."""
+    return (attrs.get("groups") == 1 and tuple(attrs.get("stride", ())) == (1, 1) and len(out_shape) == 4
+            and out_shape[2] * out_shape[3] < _NATIVE_PAD_MAX_PIXELS)
+
+
+def _pad_case(c, o, oh, ow, kh, kw, stride, padding, dilation, pool) -> bool:
+    """Whether ember_conv_pad takes a float32 groups-1 convolution: stride 1, below
+    _NATIVE_PAD_MAX_PIXELS output pixels, not Winograd's cases (measured faster there too, e.g.
+    PP-OCR det's 96->24 at 15x20 250 -> 132 us, but tests/test_numpy_winograd.py pins that path),
+    and 1x1 ones without padding only when pooled (else ember_conv_gemm / ember_gemv)."""
+    return (stride == (1, 1) and oh * ow < _NATIVE_PAD_MAX_PIXELS
+            and (pool or kh * kw > 1 or padding != _NO_PAD)
+            and not _winograd_case(c, o, oh, ow, kh, kw, stride, dilation))
+
+
+def _max_pool_floor(y):
+    """2x2 max pooling of stride 2 of (N, C, H, W) ``y``, floor mode (an odd last row or column
+    left out): numpy's maximum over each window's rows, then its columns (_max_pool_tiled)."""
+    n, c, h, w = y.shape
+    if h % 2 or w % 2:
+        y = y[:, :, :h // 2 * 2, :w // 2 * 2]
+    return _max_pool_tiled(y, h // 2, w // 2, 2, 2)
+
+
+class NativeConvPad:
+    """One convolution by dense.c's ember_conv_pad on one thread, set up once: the packed weight,
+    geometry and activation parameters made and their addresses taken for an input shape (~12 ->
+    ~3 us of Python a call; numpy_plan's conv steps hold one, _conv_pad_native keeps them in
+    _PAD_CALLS). Calling it with a C-contiguous float32 input of that shape gives the result, or
+    None where the library is not in use on this thread (then the caller runs another path)."""
+
+    __slots__ = ("w", "bias", "shape", "lib", "fn", "ptrs", "out", "units", "need", "keep", "geom")
+
+    def __init__(self, lib, fn, a_shape, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, pool):
+        n, c, h, wd = a_shape
+        o = w.shape[0]
+        wp = _derived(w, "dense8", _pack_dense)
+        bc = None if bias is None or bias.flags.c_contiguous else np.ascontiguousarray(bias)
+        (dh, dw), ((pt, _), (pl, _)) = dilation, padding
+        self.geom = np.array([n, c, h, wd, c * h * wd, h * wd, wd, 1, o, oh, ow, kh, kw, dh, dw, pt, pl,
+                              _NATIVE_DENSE_ACTS[act], pool], np.int64)
+        ap = np.array(act_args, np.float32)
+        self.w, self.bias, self.shape, self.lib, self.fn = w, bias, tuple(a_shape), lib, fn
+        b = bias if bc is None else bc
+        self.ptrs = (wp.ctypes.data, None if b is None else b.ctypes.data, self.geom.ctypes.data, ap.ctypes.data)
+        self.keep = (wp, b, ap)
+        self.out = (n, o, oh // 2, ow // 2) if pool else (n, o, oh, ow)
+        per = oh // 2 if pool else (oh + 1) // 2          # units per image: pairs of output rows
+        self.units = n * per
+        self.need = _pad_scratch(c, min(2 * per, oh // 2 * 2 if pool else oh), kh, dh, ow + (kw - 1) * dw)
+
+    def __call__(self, a):
+        if native.lib() is not self.lib or a.dtype != np.float32 or a.shape != self.shape or not a.flags.c_contiguous:
+            return None
+        y = np.empty(self.out, np.float32)
+        buf, sp = _scratch_for(self.need)
+        p = self.ptrs
+        if self.fn(p[0], _addr(a), p[1], _address(_char_at(y)), p[2], p[3], sp, buf.size, 0, self.units):
+            raise DeviceError(f"conv2d: the native padded kernel refused geometry {self.geom.tolist()}")
+        return y
+
+
+def _pad_scratch(c, rows, kh, dh, wp):
+    """Floats of scratch ember_conv_pad needs for ``rows`` output rows: the band of input rows they
+    read, ``wp`` padded columns each, and a vector of slack."""
+    return c * (rows + (kh - 1) * dh) * wp + 16
+
+
+# one-thread ember_conv_pad calls seen before (NativeConvPad), by (id(w), id(bias), input shape and
+# the convolution's parameters), checked against the buffers themselves
+_PAD_CALLS: dict = {}
+_PAD_CALLS_MAX = 1024
+
+
+def conv_pad_call(a, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, pool):
+    """The NativeConvPad for this stride-1 convolution of C-contiguous float32 ``a`` (kept in
+    _PAD_CALLS), or None where ember_conv_pad does not take it (``_pad_case``), would run it on
+    more than one thread, or does not run here (the library not in use, other dtypes)."""
+    key = (id(w), id(bias), a.shape, oh, ow, kh, kw, padding, dilation, act, act_args, pool)
+    hit = _PAD_CALLS.get(key)
+    if hit is not None and hit.w is w and hit.bias is bias and native.lib() is hit.lib:
+        return hit
+    n, c, h, wd = a.shape
+    o = w.shape[0]
+    if not _pad_case(c, o, oh, ow, kh, kw, (1, 1), padding, dilation, pool) or a.dtype != np.float32 \
+            or w.dtype != np.float32 or (bias is not None and bias.dtype != np.float32) \
+            or not a.flags.c_contiguous or (pool and (oh < 2 or ow < 2)) or pool not in (0, 2) \
+            or not n * c * h * wd or n * o * c * kh * kw * oh * ow >= _NATIVE_DENSE_PARALLEL_MACS:
+        return None
+    fn = native.kernel("ember_conv_pad", _I64, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64)
+    if fn is None:
+        return None
+    call = NativeConvPad(native.lib(), fn, a.shape, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, pool)
+    if len(_PAD_CALLS) >= _PAD_CALLS_MAX:
+        _PAD_CALLS.clear()
+    _PAD_CALLS[key] = call                   # (holds w and bias: an id is not reused while it is kept)
+    return call
+
+
+def _conv_pad_native(a, w, bias, oh, ow, kh, kw, padding, dilation, act=None, act_args=(0, 0, 0, 0), pool=0):
+    """Stride-1 groups-1 convolution by dense.c's ember_conv_pad: float32 ``a`` (N, C, H, W) in any
+    strides, ``w`` (O, C, kh, kw), ``bias`` (O,) or None, then ``act`` (as _conv_dense_native) and,
+    with ``pool`` 2, a 2x2 max pooling of stride 2 (floor mode); the (N, O, oh, ow) float32 result,
+    (N, O, oh // 2, ow // 2) pooled. The kernel copies the zero-padded input rows it reads into this
+    thread's scratch, so nothing is padded here. One thread below _NATIVE_DENSE_PARALLEL_MACS
+    multiply-adds (set up once: conv_pad_call), else ranges of output row pairs on parallel_for's.
+    None where the library is not in use or the dtypes are not float32 (then the numpy paths run)."""
+    if a.flags.c_contiguous:
+        call = conv_pad_call(a, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, pool)
+        if call is not None:
+            return call(a)
+    n, c, h, wd = a.shape
+    o = w.shape[0]
+    if a.dtype != np.float32 or w.dtype != np.float32 or (bias is not None and bias.dtype != np.float32) \
+            or (pool and (oh < 2 or ow < 2)) or pool not in (0, 2) or not n * c * h * wd:
+        return None
+    fn = native.kernel("ember_conv_pad", _I64, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64)
+    if fn is None:
+        return None
+    if any(s % 4 for s in a.strides):
+        a = np.ascontiguousarray(a)
+    wp = _derived(w, "dense8", _pack_dense)
+    if bias is not None and not bias.flags.c_contiguous:
+        bias = np.ascontiguousarray(bias)
+    (dh, dw), ((pt, _), (pl, _)) = dilation, padding
+    geom = np.array([n, c, h, wd, *(s // 4 for s in a.strides), o, oh, ow, kh, kw, dh, dw, pt, pl,
+                     _NATIVE_DENSE_ACTS[act], pool], np.int64)
+    ap = np.array(act_args, np.float32)
+    y = np.empty((n, o, oh // 2, ow // 2) if pool else (n, o, oh, ow), np.float32)
+    units = n * (oh // 2 if pool else (oh + 1) // 2)
+    parts = 1
+    if units > 1 and n * o * c * kh * kw * oh * ow >= _NATIVE_DENSE_PARALLEL_MACS:
+        parts = min(units, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
+    args = (wp.ctypes.data, a.ctypes.data, None if bias is None else bias.ctypes.data, y.ctypes.data,
+            geom.ctypes.data, ap.ctypes.data)
+
+    def run(i):
+        u0, u1 = units * i // parts, units * (i + 1) // parts
+        buf, sp = _scratch_for(_pad_scratch(c, min(2 * (u1 - u0), oh // 2 * 2 if pool else oh), kh, dh,
+                                            ow + (kw - 1) * dw))
+        r = fn(*args, sp, buf.size, u0, u1)
+        if r:
+            raise DeviceError(f"conv2d: the native padded kernel refused geometry {geom.tolist()} ({r})")
+    parallel_for(parts, run)      # (one part: run(0) on this thread)
+    return y
 
 
 def _conv_rows_native(a, wp, bias, y, oh, ow, kh, kw, padding, dilation, act, ap):

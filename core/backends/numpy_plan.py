@@ -3,15 +3,21 @@
 A plan replayed step by step allocates a new array for every kernel call and makes one pass over
 memory per primitive: the activations exporters write as chains of primitives (HardSwish:
 multiply, add, clip, multiply) cost four passes and four arrays. Knowing the whole plan, this
-replay does two things on top of the recorded kernels, with results identical bit for bit (the
+replay does these things on top of the recorded kernels, with results identical bit for bit (the
 same float32 operations in the same order, only the destination arrays differ):
 
 - **activation chains** ``clip(x * a + b, 0, 1)`` (hard sigmoid) and ``x * clip(x * a + b, 0, 1)``
   (hard swish), with ``a``, ``b`` scalar constants, become one step: one temporary at most;
-- **convolution + activation**: a float32 conv2d read only by a relu, a clip or one of those
-  chains becomes one step (numpy_nn.conv2d_act): the activation in the native product's epilogue
-  (core/native/dense.c) or one in-place pass after the convolution, each rounded as the
-  separate steps round it;
+- **convolution + activation [+ max pooling]**: a float32 conv2d read only by a relu, a clip or
+  one of those chains, and/or then by a 2x2 max pooling of stride 2, becomes one step
+  (numpy_nn.conv2d_act): the activation (and the pooling, for the small stride-1 convolutions
+  dense.c's ember_conv_pad takes) in the native kernel's epilogue (core/native/dense.c), or
+  in-place passes after the convolution, each rounded as the separate steps round it;
+- **scalar chains**: two or more add / subtract / multiply / divide of a float32 value by float32
+  scalar constants (an input normalization ``(x - mean) / std``) become one step, in place after
+  the first;
+- **one-row linears** with a constant weight run dense.c's ember_gemv, the relu or clip after them
+  in its epilogue (a classifier at batch 1);
 - **in place**: an elementwise step (add, subtract, multiply, divide, relu, clip, the fused
   activations) writes into one of its float32 inputs when that array is the plan's own (made by
   a kernel that always returns a new array, never an input, a constant or an output), has the
@@ -27,6 +33,7 @@ same float32 operations in the same order, only the destination arrays differ):
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from math import isfinite
@@ -41,7 +48,7 @@ from .numpy_nn import clip
 FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
                    "relu", "clip", "sigmoid", "silu", "gelu", "softmax", "log_softmax", "layer_norm", "batch_norm",
                    "max_pool2d", "avg_pool2d", "concat", "exp", "tanh", "sqrt", "erf", "hard_swish", "hard_sigmoid",
-                   "matmul_integer"})
+                   "matmul_integer", "scalar_chain"})
 _BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide}
 _F32 = np.dtype(np.float32)
 
@@ -49,7 +56,7 @@ _F32 = np.dtype(np.float32)
 class _Op:
     """One step of the compiled program: a recorded kernel call, or a fused/in-place one."""
 
-    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode", "qgemm", "act")
+    __slots__ = ("name", "ins", "out", "meta", "run", "free", "inplace", "multi", "mode", "qgemm", "act", "pool")
 
     def __init__(self, name, ins, out, meta, run, multi=False):
         self.name, self.ins, self.out, self.meta, self.run, self.multi = name, ins, out, meta, run, multi
@@ -58,6 +65,7 @@ class _Op:
         self.qgemm = None       # matmul_integer: its numpy_rows.QGemm; dynamic_quantize_linear: True
         #                         when every reader has one (then y stays uint8 where the library runs)
         self.act = None         # conv2d: the activation fused into it (_conv_act)
+        self.pool = 0           # conv2d: 2 where a 2x2 max pooling is fused into it (_conv_act)
         self.free = ()
 
 
@@ -100,6 +108,7 @@ class NumpyReplay:
         # (hard sigmoid / hard swish chains: their own op or fused into a convolution)
         self.fused = sum(1 for op in ops if op.name.startswith("hard_") or (op.act or "").startswith("hard_"))
         self.conv_act = sum(1 for op in ops if op.act is not None)
+        self.conv_pool = sum(1 for op in ops if op.pool)
         self.in_place = sum(1 for op in ops if op.inplace is not None)
 
     # ---- rewriting -------------------------------------------------------------------------------
@@ -127,9 +136,11 @@ class NumpyReplay:
                 skip.update(used)
                 ops.append(op)
                 continue
-            lin = _linear_const(st, consts, dtypes, budget)
+            lin = _linear_const(steps, i, consts, dtypes, budget, readers, only)
             if lin is not None:
-                ops.append(lin)
+                op, used = lin
+                skip.update(used)
+                ops.append(op)
                 continue
             ca = self._conv_act(steps, i, consts, readers, only, protected)
             if ca is not None:
@@ -144,10 +155,77 @@ class NumpyReplay:
                 ops.append(_Op(name, (x,), steps[last[-1]].outs[0], steps[last[-1]].meta,
                                _hard(name == "hard_swish", a, b)))
                 continue
+            sc = self._scalar_chain(steps, i, consts, readers, only, skip)
+            if sc is not None:
+                op, used = sc
+                skip.update(used)
+                ops.append(op)
+                continue
             ops.append(_Op(st.name, st.ins, st.outs if st.multi else st.outs[0], st.meta, _recorded(st),
                            bool(st.multi)))
         _centered_quantization(ops, protected)
         return ops
+
+    def _scalar_chain(self, steps, i, consts, readers, only, skip):
+        """``(op, later step indices)`` when steps i, i + 1, ... (two or more) are add / subtract /
+        multiply / divide of a float32 value and a float32 scalar constant (an input
+        normalization ``(x - mean) / std``), each result read only by the next step, all of one
+        shape: one op, the first step into a new array and the others in place on it (the same
+        float32 operations in the same order; the recorded steps where x is not float32). A
+        hard sigmoid / hard swish chain is left to ``_hard_chain``."""
+        seq, used, prev, shape = [], [], None, None
+        k = i
+        while k < len(steps):
+            st = steps[k]
+            if k in skip or st.name not in _BINARY or st.multi or st.meta.dtype.name != "float32" or len(st.ins) != 2 \
+                    or (shape is not None and tuple(st.meta.shape) != shape) \
+                    or self._hard_chain(steps, k, consts, readers, only) is not None:
+                break
+            a, b = st.ins
+            ca, cb = _const_scalar(consts, a), _const_scalar(consts, b)
+            if (ca is None) == (cb is None):
+                break
+            x = b if ca is not None else a
+            if prev is not None and (x != prev or not only(prev, k)):
+                break
+            if prev is None and x in consts:
+                break
+            seq.append((_BINARY[st.name], ca if ca is not None else cb, ca is not None))
+            used.append(k)
+            prev, shape = st.outs[0], tuple(st.meta.shape)
+            r = readers.get(prev, [])
+            if len(r) != 1:
+                break
+            k = r[0]
+        if len(seq) < 2:
+            return None
+        first = steps[i]
+        x0 = first.ins[1] if seq[0][2] else first.ins[0]
+        last = steps[used[-1]]
+        recs = [_recorded(steps[k]) for k in used]
+        from ..tensor import Tensor
+        wrap, o, meta, dev = Tensor._wrap, last.outs[0], last.meta, last.device
+        mshape, dtype = meta.shape, meta.dtype
+        f0, c0, cfirst0 = seq[0]
+        rest = tuple(seq[1:])
+
+        def run(vals, op, into=None):
+            xt = vals[x0]
+            a = xt._buf
+            if a.dtype != _F32:                      # (the recorded steps: their own promotions)
+                for rec in recs:
+                    rec(vals, None)
+                return
+            if into is None:
+                t = f0(c0, a) if cfirst0 else f0(a, c0)
+            else:
+                t = into
+                f0(c0, a, out=t) if cfirst0 else f0(a, c0, out=t)
+            for f, c, cfirst in rest:
+                f(c, t, out=t) if cfirst else f(t, c, out=t)
+            vals[o] = wrap(t.reshape(mshape), mshape, dtype, dev)
+        run.device = dev
+        return _Op("scalar_chain", (x0,), o, meta, run), used[1:]
 
     @staticmethod
     def _hard_chain(steps, i, consts, readers, only):
@@ -198,9 +276,11 @@ class NumpyReplay:
 
     def _conv_act(self, steps, i, consts, readers, only, protected):
         """``(op, later step indices)`` when step i is a float32 conv2d whose result is read only
-        by a relu, a clip or a hard sigmoid / hard swish chain (``_hard_chain``): one op,
-        ``numpy_nn.conv2d_act`` (the activation in dense.c's epilogue, or one in-place pass after
-        the convolution; the same bits as the separate steps on the same convolution); else None."""
+        by a relu, a clip or a hard sigmoid / hard swish chain (``_hard_chain``), or by a 2x2 max
+        pooling of stride 2 (``_pool_2x2``), the activation's result likewise: one op,
+        ``numpy_nn.conv2d_act`` (the activation and the pooling in dense.c's epilogue, or in-place
+        passes after the convolution; the same bits as the separate steps on the same
+        convolution); else None."""
         st = steps[i]
         if st.name != "conv2d" or st.multi or st.meta.dtype.name != "float32":
             return None
@@ -209,9 +289,13 @@ class NumpyReplay:
         if not r or len(r) > 2 or y in protected:
             return None
         nxt = steps[r[0]]
-        if nxt.multi or nxt.meta.dtype.name != "float32" or tuple(nxt.meta.shape) != tuple(st.meta.shape):
+        if nxt.multi or nxt.meta.dtype.name != "float32":
             return None
-        if len(r) == 1 and nxt.name == "relu" and nxt.ins == (y,):
+        if len(r) == 1 and self._pool_2x2(steps, r[0], st.meta, y):
+            act, args, used = None, (0.0, 0.0, 0.0, 0.0), []
+        elif tuple(nxt.meta.shape) != tuple(st.meta.shape):
+            return None
+        elif len(r) == 1 and nxt.name == "relu" and nxt.ins == (y,):
             act, args, used = "relu", (0.0, 0.0, 0.0, np.inf), [r[0]]
         elif len(r) == 1 and nxt.name == "clip" and nxt.ins == (y,):
             lo, hi = nxt.attrs.get("min"), nxt.attrs.get("max")
@@ -230,17 +314,60 @@ class NumpyReplay:
             nxt = steps[used[-1]]
             if tuple(nxt.meta.shape) != tuple(st.meta.shape) or nxt.meta.dtype.name != "float32":
                 return None
-        from .numpy_nn import conv2d_act
+        pool = 0
+        last = steps[used[-1]] if used else st
+        rp = readers.get(last.outs[0], [])
+        if len(rp) == 1 and last.outs[0] not in protected and self._pool_2x2(steps, rp[0], st.meta, last.outs[0]):
+            pool = 2
+            used = used + rp
+            nxt = steps[rp[0]]
+        from .numpy_nn import conv2d_act, conv_pad_call, native_conv_pad_case
         from ..tensor import Tensor
         wrap, attrs, dev, ins = Tensor._wrap, dict(st.attrs), st.device, tuple(st.ins)
         meta, o, cmeta = nxt.meta, nxt.outs[0], st.meta
+        shape, dtype = meta.shape, meta.dtype
+        if pool:
+            attrs["pool"] = pool
+        # dense.c's ember_conv_pad set up once (numpy_nn.NativeConvPad) where it takes the case: the
+        # weight and bias buffers it was made for, and the call (None: conv2d_act each time)
+        _, oc, oh, ow = cmeta.shape
+        pad_case = native_conv_pad_case(cmeta.shape, st.attrs, pool)
+        cache = [None, None, None]
 
         def run(vals, op):
-            yb = conv2d_act(cmeta, *[vals[k] for k in ins], **attrs, act=act, act_args=args)
-            vals[o] = wrap(yb, meta.shape, meta.dtype, dev)
+            xs = [vals[k] for k in ins]
+            a, wb = xs[0]._buf, xs[1]._buf
+            bb = xs[2]._buf if len(xs) == 3 else None
+            if cache[0] is wb and cache[1] is bb and cache[2] is not None:
+                yb = cache[2](a)
+                if yb is not None:
+                    vals[o] = wrap(yb, shape, dtype, dev)
+                    return
+            yb = conv2d_act(cmeta, *xs, **attrs, act=act, act_args=args)
+            vals[o] = wrap(yb, shape, dtype, dev)
+            if pad_case and (cache[0] is not wb or cache[1] is not bb) and a.flags.c_contiguous \
+                    and a.ndim == 4 and wb.ndim == 4:
+                kh, kw = wb.shape[2:]
+                cache[:] = [wb, bb, conv_pad_call(a, wb, bb, oh, ow, kh, kw, st.attrs["padding"],
+                                                  st.attrs["dilation"], act, args, pool)]
         op = _Op("conv2d", ins, o, meta, run)
-        op.act = act
+        op.act, op.pool = act, pool
         return op, used
+
+    @staticmethod
+    def _pool_2x2(steps, k, cmeta, x) -> bool:
+        """Whether step k is a float32 2x2 max pooling of stride 2 of ``x`` (the convolution's
+        (N, C, H, W) shape), no padding or dilation, with the floor mode's (N, C, H // 2, W // 2)
+        result (numpy_nn.conv2d_act's ``pool``)."""
+        st = steps[k]
+        if st.name != "max_pool2d" or st.multi or st.ins != (x,) or st.meta.dtype.name != "float32":
+            return False
+        a = st.attrs
+        n, c, h, w = cmeta.shape
+        return (h >= 2 and w >= 2 and tuple(a.get("kernel_size", ())) == (2, 2)
+                and tuple(a.get("stride", ())) == (2, 2) and tuple(a.get("dilation", (1, 1))) == (1, 1)
+                and a.get("padding") == ((0, 0), (0, 0))
+                and tuple(st.meta.shape) == (n, c, h // 2, w // 2))
 
     def _inplace(self, ops, protected) -> None:
         """Mark elementwise ops that may write into one of their inputs (see the docstring)."""
@@ -257,7 +384,7 @@ class NumpyReplay:
             for s, m in zip(outs, metas):
                 shape[s] = (tuple(m.shape), m.dtype.name)
             target = None
-            if op.name in _BINARY or op.name in ("relu", "clip", "hard_swish", "hard_sigmoid"):
+            if op.name in _BINARY or op.name in ("relu", "clip", "hard_swish", "hard_sigmoid", "scalar_chain"):
                 want = (tuple(op.meta.shape), "float32")
                 for s in op.ins:
                     if s in fresh and s not in protected and shape.get(s) == want and \
@@ -373,6 +500,13 @@ def _inplace_run(op):
     wrap = Tensor._wrap
     j = op.inplace
     name = op.name
+    if name == "scalar_chain":           # (the chain's first step writes into x too)
+        chain = op.run
+
+        def run(vals, op):
+            a = vals[op.ins[0]]._buf
+            chain(vals, op, a if a.dtype == _F32 else None)
+        return run
     lo_hi = None
     if name == "relu":
         lo_hi = (np.float32(0.0), np.float32(np.inf))
@@ -546,8 +680,9 @@ def _dynamic_quantize(steps, i, consts, readers, only):
 # (40 x 120 @ 120 x 6625) and 1.07x on a small encoder's layers, the same bits (the summation
 # order does not change). So a constant weight is copied transposed once when the plan is
 # compiled, up to _LINEAR_COPY_BYTES of copies per plan. One row (a matrix-vector product,
-# where the copy gives no gain and other bits) keeps the recorded kernel, and so do products of
-# at most _LINEAR_COPY_MIN_MACS multiply-adds: there OpenBLAS may run its small-matrix kernels
+# where the copy gives no gain and other bits) runs dense.c's ember_gemv on the weight as it is
+# (with a relu / clip after it in its epilogue), and products of at most _LINEAR_COPY_MIN_MACS
+# multiply-adds keep the recorded kernel: there OpenBLAS may run its small-matrix kernels
 # (SkylakeX and later, its own choice on AVX-512 machines), whose transposed-B and row-major-B
 # versions sum in other orders: with OPENBLAS_CORETYPE unset, 30 of 84 random products below
 # 2**20 multiply-adds gave other bits (e.g. 3 x 128 @ 128 x 384), none of 1020 above it.
@@ -555,14 +690,48 @@ _LINEAR_COPY_BYTES = 64 << 20
 _LINEAR_COPY_MIN_MACS = 1 << 20
 
 
-def _linear_const(st, consts, dtypes, budget):
-    """An _Op for a linear step whose weight is a constant float32 matrix (float32 input and
-    bias checked when it runs: a plan's inputs have no recorded dtype here)."""
+def _linear_const(steps, i, consts, dtypes, budget, readers, only):
+    """(an _Op, later step indices) for a linear step whose weight is a constant float32 matrix
+    (float32 input and bias checked when it runs: a plan's inputs have no recorded dtype here).
+    One row (a classifier's at batch 1) with a constant float32 bias or none: dense.c's ember_gemv
+    with the relu or clip that alone reads the result in its epilogue (numpy_nn.NativeGemv, the
+    addresses taken once; ~8 -> ~1.5 us of Python, and one step fewer), the same bits as the
+    recorded linear and activation steps, which run where the kernel does not (the library off,
+    another dtype). More rows: the transposed copy described above."""
+    st = steps[i]
     if st.name != "linear" or st.multi or len(st.ins) not in (2, 3) or st.meta.dtype.name != "float32":
         return None
     w = consts.get(st.ins[1])
     if w is None or w.dtype.name != "float32" or len(w.shape) != 2 or st.ins[0] == st.ins[1]:
         return None
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    b = consts.get(st.ins[2]) if len(st.ins) == 3 else None
+    if math.prod(st.meta.shape[:-1]) == 1 and st.ins[0] not in consts and (
+            len(st.ins) == 2 or (b is not None and b.dtype.name == "float32" and tuple(b.shape) == (w.shape[0],))):
+        from .numpy_nn import NativeGemv, activation_
+        used, act, args = _one_row_act(steps, i, readers, only)
+        kernel = getattr(st.kernel, "__wrapped__", st.kernel)
+        meta, ins, attrs, dev = st.meta, tuple(st.ins), st.attrs, st.device
+        ometa = steps[used[0]].meta if used else meta
+        o1, shape1, dtype1 = (steps[used[0]].outs[0] if used else st.outs[0]), ometa.shape, ometa.dtype
+        gemv = [None]
+
+        def run(vals, op):
+            bb = vals[ins[2]]._buf if len(ins) == 3 else None
+            g = gemv[0]
+            if g is None or g.w is not vals[ins[1]]._buf or g.bias is not bb:
+                g = gemv[0] = NativeGemv(vals[ins[1]]._buf, bb, act, args)     # (a new weight: anew)
+            yb = g(vals[ins[0]]._buf) if g.ok else None
+            if yb is None:                      # (the recorded steps: the linear, then the activation)
+                yb = kernel(meta, *[vals[k] for k in ins], **attrs)
+                if act is not None:
+                    yb = activation_(yb if yb.dtype == _F32 and yb.flags.writeable else np.array(yb, _F32),
+                                     act, args)
+            vals[o1] = wrap(yb.reshape(shape1), shape1, dtype1, dev)
+        op = _Op("linear", ins, o1, ometa, run)
+        op.act = act
+        return op, used
     wb = np.asarray(w._buf)
     if wb.nbytes > budget[0] or not wb.size:
         return None
@@ -571,8 +740,6 @@ def _linear_const(st, consts, dtypes, budget):
     # new one: Tensor._set_), so the copy is valid while the weight holds the same buffer object
     cache = [wb, np.ascontiguousarray(wb.T)]
     recorded = _recorded(st)
-    from ..tensor import Tensor
-    wrap = Tensor._wrap
     o, shape, dtype, dev = st.outs[0], st.meta.shape, st.meta.dtype, st.device
     bias = len(st.ins) == 3
 
@@ -593,7 +760,26 @@ def _linear_const(st, consts, dtypes, budget):
         if bias:
             y += b
         vals[o] = wrap(y.reshape(shape), shape, dtype, dev)
-    return _Op("linear", st.ins, o, st.meta, run)
+    return _Op("linear", st.ins, o, st.meta, run), []
+
+
+def _one_row_act(steps, i, readers, only):
+    """([the activation step's index] or [], activation name or None, its (a, b, lo, hi)): the relu
+    or clip (float32, the same shape) that alone reads linear step i's result."""
+    st = steps[i]
+    y = st.outs[0]
+    r = readers.get(y, [])
+    if len(r) == 1 and only(y, r[0]):
+        nxt = steps[r[0]]
+        if not nxt.multi and nxt.ins == (y,) and nxt.meta.dtype.name == "float32" \
+                and tuple(nxt.meta.shape) == tuple(st.meta.shape):
+            if nxt.name == "relu":
+                return [r[0]], "relu", (0.0, 0.0, 0.0, np.inf)
+            if nxt.name == "clip":
+                lo, hi = nxt.attrs.get("min"), nxt.attrs.get("max")
+                return [r[0]], "clip", (0.0, 0.0, -np.inf if lo is None else float(np.float32(lo)),
+                                        np.inf if hi is None else float(np.float32(hi)))
+    return [], None, (0.0, 0.0, 0.0, 0.0)
 
 
 def _integer_matmul(steps, i, consts, readers, only, dtypes):
