@@ -147,3 +147,28 @@ def test_gemv8_weight_at_an_offset(rt, qtype, lead):
     got = _np(ember.qlinear(_t(x[None]), w.data, qtype=qtype, n=n, k=k))[0]
     check(got, model(qtype, raw, wd, x, n, k), wd @ x.astype(np.float64))
 
+
+
+@pytest.mark.parametrize("qtype", list(FORMATS))
+@pytest.mark.parametrize("layout", [(16, 1, 64), (8, 2, 256), (64, 1, 256), (4, 4, 64)])
+def test_gemv8_layouts(rt, qtype, layout, monkeypatch):
+    """``gemv8`` with other groups (``lanes`` threads of ``rb`` rows) and workgroups of ``wg``
+    threads (x's 264 vec4s over 64 threads: five rounds, the last partial): the modelled product,
+    for rows and blocks at every alignment (k = 33 blocks)."""
+    from ember.quant import QTensor
+    from ember.webgpu.quant import _use_gemv8
+
+    lanes, rb, wg = layout
+    n, k = 4100, 1056
+    if not _use_gemv8(rt, qtype, n, k, 64, 4):
+        pytest.skip("this adapter's WGSL has no packed 4x8 dot product (the float kernel runs)")
+    monkeypatch.setenv("EMBER_QLINEAR_LANES", str(lanes))
+    monkeypatch.setenv("EMBER_QLINEAR_RB", str(rb))
+    monkeypatch.setenv("EMBER_QLINEAR_WG", str(wg))
+    rng = np.random.default_rng(wg + lanes)
+    raw = quantize(rng.standard_normal((n, k)).astype(np.float32), FORMATS[qtype])
+    wd = dequantize(raw, FORMATS[qtype]).reshape(n, k).astype(np.float64)
+    w = QTensor(_t(np.frombuffer(raw.tobytes(), "<i4"), "int32"), qtype, (n, k))
+    x = rng.standard_normal(k).astype(np.float32) + 0.5          # a mean: q4_1's minimum term counts
+    got = _np(ember.qlinear(_t(x[None]), w.data, qtype=qtype, n=n, k=k))[0]
+    check(got, model(qtype, raw, wd, x, n, k), wd @ x.astype(np.float64))

@@ -262,7 +262,23 @@ def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:
         return False
     if "packed_4x8_integer_dot_product" not in getattr(rt.driver, "wgsl_features", ()):
         return False
-    return k + k // 4 + wg * rb * 4 <= _shared(rt)
+    return 3 * k + k // 4 + wg * rb * 4 <= _shared(rt)
+
+
+def gemv8_shape(k: int, forced: tuple) -> tuple:
+    """(LANES, RB, WG) of ``gemv8``: every workgroup rounds all of x first, so
+    ``EMBER_QLINEAR_I8_SHAPE`` ("<lanes>x<rows>w<threads>") sets them, else the
+    EMBER_QLINEAR_LANES / _RB / _WG of ``gemv_shape`` (``forced``) where one is set, else the
+    default."""
+    env = os.environ
+    spec = env.get("EMBER_QLINEAR_I8_SHAPE")
+    if spec:
+        lanes, rest = spec.split("x")
+        rb, wg = rest.split("w")
+        return int(lanes), int(rb), int(wg)
+    if any(env.get("EMBER_QLINEAR_" + v) for v in ("LANES", "RB", "WG")):
+        return forced
+    return (32, 4, 256) if k >= 2048 else (4, 4, 64)
 
 
 def _shared(rt) -> int:
@@ -313,11 +329,12 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
                   XP="true" if parts else "false", XR=max(1, parts), **_sg_params(rt))
-    # (gemv8: each workgroup rounds all of x; from k = 2048 on, 256 threads' rows share it)
-    wg8 = 256 if M == 1 and k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wg
-    if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb):
-        entry, wg = "gemv8", wg8
-        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb)
+    lanes8, rb8, wg8 = gemv8_shape(k, (lanes, rb, wg))
+    if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb8):
+        entry, lanes, rb, wg = "gemv8", lanes8, rb8, wg8
+        params.update(LANES=lanes, RB=rb)
+        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb,
+                      XV=-(-k // 4 // wg))
     else:
         entry = "gemv"
         red = wg * mt * rb

@@ -472,9 +472,20 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
 
             def decode_calls(reps=reps):
                 return [lambda w=ws[i % copies]: ember.qlinear(tx1, w, qtype=qt, n=n, k=k) for i in range(reps)]
+
+            def chained_calls(reps=reps):
+                # each call's x is the previous call's first k outputs: every dispatch waits for the
+                # one before (a barrier), as in a decode step, instead of overlapping with it
+                state = [tx1]
+
+                def call(w):
+                    y = ember.qlinear(state[0], w, qtype=qt, n=n, k=k)
+                    state[0] = y[:, :k]
+                    return y
+                return [lambda w=ws[i % copies]: call(w) for i in range(reps)]
             lanes, rb, u, il, wgs = wq.gemv_shape(n, k, 1)
-            if i8:   # gemv8 (no items per step; workgroups of 256 from k = 2048 on)
-                wgs = 256 if k >= 2048 and not os.environ.get("EMBER_QLINEAR_WG") else wgs
+            if i8:   # gemv8 (no items per step)
+                lanes, rb, wgs = wq.gemv8_shape(k, (lanes, rb, wgs))
                 row["default"] = f"i8:{lanes}x{rb}" + (f"w{wgs}" if wgs != wq.WG else "")
             else:
                 row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}" + (f"w{wgs}" if wgs != wq.WG else "")
@@ -482,6 +493,10 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9
             row["fail"] = check_rate(f"qlinear decode {qt} {n}x{k}", flop=2.0 * n * k, nbytes=nbytes, seconds=dt)
+            chain = n >= k and not cpu_adapter
+            if chain:
+                dt = _one_pass_timed(chained_calls(), cpu_adapter)
+                row["chained_us"], row["chained_GBs"] = dt * 1e6, nbytes / dt / 1e9
             if layouts and not cpu_adapter:
                 row["layouts"] = {}
                 for name in layouts:
@@ -489,10 +504,11 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
                     os.environ.update(env)
                     try:
                         dt = _one_pass_timed(decode_calls(), cpu_adapter)
+                        dtc = _one_pass_timed(chained_calls(), cpu_adapter) if chain else None
                     finally:
                         for v in env:
                             os.environ.pop(v, None)
-                    row["layouts"][name] = nbytes / dt / 1e9
+                    row["layouts"][name] = (nbytes / dt / 1e9, nbytes / dtc / 1e9 if dtc else None)
                     row["fail"] += check_rate(f"qlinear decode {qt} {n}x{k} layout {name}", nbytes=nbytes, seconds=dt)
             if not prompt:
                 del ws
@@ -566,14 +582,16 @@ def smol_token(cpu_adapter, layers=30):
 
 def print_qlinear(rows, peak):
     print("\nqlinear batch-1 decode (matrix-vector kernel): GB/s of weight read per call"
-          + (f", % of {peak:.0f} GB/s" if peak else "") + "; prompt: 128 rows, tiled kernel, GFLOP/s")
+          + (f", % of {peak:.0f} GB/s" if peak else "") + "; prompt: 128 rows, tiled kernel, GFLOP/s;"
+          " calls independent (they overlap on the GPU), and 'chained': each call's x the previous"
+          " call's output (each waits for the one before, as in a decode step); layouts: independent/chained")
     print(f"{'shape':>11} {'qtype':>10} {'MB':>7} {'copies':>6} {'us/call':>9} {'GB/s':>8}"
           + (f" {'%peak':>6}" if peak else "") + f" {'layout':>9} {'prompt':>9}  layouts (lanes x rows u items [i interleaved, s x staged]: GB/s)")
     for r in rows:
         pct = f" {100 * r['GBs'] / peak:>5.1f}%" if peak else ""
         extra = ""
         if "layouts" in r:
-            extra = "  " + " ".join(f"{name} {v:.3g}" for name, v in r["layouts"].items())
+            extra = "  " + " ".join(f"{name} {v:.0f}" + (f"/{c:.0f}" if c else "") for name, (v, c) in r["layouts"].items())
         if "torch_fp16_GBs" in r:
             extra = f"  torch fp16 (CUDA) {r['torch_fp16_GBs']:.0f} GB/s"
         prompt = f"{r['prompt_GFLOPs']:>9.1f}" if "prompt_GFLOPs" in r else f"{'-':>9}"
@@ -581,6 +599,9 @@ def print_qlinear(rows, peak):
             extra += f"  | prompt scalar tiles {r['prompt_tiled']:.0f}, dequantize+matmul {r['prompt_dequant']:.0f} GFLOP/s"
         print(f"{r['n']:>5}x{r['k']:<5} {r['qtype']:>10} {r['MB']:>7.2f} {r.get('copies', '-'):>6} {r['us']:>9.1f} "
               f"{r['GBs']:>8.1f}{pct} {r.get('default', '-'):>9} {prompt}{extra}{r.get('fail', '')}")
+        if "chained_GBs" in r:
+            cp = f" {100 * r['chained_GBs'] / peak:>5.1f}%" if peak else ""
+            print(f"{'':>11} {'chained':>10} {'':>7} {'':>6} {r['chained_us']:>9.1f} {r['chained_GBs']:>8.1f}{cp}")
 
 
 def replay_rows(layers: int = 64, width: int = 64, reps: int = 50) -> list:

@@ -30,9 +30,10 @@ for s in $S; do case $s in
   bert) run bert 240 python3 tests/bench/bench_bert_gpu.py --profile ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
   # (decode only, a short layout sweep; every timed pass starts after ~30 ms of other GPU work)
-  qlinear) L=32x4u4iw64,32x4u4iw256,16x4u4iw64,8x2u4iw64,4x4u4iw64,4x8u4iw64,8x8u4iw128
-           run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1,q6_k,q4_k --qshapes 4096x4096 --peak-gbs $PEAK --no-qprompt --qlayouts $L
-           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576 --peak-gbs $PEAK --no-qprompt --qlayouts $L ;;
+  # (QL_LAYOUTS / QL_LAYOUTS_576: other layouts, e.g. gemv8's lanes per block "32x4u4iw256t4")
+  qlinear) L=${QL_LAYOUTS:-32x4u4iw64,32x4u4iw256,16x4u4iw64,8x2u4iw64,4x4u4iw64,4x8u4iw64,8x8u4iw128}
+           run qlinear 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes ${QL_TYPES:-q8_0,q4_1,q6_k,q4_k} --qshapes ${QL_SHAPES:-4096x4096} --peak-gbs $PEAK --no-qprompt --qlayouts $L
+           run qlinear_576 150 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 49152x576 --peak-gbs $PEAK --no-qprompt --qlayouts ${QL_LAYOUTS_576:-$L} ;;
   # the decode-sized products at their default layouts and the fp32 batch-1 linear next to them
   qdecode) run qdecode 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096,11008x4096 --peak-gbs $PEAK --no-qprompt --qlayouts none ;;
   # what a chained dispatch costs, and what a decode kernel's body adds to it

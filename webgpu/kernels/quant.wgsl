@@ -242,6 +242,8 @@ const LANES: u32 = {{LANES}}u;
 var<workgroup> xq: array<u32, {{XQ}}>;
 var<workgroup> xd: array<f32, {{XB}}>;
 var<workgroup> xs: array<f32, {{XB}}>;
+var<workgroup> wmx: array<f32, {{XQ}}>;
+var<workgroup> wsm: array<f32, {{XQ}}>;
 var<workgroup> red: array<f32, {{RED}}>;
 
 // XP (PRO 1): x is a residual stream in parts, the sum of XR rows (info 7 apart)
@@ -308,29 +310,47 @@ fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   let sgs = {{SGS}};
   let N = u(1u); let K = u(2u);
   let nb = K / 32u;
-  // stage 1: x' quantized per block (and PRO 1: the squares of x summed)
+  // stage 1: x' quantized per block (and PRO 1: the squares of x summed). Thread t takes x's
+  // vec4s t, t + WG, .. (coalesced loads; XV of them, kept in registers): 8 consecutive threads
+  // hold a block, whose max |x'| and sum meet in workgroup memory (wmx, wsm), then each thread
+  // packs its own vec4s. (One thread per block instead read 128-byte strided rows of x and
+  // left half the workgroup idle: on an H100 the per-workgroup rounding of x cost as much as
+  // the weight's stream.)
   var ss = 0.0;
-  for (var b = t; b < nb; b = b + {{WG}}u) {
-    var v: array<vec4<f32>, 8>;
-    var mx = 0.0;
-    var sm = 0.0;
-    for (var j = 0u; j < 8u; j = j + 1u) {
+  var v: array<vec4<f32>, {{XV}}>;
+  for (var j = 0u; j < {{XV}}u; j = j + 1u) {
+    let e4 = t + j * {{WG}}u;
+    if (e4 < K / 4u) {
       if (PRO == 1u) {
-        let r = xsum(32u * b + 4u * j);
+        let r = xsum(4u * e4);
         ss = ss + dot(r, r);
-        v[j] = r * nw4(32u * b + 4u * j);
+        v[j] = r * nw4(4u * e4);
       } else {
-        v[j] = xp(32u * b + 4u * j);
+        v[j] = xp(4u * e4);
       }
       let a = abs(v[j]);
-      mx = max(mx, max(max(a.x, a.y), max(a.z, a.w)));
-      sm = sm + (v[j].x + v[j].y) + (v[j].z + v[j].w);
+      wmx[e4] = max(max(a.x, a.y), max(a.z, a.w));
+      wsm[e4] = (v[j].x + v[j].y) + (v[j].z + v[j].w);
     }
-    let inv = select(127.0 / mx, 0.0, mx == 0.0);
-    // values 4j..4j+3 go to word j (elements 0..31 in order, as q8_0 and the nibble halves read them)
-    for (var j = 0u; j < 8u; j = j + 1u) { xq[8u * b + j] = pack4xI8(vec4<i32>(round(v[j] * inv))); }
-    xd[b] = mx / 127.0;
-    xs[b] = sm;
+  }
+  workgroupBarrier();
+  for (var j = 0u; j < {{XV}}u; j = j + 1u) {
+    let e4 = t + j * {{WG}}u;
+    if (e4 < K / 4u) {
+      let b8 = e4 & ~7u;
+      var mx = 0.0;
+      for (var i = 0u; i < 8u; i = i + 1u) { mx = max(mx, wmx[b8 + i]); }
+      let inv = select(127.0 / mx, 0.0, mx == 0.0);
+      // values 4j..4j+3 of a block go to its word j (elements 0..31 in order, as q8_0 and the
+      // nibble halves read them)
+      xq[e4] = pack4xI8(vec4<i32>(round(v[j] * inv)));
+      if (e4 == b8) {
+        var sm = 0.0;
+        for (var i = 0u; i < 8u; i = i + 1u) { sm = sm + wsm[b8 + i]; }
+        xd[e4 / 8u] = mx / 127.0;
+        xs[e4 / 8u] = sm;
+      }
+    }
   }
   var nrm = 1.0;
   if (PRO == 1u) {
