@@ -1241,7 +1241,7 @@ class NativeConvPad:
     _PAD_CALLS). Calling it with a C-contiguous float32 input of that shape gives the result, or
     None where the library is not in use on this thread (then the caller runs another path)."""
 
-    __slots__ = ("w", "bias", "shape", "lib", "fn", "ptrs", "out", "units", "need", "keep", "geom")
+    __slots__ = ("shape", "lib", "fn", "ptrs", "out", "units", "need", "keep", "geom")
 
     def __init__(self, lib, fn, a_shape, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, pool):
         n, c, h, wd = a_shape
@@ -1252,7 +1252,7 @@ class NativeConvPad:
         self.geom = np.array([n, c, h, wd, c * h * wd, h * wd, wd, 1, o, oh, ow, kh, kw, dh, dw, pt, pl,
                               _NATIVE_DENSE_ACTS[act], pool], np.int64)
         ap = np.array(act_args, np.float32)
-        self.w, self.bias, self.shape, self.lib, self.fn = w, bias, tuple(a_shape), lib, fn
+        self.shape, self.lib, self.fn = tuple(a_shape), lib, fn
         b = bias if bc is None else bc
         self.ptrs = (wp.ctypes.data, None if b is None else b.ctypes.data, self.geom.ctypes.data, ap.ctypes.data)
         self.keep = (wp, b, ap)
@@ -1278,8 +1278,9 @@ def _pad_scratch(c, rows, kh, dh, wp):
     return c * (rows + (kh - 1) * dh) * wp + 16
 
 
-# one-thread ember_conv_pad calls seen before (NativeConvPad), by (id(w), id(bias), input shape and
-# the convolution's parameters), checked against the buffers themselves
+# one-thread ember_conv_pad calls seen before: (weight ref, bias ref or None, NativeConvPad), by
+# (id(w), id(bias), input shape and the convolution's parameters), checked through the weak
+# references (the call keeps the packed weight and the bias it reads, as _DENSE_CALLS does)
 _PAD_CALLS: dict = {}
 _PAD_CALLS_MAX = 1024
 
@@ -1290,8 +1291,9 @@ def conv_pad_call(a, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, 
     more than one thread, or does not run here (the library not in use, other dtypes)."""
     key = (id(w), id(bias), a.shape, oh, ow, kh, kw, padding, dilation, act, act_args, pool)
     hit = _PAD_CALLS.get(key)
-    if hit is not None and hit.w is w and hit.bias is bias and native.lib() is hit.lib:
-        return hit
+    if hit is not None and hit[0]() is w and (hit[1] is None if bias is None else hit[1]() is bias) \
+            and native.lib() is hit[2].lib:
+        return hit[2]
     n, c, h, wd = a.shape
     o = w.shape[0]
     if not _pad_case(c, o, oh, ow, kh, kw, (1, 1), padding, dilation, pool) or a.dtype != np.float32 \
@@ -1305,7 +1307,10 @@ def conv_pad_call(a, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, 
     call = NativeConvPad(native.lib(), fn, a.shape, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, pool)
     if len(_PAD_CALLS) >= _PAD_CALLS_MAX:
         _PAD_CALLS.clear()
-    _PAD_CALLS[key] = call                   # (holds w and bias: an id is not reused while it is kept)
+    try:
+        _PAD_CALLS[key] = (weakref.ref(w), None if bias is None else weakref.ref(bias), call)
+    except TypeError:                        # (a buffer without weak references: not kept)
+        pass
     return call
 
 

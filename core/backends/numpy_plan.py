@@ -328,28 +328,29 @@ class NumpyReplay:
         shape, dtype = meta.shape, meta.dtype
         if pool:
             attrs["pool"] = pool
-        # dense.c's ember_conv_pad set up once (numpy_nn.NativeConvPad) where it takes the case: the
-        # weight and bias buffers it was made for, and the call (None: conv2d_act each time)
+        # dense.c's ember_conv_pad set up once (numpy_nn.NativeConvPad) where it takes the case:
+        # (the weight and bias buffers it was made for, the call or None: conv2d_act each time)
         _, oc, oh, ow = cmeta.shape
         pad_case = native_conv_pad_case(cmeta.shape, st.attrs, pool)
-        cache = [None, None, None]
+        cache = [None]
 
         def run(vals, op):
             xs = [vals[k] for k in ins]
             a, wb = xs[0]._buf, xs[1]._buf
             bb = xs[2]._buf if len(xs) == 3 else None
-            if cache[0] is wb and cache[1] is bb and cache[2] is not None:
-                yb = cache[2](a)
+            c = cache[0]
+            if c is not None and c[0] is wb and c[1] is bb and c[2] is not None:
+                yb = c[2](a)
                 if yb is not None:
                     vals[o] = wrap(yb, shape, dtype, dev)
                     return
             yb = conv2d_act(cmeta, *xs, **attrs, act=act, act_args=args)
             vals[o] = wrap(yb, shape, dtype, dev)
-            if pad_case and (cache[0] is not wb or cache[1] is not bb) and a.flags.c_contiguous \
+            if pad_case and (c is None or c[0] is not wb or c[1] is not bb) and a.flags.c_contiguous \
                     and a.ndim == 4 and wb.ndim == 4:
                 kh, kw = wb.shape[2:]
-                cache[:] = [wb, bb, conv_pad_call(a, wb, bb, oh, ow, kh, kw, st.attrs["padding"],
-                                                  st.attrs["dilation"], act, args, pool)]
+                cache[0] = (wb, bb, conv_pad_call(a, wb, bb, oh, ow, kh, kw, st.attrs["padding"],
+                                                  st.attrs["dilation"], act, args, pool))
         op = _Op("conv2d", ins, o, meta, run)
         op.act, op.pool = act, pool
         return op, used
