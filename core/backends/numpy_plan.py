@@ -109,6 +109,12 @@ class NumpyReplay:
         self.fused = sum(1 for op in ops if op.name.startswith("hard_") or (op.act or "").startswith("hard_"))
         self.conv_act = sum(1 for op in ops if op.act is not None)
         self.conv_pool = sum(1 for op in ops if op.pool)
+        # what a run starts from and returns, made once: a call after other work (onnxruntime's, in
+        # the benchmark) finds little of this in the caches, where each Python line costs ~2-3 us
+        # (MNIST at batch 1: setup, import and unflatten 8 of ~70 us per call)
+        from ..plan import unflatten
+        self._slots, self._n_inputs, self._unflatten = plan.slots([None] * plan.n_inputs), plan.n_inputs, unflatten
+        self._single = plan.out_slots[0] if plan.out_tree == "T" and len(plan.out_slots) == 1 else None
         self.in_place = sum(1 for op in ops if op.inplace is not None)
 
     # ---- rewriting -------------------------------------------------------------------------------
@@ -118,9 +124,11 @@ class NumpyReplay:
         only = lambda s, i: readers.get(s) == [i] and s not in protected   # noqa: E731
         dtypes = {s: t.dtype.name for s, t in consts.items()}
         budget = [_LINEAR_COPY_BYTES]           # (bytes left for linear weight copies)
-        for st in steps:
+        producer = {}
+        for k, st in enumerate(steps):
             for s, m in zip(st.outs, st.meta if st.multi else (st.meta,)):
                 dtypes[s] = m.dtype.name
+                producer[s] = k
         for i, st in enumerate(steps):
             if i in skip:
                 continue
@@ -136,10 +144,12 @@ class NumpyReplay:
                 skip.update(used)
                 ops.append(op)
                 continue
-            lin = _linear_const(steps, i, consts, dtypes, budget, readers, only)
+            lin = _linear_const(steps, i, consts, dtypes, budget, readers, only, producer)
             if lin is not None:
                 op, used = lin
                 skip.update(used)
+                if op.ins[0] != st.ins[0]:          # (it reads the input of the reshape before it)
+                    ops = [o for o in ops if o.multi or o.out != st.ins[0]]
                 ops.append(op)
                 continue
             ca = self._conv_act(steps, i, consts, readers, only, protected)
@@ -413,17 +423,20 @@ class NumpyReplay:
 
     # ---- running ---------------------------------------------------------------------------------
     def _setup(self, inputs):
-        return self.plan.slots(inputs)
+        vals = self._slots.copy()              # (the constants in their slots: the plan's, fixed)
+        vals[:self._n_inputs] = inputs
+        return vals
 
     def __call__(self, inputs):
-        from ..plan import unflatten
         vals = self._setup(inputs)
         with np.errstate(all="ignore"):
             for op in self.ops:
                 op.run(vals, op)
                 for s in op.free:
                     vals[s] = None
-        return unflatten(self.plan.out_tree, [vals[s] for s in self.plan.out_slots])
+        if self._single is not None:
+            return vals[self._single]
+        return self._unflatten(self.plan.out_tree, [vals[s] for s in self.plan.out_slots])
 
     def profile(self, inputs, times: dict, steps: list | None = None) -> None:
         """Run once, adding each op's wall time to ``times[name]`` (in-place ops as ``name (in place)``);
@@ -691,14 +704,16 @@ _LINEAR_COPY_BYTES = 64 << 20
 _LINEAR_COPY_MIN_MACS = 1 << 20
 
 
-def _linear_const(steps, i, consts, dtypes, budget, readers, only):
+def _linear_const(steps, i, consts, dtypes, budget, readers, only, producer):
     """(an _Op, later step indices) for a linear step whose weight is a constant float32 matrix
     (float32 input and bias checked when it runs: a plan's inputs have no recorded dtype here).
     One row (a classifier's at batch 1) with a constant float32 bias or none: dense.c's ember_gemv
     with the relu or clip that alone reads the result in its epilogue (numpy_nn.NativeGemv, the
     addresses taken once; ~8 -> ~1.5 us of Python, and one step fewer), the same bits as the
     recorded linear and activation steps, which run where the kernel does not (the library off,
-    another dtype). More rows: the transposed copy described above."""
+    another dtype). A reshape that only this linear reads (a flatten before a classifier) is
+    taken into the step: the kernel reads the reshape's input as it is (its K floats in order).
+    More rows: the transposed copy described above."""
     st = steps[i]
     if st.name != "linear" or st.multi or len(st.ins) not in (2, 3) or st.meta.dtype.name != "float32":
         return None
@@ -717,20 +732,29 @@ def _linear_const(steps, i, consts, dtypes, budget, readers, only):
         ometa = steps[used[0]].meta if used else meta
         o1, shape1, dtype1 = (steps[used[0]].outs[0] if used else st.outs[0]), ometa.shape, ometa.dtype
         gemv = [None]
+        flat = steps[producer[ins[0]]] if ins[0] in producer else None
+        if flat is None or flat.name != "reshape" or flat.multi or len(flat.ins) != 1 or flat.ins[0] in consts \
+                or not only(ins[0], i):
+            flat = None
+        xs = flat.ins[0] if flat is not None else ins[0]
+        fshape, fdtype = (flat.meta.shape, flat.meta.dtype) if flat is not None else (None, None)
 
         def run(vals, op):
             bb = vals[ins[2]]._buf if len(ins) == 3 else None
             g = gemv[0]
             if g is None or g.w is not vals[ins[1]]._buf or g.bias is not bb:
                 g = gemv[0] = NativeGemv(vals[ins[1]]._buf, bb, act, args)     # (a new weight: anew)
-            yb = g(vals[ins[0]]._buf) if g.ok else None
-            if yb is None:                      # (the recorded steps: the linear, then the activation)
-                yb = kernel(meta, *[vals[k] for k in ins], **attrs)
+            xt = vals[xs]
+            yb = g(xt._buf) if g.ok else None
+            if yb is None:                      # (the recorded steps: the reshape, linear, activation)
+                if flat is not None:
+                    xt = wrap(xt._buf.reshape(fshape), fshape, fdtype, dev)
+                yb = kernel(meta, xt, *[vals[k] for k in ins[1:]], **attrs)
                 if act is not None:
                     yb = activation_(yb if yb.dtype == _F32 and yb.flags.writeable else np.array(yb, _F32),
                                      act, args)
             vals[o1] = wrap(yb.reshape(shape1), shape1, dtype1, dev)
-        op = _Op("linear", ins, o1, ometa, run)
+        op = _Op("linear", (xs,) + ins[1:], o1, ometa, run)
         op.act = act
         return op, used
     wb = np.asarray(w._buf)
