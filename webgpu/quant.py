@@ -257,7 +257,7 @@ def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:
     -> gemv8 (32 lanes of 4 rows, workgroups of 256): 4096^2 q8_0 1737 -> 1780, q4_1 1346 -> 1560,
     q4_0 1008 -> 1240; 11008x4096 q8_0 1812 -> 1860, q4_1 1379 -> 1620; 49152x576 (4 lanes of 4
     rows, 64) q8_0 1490 -> 1467, q4_1 1191 -> 1287; 4096x11008 q8_0 1820 -> 1340 (left out)."""
-    if (qtype not in _I8_FORMATS or k % 32 or k > 4096 or n * k <= (1 << 22)
+    if (qtype not in _I8_FORMATS or k % 32 or k > 4096 or n * k <= (1 << 22) or wg % 8
             or os.environ.get("EMBER_QLINEAR_I8") == "0"):
         return False
     if "packed_4x8_integer_dot_product" not in getattr(rt.driver, "wgsl_features", ()):

@@ -310,40 +310,37 @@ fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   let sgs = {{SGS}};
   let N = u(1u); let K = u(2u);
   let nb = K / 32u;
-  // stage 1: x' quantized per block (and PRO 1: the squares of x summed). Thread t takes x's
-  // vec4s t, t + WG, .. (coalesced loads; XV of them, kept in registers): 8 consecutive threads
-  // hold a block, whose max |x'| and sum meet in workgroup memory (wmx, wsm), then each thread
-  // packs its own vec4s. (One thread per block instead read 128-byte strided rows of x and
-  // left half the workgroup idle: on an H100 the per-workgroup rounding of x cost as much as
-  // the weight's stream.)
+  // stage 1: x' quantized per block (and PRO 1: the squares of x summed), in XV rounds of WG
+  // vec4s: thread t takes vec4 t of the round (coalesced loads), the 8 threads of a block meet
+  // in workgroup memory (wmx, wsm: max |x'| and sum of each vec4), then each packs its own vec4.
+  // (One thread per block instead read 128-byte strided rows of x and left half the workgroup
+  // idle; the vec4s of all rounds kept in a register array instead ran slower on an H100.)
   var ss = 0.0;
-  var v: array<vec4<f32>, {{XV}}>;
   for (var j = 0u; j < {{XV}}u; j = j + 1u) {
     let e4 = t + j * {{WG}}u;
-    if (e4 < K / 4u) {
+    let live = e4 < K / 4u;
+    var v = vec4<f32>(0.0);
+    if (live) {
       if (PRO == 1u) {
         let r = xsum(4u * e4);
         ss = ss + dot(r, r);
-        v[j] = r * nw4(4u * e4);
+        v = r * nw4(4u * e4);
       } else {
-        v[j] = xp(4u * e4);
+        v = xp(4u * e4);
       }
-      let a = abs(v[j]);
+      let a = abs(v);
       wmx[e4] = max(max(a.x, a.y), max(a.z, a.w));
-      wsm[e4] = (v[j].x + v[j].y) + (v[j].z + v[j].w);
+      wsm[e4] = (v.x + v.y) + (v.z + v.w);
     }
-  }
-  workgroupBarrier();
-  for (var j = 0u; j < {{XV}}u; j = j + 1u) {
-    let e4 = t + j * {{WG}}u;
-    if (e4 < K / 4u) {
+    workgroupBarrier();
+    if (live) {
       let b8 = e4 & ~7u;
       var mx = 0.0;
       for (var i = 0u; i < 8u; i = i + 1u) { mx = max(mx, wmx[b8 + i]); }
       let inv = select(127.0 / mx, 0.0, mx == 0.0);
       // values 4j..4j+3 of a block go to its word j (elements 0..31 in order, as q8_0 and the
       // nibble halves read them)
-      xq[e4] = pack4xI8(vec4<i32>(round(v[j] * inv)));
+      xq[e4] = pack4xI8(vec4<i32>(round(v * inv)));
       if (e4 == b8) {
         var sm = 0.0;
         for (var i = 0u; i < 8u; i = i + 1u) { sm = sm + wsm[b8 + i]; }
