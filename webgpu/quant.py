@@ -265,20 +265,32 @@ def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:
     return 3 * k + k // 4 + wg * rb * 4 <= _shared(rt)
 
 
-def gemv8_shape(k: int, forced: tuple) -> tuple:
-    """(LANES, RB, WG) of ``gemv8``: every workgroup rounds all of x first, so
-    ``EMBER_QLINEAR_I8_SHAPE`` ("<lanes>x<rows>w<threads>") sets them, else the
-    EMBER_QLINEAR_LANES / _RB / _WG of ``gemv_shape`` (``forced``) where one is set, else the
-    default."""
+def gemv8_shape(k: int, forced: tuple, max_wg: int = 1024) -> tuple:
+    """(LANES, RB, WG) of ``gemv8``: ``EMBER_QLINEAR_I8_SHAPE`` ("<lanes>x<rows>w<threads>")
+    sets them, else the EMBER_QLINEAR_LANES / _RB / _WG of ``gemv_shape`` (``forced``) where
+    one is set, else the default: 16 lanes of one row in workgroups of 512 threads from k = 2048
+    on, 4 lanes of one row in 256 below; workgroups at most ``max_wg`` threads (the device's
+    limit: WebGPU's default is 256).
+
+    Every workgroup rounds all of x first, so fewer, larger workgroups pay that less often, and
+    a row's few lanes each take many blocks. H100, GB/s of weight read, calls independent (they
+    overlap) / chained (each waits for the one before, as in a decode step), old default ->
+    this one: 4096^2 q8_0 1,796/624 -> 2,159/974 (64% of HBM), q4_1 1,561/510 -> 2,112/784;
+    11008x4096 q8_0 1,874/1,112 -> 2,235/1,574, q4_1 1,622/976 -> 2,160/1,418; the LM head
+    49152x576 q8_0 (4 lanes of 4 rows in 64 -> 4x1w256) 1,469/643 -> 1,875/1,232, q4_1
+    1,296/672 -> 1,991/1,200 (``bash tests/bench/webgpu_h200.sh qlinear`` with QL_LAYOUTS)."""
     env = os.environ
     spec = env.get("EMBER_QLINEAR_I8_SHAPE")
     if spec:
         lanes, rest = spec.split("x")
         rb, wg = rest.split("w")
-        return int(lanes), int(rb), int(wg)
-    if any(env.get("EMBER_QLINEAR_" + v) for v in ("LANES", "RB", "WG")):
-        return forced
-    return (32, 4, 256) if k >= 2048 else (4, 4, 64)
+        lanes, rb, wg = int(lanes), int(rb), int(wg)
+    elif any(env.get("EMBER_QLINEAR_" + v) for v in ("LANES", "RB", "WG")):
+        lanes, rb, wg = forced
+    else:
+        lanes, rb, wg = (16, 1, 512) if k >= 2048 else (4, 1, 256)
+    wg = min(wg, max_wg)
+    return min(lanes, wg), rb, wg
 
 
 def _shared(rt) -> int:
@@ -329,7 +341,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
                   DECL="\n".join(decl), IB=len(bufs), PRO=pro, EPI="true" if gres is not None else "false",
                   NW4=nw4, RES=res, ROPE="true" if rope is not None else "false", ROPE_CS=rope_cs,
                   XP="true" if parts else "false", XR=max(1, parts), **_sg_params(rt))
-    lanes8, rb8, wg8 = gemv8_shape(k, (lanes, rb, wg))
+    lanes8, rb8, wg8 = gemv8_shape(k, (lanes, rb, wg), int(rt.limits.get("max_compute_invocations_per_workgroup", 256)))
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb8):
         entry, lanes, rb, wg = "gemv8", lanes8, rb8, wg8
         params.update(LANES=lanes, RB=rb)

@@ -485,7 +485,8 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
                 return [lambda w=ws[i % copies]: call(w) for i in range(reps)]
             lanes, rb, u, il, wgs = wq.gemv_shape(n, k, 1)
             if i8:   # gemv8 (no items per step)
-                lanes, rb, wgs = wq.gemv8_shape(k, (lanes, rb, wgs))
+                lanes, rb, wgs = wq.gemv8_shape(k, (lanes, rb, wgs),
+                                                int(rt.limits.get("max_compute_invocations_per_workgroup", 256)))
                 row["default"] = f"i8:{lanes}x{rb}" + (f"w{wgs}" if wgs != wq.WG else "")
             else:
                 row["default"] = f"{lanes}x{rb}u{u}{'i' if il else ''}" + (f"w{wgs}" if wgs != wq.WG else "")
