@@ -10,6 +10,7 @@ back to an OpenGL software rasteriser when Vulkan is missing, which then fails i
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import tempfile
@@ -276,7 +277,25 @@ class NativeDriver(BatchingDriver):
             p = None if pipe is last and i not in starts else (pipe._internal if fast else pipe)
             last = pipe
             out.append((p, bg._internal if fast else bg, int(x), int(y), int(z)))
-        return (fast, out, cmds, chunks)
+        return (fast, out, cmds, chunks, self._native_words(out, chunks) if fast else None)
+
+    def _native_words(self, out, chunks):
+        """Each chunk's dispatches as the words ``ember.native``'s ``ember_encode_dispatches``
+        walks (five per dispatch: pipeline or 0, bind group, x, y, z), for one C call per chunk
+        instead of three cffi calls per dispatch; None where that kernel is not in use (no
+        compiler, ``EMBER_NATIVE=0``, ``EMBER_WEBGPU_NATIVE_ENCODE=0``)."""
+        enc = _native_encoder(self._c)
+        if enc is None:
+            return None
+        ffi = enc[1]
+        words = []
+        for lo, hi in chunks:
+            vals = []
+            for p, b, x, y, z in out[lo:hi]:
+                vals += (0 if p is None else int(ffi.cast("uintptr_t", p)), int(ffi.cast("uintptr_t", b)), x, y, z)
+            arr = (ctypes.c_uint64 * len(vals))(*vals)
+            words.append((arr, ctypes.addressof(arr)))
+        return enc, words
 
     def stream_copy(self, copies) -> None:
         """Submit buffer-to-buffer copies [(src, src offset, dst, dst offset, nbytes)] now, after
@@ -294,12 +313,15 @@ class NativeDriver(BatchingDriver):
             for src, so, dst, do, n in copies_in:
                 enc.copy_buffer_to_buffer(src, so, dst, do, n)
             if prepared is not None:
-                fast, cmds, objs, chunks = prepared
+                fast, cmds, objs, chunks, native = prepared
                 for j, (lo, hi) in enumerate(chunks):
                     if j:
                         enc = self._dev.create_command_encoder()
                     _, cpass = self._begin_pass(enc)
-                    if fast:
+                    if native is not None:
+                        (fn, ffi, fps), words = native
+                        fn(int(ffi.cast("uintptr_t", cpass._internal)), *fps, words[j][1], hi - lo)
+                    elif fast:
                         set_pipeline, set_bind_group, dispatch, null = self._c
                         c = cpass._internal
                         for p, b, x, y, z in cmds[lo:hi]:
@@ -323,6 +345,25 @@ class NativeDriver(BatchingDriver):
             self._dev.queue.submit([enc.finish()])
         except Exception as e:
             raise device_error(e, "submitting a replayed plan", self) from e
+
+
+def _native_encoder(c):
+    """(``ember_encode_dispatches``, cffi's ffi, the addresses of wgpu-native's set-pipeline,
+    set-bind-group and dispatch functions) or None: ember.native's C loop that calls those
+    functions itself (core/native/encode.c), where the library is in use."""
+    if c is None or os.environ.get("EMBER_WEBGPU_NATIVE_ENCODE") == "0":
+        return None
+    try:
+        from .. import native
+        from wgpu.backends.wgpu_native._ffi import ffi
+
+        fn = native.kernel("ember_encode_dispatches", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    except Exception:
+        return None
+    if fn is None:
+        return None
+    return fn, ffi, tuple(int(ffi.cast("uintptr_t", f)) for f in c[:3])
 
 
 def stream_chunks(n: int) -> list:

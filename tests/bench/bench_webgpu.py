@@ -650,9 +650,9 @@ def replay_rows(layers: int = 64, width: int = 64, reps: int = 50) -> list:
             row = {"mode": mode, "dispatches": n, "host_us": (t1 - t0) / reps * 1e6, "wall_us": (t2 - t0) / reps * 1e6}
             if fast is not None and fast.stream is not None and rt.driver._c is not None:
                 drv = rt.driver
-                fast_, cmds = fast.stream.prepared[:2]
+                fast_, cmds, _, chunks, native = fast.stream.prepared
                 set_pipeline, set_bind_group, dispatch, null = drv._c
-                best = float("inf")
+                best = best_n = float("inf")
                 for _ in range(10):
                     enc = drv._dev.create_command_encoder()
                     cp = enc.begin_compute_pass()
@@ -666,7 +666,20 @@ def replay_rows(layers: int = 64, width: int = 64, reps: int = 50) -> list:
                     best = min(best, time.perf_counter() - a)
                     cp.end()
                     enc.finish()
+                    if native is not None:     # ember.native's C loop (core/native/encode.c), chunk by chunk
+                        (fn, ffi, fps), words = native
+                        enc = drv._dev.create_command_encoder()
+                        cp = enc.begin_compute_pass()
+                        c = int(ffi.cast("uintptr_t", cp._internal))
+                        a = time.perf_counter()
+                        for (lo, hi), (_, addr) in zip(chunks, words):
+                            fn(c, *fps, addr, hi - lo)
+                        best_n = min(best_n, time.perf_counter() - a)
+                        cp.end()
+                        enc.finish()
                 row["encode_us"] = best * 1e6
+                if native is not None:
+                    row["encode_native_us"] = best_n * 1e6
             rows.append(row)
     finally:
         replay.ENABLED = old
@@ -680,6 +693,8 @@ def print_replay(rows) -> None:
     for r in rows:
         n = max(r["dispatches"], 1)
         enc = f", encode loop {r['encode_us'] / n:.2f} us/dispatch" if "encode_us" in r else ""
+        if "encode_native_us" in r:
+            enc += f" (cffi calls; ember.native's C loop {r['encode_native_us'] / n:.2f})"
         print(f"  {r['mode']:>6}: {r['dispatches']} dispatches, host {r['host_us']:.0f} us/call "
               f"({r['host_us'] / n:.2f} us/dispatch){enc}, wall {r['wall_us']:.0f} us/call")
 
