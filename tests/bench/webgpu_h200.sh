@@ -13,6 +13,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/emb && ln -sfn "$PWD/core" /tmp/emb/ember
 for d in webgpu wasm web; do ln -sfn "$PWD/$d" "core/$d"; done
 export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
+# ember.native (C compiled here: the replayed streams' encoder, core/native/encode.c); without a
+# compiler the cffi loop runs
+python3 -m ember.native --if-stale 2>&1 | tail -1
 S=${*:-"info floor smol smol4 torch profile replay qlinear qdecode qprompt matmul train"}
 # HBM peak for the GB/s checks: H100 (HBM3) 3.35 TB/s, H200 (HBM3e) 4.8 TB/s
 PEAK=4800; nvidia-smi -L 2>/dev/null | grep -q H100 && PEAK=3350
