@@ -18,9 +18,11 @@ q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, f16, bf16, f32.
   ``_IL`` / ``_XSH=1`` (x staged in workgroup memory) force it (``tests/bench/bench_webgpu.py --qlinear``
   sweeps them on a GPU).
 - one x row and a large weight (n * k > 4M, k <= 4096) of a 32-block format (q8_0 q4_0 q4_1 q5_0
-  q5_1), where the WGSL has ``packed_4x8_integer_dot_product``: ``gemv8``, x rounded to int8 per block of
-  32 in workgroup memory and each block's products summed by ``dot4I8Packed`` (~0.5% of the
-  outputs' spread, as llama.cpp's int8 activations; ``EMBER_QLINEAR_I8=0`` keeps float).
+  q5_1) or a K-quant with scales per 32 or 16 elements (q4_k q5_k q6_k q3_k: a lane takes one
+  32-element sub-block at a time), where the WGSL has ``packed_4x8_integer_dot_product``:
+  ``gemv8``, x rounded to int8 per block of 32 in workgroup memory and each block's products
+  summed by ``dot4I8Packed`` (~0.5% of the outputs' spread, as llama.cpp's int8 activations;
+  ``EMBER_QLINEAR_I8=0`` keeps float).
 - more rows (prompt): ``tiled4``, 64x64 output tiles, 4x4 per thread read from workgroup memory
   as vec4s, the weight tile decoded once per 64-wide slice of k (``tiled``: the same with scalar
   reads and smaller tiles, for adapters with less than 32 KiB of workgroup memory).
@@ -244,17 +246,20 @@ def gemv_shape(n: int, k: int, mt: int) -> tuple:
     return min(lanes, wg), max(1, min(rb, 8 // mt)), u, il, wg
 
 
-# formats gemv8 reads (its QK code): blocks of 32 with one f16 scale (and q4_1's / q5_1's min)
-_I8_FORMATS = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3, "q5_1": 4}
+# formats gemv8 reads (its QK code): blocks of 32 with one f16 scale (and q4_1's / q5_1's min),
+# and the K-quants whose scales cover 32 elements (q4_k, q5_k: a scale and a min per sub-block)
+# or 16 (q6_k, q3_k: two integer sums per 32-element sub-block). q2_k (a min per 16 elements)
+# would need x's float sums per 16 and stays on the float gemv.
+_I8_FORMATS = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3, "q5_1": 4, "q4_k": 5, "q5_k": 6, "q6_k": 7, "q3_k": 8}
 
 
 def _use_gemv8(rt, qtype: str, n: int, k: int, wg: int, rb: int) -> bool:
     """Whether one x row's product takes ``gemv8`` (x as int8 per block, dot4I8Packed): large
     weights (n * k > 4M: bandwidth-bound; the small ones of a SmolLM2 layer are latency-bound
-    and stay exact) of a 32-block format with k <= 4096 (each workgroup rounds all of x: at
-    k = 11008 that costs more than it saves), where the WGSL has the packed 4x8 dot product and x's
-    k bytes fit in workgroup memory; ``EMBER_QLINEAR_I8=0`` turns it off. H100, GB/s, float gemv
-    -> gemv8 (32 lanes of 4 rows, workgroups of 256): 4096^2 q8_0 1737 -> 1780, q4_1 1346 -> 1560,
+    and stay exact) of a 32-block format or a K-quant of ``_I8_FORMATS`` with k <= 4096 (each
+    workgroup rounds all of x: at k = 11008 that costs more than it saves), where the WGSL has
+    the packed 4x8 dot product and x's k bytes fit in workgroup memory; ``EMBER_QLINEAR_I8=0``
+    turns it off. H100, GB/s, float gemv -> gemv8 (32 lanes of 4 rows, workgroups of 256): 4096^2 q8_0 1737 -> 1780, q4_1 1346 -> 1560,
     q4_0 1008 -> 1240; 11008x4096 q8_0 1812 -> 1860, q4_1 1379 -> 1620; 49152x576 (4 lanes of 4
     rows, 64) q8_0 1490 -> 1467, q4_1 1191 -> 1287; 4096x11008 q8_0 1820 -> 1340 (left out)."""
     if (qtype not in _I8_FORMATS or k % 32 or k > 4096 or n * k <= (1 << 22) or wg % 8
@@ -345,7 +350,8 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb8):
         entry, lanes, rb, wg = "gemv8", lanes8, rb8, wg8
         params.update(LANES=lanes, RB=rb)
-        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1], RED=wg * rb,
+        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1],
+                      SB=BLOCKS[qtype][0] // 32, RED=wg * rb,
                       XV=-(-k // 4 // wg))
     else:
         entry = "gemv"

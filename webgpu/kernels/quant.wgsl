@@ -229,16 +229,20 @@ fn res_at(i: u32) -> f32 { {{RES}} }
 const RB: u32 = {{RB}}u;
 const LANES: u32 = {{LANES}}u;
 
-// ---- gemv8: out (1, N) = x (1, K) @ dequantize(w).T for 32-element block formats (q8_0 q4_0
-// q4_1 q5_0), with x quantized to int8 per block of 32 in workgroup memory and each block's
+// ---- gemv8: out (1, N) = x (1, K) @ dequantize(w).T for the 32-element block formats (q8_0
+// q4_0 q4_1 q5_0 q5_1) and the K-quants whose scales cover 32 or 16 elements (q4_k q5_k q6_k
+// q3_k), with x quantized to int8 per block of 32 in workgroup memory and each block's
 // products summed by dot4I8Packed (4 multiply-adds an instruction; llama.cpp's mmvq does the
 // same): a float kernel spends more instructions decoding and multiplying than the memory needs
 // time (H100: 40-55% of HBM). Results differ from float by x's rounding to 8 bits (~0.5% of the outputs' spread,
 // as the WebAssembly q_linear). Stage 1: each thread quantizes blocks of x' (x as it is, x times
 // the RMSNorm weight (PRO 1: 1/rms, a scalar, scales the sums at the end; the squares are summed
 // here too), or silu(gate) * up (PRO 2)): scale d = max|x'| / 127, 8 packed words, and the float
-// sum of the block (for q4_1's minimum m). Stage 2: groups of
-// LANES threads own RB rows; lane l takes blocks l, l + LANES, ..; sums meet as in gemv.
+// sum of the block (for the minimum terms: q4_1's m, q4_k's dmin * m). Stage 2: groups of
+// LANES threads own RB rows; lane l takes 32-element blocks l, l + LANES, .. (a K-quant's
+// sub-blocks: SB of them in a super-block of BB bytes, so x's block index is the same);
+// sums meet as in gemv.
+const SB: u32 = {{SB}}u;
 var<workgroup> xq: array<u32, {{XQ}}>;
 var<workgroup> xd: array<f32, {{XB}}>;
 var<workgroup> xs: array<f32, {{XB}}>;
@@ -261,26 +265,103 @@ fn xp(e: u32) -> vec4<f32> {
   return x4(b + e);
 }
 
-// the block's integer dot product with x's block xb and its float sum: the row's contribution
-fn block_dot(o: u32, xb: u32) -> f32 {
+// q - 32 (q6_k) / q - 4 (q3_k) of the 6- / 3-bit values in the bytes of q as signed bytes: flip
+// the value's top bit, then extend its sign (byte-wise, no carries: top * ext = 0xc0 / 0xf8)
+fn signed6(q: u32) -> u32 { let v = q ^ 0x20202020u; return v | ((v & 0x20202020u) * 6u); }
+fn signed3(q: u32) -> u32 { let v = q ^ 0x04040404u; return v | ((v & 0x04040404u) * 0x3eu); }
+
+// the products of x's block xb with 32-element (sub-)block j of the weight block at byte o:
+// the row's contribution
+fn block_dot(o: u32, j: u32, xb: u32) -> f32 {
   let xw = 8u * xb;
   var s = 0;
   if ({{QK}} == 0u) {            // q8_0: f16 d, 32 int8
-    for (var j = 0u; j < 8u; j = j + 1u) { s = s + dot4I8Packed(word_at(o + 2u + 4u * j), xq[xw + j]); }
+    for (var i = 0u; i < 8u; i = i + 1u) { s = s + dot4I8Packed(word_at(o + 2u + 4u * i), xq[xw + i]); }
     return half_at(o) * xd[xb] * f32(s);
   }
   if ({{QK}} == 2u || {{QK}} == 4u) {   // q4_1: f16 d, f16 m, nibbles; q5_1: the same + 32 high bits
     let q5 = {{QK}} == 4u;
     let qh = select(0u, word_at(o + 4u), q5);
-    for (var j = 0u; j < 4u; j = j + 1u) {
-      let q = word_at(o + select(4u, 8u, q5) + 4u * j);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+      let q = word_at(o + select(4u, 8u, q5) + 4u * i);
       var lo = q & 0x0f0f0f0fu;
       var hi = (q >> 4u) & 0x0f0f0f0fu;
-      if (q5) { lo = lo | bit4(qh >> (4u * j)); hi = hi | bit4(qh >> (16u + 4u * j)); }
-      s = s + dot4I8Packed(lo, xq[xw + j]) + dot4I8Packed(hi, xq[xw + 4u + j]);
+      if (q5) { lo = lo | bit4(qh >> (4u * i)); hi = hi | bit4(qh >> (16u + 4u * i)); }
+      s = s + dot4I8Packed(lo, xq[xw + i]) + dot4I8Packed(hi, xq[xw + 4u + i]);
     }
     let dm = unpack2x16float(word_at(o));
     return dm.x * xd[xb] * f32(s) + dm.y * xs[xb];
+  }
+  if ({{QK}} == 5u || {{QK}} == 6u) {
+    // q4_k (144 bytes: f16 d, f16 dmin, 12 scale bytes, nibbles) / q5_k (176: + 32 bytes of high
+    // bits before the nibbles): sub-block j is the low (j even) or high nibbles of the 32 bytes
+    // 32 (j / 2).., byte l element l (and bit j of high-bit byte l its 5th bit); value
+    // d * sc_j * q - dmin * m_j: the minimum meets x's float block sum
+    let q5 = {{QK}} == 6u;
+    let qo = o + select(16u, 48u, q5) + 32u * (j / 2u);
+    let sh = 4u * (j % 2u);
+    for (var i = 0u; i < 8u; i = i + 1u) {
+      var q = (word_at(qo + 4u * i) >> sh) & 0x0f0f0f0fu;
+      if (q5) { q = q | (((word_at(o + 16u + 4u * i) >> j) & 0x01010101u) << 4u); }
+      s = s + dot4I8Packed(q, xq[xw + i]);
+    }
+    let dm = unpack2x16float(word_at(o));
+    let sm = kscale(j, word_at(o + 4u), word_at(o + 8u), word_at(o + 12u));
+    return dm.x * sm.x * xd[xb] * f32(s) - dm.y * sm.y * xs[xb];
+  }
+  if ({{QK}} == 7u || {{QK}} == 8u) {
+    // q6_k (210 bytes: 128 of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d): sub-block
+    // j = 4h + c is elements 32j.. : low nibbles of bytes 64h + 32 (c % 2).. (the high nibbles
+    // when c >= 2), bits 2c of bytes 128 + 32h..; value d * scale * (q - 32).
+    // q3_k (110 bytes: 32 of hmask, 64 of 2-bit quants, 12 scale bytes, f16 d): sub-block
+    // j = 4h + c: bits 2c of bytes 32 + 32h.., its high bit bit j of hmask byte l (clear: minus
+    // 4); value d * scale * q.
+    // Both: scales 2j, 2j + 1 for the sub-block's halves of 16 (two integer sums); two runs of 8
+    // words (a: low bits, b: high bits) at offsets of o's alignment: unaligned blocks (AL false)
+    // read each run as 9 words, each word funnel-shifted with the next (word_at reads 2 a word)
+    let q6 = {{QK}} == 7u;
+    let h = j / 4u;
+    let c = j % 4u;
+    let ra = (o + select(32u + 32u * h, 64u * h + 32u * (c % 2u), q6)) >> 2u;
+    let rb = (o + select(0u, 128u + 32u * h, q6)) >> 2u;
+    let sa = select(2u * c, 4u * (c / 2u), q6);     // shifts of the run words' bits
+    let sb = select(j, 2u * c, q6);
+    let fs = (o & 3u) * 8u;
+    var pa = wq[ra];
+    var pb = wq[rb];
+    var s2 = 0;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+      var wa: u32;
+      var wb: u32;
+      if (AL) {
+        wa = wq[ra + i];
+        wb = wq[rb + i];
+      } else {
+        let na = wq[ra + i + 1u];
+        let nb = wq[rb + i + 1u];
+        wa = select((pa >> fs) | (na << (32u - fs)), pa, fs == 0u);
+        wb = select((pb >> fs) | (nb << (32u - fs)), pb, fs == 0u);
+        pa = na;
+        pb = nb;
+      }
+      var q: u32;
+      if (q6) {
+        q = signed6(((wa >> sa) & 0x0f0f0f0fu) | (((wb >> sb) & 0x03030303u) << 4u));
+      } else {
+        q = signed3(((wa >> sa) & 0x03030303u) | (((wb >> sb) & 0x01010101u) << 2u));
+      }
+      let p = dot4I8Packed(q, xq[xw + i]);
+      s = s + select(0, p, i < 4u);
+      s2 = s2 + select(p, 0, i < 4u);
+    }
+    if (q6) {
+      let so = o + 192u + 2u * j;                  // (even: both scales in one half of a word)
+      let sw = wq[so >> 2u] >> ((so & 2u) * 8u);
+      let sc0 = f32(bitcast<i32>(sw << 24u) >> 24u);
+      let sc1 = f32(bitcast<i32>(sw << 16u) >> 24u);
+      return half_at(o + 208u) * xd[xb] * (sc0 * f32(s) + sc1 * f32(s2));
+    }
+    return half_at(o + 108u) * xd[xb] * (q3_scale(o, 2u * j) * f32(s) + q3_scale(o, 2u * j + 1u) * f32(s2));
   }
   // q4_0 (f16 d, nibbles, q - 8) / q5_0 (f16 d, 32 high bits, nibbles, q - 16): the bytes turned
   // into q - 8 / q - 16 as signed bytes (flip the top bit of the 4- / 5-bit value, then extend its
@@ -290,16 +371,16 @@ fn block_dot(o: u32, xb: u32) -> f32 {
   let qh = select(0u, word_at(o + 2u), q5);
   let top = select(0x08080808u, 0x10101010u, q5);
   let ext = select(0x1eu, 0x0fu, q5);          // top bit * ext = 0xf0 (4 bits) / 0xf0 (5 bits)
-  for (var j = 0u; j < 4u; j = j + 1u) {
-    let q = word_at(o + qo + 4u * j);
+  for (var i = 0u; i < 4u; i = i + 1u) {
+    let q = word_at(o + qo + 4u * i);
     var lo = q & 0x0f0f0f0fu;
     var hi = (q >> 4u) & 0x0f0f0f0fu;
-    if (q5) { lo = lo | bit4(qh >> (4u * j)); hi = hi | bit4(qh >> (16u + 4u * j)); }
+    if (q5) { lo = lo | bit4(qh >> (4u * i)); hi = hi | bit4(qh >> (16u + 4u * i)); }
     lo = lo ^ top;
     hi = hi ^ top;
     lo = lo | ((lo & top) * ext);
     hi = hi | ((hi & top) * ext);
-    s = s + dot4I8Packed(lo, xq[xw + j]) + dot4I8Packed(hi, xq[xw + 4u + j]);
+    s = s + dot4I8Packed(lo, xq[xw + i]) + dot4I8Packed(hi, xq[xw + 4u + i]);
   }
   return half_at(o) * xd[xb] * f32(s);
 }
@@ -368,7 +449,7 @@ fn gemv8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   if (row0 < N) {
     for (var b = lane; b < nb; b = b + LANES) {
       for (var r = 0u; r < RB; r = r + 1u) {
-        acc[r] = acc[r] + block_dot(u(4u) + min(row0 + r, N - 1u) * rbytes + b * {{BB}}u, b);
+        acc[r] = acc[r] + block_dot(u(4u) + min(row0 + r, N - 1u) * rbytes + (b / SB) * {{BB}}u, b % SB, b);
       }
     }
   }
