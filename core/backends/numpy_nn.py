@@ -9,7 +9,9 @@ convolutions with many channels and pixels go through Winograd's F(2x2, 3x3) (_c
 (core/native/conv.c, bias included) where ember.native is loaded. float16 inputs are computed
 in float32 and rounded back once. Small stride-1 groups-1 convolutions (below 1024 output pixels)
 run dense.c's ember_conv_pad there, which pads the input itself and can max-pool 2x2 in its
-epilogue (numpy_plan's conv + activation + pool step).
+epilogue (numpy_plan's conv + activation + pool step). The compiled plan's fused steps call
+core/native/fused.c through NativeLinear (a layer norm, linear, GELU and residual add as one
+call), NativeAttention and NativeSqueezeExcite.
 """
 from __future__ import annotations
 
@@ -852,23 +854,28 @@ _DW_CALLS: dict = {}
 _DW_CALLS_MAX = 1024
 
 
-def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, dilation):
+def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, dilation, act=None,
+                           act_args=(0.0, 0.0, 0.0, 0.0)):
     """Depthwise convolution by the native kernel (core/native/conv.c: a zero-padded copy of each
     input plane, then blocks of output rows and 8-column vectors with the taps inside, the bias
-    added first), float32 ``a`` (N, C, H, W) in any strides, ``w`` (C * mult, 1, kh, kw), ``bias``
-    (C * mult,) or None; the (N, C * mult, oh, ow) float32 result. None where the library is not
-    in use (ember.native) or the kernel does not take the case: then the numpy paths run."""
-    key = (id(w), id(bias), a.shape, mult, oh, ow, kh, kw, stride, padding, dilation)
+    added first, then ``act`` (None, "relu", "clip", "hard_sigmoid", "hard_swish" with ``act_args``
+    (a, b, lo, hi)) on each output plane while it is in the cache: dense.c's ember_activation, the
+    bits of activation_ after it), float32 ``a`` (N, C, H, W) in any strides, ``w`` (C * mult, 1,
+    kh, kw), ``bias`` (C * mult,) or None; the (N, C * mult, oh, ow) float32 result. None where the
+    library is not in use (ember.native) or the kernel does not take the case: then the numpy
+    paths run."""
+    key = (id(w), id(bias), a.shape, mult, oh, ow, kh, kw, stride, padding, dilation, act, act_args)
     hit = _DW_CALLS.get(key)
     if hit is not None and hit[0]() is w and (hit[1] is None if bias is None else hit[1]() is bias) \
             and a.dtype == np.float32 and a.flags.c_contiguous and native.lib() is hit[2]:
         fn, ptrs, shape, planes = hit[3:7]
         y = np.empty(shape, np.float32)
         buf, ptr = _scratch_for()
-        r = fn(_addr(a), ptrs[0], ptrs[1], _address(_char_at(y)), ptrs[2], ptr, buf.size, 0, planes)
+        args = (_addr(a), ptrs[0], ptrs[1], _address(_char_at(y)), ptrs[2], ptrs[3], ptrs[4])
+        r = fn(*args, ptr, buf.size, 0, planes)
         if r > 0:                            # (a larger scratch: the kernel wrote nothing)
             buf, ptr = _scratch_for(r)
-            r = fn(_addr(a), ptrs[0], ptrs[1], _address(_char_at(y)), ptrs[2], ptr, buf.size, 0, planes)
+            r = fn(*args, ptr, buf.size, 0, planes)
         if r:
             raise DeviceError(f"conv2d: the native depthwise kernel refused geometry {hit[8].tolist()} ({r})")
         return y
@@ -876,7 +883,7 @@ def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, di
     if a.dtype != np.float32 or w.dtype != np.float32 or (bias is not None and bias.dtype != np.float32) \
             or kh * kw > _NATIVE_DW_MAX_TAPS or stride[1] > _NATIVE_DW_MAX_STRIDE or h * wd == 0:
         return None
-    fn = native.kernel("ember_conv_depthwise", _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64)
+    fn = native.kernel("ember_conv_depthwise_act", _I64, _P, _P, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I64)
     if fn is None:
         return None
     s0, s1, s2, s3 = a.strides
@@ -890,8 +897,11 @@ def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, di
         w = np.ascontiguousarray(w)
     if bias is not None and not bias.flags.c_contiguous:
         bias = np.ascontiguousarray(bias)
+    ap = np.array(act_args, np.float32)
+    code = _NATIVE_DENSE_ACTS[act]
     y = np.empty((n, c * mult, oh, ow), np.float32)
-    args = (a.ctypes.data, w.ctypes.data, None if bias is None else bias.ctypes.data, y.ctypes.data, geom.ctypes.data)
+    args = (a.ctypes.data, w.ctypes.data, None if bias is None else bias.ctypes.data, y.ctypes.data, geom.ctypes.data,
+            ap.ctypes.data, code)
     planes = n * c
     parts = 1
     if planes > 1 and planes * mult * oh * ow * kh * kw >= _NATIVE_DW_PARALLEL_MACS:
@@ -913,8 +923,9 @@ def _conv_depthwise_native(a, w, bias, mult, oh, ow, kh, kw, stride, padding, di
                 _DW_CALLS.clear()
             try:
                 _DW_CALLS[key] = (weakref.ref(w), None if bias is None else weakref.ref(bias), native.lib(), fn,
-                                  (w.ctypes.data, None if bias is None else bias.ctypes.data, geom.ctypes.data),
-                                  y.shape, planes, (w, bias), geom)
+                                  (w.ctypes.data, None if bias is None else bias.ctypes.data, geom.ctypes.data,
+                                   ap.ctypes.data, code),
+                                  y.shape, planes, (w, bias, ap), geom)
             except TypeError:                # (a buffer without weak references: not kept)
                 pass
     else:
@@ -1128,6 +1139,225 @@ class NativeGemv:
         return y
 
 
+# fused.c's ember_linear (numpy_plan's linear steps with a layer norm before them, an activation
+# or a residual add after them): the activation codes it takes (vec.h's)
+_LINEAR_ACTS = {None: 0, "relu": 1, "clip": 2, "hard_sigmoid": 3, "hard_swish": 4, "gelu": 5, "gelu_tanh": 6}
+# rows split over threads from this many multiply-adds (an encoder's 256 x 128 -> 128 linear is
+# 4.2M: ~45 us on one core; parallel_for's handoff costs ~5-15 us, 15-40 under load), in
+# blocks of _LINEAR_ROW_BLOCK rows (the kernel's 8-row blocks whole), this many ranges per thread
+_LINEAR_PARALLEL_MACS = 1 << 25
+_LINEAR_ROW_BLOCK = 8
+_LINEAR_RANGES_PER_THREAD = 1
+
+
+class NativeLinear:
+    """``act(ln(x) @ w.T + bias) + res`` by fused.c's ember_linear for one float32 weight (N, K):
+    the weight packed once, the bias (N,) or None, ``act`` one of _LINEAR_ACTS (with ``act_args``
+    (a, b, lo, hi) for clip / hard sigmoid / hard swish), ``ln`` None or a layer norm of x's rows
+    first, (weight (K,), bias (K,), eps) (numpy_plan's fused linear step: layer norm, linear,
+    activation and residual add as one call; the layer norm's bits are rows.c's ember_layer_norm,
+    GELU's ember_gelu_erf's, the add numpy's). ``ok``: whether the kernel takes them (the library
+    in use, float32). Calling it with x (..., K) and res (..., N) or None gives the (rows, N)
+    result, or None where it cannot run now (the library not in use on this thread, other dtypes,
+    non-contiguous arrays): then the caller runs the numpy path. Rows are split over the threads
+    from _LINEAR_PARALLEL_MACS multiply-adds (the same bits on any number of threads)."""
+
+    __slots__ = ("w", "bias", "ln", "ok", "lib", "fn", "n", "k", "ptrs", "keep")
+
+    def __init__(self, w, bias=None, act=None, act_args=(0, 0, 0, 0), ln=None):
+        self.w, self.bias, self.ln, self.ok = w, bias, ln, False
+        lib = native.lib()
+        f32 = np.float32
+        if lib is None or not isinstance(w, np.ndarray) or w.dtype != f32 or w.ndim != 2 or not w.size \
+                or (bias is not None and (not isinstance(bias, np.ndarray) or bias.dtype != f32
+                                          or bias.shape != (w.shape[0],))):
+            return
+        n, k = w.shape
+        if ln is not None and any(not isinstance(t, np.ndarray) or t.dtype != f32 or t.size != k for t in ln[:2]):
+            return
+        fn = native.kernel("ember_linear", _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64)
+        pack = native.kernel("ember_linear_pack", _I64, _P, _I64, _I64, _I64, _P, _I64)
+        if fn is None or pack is None:
+            return
+        wc = np.ascontiguousarray(w)
+        need = pack(wc.ctypes.data, n, k, k, None, 0)
+        wp = np.empty(max(need, 1), f32)
+        if need <= 0 or pack(wc.ctypes.data, n, k, k, wp.ctypes.data, need) != need:
+            return
+        bc = None if bias is None else np.ascontiguousarray(bias)
+        lw = lb = None
+        eps = 0.0
+        if ln is not None:
+            lw, lb = np.ascontiguousarray(ln[0]).reshape(k), np.ascontiguousarray(ln[1]).reshape(k)
+            eps = float(np.float32(ln[2]))
+        ap = np.array(tuple(act_args) + (eps,), f32)
+        self.lib, self.fn, self.n, self.k = lib, fn, n, k
+        self.ptrs = (wp.ctypes.data, None if bc is None else bc.ctypes.data, ap.ctypes.data,
+                     None if lw is None else lw.ctypes.data, None if lb is None else lb.ctypes.data,
+                     _LINEAR_ACTS[act])
+        self.keep = (wp, bc, ap, lw, lb)
+        self.ok = True
+
+    def __call__(self, x, res=None):
+        n, k = self.n, self.k
+        if native.lib() is not self.lib or x.dtype != np.float32 or not x.flags.c_contiguous or not x.size \
+                or x.shape[-1] != k:
+            return None
+        m = x.size // k
+        if res is not None and (res.dtype != np.float32 or not res.flags.c_contiguous or res.size != m * n):
+            return None
+        y = np.empty((m, n), np.float32)
+        wp, bp, app, lwp, lbp, act = self.ptrs
+        g = np.array((m, k, n, k, n, n, act), np.int64)
+        xp, yp, rp, gp = _addr(x), _address(_char_at(y)), None if res is None else _addr(res), g.ctypes.data
+        fn = self.fn
+        parts = 1
+        if m * k * n >= _LINEAR_PARALLEL_MACS:
+            blocks = -(-m // _LINEAR_ROW_BLOCK)
+            parts = min(blocks, threads() * _LINEAR_RANGES_PER_THREAD)
+        if parts == 1:
+            buf, sp = _scratch_for() if lwp is not None else (None, None)
+            r = fn(xp, lwp, lbp, wp, bp, rp, yp, gp, app, sp, 0 if buf is None else buf.size, 0, m)
+            if r > 0:                            # (a larger scratch: the kernel wrote nothing)
+                buf, sp = _scratch_for(r)
+                r = fn(xp, lwp, lbp, wp, bp, rp, yp, gp, app, sp, buf.size, 0, m)
+            if r:
+                raise DeviceError(f"linear: the native kernel refused geometry {g.tolist()} ({r})")
+            return y
+        blocks = -(-m // _LINEAR_ROW_BLOCK)
+
+        def run(i):
+            r0 = min(m, _LINEAR_ROW_BLOCK * (blocks * i // parts))
+            r1 = min(m, _LINEAR_ROW_BLOCK * (blocks * (i + 1) // parts))
+            buf, sp = _scratch_for() if lwp is not None else (None, None)
+            r = fn(xp, lwp, lbp, wp, bp, rp, yp, gp, app, sp, 0 if buf is None else buf.size, r0, r1)
+            if r > 0:
+                buf, sp = _scratch_for(r)
+                r = fn(xp, lwp, lbp, wp, bp, rp, yp, gp, app, sp, buf.size, r0, r1)
+            if r:
+                raise DeviceError(f"linear: the native kernel refused geometry {g.tolist()} ({r})")
+        parallel_for(parts, run)
+        return y
+
+
+class NativeSqueezeExcite:
+    """MobileNetV3's squeeze-excite after its means m (N, C): ``x * act2(w2 @ act1(w1 @ m + b1) + b2)``
+    by fused.c's ember_squeeze_excite for constant float32 1x1 weights w1 (C1, C, 1, 1), w2 (C, C1,
+    1, 1), biases (or None), activations of _NATIVE_DENSE_ACTS with their (a, b, lo, hi):
+    numpy_plan's step for the four steps after the global pool (two 1x1 convolutions at one pixel
+    with their activations, the product). The products are ember_gemv's: the bits of the plan's
+    own one-pixel convolutions, and numpy's product. ``ok``: whether the kernel takes them; a
+    call with x (N, C, H, W) C-contiguous float32, m (N * C floats) and ``out`` (x itself: in
+    place, or None) gives the result, or None where it cannot run now (the library off on this
+    thread, another dtype or layout)."""
+
+    __slots__ = ("ok", "lib", "fn", "c", "c1", "ptrs", "keep")
+
+    def __init__(self, w1, b1, w2, b2, act1, args1, act2, args2):
+        self.ok = False
+        lib = native.lib()
+        f = np.float32
+        arrs = [a for a in (w1, b1, w2, b2) if a is not None]
+        if lib is None or any(not isinstance(a, np.ndarray) or a.dtype != f for a in arrs) or w1.ndim != 4 \
+                or w2.ndim != 4 or w1.shape[2:] != (1, 1) or w2.shape[2:] != (1, 1):
+            return
+        c1, c = w1.shape[:2]
+        if w2.shape[:2] != (c, c1) or (b1 is not None and b1.shape != (c1,)) or (b2 is not None and b2.shape != (c,)):
+            return
+        fn = native.kernel("ember_squeeze_excite", _I64, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64)
+        if fn is None:
+            return
+        w1c, w2c = np.ascontiguousarray(w1).reshape(c1, c), np.ascontiguousarray(w2).reshape(c, c1)
+        b1c = None if b1 is None else np.ascontiguousarray(b1)
+        b2c = None if b2 is None else np.ascontiguousarray(b2)
+        ap = np.array((*args1, *args2), f)
+        self.keep = (w1c, w2c, b1c, b2c, ap)
+        self.lib, self.fn, self.c, self.c1 = lib, fn, c, c1
+        self.ptrs = (w1c.ctypes.data, None if b1c is None else b1c.ctypes.data, w2c.ctypes.data,
+                     None if b2c is None else b2c.ctypes.data, ap.ctypes.data,
+                     _NATIVE_DENSE_ACTS[act1], _NATIVE_DENSE_ACTS[act2])
+        self.ok = True
+
+    def __call__(self, x, m, out=None):
+        if native.lib() is not self.lib or x.dtype != np.float32 or x.ndim != 4 or x.shape[1] != self.c \
+                or not x.flags.c_contiguous or not x.size or m.dtype != np.float32 or m.size != x.shape[0] * self.c \
+                or not m.flags.c_contiguous:
+            return None
+        n, c, h, w = x.shape
+        y = np.empty(x.shape, np.float32) if out is None else out
+        w1, b1, w2, b2, ap, a1, a2 = self.ptrs
+        g = np.array((n, c, h * w, self.c1, a1, a2), np.int64)
+        xp = _addr(x)
+        yp = xp if out is x else _address(_char_at(y))
+        buf, sp = _scratch_for()
+        r = self.fn(xp, yp, _addr(m), w1, b1, w2, b2, g.ctypes.data, ap, sp, buf.size)
+        if r > 0:                            # (a larger scratch: the kernel wrote nothing)
+            buf, sp = _scratch_for(r)
+            r = self.fn(xp, yp, _addr(m), w1, b1, w2, b2, g.ctypes.data, ap, sp, buf.size)
+        if r:
+            raise DeviceError(f"squeeze-excite: the native kernel refused geometry {g.tolist()} ({r})")
+        return y
+
+
+class NativeAttention:
+    """``softmax(q @ kt [* scale]) @ v`` by fused.c's ember_attention, set up once for float32 views
+    q (B, H, T, D), kt (B, H, D, S) and v (B, H, S, E) of these shapes and strides (views of a
+    fused projection: no copies), or 3-d (B, T, D) ones (one head): the kernel's geometry kept, a
+    call takes the three data addresses (~4 us of Python). The result is (B, H, T, E), or with
+    ``merge`` (B, T, H, E) (the heads merged back, as a permute (0, 2, 1, 3) would give); 3-d:
+    (B, T, E). ``ok``: whether the kernel takes the case (the library in use, float32, these
+    shapes, strides of whole floats); a call returns None where the library is no longer in use
+    on this thread. numpy_plan's attention step."""
+
+    __slots__ = ("ok", "lib", "fn", "g", "gp", "shape", "out", "units", "c")
+
+    def __init__(self, q, kt, v, scale=None, merge=False):
+        self.ok = False
+        lib = native.lib()
+        nd = q.ndim
+        if lib is None or q.dtype != np.float32 or kt.dtype != np.float32 or v.dtype != np.float32 \
+                or nd not in (3, 4) or kt.ndim != nd or v.ndim != nd or (merge and nd != 4):
+            return
+        if nd == 3:
+            q, kt, v = q[:, None], kt[:, None], v[:, None]
+        b, h, t, d = q.shape
+        s, e = kt.shape[3], v.shape[3]
+        if kt.shape != (b, h, d, s) or v.shape != (b, h, s, e) or not (b and h and t and d and s and e) \
+                or any(x % 4 for a in (q, kt, v) for x in a.strides):
+            return
+        fn = native.kernel("ember_attention", _I64, _P, _P, _P, _P, _P, ctypes.c_float, _P, _I64, _I64, _I64)
+        if fn is None:
+            return
+        qs, ks, vs = ([x // 4 for x in a.strides] for a in (q, kt, v))
+        ys = [t * h * e, e, h * e, 1] if merge else [h * t * e, t * e, e, 1]
+        self.g = np.array([b, h, t, s, d, e, *qs, ks[0], ks[1], ks[3], ks[2], *vs, *ys, scale is not None], np.int64)
+        self.gp, self.lib, self.fn, self.units = self.g.ctypes.data, lib, fn, b * h
+        self.shape = (b, t, h, e) if merge else (b, h, t, e)
+        self.out = self.shape if nd == 4 else (b, t, e)
+        self.c = 0.0 if scale is None else float(scale)
+        self.ok = True
+
+    def __call__(self, qp, kp, vp):
+        if native.lib() is not self.lib:
+            return None
+        y = np.empty(self.shape, np.float32)
+        args = (qp, kp, vp, _address(_char_at(y)), self.gp, self.c)
+        buf, sp = _scratch_for()
+        r = self.fn(*args, sp, buf.size, 0, self.units)
+        if r > 0:                            # (a larger scratch: the kernel wrote nothing)
+            buf, sp = _scratch_for(r)
+            r = self.fn(*args, sp, buf.size, 0, self.units)
+        if r:
+            raise DeviceError(f"attention: the native kernel refused geometry {self.g.tolist()} ({r})")
+        return y if y.shape == self.out else y.reshape(self.out)
+
+
+def native_attention(q, kt, v, scale=None, merge=False):
+    """NativeAttention's result for these views, or None (see there)."""
+    att = NativeAttention(q, kt, v, scale, merge)
+    return att(q.ctypes.data, kt.ctypes.data, v.ctypes.data) if att.ok else None
+
+
 def _conv_gemv_native(key, a, w, bias, o, c, act, act_args):
     """A 1x1 convolution of one image at one pixel (squeeze-excite's) as ``_gemv_native``, the
     (1, O, 1, 1) result; a call with a bias kept in _DENSE_CALLS as ember_conv_gemm's are."""
@@ -1186,6 +1416,14 @@ def conv2d_act(out, x, weight, bias=None, *, stride, padding, dilation, groups, 
     (N, O, oh // 2, ow // 2) result), in ember_conv_pad's epilogue where it takes the
     convolution, else ``_max_pool_tiled`` on the activation's result (the plan's max_pool2d step)."""
     n, o, oh, ow = out.shape
+    c = x.shape[1]
+    if groups == c and c > 1 and weight.shape[1] == 1 and n * o * oh * ow and \
+            x._buf.dtype == weight._buf.dtype == np.float32 and (bias is None or bias._buf.dtype == np.float32):
+        kh, kw = weight.shape[2:]
+        y = _conv_depthwise_native(x._buf, weight._buf, None if bias is None else bias._buf, o // c, oh, ow, kh, kw,
+                                   stride, padding, dilation, act, act_args)
+        if y is not None:                    # (the bias and the activation are in it)
+            return _max_pool_floor(y) if pool else y
     if groups == 1 and n * o * oh * ow and x._buf.dtype == weight._buf.dtype == np.float32 \
             and (bias is None or bias._buf.dtype == np.float32):
         kh, kw = weight.shape[2:]
@@ -1312,6 +1550,60 @@ def conv_pad_call(a, w, bias, oh, ow, kh, kw, padding, dilation, act, act_args, 
     except TypeError:                        # (a buffer without weak references: not kept)
         pass
     return call
+
+
+class NativeConvCall:
+    """A depthwise (conv.c) or 1x1 (dense.c: a product, or ember_gemv at one pixel) convolution
+    of one input shape that ran before on one range, from the addresses _DW_CALLS / _DENSE_CALLS
+    kept: numpy_plan's conv step calls it with the C-contiguous float32 input (~1.5 us of Python,
+    not conv2d_act's dispatch and the cache lookup: ~5-8 us, more after other work evicted the
+    caches); the result, or None where it cannot run now (the library off on this thread, another
+    input): then the caller's path runs."""
+
+    __slots__ = ("lib", "fn", "ptrs", "shape", "out", "units", "dw", "geom", "keep")
+
+    def __init__(self, hit, in_shape, dw):
+        self.lib, self.fn, self.ptrs, self.out, self.units = hit[2], hit[3], hit[4], hit[5], hit[6]
+        self.keep, self.geom, self.shape, self.dw = hit[7], hit[8], in_shape, dw
+
+    def __call__(self, a):
+        if native.lib() is not self.lib or a.dtype != np.float32 or a.shape != self.shape or not a.flags.c_contiguous:
+            return None
+        y = np.empty(self.out, np.float32)
+        p = self.ptrs
+        if self.dw:
+            buf, sp = _scratch_for()
+            args = (_addr(a), p[0], p[1], _address(_char_at(y)), p[2], p[3], p[4])
+            r = self.fn(*args, sp, buf.size, 0, self.units)
+            if r > 0:                        # (a larger scratch: the kernel wrote nothing)
+                buf, sp = _scratch_for(r)
+                r = self.fn(*args, sp, buf.size, 0, self.units)
+        else:
+            r = self.fn(p[0], _addr(a), p[1], _address(_char_at(y)), p[2], p[3], 0, self.units)
+        if r:
+            raise DeviceError(f"conv2d: the native kernel refused geometry {self.geom.tolist()} ({r})")
+        return y
+
+
+def native_conv_call(a, w, bias, oh, ow, stride, padding, dilation, groups, act, act_args):
+    """The NativeConvCall of a convolution conv2d_act has just run natively on one range (a
+    depthwise or a 1x1 one with a bias; its kept addresses), or None."""
+    if not isinstance(a, np.ndarray) or a.ndim != 4 or w.ndim != 4:
+        return None
+    o, cg, kh, kw = w.shape
+    c = a.shape[1]
+    if groups == c and cg == 1 and c > 1:
+        key = (id(w), id(bias), a.shape, o // c, oh, ow, kh, kw, stride, padding, dilation, act, act_args)
+        hit, dw = _DW_CALLS.get(key), True
+    elif groups == 1:
+        key = (id(w), id(bias), a.shape, kh, kw, padding, stride, act, act_args)
+        hit, dw = _DENSE_CALLS.get(key), False
+    else:
+        return None
+    if hit is None or hit[0]() is not w or (hit[1] is None if bias is None else hit[1]() is not bias) \
+            or native.lib() is not hit[2]:
+        return None
+    return NativeConvCall(hit, a.shape, dw)
 
 
 def _conv_pad_native(a, w, bias, oh, ow, kh, kw, padding, dilation, act=None, act_args=(0, 0, 0, 0), pool=0):

@@ -4,7 +4,8 @@ A plan replayed step by step allocates a new array for every kernel call and mak
 memory per primitive: the activations exporters write as chains of primitives (HardSwish:
 multiply, add, clip, multiply) cost four passes and four arrays. Knowing the whole plan, this
 replay does these things on top of the recorded kernels, with results identical bit for bit (the
-same float32 operations in the same order, only the destination arrays differ):
+same float32 operations in the same order, only the destination arrays differ) except where
+noted:
 
 - **activation chains** ``clip(x * a + b, 0, 1)`` (hard sigmoid) and ``x * clip(x * a + b, 0, 1)``
   (hard swish), with ``a``, ``b`` scalar constants, become one step: one temporary at most;
@@ -16,8 +17,18 @@ same float32 operations in the same order, only the destination arrays differ):
 - **scalar chains**: two or more add / subtract / multiply / divide of a float32 value by float32
   scalar constants (an input normalization ``(x - mean) / std``) become one step, in place after
   the first;
-- **one-row linears** with a constant weight run dense.c's ember_gemv, the relu or clip after them
-  in its epilogue (a classifier at batch 1);
+- **one-row linears** with a constant weight run dense.c's ember_gemv, the relu / clip / hard
+  sigmoid / hard swish after them in its epilogue (a classifier at batch 1);
+- **convolutions** keep the native call they ran (numpy_nn.NativeConvCall, NativeConvPad) for the
+  next run, with or without an activation;
+- **transformer layers** (core/native/fused.c; the products sum in another order than BLAS's, so
+  these give the step-by-step results within float32 rounding, not bit for bit): a linear layer
+  with the layer norm only it reads, a GELU after it or a residual add (ember_linear); attention
+  over heads, softmax(q k^T * c) v read through the reshape / permute / slice steps that split a
+  fused qkv projection, written with the heads merged (ember_attention);
+- **squeeze-excite** at batch 1 (MobileNetV3): the global average pool as its recorded kernels
+  compute it, then the two one-pixel 1x1 convolutions and the product in one call, in place
+  (ember_squeeze_excite: the step-by-step bits);
 - **in place**: an elementwise step (add, subtract, multiply, divide, relu, clip, the fused
   activations) writes into one of its float32 inputs when that array is the plan's own (made by
   a kernel that always returns a new array, never an input, a constant or an output), has the
@@ -42,7 +53,7 @@ import numpy as np
 
 from . import numpy_rows
 from .numpy_blas import matmul
-from .numpy_nn import clip
+from .numpy_nn import _addr, clip
 
 # kernels whose result is always a new array (never an input's buffer or a view of one)
 FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
@@ -142,6 +153,28 @@ class NumpyReplay:
             if qm is not None:
                 op, used = qm
                 skip.update(used)
+                ops.append(op)
+                continue
+            se = _squeeze_excite(steps, i, consts, readers, only, producer, protected)
+            if se is not None:
+                op, used = se
+                skip.update(used)
+                ops.append(op)
+                continue
+            att = _attention(steps, i, consts, readers, only, producer, protected)
+            if att is not None:
+                op, later, earlier = att
+                skip.update(later)
+                gone = {steps[j].outs[0] for j in earlier}      # (its view steps: now inside the op)
+                ops = [o for o in ops if o.multi or o.out not in gone]
+                ops.append(op)
+                continue
+            lf = _linear_fused(steps, i, consts, budget, readers, only, producer, protected)
+            if lf is not None:
+                op, used, lnk = lf
+                skip.update(used)
+                if lnk is not None:                 # (the layer norm before it: now inside the op)
+                    ops = [o for o in ops if o.multi or o.out != steps[lnk].outs[0]]
                 ops.append(op)
                 continue
             lin = _linear_const(steps, i, consts, dtypes, budget, readers, only, producer)
@@ -285,12 +318,16 @@ class NumpyReplay:
         return "hard_sigmoid", x, a, b, idx
 
     def _conv_act(self, steps, i, consts, readers, only, protected):
-        """``(op, later step indices)`` when step i is a float32 conv2d whose result is read only
-        by a relu, a clip or a hard sigmoid / hard swish chain (``_hard_chain``), or by a 2x2 max
-        pooling of stride 2 (``_pool_2x2``), the activation's result likewise: one op,
-        ``numpy_nn.conv2d_act`` (the activation and the pooling in dense.c's epilogue, or in-place
-        passes after the convolution; the same bits as the separate steps on the same
-        convolution); else None."""
+        """``(op, later step indices)`` for a float32 conv2d step (read by at most two steps, not an
+        output): when its result is read only by a relu, a clip or a hard sigmoid / hard swish
+        chain (``_hard_chain``), or by a 2x2 max pooling of stride 2 (``_pool_2x2``), the
+        activation's result likewise, one op with them, ``numpy_nn.conv2d_act`` (the activation
+        and the pooling in the native kernels' epilogues, or in-place passes after the
+        convolution; the same bits as the separate steps on the same convolution); else the
+        convolution alone through it. Either way the native call it ran (ember_conv_pad's, a
+        depthwise or 1x1 one: numpy_nn.NativeConvCall) is kept for the next run: ~1.5 us of
+        Python instead of conv2d_act's dispatch (MobileNetV3-small: 11 depthwise and 34 1x1
+        convolutions). Else None."""
         st = steps[i]
         if st.name != "conv2d" or st.multi or st.meta.dtype.name != "float32":
             return None
@@ -299,12 +336,13 @@ class NumpyReplay:
         if not r or len(r) > 2 or y in protected:
             return None
         nxt = steps[r[0]]
+        plain = None, (0.0, 0.0, 0.0, 0.0), []          # (the convolution alone: its own call kept)
         if nxt.multi or nxt.meta.dtype.name != "float32":
-            return None
-        if len(r) == 1 and self._pool_2x2(steps, r[0], st.meta, y):
+            act, args, used = plain
+        elif len(r) == 1 and self._pool_2x2(steps, r[0], st.meta, y):
             act, args, used = None, (0.0, 0.0, 0.0, 0.0), []
         elif tuple(nxt.meta.shape) != tuple(st.meta.shape):
-            return None
+            act, args, used = plain
         elif len(r) == 1 and nxt.name == "relu" and nxt.ins == (y,):
             act, args, used = "relu", (0.0, 0.0, 0.0, np.inf), [r[0]]
         elif len(r) == 1 and nxt.name == "clip" and nxt.ins == (y,):
@@ -314,16 +352,17 @@ class NumpyReplay:
                     np.inf if hi is None else float(np.float32(hi)))
         else:
             chain = self._hard_chain(steps, r[0], consts, readers, only)
-            if chain is None or chain[1] != y:
-                return None
-            act, _, a, b, used = chain
-            # y's readers: the chain's first step, and for hard swish its last (x * clip(...))
-            if r != sorted({used[0], used[-1]} if act == "hard_swish" else {used[0]}):
-                return None
-            args = (float(a), float(b), 0.0, 1.0)
-            nxt = steps[used[-1]]
-            if tuple(nxt.meta.shape) != tuple(st.meta.shape) or nxt.meta.dtype.name != "float32":
-                return None
+            act, args, used = plain
+            if chain is not None and chain[1] == y:
+                act, _, a, b, used = chain
+                args = (float(a), float(b), 0.0, 1.0)
+                nxt = steps[used[-1]]
+                # y's readers: the chain's first step, and for hard swish its last (x * clip(...))
+                if r != sorted({used[0], used[-1]} if act == "hard_swish" else {used[0]}) \
+                        or tuple(nxt.meta.shape) != tuple(st.meta.shape) or nxt.meta.dtype.name != "float32":
+                    act, args, used = plain
+        if not used and act is None:
+            nxt = st
         pool = 0
         last = steps[used[-1]] if used else st
         rp = readers.get(last.outs[0], [])
@@ -331,7 +370,7 @@ class NumpyReplay:
             pool = 2
             used = used + rp
             nxt = steps[rp[0]]
-        from .numpy_nn import conv2d_act, conv_pad_call, native_conv_pad_case
+        from .numpy_nn import conv2d_act, conv_pad_call, native_conv_call, native_conv_pad_case
         from ..tensor import Tensor
         wrap, attrs, dev, ins = Tensor._wrap, dict(st.attrs), st.device, tuple(st.ins)
         meta, o, cmeta = nxt.meta, nxt.outs[0], st.meta
@@ -356,11 +395,18 @@ class NumpyReplay:
                     return
             yb = conv2d_act(cmeta, *xs, **attrs, act=act, act_args=args)
             vals[o] = wrap(yb, shape, dtype, dev)
-            if pad_case and (c is None or c[0] is not wb or c[1] is not bb) and a.flags.c_contiguous \
-                    and a.ndim == 4 and wb.ndim == 4:
+            if (c is None or c[0] is not wb or c[1] is not bb) and a.flags.c_contiguous and a.ndim == 4 \
+                    and wb.ndim == 4:
                 kh, kw = wb.shape[2:]
-                cache[0] = (wb, bb, conv_pad_call(a, wb, bb, oh, ow, kh, kw, st.attrs["padding"],
-                                                  st.attrs["dilation"], act, args, pool))
+                if pad_case:
+                    call = conv_pad_call(a, wb, bb, oh, ow, kh, kw, st.attrs["padding"], st.attrs["dilation"],
+                                         act, args, pool)
+                elif not pool:          # (a depthwise or 1x1 convolution's kept addresses, where it ran so)
+                    call = native_conv_call(a, wb, bb, oh, ow, st.attrs["stride"], st.attrs["padding"],
+                                            st.attrs["dilation"], st.attrs["groups"], act, args)
+                else:
+                    call = None
+                cache[0] = (wb, bb, call)
         op = _Op("conv2d", ins, o, meta, run)
         op.act, op.pool = act, pool
         return op, used
@@ -395,7 +441,8 @@ class NumpyReplay:
             for s, m in zip(outs, metas):
                 shape[s] = (tuple(m.shape), m.dtype.name)
             target = None
-            if op.name in _BINARY or op.name in ("relu", "clip", "hard_swish", "hard_sigmoid", "scalar_chain"):
+            if op.name in _BINARY or op.name in ("relu", "clip", "hard_swish", "hard_sigmoid", "scalar_chain",
+                                                 "squeeze_excite"):
                 want = (tuple(op.meta.shape), "float32")
                 for s in op.ins:
                     if s in fresh and s not in protected and shape.get(s) == want and \
@@ -514,6 +561,13 @@ def _inplace_run(op):
     wrap = Tensor._wrap
     j = op.inplace
     name = op.name
+    if name == "squeeze_excite":         # (into x's array: x * its gate, plane by plane)
+        se = op.run
+
+        def run(vals, op):
+            a = vals[op.ins[0]]._buf
+            se(vals, op, a if a.dtype == _F32 and a.flags.c_contiguous and a.flags.writeable else None)
+        return run
     if name == "scalar_chain":           # (the chain's first step writes into x too)
         chain = op.run
 
@@ -708,7 +762,7 @@ def _linear_const(steps, i, consts, dtypes, budget, readers, only, producer):
     """(an _Op, later step indices) for a linear step whose weight is a constant float32 matrix
     (float32 input and bias checked when it runs: a plan's inputs have no recorded dtype here).
     One row (a classifier's at batch 1) with a constant float32 bias or none: dense.c's ember_gemv
-    with the relu or clip that alone reads the result in its epilogue (numpy_nn.NativeGemv, the
+    with the relu, clip or hard sigmoid / hard swish that alone reads the result in its epilogue (numpy_nn.NativeGemv, the
     addresses taken once; ~8 -> ~1.5 us of Python, and one step fewer), the same bits as the
     recorded linear and activation steps, which run where the kernel does not (the library off,
     another dtype). A reshape that only this linear reads (a flatten before a classifier) is
@@ -726,11 +780,11 @@ def _linear_const(steps, i, consts, dtypes, budget, readers, only, producer):
     if math.prod(st.meta.shape[:-1]) == 1 and st.ins[0] not in consts and (
             len(st.ins) == 2 or (b is not None and b.dtype.name == "float32" and tuple(b.shape) == (w.shape[0],))):
         from .numpy_nn import NativeGemv, activation_
-        used, act, args = _one_row_act(steps, i, readers, only)
+        used, act, args = _one_row_act(steps, i, readers, only, consts)
         kernel = getattr(st.kernel, "__wrapped__", st.kernel)
         meta, ins, attrs, dev = st.meta, tuple(st.ins), st.attrs, st.device
-        ometa = steps[used[0]].meta if used else meta
-        o1, shape1, dtype1 = (steps[used[0]].outs[0] if used else st.outs[0]), ometa.shape, ometa.dtype
+        ometa = steps[used[-1]].meta if used else meta
+        o1, shape1, dtype1 = (steps[used[-1]].outs[0] if used else st.outs[0]), ometa.shape, ometa.dtype
         gemv = [None]
         flat = steps[producer[ins[0]]] if ins[0] in producer else None
         if flat is None or flat.name != "reshape" or flat.multi or len(flat.ins) != 1 or flat.ins[0] in consts \
@@ -788,9 +842,413 @@ def _linear_const(steps, i, consts, dtypes, budget, readers, only, producer):
     return _Op("linear", st.ins, o, st.meta, run), []
 
 
-def _one_row_act(steps, i, readers, only):
-    """([the activation step's index] or [], activation name or None, its (a, b, lo, hi)): the relu
-    or clip (float32, the same shape) that alone reads linear step i's result."""
+def _linear_fused(steps, i, consts, budget, readers, only, producer, protected):
+    """``(op, later step indices, the layer norm's step index or None)`` for a float32 linear step of
+    two or more rows with a constant (N, K) float32 weight (and a constant bias or none) that has
+    a layer norm over K that only it reads before it (a pre-norm transformer's qkv / fc1), a
+    GELU that alone reads its result, or an add of a value of the same shape computed before the
+    linear (a residual; a relu / clip between them too): one op, fused.c's ember_linear
+    (numpy_nn.NativeLinear: the weight packed once, ~3 us of Python a call; rows over the
+    threads). On an encoder layer's 256 x 128 rows the four linears with these steps went from
+    ~0.8 to ~0.35 ms (pre-norm encoder 8x32x128 in bench_core's graphs section). The product
+    sums in k order (not BLAS's blocks): the step-by-step run's results within float32 rounding,
+    not bit for bit; its layer norm, GELU and add are the same float32 operations as the
+    separate native steps'. Where the kernel cannot run (the library off, another dtype), the
+    recorded steps run. A plain linear (+ bias) keeps ``_linear_const``'s path."""
+    st = steps[i]
+    if st.name != "linear" or st.multi or len(st.ins) not in (2, 3) or st.meta.dtype.name != "float32" \
+            or math.prod(st.meta.shape[:-1]) < 2:
+        return None
+    w = consts.get(st.ins[1])
+    b = consts.get(st.ins[2]) if len(st.ins) == 3 else None
+    if w is None or w.dtype.name != "float32" or len(w.shape) != 2 or st.ins[0] == st.ins[1] \
+            or st.ins[0] in consts or (len(st.ins) == 3 and (b is None or b.dtype.name != "float32"
+                                                              or tuple(b.shape) != (w.shape[0],))):
+        return None
+    n, k = w.shape
+    if tuple(st.meta.shape[-1:]) != (n,):
+        return None
+    x = st.ins[0]
+    # a layer norm over the last axis (K) only this linear reads
+    lnk = producer.get(x)
+    ln = steps[lnk] if lnk is not None else None
+    if ln is None or ln.name != "layer_norm" or ln.multi or len(ln.ins) != 3 or not only(x, i) \
+            or tuple(ln.attrs.get("normalized_shape", ())) != (k,) or ln.meta.dtype.name != "float32" \
+            or ln.ins[0] in consts or x in protected:
+        ln, lnk = None, None
+    used, act, args = [], None, (0.0, 0.0, 0.0, 0.0)
+    y, shape = st.outs[0], tuple(st.meta.shape)
+    r = readers.get(y, [])
+    if len(r) == 1 and only(y, r[0]):
+        nxt = steps[r[0]]
+        if not nxt.multi and nxt.ins == (y,) and nxt.meta.dtype.name == "float32" and tuple(nxt.meta.shape) == shape:
+            if nxt.name == "gelu" and nxt.attrs.get("approximate", "none") in ("none", "tanh"):
+                act = "gelu" if nxt.attrs.get("approximate", "none") == "none" else "gelu_tanh"
+            elif nxt.name in ("relu", "clip"):
+                _, act, args = _one_row_act(steps, i, readers, only)
+            if act is not None:
+                used, y = [r[0]], nxt.outs[0]
+    res = None
+    r = readers.get(y, [])
+    if len(r) == 1 and only(y, r[0]):
+        add = steps[r[0]]
+        if add.name == "add" and not add.multi and len(add.ins) == 2 and add.meta.dtype.name == "float32" \
+                and tuple(add.meta.shape) == shape and add.ins.count(y) == 1:
+            other = add.ins[1] if add.ins[0] == y else add.ins[0]
+            # (a value made before the linear, of the result's shape and float32: an input's is
+            # checked when it runs, the numpy path taking any other)
+            if other in producer:
+                pm = steps[producer[other]]
+                ok = producer[other] < i and not pm.multi and tuple(pm.meta.shape) == shape \
+                    and pm.meta.dtype.name == "float32"
+            else:
+                c = consts.get(other)
+                ok = c is None or (tuple(c.shape) == shape and c.dtype.name == "float32")
+            if ok:
+                res = other
+                used.append(r[0])
+    if ln is None and res is None and act not in ("gelu", "gelu_tanh"):
+        return None         # (a relu / clip alone, a CNN's classifier: BLAS, the eager bits)
+    wb = np.asarray(w._buf)
+    if wb.nbytes > budget[0]:
+        return None
+    budget[0] -= wb.nbytes
+    from .numpy_nn import NativeLinear
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    seq = ([lnk] if lnk is not None else []) + [i] + used
+    recs = [_recorded(steps[j]) for j in seq]
+    last = steps[seq[-1]]
+    o, meta, dev = last.outs[0], last.meta, last.device
+    oshape, odtype = meta.shape, meta.dtype
+    xs = ln.ins[0] if ln is not None else x
+    ins = (xs,) + tuple(st.ins[1:]) + (tuple(ln.ins[1:]) if ln is not None else ()) + ((res,) if res else ())
+    ws, bs = st.ins[1], (st.ins[2] if len(st.ins) == 3 else None)
+    lws = ln.ins[1:] if ln is not None else None
+    eps = ln.attrs.get("eps", 1e-5) if ln is not None else 0.0
+    cache = [None]
+
+    def run(vals, op):
+        c = cache[0]
+        wbuf = vals[ws]._buf
+        bbuf = vals[bs]._buf if bs is not None else None
+        lnb = (vals[lws[0]]._buf, vals[lws[1]]._buf) if lws is not None else None
+        if c is None or c.w is not wbuf or c.bias is not bbuf or (lnb is not None and (
+                c.ln[0] is not lnb[0] or c.ln[1] is not lnb[1])):
+            c = cache[0] = NativeLinear(wbuf, bbuf, act, args, None if lnb is None else (*lnb, eps))
+        yb = c(vals[xs]._buf, vals[res]._buf if res is not None else None) if c.ok else None
+        if yb is None:                       # (the recorded steps: layer norm, linear, activation, add)
+            for rec in recs:
+                rec(vals, None)
+            return
+        vals[o] = wrap(yb.reshape(oshape), oshape, odtype, dev)
+    op = _Op("linear", ins, o, meta, run)
+    op.act = act
+    return op, used, lnk
+
+
+def _conv1x1_const(st, x, consts, cin):
+    """(weight, bias or None) tensors when step ``st`` is a float32 1x1 convolution of ``x`` (cin
+    channels) by a constant weight (and a constant bias or none), stride 1, no padding or groups."""
+    if st.name != "conv2d" or st.multi or not st.ins or st.ins[0] != x or len(st.ins) not in (2, 3) \
+            or st.meta.dtype.name != "float32":
+        return None
+    a = st.attrs
+    w = consts.get(st.ins[1])
+    b = consts.get(st.ins[2]) if len(st.ins) == 3 else None
+    if w is None or w.dtype.name != "float32" or len(w.shape) != 4 or tuple(w.shape[1:]) != (cin, 1, 1) \
+            or (len(st.ins) == 3 and (b is None or b.dtype.name != "float32")) \
+            or tuple(a.get("stride", ())) != (1, 1) or a.get("padding") != ((0, 0), (0, 0)) \
+            or tuple(a.get("dilation", (1, 1))) != (1, 1) or a.get("groups", 1) != 1:
+        return None
+    return w, b
+
+
+def _act_after(steps, y, consts, readers, only):
+    """``(name, (a, b, lo, hi), step indices, result slot)`` for the relu, clip or hard sigmoid chain
+    that alone reads ``y`` (float32, its shape); else None."""
+    r = readers.get(y, [])
+    if len(r) != 1 or not only(y, r[0]):
+        return None
+    st = steps[r[0]]
+    if st.multi or st.meta.dtype.name != "float32":
+        return None
+    if st.name == "relu" and st.ins == (y,):
+        return "relu", (0.0, 0.0, 0.0, np.inf), [r[0]], st.outs[0]
+    if st.name == "clip" and st.ins == (y,):
+        lo, hi = st.attrs.get("min"), st.attrs.get("max")
+        return "clip", (0.0, 0.0, -np.inf if lo is None else float(np.float32(lo)),
+                        np.inf if hi is None else float(np.float32(hi))), [r[0]], st.outs[0]
+    chain = NumpyReplay._hard_chain(steps, r[0], consts, readers, only)
+    if chain is None or chain[1] != y or chain[0] != "hard_sigmoid":
+        return None
+    _, _, a, b, idx = chain
+    return "hard_sigmoid", (float(a), float(b), 0.0, 1.0), idx, steps[idx[-1]].outs[0]
+
+
+def _squeeze_excite(steps, i, consts, readers, only, producer, protected):
+    """``(op, later step indices)`` when step i is the sum over the planes of a float32 (1, C, H, W)
+    value y that a squeeze-excite reads: sum (keepdims) / a scalar constant, a 1x1 convolution
+    by constants + relu / clip, another + hard sigmoid / relu / clip, y * that gate (MobileNetV3's
+    global average pool, its two 1x1 layers at one pixel and the product), y read by nothing else.
+    One op: the sum and the division as the recorded kernels make them (their bits: numpy_backend's
+    row sums, one BLAS matrix-vector product with ones), then fused.c's ember_squeeze_excite
+    (numpy_nn.NativeSqueezeExcite: the convolutions' ember_gemv and the product), in place on y
+    where the plan owns it; per block ~50-80 us of six steps -> ~20-30 us (MobileNetV3-small at
+    224x224, nine blocks). The step-by-step bits. Where the kernel cannot run, the recorded steps."""
+    st = steps[i]
+    if st.name != "sum" or st.multi or len(st.ins) != 1 or st.meta.dtype.name != "float32" \
+            or not st.attrs.get("keepdims") or len(st.meta.shape) != 4:
+        return None
+    y = st.ins[0]
+    if y not in producer or y in protected:
+        return None
+    ym = steps[producer[y]].meta if not steps[producer[y]].multi else None
+    if ym is None or len(ym.shape) != 4 or ym.dtype.name != "float32" \
+            or sorted(a % 4 for a in st.attrs.get("axes", ())) != [2, 3]:
+        return None
+    n, c, h, w = ym.shape
+    if n != 1:                  # (at batch 1 the plan's one-pixel convolutions are ember_gemv's: their bits)
+        return None
+    s = st.outs[0]
+    r = readers.get(s, [])
+    if len(r) != 1 or not only(s, r[0]):
+        return None
+    dv = steps[r[0]]
+    if dv.name != "divide" or dv.multi or len(dv.ins) != 2 or dv.ins[0] != s or dv.meta.dtype.name != "float32":
+        return None
+    div = _const_scalar(consts, dv.ins[1])
+    if div is None:
+        return None
+    used = [r[0]]
+    m = dv.outs[0]
+    r = readers.get(m, [])
+    if len(r) != 1 or not only(m, r[0]):
+        return None
+    c1 = _conv1x1_const(steps[r[0]], m, consts, c)
+    if c1 is None:
+        return None
+    used.append(r[0])
+    act1 = _act_after(steps, steps[r[0]].outs[0], consts, readers, only)
+    if act1 is None:
+        return None
+    used += act1[2]
+    r = readers.get(act1[3], [])
+    if len(r) != 1 or not only(act1[3], r[0]):
+        return None
+    c2 = _conv1x1_const(steps[r[0]], act1[3], consts, c1[0].shape[0])
+    from .numpy_nn import _NATIVE_GEMV_MAX_MACS
+    if c2 is None or c2[0].shape[0] != c or c * c1[0].shape[0] > _NATIVE_GEMV_MAX_MACS:
+        return None
+    used.append(r[0])
+    act2 = _act_after(steps, steps[r[0]].outs[0], consts, readers, only)
+    if act2 is None:
+        return None
+    used += act2[2]
+    gate = act2[3]
+    r = readers.get(gate, [])
+    if len(r) != 1 or not only(gate, r[0]):
+        return None
+    mul = steps[r[0]]
+    if mul.name != "multiply" or mul.multi or sorted(mul.ins) != sorted((y, gate)) or y == gate \
+            or tuple(mul.meta.shape) != (n, c, h, w) or mul.meta.dtype.name != "float32":
+        return None
+    used.append(r[0])
+    if sorted(readers.get(y, [])) != sorted([i, r[0]]):
+        return None
+    from .numpy_nn import NativeSqueezeExcite
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    recs = [_recorded(steps[j]) for j in [i] + used]
+    axes, divc, yshape = tuple(st.attrs["axes"]), div, tuple(ym.shape)
+    from .numpy_backend import _ROW_SUM_MAX, _ROW_SUM_MIN_ROWS
+    ones = np.ones(h * w, np.float32) if 2 <= h * w <= _ROW_SUM_MAX and c >= _ROW_SUM_MIN_ROWS else None
+    o, meta, dev = mul.outs[0], mul.meta, mul.device
+    oshape, odtype = meta.shape, meta.dtype
+    w1s, w2s = steps[used[1]].ins[1:], steps[used[2 + len(act1[2])]].ins[1:]
+    cache = [(), None]              # (the weight and bias buffers, their NativeSqueezeExcite)
+    args = (act1[0], act1[1], act2[0], act2[1])
+
+    def run(vals, op, into=None):
+        w1, b1 = vals[w1s[0]]._buf, (vals[w1s[1]]._buf if len(w1s) == 2 else None)
+        w2, b2 = vals[w2s[0]]._buf, (vals[w2s[1]]._buf if len(w2s) == 2 else None)
+        bufs, se = cache
+        if len(bufs) != 4 or bufs[0] is not w1 or bufs[1] is not b1 or bufs[2] is not w2 or bufs[3] is not b2:
+            se = NativeSqueezeExcite(w1, b1, w2, b2, *args)
+            cache[:] = [(w1, b1, w2, b2), se]
+        a = vals[y]._buf
+        yb = None
+        if se.ok and a.dtype == _F32 and a.flags.c_contiguous and a.shape == yshape:
+            # the means as the recorded sum and division make them (numpy_backend's row sums: one
+            # BLAS matrix-vector product with ones where it takes the shape, else numpy's sum)
+            sm = matmul(a.reshape(c, h * w), ones) if ones is not None else np.sum(a, axis=axes, keepdims=True)
+            yb = se(a, np.true_divide(sm, divc), into)
+        if yb is None:
+            for rec in recs:
+                rec(vals, None)
+            return
+        vals[o] = wrap(yb, oshape, odtype, dev)
+    return _Op("squeeze_excite", (y,) + tuple(w1s) + tuple(w2s), o, meta, run), used
+
+
+# steps that only re-view their input (numpy_backend copies the result of a permute or a slice;
+# an attention step reads through them: _attention)
+_VIEWS = frozenset({"reshape", "permute_dims", "slice"})
+
+
+def _view_of(a, chain):
+    """``a`` through the recorded view steps ``chain`` ((name, attrs, out shape), ...) as a numpy
+    view where numpy can make one (a reshape it cannot view copies, as np.reshape does)."""
+    for name, attrs, shape in chain:
+        if name == "reshape":
+            a = a.reshape(shape)
+        elif name == "permute_dims":
+            a = a.transpose(attrs["axes"])
+        else:
+            key = []
+            for (start, _stop, step), n in zip(attrs["slices"], shape):
+                stop = start + n * step
+                key.append(slice(start, stop if stop >= 0 else None, step))
+            a = a[tuple(key)]
+    return a
+
+
+def _attention(steps, i, consts, readers, only, producer, protected):
+    """``(op, later step indices, earlier step indices)`` when step i is the scores' matmul of an
+    attention over heads: matmul(q, k^T) [* a float32 scalar constant], softmax over the last
+    axis, matmul(., v), float32, 4-d (batch, heads, tokens, head size) or 3-d (one head), each
+    result read only by the next; with a permute (0, 2, 1, 3) and a reshape to (batch, tokens,
+    heads x head size) after it (the heads merged back) when only they read it. One op, fused.c's
+    ember_attention (numpy_nn.native_attention): q, k^T and v read through their reshape /
+    permute / slice steps where these feed only the attention (an exported qkv projection's
+    split into heads: no permuted copies), the result written in the merged layout. On the
+    8x32x128 encoder's layers (8 x 4 heads of 32 x 32): ~150 us of steps -> ~60 us. The products
+    sum in order (not BLAS's); the softmax is rows.c's: the step-by-step run's results within
+    float32 rounding. Where the kernel cannot run, the recorded steps run."""
+    st = steps[i]
+    if st.name != "matmul" or st.multi or len(st.ins) != 2 or st.meta.dtype.name != "float32" \
+            or len(st.meta.shape) not in (3, 4) or st.ins[0] in consts or st.ins[1] in consts:
+        return None
+    nd = len(st.meta.shape)
+    core = [i]
+    s = st.outs[0]
+    r = readers.get(s, [])
+    if len(r) != 1 or not only(s, r[0]):
+        return None
+    nxt = steps[r[0]]
+    scale = None
+    if nxt.name == "multiply" and not nxt.multi and len(nxt.ins) == 2 and nxt.meta.dtype.name == "float32" \
+            and tuple(nxt.meta.shape) == tuple(st.meta.shape) and nxt.ins.count(s) == 1:
+        c = _const_scalar(consts, nxt.ins[1] if nxt.ins[0] == s else nxt.ins[0])
+        if c is None:
+            return None
+        scale = float(c)
+        core.append(r[0])
+        s = nxt.outs[0]
+        r = readers.get(s, [])
+        if len(r) != 1 or not only(s, r[0]):
+            return None
+        nxt = steps[r[0]]
+    if nxt.name != "softmax" or nxt.multi or nxt.ins != (s,) or nxt.meta.dtype.name != "float32" \
+            or nxt.attrs.get("axis", -1) % nd != nd - 1:
+        return None
+    core.append(r[0])
+    s = nxt.outs[0]
+    r = readers.get(s, [])
+    if len(r) != 1 or not only(s, r[0]):
+        return None
+    pv = steps[r[0]]
+    if pv.name != "matmul" or pv.multi or len(pv.ins) != 2 or pv.ins[0] != s or pv.ins[1] == s \
+            or pv.ins[1] in consts or pv.meta.dtype.name != "float32" or len(pv.meta.shape) != nd:
+        return None
+    core.append(r[0])
+    out, meta = pv.outs[0], pv.meta
+    merge = False
+    r = readers.get(out, [])
+    if nd == 4 and len(r) == 1 and only(out, r[0]):
+        pm = steps[r[0]]
+        if pm.name == "permute_dims" and not pm.multi and tuple(pm.attrs.get("axes", ())) == (0, 2, 1, 3):
+            r2 = readers.get(pm.outs[0], [])
+            if len(r2) == 1 and only(pm.outs[0], r2[0]):
+                rs = steps[r2[0]]
+                b, h, t, e = meta.shape
+                if rs.name == "reshape" and not rs.multi and tuple(rs.meta.shape) == (b, t, h * e):
+                    merge = True
+                    core += [r[0], r2[0]]
+                    out, meta = rs.outs[0], rs.meta
+    # the view steps q, k^T and v come through, where nothing else reads them
+    operands = (st.ins[0], st.ins[1], pv.ins[1])
+    cand = set()
+    for x in operands:
+        while x in producer and x not in protected:
+            p = steps[producer[x]]
+            if p.name not in _VIEWS or p.multi or len(p.ins) != 1 or p.ins[0] in consts:
+                break
+            cand.add(producer[x])
+            x = p.ins[0]
+    changed = True
+    while changed:
+        changed = False
+        for k in sorted(cand):
+            o = steps[k].outs[0]
+            if any(j not in cand and j not in core for j in readers.get(o, [])) or o in protected:
+                cand.discard(k)
+                changed = True
+    chains = []
+    for x in operands:
+        chain = []
+        while x in producer and producer[x] in cand:
+            p = steps[producer[x]]
+            chain.append((p.name, p.attrs, tuple(p.meta.shape)))
+            x = p.ins[0]
+        chains.append((x, tuple(reversed(chain))))
+    from .numpy_nn import NativeAttention
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+    group = sorted(cand | set(core))
+    recs = [_recorded(steps[j]) for j in group]
+    dev = pv.device
+    oshape, odtype = meta.shape, meta.dtype
+    (q0, qc), (k0, kc), (v0, vc) = chains
+    # by the roots' (shape, strides): (NativeAttention, each view's offset in bytes from its root,
+    # or None where a view is a copy: then the views are made each run)
+    calls: dict = {}
+
+    def run(vals, op):
+        a, b, c = vals[q0]._buf, vals[k0]._buf, vals[v0]._buf
+        key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype, c.shape, c.strides, c.dtype)
+        hit = calls.get(key)
+        if hit is None:
+            views = (_view_of(a, qc), _view_of(b, kc), _view_of(c, vc))
+            att = NativeAttention(*views, scale, merge)
+            offs = None
+            if all(np.may_share_memory(x, r) for x, r in zip(views, (a, b, c))):
+                offs = tuple(x.ctypes.data - r.ctypes.data for x, r in zip(views, (a, b, c)))
+            hit = (att, offs)
+            if len(calls) < 16:
+                calls[key] = hit
+        att, offs = hit
+        yb = None
+        if att.ok:
+            if offs is not None:
+                yb = att(_addr(a) + offs[0], _addr(b) + offs[1], _addr(c) + offs[2])
+            else:
+                views = (_view_of(a, qc), _view_of(b, kc), _view_of(c, vc))
+                yb = att(*(x.ctypes.data for x in views))
+        if yb is None:                        # (the recorded steps, views and copies included)
+            for rec in recs:
+                rec(vals, None)
+            return
+        vals[out] = wrap(yb.reshape(oshape), oshape, odtype, dev)
+    op = _Op("attention", (q0, k0, v0), out, meta, run)
+    return op, [j for j in group if j > i], [j for j in group if j < i]
+
+
+def _one_row_act(steps, i, readers, only, consts=None):
+    """([the activation's step indices] or [], activation name or None, its (a, b, lo, hi)): the relu
+    or clip (float32, the same shape) that alone reads linear step i's result; with ``consts``
+    also a hard sigmoid / hard swish chain (``NumpyReplay._hard_chain``: dense.c's epilogue
+    rounds it as those steps)."""
     st = steps[i]
     y = st.outs[0]
     r = readers.get(y, [])
@@ -804,6 +1262,14 @@ def _one_row_act(steps, i, readers, only):
                 lo, hi = nxt.attrs.get("min"), nxt.attrs.get("max")
                 return [r[0]], "clip", (0.0, 0.0, -np.inf if lo is None else float(np.float32(lo)),
                                         np.inf if hi is None else float(np.float32(hi)))
+    if consts is not None and r and y not in consts:
+        chain = NumpyReplay._hard_chain(steps, min(r), consts, readers, only)
+        if chain is not None and chain[1] == y:
+            name, _, a, b, idx = chain
+            last = steps[idx[-1]]
+            if sorted(r) == sorted({idx[0], idx[-1]} if name == "hard_swish" else {idx[0]}) \
+                    and tuple(last.meta.shape) == tuple(st.meta.shape) and last.meta.dtype.name == "float32":
+                return idx, name, (float(a), float(b), 0.0, 1.0)
     return [], None, (0.0, 0.0, 0.0, 0.0)
 
 

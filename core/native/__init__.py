@@ -26,7 +26,10 @@ ops where numpy itself is the bottleneck; matrix products stay in numpy's BLAS.
 - ``EMBER_NATIVE=require`` (benchmarks, CI): ``lib()`` raises DeviceError instead of falling back
   when the library is not in use (a stale build after a source edit is the usual reason).
 - **Absent** (no compiler, Pyodide, ``EMBER_NATIVE=0``, a failed build): ``lib()`` is None and the
-  numpy backend runs its numpy paths, the same results to rounding. ``info()`` says which and why.
+  numpy backend runs its numpy paths, the same results to rounding. ``info()`` says which and why
+  (a failed build: its compiler's first error, kept in ``error_path()`` until a build succeeds).
+- **Any x86-64 CPU** builds: the kernels' vectors are as wide as the target's registers (vec.h:
+  AVX-512 16 floats, AVX 8, else 4), so a CPU without AVX gets SSE2 code, never a failed build.
 
 >>> import ember.native as nat
 >>> sorted(nat.info())
@@ -53,9 +56,20 @@ from ..errors import DeviceError
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = "EMBER_NATIVE"
 # -fno-math-errno: sqrtf/expf inline (no errno to set); never -ffast-math: NaN and infinity
-# keep their IEEE meaning and sums their written order
+# keep their IEEE meaning and sums their written order. No -Werror here: a warning a newer
+# compiler adds must not cost a user the kernels (tests/test_native_build.py compiles the sources
+# with -Werror for x86-64 without AVX, with AVX2, with AVX-512 and -march=native, gcc and clang)
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11", "-fno-math-errno", "-fvisibility=hidden",
-         "-Wall", "-Werror", "-Wno-unused-function"]
+         "-Wall", "-Wno-unused-function"]
+# EMBER_NATIVE_MARCH=x86-64 (or x86-64-v3, ...): a build for that target instead of this CPU's own
+# (a library for older CPUs; the tests of a CPU without AVX). Part of the source hash.
+MARCH_ENV = "EMBER_NATIVE_MARCH"
+
+
+def flags() -> list:
+    """FLAGS, with ``-march=$EMBER_NATIVE_MARCH`` where that is set."""
+    march = os.environ.get(MARCH_ENV, "").strip()
+    return [f"-march={march}" if f == "-march=native" and march else f for f in FLAGS]
 LIBS = ["-lm"]
 
 _lock = threading.Lock()
@@ -133,7 +147,7 @@ def source_hash() -> str:
         with open(path, "rb") as f:
             h.update(f.read() + b"\0")
     h.update(f"wasm kernels: {bool(wasm)}\0".encode())
-    h.update(" ".join(FLAGS + LIBS).encode() + b"\0" + _cpu_id().encode())
+    h.update(" ".join(flags() + LIBS).encode() + b"\0" + _cpu_id().encode())
     return h.hexdigest()
 
 
@@ -141,6 +155,22 @@ def lib_path() -> str:
     """Where the built library lives (beside the sources)."""
     ext = ".dylib" if sys.platform == "darwin" else ".dll" if os.name == "nt" else ".so"
     return os.path.join(HERE, f"_ember_native-{platform.machine() or 'cpu'}{ext}")
+
+
+def error_path() -> str:
+    """Where a failed build leaves the source hash it was for and the compiler's message (beside
+    the library; removed by the next successful build): ``info()["reason"]`` then says so."""
+    return os.path.splitext(lib_path())[0] + ".build-error"
+
+
+def _build_error() -> str | None:
+    """The compiler's message of the last build, where it failed for these sources on this CPU."""
+    try:
+        with open(error_path(), encoding="utf-8", errors="replace") as f:
+            head, _, msg = f.read().partition("\n")
+    except OSError:
+        return None
+    return msg if head == source_hash() else None
 
 
 def find_compiler() -> str | None:
@@ -188,19 +218,31 @@ def build(out: str | None = None, cc: str | None = None) -> str:
     os.close(fd)
     wasm, simde = wasm_sources()
     inc = ["-DEMBER_WASM_KERNELS", "-I", SHIM, "-I", os.path.dirname(wasm[0]), "-idirafter", simde] if wasm else []
-    cmd = [cc, *FLAGS, f'-DEMBER_NATIVE_HASH="{source_hash()}"', "-I", HERE, *inc, *srcs, "-o", tmp, *LIBS]
+    cmd = [cc, *flags(), f'-DEMBER_NATIVE_HASH="{source_hash()}"', "-I", HERE, *inc, *srcs, "-o", tmp, *LIBS]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
-            raise DeviceError(f"native kernels: {os.path.basename(cc)} failed (exit {r.returncode}):\n"
-                              f"{(r.stderr or r.stdout)[-4000:]}")
+            msg = f"{os.path.basename(cc)} failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-4000:]}"
+            if out == lib_path():
+                _note_error(msg)
+            raise DeviceError(f"native kernels: {msg}")
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    if out == lib_path() and os.path.exists(error_path()):
+        os.unlink(error_path())
     with _lock:
         _state.clear()
     return out
+
+
+def _note_error(msg: str) -> None:
+    try:
+        with open(error_path(), "w", encoding="utf-8") as f:
+            f.write(source_hash() + "\n" + msg)
+    except OSError:
+        pass
 
 
 def _load():
@@ -209,6 +251,12 @@ def _load():
     if os.environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
         return None, f"{ENV}=0"
     path = lib_path()
+    if not up_to_date(path):
+        err = _build_error()
+        if err is not None:
+            first = next((ln.strip() for ln in err.splitlines()[1:] if "error" in ln), err.splitlines()[0])
+            return None, (f"its build failed for these sources ({first[:200]}): the numpy paths run "
+                          f"(python -m ember.native shows the compiler's message)")
     if not os.path.exists(path):
         return None, f"not built ({os.path.basename(path)} missing: python build.py setup builds it)"
     if _built_hash(path) != source_hash():

@@ -33,8 +33,10 @@
 #elif defined(__GNUC__)
 /* (and no loop turned into a memset/memcpy call: the runs here are short) */
 #pragma GCC optimize("fp-contract=fast", "no-tree-loop-distribute-patterns")
+#endif
 /* (vectors are passed only between static inline functions: no ABI to keep, where a target
- * without 32-byte vector registers would warn about one) */
+ * without 32-byte vector registers would warn about one; gcc and clang) */
+#if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
@@ -256,15 +258,19 @@ typedef void (*block_fn)(int R, int V, const plane_args *a, const f32 *src, f32 
 BLOCK_RV(block_any, ANY)
 
 /* Planes [p0, p1) of the N * C input planes (plane b * C + c) into their `mult` output planes
- * each: y[b, c * mult + m] = bias[c * mult + m] + sum of the taps (see the top). `w` is the
+ * each: y[b, c * mult + m] = act(bias[c * mult + m] + sum of the taps) (see the top). `w` is the
  * C-contiguous (C * mult, kh * kw) float32 kernel, `bias` (C * mult,) or NULL, `y` the
- * C-contiguous output, `scratch` this call's own `scratch_len` floats (two calls at once need
- * two). Returns 0; or, with nothing written, the scratch length needed when `scratch_len` is
- * smaller, or -1 for a geometry the kernel does not take (scratch_floats). */
-EXPORT i64 ember_conv_depthwise(const f32 *x, const f32 *w, const f32 *bias, f32 *y, const i64 *g,
-                                f32 *scratch, i64 scratch_len, i64 p0, i64 p1) {
+ * C-contiguous output, `act` one of dense.c's activation codes 0-4 with `ap` its parameters (a,
+ * b, lo, hi), applied by dense.c's ember_activation to each output plane while it is in the
+ * cache (the same bits as a pass after the convolution), `scratch` this call's own
+ * `scratch_len` floats (two calls at once need two). Returns 0; or, with nothing written, the
+ * scratch length needed when `scratch_len` is smaller, or -1 for a geometry the kernel does not
+ * take (scratch_floats, an unknown activation). */
+EXPORT i64 ember_conv_depthwise_act(const f32 *x, const f32 *w, const f32 *bias, f32 *y, const i64 *g,
+                                    const f32 *ap, i64 act, f32 *scratch, i64 scratch_len, i64 p0, i64 p1) {
   const i64 need = scratch_floats(g);
-  if (need < 0 || scratch_len < need) return need;
+  if (need < 0 || act < 0 || act > 4) return -1;
+  if (scratch_len < need) return need;
   const layout s = plane_layout(g);
   const i64 c = g[G_C], mult = g[G_MULT], oh = g[G_OH], ow = g[G_OW], kh = g[G_KH], kw = g[G_KW];
   const i64 sh = g[G_STH], sw = g[G_STW], dh = g[G_DH], dw = g[G_DW];
@@ -306,8 +312,15 @@ EXPORT i64 ember_conv_depthwise(const f32 *x, const f32 *w, const f32 *bias, f32
         else if (rem > 0)
           block_any(R, 1, &a, src + (ow >= VL ? ow - VL : 0), yr, ow >= VL ? ow - VL : 0);
       }
+      if (act) ember_activation(yo, oh * ow, act, ap);
     }
     if (++ci == c) ci = 0, b++;
   }
   return 0;
+}
+
+/* ember_conv_depthwise_act without an activation */
+EXPORT i64 ember_conv_depthwise(const f32 *x, const f32 *w, const f32 *bias, f32 *y, const i64 *g, f32 *scratch,
+                                i64 scratch_len, i64 p0, i64 p1) {
+  return ember_conv_depthwise_act(x, w, bias, y, g, NULL, 0, scratch, scratch_len, p0, p1);
 }

@@ -22,47 +22,20 @@
  * activation steps on the same product (NaN stays NaN, -0 stays -0 as in numpy's clip). A column's outputs do not depend
  * on the range a call is given, so results are the same bits on any number of threads.
  */
-#include "ember_native.h"
-#include <string.h>
+#include "vec.h"
 
 #if defined(__clang__)
 #pragma clang fp contract(fast)
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast", "no-tree-loop-distribute-patterns")
-#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define VW 16
-#else
-#define VW 8
-#endif
-typedef f32 vf __attribute__((vector_size(VW * 4)));
-typedef f32 vfu __attribute__((vector_size(VW * 4), aligned(4)));   /* an unaligned load or store */
-typedef i32 vi __attribute__((vector_size(VW * 4)));
 
 #define MR 8          /* output rows per packed panel and per block */
 #define NR (2 * VW)   /* columns per block */
 
-INLINE vf load(const f32 *p) { return *(const vfu *)p; }
-INLINE void store(f32 *p, vf v) { *(vfu *)p = v; }
-
-#if defined(__AVX512F__)
-/* lanes [0, n) of p, 0 < n <= VW, by masked loads/stores (no access to the other lanes) */
-INLINE vf load_part(const f32 *p, i64 n) { return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
-INLINE void store_part(f32 *p, vf v, i64 n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
-#else
-INLINE vf load_part(const f32 *p, i64 n) {
-  vf v = {0};
-  memcpy(&v, p, (size_t)n * 4);
-  return v;
-}
-INLINE void store_part(f32 *p, vf v, i64 n) { memcpy(p, &v, (size_t)n * 4); }
-#endif
-
 enum { G_M, G_K, G_N, G_LDX, G_LDY, G_ACT, G_LEN };
-enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARD_SIGMOID, ACT_HARD_SWISH, ACT_COUNT };
+/* (the activations of vec.h's finish() these kernels take: codes 0-4) */
+#define DENSE_ACTS (ACT_HARD_SWISH + 1)
 
 /* One call of BLOCK(NV, LAST, ACT) (a macro the caller defines just before) with the block's vector
  * count, last vector's width and the activation as constants, so that each combination becomes its
@@ -85,41 +58,6 @@ enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_HARD_SIGMOID, ACT_HARD_SWISH, ACT_COUNT
       BLOCK_ACTS(1, last)                                                         \
     }                                                                             \
   } while (0);
-
-/* an empty asm the value passes through: the compiler cannot fuse the product before it with the
- * add after it (this file is compiled with FP contraction), so activations round as numpy's steps */
-#if defined(__x86_64__) || defined(__i386__)
-#define NO_CONTRACT(v) __asm__("" : "+v"(v))
-#elif defined(__aarch64__)
-#define NO_CONTRACT(v) __asm__("" : "+w"(v))
-#else
-#define NO_CONTRACT(v) __asm__("" : "+m"(v))
-#endif
-
-INLINE vf sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }   /* m ? a : b */
-
-/* the epilogue of one vector: + bias (where there is one), then the activation (see the top) */
-INLINE vf finish(vf v, int has_bias, f32 bias, int act, const f32 *ap) {
-  const vf zero = {0};
-  if (has_bias) v = v + bias;
-  if (act == ACT_NONE) return v;
-  if (act == ACT_RELU || act == ACT_CLIP) {
-    vf lo = zero + (act == ACT_RELU ? 0.0f : ap[2]);
-    v = sel(v < lo, lo, v);                  /* (NaN compares false: kept; so is -0 against 0, as in numpy) */
-    if (act == ACT_CLIP) {
-      vf hi = zero + ap[3];
-      v = sel(v > hi, hi, v);
-    }
-    return v;
-  }
-  const vf one = zero + 1.0f;
-  vf t = v * ap[0];
-  NO_CONTRACT(t);                            /* (rounded before the add: numpy's multiply, then add) */
-  t = t + ap[1];
-  t = sel(t < zero, zero, t);
-  t = sel(t > one, one, t);
-  return act == ACT_HARD_SWISH ? v * t : t;
-}
 
 /* the block's 16 accumulators, one k's step (x row `xr`, weights `wk`) and the epilogue */
 #define ACC_DECL                                                                                  \
@@ -182,7 +120,7 @@ INLINE void block_taps(const f32 *w, const f32 *x, f32 *y, const f32 *bias, i64 
 EXPORT i64 ember_conv_gemm(const f32 *wp, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap,
                            i64 n0, i64 n1) {
   const i64 M = g[G_M], K = g[G_K], N = g[G_N], ldx = g[G_LDX], ldy = g[G_LDY], act = g[G_ACT];
-  if (M <= 0 || K <= 0 || N <= 0 || ldx < N || ldy < N || act < 0 || act >= ACT_COUNT || n0 < 0 || n1 > N ||
+  if (M <= 0 || K <= 0 || N <= 0 || ldx < N || ldy < N || act < 0 || act >= DENSE_ACTS || n0 < 0 || n1 > N ||
       n0 > n1)
     return -1;
   const i64 panels = (M + MR - 1) / MR;
@@ -258,7 +196,7 @@ EXPORT i64 ember_conv_direct(const f32 *wp, const f32 *x, const f32 *bias, f32 *
   const i64 sh = g[D_STH], sw = g[D_STW], dh = g[D_DH], dw = g[D_DW], act = g[D_ACT];
   const i64 K = C * kh * kw;
   if (C <= 0 || H <= 0 || W <= 0 || O <= 0 || oh <= 0 || ow <= 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 ||
-      dh <= 0 || dw <= 0 || K > DIRECT_MAX_K || panel_len < K * NR || act < 0 || act >= ACT_COUNT || r0 < 0 || r1 > oh * ow || r0 > r1)
+      dh <= 0 || dw <= 0 || K > DIRECT_MAX_K || panel_len < K * NR || act < 0 || act >= DENSE_ACTS || r0 < 0 || r1 > oh * ow || r0 > r1)
     return -1;
   const i64 panels = (O + MR - 1) / MR, npix = oh * ow;
   for (i64 pb = r0; pb < r1; pb += NR) {
@@ -300,7 +238,7 @@ EXPORT i64 ember_conv_direct(const f32 *wp, const f32 *x, const f32 *bias, f32 *
  * bias: the same bits as numpy's steps); for the convolutions the product above does not make.
  * Returns 0, or -1 for an unknown activation. */
 EXPORT i64 ember_activation(f32 *y, i64 n, i64 act, const f32 *ap) {
-  if (act < 0 || act >= ACT_COUNT || n < 0) return -1;
+  if (act < 0 || act >= DENSE_ACTS || n < 0) return -1;
   i64 i = 0;
 #define ACT_LOOP(ACT)                                                                                 \
   for (; i + VW <= n; i += VW) store(y + i, finish(load(y + i), 0, 0.0f, ACT, ap));                        \
@@ -331,7 +269,7 @@ EXPORT i64 ember_conv_rows(const f32 *wp, const f32 *x, const f32 *bias, f32 *y,
   const i64 C = g[R_C], Hp = g[R_HP], Wp = g[R_WP], O = g[R_O], oh = g[R_OH], ow = g[R_OW], kh = g[R_KH];
   const i64 kw = g[R_KW], dh = g[R_DH], dw = g[R_DW], act = g[R_ACT];
   if (C <= 0 || O <= 0 || oh <= 0 || ow <= 0 || kh <= 0 || kw <= 0 || dh <= 0 || dw <= 0 ||
-      oh + (kh - 1) * dh > Hp || ow + (kw - 1) * dw > Wp || act < 0 || act >= ACT_COUNT || r0 < 0 || r1 > oh ||
+      oh + (kh - 1) * dh > Hp || ow + (kw - 1) * dw > Wp || act < 0 || act >= DENSE_ACTS || r0 < 0 || r1 > oh ||
       r0 > r1)
     return -1;
   const i64 K = C * kh * kw, panels = (O + MR - 1) / MR, npix = oh * ow, plane = Hp * Wp;
@@ -491,7 +429,7 @@ EXPORT i64 ember_conv_pad(const f32 *wp, const f32 *x, const f32 *bias, f32 *y, 
   const i64 kh = g[Q_KH], kw = g[Q_KW], dh = g[Q_DH], dw = g[Q_DW], pt = g[Q_PT], pl = g[Q_PL];
   const i64 act = g[Q_ACT], pool = g[Q_POOL];
   if (N <= 0 || C <= 0 || H <= 0 || W <= 0 || O <= 0 || oh <= 0 || ow <= 0 || kh <= 0 || kw <= 0 || dh <= 0 ||
-      dw <= 0 || act < 0 || act >= ACT_COUNT || (pool != 0 && pool != 2) || (pool && (oh < 2 || ow < 2)))
+      dw <= 0 || act < 0 || act >= DENSE_ACTS || (pool != 0 && pool != 2) || (pool && (oh < 2 || ow < 2)))
     return -1;
   const i64 U = pool ? oh / 2 : (oh + 1) / 2, rows_used = pool ? 2 * U : oh, cols = pool ? ow / 2 * 2 : ow;
   if (u0 < 0 || u1 > N * U || u0 > u1) return -1;
@@ -577,7 +515,7 @@ INLINE f32 hsum(vf v) {
 EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap, i64 o0,
                       i64 o1) {
   const i64 M = g[G_M], K = g[G_K], act = g[G_ACT];
-  if (M <= 0 || K <= 0 || g[G_N] != 1 || act < 0 || act >= ACT_COUNT || o0 < 0 || o1 > M || o0 > o1) return -1;
+  if (M <= 0 || K <= 0 || g[G_N] != 1 || act < 0 || act >= DENSE_ACTS || o0 < 0 || o1 > M || o0 > o1) return -1;
   const i64 kv = K / VW * VW, tail = K - kv;
   i64 o = o0;
   for (; o + 8 <= o1; o += 8) {

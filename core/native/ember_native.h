@@ -22,4 +22,14 @@ typedef float f32;
 typedef int64_t i64;
 typedef int32_t i32;
 
+/* shared between files (not exported): rows.c's layer norm over rows ldx / ldy apart */
+void ember_layer_norm_rows(i64 rows, i64 n, const f32 *x, i64 ldx, const f32 *w, const f32 *b, f32 eps, f32 *y,
+                           i64 ldy);
+/* rows.c's softmax over rows ldx / ldy apart */
+void ember_softmax_rows(i64 rows, i64 n, const f32 *x, i64 ldx, f32 *y, i64 ldy);
+/* dense.c's matrix-vector product and activation pass (exported too) */
+EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap, i64 o0,
+                      i64 o1);
+EXPORT i64 ember_activation(f32 *y, i64 n, i64 act, const f32 *ap);
+
 #endif

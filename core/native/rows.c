@@ -8,96 +8,36 @@
  * a fixed pairwise order): the compiler keeps them in vector registers without reassociating
  * anything (no -ffast-math), and the order is the same on any machine.
  *
- * exp, erf: our own float32 approximations (below), written so that the compiler vectorises the
- * loops that call them: libm's expf is a call per element. */
-#include "ember_native.h"
-#include <math.h>
-#include <string.h>
+ * exp, erf: our own float32 approximations (vec.h's vexp and vphi), VW values at a time: libm's
+ * expf is a call per element. */
+#include "vec.h"
 
 #define LANES 16
 
-INLINE f32 bits_f32(int32_t b) { f32 f; memcpy(&f, &b, 4); return f; }
-INLINE int32_t f32_bits(f32 f) { int32_t b; memcpy(&b, &f, 4); return b; }
-
-/* e^x in float32, within ~1 ulp on the normal range: x = n ln2 + r, |r| <= ln2 / 2,
- * e^r = 1 + r + r^2 q(r) with q of degree 4 (fitted for this file: relative error 3.7e-9 in
- * float64), times 2^n as two powers of two, so that results below 2^-126 are denormals as
- * libm's (rounded twice there: within one denormal step) and below 2^-150 zero. x is clamped to
- * [-110, 100] (e^100 overflows to inf) by comparisons that drop NaN: a NaN x is put back at the
- * end. n comes from the bits of x log2(e) + 1.5 * 2^23 (round to nearest), not an int
- * conversion. */
-INLINE f32 exp_f32(f32 x) {
-  f32 c = x > -110.0f ? x : -110.0f;                  /* (maxps, minps: NaN becomes the bound) */
-  c = c < 100.0f ? c : 100.0f;
-  const f32 magic = 12582912.0f;                       /* 1.5 * 2^23 */
-  f32 big = fmaf(c, 1.44269504088896341f, magic);
-  int32_t n = f32_bits(big) - f32_bits(magic);
-  f32 nf = big - magic;
-  f32 r = fmaf(-nf, 0.693147182464599609375f, c);      /* ln 2 rounded to float32 ... */
-  r = fmaf(-nf, -1.904654299957768e-09f, r);           /* ... and the rest of it */
-  f32 q = 0.001375140812096566f;
-  q = fmaf(q, r, 0.008368918534079603f);
-  q = fmaf(q, r, 0.041669533338383274f);
-  q = fmaf(q, r, 0.16666518441755224f);
-  q = fmaf(q, r, 0.49999988593388706f);
-  f32 p = fmaf(q, r * r, r) + 1.0f;
-  int32_t h = n >> 1;
-  f32 e = p * bits_f32((h + 127) << 23) * bits_f32((n - h + 127) << 23);
-  return x != x ? x : e;
+/* y[i] = e^(x[i] - m) for i in [0, n) (vec.h's vexp, VW values at a time; x - 0 is x, -0 and NaN
+ * included, so m = 0 gives e^x itself) */
+INLINE void exp_run(i64 n, const f32 *x, f32 m, f32 *y) {
+  i64 i = 0;
+  for (; i + VW <= n; i += VW) store(y + i, vexp(load(x + i) - m));
+  if (i < n) store_part(y + i, vexp(load_part(x + i, n - i) - m), n - i);
 }
 
-/* Phi(x), the standard normal CDF, in float32 (fitted for this file, least squares on the
- * relative error in float64):
- *  - |x| < 1: 0.5 + x P(x^2), P of degree 5 (relative error 8e-10 on Phi - 0.5);
- *  - |x| >= 1: Q = Phi(-|x|) = e^(-x^2/2) t S(t), t = 1 / (1 + |x| / 2), S of degree 9 (relative
- *    error 1.3e-8 on [1, 14] in float64, ~2e-7 in float32 Horner), x^2 / 2's rounding corrected
- *    with its fma remainder; Phi = Q for x < 0, 1 - Q for x > 0; |x| is clamped to 20, where Q
- *    is 0 in float32.
- * Phi(-inf) = 0, Phi(inf) = 1, Phi(NaN) = NaN. */
-INLINE f32 phi_f32(f32 x) {
-  f32 a = fabsf(x);
-  a = a < 20.0f ? a : 20.0f;                           /* (Q(20) underflows to 0; inf * inf stays out) */
-  f32 t2 = a * a;
-  f32 p = -7.680459413712414e-06f;
-  p = fmaf(p, t2, 0.00011355642129094318f);
-  p = fmaf(p, t2, -0.0011863969843739636f);
-  p = fmaf(p, t2, 0.009973350765947197f);
-  p = fmaf(p, t2, -0.06649036422121676f);
-  p = fmaf(p, t2, 0.3989422802733794f);
-  f32 near = fmaf(x, p, 0.5f);
-  f32 t = 1.0f / fmaf(0.5f, a, 1.0f);
-  f32 s = 0.13961028980167478f;
-  s = fmaf(s, t, -0.4340695151015087f);
-  s = fmaf(s, t, 0.43709021482500937f);
-  s = fmaf(s, t, -0.023113768580281857f);
-  s = fmaf(s, t, -0.1793759567340703f);
-  s = fmaf(s, t, -0.031544024703741784f);
-  s = fmaf(s, t, 0.042697205392194945f);
-  s = fmaf(s, t, 0.15055368732455907f);
-  s = fmaf(s, t, 0.19940307337913235f);
-  s = fmaf(s, t, 0.1994731861881466f);
-  s *= t;
-  f32 e = exp_f32(-0.5f * t2);
-  e = fmaf(-0.5f * fmaf(a, a, -t2), e, e);             /* e^(-x^2/2) with x^2's rounding undone */
-  f32 q = e * s;
-  f32 far = x < 0.0f ? q : 1.0f - q;
-  return a < 1.0f ? near : far;
-}
-
-/* y = x Phi(x) for i in [0, n): GELU's exact (erf) form. gelu(-inf) = -inf * 0 = NaN, as the
+/* y = x Phi(x) for i in [0, n): GELU's exact (erf) form (vec.h's vgelu_erf: Phi's
+ * approximation is described there), VW values at a time. gelu(-inf) = -inf * 0 = NaN, as the
  * numpy path. */
 EXPORT void ember_gelu_erf(i64 n, const f32 *x, f32 *y) {
-  for (i64 i = 0; i < n; i++) y[i] = x[i] * phi_f32(x[i]);
+  i64 i = 0;
+  for (; i + VW <= n; i += VW) store(y + i, vgelu_erf(load(x + i)));
+  if (i < n) store_part(y + i, vgelu_erf(load_part(x + i, n - i)), n - i);
 }
 
 /* y = x / (1 + e^(-2k)), k = sqrt(2 / pi) (x + 0.044715 x^3): GELU's tanh form, written as
- * x (1 + tanh k) / 2 = x sigmoid(2k) (no cancellation in 1 + tanh k for negative x). */
+ * x (1 + tanh k) / 2 = x sigmoid(2k) (no cancellation in 1 + tanh k for negative x); vec.h's
+ * vgelu_tanh, VW values at a time. */
 EXPORT void ember_gelu_tanh(i64 n, const f32 *x, f32 *y) {
-  for (i64 i = 0; i < n; i++) {
-    f32 v = x[i];
-    f32 k = 0.7978845608028654f * fmaf(0.044715f * v * v, v, v);
-    y[i] = v / (1.0f + exp_f32(-2.0f * k));
-  }
+  i64 i = 0;
+  for (; i + VW <= n; i += VW) store(y + i, vgelu_tanh(load(x + i)));
+  if (i < n) store_part(y + i, vgelu_tanh(load_part(x + i, n - i)), n - i);
 }
 
 /* 16 float32 lanes as one GCC vector (vector extensions: clang and gcc; a vector register or
@@ -109,13 +49,27 @@ INLINE v16 vload(const f32 *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
 INLINE v16 vsplat(f32 a) { return (v16){a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; }
 INLINE v16 vsel(v16i m, v16 a, v16 b) { return (v16)((m & (v16i)a) | (~m & (v16i)b)); }
 
-/* the lane sums' fixed pairwise order: (0+8, 1+9, ...), then (0+4, ...), (0+2, ...), 0+1 */
+/* the lane sums' fixed pairwise order: (0+8, 1+9, ...), then (0+4, ...), (0+2, ...), 0+1 (by
+ * shuffles where the compiler has __builtin_shufflevector: the same additions, no trip through memory) */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define LANES_SHUFFLE 1
+#endif
+#endif
 INLINE f32 lanes_sum(v16 acc) {
+#ifdef LANES_SHUFFLE
+  acc += __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+  acc += __builtin_shufflevector(acc, acc, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+  acc += __builtin_shufflevector(acc, acc, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  acc += __builtin_shufflevector(acc, acc, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+  return acc[0];
+#else
   f32 a[LANES];
   memcpy(a, &acc, sizeof a);
   for (int w = LANES / 2; w >= 1; w /= 2)
     for (int j = 0; j < w; j++) a[j] += a[j + w];
   return a[0];
+#endif
 }
 
 /* sum of x[0, n): lane j adds x[j], x[j + 16], ... (the tail's values into lanes 0, 1, ...) */
@@ -141,13 +95,15 @@ INLINE f32 row_max(i64 n, const f32 *x) {
   return m;
 }
 
-/* rows [0, rows) of n values: y = (x - mean) / sqrt(var + eps) * w + b, mean and the biased
- * variance (of the deviations: two passes, as the numpy path) in float32 lane sums; the rest
- * the numpy path's float32 operations in its order. */
-EXPORT void ember_layer_norm(i64 rows, i64 n, const f32 *x, const f32 *w, const f32 *b, f32 eps, f32 *y) {
+/* rows [0, rows) of n values, x's rows ldx apart, y's ldy: y = (x - mean) / sqrt(var + eps) * w + b,
+ * mean and the biased variance (of the deviations: two passes, as the numpy path) in float32 lane
+ * sums; the rest the numpy path's float32 operations in its order. (Also fused.c's ember_linear's
+ * prologue: the same bits there.) */
+void ember_layer_norm_rows(i64 rows, i64 n, const f32 *x, i64 ldx, const f32 *w, const f32 *b, f32 eps, f32 *y,
+                           i64 ldy) {
   for (i64 r = 0; r < rows; r++) {
-    const f32 *xr = x + r * n;
-    f32 *yr = y + r * n;
+    const f32 *xr = x + r * ldx;
+    f32 *yr = y + r * ldy;
     f32 mean = row_sum(n, xr) / (f32)n;
     v16 acc = vsplat(0.0f), vm = vsplat(mean);
     i64 i = 0;
@@ -162,6 +118,11 @@ EXPORT void ember_layer_norm(i64 rows, i64 n, const f32 *x, const f32 *w, const 
     f32 sd = sqrtf(lanes_sum(acc) / (f32)n + eps);
     for (i64 k = 0; k < n; k++) yr[k] = (xr[k] - mean) / sd * w[k] + b[k];
   }
+}
+
+/* rows [0, rows) of n contiguous values: the layer norm above */
+EXPORT void ember_layer_norm(i64 rows, i64 n, const f32 *x, const f32 *w, const f32 *b, f32 eps, f32 *y) {
+  ember_layer_norm_rows(rows, n, x, n, w, b, eps, y, n);
 }
 
 /* rows [0, rows) of n values: softmax, as the numpy path (numpy_nn._softmax): y = e^x / sum(e^x)
@@ -183,20 +144,36 @@ INLINE void row_divide(i64 n, f32 *yr, f32 s) {
   for (; i < n; i++) yr[i] = yr[i] / s;
 }
 
+/* rows [0, rows) of n values, x's rows ldx apart, y's ldy (y never x): the softmax below, a row at a
+ * time (the same float32 operations per row; fused.c's attention) */
+void ember_softmax_rows(i64 rows, i64 n, const f32 *x, i64 ldx, f32 *y, i64 ldy) {
+  for (i64 r = 0; r < rows; r++) {
+    const f32 *xr = x + r * ldx;
+    f32 *yr = y + r * ldy;
+    exp_run(n, xr, 0.0f, yr);
+    f32 s = row_sum(n, yr);
+    if (!(s >= 1.0f && s <= 3.40282347e38f)) {          /* (NaN fails both) */
+      exp_run(n, xr, row_max(n, xr), yr);
+      s = row_sum(n, yr);
+    }
+    row_divide(n, yr, s);
+  }
+}
+
 EXPORT void ember_softmax(i64 rows, i64 n, const f32 *x, f32 *y) {
   i64 step = n >= SOFTMAX_BLOCK ? 1 : SOFTMAX_BLOCK / n;
   for (i64 r0 = 0; r0 < rows; r0 += step) {
     i64 r1 = r0 + step < rows ? r0 + step : rows;
     const f32 *xb = x + r0 * n;
     f32 *yb = y + r0 * n;
-    for (i64 k = 0; k < (r1 - r0) * n; k++) yb[k] = exp_f32(xb[k]);
+    exp_run((r1 - r0) * n, xb, 0.0f, yb);
     for (i64 r = r0; r < r1; r++) {
       const f32 *xr = x + r * n;
       f32 *yr = y + r * n;
       f32 s = row_sum(n, yr);
       if (!(s >= 1.0f && s <= 3.40282347e38f)) {          /* (NaN fails both) */
         f32 m = row_max(n, xr);
-        for (i64 k = 0; k < n; k++) yr[k] = exp_f32(xr[k] - m);
+        exp_run(n, xr, m, yr);
         s = row_sum(n, yr);
       }
       row_divide(n, yr, s);
