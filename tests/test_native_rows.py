@@ -305,7 +305,9 @@ def test_quantized_plan_native_on_and_off(native, tmp_path, monkeypatch):
         m(_t(x))                                          # (the first call of a shape traces the plan)
         calls.clear()
         on = [t.numpy() for t in m(_t(x))]
-        assert calls and all(calls) == R.qgemm_available()
+        # (the native integer product where it is vectorised, VNNI; else float32 BLAS: no call, or
+        # calls that decline)
+        assert (calls and all(calls)) if R.qgemm_available() else not any(calls)
         with nat.disabled():
             off = [t.numpy() for t in m(_t(x))]
         ref = sess.run(None, {"x": x})

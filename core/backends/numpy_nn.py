@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 import weakref
 
@@ -838,6 +839,119 @@ def _scratch_for(count=0):
 _char_at, _address = ctypes.c_char.from_buffer, ctypes.addressof
 
 
+# ---- the kernels' second thread (core/native/team.c) ----------------------------------------------
+
+# kernels go to the team from this many multiply-adds (a spinning helper joins in ~1 us; a sleeping
+# one is woken, and the caller runs items until it comes)
+_GEMV_TEAM_MACS = 1 << 18
+_ATTENTION_TEAM_MACS = 1 << 19
+# 1x1 products are split by output channels: each thread reads the whole input, so few channels
+# (16-48: MobileNetV3's projections) ran slower on two cores (the input crossing to the other
+# core's cache), 64 and more faster (96 -> 576 at 7x7: 41 -> 27 us)
+_GEMM_TEAM_MIN_ROWS = 64
+_CONV_TEAM_MACS = 1 << 18
+_TEAM_IDLE_NS = 500_000        # a helper with no job for this long stops spinning (sleeps until woken)
+_TEAM_ITEMS = 4                # items a job is cut into (the caller takes them all if the helper is late)
+_J_LINEAR, _J_DEPTHWISE, _J_GEMM, _J_DIRECT, _J_GEMV, _J_ATTENTION = 1, 2, 3, 4, 5, 6
+
+
+class Team:
+    """One helper thread for the native kernels (team.c): a daemon Python thread inside
+    ember_team_serve (the GIL released), spinning on an int64 control block for jobs; the caller
+    publishes a job with ember_team_run, runs items itself and waits for the helper's, no Python
+    between them (parallel_for's handoff cost 20-50 us on a 2-vCPU VM: here a spinning helper
+    joins within ~1 us). Where the helper sleeps (after _TEAM_IDLE_NS without a job, or parked:
+    numpy_plan parks it when a replay ends), a job wakes it and the caller runs the items until it
+    comes. ``team()`` gives the one for the loaded library, or None (no library, one thread)."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.ctl = np.zeros(16, np.int64)
+        self.ctlp = self.ctl.ctypes.data
+        self.run = native.kernel("ember_team_run", _I64, _P, _I64, _P, _P, _P, _P, _P, _I64)
+        self.serve = native.kernel("ember_team_serve", _I64, _P, _I64)
+        self.event = threading.Event()
+        self.lock = threading.Lock()                # (one caller at a time; another runs alone)
+        self.active = False
+        self.scratch = np.empty(0, np.float32)     # (the helper's own scratch: ``scratch_for``)
+        threading.Thread(target=self._loop, daemon=True, name="ember-native-team").start()
+
+    def _loop(self):
+        while True:
+            self.event.wait()
+            self.event.clear()
+            self.serve(self.ctlp, _TEAM_IDLE_NS)
+
+    def __call__(self, kind, args, d0=None, d1=None, d2=None, d3=None, n=_TEAM_ITEMS):
+        """Run job ``kind`` (team.c's kinds) with the argument array's address ``args`` and the
+        per-call pointers in ``n`` items: the first error code of its kernels (0: done), or None
+        where another thread is using the team (then the caller runs the kernel alone)."""
+        if not self.lock.acquire(False):
+            return None
+        try:
+            ctl = self.ctl
+            ctl[11] = 0                              # (unparked)
+            if not ctl[10]:                          # (not spinning: wake it; the caller starts alone)
+                self.event.set()
+            self.active = True
+            return self.run(self.ctlp, kind, args, d0, d1, d2, d3, n)
+        finally:
+            self.lock.release()
+
+    def park(self):
+        """Stop the helper's spinning (until the next job)."""
+        self.ctl[11] = 1
+        self.active = False
+
+    def scratch_for(self, count):
+        """The helper's scratch of at least ``count`` floats (kept) and its address."""
+        if self.scratch.size < count:
+            self.scratch = np.empty(max(count, 1 << 14), np.float32)
+        return self.scratch, self.scratch.ctypes.data
+
+
+_teams: dict = {}
+
+
+def team():
+    """The Team of the loaded library where more than one thread is allowed (numpy_blas.threads()),
+    else None."""
+    lib = native.lib()
+    if lib is None or threads() < 2:
+        return None
+    t = _teams.get(id(lib))
+    if t is None or t.lib is not lib:
+        if native.kernel("ember_team_run", _I64) is None:
+            return None
+        t = _teams[id(lib)] = Team(lib)
+    return t
+
+
+def park_team() -> bool:
+    """Park the helpers a job woke (numpy_plan: a replay's end); whether there was one."""
+    woke = False
+    for t in _teams.values():
+        if t.active:
+            t.park()
+            woke = True
+    return woke
+
+
+def wake_team() -> None:
+    """Wake the loaded library's team's helper ahead of its first job (numpy_plan: a replay's start,
+    where the last run used the team: a helper woken by the job itself joins ~50 us late)."""
+    t = team()
+    if t is not None:
+        t.ctl[11] = 0
+        if not t.ctl[10]:
+            t.event.set()
+        t.active = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_teams.clear)       # (a forked child has no helper thread)
+
+
 def _addr(a) -> int:
     """The address of a C-contiguous array's data through ctypes' buffer export (~0.25 us) where
     the array is writable, else ``a.ctypes.data`` (~1 us)."""
@@ -955,6 +1069,7 @@ _NATIVE_DENSE_MIN_K = 16
 # (K = 864) Winograd 9.6 ms / 15.5 ms (its cases stay Winograd's)
 _NATIVE_DIRECT_MAX_K = 256
 _NATIVE_DIRECT_MIN_PIXELS = 1024
+_NATIVE_DIRECT_ROW_PANEL = 16384     # (dense.c's DIRECT_ROW_PANEL)
 # dense.c's ember_conv_rows (stride 1, more taps: the padded input read in place) from this wide
 # and this many output pixels
 _NATIVE_ROWS_MIN_WIDTH = 16
@@ -1107,10 +1222,10 @@ class NativeGemv:
     with ``x`` gives the (M,) result, or None where it cannot run now (the library not in use on
     this thread, ``x`` not K contiguous float32 values): then the caller runs the numpy path."""
 
-    __slots__ = ("w", "bias", "ok", "lib", "fn", "m", "k", "ptrs", "keep")
+    __slots__ = ("w", "bias", "ok", "lib", "fn", "m", "k", "ptrs", "keep", "args")
 
     def __init__(self, w, bias, act=None, act_args=(0, 0, 0, 0)):
-        self.w, self.bias, self.ok = w, bias, False
+        self.w, self.bias, self.ok, self.args = w, bias, False, None
         lib = native.lib()
         if lib is None or not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 2 or not w.size \
                 or w.size > _NATIVE_GEMV_MAX_MACS or (bias is not None and (
@@ -1134,7 +1249,17 @@ class NativeGemv:
             return None
         y = np.empty(self.m, np.float32)
         p = self.ptrs
-        if self.fn(p[0], _addr(x), p[1], _address(_char_at(y)), p[2], p[3], 0, self.m):
+        xp, yp = _addr(x), _address(_char_at(y))
+        r = None
+        if self.m * self.k >= _GEMV_TEAM_MACS and self.m >= 16:
+            tm = team()                      # (rows over two threads: the weight's bandwidth of two cores)
+            if tm is not None:
+                if self.args is None:
+                    self.args = np.array((p[0], p[1] or 0, p[2], p[3], self.m), np.int64)
+                r = tm(_J_GEMV, self.args.ctypes.data, xp, yp)
+        if r is None:
+            r = self.fn(p[0], xp, p[1], yp, p[2], p[3], 0, self.m)
+        if r:
             raise DeviceError(f"linear: the native matrix-vector kernel refused geometry {self.keep[2].tolist()}")
         return y
 
@@ -1146,6 +1271,8 @@ _LINEAR_ACTS = {None: 0, "relu": 1, "clip": 2, "hard_sigmoid": 3, "hard_swish": 
 # 4.2M: ~45 us on one core; parallel_for's handoff costs ~5-15 us, 15-40 under load), in
 # blocks of _LINEAR_ROW_BLOCK rows (the kernel's 8-row blocks whole), this many ranges per thread
 _LINEAR_PARALLEL_MACS = 1 << 25
+# from this many multiply-adds rows go to the native team (Team: a spinning helper, ~1 us to join)
+_LINEAR_TEAM_MACS = 1 << 20
 _LINEAR_ROW_BLOCK = 8
 _LINEAR_RANGES_PER_THREAD = 1
 
@@ -1212,7 +1339,18 @@ class NativeLinear:
         xp, yp, rp, gp = _addr(x), _address(_char_at(y)), None if res is None else _addr(res), g.ctypes.data
         fn = self.fn
         parts = 1
-        if m * k * n >= _LINEAR_PARALLEL_MACS:
+        if m * k * n >= _LINEAR_TEAM_MACS and m > _LINEAR_ROW_BLOCK:
+            tm = team()
+            if tm is not None:
+                need = k * 8 if lwp is not None else 0
+                s0, s1 = _scratch_for(need)[1], tm.scratch_for(need)[1]
+                args = np.array((lwp or 0, lbp or 0, wp, bp or 0, gp, app, s0, s1, max(need, 1), m), np.int64)
+                r = tm(_J_LINEAR, args.ctypes.data, xp, yp, rp)
+                if r is not None:
+                    if r:
+                        raise DeviceError(f"linear: the native kernel refused geometry {g.tolist()} ({r})")
+                    return y
+        elif m * k * n >= _LINEAR_PARALLEL_MACS:
             blocks = -(-m // _LINEAR_ROW_BLOCK)
             parts = min(blocks, threads() * _LINEAR_RANGES_PER_THREAD)
         if parts == 1:
@@ -1309,7 +1447,7 @@ class NativeAttention:
     shapes, strides of whole floats); a call returns None where the library is no longer in use
     on this thread. numpy_plan's attention step."""
 
-    __slots__ = ("ok", "lib", "fn", "g", "gp", "shape", "out", "units", "c")
+    __slots__ = ("ok", "lib", "fn", "g", "gp", "shape", "out", "units", "c", "args", "need", "team")
 
     def __init__(self, q, kt, v, scale=None, merge=False):
         self.ok = False
@@ -1335,13 +1473,29 @@ class NativeAttention:
         self.shape = (b, t, h, e) if merge else (b, h, t, e)
         self.out = self.shape if nd == 4 else (b, t, e)
         self.c = 0.0 if scale is None else float(scale)
+        # the team's job (units over two threads) where there is enough work
+        self.need = fn(0, 0, 0, 0, self.gp, 0.0, 0, 0, 0, 0)          # (the scratch one call needs)
+        self.team = b * h > 1 and b * h * t * s * (d + e) >= _ATTENTION_TEAM_MACS
+        bits = int(np.array(self.c, np.float32).view(np.int32))
+        self.args = np.array((self.gp, bits, 0, 0, max(self.need, 1), b * h), np.int64)
         self.ok = True
 
     def __call__(self, qp, kp, vp):
         if native.lib() is not self.lib:
             return None
         y = np.empty(self.shape, np.float32)
-        args = (qp, kp, vp, _address(_char_at(y)), self.gp, self.c)
+        yp = _address(_char_at(y))
+        if self.team:
+            tm = team()
+            if tm is not None:
+                args = self.args
+                args[2], args[3] = _scratch_for(self.need)[1], tm.scratch_for(self.need)[1]
+                r = tm(_J_ATTENTION, args.ctypes.data, qp, kp, vp, yp)
+                if r is not None:
+                    if r:
+                        raise DeviceError(f"attention: the native kernel refused geometry {self.g.tolist()} ({r})")
+                    return y if y.shape == self.out else y.reshape(self.out)
+        args = (qp, kp, vp, yp, self.gp, self.c)
         buf, sp = _scratch_for()
         r = self.fn(*args, sp, buf.size, 0, self.units)
         if r > 0:                            # (a larger scratch: the kernel wrote nothing)
@@ -1560,17 +1714,41 @@ class NativeConvCall:
     caches); the result, or None where it cannot run now (the library off on this thread, another
     input): then the caller's path runs."""
 
-    __slots__ = ("lib", "fn", "ptrs", "shape", "out", "units", "dw", "geom", "keep")
+    __slots__ = ("lib", "fn", "ptrs", "shape", "out", "units", "dw", "geom", "keep", "job", "args", "need")
 
-    def __init__(self, hit, in_shape, dw):
+    def __init__(self, hit, in_shape, dw, macs):
         self.lib, self.fn, self.ptrs, self.out, self.units = hit[2], hit[3], hit[4], hit[5], hit[6]
         self.keep, self.geom, self.shape, self.dw = hit[7], hit[8], in_shape, dw
+        # the team's job where the convolution is large enough: depthwise planes, a product's output
+        # channels (whole panels of 8), a one-pixel product's rows
+        self.job, self.args, self.need = None, None, 0
+        p = self.ptrs
+        if dw and macs >= _CONV_TEAM_MACS and self.units > 1:
+            self.job = _J_DEPTHWISE
+            self.need = self.fn(0, 0, 0, 0, p[2], p[3], p[4], 0, 0, 0, 0)       # (the scratch it needs)
+            self.args = np.zeros(9, np.int64)
+            self.args[[0, 1, 2, 3, 4, 7, 8]] = (p[0], p[1] or 0, p[2], p[3], p[4], max(self.need, 1), self.units)
+        elif not dw and macs >= _CONV_TEAM_MACS and self.out[1] >= _GEMM_TEAM_MIN_ROWS:
+            gemv = self.out[2:] == (1, 1) and self.units == self.out[1]
+            self.job = _J_GEMV if gemv else _J_GEMM
+            self.args = np.array((p[0], p[1] or 0, p[2], p[3], self.out[1]), np.int64)
 
     def __call__(self, a):
         if native.lib() is not self.lib or a.dtype != np.float32 or a.shape != self.shape or not a.flags.c_contiguous:
             return None
         y = np.empty(self.out, np.float32)
         p = self.ptrs
+        if self.job is not None:
+            tm = team()
+            if tm is not None:
+                args = self.args
+                if self.job == _J_DEPTHWISE:
+                    args[5], args[6] = _scratch_for(self.need)[1], tm.scratch_for(self.need)[1]
+                r = tm(self.job, args.ctypes.data, _addr(a), _address(_char_at(y)))
+                if r is not None:
+                    if r:
+                        raise DeviceError(f"conv2d: the native kernel refused geometry {self.geom.tolist()} ({r})")
+                    return y
         if self.dw:
             buf, sp = _scratch_for()
             args = (_addr(a), p[0], p[1], _address(_char_at(y)), p[2], p[3], p[4])
@@ -1603,7 +1781,7 @@ def native_conv_call(a, w, bias, oh, ow, stride, padding, dilation, groups, act,
     if hit is None or hit[0]() is not w or (hit[1] is None if bias is None else hit[1]() is not bias) \
             or native.lib() is not hit[2]:
         return None
-    return NativeConvCall(hit, a.shape, dw)
+    return NativeConvCall(hit, a.shape, dw, a.shape[0] * o * (c // groups) * kh * kw * oh * ow)
 
 
 def _conv_pad_native(a, w, bias, oh, ow, kh, kw, padding, dilation, act=None, act_args=(0, 0, 0, 0), pool=0):
@@ -1695,12 +1873,29 @@ def _conv_direct_native(a, wp, bias, y, oh, ow, kh, kw, stride, padding, dilatio
     parts = 1
     if blocks > 1 and o * c * kh * kw * npix >= _NATIVE_DENSE_PARALLEL_MACS:
         parts = min(blocks, threads() * _NATIVE_DENSE_RANGES_PER_THREAD)
+    # the panel: a block of 32 pixels' columns, or one output row's where rows are that wide and
+    # the row's panel small (dense.c's DIRECT_ROW_PANEL: a row at a time)
+    owp = -(-ow // 32) * 32
+    panel = owp if ow >= 32 and c * kh * kw * owp <= _NATIVE_DIRECT_ROW_PANEL else 32
+    tm = team() if blocks > 1 and o * c * kh * kw * npix >= _CONV_TEAM_MACS else None
+    if tm is not None:                 # (pixel ranges over the team: each thread its own panel)
+        need = c * kh * kw * panel
+        args = np.array((wp.ctypes.data, 0 if bias is None else bias.ctypes.data, geom.ctypes.data, ap.ctypes.data,
+                         _scratch_for(need)[1], tm.scratch_for(need)[1], need, npix), np.int64)
+        for b in range(n):
+            r = tm(_J_DIRECT, args.ctypes.data, a[b].ctypes.data, y[b].ctypes.data)
+            if r is None:
+                break
+            if r:
+                raise DeviceError(f"conv2d: the native direct kernel refused geometry {geom.tolist()} ({r})")
+        else:
+            return y
     for b in range(n):
         args = (wp.ctypes.data, a[b].ctypes.data, None if bias is None else bias.ctypes.data, y[b].ctypes.data,
                 geom.ctypes.data, ap.ctypes.data)
 
         def run(i):
-            buf, ptr = _scratch_for(c * kh * kw * 32)
+            buf, ptr = _scratch_for(c * kh * kw * panel)
             r = fn(*args, ptr, buf.size, 32 * (blocks * i // parts), min(npix, 32 * (blocks * (i + 1) // parts)))
             if r:
                 raise DeviceError(f"conv2d: the native direct kernel refused geometry {geom.tolist()} ({r})")

@@ -29,6 +29,9 @@ noted:
 - **squeeze-excite** at batch 1 (MobileNetV3): the global average pool as its recorded kernels
   compute it, then the two one-pixel 1x1 convolutions and the product in one call, in place
   (ember_squeeze_excite: the step-by-step bits);
+- **the kernels' second thread** (numpy_nn.Team, core/native/team.c: large linear, convolution,
+  attention and matrix-vector steps split between this thread and a spinning helper): woken at the
+  start of a run where the last one used it, parked when the run ends (no spinning between runs);
 - **in place**: an elementwise step (add, subtract, multiply, divide, relu, clip, the fused
   activations) writes into one of its float32 inputs when that array is the plan's own (made by
   a kernel that always returns a new array, never an input, a constant or an output), has the
@@ -54,6 +57,8 @@ import numpy as np
 from . import numpy_rows
 from .numpy_blas import matmul
 from .numpy_nn import _addr, clip
+from .numpy_nn import park_team as _park_team
+from .numpy_nn import wake_team as _wake_team
 
 # kernels whose result is always a new array (never an input's buffer or a view of one)
 FRESH = frozenset({"conv2d", "conv_transpose2d", "linear", "matmul", "add", "subtract", "multiply", "divide",
@@ -127,6 +132,7 @@ class NumpyReplay:
         self._slots, self._n_inputs, self._unflatten = plan.slots([None] * plan.n_inputs), plan.n_inputs, unflatten
         self._single = plan.out_slots[0] if plan.out_tree == "T" and len(plan.out_slots) == 1 else None
         self.in_place = sum(1 for op in ops if op.inplace is not None)
+        self._team = False              # (whether the last run used numpy_nn.Team: wake it first)
 
     # ---- rewriting -------------------------------------------------------------------------------
     def _fuse(self, steps, consts, readers, protected) -> list:
@@ -398,14 +404,13 @@ class NumpyReplay:
             if (c is None or c[0] is not wb or c[1] is not bb) and a.flags.c_contiguous and a.ndim == 4 \
                     and wb.ndim == 4:
                 kh, kw = wb.shape[2:]
+                call = None
                 if pad_case:
                     call = conv_pad_call(a, wb, bb, oh, ow, kh, kw, st.attrs["padding"], st.attrs["dilation"],
                                          act, args, pool)
-                elif not pool:          # (a depthwise or 1x1 convolution's kept addresses, where it ran so)
+                if call is None and not pool:   # (a depthwise or 1x1 convolution's kept addresses, if it ran so)
                     call = native_conv_call(a, wb, bb, oh, ow, st.attrs["stride"], st.attrs["padding"],
                                             st.attrs["dilation"], st.attrs["groups"], act, args)
-                else:
-                    call = None
                 cache[0] = (wb, bb, call)
         op = _Op("conv2d", ins, o, meta, run)
         op.act, op.pool = act, pool
@@ -476,11 +481,14 @@ class NumpyReplay:
 
     def __call__(self, inputs):
         vals = self._setup(inputs)
+        if self._team:
+            _wake_team()                # (the native kernels' helper thread, up before the first big step)
         with np.errstate(all="ignore"):
             for op in self.ops:
                 op.run(vals, op)
                 for s in op.free:
                     vals[s] = None
+        self._team = _park_team()       # (and parked once the run is done: no spinning between runs)
         if self._single is not None:
             return vals[self._single]
         return self._unflatten(self.plan.out_tree, [vals[s] for s in self.plan.out_slots])
@@ -502,6 +510,7 @@ class NumpyReplay:
                     steps.append((key, dt))
                 for s in op.free:
                     vals[s] = None
+        self._team = _park_team()
 
 
 def _recorded(st):

@@ -151,6 +151,7 @@ EXPORT i64 ember_conv_gemm(const f32 *wp, const f32 *x, const f32 *bias, f32 *y,
  * (the panel holds the same values im2col would). Stride-2 rows are deinterleaved by vectors
  * (AVX-512) where a whole run of 32 lies inside the row. */
 #define DIRECT_MAX_K 4096
+#define DIRECT_ROW_PANEL 16384   /* floats of a row's panel at most (K x ow: within L1 + L2's reach) */
 
 enum { D_C, D_H, D_W, D_SC, D_SH, D_SW, D_O, D_OH, D_OW, D_KH, D_KW, D_STH, D_STW, D_DH, D_DW, D_PT, D_PL, D_ACT,
        D_LEN };
@@ -186,7 +187,8 @@ static void gather(f32 *out, const f32 *xr, i64 xs, i64 w, i64 x0, i64 nc, i64 s
 
 /* Output rows [r0, r1) of one image's convolution (see above). geom: [0] C [1] H [2] W, [3..5] the
  * input's element strides (C, H, W), [6] O [7] oh [8] ow [9] kh [10] kw [11] sh [12] sw [13] dh
- * [14] dw [15] pt [16] pl [17] activation; panel: scratch of panel_len >= K * 32 floats; wp packed as for ember_conv_gemm with K = C * kh * kw
+ * [14] dw [15] pt [16] pl [17] activation; panel: scratch of panel_len >= K * NR floats (with K * ow
+ * rounded up to NR or more and rows of NR or more: a row at a time); wp packed as for ember_conv_gemm with K = C * kh * kw
  * (k = (c * kh + i) * kw + j); y (O, oh, ow) C-contiguous. [r0, r1): a range of output pixels
  * (row-major), blocks of 32 of them from r0 (a block may span output rows). Returns 0, or -1 with
  * nothing written for a geometry it does not take. */
@@ -199,6 +201,42 @@ EXPORT i64 ember_conv_direct(const f32 *wp, const f32 *x, const f32 *bias, f32 *
       dh <= 0 || dw <= 0 || K > DIRECT_MAX_K || panel_len < K * NR || act < 0 || act >= DENSE_ACTS || r0 < 0 || r1 > oh * ow || r0 > r1)
     return -1;
   const i64 panels = (O + MR - 1) / MR, npix = oh * ow;
+  const i64 owp = (ow + NR - 1) / NR * NR;
+  if (ow >= NR && K * owp <= DIRECT_ROW_PANEL && panel_len >= K * owp) {
+    /* rows at least a block wide: the panel holds the range's part of one output row (K rows of
+     * up to owp columns, owp apart), each of its K rows gathered in one run, then the blocks of
+     * NR columns read it (the same values in each block as below: the same bits). MobileNetV3's
+     * 3->16 3x3 stride-2 convolution at 224x224: 205 -> ~110 us on one core (the blocks' gathers
+     * were mostly bookkeeping per row of 32 pixels) */
+    for (i64 r = r0 / ow; r * ow < r1; r++) {
+      const i64 xa = r0 > r * ow ? r0 - r * ow : 0, xb = r1 - r * ow < ow ? r1 - r * ow : ow, n = xb - xa;
+      for (i64 c = 0, k = 0; c < C; c++)
+        for (i64 i = 0; i < kh; i++) {
+          const i64 iy = r * sh - g[D_PT] + i * dh;
+          for (i64 j = 0; j < kw; j++, k++) {
+            if (iy < 0 || iy >= H)
+              memset(panel + k * owp, 0, (size_t)n * 4);
+            else
+              gather(panel + k * owp, x + c * g[D_SC] + iy * g[D_SH], g[D_SW], W, xa, n, sw, j * dw - g[D_PL]);
+          }
+        }
+      for (i64 j0 = 0; j0 < n; j0 += NR) {
+        const i64 left = n - j0;
+        const int nv = left > VW ? 2 : 1;
+        const i64 last = left >= NR ? VW : left - (nv - 1) * VW;
+        for (i64 p = 0; p < panels; p++) {
+          const i64 o0 = p * MR, rows = O - o0 < MR ? O - o0 : MR;
+          const f32 *w = wp + p * K * MR;
+          const f32 *b = bias ? bias + o0 : NULL;
+          f32 *yb = y + o0 * npix + r * ow + xa + j0;
+#define BLOCK(NV, LAST, ACT) block(w, panel + j0, yb, b, K, owp, npix, rows, NV, LAST, ACT, ap)
+          BLOCKS(nv, last)
+#undef BLOCK
+        }
+      }
+    }
+    return 0;
+  }
   for (i64 pb = r0; pb < r1; pb += NR) {
     {
       const i64 nc = r1 - pb < NR ? r1 - pb : NR;

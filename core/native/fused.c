@@ -26,6 +26,9 @@
  * Order of the float32 math, per output: acc = 0, acc += A[m, k] W[n, k] for k ascending (fused
  * multiply-adds where the CPU has them), then + bias[n], then the activation, then R[m, n] + that.
  * An output does not depend on the rows a call is given: the same bits on any number of threads. */
+/* the float32 lanes of this build's vectors (vec.h's VW: 16 with AVX-512, 8 with AVX, else 4) */
+EXPORT i64 ember_vector_width(void) { return VW; }
+
 #if VW == 16
 #define LR 8
 #else
