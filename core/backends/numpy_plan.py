@@ -146,72 +146,53 @@ class NumpyReplay:
             for s, m in zip(st.outs, st.meta if st.multi else (st.meta,)):
                 dtypes[s] = m.dtype.name
                 producer[s] = k
+        def plain(r):               # (op, later steps) -> (op, later steps, no earlier op replaced)
+            return None if r is None else (r[0], r[1], ())
+
+        def attention(i):           # (its view steps: now inside the op)
+            r = _attention(steps, i, consts, readers, only, producer, protected)
+            return None if r is None else (r[0], r[1], {steps[j].outs[0] for j in r[2]})
+
+        def linear_fused(i):        # (the layer norm before it: now inside the op)
+            r = _linear_fused(steps, i, consts, budget, readers, only, producer, protected)
+            return None if r is None else (r[0], r[1], () if r[2] is None else {steps[r[2]].outs[0]})
+
+        def linear_const(i):        # (where it reads the input of the reshape before it)
+            r = _linear_const(steps, i, consts, dtypes, budget, readers, only, producer)
+            x = steps[i].ins[0]
+            return None if r is None else (r[0], r[1], {x} if r[0].ins[0] != x else ())
+
+        def hard_chain(i):          # (later steps: a chain reads only its own results)
+            r = self._hard_chain(steps, i, consts, readers, only)
+            if r is None:
+                return None
+            name, x, a, b, last = r
+            return (_Op(name, (x,), steps[last[-1]].outs[0], steps[last[-1]].meta, _hard(name == "hard_swish", a, b)),
+                    last[1:], ())
+
+        # each rewrite, tried in this order: (the op, later steps it takes in, earlier ops' outputs it replaces)
+        rewrites = (lambda i: plain(_dynamic_quantize(steps, i, consts, readers, only)),
+                    lambda i: plain(_integer_matmul(steps, i, consts, readers, only, dtypes)),
+                    lambda i: plain(_squeeze_excite(steps, i, consts, readers, only, producer, protected)),
+                    attention, linear_fused, linear_const,
+                    lambda i: plain(self._conv_act(steps, i, consts, readers, only, protected)),
+                    hard_chain,
+                    lambda i: plain(self._scalar_chain(steps, i, consts, readers, only, skip)))
         for i, st in enumerate(steps):
             if i in skip:
                 continue
-            dq = _dynamic_quantize(steps, i, consts, readers, only)
-            if dq is not None:
-                op, used = dq
-                skip.update(used)
-                ops.append(op)
-                continue
-            qm = _integer_matmul(steps, i, consts, readers, only, dtypes)
-            if qm is not None:
-                op, used = qm
-                skip.update(used)
-                ops.append(op)
-                continue
-            se = _squeeze_excite(steps, i, consts, readers, only, producer, protected)
-            if se is not None:
-                op, used = se
-                skip.update(used)
-                ops.append(op)
-                continue
-            att = _attention(steps, i, consts, readers, only, producer, protected)
-            if att is not None:
-                op, later, earlier = att
-                skip.update(later)
-                gone = {steps[j].outs[0] for j in earlier}      # (its view steps: now inside the op)
-                ops = [o for o in ops if o.multi or o.out not in gone]
-                ops.append(op)
-                continue
-            lf = _linear_fused(steps, i, consts, budget, readers, only, producer, protected)
-            if lf is not None:
-                op, used, lnk = lf
-                skip.update(used)
-                if lnk is not None:                 # (the layer norm before it: now inside the op)
-                    ops = [o for o in ops if o.multi or o.out != steps[lnk].outs[0]]
-                ops.append(op)
-                continue
-            lin = _linear_const(steps, i, consts, dtypes, budget, readers, only, producer)
-            if lin is not None:
-                op, used = lin
-                skip.update(used)
-                if op.ins[0] != st.ins[0]:          # (it reads the input of the reshape before it)
-                    ops = [o for o in ops if o.multi or o.out != st.ins[0]]
-                ops.append(op)
-                continue
-            ca = self._conv_act(steps, i, consts, readers, only, protected)
-            if ca is not None:
-                op, used = ca
-                skip.update(used)
-                ops.append(op)
-                continue
-            chain = self._hard_chain(steps, i, consts, readers, only)
-            if chain is not None:
-                name, x, a, b, last = chain
-                skip.update(last[1:])       # (later steps: a chain reads only its own results)
-                ops.append(_Op(name, (x,), steps[last[-1]].outs[0], steps[last[-1]].meta,
-                               _hard(name == "hard_swish", a, b)))
-                continue
-            sc = self._scalar_chain(steps, i, consts, readers, only, skip)
-            if sc is not None:
-                op, used = sc
-                skip.update(used)
-                ops.append(op)
-                continue
-            ops.append(_Op(st.name, st.ins, st.outs if st.multi else st.outs[0], st.meta, _recorded(st),
-                           bool(st.multi)))
+            for rewrite in rewrites:
+                r = rewrite(i)
+                if r is not None:
+                    op, used, gone = r
+                    skip.update(used)
+                    if gone:
+                        ops = [o for o in ops if o.multi or o.out not in gone]
+                    ops.append(op)
+                    break
+            else:
+                ops.append(_Op(st.name, st.ins, st.outs if st.multi else st.outs[0], st.meta, _recorded(st),
+                               bool(st.multi)))
         _centered_quantization(ops, protected)
         return ops
 
