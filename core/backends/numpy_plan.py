@@ -273,8 +273,8 @@ class NumpyReplay:
         if a is None or x in consts:
             return None
         t1 = st.outs[0]
-        r = readers.get(t1, [])
-        if len(r) != 1 or not only(t1, r[0]):
+        r = _sole_reader(readers, only, t1)
+        if r is None:
             return None
         i_add = r[0]
         add = steps[i_add]
@@ -284,8 +284,8 @@ class NumpyReplay:
         if b is None:
             return None
         t2 = add.outs[0]
-        r = readers.get(t2, [])
-        if len(r) != 1 or not only(t2, r[0]):
+        r = _sole_reader(readers, only, t2)
+        if r is None:
             return None
         i_cl = r[0]
         cl = steps[i_cl]
@@ -748,6 +748,12 @@ _LINEAR_COPY_BYTES = 64 << 20
 _LINEAR_COPY_MIN_MACS = 1 << 20
 
 
+def _sole_reader(readers, only, s):
+    """``[i]`` when step i alone reads slot ``s`` (and ``s`` is not protected: ``only``), else None."""
+    r = readers.get(s, [])
+    return r if len(r) == 1 and only(s, r[0]) else None
+
+
 def _linear_const(steps, i, consts, dtypes, budget, readers, only, producer):
     """(an _Op, later step indices) for a linear step whose weight is a constant float32 matrix
     (float32 input and bias checked when it runs: a plan's inputs have no recorded dtype here).
@@ -957,8 +963,8 @@ def _conv1x1_const(st, x, consts, cin):
 def _act_after(steps, y, consts, readers, only):
     """``(name, (a, b, lo, hi), step indices, result slot)`` for the relu, clip or hard sigmoid chain
     that alone reads ``y`` (float32, its shape); else None."""
-    r = readers.get(y, [])
-    if len(r) != 1 or not only(y, r[0]):
+    r = _sole_reader(readers, only, y)
+    if r is None:
         return None
     st = steps[r[0]]
     if st.multi or st.meta.dtype.name != "float32":
@@ -1001,8 +1007,8 @@ def _squeeze_excite(steps, i, consts, readers, only, producer, protected):
     if n != 1:                  # (at batch 1 the plan's one-pixel convolutions are ember_gemv's: their bits)
         return None
     s = st.outs[0]
-    r = readers.get(s, [])
-    if len(r) != 1 or not only(s, r[0]):
+    r = _sole_reader(readers, only, s)
+    if r is None:
         return None
     dv = steps[r[0]]
     if dv.name != "divide" or dv.multi or len(dv.ins) != 2 or dv.ins[0] != s or dv.meta.dtype.name != "float32":
@@ -1012,8 +1018,8 @@ def _squeeze_excite(steps, i, consts, readers, only, producer, protected):
         return None
     used = [r[0]]
     m = dv.outs[0]
-    r = readers.get(m, [])
-    if len(r) != 1 or not only(m, r[0]):
+    r = _sole_reader(readers, only, m)
+    if r is None:
         return None
     c1 = _conv1x1_const(steps[r[0]], m, consts, c)
     if c1 is None:
@@ -1023,8 +1029,8 @@ def _squeeze_excite(steps, i, consts, readers, only, producer, protected):
     if act1 is None:
         return None
     used += act1[2]
-    r = readers.get(act1[3], [])
-    if len(r) != 1 or not only(act1[3], r[0]):
+    r = _sole_reader(readers, only, act1[3])
+    if r is None:
         return None
     c2 = _conv1x1_const(steps[r[0]], act1[3], consts, c1[0].shape[0])
     from .numpy_nn import _NATIVE_GEMV_MAX_MACS
@@ -1036,8 +1042,8 @@ def _squeeze_excite(steps, i, consts, readers, only, producer, protected):
         return None
     used += act2[2]
     gate = act2[3]
-    r = readers.get(gate, [])
-    if len(r) != 1 or not only(gate, r[0]):
+    r = _sole_reader(readers, only, gate)
+    if r is None:
         return None
     mul = steps[r[0]]
     if mul.name != "multiply" or mul.multi or sorted(mul.ins) != sorted((y, gate)) or y == gate \
@@ -1122,8 +1128,8 @@ def _attention(steps, i, consts, readers, only, producer, protected):
     nd = len(st.meta.shape)
     core = [i]
     s = st.outs[0]
-    r = readers.get(s, [])
-    if len(r) != 1 or not only(s, r[0]):
+    r = _sole_reader(readers, only, s)
+    if r is None:
         return None
     nxt = steps[r[0]]
     scale = None
@@ -1135,8 +1141,8 @@ def _attention(steps, i, consts, readers, only, producer, protected):
         scale = float(c)
         core.append(r[0])
         s = nxt.outs[0]
-        r = readers.get(s, [])
-        if len(r) != 1 or not only(s, r[0]):
+        r = _sole_reader(readers, only, s)
+        if r is None:
             return None
         nxt = steps[r[0]]
     if nxt.name != "softmax" or nxt.multi or nxt.ins != (s,) or nxt.meta.dtype.name != "float32" \
@@ -1144,8 +1150,8 @@ def _attention(steps, i, consts, readers, only, producer, protected):
         return None
     core.append(r[0])
     s = nxt.outs[0]
-    r = readers.get(s, [])
-    if len(r) != 1 or not only(s, r[0]):
+    r = _sole_reader(readers, only, s)
+    if r is None:
         return None
     pv = steps[r[0]]
     if pv.name != "matmul" or pv.multi or len(pv.ins) != 2 or pv.ins[0] != s or pv.ins[1] == s \
