@@ -349,8 +349,7 @@ def _gemv(rt, st, M, n, k, qtype, gx, gw, *, pro: int = 0, gnw=None, eps: float 
     lanes8, rb8, wg8 = gemv8_shape(k, (lanes, rb, wg), int(rt.limits.get("max_compute_invocations_per_workgroup", 256)))
     if M == 1 and _use_gemv8(rt, qtype, n, k, wg8, rb8):
         entry, lanes, rb, wg = "gemv8", lanes8, rb8, wg8
-        params.update(LANES=lanes, RB=rb)
-        params.update(WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1],
+        params.update(LANES=lanes, RB=rb, WG=wg, XQ=k // 4, XB=k // 32, QK=_I8_FORMATS[qtype], BB=BLOCKS[qtype][1],
                       SB=BLOCKS[qtype][0] // 32, RED=wg * rb,
                       XV=-(-k // 4 // wg))
     else:
