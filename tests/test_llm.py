@@ -177,6 +177,27 @@ def test_tiny_webgpu_run_ahead(tiny, monkeypatch):
     assert m.stats["finish_reason"] == "stopped" and m.stats["tokens"] <= 5     # (a piece can hold 2 tokens)
     # the cache rows written past the stop are harmless: the next generation matches again
     assert m.generate("the", max_tokens=11) == base
+    # each batch's read is started behind it and waited for only after the next batch has been
+    # enqueued (the GPU keeps working while the host waits and hands tokens out)
+    from ember.webgpu import replay
+
+    events, real = [], replay.read_ints_later
+
+    def logged(ts):
+        events.append(("start", len(ts)))
+        done = real(ts)
+
+        def wait():
+            events.append(("wait", len(ts)))
+            return done()
+        return wait
+    monkeypatch.setattr(replay, "read_ints_later", logged)
+    assert m.generate("the", max_tokens=12) == m.generate("the", max_tokens=12, stream=False)
+    events = events[:len(events) // 2]
+    assert [e for e in events if e[0] == "start"] == [("start", k) for k in (2, 4, 4, 1)], events
+    assert events == [("start", 2), ("start", 4), ("wait", 2), ("start", 4), ("wait", 4),
+                      ("start", 1), ("wait", 4), ("wait", 1)], events
+    monkeypatch.setattr(replay, "read_ints_later", real)
     # the fed-back step is one prebuilt dispatch stream of 5 dispatches per layer (norms, rope,
     # residual adds folded into the quantized products), the embedding, the head, the argmax (2)
     _, step = m._steps()

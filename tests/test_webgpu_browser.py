@@ -79,6 +79,14 @@ out["cumsum"] = both(lambda x: ember.cumsum(x, axis=1), M)
 out["sort"] = both(lambda x: ember.sort(x, axis=1), M)
 out["argmax"] = both(lambda x: ember.argmax(x, axis=1), M)
 out["pad"] = both(lambda x: ember.pad(x, ((1, 2), (3, 0)), mode="reflect"), M)
+# a read started, more work submitted, then the read waited for (the LLM decode loop's order)
+from ember.webgpu import replay
+ids = [ember.argmax(ember.tensor(mat(3, 5, 20 + k), device="webgpu").sum(axis=0)) for k in range(3)]
+later = replay.read_ints_later(ids)
+busy = ember.tensor(X, device="webgpu") * 3
+wg.get_runtime().driver.flush()
+out["read_later"] = {"got": later(), "want": [int(t.tolist()) for t in ids], "busy": busy.sum().tolist(),
+                     "busy_want": (ember.tensor(X, device="python") * 3).sum().tolist()}
 out["take_concat"] = both(lambda x: ember.concat([ember.take(x, [3, 0, 5], axis=0), x[:2]], axis=0), M)
 out["arange"] = both(lambda x: ember.arange(7, device=x.device) * x[0, :7], M)
 q, k = mat(2 * 5, 8, 9), mat(2 * 6, 8, 10)
@@ -264,6 +272,12 @@ def test_webgpu_matches_python_in_the_page(page_result, name):
     res = page_result[name]
     loose = name.startswith(("matmul", "conv", "attention"))
     _close(res["webgpu"], res["python"], rtol=1e-4 if loose else 1e-5, atol=1e-4 if loose else 1e-5)
+
+
+def test_a_read_started_before_later_work_in_the_page(page_result):
+    r = page_result["read_later"]
+    assert r["got"] == r["want"] and len(r["got"]) == 3, r
+    _close([r["busy"]], [r["busy_want"]], rtol=1e-4, atol=1e-3)    # the work submitted meanwhile
 
 
 @pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sg"])

@@ -189,6 +189,11 @@ class BrowserDriver(BatchingDriver):
         return data
 
     def read(self, buf, nbytes: int, offset: int = 0) -> bytes:
+        return self.read_later(buf, nbytes, offset)()
+
+    def read_later(self, buf, nbytes: int, offset: int = 0):
+        """Submit the staging copy and start ``mapAsync`` now; the returned function waits for
+        it (JSPI) and gives the bytes, so work submitted in between overlaps the wait."""
         self._alive("reading back from the GPU")
         if not self._can_block():
             raise DeviceError("webgpu: a synchronous read (tolist/item/numpy) cannot block here: "
@@ -198,12 +203,16 @@ class BrowserDriver(BatchingDriver):
         if self._unchecked:
             run_sync(self._check_modules_async())
         rb = self._staging_copy(buf, nbytes, offset)
-        try:
-            run_sync(rb.mapAsync(self._js.GPUMapMode.READ))
-        except Exception as e:   # mapAsync rejects when the device is lost meanwhile
-            raise device_error(e, f"reading {nbytes} bytes back from the GPU", self) from e
-        self._raise_errors("read")
-        return self._finish_read(rb, nbytes)
+        mapping = rb.mapAsync(self._js.GPUMapMode.READ)
+
+        def result() -> bytes:
+            try:
+                run_sync(mapping)
+            except Exception as e:   # mapAsync rejects when the device is lost meanwhile
+                raise device_error(e, f"reading {nbytes} bytes back from the GPU", self) from e
+            self._raise_errors("read")
+            return self._finish_read(rb, nbytes)
+        return result
 
     async def read_async(self, buf, nbytes: int, offset: int = 0) -> bytes:
         if self._unchecked:

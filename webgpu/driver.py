@@ -34,7 +34,7 @@ Conventions every driver follows:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 LIMIT_NAMES = (
     "max_storage_buffer_binding_size",
@@ -75,6 +75,11 @@ class Driver(Protocol):
 
     def read(self, buf: Any, nbytes: int, offset: int = 0) -> bytes:
         """Flush, wait for the GPU and return ``nbytes`` bytes of ``buf`` (blocks)."""
+
+    def read_later(self, buf: Any, nbytes: int, offset: int = 0) -> Callable[[], bytes]:
+        """Flush and start reading ``nbytes`` of ``buf`` as of now; the returned function blocks
+        until that read is done and gives the bytes, while work submitted after this call runs on
+        (a decode loop enqueues its next steps before it waits for the last ones' tokens)."""
 
     async def read_async(self, buf: Any, nbytes: int, offset: int = 0) -> bytes:
         """Like ``read`` without blocking the event loop (the browser's ``mapAsync``)."""

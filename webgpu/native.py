@@ -151,16 +151,40 @@ class NativeDriver(BatchingDriver):
                 raise device_error(e, f"writing {len(mv)} bytes to the GPU", self) from e
 
     def read(self, buf, nbytes: int, offset: int = 0) -> bytes:
+        return self.read_later(buf, nbytes, offset)()
+
+    def read_later(self, buf, nbytes: int, offset: int = 0):
+        """Submit a copy of ``nbytes`` of ``buf`` into a mappable buffer and start mapping it; the
+        returned function waits for that copy (only the work submitted before it) and gives the
+        bytes. Work submitted between the two runs on meanwhile (a decode loop's next steps)."""
+        import wgpu
+
         self._alive("reading back from the GPU")
         self.flush()
         size = max(4, (int(nbytes) + 3) // 4 * 4)
-        # read_buffer copies to a staging buffer, submits and maps it: it waits for all work
-        # submitted before (on_submitted_work_done_sync is broken in wgpu-py 0.32).
+        what = f"reading {nbytes} bytes back from the GPU"
         try:
-            data = self._dev.queue.read_buffer(buf, offset, size)
+            rb = self._dev.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+            enc = self._dev.create_command_encoder()
+            enc.copy_buffer_to_buffer(buf, offset, rb, 0, size)
+            self._dev.queue.submit([enc.finish()])
+            # (the map resolves once the copy's submission is done: wgpu-py's poll thread waits
+            # for the submissions made before the map was asked for)
+            mapping = rb.map_async(wgpu.MapMode.READ)
         except Exception as e:
-            raise device_error(e, f"reading {nbytes} bytes back from the GPU", self) from e
-        return bytes(memoryview(data).cast("B")[:nbytes])
+            raise device_error(e, what, self) from e
+
+        def result() -> bytes:
+            try:
+                mapping.sync_wait()
+                data = bytes(memoryview(rb.read_mapped(0, size)).cast("B")[:nbytes])
+                rb.unmap()
+            except Exception as e:
+                raise device_error(e, what, self) from e
+            finally:
+                rb.destroy()
+            return data
+        return result
 
     async def read_async(self, buf, nbytes: int, offset: int = 0) -> bytes:
         return self.read(buf, nbytes, offset)

@@ -597,18 +597,35 @@ def read_ints(ts: list) -> list:
     """The first value of each of the int32/int64 tensors ``ts`` (decode steps' argmax outputs),
     gathered into one buffer by GPU copies and read back in ONE read: a decode loop that ran
     several steps ahead reads their tokens together (a read waits for the queue to drain)."""
+    return read_ints_later(ts)()
+
+
+def read_ints_later(ts: list):
+    """``read_ints`` in two halves: the gathering copies are submitted and the read started now;
+    the returned function waits for them (only for the work submitted before this call) and
+    gives the list. A decode loop enqueues its next steps in between, so the GPU has work while
+    the host waits for, and hands out, the tokens before them."""
     from array import array
 
     gs = [contiguous(realize(t._buf)) for t in ts]
     if not gs:
-        return []
+        return list
     rt = gs[0].rt
     drv = rt.driver
-    if not hasattr(drv, "stream_copy") or len(gs) == 1:
-        return [int(t.tolist()[0]) for t in ts]
-    st = rt.alloc(4 * len(gs), "gathered token ids")
-    drv.stream_copy([(g.storage.buf, g.offset * 4, st.buf, 4 * i, 4) for i, g in enumerate(gs)])
-    vals = array("i", rt.read(st, 4 * len(gs)))
-    if vals.itemsize != 4:       # pragma: no cover - every platform ember runs on has 4-byte ints
-        raise RuntimeError("read_ints: array('i') is not 4 bytes here")
-    return [int(v) for v in vals]
+    if not hasattr(drv, "stream_copy"):
+        vals = [int(t.tolist()[0]) for t in ts]
+        return lambda: vals
+    st = None
+    if len(gs) == 1:
+        later = rt.read_later(gs[0].storage, 4, gs[0].offset * 4)
+    else:
+        st = rt.alloc(4 * len(gs), "gathered token ids")
+        drv.stream_copy([(g.storage.buf, g.offset * 4, st.buf, 4 * i, 4) for i, g in enumerate(gs)])
+        later = rt.read_later(st, 4 * len(gs))
+
+    def result(held=(st, gs)) -> list:   # (the gathered buffer lives until it has been read)
+        vals = array("i", later())
+        if vals.itemsize != 4:       # pragma: no cover - every platform ember runs on has 4-byte ints
+            raise RuntimeError("read_ints: array('i') is not 4 bytes here")
+        return [int(v) for v in vals]
+    return result

@@ -180,6 +180,17 @@ class Runtime:
         self.stats["bytes_read"] += nbytes
         return self.driver.read(storage.buf, nbytes, offset)
 
+    def read_later(self, storage, nbytes: int, offset: int = 0):
+        """``driver.read_later``: a function giving the bytes as of this call (a driver without
+        it reads now)."""
+        self.stats["reads"] += 1
+        self.stats["bytes_read"] += nbytes
+        later = getattr(self.driver, "read_later", None)
+        if later is not None:
+            return later(storage.buf, nbytes, offset)
+        data = self.driver.read(storage.buf, nbytes, offset)
+        return lambda: data
+
     async def read_async(self, storage, nbytes: int, offset: int = 0) -> bytes:
         self.stats["reads"] += 1
         self.stats["bytes_read"] += nbytes

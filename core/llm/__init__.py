@@ -360,24 +360,40 @@ class LLM:
     def _fed_tokens(self, step, token: int, pos: int, n: int, timer: list):
         """The next ``n`` greedy tokens (an iterator), each step fed the previous step's argmax
         tensor on the GPU: batches of steps (2, 4, ... ``RUN_AHEAD``, so the first tokens still
-        stream early) are enqueued, then their tokens read back together. ``timer[0]`` gathers
-        the seconds spent enqueuing and reading. Closing it early drops the enqueued steps."""
+        stream early) are enqueued with a read of their tokens started behind them; the next
+        batch is enqueued before that read is waited for, so the GPU is never left without work
+        while the host waits for tokens, hands them out and encodes the next steps.
+        ``timer[0]`` gathers the seconds spent enqueuing and waiting. Closing it early waits for
+        the read in flight (the steps enqueued past the stop still run: their cache rows lie
+        where a later reply writes before it reads)."""
         dev = self.device
         # int64 like argmax's output: every step replays one plan (one input signature)
         r = tensor([token], dtype="int64", device=dev)
         batch = 2
-        while n > 0:
-            t0 = time.perf_counter()
-            outs = []
-            for _ in range(min(batch, n)):
-                r = step(r, tensor([pos], dtype="int32", device=dev))
-                outs.append(r)
-                pos += 1
-            toks = _read_tokens(outs)
-            timer[0] += time.perf_counter() - t0
-            n -= len(outs)
-            batch = min(2 * batch, RUN_AHEAD)
-            yield from toks
+        pending = None
+        try:
+            while n > 0 or pending is not None:
+                t0 = time.perf_counter()
+                started = None
+                if n > 0:
+                    outs = []
+                    for _ in range(min(batch, n)):
+                        r = step(r, tensor([pos], dtype="int32", device=dev))
+                        outs.append(r)
+                        pos += 1
+                    n -= len(outs)
+                    batch = min(2 * batch, RUN_AHEAD)
+                    started = _read_tokens_later(outs)
+                toks = pending() if pending is not None else ()
+                pending = started
+                timer[0] += time.perf_counter() - t0
+                yield from toks
+        finally:
+            if pending is not None:
+                try:
+                    pending()
+                except EmberError:   # (a device lost meanwhile says so at the next call)
+                    pass
 
 
 def _wasm_threads(step) -> int:
@@ -423,11 +439,13 @@ def _team_choices(step, give: dict | None = None):
     return out if give is None else (done and given > 0)
 
 
-def _read_tokens(outs: list) -> list:
-    """The one integer each of ``outs`` (tensors of shape (1,)) holds, in one GPU read where the
-    device can gather them (``ember.webgpu.replay.read_ints``)."""
+def _read_tokens_later(outs: list):
+    """A function giving the one integer each of ``outs`` (tensors of shape (1,)) holds, read in
+    one GPU read started now where the device can gather them
+    (``ember.webgpu.replay.read_ints_later``)."""
     if outs and outs[0].device == "webgpu":
-        from ..webgpu.replay import read_ints
+        from ..webgpu.replay import read_ints_later
 
-        return read_ints(outs)
-    return [int(o.tolist()[0]) for o in outs]
+        return read_ints_later(outs)
+    vals = [int(o.tolist()[0]) for o in outs]
+    return lambda: vals
