@@ -81,6 +81,32 @@ shader from its buffer, never by Python, so the dispatch is a plain recorded ker
   the call and run after it, sees the new rows (as a view would). Read caches only through
   ``attention_cached`` or after ``ember.webgpu.evaluate``.
 
+**Split over positions** ("flash-decoding"; ``attn_splits``, ``EMBER_ATTN_SPLIT``). One
+workgroup per (query, head) leaves a decode step (T = 1) with Hq workgroups (SmolLM2: 9 on an
+H100's 132 SMs; ``attn`` took 30 x 12.5 us of a 1.22 ms token, ``webgpu_h200.sh smolf profile``,
+2026-12-07), each walking its rows alone: per 256-row chunk a scoring pass, two tree reductions
+and a value sum whose loads come in dependent rounds. Split, ``attn`` runs S workgroups per
+(query, head), workgroup p over run p of the rows ``lo..pos+t``; the runs' length is worked out
+on the GPU from pos (``ceil(rows / S)``, runs past the end empty), so every replay of a plan
+spreads the rows it has over all S, whatever pos is. Each stores its unnormalised partial
+result (max m, sum l, the weighted value sum) in a scratch buffer of the call (``rt.alloc``, as
+``greedy_tokens``' partial maxima: a replayed plan owns it with its other intermediates), and a
+second dispatch, ``attn_comb``, merges the runs (``m = max m_p``, ``l = sum l_p e^(m_p - m)``,
+``out = sum acc_p e^(m_p - m) / l``): attention_cached's (T, Hq, D), or for attention_proj the
+head's output in workgroup memory times a block of 64 of the output weight's rows (Hq * ceil(n /
+64) workgroups where the unsplit dispatch has Hq). The cache write stays in ``attn`` (run 0 of
+each kv group's first head) and every run reads rows from pos on from the new k, v, so the rule
+above holds. A window splits the window's rows; the soft cap is per score as before.
+``EMBER_ATTN_SPLIT`` unset: split when T <= 4 and the most rows a query can see (C, or the
+window) pass one 256-row chunk, with S = max(2, min(256 // (T Hq), rows // 32, 64)) runs: about
+256 workgroups (two per SM of an H100), runs of 32 rows or more at a full cache, at most 64 (the
+merge keeps a run's weight per thread). The cost is one more dispatch a layer (a chained
+dispatch's floor is ~2.4 us on an H100, ``webgpu_h200.sh floor``); below one chunk the unsplit
+kernel scores every row in one parallel pass, so small caches (ember.llm's chat replies, which
+reserve the prompt and the reply rounded to 64 rows) keep one dispatch. The rule is reasoned, not
+yet measured on a GPU: ``EMBER_ATTN_SPLIT=0`` vs unset with ``webgpu_h200.sh smolf profile``
+(context 1024) is the A/B. ``EMBER_ATTN_SPLIT=0``: one dispatch always; ``1..256``: that S.
+
 ``pos + T > C`` (or ``pos < 0``) raises ShapeError (``ember.ops.llm.check_pos``) where ``pos``'s value is known without a
 GPU read (a tensor uploaded from the host remembers its range; that is the case of the token
 position fed to a plan); for a ``pos`` computed on the GPU nothing is read back, and the kernels
@@ -473,6 +499,35 @@ def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
 
 # threads per (query, head): a chunk of 256 cache rows scored at once (EMBER_ATTN_WG: benchmarks)
 ATTN_WG = int(os.environ.get("EMBER_ATTN_WG") or 256)
+ATTN_COMB_WG = 64           # attn_comb's threads (a head dim each; with PROJ a weight row each)
+ATTN_SPLIT_MAX_T = 4        # queries up to which attention splits over positions by itself
+ATTN_SPLIT_GROUPS = 256     # workgroups the split aims at (about two per SM of an H100's 132)
+ATTN_SPLIT_MIN_ROWS = 32    # rows of a run, at least, at a full cache
+ATTN_SPLIT_AUTO_MAX = 64    # the rule's most runs (attn_comb keeps a weight per run and thread)
+ATTN_SPLIT_MAX = 256        # EMBER_ATTN_SPLIT's largest value
+
+
+def attn_splits(T: int, Hq: int, C: int, window: int = 0) -> int:
+    """Runs of positions per (query, head) of ``attention_cached`` / ``attention_proj`` on
+    webgpu for T queries, Hq heads, a cache of C rows and a window (0: none): 0 (one workgroup
+    per (query, head), one dispatch) or S (S workgroups each, then ``attn_comb``; the module
+    docstring says why and what it costs). ``EMBER_ATTN_SPLIT``: "0" off, 1..256 forces S;
+    unset: S = max(2, min(256 // (T Hq), rows // 32, 64)) where T <= 4 and the rows a query can
+    see (C or the window) pass one chunk of ``ATTN_WG`` rows, else 0."""
+    env = os.environ.get("EMBER_ATTN_SPLIT", "").strip()
+    if env:
+        try:
+            s = int(env)
+        except ValueError:
+            s = -1
+        if not 0 <= s <= ATTN_SPLIT_MAX:
+            raise ValueError(f"EMBER_ATTN_SPLIT={env!r}: 0 (no split) or the runs per (query, head), "
+                             f"1..{ATTN_SPLIT_MAX}")
+        return s
+    rows = min(C, window) if window else C          # the most rows one query attends to
+    if T > ATTN_SPLIT_MAX_T or rows <= ATTN_WG:
+        return 0
+    return max(2, min(ATTN_SPLIT_GROUPS // (T * Hq), rows // ATTN_SPLIT_MIN_ROWS, ATTN_SPLIT_AUTO_MAX))
 
 
 def _cache(op, t, name, shape) -> GBuf:
@@ -487,9 +542,10 @@ def _cache(op, t, name, shape) -> GBuf:
 
 
 def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, window=0, softcap=0.0, **_):
-    """The ``attention_cached`` kernel, one dispatch: write k, v into the caches at rows pos..,
-    and causal grouped-query attention of q over rows 0..pos+t (see the module docstring); a
-    sliding window and a soft cap (Gemma) are constants of the pipeline (one per value)."""
+    """The ``attention_cached`` kernel, one dispatch (two split over positions: ``attn_splits``):
+    write k, v into the caches at rows pos.., and causal grouped-query attention of q over rows
+    0..pos+t (see the module docstring); a sliding window and a soft cap (Gemma) are constants
+    of the pipeline (one per value)."""
     return _attention(rt, "attention_cached", out, q, k, v, k_cache, v_cache, pos, scale, window=window,
                       softcap=softcap)
 
@@ -497,7 +553,9 @@ def attention_cached(rt, out, q, k, v, k_cache, v_cache, pos, *, scale, window=0
 def attention_proj(rt, out, q, kn, vn, k_cache, v_cache, pos, w, r, *, scale, qtype, n, k, **_):
     """The ``attention_proj`` kernel: ``attn`` whose workgroup (one query head) multiplies its
     head's output by that head's slice of the output weight (and the first copies the residual
-    to row 0), one dispatch; the composite where the head's slice is not whole items or T > 1."""
+    to row 0), one dispatch; split over positions (``attn_splits``), ``attn``'s runs and then
+    ``attn_comb``, whose workgroups (head, block of 64 weight rows) merge them and multiply; the
+    composite where the head's slice is not whole items or T > 1."""
     from ..registry import OPS
 
     T, Hq, D = q.shape
@@ -554,46 +612,83 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None, wi
         gq = _copy(gq)
     dpt = (D + ATTN_WG - 1) // ATTN_WG
     ns = max(1, ATTN_WG // D) if D else 1
+    spl = attn_splits(T, Hq, C, window)
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
-    bufs = [(res_st.buf, 0, nout * 4), _whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
+    ins = [_whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
+    emit = "out[row * u(3u) + d] = v;"
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
-                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT="out[row * u(3u) + d] = v;", PROJ="", TAIL="",
+                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT=emit, PROJ="", TAIL="", SPL=1, SPLIT="false", ML="",
                   WIN=int(window),
                   # (tanh's argument clamped: some drivers' tanh is NaN far out, where it is +-1)
                   CAP=f"s = {float(softcap)!r} * tanh(clamp(s / {float(softcap)!r}, -15.0, 15.0));" if softcap else "",
                   **_sg_params(rt))
+    out_b = (res_st.buf, 0, nout * 4)
+    if not spl:
+        bufs = [out_b] + ins
+        if proj is not None:
+            w, qtype, n, K, gr = proj
+            gw = _weight(w)
+            words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
+            bufs += [_whole(gw), _whole(gr)]
+            params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t, 0u);",
+                          PROJ=_proj_code(qtype, K, gw, D, n, ATTN_WG, n, 7))
+        info, info_n = _info(words)
+        params.update(INFO=info_n, IB=len(bufs))
+        rt.dispatch(_pipe(rt, "llm", "attn", params), bufs, info, grid_1d(T * Hq, rt.max_groups))
+        return res
+    # split over positions: attn's runs into a scratch buffer of the call (the pool's, as any
+    # temporary: a replayed plan owns it with its other intermediates), then attn_comb
+    nslot = T * Hq * spl
+    part = rt.alloc(nslot * (D + 2) * 4, "split attention's partial results")
+    part_b = (part.buf, 0, nslot * (D + 2) * 4)
+    words.append(nslot * D)                     # 12: the runs' (m, l) pairs
+    cparams = dict(WG=ATTN_COMB_WG, QS=max(4, D), SPL=spl, NB=1, EMIT=emit, PROJ="", TAIL="")
+    cbufs = [out_b, part_b]
     if proj is not None:
         w, qtype, n, K, gr = proj
         gw = _weight(w)
-        words += [n, gw.offset * 4, row_bytes(qtype, K), gr.offset]
-        bufs += [_whole(gw), _whole(gr)]
-        params.update(EMIT="qsh[d] = v;", TAIL="workgroupBarrier();\n  proj(row, t);", PROJ=_PROJ.replace(
-            "@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(ATTN_WG)).replace(
-            "@NP@", str(n)))
+        words += [gw.offset * 4, row_bytes(qtype, K), gr.offset]
+        cbufs += [_whole(gw), _whole(gr)]
+        cparams.update(NB=-(-n // ATTN_COMB_WG), EMIT="qsh[d] = v;",
+                       TAIL=f"workgroupBarrier();\n  proj(row, t, blk * {ATTN_COMB_WG}u);",
+                       PROJ=_proj_code(qtype, K, gw, D, n, ATTN_COMB_WG, ATTN_COMB_WG, 2))
     info, info_n = _info(words)
-    params.update(INFO=info_n, IB=len(bufs))
-    pipe = _pipe(rt, "llm", "attn", params)
-    rt.dispatch(pipe, bufs, info, grid_1d(T * Hq, rt.max_groups))
+    params.update(INFO=info_n, IB=1 + len(ins), SPL=spl, SPLIT="true",
+                  ML="if (t == 0u) { out[u(12u) + 2u * orow] = m; out[u(12u) + 2u * orow + 1u] = l; }")
+    rt.dispatch(_pipe(rt, "llm", "attn", params), [part_b] + ins, info, grid_1d(nslot, rt.max_groups))
+    cparams.update(INFO=info_n, IB=len(cbufs))
+    rt.dispatch(_pipe(rt, "llm", "attn_comb", cparams), cbufs, info,
+                grid_1d(T * Hq * cparams["NB"], rt.max_groups))
     return res
 
 
+def _proj_code(qtype, K, gw, D, n, wg, rbk, binding) -> str:
+    """attention_proj's projection (``_PROJ``) for an (n, K) ``qtype`` weight: heads of D, ``wg``
+    threads, blocks of ``rbk`` weight rows, its two buffers at bindings ``binding``, +1."""
+    return (_PROJ.replace("@DECODE@", decoder(qtype, K, gw)).replace("@HL@", str(D // 8)).replace("@WG@", str(wg))
+            .replace("@NP@", str(n)).replace("@RBK@", str(rbk)).replace("@BW@", str(binding))
+            .replace("@BR@", str(binding + 1)))
+
+
 # attention_proj's projection (llm.wgsl's attn, template PROJ)
-_PROJ = """@group(0) @binding(7) var<storage, read> wq: array<u32>;
-@group(0) @binding(8) var<storage, read> resb: array<f32>;
+_PROJ = """@group(0) @binding(@BW@) var<storage, read> wq: array<u32>;
+@group(0) @binding(@BR@) var<storage, read> resb: array<f32>;
 @DECODE@
 const HL: u32 = @HL@u;            // items of one head's slice of a weight row
 fn hv(e: u32) -> vec4<f32> { return vec4<f32>(qsh[e], qsh[e + 1u], qsh[e + 2u], qsh[e + 3u]); }
 const NP: u32 = @NP@u;            // weight rows (n)
-fn proj(row: u32, t: u32) {
+const RBK: u32 = @RBK@u;          // weight rows of one workgroup
+fn proj(row: u32, t: u32, r0: u32) {
   let T = u(0u); let Hq = u(1u); let D = u(3u);
   let tq = row / Hq;
   let h = row % Hq;
   let e0 = h * D;
+  let r1 = min(NP, r0 + RBK);
   // (constant trip counts: a thread's rows' item loads can all issue at once)
-  for (var c = 0u; c < (NP + @WG@u - 1u) / @WG@u; c = c + 1u) {
-    let r = t + c * @WG@u;
-    if (h == 0u && r < NP) { out[tq * NP + r] = resb[u(15u) + tq * NP + r]; }    // row 0: the residual
-    if (r < NP) {
+  for (var c = 0u; c < (RBK + @WG@u - 1u) / @WG@u; c = c + 1u) {
+    let r = r0 + t + c * @WG@u;
+    if (h == 0u && r < r1) { out[tq * NP + r] = resb[u(15u) + tq * NP + r]; }    // row 0: the residual
+    if (r < r1) {
       let rb = u(13u) + r * u(14u);
       var s = 0.0;
       for (var j = 0u; j < HL; j = j + 1u) {

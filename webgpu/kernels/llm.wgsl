@@ -6,7 +6,10 @@
 // Template: WIN (attn: a sliding window of WIN rows, 0: none), CAP (attn: the scores' soft cap,
 // a statement or nothing), WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), NS
 // (attn: value-row slices, WG / D), KT, KDOT_C, KDOT_N, KIN_AT, KC_SET (keys read and written as
-// vec4 or as floats), INFO. amax_part / amax_fin: greedy_tokens' two passes.
+// vec4 or as floats), SPL (attn: workgroups per (query, head), each over one run of its rows;
+// 1: the whole attention), SPLIT (true: runs' partial results for attn_comb, SPL of them, even
+// 1), ML (SPLIT: the statement storing a run's max and sum), INFO.
+// attn_comb: the split attention's second pass. amax_part / amax_fin: greedy_tokens' two passes.
 //
 // The file is a prelude and one section per entry point ("//// name" lines): ember.webgpu.quant
 // compiles the prelude with one section, so each entry declares exactly the bindings it uses
@@ -42,8 +45,15 @@ fn kc_set(i: u32, v: f32) { {{KC_SET}} }
 // chunk of WG rows each thread scores one row, then the running max, sum and weighted sum of
 // value rows (threads over the head dims: neighbouring threads read neighbouring floats) are
 // updated. Writes out (T, Hq, D).
+// Split over positions (SPLIT, "flash-decoding": few queries leave most of a GPU idle with one
+// workgroup per (query, head)): workgroup (t, h, p) takes run p of SPL equal runs of the rows
+// lo..pos+t (their length from pos, read here: a run is ceil(rows / SPL) long, runs past the
+// end are empty), and stores its unnormalised partial result in out as slot (t Hq + h) SPL + p:
+// the weighted value sum (D floats at slot * D) and the run's max m and sum l (at info 12 + 2
+// slot; an empty run: m = -inf, l = 0, sum 0). attn_comb merges the runs. The write: by run 0.
 // info: 0 T, 1 Hq, 2 Hkv, 3 D, 4 C, 5 scale (f32 bits), 6 q offset, 7 k_cache offset,
-//       8 v_cache offset, 9 pos offset, 10 k offset, 11 v offset
+//       8 v_cache offset, 9 pos offset, 10 k offset, 11 v offset, 12 (SPLIT) where the runs'
+//       (m, l) pairs start in out
 var<workgroup> qsh: array<f32, {{QS}}>;
 var<workgroup> ssh: array<f32, {{WG}}>;     // a chunk's scores, then its weights exp(s - max)
 var<workgroup> rsh: array<f32, {{WG}}>;     // tree reductions (the chunk's max, its sum)
@@ -110,7 +120,9 @@ fn vsum(a0: f32, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32,
 fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) t: u32{{SG_ARGS}}) {
   let sgs = {{SGS}};
-  let row = wid.x + wid.y * nwg.x;
+  let g = wid.x + wid.y * nwg.x;
+  let row = g / {{SPL}}u;       // (query, head)
+  let sp = g % {{SPL}}u;        // its run of rows
   let Hq = u(1u); let Hkv = u(2u); let D = u(3u); let C = u(4u);
   if (row >= u(0u) * Hq) { return; }
   let tq = row / Hq;
@@ -122,7 +134,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (t == 0u) { wpos = posb[u(9u)]; }
   let pos = workgroupUniformLoad(&wpos);
   let rs = Hkv * D;
-  if ((row % Hq) % G == 0u) {
+  if ((row % Hq) % G == 0u && sp == 0u) {
     let r = pos + i32(tq);
     if (r >= 0 && r < i32(C)) {
       let dst = u32(r) * rs + hk * D;
@@ -136,6 +148,10 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
   // WIN > 0 (a template constant): a sliding window, rows pos+t-WIN+1 .. pos+t only
   let lo = select(0u, u32(clamp(pos + i32(tq) + 1 - {{WIN}}, 0, i32(S))), {{WIN}} > 0);
+  // this workgroup's run of those rows: jlo .. jhi (SPL 1: all of them)
+  let rl = (S - lo + {{SPL}}u - 1u) / {{SPL}}u;
+  let jlo = min(S, lo + sp * rl);
+  let jhi = min(S, jlo + rl);
   var m = -f_inf();
   var l = 0.0;
   var acc: array<f32, {{DPT}}>;
@@ -146,10 +162,10 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let kno = u(10u) + hk * D;
   let vno = u(11u) + hk * D;
   let sl = t / D;
-  for (var j0 = lo; j0 < S; j0 = j0 + {{WG}}u) {
+  for (var j0 = jlo; j0 < jhi; j0 = j0 + {{WG}}u) {
     let j = j0 + t;
     var s = -f_inf();
-    if (j < S) {
+    if (j < jhi) {
       if (i32(j) >= pos) {
         s = kdot_n(kno + u32(i32(j) - pos) * rs, D);
       } else {
@@ -161,12 +177,12 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let mx = max(m, tree_max(t, sgs));
     // the first chunk has m = -inf: its correction multiplies zeros
     let corr = select(exp(m - mx), 0.0, m == -f_inf());
-    let p = select(0.0, exp(s - mx), j < S);
+    let p = select(0.0, exp(s - mx), j < jhi);
     ssh[t] = p;
     workgroupBarrier();
     rsh[t] = p;
     l = l * corr + tree_sum(t, sgs);
-    let cnt = min({{WG}}u, S - j0);
+    let cnt = min({{WG}}u, jhi - j0);
     if (NS > 1u) {
       if (sl < NS) {
         let per = (cnt + NS - 1u) / NS;
@@ -182,20 +198,71 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     m = mx;
     workgroupBarrier();     // (ssh and rsh are rewritten by the next chunk)
   }
-  let inv = select(1.0 / l, 0.0, S == 0u);
+  // (no rows, l = 0: zeros. SPLIT: the run's sums as they are, in slot orow)
+  let inv = select(select(1.0 / l, 0.0, l == 0.0), 1.0, {{SPLIT}});
+  let orow = row * {{SPL}}u + sp;
   if (NS > 1u) {
     if (sl < NS) { ash[t] = acc[0]; }
     workgroupBarrier();
     if (t < D) {
       var a = 0.0;
       for (var k = 0u; k < NS; k = k + 1u) { a = a + ash[k * D + t]; }
-      emit(row, t, a * inv);
+      emit(orow, t, a * inv);
     }
   } else {
     for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
       let d = t + dd * {{WG}}u;
-      if (d < D) { emit(row, d, acc[dd] * inv); }
+      if (d < D) { emit(orow, d, acc[dd] * inv); }
     }
+  }
+  {{ML}}
+  {{TAIL}}
+}
+
+//// attn_comb
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> part: array<f32>;
+@group(0) @binding({{IB}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
+
+// ---- attn_comb: the split attention's second pass, workgroup (row = t Hq + h, block b): the
+// SPL runs' partial results of attn (slots row SPL + p of part) merged into the head's output,
+// m = max m_p, l = sum l_p e^(m_p - m), out = sum acc_p e^(m_p - m) / l (empty runs, m_p =
+// -inf, weigh 0). attention_cached: out (T, Hq, D), one block. attention_proj (PROJ): the
+// output into workgroup memory, then block b of the projection's weight rows as attn's PROJ
+// tail, NB blocks per head. info: attn's (12: the (m, l) pairs' start in part), 13.. PROJ's.
+var<workgroup> qsh: array<f32, {{QS}}>;
+const SPL: u32 = {{SPL}}u;
+fn emit(row: u32, d: u32, v: f32) { {{EMIT}} }
+{{PROJ}}
+
+@compute @workgroup_size({{WG}})
+fn attn_comb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) t: u32) {
+  let g = wid.x + wid.y * nwg.x;
+  let row = g / {{NB}}u;
+  let blk = g % {{NB}}u;
+  let D = u(3u);
+  if (row >= u(0u) * u(1u)) { return; }
+  let ml = u(12u) + 2u * row * SPL;
+  // (the runs' loads first: none depends on another)
+  var wp: array<f32, {{SPL}}>;
+  var lp: array<f32, {{SPL}}>;
+  for (var p = 0u; p < SPL; p = p + 1u) {
+    wp[p] = part[ml + 2u * p];
+    lp[p] = part[ml + 2u * p + 1u];
+  }
+  var mx = -f_inf();
+  for (var p = 0u; p < SPL; p = p + 1u) { mx = max(mx, wp[p]); }
+  var l = 0.0;
+  for (var p = 0u; p < SPL; p = p + 1u) {
+    wp[p] = select(exp(wp[p] - mx), 0.0, wp[p] == -f_inf());     // the run's max -> its weight
+    l = l + lp[p] * wp[p];
+  }
+  let inv = select(1.0 / l, 0.0, l == 0.0);
+  for (var d = t; d < D; d = d + {{WG}}u) {
+    var a = 0.0;
+    for (var p = 0u; p < SPL; p = p + 1u) { a = a + part[(row * SPL + p) * D + d] * wp[p]; }
+    emit(row, d, a * inv);
   }
   {{TAIL}}
 }
