@@ -65,6 +65,36 @@ def _skip_reason(name):
     return None
 
 
+def webgpu_only():
+    """``(reason, mark)`` for a test file whose every test needs the webgpu backend: ``reason``
+    says why that backend cannot exist on this machine (no WebGPU adapter, wgpu not installed),
+    None where it can; ``mark``, the file's ``pytestmark``, skips each of its tests with that
+    reason. The file imports ember.webgpu's modules only where ``reason`` is None::
+
+        _REASON, pytestmark = webgpu_only()
+        if _REASON is None:
+            import ember.webgpu as wg
+    """
+    reason = _skip_reason("webgpu")
+    return reason, pytest.mark.skipif(reason is not None, reason=f"webgpu unavailable: {reason}")
+
+
+def rand(*shape, seed=0):
+    """float32 standard-normal values of ``shape``, the same for the same ``seed`` (numpy)."""
+    import numpy as np
+
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def gpu(a):
+    """The array-like ``a`` as a tensor on the webgpu device (through numpy)."""
+    import numpy as np
+
+    import ember
+
+    return ember.from_numpy(np.asarray(a), device="webgpu")
+
+
 def available(*names) -> list:
     """The devices among ``names`` whose backend exists on this machine, for parametrize lists
     that pair devices with cases (``from conftest import available``)."""

@@ -13,26 +13,14 @@ import ember
 from ember.errors import DeviceError, DTypeError, IndexingError
 from ember.registry import OPS
 
-try:
-    ember.get_backend("webgpu")
-    _REASON = None
-except DeviceError as e:  # no adapter here
-    _REASON = str(e)
+from conftest import gpu, rand, webgpu_only
 
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"webgpu unavailable: {_REASON}")
+_REASON, pytestmark = webgpu_only()   # skips every test here where no adapter exists
 
 if _REASON is None:
     import ember.webgpu as wg
     from ember.webgpu import autotune, linalg
     from ember.webgpu.runtime import get_runtime
-
-
-def gpu(a):
-    return ember.from_numpy(np.asarray(a), device="webgpu")
-
-
-def rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 # ---- fusion ------------------------------------------------------------------------------------

@@ -8,9 +8,7 @@ import pytest
 
 import ember
 
-
-def _rand(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+from conftest import rand
 
 
 def _count(rt, fn):
@@ -21,7 +19,7 @@ def _count(rt, fn):
 
 
 def test_small_lazy_operand_is_read_broadcast(rt):
-    a, b = _rand(6, 1), _rand(6, 40, seed=1)
+    a, b = rand(6, 1), rand(6, 40, seed=1)
     ta, tb = ember.tensor(a, device="webgpu"), ember.tensor(b, device="webgpu")
     got, n = _count(rt, lambda: (tb * ember.rsqrt(ta * ta + 1.0)).numpy())
     a64 = a.astype(np.float64)
@@ -30,7 +28,7 @@ def test_small_lazy_operand_is_read_broadcast(rt):
 
 
 def test_two_lazy_operands_broadcast_over_different_axes(rt):
-    a, b, c = _rand(1, 5, 1), _rand(3, 1, 4, seed=1), _rand(3, 5, 4, seed=2)
+    a, b, c = rand(1, 5, 1), rand(3, 1, 4, seed=1), rand(3, 5, 4, seed=2)
     ta, tb, tc = (ember.tensor(v, device="webgpu") for v in (a, b, c))
     got, n = _count(rt, lambda: (tc + ember.exp(ta) * (tb - 2.0)).numpy())
     np.testing.assert_allclose(got, c + np.exp(a.astype(np.float64)) * (b - 2.0), rtol=1e-5, atol=1e-6)
@@ -38,7 +36,7 @@ def test_two_lazy_operands_broadcast_over_different_axes(rt):
 
 
 def test_long_lazy_operand_is_realised_first(rt):
-    a, b = _rand(6, 1), _rand(6, 40, seed=1)
+    a, b = rand(6, 1), rand(6, 40, seed=1)
     ta, tb = ember.tensor(a, device="webgpu"), ember.tensor(b, device="webgpu")
 
     def run():
@@ -55,7 +53,7 @@ def test_long_lazy_operand_is_realised_first(rt):
 
 
 def test_lazy_matmul_operand_is_realised_first(rt):
-    a, w, b = _rand(6, 7), _rand(7, 1, seed=1), _rand(6, 40, seed=2)
+    a, w, b = rand(6, 7), rand(7, 1, seed=1), rand(6, 40, seed=2)
     ta, tw, tb = (ember.tensor(v, device="webgpu") for v in (a, w, b))
     got = (tb * ember.exp(ta @ tw)).numpy()
     np.testing.assert_allclose(got, b * np.exp(a.astype(np.float64) @ w), rtol=1e-4, atol=1e-5)

@@ -64,16 +64,6 @@ def block_mins(qtype, raw, n, k):
     return np.zeros((n, k // 32))
 
 
-@pytest.fixture(scope="module")
-def rt():
-    try:
-        from ember.webgpu.runtime import get_runtime
-
-        return get_runtime()
-    except Exception as e:   # pragma: no cover - CI has lavapipe
-        pytest.skip(f"no WebGPU adapter on this machine: {e}")
-
-
 def _t(a, dtype="float32"):
     return ember.tensor(np.asarray(a).tolist(), dtype=dtype, device="webgpu")
 

@@ -21,15 +21,11 @@ LIMIT = 4096   # bytes: 1024 float32 per binding
 
 
 @pytest.fixture
-def low():
-    try:
-        ember.get_backend("webgpu")
-    except DeviceError as e:
-        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
+def low(rt):
+    """The runtime (conftest's ``rt``: skips where no adapter exists) with its binding limit
+    lowered to LIMIT for the test."""
     import ember.webgpu as W
-    from ember.webgpu.runtime import get_runtime
 
-    rt = get_runtime()
     W.set_limits(LIMIT)
     W.reset_stats()
     try:
@@ -127,14 +123,11 @@ def test_buffer_over_max_buffer_size_is_a_limit_error(low):
     assert ei.value.nbytes == 16384 and ei.value.limit == 8192
 
 
+@pytest.mark.usefixtures("rt")   # skips where no adapter exists here
 def test_env_var_limit_and_device_loss_in_a_fresh_process():
     """A separate process: EMBER_WEBGPU_MAX_BINDING_BYTES sets the limit at start-up, and after
     GPUDevice.destroy() every use raises DeviceLostError, never a raw wgpu exception, until
     ``ember.webgpu.init()`` opens a new device."""
-    try:
-        ember.get_backend("webgpu")
-    except DeviceError as e:
-        pytest.skip(f"webgpu backend unavailable on this machine: {e}")
     code = textwrap.dedent("""
         import numpy as np, ember
         from ember.errors import DeviceLostError, DeviceError

@@ -7,15 +7,11 @@ import numpy as np
 import pytest
 
 import ember
-from ember.errors import DeviceError, IndexingError, ShapeError
+from ember.errors import IndexingError, ShapeError
 
-try:
-    ember.get_backend("webgpu")
-    _REASON = None
-except DeviceError as e:  # no adapter here
-    _REASON = str(e)
+from conftest import webgpu_only
 
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"webgpu unavailable: {_REASON}")
+_REASON, pytestmark = webgpu_only()   # skips every test here where no adapter exists
 gguf = pytest.importorskip("gguf")
 
 if _REASON is None:
