@@ -233,10 +233,11 @@ def test_split_attention_proj(monkeypatch, qtype, d, S):
 
 
 def test_split_rule(monkeypatch):
-    """The automatic rule: off for prompts (T > 4) and for caches (or windows) of one 256-row
-    chunk or less; else ~256 workgroups, runs of >= 32 rows at a full cache, 2..64 runs.
-    EMBER_ATTN_SPLIT forces S (0 off); other values raise."""
+    """The automatic rule: off on CPU adapters, for prompts (T > 4) and for caches (or windows)
+    of one 256-row chunk or less; else ~256 workgroups, runs of >= 32 rows at a full cache,
+    2..64 runs. EMBER_ATTN_SPLIT forces S (0 off), on any adapter; other values raise."""
     monkeypatch.delenv("EMBER_ATTN_SPLIT", raising=False)
+    assert wq.attn_splits(1, 9, 1024, cpu=True) == 0
     assert wq.attn_splits(1, 9, 1024) == 28             # SmolLM2 decoding: 252 workgroups
     assert wq.attn_splits(2, 9, 1024) == 14
     assert wq.attn_splits(1, 32, 4096) == 8
@@ -247,24 +248,57 @@ def test_split_rule(monkeypatch):
     assert wq.attn_splits(1, 9, 8192, window=256) == 0 and wq.attn_splits(1, 9, 8192, window=1024) == 28
     for env, want in (("0", 0), ("1", 1), (" 7 ", 7), ("256", 256)):
         monkeypatch.setenv("EMBER_ATTN_SPLIT", env)
-        assert wq.attn_splits(1, 9, 64) == want and wq.attn_splits(100, 9, 64) == want
+        assert wq.attn_splits(1, 9, 64) == want and wq.attn_splits(100, 9, 64, cpu=True) == want
     for bad in ("-1", "257", "two", "1.5"):
         monkeypatch.setenv("EMBER_ATTN_SPLIT", bad)
         with pytest.raises(ValueError, match="EMBER_ATTN_SPLIT"):
             wq.attn_splits(1, 9, 1024)
 
 
-@pytest.mark.parametrize("split", [None, "7"])
+def test_cpu_adapters():
+    """Which adapters count as CPUs for the rule (from the driver's info)."""
+    class Rt:
+        def __init__(self, **info):
+            self.driver = type("D", (), {"info": info})()
+
+    assert wq._cpu_adapter(Rt(adapter_type="CPU", device="llvmpipe (LLVM 15.0.6, 256 bits)"))
+    assert wq._cpu_adapter(Rt(adapter_type="", device="", architecture="swiftshader"))
+    assert wq._cpu_adapter(Rt(adapter_type="fallback", backend="browser"))
+    assert not wq._cpu_adapter(Rt(adapter_type="DiscreteGPU", device="NVIDIA H100 80GB HBM3"))
+    assert not wq._cpu_adapter(Rt(adapter_type="", backend="browser"))
+
+
+def test_split_off_on_cpu_adapters(monkeypatch):
+    """EMBER_ATTN_SPLIT unset: this adapter's kind decides (lavapipe: a CPU, one dispatch)."""
+    monkeypatch.delenv("EMBER_ATTN_SPLIT", raising=False)
+    C, T, Hq, Hkv, D = 1024, 1, 9, 3, 8
+    kc0, vc0, q, k, v = _case(np.random.default_rng(5), C, T, Hq, Hkv, D)
+    kc, vc = gpu(kc0), gpu(vc0)
+    ins = [gpu(q), gpu(k), gpu(v), gpu([700], np.int32)]
+    wg.evaluate(kc, vc, *ins)
+    wg.reset_stats()
+    wg.evaluate(ember.attention_cached(*ins[:3], kc, vc, ins[3]))
+    cpu = wq._cpu_adapter(wg.get_runtime())
+    assert wg.stats()["dispatches"] == (1 if cpu else 2)
+
+
+def _auto_as_on_a_gpu(monkeypatch):
+    """EMBER_ATTN_SPLIT unset and the adapter taken for a GPU: the rule a GPU gets."""
+    monkeypatch.delenv("EMBER_ATTN_SPLIT", raising=False)
+    monkeypatch.setattr(wq, "_cpu_adapter", lambda rt: False)
+
+
+@pytest.mark.parametrize("split", ["auto", "7"])
 def test_split_replayed_plan(monkeypatch, split):
     """An ember.compile'd decode step (one token, pos an input) on a 300-row cache, which the
-    automatic rule splits (9 runs), and S = 7: three dispatches per replay (attn, attn_comb, the
-    fused "* 1.0"), no read; positions 0..4, then 250..253 (runs of 28-37 rows)."""
-    if split is None:
-        monkeypatch.delenv("EMBER_ATTN_SPLIT", raising=False)
+    automatic rule (a GPU's) splits in 9 runs, and S = 7: three dispatches per replay (attn,
+    attn_comb, the fused "* 1.0"), no read; positions 0..4, then 250..253 (runs of 28-37 rows)."""
+    if split == "auto":
+        _auto_as_on_a_gpu(monkeypatch)
     else:
         monkeypatch.setenv("EMBER_ATTN_SPLIT", split)
     C, Hq, Hkv, D = 300, 9, 3, 16
-    assert split is not None or wq.attn_splits(1, Hq, C) == 9
+    assert split != "auto" or wq.attn_splits(1, Hq, C) == 9
     rng = np.random.default_rng(31)
     kc0 = rng.standard_normal((C, Hkv, D)).astype(np.float32)
     vc0 = rng.standard_normal((C, Hkv, D)).astype(np.float32)
@@ -301,9 +335,9 @@ def _greedy_ref(ref, ids, n, cfg):
 @pytest.mark.parametrize("parts", ["0", "1"])
 def test_split_tiny_llama_greedy(tmp_path, monkeypatch, parts):
     """A tiny llama (heads of 32 features, GQA 4/2) decoding greedily through ember.llm with a
-    512-row cache (the automatic rule splits it: 16 runs) and with EMBER_ATTN_SPLIT=0: the same
-    tokens, the float64 reference's; the replayed step has one more dispatch a layer when split.
-    parts "1": the layers as attention_proj (attn_comb with the output projection)."""
+    512-row cache, split by the automatic rule (a GPU's: 16 runs) and with EMBER_ATTN_SPLIT=0:
+    the same tokens, the float64 reference's; the replayed step has one more dispatch a layer
+    when split. parts "1": the layers as attention_proj (attn_comb with the output projection)."""
     from llm_fixtures import write_tiny_gguf
 
     monkeypatch.setenv("EMBER_LLM_PARTS", parts)
@@ -314,7 +348,7 @@ def test_split_tiny_llama_greedy(tmp_path, monkeypatch, parts):
     texts = {}
     for split in ("0", None):
         if split is None:
-            monkeypatch.delenv("EMBER_ATTN_SPLIT", raising=False)
+            _auto_as_on_a_gpu(monkeypatch)
             assert wq.attn_splits(1, 4, 512) == 16
         else:
             monkeypatch.setenv("EMBER_ATTN_SPLIT", split)

@@ -97,8 +97,9 @@ head's output in workgroup memory times a block of 64 of the output weight's row
 64) workgroups where the unsplit dispatch has Hq). The cache write stays in ``attn`` (run 0 of
 each kv group's first head) and every run reads rows from pos on from the new k, v, so the rule
 above holds. A window splits the window's rows; the soft cap is per score as before.
-``EMBER_ATTN_SPLIT`` unset: split when T <= 4 and the most rows a query can see (C, or the
-window) pass one 256-row chunk, with S = max(2, min(256 // (T Hq), rows // 32, 64)) runs: about
+``EMBER_ATTN_SPLIT`` unset: split on a GPU (not lavapipe, SwiftShader or a fallback adapter:
+``_cpu_adapter``) when T <= 4 and the most rows a query can see (C, or the window) pass one
+256-row chunk, with S = max(2, min(256 // (T Hq), rows // 32, 64)) runs: about
 256 workgroups (two per SM of an H100), runs of 32 rows or more at a full cache, at most 64 (the
 merge keeps a run's weight per thread). The cost is one more dispatch a layer (a chained
 dispatch's floor is ~2.4 us on an H100, ``webgpu_h200.sh floor``); below one chunk the unsplit
@@ -507,13 +508,14 @@ ATTN_SPLIT_AUTO_MAX = 64    # the rule's most runs (attn_comb keeps a weight per
 ATTN_SPLIT_MAX = 256        # EMBER_ATTN_SPLIT's largest value
 
 
-def attn_splits(T: int, Hq: int, C: int, window: int = 0) -> int:
+def attn_splits(T: int, Hq: int, C: int, window: int = 0, cpu: bool = False) -> int:
     """Runs of positions per (query, head) of ``attention_cached`` / ``attention_proj`` on
     webgpu for T queries, Hq heads, a cache of C rows and a window (0: none): 0 (one workgroup
     per (query, head), one dispatch) or S (S workgroups each, then ``attn_comb``; the module
     docstring says why and what it costs). ``EMBER_ATTN_SPLIT``: "0" off, 1..256 forces S;
     unset: S = max(2, min(256 // (T Hq), rows // 32, 64)) where T <= 4 and the rows a query can
-    see (C or the window) pass one chunk of ``ATTN_WG`` rows, else 0."""
+    see (C or the window) pass one chunk of ``ATTN_WG`` rows, on a GPU (``cpu`` False: see
+    ``_cpu_adapter``), else 0."""
     env = os.environ.get("EMBER_ATTN_SPLIT", "").strip()
     if env:
         try:
@@ -525,9 +527,21 @@ def attn_splits(T: int, Hq: int, C: int, window: int = 0) -> int:
                              f"1..{ATTN_SPLIT_MAX}")
         return s
     rows = min(C, window) if window else C          # the most rows one query attends to
-    if T > ATTN_SPLIT_MAX_T or rows <= ATTN_WG:
+    if cpu or T > ATTN_SPLIT_MAX_T or rows <= ATTN_WG:
         return 0
     return max(2, min(ATTN_SPLIT_GROUPS // (T * Hq), rows // ATTN_SPLIT_MIN_ROWS, ATTN_SPLIT_AUTO_MAX))
+
+
+def _cpu_adapter(rt) -> bool:
+    """Whether the adapter runs on the CPU (lavapipe/llvmpipe, SwiftShader, a browser's fallback
+    adapter): there workgroups run a few at a time and each costs its barriers in software, so
+    the split's extra workgroups only add work (lavapipe, 2 busy cores: a 2-layer SmolLM2-shaped
+    decode step at context 1024, 82 -> 142 ms a token split in 28 runs; the script is in
+    ``/work/notes/attn-split.md``)."""
+    info = getattr(rt.driver, "info", None) or {}
+    kind = str(info.get("adapter_type", "")).lower()
+    names = " ".join(str(info.get(k, "")) for k in ("device", "architecture", "description")).lower()
+    return kind in ("cpu", "fallback") or "llvmpipe" in names or "swiftshader" in names
 
 
 def _cache(op, t, name, shape) -> GBuf:
@@ -612,7 +626,7 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None, wi
         gq = _copy(gq)
     dpt = (D + ATTN_WG - 1) // ATTN_WG
     ns = max(1, ATTN_WG // D) if D else 1
-    spl = attn_splits(T, Hq, C, window)
+    spl = attn_splits(T, Hq, C, window, cpu=_cpu_adapter(rt))
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     ins = [_whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     emit = "out[row * u(3u) + d] = v;"

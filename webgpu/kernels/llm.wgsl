@@ -154,6 +154,12 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let jhi = min(S, jlo + rl);
   var m = -f_inf();
   var l = 0.0;
+  let orow = row * {{SPL}}u + sp;
+  if ({{SPLIT}} && jlo == jhi) {      // an empty run: zeros, m = -inf, l = 0, and no reductions
+    for (var d = t; d < D; d = d + {{WG}}u) { emit(orow, d, 0.0); }
+    {{ML}}
+    return;
+  }
   var acc: array<f32, {{DPT}}>;
   for (var c = 0u; c < {{DPT}}u; c = c + 1u) { acc[c] = 0.0; }
   let ko = u(7u) + hk * D;
@@ -200,7 +206,6 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   }
   // (no rows, l = 0: zeros. SPLIT: the run's sums as they are, in slot orow)
   let inv = select(select(1.0 / l, 0.0, l == 0.0), 1.0, {{SPLIT}});
-  let orow = row * {{SPL}}u + sp;
   if (NS > 1u) {
     if (sl < NS) { ash[t] = acc[0]; }
     workgroupBarrier();
