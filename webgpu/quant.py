@@ -106,7 +106,8 @@ dispatch's floor is ~2.4 us on an H100, ``webgpu_h200.sh floor``); below one chu
 kernel scores every row in one parallel pass, so small caches (ember.llm's chat replies, which
 reserve the prompt and the reply rounded to 64 rows) keep one dispatch. The rule is reasoned, not
 yet measured on a GPU: ``EMBER_ATTN_SPLIT=0`` vs unset with ``webgpu_h200.sh smolf profile``
-(context 1024) is the A/B. ``EMBER_ATTN_SPLIT=0``: one dispatch always; ``1..256``: that S.
+(context 1024) is the A/B, ``tests/bench/bench_attn_split.py`` the cost per layer by position and
+S. ``EMBER_ATTN_SPLIT=0``: one dispatch always; ``1..256``: that S (on any adapter).
 
 ``pos + T > C`` (or ``pos < 0``) raises ShapeError (``ember.ops.llm.check_pos``) where ``pos``'s value is known without a
 GPU read (a tensor uploaded from the host remembers its range; that is the case of the token
