@@ -12,15 +12,9 @@ import numpy as np
 import pytest
 
 import ember
-from ember.errors import DeviceError
+from conftest import webgpu_only
 
-try:
-    ember.get_backend("webgpu")
-    _REASON = None
-except DeviceError as e:  # no adapter here
-    _REASON = str(e)
-
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"webgpu unavailable: {_REASON}")
+_REASON, pytestmark = webgpu_only()   # skips every test here where no adapter exists
 
 if _REASON is None:
     import ember.webgpu as wg
