@@ -482,7 +482,9 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
 
                 def call(w):
                     y = ember.qlinear(state[0], w, qtype=qt, n=n, k=k)
-                    state[0] = y[:, :k]
+                    # (n < k, a down projection: y repeated to k columns, which adds the same
+                    # copy to every layout's figure)
+                    state[0] = y[:, :k] if n >= k else ember.concat([y] * -(-k // n), axis=1)[:, :k]
                     return y
                 return [lambda w=ws[i % copies]: call(w) for i in range(reps)]
             lanes, rb, u, il, wgs = wq.gemv_shape(n, k, 1)
@@ -500,7 +502,7 @@ def qlinear_rows(shapes, qtypes, cpu_adapter, layouts=GEMV_LAYOUTS, prompt=True)
             row["us"] = dt * 1e6
             row["GBs"] = nbytes / dt / 1e9
             row["fail"] = check_rate(f"qlinear decode {qt} {n}x{k}", flop=2.0 * n * k, nbytes=nbytes, seconds=dt)
-            chain = n >= k and not cpu_adapter
+            chain = not cpu_adapter
             if chain:
                 dt = _one_pass_timed(chained_calls(), cpu_adapter)
                 row["chained_us"], row["chained_GBs"] = dt * 1e6, nbytes / dt / 1e9
