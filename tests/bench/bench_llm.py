@@ -74,29 +74,29 @@ from __future__ import annotations
 
 import argparse
 import html
-import http.server
 import importlib.util
 import json
-import math
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
-import urllib.parse
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:      # loaded by path (tests, llm_page_profile.py): browser_bench.py is beside it
+    sys.path.insert(0, str(HERE))
+# serve and chromium_args are also this module's for llm_page_profile.py
+from browser_bench import (chromium_args, given_site, launch, load_module, log_panels, npm_package,  # noqa: E402,F401
+                           reason, screenshot_svg, serve, svg_document, wait_result, watched_page)
+
 LLM = HERE / "llm"
 REPO = HERE.parents[1]
 CACHE = REPO / ".cache" / "bench_llm"
 WLLAMA_VERSION = "3.8.1"
-WLLAMA_DIR = LLM / "node_modules" / "@wllama" / "wllama"
 # wllama's LoadModelParams for every wllama row (bench.js adds n_threads and n_gpu_layers; --wllama-load
 # adds more); WLLAMA_NOTES says what each one is and why.
 WLLAMA_LOAD = {"n_ctx": 1024, "n_parallel": 1}
@@ -131,13 +131,6 @@ PARAGRAPH = (
 
 def log(msg: str) -> None:
     print(f"[bench llm] {msg}", flush=True)
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ---- the model files --------------------------------------------------------------------------
@@ -353,113 +346,19 @@ def make_prompt(vocab: Vocab, raw: bool, which: str = "long") -> str:
 
 # ---- serving and the browser --------------------------------------------------------------------
 
-MIME = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-        ".mjs": "text/javascript; charset=utf-8", ".json": "application/json", ".wasm": "application/wasm",
-        ".py": "text/x-python; charset=utf-8", ".whl": "application/zip", ".zip": "application/zip",
-        ".css": "text/css; charset=utf-8", ".txt": "text/plain; charset=utf-8"}
-ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
-             "Cross-Origin-Resource-Policy": "same-origin"}
-
-
-def serve(mounts: dict, overrides: dict | None = None):
-    """A threaded HTTP server on 127.0.0.1 with COOP/COEP on every answer: URL prefix -> folder
-    (or URL -> one file), longest prefix first; ``overrides`` (URL -> file, read at each
-    request, so the caller may change it between pages) comes before the mounts. Returns
-    (server, base URL)."""
-    overrides = {} if overrides is None else overrides
-    order = sorted(((k, Path(v).resolve()) for k, v in mounts.items()), key=lambda kv: -len(kv[0]))
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def _file(self):
-            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-            if path in overrides:
-                return Path(overrides[path])
-            for prefix, root in order:
-                if root.is_file():
-                    if path == prefix:
-                        return root
-                    continue
-                if not path.startswith(prefix):
-                    continue
-                rel = path[len(prefix):]
-                if any(part.startswith(".") for part in rel.split("/") if part):
-                    return None
-                f = (root / rel).resolve()
-                if f.is_dir():
-                    f = f / "index.html"
-                return f if (f == root or root in f.parents) and f.is_file() else None
-            return None
-
-        def _headers(self, code, ctype, size):
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(size))
-            self.send_header("Cache-Control", "no-cache")
-            for k, v in ISOLATION.items():
-                self.send_header(k, v)
-            self.end_headers()
-
-        def do_GET(self):
-            f = self._file()
-            if f is None:
-                self._headers(404, "text/plain", 10)
-                self.wfile.write(b"not found\n")
-                return
-            self._headers(200, MIME.get(f.suffix, "application/octet-stream"), f.stat().st_size)
-            with open(f, "rb") as fh:
-                shutil.copyfileobj(fh, self.wfile, 1 << 20)
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, name="bench-llm-server", daemon=True).start()
-    return srv, f"http://127.0.0.1:{port}"
-
-
 def ensure_wllama() -> None:
-    pkg = WLLAMA_DIR / "package.json"
-    if pkg.is_file() and json.loads(pkg.read_text()).get("version") == WLLAMA_VERSION:
-        return
-    npm = shutil.which("npm")
-    if not npm:
-        raise RuntimeError("npm is needed to install @wllama/wllama (Node.js 20+)")
-    log(f"installing @wllama/wllama@{WLLAMA_VERSION} into {LLM.relative_to(REPO)}/node_modules")
-    subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(LLM)], check=True)
-    got = json.loads(pkg.read_text()).get("version")
-    if got != WLLAMA_VERSION:
-        raise RuntimeError(f"npm installed @wllama/wllama {got}, not {WLLAMA_VERSION}")
-
-
-def chromium_args() -> list:
-    """The e2e suite's flags (WebGPU on, no dialing out), read from the one place they are
-    written, e2e/conftest.py (without importing it: it needs pytest)."""
-    import ast
-
-    tree = ast.parse((REPO / "e2e" / "conftest.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CHROMIUM_ARGS" for t in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise RuntimeError("e2e/conftest.py has no CHROMIUM_ARGS")
+    """@wllama/wllama at WLLAMA_VERSION in tests/bench/llm/node_modules (npm install when not)."""
+    npm_package(LLM, "@wllama/wllama", WLLAMA_VERSION, log)
 
 
 def site_dir(a) -> Path | None:
     """The built site with the chat demo, or None when demos/chat/ does not exist yet."""
-    given = a.site or os.environ.get("EMBER_SITE")
-    if given:
-        p = Path(given)
-        if not (p / "manifest.json").is_file():
-            raise SystemExit(f"bench llm: {p} is not a built ember site (no manifest.json)")
-        return p
+    given = given_site(a.site, "bench llm")
+    if given is not None:
+        return given
     if not (REPO / "demos" / "chat").is_dir():
         return None
-    build = _load(REPO / "build.py", "ember_build")
+    build = load_module(REPO / "build.py", "ember_build")
     try:
         build.ensure_pyodide()
         return Path(build.build_site())
@@ -472,17 +371,9 @@ def site_dir(a) -> Path | None:
         return old
 
 
-def wait_result(page, var: str, timeout_s: float):
-    page.wait_for_function(f"window.{var} !== undefined", timeout=timeout_s * 1000, polling=250)
-    return page.evaluate(f"window.{var}")
-
-
 def run_wllama(browser, base: str, cfg: dict, timeout_s: float) -> dict:
     ctx = browser.new_context()
-    page = ctx.new_page()
-    console = []
-    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    page, console = watched_page(ctx)
     t = time.monotonic()
     try:
         page.goto(f"{base}/bench/bench.html", timeout=60_000)
@@ -490,7 +381,7 @@ def run_wllama(browser, base: str, cfg: dict, timeout_s: float) -> dict:
         page.evaluate("cfg => { window.benchWllama(cfg).then(r => { window.benchResult = r; }); }", cfg)
         res = wait_result(page, "benchResult", timeout_s)
     except Exception as e:
-        res = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", "runs": []}
+        res = {"status": "error", "reason": reason(e), "runs": []}
     finally:
         ctx.close()
     res["wall_s"] = time.monotonic() - t
@@ -559,10 +450,7 @@ def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path
     (name -> text), in turn; result["results"] has one entry per prompt."""
     overrides[CHAT_GGUF] = path
     ctx = browser.new_context()
-    page = ctx.new_page()
-    console = []
-    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    page, console = watched_page(ctx)
     t = time.monotonic()
     try:
         resp = page.goto(f"{base}/demos/chat/", timeout=60_000)
@@ -588,9 +476,9 @@ def run_ember_page(browser, base: str, overrides: dict, backend: str, path: Path
                               [FIRST_TOKEN_JS, {"prompt": "What is the capital of France?"}])
                 r["reopen"] = wait_result(page, "__emberFirst", boot_timeout_s + timeout_s)
             except Exception as e:
-                r["reopen"] = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                r["reopen"] = {"status": "error", "reason": reason(e)}
     except Exception as e:
-        r = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        r = {"status": "error", "reason": reason(e)}
     finally:
         ctx.close()
         overrides.pop(CHAT_GGUF, None)
@@ -705,7 +593,7 @@ def run_ember_native(device: str, path: Path, prompt: str, max_tokens: int) -> d
         return {"status": "ok", "load_ms": load_ms, "warmup_ms": warm_ms, "wall_ms": wall_ms, "text": text,
                 "stats": st, "prompt_ids": ids, "tokenizer": model.tokenizer}
     except Exception as e:
-        return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+        return {"status": "error", "reason": reason(e),
                 "traceback": traceback.format_exc()[-1500:]}
 
 
@@ -932,45 +820,24 @@ def chart_svg(rows: list, meta: dict) -> str:
     ok = [r for r in rows if r["status"] == "ok"]
     panels = [("decode tok/s", [(r, r["decode_tps"]) for r in ok if r["decode_tps"]]),
               ("prompt tok/s", [(r, r["prompt_tps"]) for r in ok if r["prompt_tps"]])]
-    vals = [v for _, bars in panels for _, v in bars]
-    lo = 10 ** math.floor(math.log10(min(vals))) if vals else 0.1
-    hi = 10 ** math.ceil(math.log10(max(vals))) if vals else 1000
-    if hi <= lo:
-        hi = lo * 10
-    W, left, right, bar_h, gap = 1000, 380, 110, 16, 4
-    span = W - left - right
+    W, left, bar_h = 1000, 380, 16
 
-    def x(v):
-        return left + span * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+    def bar(title, r, v, y, x):
+        name = f"{r['place']} · {label(r)} · {FILE_LABEL.get(r['file'], r['file'])} · {r['prompt']}"
+        return [f'<text x="{left - 8}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(name)}</text>',
+                f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" fill="{color(r)}"/>',
+                f'<text x="{x(v) + 5:.1f}" y="{y + 12}" font-size="11">{fmt(v)}</text>']
 
-    parts, y = [], 60
+    parts = []
     parts.append('<text x="10" y="22" font-size="16" font-weight="600">ember.llm vs llama.cpp / PyTorch: '
                  'SmolLM2-135M-Instruct</text>')
     parts.append(f'<text x="10" y="40" font-size="12" fill="#444">{html.escape(meta["machine"])}, {meta["date"]}; '
                  f'prompt {meta["prompt_tokens"]} tokens, up to {meta["max_tokens"]} greedy new tokens</text>')
     parts.append('<text x="10" y="56" font-size="12" fill="#444">log scale, longer is faster; '
                  'browser webgpu = SwiftShader (a CPU adapter)</text>')
-    for title, bars in panels:
-        if not bars:
-            continue
-        y += 22
-        parts.append(f'<text x="10" y="{y}" font-size="14" font-weight="600">{title}</text>')
-        y += 8
-        top, bottom = y, y + len(bars) * (bar_h + gap)
-        k = lo
-        while k <= hi * 1.0001:
-            parts.append(f'<line x1="{x(k):.1f}" y1="{top - 2}" x2="{x(k):.1f}" y2="{bottom}" stroke="#ddd"/>')
-            parts.append(f'<text x="{x(k):.1f}" y="{bottom + 12}" font-size="10" text-anchor="middle" '
-                         f'fill="#666">{k:g}</text>')
-            k *= 10
-        for r, v in bars:
-            name = f"{r['place']} · {label(r)} · {FILE_LABEL.get(r['file'], r['file'])} · {r['prompt']}"
-            parts.append(f'<text x="{left - 8}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(name)}</text>')
-            parts.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
-                         f'fill="{color(r)}"/>')
-            parts.append(f'<text x="{x(v) + 5:.1f}" y="{y + 12}" font-size="11">{fmt(v)}</text>')
-            y += bar_h + gap
-        y = bottom + 14
+    drawn, y = log_panels(panels, width=W, left=left, right=110, bar_h=bar_h, gap=4, tick=lambda k: f"{k:g}",
+                          bar=bar)
+    parts += drawn
     missing = [r for r in rows if r["status"] != "ok"]
     if missing:
         y += 22
@@ -981,32 +848,25 @@ def chart_svg(rows: list, meta: dict) -> str:
             parts.append(f'<text x="10" y="{y}" font-size="11" fill="#555">{html.escape(r["place"])} · '
                          f'{html.escape(label(r))} · {FILE_LABEL.get(r["file"], r["file"])} — {why}</text>')
         y += 10
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{y + 10}" '
-            f'font-family="DejaVu Sans, sans-serif"><rect width="100%" height="100%" fill="white"/>'
-            + "".join(parts) + "</svg>")
+    return svg_document(W, y + 10, parts)
 
 
 def render_png(svg: str, path: Path, browser=None) -> str | None:
     """Render the SVG with Chromium (the bench's browser, or a new one); None, or why not."""
     try:
         if browser is not None:
-            ctx = browser.new_context(device_scale_factor=1)
-            page = ctx.new_page()
-            page.set_content(f"<!doctype html><html><body style='margin:0'>{svg}</body></html>")
-            page.locator("svg").screenshot(path=str(path))
-            ctx.close()
+            screenshot_svg(browser, svg, path)
             return None
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
-                                   headless=True, args=["--no-sandbox"])
+            b = launch(pw, ["--no-sandbox"])
             try:
                 return render_png(svg, path, b)
             finally:
                 b.close()
     except Exception as e:
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+        return reason(e, 150)
 
 
 # ---- main -------------------------------------------------------------------------------------
@@ -1133,8 +993,7 @@ def main(argv=None) -> int:
         overrides = {}
         srv, base = serve(mounts, overrides)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
-                                         headless=True, args=chromium_args())
+            browser = launch(pw)
             browser_version = browser.version
             try:
                 if "wllama" in peers and wl_ok:

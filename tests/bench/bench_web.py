@@ -53,20 +53,13 @@ into tests/bench/web/node_modules when it is missing.
 from __future__ import annotations
 
 import argparse
-import email.utils
 import html
 import tempfile
-import http.server
-import importlib.util
 import json
-import math
 import os
 import platform
 import shutil
-import socket
-import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -79,18 +72,15 @@ ORT_VERSION = "1.30.0"
 ORT_DIR = WEB / "node_modules" / "onnxruntime-web"
 
 sys.path.insert(0, str(WEB))
+if str(HERE) not in sys.path:      # loaded by path: browser_bench.py is beside it
+    sys.path.insert(0, str(HERE))
 import make_onnx  # noqa: E402
+from browser_bench import (chromium, chromium_args, given_site, launch, load_module, log_panels,  # noqa: E402
+                           npm_package, reason, screenshot_svg, serve, svg_document, wait_result, watched_page)
 
 
 def log(msg: str) -> None:
     print(f"[bench web] {msg}", flush=True)
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ---- what runs --------------------------------------------------------------------------------
@@ -206,7 +196,7 @@ def make_inputs() -> dict:
     token ids made by the demo's own tokenizer."""
     digits = json.loads((REPO / "demos" / "mnist" / "testdigits.json").read_text())
     pixels = [b / 255.0 for b in bytes.fromhex(digits["images_hex"][0])]
-    tok_mod = _load(REPO / "demos" / "minilm" / "tokenizer.py", "bench_minilm_tokenizer")
+    tok_mod = load_module(REPO / "demos" / "minilm" / "tokenizer.py", "bench_minilm_tokenizer")
     tok = tok_mod.Tokenizer.from_file(REPO / "demos" / "minilm" / "vocab.txt")
     one = tok.encode(SENTENCE_1X8)
     if len(one) != 8:
@@ -254,27 +244,19 @@ def ensure_minilm_f32() -> Path:
 # ---- onnxruntime-web, the site, the server -------------------------------------------------
 
 def ensure_ort() -> None:
-    pkg = ORT_DIR / "package.json"
-    if pkg.is_file() and json.loads(pkg.read_text()).get("version") == ORT_VERSION:
-        return
-    npm = shutil.which("npm")
-    if not npm:
-        raise SystemExit("bench web: npm is needed to install onnxruntime-web (Node.js 20+)")
-    log(f"installing onnxruntime-web@{ORT_VERSION} into {WEB.relative_to(REPO)}/node_modules")
-    subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(WEB)], check=True)
-    if json.loads(pkg.read_text()).get("version") != ORT_VERSION:
-        raise SystemExit(f"bench web: npm installed onnxruntime-web {json.loads(pkg.read_text())['version']}, "
-                         f"not {ORT_VERSION}")
+    """onnxruntime-web at ORT_VERSION in tests/bench/web/node_modules (npm install when not); the
+    bench cannot run without it."""
+    try:
+        npm_package(WEB, "onnxruntime-web", ORT_VERSION, log)
+    except RuntimeError as e:
+        raise SystemExit(f"bench web: {e}") from None
 
 
 def site_dir(a) -> Path:
-    given = a.site or os.environ.get("EMBER_SITE")
-    if given:
-        p = Path(given)
-        if not (p / "manifest.json").is_file():
-            raise SystemExit(f"bench web: {p} is not a built ember site (no manifest.json)")
-        return p
-    build = _load(REPO / "build.py", "ember_build")
+    given = given_site(a.site, "bench web")
+    if given is not None:
+        return given
+    build = load_module(REPO / "build.py", "ember_build")
     build.ensure_pyodide()
     try:
         return Path(build.build_site())
@@ -287,93 +269,7 @@ def site_dir(a) -> Path:
         return old
 
 
-MIME = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-        ".mjs": "text/javascript; charset=utf-8", ".json": "application/json", ".wasm": "application/wasm",
-        ".py": "text/x-python; charset=utf-8", ".whl": "application/zip", ".zip": "application/zip",
-        ".txt": "text/plain; charset=utf-8", ".css": "text/css; charset=utf-8"}
-ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp",
-             "Cross-Origin-Resource-Policy": "same-origin"}
-
-
-def serve(mounts: dict):
-    """A threaded http.server on 127.0.0.1: URL prefix -> folder, longest prefix first; returns
-    (server, base URL). Files only, no listings, nothing above a mounted folder."""
-    order = sorted(mounts.items(), key=lambda kv: -len(kv[0]))
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):   # quiet
-            pass
-
-        def _file(self):
-            path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-            for prefix, root in order:
-                if path.startswith(prefix):
-                    rel = path[len(prefix):]
-                    if any(part.startswith(".") for part in rel.split("/") if part):
-                        return None
-                    f = (root / rel).resolve()
-                    if f.is_dir():
-                        f = f / "index.html"
-                    if (f == root or root in f.parents) and f.is_file():
-                        return f
-                    return None
-            return None
-
-        def do_GET(self):
-            f = self._file()
-            if f is None:
-                body = b"not found\n"
-                self.send_response(404)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in ISOLATION.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            st = f.stat()
-            size = st.st_size
-            # Caching as ember.web serves a site (what a revisit gets): validators on every file,
-            # long caching for /pyodide/ and for "?v=<hash>" URLs, revalidation for the rest.
-            etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
-            split = urllib.parse.urlsplit(self.path)
-            long = split.path.startswith("/pyodide/") or "v=" in split.query
-            if self.headers.get("If-None-Match") == etag:
-                self.send_response(304)
-                self.send_header("ETag", etag)
-                for k, v in ISOLATION.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", MIME.get(f.suffix, "application/octet-stream"))
-            self.send_header("Content-Length", str(size))
-            self.send_header("ETag", etag)
-            self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
-            self.send_header("Cache-Control", "public, max-age=31536000, immutable" if long else "no-cache")
-            for k, v in ISOLATION.items():
-                self.send_header(k, v)
-            self.end_headers()
-            with open(f, "rb") as fh:
-                shutil.copyfileobj(fh, self.wfile, 1 << 20)
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, name="bench-web-server", daemon=True).start()
-    return srv, f"http://127.0.0.1:{port}"
-
-
 # ---- the browser run --------------------------------------------------------------------------
-
-def chromium_args() -> list:
-    # The e2e suite's flags (WebGPU on, no dialing out), from the one place they are written.
-    return list(_load(REPO / "e2e" / "conftest.py", "bench_e2e_conftest").CHROMIUM_ARGS)
-
 
 def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: float,
              autotune: bool = False, *, context=None, snapshot: bool = False, tag: str = "") -> dict:
@@ -386,17 +282,13 @@ def run_page(browser, base: str, eng: tuple, model: str, plan: list, timeout_s: 
     crashed = None
     for attempt in range(2):
         ctx = context or browser.new_context()
-        page = ctx.new_page()
-        console = []
-        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-        page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+        page, console = watched_page(ctx)
         t = time.monotonic()
         try:
             page.goto(f"{base}/bench/bench.html?{q}", timeout=timeout_s * 1000)
-            page.wait_for_function("window.benchResult !== undefined", timeout=timeout_s * 1000, polling=250)
-            res = page.evaluate("window.benchResult")
+            res = wait_result(page, "benchResult", timeout_s)
         except Exception as e:   # a page that hangs or crashes is one failed column, not a failed bench
-            res = {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
+            res = {"status": "error", "reason": reason(e),
                    "workloads": {}, "phases": {}}
         finally:
             try:
@@ -435,9 +327,8 @@ def run_start(pw, base: str, eng: tuple, timeout_s: float, visits: int = START_V
     profile = tempfile.mkdtemp(prefix="ember-bench-profile-")
     out = []
     try:
-        ctx = pw.chromium.launch_persistent_context(
-            profile, executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
-            headless=True, args=chromium_args())
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=chromium(), headless=True,
+                                                    args=chromium_args())
         try:
             for i in range(visits):
                 out.append(run_page(None, base, eng, "mnist", plan, timeout_s, context=ctx,
@@ -647,57 +538,26 @@ def chart_svg(rows: list, meta: dict, starts: dict | None = None) -> str:
                        [({"engine": eid, "elabel": f"{label[eid]} · {'first visit' if i == 0 else f'revisit {i}'}",
                           "status": v["status"], "reason": v.get("reason")}, v.get("cold_ms"))
                         for eid, visits in starts.items() for i, v in enumerate(visits)]))
-    vals = [v for _, bars in panels for _, v in bars if v]
-    lo = 10 ** math.floor(math.log10(min(vals))) if vals else 0.1
-    hi = 10 ** math.ceil(math.log10(max(vals))) if vals else 1000
-    W, left, right, bar_h, gap = 1000, 330, 150, 18, 4
-    span = W - left - right
+    W, left, bar_h = 1000, 330, 18
 
-    def x(v):
-        return left + span * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+    def bar(title, r, v, y, x):
+        name = f'<text x="{left - 8}" y="{y + 13}" font-size="12" text-anchor="end">{r["elabel"]}</text>'
+        if not v:
+            return [name, f'<text x="{left + 5}" y="{y + 13}" font-size="12" fill="#888">n/a '
+                          f'({html.escape((r.get("reason") or r["status"])[:80])})</text>']
+        ratio = f'  ({r["ratio"]:.2f}×)' if r.get("ratio") is not None and "median" in title else ""
+        return [name, f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
+                      f'fill="{colors.get(r["engine"], "#888")}"/>',
+                f'<text x="{x(v) + 5:.1f}" y="{y + 13}" font-size="12">{fmt_ms(v)}{ratio}</text>']
 
-    parts, y = [], 60
+    parts = []
     parts.append(f'<text x="10" y="22" font-size="16" font-weight="600">ember in the page vs onnxruntime-web</text>')
     parts.append(f'<text x="10" y="40" font-size="12" fill="#444">headless Chromium {meta["chromium"]} '
                  f'(WebGPU: SwiftShader, a CPU adapter), {meta["machine"]}, {meta["date"]}</text>')
     parts.append('<text x="10" y="56" font-size="12" fill="#444">log scale, shorter is faster; '
                  '(×) = median over onnxruntime-web wasm 1 thread\'s</text>')
-    for title, bars in panels:
-        if not bars:
-            continue
-        y += 22
-        parts.append(f'<text x="10" y="{y}" font-size="14" font-weight="600">{title}</text>')
-        y += 8
-        top, bottom = y, y + len(bars) * (bar_h + gap)
-        k = lo
-        while k <= hi * 1.0001:   # grid first, bars over it
-            parts.append(f'<line x1="{x(k):.1f}" y1="{top - 2}" x2="{x(k):.1f}" y2="{bottom}" stroke="#ddd"/>')
-            parts.append(f'<text x="{x(k):.1f}" y="{bottom + 12}" font-size="10" text-anchor="middle" '
-                         f'fill="#666">{fmt_ms(k)}</text>')
-            k *= 10
-        for r, v in bars:
-            parts.append(f'<text x="{left - 8}" y="{y + 13}" font-size="12" text-anchor="end">{r["elabel"]}</text>')
-            if v:
-                parts.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(v) - left):.1f}" height="{bar_h}" '
-                             f'fill="{colors.get(r["engine"], "#888")}"/>')
-                ratio = f'  ({r["ratio"]:.2f}×)' if r.get("ratio") is not None and "median" in title else ""
-                parts.append(f'<text x="{x(v) + 5:.1f}" y="{y + 13}" font-size="12">{fmt_ms(v)}{ratio}</text>')
-            else:
-                parts.append(f'<text x="{left + 5}" y="{y + 13}" font-size="12" fill="#888">n/a '
-                             f'({html.escape((r.get("reason") or r["status"])[:80])})</text>')
-            y += bar_h + gap
-        y = bottom + 14
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{y + 10}" '
-            f'font-family="DejaVu Sans, sans-serif"><rect width="100%" height="100%" fill="white"/>'
-            + "".join(parts) + "</svg>")
-
-
-def render_png(browser, svg: str, path: Path) -> None:
-    ctx = browser.new_context(device_scale_factor=1)
-    page = ctx.new_page()
-    page.set_content(f"<!doctype html><html><body style='margin:0'>{svg}</body></html>")
-    page.locator("svg").screenshot(path=str(path))
-    ctx.close()
+    drawn, y = log_panels(panels, width=W, left=left, right=150, bar_h=bar_h, gap=4, tick=fmt_ms, bar=bar)
+    return svg_document(W, y + 10, parts + drawn)
 
 
 # ---- main -------------------------------------------------------------------------------------
@@ -756,13 +616,12 @@ def main(argv=None) -> int:
         ensure_minilm_f32()
 
     srv, base = serve({"/": site.resolve(), "/bench/": WEB.resolve(), "/cache/": CACHE.resolve(),
-                       "/ort/": (ORT_DIR / "dist").resolve()})
+                       "/ort/": (ORT_DIR / "dist").resolve()}, caching=True)
     from playwright.sync_api import sync_playwright
 
     results = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=os.environ.get("EMBER_CHROMIUM", "/usr/bin/chromium"),
-                                     headless=True, args=chromium_args())
+        browser = launch(pw)
         try:
             for m in models:
                 for eng in engines:
@@ -791,7 +650,7 @@ def main(argv=None) -> int:
                   f"{meta['pyodide']}; onnxruntime-web {ORT_VERSION}.\n") + start_table(starts) + llm_section()
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "results.md").write_text(md, encoding="utf-8")
-            render_png(browser, chart_svg(rows, meta, starts), out_dir / "results.png")
+            screenshot_svg(browser, chart_svg(rows, meta, starts), out_dir / "results.png")
         finally:
             browser.close()
             srv.shutdown()
