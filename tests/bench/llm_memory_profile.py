@@ -26,8 +26,7 @@ def host_main(argv) -> int:
     sys.path.insert(0, HERE)
     from bench_wasm import run_llm_script
 
-    root = next((a.split("=", 1)[1] for a in argv if a.startswith("--root=")), None)
-    return run_llm_script(os.path.abspath(__file__), argv, root)
+    return run_llm_script(os.path.abspath(__file__), argv, _arg(argv, "root", None))
 
 
 def _arg(argv, name, default):
