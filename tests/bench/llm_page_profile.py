@@ -40,6 +40,7 @@ def main(argv) -> int:
     srv, base = bl.serve({"/": Path(site)})
     source = (HERE / "llm_decode_profile.py").read_text().replace("from __future__ import annotations\n", "", 1)
     code = (source.replace('if __name__ == "__main__":', "if False:") + "\n"
+            f"_PROMPT[0] = {bl.chatml_prompt()!r}\n"     # (what the host side passes as --prompt=)
             "import app, io, contextlib\n"
             "_buf = io.StringIO()\n"
             "with contextlib.redirect_stdout(_buf):\n"
