@@ -300,6 +300,10 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
     fn = _native_fn("ember_wasm_q_linear")
     if fn is None:
         return None
+    if m <= NATIVE_QDOT_MAX_M and qtype in _QDOT_TYPES:   # (where q_linear runs: the same bits)
+        qd = _qdot_fn()
+        if qd is not None:
+            return _native_qdot(qd, x2, raw, qtype, n, k)
     rb = k // f.block * f.nbytes
     if not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2)
@@ -321,6 +325,52 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
             y[:, r0:r1] = out
 
     _run_pieces(_row_pieces(n, rb, m=m), rows)
+    return y
+
+
+# qdot.c (ember_qdot_linear): the same products as quant.c's q_linear, bit for bit, with AVX-512
+# (16 weight rows at once) or AVX2 (8) code instead of SIMD128 through SIMDe, for these formats and
+# m <= NATIVE_QDOT_MAX_M rows of x (0: off; the benchmarks' A/B switch). Measured on this 2-core
+# AVX-512 Xeon, one row of x, one thread (notes/native-qdot.md has the scripts): q4_1 1536 x 576
+# 58.7 -> 34.4 us in cache, 114 -> 74 us with the weight out of L2 (as in a decode); SmolLM2-135M
+# Q4_1's decode 39 -> 48 tok/s.
+NATIVE_QDOT_MAX_M = 4
+_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3}
+_QDOT_OK: list = [None, False]   # [the ember_qdot_linear function asked, whether its build has vector code]
+
+
+def _qdot_fn():
+    """qdot.c's ember_qdot_linear, or None (no library, or a build without AVX2 + F16C code)."""
+    fn = native.kernel("ember_qdot_linear", ctypes.c_int64, _P, _P, _P, ctypes.c_int64, _P, ctypes.c_int64,
+                       ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+    if fn is None:
+        return None
+    if _QDOT_OK[0] is not fn:   # (the first call with this library: ask once)
+        isa = native.kernel("ember_qdot_isa", ctypes.c_int64)
+        _QDOT_OK[:] = [fn, isa is not None and isa() > 0]
+    return fn if _QDOT_OK[1] else None
+
+
+def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
+    """(m, n) float32 = x2 @ dequantize(w).T through qdot.c (the same bits as q_linear), the rows
+    of w split over threads as _native_qlinear splits them (cut at multiples of 16: whole groups)."""
+    m = x2.shape[0]
+    if not x2.flags.c_contiguous:
+        x2 = np.ascontiguousarray(x2)
+    rb = k // 32 * FORMATS[qtype].nbytes
+    y = np.empty((m, n), _F32)
+    sf = (m * k * 2 + m * (k // 32) * 8 + 3) // 4
+    w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, _QDOT_TYPES[qtype]
+
+    def rows(r0: int, r1: int) -> None:
+        rc = fn(w0 + r0 * rb, xp, yp + 4 * r0, n, _scratch_at(sf), gt, m, r1 - r0, k)
+        if rc:
+            _native_fail("qlinear", rc, qtype, n, k)
+
+    if n * rb * m < NATIVE_SPLIT_BYTES:
+        rows(0, n)
+    else:
+        _run_pieces(_row_pieces(n, rb, grain=16, m=m), rows)
     return y
 
 

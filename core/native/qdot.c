@@ -1,0 +1,334 @@
+/* Quantized matrix-vector products on x86 vector units: y (m, n) = x (m, k) . dequantize(w)^T for
+ * the GGUF formats q8_0, q4_0 and q4_1, a few rows of x at a time (decode: m = 1), with AVX-512
+ * (16 weight rows at once) or AVX2 (8 rows). numpy_quant._native_qlinear calls it for those
+ * formats and m <= 4; every other case keeps the wasm kernels compiled through SIMDe
+ * (wasm_quant.c).
+ *
+ * The results are the SAME BITS as wasm/kernels/quant.c's q_linear (the SIMDe path): the same
+ * arithmetic, only done with wider registers (a NaN output is NaN in both, its sign either: x86
+ * passes on an operand's NaN by position, and the compiler may order a commutative add's operands
+ * either way; tests/test_native_qdot.py checks the rest bit for bit).
+ *  1. each row of x is rounded per block of 32 to int16 exactly as quant.c's quantize_row does
+ *     (dx = amax / 32767, q = round-to-nearest-even of x * (32767 / amax), saturated; a block
+ *     holding inf or NaN gets dx = NaN and q = 0), with the block's float sum computed in
+ *     quant.c's order ((v0 + v1) + (v2 + v3) over its 4-lane vectors, then (l0 + l2) + (l1 + l3)
+ *     for each half, then the two halves added);
+ *  2. per block and weight row the integer dot product of the int16 activation with the block's
+ *     values (exact in int32: |q| <= 32767, |w| <= 128, 32 terms) by vpmaddwd, one 512-bit (or two
+ *     256-bit) products per row-block, then 16 (8) rows' sums transposed into one vector (lane r =
+ *     row r) by the add tree of reduce16 / reduce8;
+ *  3. per block, with a lane per weight row, in quant.c's order and without contraction (the
+ *     library is built -std=c11: GCC's -ffp-contract=off, and clang contracts only within one
+ *     expression, never across these intrinsics):
+ *       acc = acc + ((float)isum * D) * dx;   accm = accm + C * sum(x over the block)
+ *     and y = acc + accm (q8_0: y = acc), D the block's scale, C its offset (q4_1: m; q4_0: -8 D).
+ *     The scales are converted by F16C (vcvtph2ps), exact for every half as quant.c's h2f.
+ *
+ * Activation layout (scratch, int16 per block of 32): q8_0 in natural order; q4_0/q4_1 as
+ * [x0 x2 .. x14 | x16 x18 .. x30 | x1 x3 .. x15 | x17 .. x31], the order in which one block's 16
+ * bytes of nibbles, broadcast to the four 128-bit lanes and shifted right by 0, 4, 8, 12 bits per
+ * lane (32-bit shifts; the mask 0x000F keeps each 16-bit word's own nibble), give its 32 values.
+ *
+ * Measured (notes/native-qdot.md): SmolLM2-135M Q4_1's decode products on this 2-core Xeon.
+ *
+ * Without AVX2 + F16C (an EMBER_NATIVE_MARCH=x86-64 build, another architecture) the entry point
+ * returns QD_ENOISA and Python keeps the SIMDe path. */
+#include "ember_native.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+/* ggml type numbers */
+enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q8_0 = 8 };
+#define QD_EQTYPE (-1) /* a format this file does not cover */
+#define QD_ESHAPE (-2) /* k not a whole number of blocks, or a negative size */
+#define QD_ENOISA (-3) /* this build has no AVX2 + F16C code */
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#define QD_HAVE 1
+#ifndef QD_AHEAD
+#define QD_AHEAD 2   /* prefetch distance in groups of rows */
+#endif
+#ifndef QD_HINT
+#define QD_HINT _MM_HINT_T0
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define QD_ROWS 16
+#else
+#define QD_ROWS 8
+#endif
+#else
+#define QD_HAVE 0
+#define QD_ROWS 0
+#endif
+
+/* which code this build runs: 512 (AVX-512, 16 rows), 256 (AVX2, 8 rows) or 0 (none) */
+EXPORT i64 ember_qdot_isa(void) { return QD_ROWS == 16 ? 512 : QD_ROWS == 8 ? 256 : 0; }
+
+/* scratch bytes ember_qdot_linear needs for m rows of k: the int16 activation and 2 floats a block */
+EXPORT i64 ember_qdot_scratch_bytes(i64 m, i64 k) { return m * k * 2 + m * (k / 32) * 8; }
+
+#if QD_HAVE
+
+/* ---- the activation: quant.c's quantize_row, bit for bit ------------------------------------ */
+
+/* (l0 + l2) + (l1 + l3): quant.c's hsum4 (lane 0 of its two shuffled adds) */
+INLINE f32 qd_hsum4(__m128 v) {
+  v = _mm_add_ps(v, _mm_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm_add_ps(v, _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtss_f32(v);
+}
+
+/* 8 floats * id rounded to nearest even, NaN -> 0, clamped to [-32768, 32767] (quant.c: nearest,
+ * saturating truncation to int32, saturating narrowing to int16), as int32 */
+INLINE __m256i qd_round8(__m256 v, __m256 id) {
+  __m256 r = _mm256_round_ps(_mm256_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));
+  r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-32768.f)), _mm256_set1_ps(32767.f));
+  return _mm256_cvttps_epi32(r);
+}
+
+/* one row of k floats -> xq (k int16 in the layout above: nib = q4 formats) and xs (dx, the
+ * block's sum) per block */
+static void qd_quantize_row(const f32 *x, i64 k, int nib, int16_t *xq, f32 *xs) {
+  const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
+  for (i64 b = 0; b < k / 32; b++) {
+    const f32 *p = x + 32 * b;
+    const __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + 8);
+    const __m256 a2 = _mm256_loadu_ps(p + 16), a3 = _mm256_loadu_ps(p + 24);
+    /* the largest |x| as bits (the order of non-negative floats; NaN above inf) */
+    __m256i mx = _mm256_max_epu32(_mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(a0), absm),
+                                                   _mm256_and_si256(_mm256_castps_si256(a1), absm)),
+                                  _mm256_max_epu32(_mm256_and_si256(_mm256_castps_si256(a2), absm),
+                                                   _mm256_and_si256(_mm256_castps_si256(a3), absm)));
+    __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
+    m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
+    const uint32_t abits = (uint32_t)_mm_cvtsi128_si32(m4);
+    /* sums: quant.c's v0..v7 are the 4-float quarters of a0..a3 */
+    const __m128 s0v = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1)),
+                                  _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1)));
+    const __m128 s1v = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1)),
+                                  _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1)));
+    const f32 s0 = qd_hsum4(s0v), s1 = qd_hsum4(s1v);
+    int16_t *o = xq + 32 * b;
+    f32 d = 0.f;
+    if (abits > 0x7F7FFFFFu) {   /* inf or NaN in the block: dx = NaN, q = 0 */
+      d = __builtin_nanf("");
+      _mm256_storeu_si256((__m256i *)o, _mm256_setzero_si256());
+      _mm256_storeu_si256((__m256i *)(o + 16), _mm256_setzero_si256());
+    } else {
+      f32 id = 0.f;
+      if (abits) {
+        union { uint32_t u; f32 f; } c = {abits};
+        d = c.f / 32767.f;
+        id = 32767.f / c.f;
+      }
+      const __m256 vid = _mm256_set1_ps(id);
+      /* int16 of elements 0..15 and 16..31 in natural order (packs works per 128-bit lane) */
+      __m256i lo = _mm256_packs_epi32(qd_round8(a0, vid), qd_round8(a1, vid));
+      __m256i hi = _mm256_packs_epi32(qd_round8(a2, vid), qd_round8(a3, vid));
+      lo = _mm256_permute4x64_epi64(lo, _MM_SHUFFLE(3, 1, 2, 0));
+      hi = _mm256_permute4x64_epi64(hi, _MM_SHUFFLE(3, 1, 2, 0));
+      if (nib) {   /* evens then odds of each 16: [e(0..15) | e(16..31) | o(0..15) | o(16..31)] */
+        const __m256i sh = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+        lo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(lo, sh), _MM_SHUFFLE(3, 1, 2, 0));   /* e(lo) | o(lo) */
+        hi = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(hi, sh), _MM_SHUFFLE(3, 1, 2, 0));   /* e(hi) | o(hi) */
+        const __m256i ev = _mm256_permute2x128_si256(lo, hi, 0x20), od = _mm256_permute2x128_si256(lo, hi, 0x31);
+        lo = ev;
+        hi = od;
+      }
+      _mm256_storeu_si256((__m256i *)o, lo);
+      _mm256_storeu_si256((__m256i *)(o + 16), hi);
+    }
+    xs[2 * b] = d;
+    xs[2 * b + 1] = s0 + s1;
+  }
+}
+
+/* ---- the weight rows ---------------------------------------------------------------------------- */
+
+INLINE i64 qd_bytes(const int QT) { return QT == QD_Q8_0 ? 34 : QT == QD_Q4_1 ? 20 : 18; }
+
+#if QD_ROWS == 16
+
+/* one block of one row as 32 int16 (the activation's layout), times the activation: 16 int32 */
+INLINE __m512i qd_dot(const int QT, const uint8_t *p, __m512i X) {
+  __m512i w;
+  if (QT == QD_Q8_0) {
+    w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 2)));
+  } else {
+    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p + (QT == QD_Q4_1 ? 4 : 2))));
+    w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)),
+                         _mm512_set1_epi32(0x000F000F));
+  }
+  return _mm512_madd_epi16(w, X);
+}
+
+/* lanes of a, b: [a0+a2, b0+b2, a1+a3, b1+b3] per 128-bit lane */
+INLINE __m512i qd_pair32(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+INLINE __m512i qd_pair64(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+INLINE __m512i qd_pair128(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* y[0..nr) = rows w + off[r] (nr <= 16; the offsets of lanes >= nr repeat the last row) . x */
+INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64 nb, const int16_t *xq,
+                     const f32 *xs, f32 *y, const uint8_t *pf, i64 pfstep, i64 pflen) {
+  const i64 bs = qd_bytes(QT);
+  const __m512i vo = _mm512_loadu_si512((const void *)off);
+  const uint8_t *r[16];
+  for (int i = 0; i < 16; i++) r[i] = w + off[i];
+  __m512 acc = _mm512_setzero_ps(), accm = acc;
+  for (i64 b = 0; b < nb; b++) {
+    const i64 o = b * bs;
+    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64) _mm_prefetch((const char *)(pf + a), QD_HINT);
+    const __m512i X = _mm512_loadu_si512((const void *)(xq + 32 * b));
+    const __m512i t0 = qd_pair32(qd_dot(QT, r[0] + o, X), qd_dot(QT, r[1] + o, X));
+    const __m512i t1 = qd_pair32(qd_dot(QT, r[2] + o, X), qd_dot(QT, r[3] + o, X));
+    const __m512i t2 = qd_pair32(qd_dot(QT, r[4] + o, X), qd_dot(QT, r[5] + o, X));
+    const __m512i t3 = qd_pair32(qd_dot(QT, r[6] + o, X), qd_dot(QT, r[7] + o, X));
+    const __m512i t4 = qd_pair32(qd_dot(QT, r[8] + o, X), qd_dot(QT, r[9] + o, X));
+    const __m512i t5 = qd_pair32(qd_dot(QT, r[10] + o, X), qd_dot(QT, r[11] + o, X));
+    const __m512i t6 = qd_pair32(qd_dot(QT, r[12] + o, X), qd_dot(QT, r[13] + o, X));
+    const __m512i t7 = qd_pair32(qd_dot(QT, r[14] + o, X), qd_dot(QT, r[15] + o, X));
+    const __m512i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3), u2 = qd_pair64(t4, t5), u3 = qd_pair64(t6, t7);
+    const __m512i isum = qd_pair128(qd_pair128(u0, u1), qd_pair128(u2, u3));   /* lane r: row r */
+    /* the block's first 4 bytes of each row: d (and m) as halves */
+    const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
+    const __m512 D = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    const __m512 P = _mm512_cvtepi32_ps(isum);
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(P, D), _mm512_set1_ps(xs[2 * b])));
+    if (QT != QD_Q8_0) {
+      const __m512 C = QT == QD_Q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)))
+                                     : _mm512_mul_ps(D, _mm512_set1_ps(-8.f));
+      accm = _mm512_add_ps(accm, _mm512_mul_ps(C, _mm512_set1_ps(xs[2 * b + 1])));
+    }
+  }
+  const __m512 out = QT == QD_Q8_0 ? acc : _mm512_add_ps(acc, accm);
+  _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), out);
+}
+
+#else /* QD_ROWS == 8: AVX2 */
+
+INLINE __m256i qd_dot(const int QT, const uint8_t *p, const int16_t *xb) {
+  const __m256i X0 = _mm256_loadu_si256((const __m256i *)xb), X1 = _mm256_loadu_si256((const __m256i *)(xb + 16));
+  __m256i a, b;
+  if (QT == QD_Q8_0) {
+    a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+    b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+  } else {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + (QT == QD_Q4_1 ? 4 : 2))));
+    const __m256i m = _mm256_set1_epi32(0x000F000F);
+    a = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), m);
+    b = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12)), m);
+  }
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+  return _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(a, X0), b, X1);
+#else
+  return _mm256_add_epi32(_mm256_madd_epi16(a, X0), _mm256_madd_epi16(b, X1));
+#endif
+}
+
+INLINE __m256i qd_pair32(__m256i a, __m256i b) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+INLINE __m256i qd_pair64(__m256i a, __m256i b) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+}
+
+INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64 nb, const int16_t *xq,
+                     const f32 *xs, f32 *y, const uint8_t *pf, i64 pfstep, i64 pflen) {
+  const i64 bs = qd_bytes(QT);
+  const __m256i vo = _mm256_loadu_si256((const __m256i *)off);
+  const uint8_t *r[8];
+  for (int i = 0; i < 8; i++) r[i] = w + off[i];
+  __m256 acc = _mm256_setzero_ps(), accm = acc;
+  for (i64 b = 0; b < nb; b++) {
+    const i64 o = b * bs;
+    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64) _mm_prefetch((const char *)(pf + a), QD_HINT);
+    const int16_t *xb = xq + 32 * b;
+    const __m256i t0 = qd_pair32(qd_dot(QT, r[0] + o, xb), qd_dot(QT, r[1] + o, xb));
+    const __m256i t1 = qd_pair32(qd_dot(QT, r[2] + o, xb), qd_dot(QT, r[3] + o, xb));
+    const __m256i t2 = qd_pair32(qd_dot(QT, r[4] + o, xb), qd_dot(QT, r[5] + o, xb));
+    const __m256i t3 = qd_pair32(qd_dot(QT, r[6] + o, xb), qd_dot(QT, r[7] + o, xb));
+    const __m256i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3);
+    const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                          _mm256_permute2x128_si256(u0, u1, 0x31));   /* lane r: row r */
+    const __m256i g = _mm256_i32gather_epi32((const int *)(w + o), vo, 1);
+    /* the low 16 bits of each lane, then the high 16 bits, as 8 halves each */
+    const __m256i ph = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    const __m256i s = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, ph), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256 D = _mm256_cvtph_ps(_mm256_castsi256_si128(s));
+    const __m256 P = _mm256_cvtepi32_ps(isum);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(P, D), _mm256_set1_ps(xs[2 * b])));
+    if (QT != QD_Q8_0) {
+      const __m256 C = QT == QD_Q4_1 ? _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1))
+                                     : _mm256_mul_ps(D, _mm256_set1_ps(-8.f));
+      accm = _mm256_add_ps(accm, _mm256_mul_ps(C, _mm256_set1_ps(xs[2 * b + 1])));
+    }
+  }
+  const __m256 out = QT == QD_Q8_0 ? acc : _mm256_add_ps(acc, accm);
+  if (nr == 8) {
+    _mm256_storeu_ps(y, out);
+  } else {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nr), lane), out);
+  }
+}
+
+#endif
+
+/* n rows of w (rb bytes apart) against m quantized rows of x */
+INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb, const int16_t *xq, const f32 *xs,
+                    f32 *y, i64 ldy) {
+  i32 off[QD_ROWS];
+  for (i64 j = 0; j < n; j += QD_ROWS) {
+    const i64 nr = n - j < QD_ROWS ? n - j : QD_ROWS;
+    for (i64 r = 0; r < QD_ROWS; r++) off[r] = (i32)((r < nr ? r : nr - 1) * rb);
+    const uint8_t *wj = w + j * rb;
+    /* the group QD_AHEAD groups on, fetched during this one's first row of x (a share per block;
+     * none past the weight's end): the hardware's own prefetch left the cold decode products at
+     * about 6 GB/s */
+    const i64 p0 = (j + QD_AHEAD * QD_ROWS) * rb, p1 = p0 + QD_ROWS * rb < n * rb ? p0 + QD_ROWS * rb : n * rb;
+    const i64 len = p1 > p0 ? p1 - p0 : 0, step = (QD_ROWS * rb + nb - 1) / nb;
+    for (i64 i = 0; i < m; i++)
+      qd_group(QT, wj, off, nr, nb, xq + i * nb * 32, xs + i * nb * 2, y + i * ldy + j, len ? w + p0 : w, step,
+               i ? 0 : len);
+  }
+}
+
+#endif /* QD_HAVE */
+
+/* y (m rows, ldy floats apart) = x (m, k) . dequantize(w)^T, w: n rows of k elements of ggml type
+ * qtype (q8_0 8, q4_0 2, q4_1 3); scratch: ember_qdot_scratch_bytes(m, k) bytes. Python checks the
+ * extents (a group's rows lie within 2^31 bytes: the gather's 32-bit offsets). Returns 0, QD_EQTYPE, QD_ESHAPE
+ * or QD_ENOISA (nothing written then). */
+EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,
+                             i64 k) {
+  if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1) return QD_EQTYPE;
+  if (m < 0 || n < 0 || k < 0 || k % 32) return QD_ESHAPE;
+#if QD_HAVE
+  const i64 nb = k / 32;
+  int16_t *xq = (int16_t *)scratch;
+  f32 *xs = (f32 *)(xq + m * k);
+  for (i64 i = 0; i < m; i++) qd_quantize_row(x + i * k, k, qtype != QD_Q8_0, xq + i * k, xs + i * nb * 2);
+  const uint8_t *wb = (const uint8_t *)w;
+  if (qtype == QD_Q8_0) qd_rows(QD_Q8_0, wb, nb * 34, m, n, nb, xq, xs, y, ldy);
+  else if (qtype == QD_Q4_1) qd_rows(QD_Q4_1, wb, nb * 20, m, n, nb, xq, xs, y, ldy);
+  else qd_rows(QD_Q4_0, wb, nb * 18, m, n, nb, xq, xs, y, ldy);
+  return 0;
+#else
+  (void)w, (void)x, (void)y, (void)ldy, (void)scratch;
+  return QD_ENOISA;
+#endif
+}

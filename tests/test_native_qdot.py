@@ -1,0 +1,192 @@
+"""qdot.c (ember.native's AVX-512 / AVX2 quantized matrix-vector product for q8_0, q4_0, q4_1, the
+decode case m <= 4): the SAME BITS as quant.c's q_linear compiled through SIMDe (the path it
+replaces) for every covered format, at k a multiple of 32 but not of 64, odd n, m = 1..4, random
+blocks with extreme scales (largest and subnormal halves, zero, inf, NaN) and extreme activations
+(huge, subnormal, zero, inf, NaN blocks; NaN outputs as NaN of any sign); within the int16 activation's bound of the dequantized
+float64 product; the AVX2 code of an EMBER_NATIVE_MARCH=x86-64-v3 build too; numpy_quant's wiring
+(one piece or many threads, qdot on or off: the same bits); typed errors for bad input."""
+import ctypes
+import platform
+
+import numpy as np
+import pytest
+
+import ember
+import ember.native as nat
+from ember import quant
+from ember.backends import numpy_quant as nq
+from tests.test_quant import gguf_reference, int16_bound, random_blocks, same_bits
+
+P, I64 = ctypes.c_void_p, ctypes.c_int64
+QTYPES = ("q8_0", "q4_0", "q4_1")
+GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3}
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _qdot(dll):
+    fn = dll.ember_qdot_linear
+    fn.restype, fn.argtypes = I64, [P, P, P, I64, P, I64, I64, I64, I64]
+    return fn
+
+
+@pytest.fixture(scope="module")
+def lib():
+    dll = nat.lib()
+    if dll is None:
+        pytest.skip(f"ember.native not in use: {nat.info()['reason']}")
+    if nq._native_fn("ember_wasm_q_linear") is None:
+        pytest.skip(f"wasm kernels not in ember.native: {nat.info()['wasm_kernels']}")
+    isa = dll.ember_qdot_isa
+    isa.restype = I64
+    if isa() == 0:
+        pytest.skip("this build of ember.native has no AVX2 / AVX-512 qdot code")
+    return dll
+
+
+def qdot(dll, raw, qtype, x, n, k):
+    m = x.shape[0]
+    y = np.full((m, n), np.nan, np.float32)
+    sc = np.empty(max(1, m * k * 2 + m * (k // 32) * 8), np.uint8)
+    rc = _qdot(dll)(raw.ctypes.data, x.ctypes.data, y.ctypes.data, n, sc.ctypes.data, GT[qtype], m, n, k)
+    assert rc == 0, rc
+    return y
+
+
+def simde(raw, qtype, x, n, k):
+    """quant.c's q_linear through SIMDe (one call, one thread)."""
+    m = x.shape[0]
+    y = np.empty((m, n), np.float32)
+    sc = np.empty(nq.scratch_floats(qtype, m, k) + 16, np.float32)
+    prm = np.array([GT[qtype], m, n, k], np.int32)
+    assert nq._native_fn("ember_wasm_q_linear")(raw.ctypes.data, x.ctypes.data, y.ctypes.data, sc.ctypes.data,
+                                                  prm.ctypes.data) == 0
+    return y
+
+
+def same(a, b) -> bool:
+    """The same bits, where b is not NaN; NaN where it is (a NaN's sign and payload are whichever
+    operand's NaN x86 passes on, and the compiler may swap a commutative add's operands: the SIMDe
+    path itself does not fix them, as wasm leaves NaN bits unspecified)."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    nan = np.isnan(b)
+    return a.shape == b.shape and (np.isnan(a) == nan).all() and same_bits(a[~nan], b[~nan])
+
+
+def _half(v):
+    return np.array([v], np.float16).view(np.uint8)
+
+
+def weights(qtype, n, k, seed, extreme=False):
+    """Random blocks (finite scales spanning 1e-4..10); with ``extreme`` some scales replaced by the
+    largest half, subnormal halves, +-0 and (q4_1's m too) inf / NaN."""
+    f = quant.FORMATS[qtype]
+    raw = random_blocks(qtype, n * k // 32, seed=seed).reshape(-1, f.nbytes)
+    if extreme:
+        rng = np.random.default_rng(seed + 1)
+        special = [65504.0, -65504.0, 6e-8, -6e-8, 1e-5, 0.0, -0.0, np.inf, -np.inf, np.nan]
+        fields = [0, 2] if qtype == "q4_1" else [0]
+        for off in fields:
+            pick = rng.random(raw.shape[0]) < 0.2
+            vals = rng.choice(len(special), size=int(pick.sum()))
+            if pick.any():
+                raw[pick, off:off + 2] = np.stack([_half(special[v]) for v in vals])
+    return np.ascontiguousarray(raw.reshape(-1))
+
+
+def activations(m, k, seed, extreme=False):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    if extreme:
+        nb = k // 32
+        kinds = [lambda b: b * 1e37, lambda b: b * 1e-41, lambda b: b * 0, lambda b: np.where(b > 1, np.inf, b),
+                 lambda b: np.where(b > 1, np.nan, b), lambda b: b * (3e38 / float(np.abs(b).max())), lambda b: b]
+        for i in range(m):
+            for j in range(nb):
+                blk = x[i, 32 * j:32 * j + 32]
+                x[i, 32 * j:32 * j + 32] = kinds[(i + j * 3 + seed) % len(kinds)](blk)
+    return x
+
+
+SHAPES = [(1, 32), (7, 96), (17, 160), (33, 224), (37, 96), (61, 576)]
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("extreme", [False, True])
+def test_same_bits_as_the_simde_path(lib, qtype, extreme):
+    for s, (n, k) in enumerate(SHAPES):
+        raw = weights(qtype, n, k, seed=11 + s, extreme=extreme)
+        for m in (1, 2, 3, 4):
+            x = activations(m, k, seed=100 * s + m, extreme=extreme)
+            got, want = qdot(lib, raw, qtype, x, n, k), simde(raw, qtype, x, n, k)
+            assert same(got, want), (qtype, n, k, m, extreme)
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_within_the_int16_bound_of_float64(lib, qtype):
+    for s, (n, k) in enumerate(SHAPES):
+        raw = weights(qtype, n, k, seed=31 + s)
+        ref = gguf_reference(raw, qtype).reshape(n, k)
+        for m in (1, 4):
+            x = activations(m, k, seed=7 + s)
+            want = x.astype(np.float64) @ ref.astype(np.float64).T
+            assert (np.abs(qdot(lib, raw, qtype, x, n, k) - want) <= int16_bound(x, ref)).all(), (qtype, n, k, m)
+
+
+def test_output_rows_ldy_and_bad_input(lib):
+    """y is written only in its m rows of n (ldy apart); a format it does not cover, k not a whole
+    number of blocks, a negative size: an error code and nothing written."""
+    n, k = 19, 96
+    raw = weights("q4_1", n, k, seed=3)
+    x = activations(2, k, seed=4)
+    big = np.full((2, 40), 7.0, np.float32)
+    sc = np.empty(4096, np.uint8)
+    fn = _qdot(lib)
+    assert fn(raw.ctypes.data, x.ctypes.data, big[:, 5:].ctypes.data, 40, sc.ctypes.data, 3, 2, n, k) == 0
+    assert same_bits(big[:, 5:5 + n], simde(raw, "q4_1", x, n, k))
+    assert (big[:, :5] == 7).all() and (big[:, 5 + n:] == 7).all()
+    y = np.full(64, 7.0, np.float32)
+    for qt, m, nn, kk, rc in ((12, 1, n, k, -1), (3, 1, n, 100, -2), (3, -1, n, k, -2), (3, 1, -1, k, -2)):
+        assert fn(raw.ctypes.data, x.ctypes.data, y.ctypes.data, 19, sc.ctypes.data, qt, m, nn, kk) == rc
+    assert (y == 7).all()
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_numpy_quant_uses_it_with_the_same_bits(lib, qtype, monkeypatch):
+    """quant.linear on device numpy: qdot on (m <= 4), off, and split over threads in pieces: the
+    same bits; m = 5 stays on q_linear."""
+    n, k = 301, 224
+    w = quant.QTensor.from_bytes(weights(qtype, n, k, seed=5).tobytes(), qtype, (n, k), device="numpy")
+    called = []
+    real = nq._native_qdot
+    monkeypatch.setattr(nq, "_native_qdot", lambda *a: called.append(a[0]) or real(*a))
+    for m in (1, 3, 4, 5):
+        xt = ember.from_numpy(activations(m, k, seed=m), device="numpy")
+        called.clear()
+        on = quant.linear(xt, w).numpy()
+        assert bool(called) == (m <= 4), m
+        monkeypatch.setattr(nq, "NATIVE_QDOT_MAX_M", 0)
+        off = quant.linear(xt, w).numpy()
+        monkeypatch.setattr(nq, "NATIVE_QDOT_MAX_M", 4)
+        monkeypatch.setattr(nq, "NATIVE_SPLIT_BYTES", 0)
+        monkeypatch.setattr(nq, "_NATIVE_PIECES", 3)
+        split = quant.linear(xt, w).numpy()
+        monkeypatch.setattr(nq, "NATIVE_SPLIT_BYTES", 1 << 21)
+        monkeypatch.setattr(nq, "_NATIVE_PIECES", 1)
+        assert same_bits(on, off) and same_bits(split, off), (qtype, m)
+
+
+@pytest.mark.skipif(not X86, reason="x86-64 targets")
+def test_avx2_build_same_bits(lib, tmp_path, monkeypatch):
+    """The AVX2 code (8 rows at a time): a build for x86-64-v3 gives this library's SIMDe bits."""
+    monkeypatch.setenv(nat.MARCH_ENV, "x86-64-v3")
+    out = nat.build(out=str(tmp_path / "v3.so"))
+    monkeypatch.delenv(nat.MARCH_ENV)
+    v3 = ctypes.CDLL(out)
+    v3.ember_qdot_isa.restype = I64
+    assert v3.ember_qdot_isa() == 256
+    for qtype in QTYPES:
+        for s, (n, k) in enumerate(SHAPES):
+            raw = weights(qtype, n, k, seed=50 + s, extreme=s % 2 == 1)
+            for m in (1, 3):
+                x = activations(m, k, seed=s + m, extreme=s % 2 == 0)
+                assert same(qdot(v3, raw, qtype, x, n, k), simde(raw, qtype, x, n, k)), (qtype, n, k, m)
