@@ -301,7 +301,7 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
     if fn is None:
         return None
     if m <= NATIVE_QDOT_MAX_M and qtype in _QDOT_TYPES:   # (where q_linear runs: the same bits)
-        qd = _qdot_fn()
+        qd = _QDOT[1] if _QDOT[0] is fn else _qdot_fn(fn)
         if qd is not None:
             return _native_qdot(qd, x2, raw, qtype, n, k)
     rb = k // f.block * f.nbytes
@@ -336,19 +336,17 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 # Q4_1's decode 39 -> 48 tok/s.
 NATIVE_QDOT_MAX_M = 4
 _QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3}
-_QDOT_OK: list = [None, False]   # [the ember_qdot_linear function asked, whether its build has vector code]
+_QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
 
 
-def _qdot_fn():
-    """qdot.c's ember_qdot_linear, or None (no library, or a build without AVX2 + F16C code)."""
+def _qdot_fn(qlinear_fn):
+    """qdot.c's ember_qdot_linear from the library that gave ``qlinear_fn``, or None (a build
+    without AVX2 + F16C code); kept in _QDOT until the library changes (a lookup costs ~0.7 us)."""
     fn = native.kernel("ember_qdot_linear", ctypes.c_int64, _P, _P, _P, ctypes.c_int64, _P, ctypes.c_int64,
                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
-    if fn is None:
-        return None
-    if _QDOT_OK[0] is not fn:   # (the first call with this library: ask once)
-        isa = native.kernel("ember_qdot_isa", ctypes.c_int64)
-        _QDOT_OK[:] = [fn, isa is not None and isa() > 0]
-    return fn if _QDOT_OK[1] else None
+    isa = native.kernel("ember_qdot_isa", ctypes.c_int64)
+    _QDOT[:] = [qlinear_fn, fn if fn is not None and isa is not None and isa() > 0 else None]
+    return _QDOT[1]
 
 
 def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
@@ -361,16 +359,18 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     y = np.empty((m, n), _F32)
     sf = (m * k * 2 + m * (k // 32) * 8 + 3) // 4
     w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, _QDOT_TYPES[qtype]
+    if n * rb * m < NATIVE_SPLIT_BYTES:   # (one call: no closure, the decode's usual case)
+        rc = fn(w0, xp, yp, n, _scratch_at(sf), gt, m, n, k)
+        if rc:
+            _native_fail("qlinear", rc, qtype, n, k)
+        return y
 
     def rows(r0: int, r1: int) -> None:
         rc = fn(w0 + r0 * rb, xp, yp + 4 * r0, n, _scratch_at(sf), gt, m, r1 - r0, k)
         if rc:
             _native_fail("qlinear", rc, qtype, n, k)
 
-    if n * rb * m < NATIVE_SPLIT_BYTES:
-        rows(0, n)
-    else:
-        _run_pieces(_row_pieces(n, rb, grain=16, m=m), rows)
+    _run_pieces(_row_pieces(n, rb, grain=16, m=m), rows)
     return y
 
 
