@@ -35,9 +35,10 @@ for s in $S; do case $s in
   # decode attention alone by position and split count (attention_cached, then with the projection)
   attnsplit) run attnsplit 200 python3 tests/bench/bench_attn_split.py --rounds 3
              run attnsplit_proj 200 python3 tests/bench/bench_attn_split.py --proj --rounds 3 ;;
-  # gemv8 layouts at the decode's own small products (SmolLM2: o-proj 576x576, down 576x1536, qkv
-  # 960x576, gate/up 3072x576): 9-48 workgroups at the default layout; the chained figures decide
-  qsmall) run qsmall 300 python3 tests/bench/bench_webgpu.py --qlinear --qtypes ${QL_TYPES:-q4_1} --qshapes ${QL_SHAPES:-576x576,576x1536,960x576,3072x576} --peak-gbs $PEAK --no-qprompt --qlayouts ${QL_LAYOUTS:-4x1u4w256,4x1u4w64,8x1u4w128,16x1u4w256,16x1u4w128,16x1u4w64,32x1u4w256,32x1u4w128} ;;
+  # the float gemv's layouts at the decode's own small products (SmolLM2: o-proj 576x576, down
+  # 576x1536, qkv 960x576, gate/up 3072x576; n*k <= 4M: 64 lanes of one item, workgroups of 256,
+  # not gemv8); the chained figures are the decode's case
+  qsmall) run qsmall 300 python3 tests/bench/bench_webgpu.py --qlinear --qtypes ${QL_TYPES:-q4_1} --qshapes ${QL_SHAPES:-576x576,576x1536,960x576,3072x576} --peak-gbs $PEAK --no-qprompt --qlayouts ${QL_LAYOUTS:-64x1u1,32x1u1,128x1u1,32x2u1,64x1u2,64x1u1w128,64x1u1w64} ;;
   torch) run torch 150 python3 tests/bench/llm/torch_peer.py /tmp/smol/job.json "$OUT/torch_peer.json" ;;
   bert) run bert 240 python3 tests/bench/bench_bert_gpu.py --profile ;;
   replay) run replay 90 python3 tests/bench/bench_webgpu.py --replay ;;
