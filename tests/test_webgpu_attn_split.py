@@ -286,7 +286,8 @@ def _auto_as_on_a_gpu(monkeypatch):
 def test_split_replayed_plan(monkeypatch, split):
     """An ember.compile'd decode step (one token, pos an input) on a 300-row cache, which the
     automatic rule (a GPU's) splits in 9 runs, and S = 7: three dispatches per replay (attn,
-    attn_comb, the fused "* 1.0"), no read; positions 0..4, then 250..253 (runs of 28-37 rows)."""
+    attn_comb, the fused "* 1.0"), no read; positions 0..4 (the rule's runs hold 32 rows or more:
+    one run works, eight return at once), then 250..253 (eight runs of 32 rows, the ninth empty)."""
     if split == "auto":
         _auto_as_on_a_gpu(monkeypatch)
     else:

@@ -101,7 +101,9 @@ above holds. A window splits the window's rows; the soft cap is per score as bef
 ``_cpu_adapter``) when T <= 4 and the most rows a query can see (C, or the window) pass one
 256-row chunk, with S = max(2, min(256 // (T Hq), rows // 32, 64)) runs: about
 256 workgroups (two per SM of an H100), runs of 32 rows or more at a full cache, at most 64 (the
-merge keeps a run's weight per thread). The cost is one more dispatch a layer (a chained
+merge keeps a run's weight per thread); the rule's runs also hold at least 32 rows at any
+position (template RMIN), so early in a long cache only the first few runs work and the rest
+return at once (a forced S splits evenly, however few the rows). The cost is one more dispatch a layer (a chained
 dispatch's floor is ~2.4 us on an H100, ``webgpu_h200.sh floor``); below one chunk the unsplit
 kernel scores every row in one parallel pass, so small caches (ember.llm's chat replies, which
 reserve the prompt and the reply rounded to 64 rows) keep one dispatch. The rule is reasoned, not
@@ -632,7 +634,7 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None, wi
     ins = [_whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     emit = "out[row * u(3u) + d] = v;"
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
-                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT=emit, PROJ="", TAIL="", SPL=1, SPLIT="false", ML="",
+                  QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT=emit, PROJ="", TAIL="", SPL=1, SPLIT="false", ML="", RMIN=1,
                   WIN=int(window),
                   # (tanh's argument clamped: some drivers' tanh is NaN far out, where it is +-1)
                   CAP=f"s = {float(softcap)!r} * tanh(clamp(s / {float(softcap)!r}, -15.0, 15.0));" if softcap else "",
@@ -668,7 +670,10 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None, wi
                        TAIL=f"workgroupBarrier();\n  proj(row, t, blk * {ATTN_COMB_WG}u);",
                        PROJ=_proj_code(qtype, K, gw, D, n, ATTN_COMB_WG, ATTN_COMB_WG, 2))
     info, info_n = _info(words)
-    params.update(INFO=info_n, IB=1 + len(ins), SPL=spl, SPLIT="true",
+    # the rule's runs hold ATTN_SPLIT_MIN_ROWS rows or more (at pos 20 of a 1024-row cache one
+    # run works, the rest return at once); a forced S splits the rows evenly, however few
+    rmin = 1 if os.environ.get("EMBER_ATTN_SPLIT", "").strip() else ATTN_SPLIT_MIN_ROWS
+    params.update(INFO=info_n, IB=1 + len(ins), SPL=spl, SPLIT="true", RMIN=rmin,
                   ML="if (t == 0u) { out[u(12u) + 2u * orow] = m; out[u(12u) + 2u * orow + 1u] = l; }")
     rt.dispatch(_pipe(rt, "llm", "attn", params), [part_b] + ins, info, grid_1d(nslot, rt.max_groups))
     cparams.update(INFO=info_n, IB=len(cbufs))

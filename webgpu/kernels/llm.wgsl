@@ -7,7 +7,8 @@
 // a statement or nothing), WG (threads), DPT (head dims per thread in attn: ceil(D / WG)), QS (WG * DPT), NS
 // (attn: value-row slices, WG / D), KT, KDOT_C, KDOT_N, KIN_AT, KC_SET (keys read and written as
 // vec4 or as floats), SPL (attn: workgroups per (query, head), each over one run of its rows;
-// 1: the whole attention), SPLIT (true: runs' partial results for attn_comb, SPL of them, even
+// 1: the whole attention), RMIN (attn: a run's fewest rows, the later runs left empty), SPLIT
+// (true: runs' partial results for attn_comb, SPL of them, even
 // 1), ML (SPLIT: the statement storing a run's max and sum), INFO.
 // attn_comb: the split attention's second pass. amax_part / amax_fin: greedy_tokens' two passes.
 //
@@ -149,7 +150,8 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // WIN > 0 (a template constant): a sliding window, rows pos+t-WIN+1 .. pos+t only
   let lo = select(0u, u32(clamp(pos + i32(tq) + 1 - {{WIN}}, 0, i32(S))), {{WIN}} > 0);
   // this workgroup's run of those rows: jlo .. jhi (SPL 1: all of them)
-  let rl = (S - lo + {{SPL}}u - 1u) / {{SPL}}u;
+  // (RMIN: runs of at least that many rows, so a short prefix of a long cache keeps few runs busy)
+  let rl = max({{RMIN}}u, (S - lo + {{SPL}}u - 1u) / {{SPL}}u);
   let jlo = min(S, lo + sp * rl);
   let jhi = min(S, jlo + rl);
   var m = -f_inf();
