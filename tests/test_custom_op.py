@@ -138,3 +138,33 @@ def test_docstring_example():
 
     result = doctest.testmod(mod)
     assert result.attempted and not result.failed
+
+
+HALF_AXPY = """
+enable f16;
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<uniform> info: array<vec4<u32>, 2>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= info[1].x) { return; }
+  let h = f16(x[i]);                       // rounded to half precision, then half math
+  out[i] = f32(h * f16(3.0));             // (one rounded product: no fused multiply-add to differ)
+}"""
+
+
+def test_half_precision_math_in_a_custom_kernel():
+    """``enable f16;`` compiles where the device has ``shader-f16`` (lavapipe does, natively: the
+    driver requests it) and computes in half precision: numpy's float16 arithmetic, bit for bit."""
+    _webgpu()
+    import ember.webgpu as wg
+
+    if "shader-f16" not in wg.info()["features"]:
+        pytest.skip("this WebGPU adapter has no shader-f16 feature (half-precision shader math)")
+    half_axpy = custom_op("test_half_axpy", HALF_AXPY, shape="same", dtype="same")
+    xv = np.random.default_rng(3).standard_normal(1000).astype(np.float32) * 100
+    want = (xv.astype(np.float16) * np.float16(3.0)).astype(np.float32)
+    assert not np.array_equal(want, xv.astype(np.float16).astype(np.float32) * 3)   # f32 math would differ
+    got = half_axpy(ember.tensor(xv, device="webgpu")).numpy()
+    np.testing.assert_array_equal(got, want)

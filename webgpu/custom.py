@@ -16,7 +16,10 @@ Binding convention (``@group(0)``), for an op with ``n`` tensor inputs::
     @binding(n + 1)  var<uniform> info: array<vec4<u32>, K>;     // shapes (and params)
 
 Every element is 4 bytes (``f32`` for float32/float16 tensors, ``i32`` for int32/int64, ``u32``
-for uint8/bool: see ``ember.webgpu.backend``). ``info`` holds, for tensor ``t`` (0 = the output,
+for uint8/bool: see ``ember.webgpu.backend``). Half-precision math inside a kernel (``enable
+f16;``, ``f16`` / ``vec4<f16>`` values) works where ``"shader-f16" in
+ember.webgpu.info()["features"]`` (natively where the adapter has it, in Chrome on most GPUs;
+not SwiftShader): convert at the loads and stores, the buffers stay 4-byte. ``info`` holds, for tensor ``t`` (0 = the output,
 1..n = the inputs):
 
 - ``info[2 * t]``: its shape right-aligned in four dims (a (5, 7) tensor gives (1, 1, 5, 7);

@@ -76,7 +76,7 @@ class NativeDriver(BatchingDriver):
                                     "max-compute-invocations-per-workgroup",
                                     "max-compute-workgroup-size-x", "max-compute-workgroup-size-y",
                                     "max-storage-buffers-per-shader-stage") if k in lim}
-        feats = [f for f in ("subgroup", "timestamp-query") if f in adapter.features]
+        feats = [f for f in ("subgroup", "timestamp-query", "shader-f16") if f in adapter.features]
         try:
             self._dev = adapter.request_device_sync(required_limits=want, required_features=feats)
         except Exception as e:
