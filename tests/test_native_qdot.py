@@ -1,10 +1,11 @@
-"""qdot.c (ember.native's AVX-512 / AVX2 quantized matrix-vector product for q8_0, q4_0, q4_1, the
-decode case m <= 4): the SAME BITS as quant.c's q_linear compiled through SIMDe (the path it
-replaces) for every covered format, at k a multiple of 32 but not of 64, odd n, m = 1..4, random
-blocks with extreme scales (largest and subnormal halves, zero, inf, NaN) and extreme activations
-(huge, subnormal, zero, inf, NaN blocks; NaN outputs as NaN of any sign); within the int16 activation's bound of the dequantized
-float64 product; the AVX2 code of an EMBER_NATIVE_MARCH=x86-64-v3 build too; numpy_quant's wiring
-(one piece or many threads, qdot on or off: the same bits); typed errors for bad input."""
+"""qdot.c (ember.native's AVX-512 / AVX2 quantized matrix-vector product for q8_0, q4_0, q4_1,
+q5_0 and q5_1, the decode case m <= 4): the SAME BITS as quant.c's q_linear compiled through SIMDe
+(the path it replaces) for every format, at k a multiple of 32 but not of 64, odd n, m = 1..4,
+random blocks with extreme scales (largest and subnormal halves, zero, inf, NaN) and extreme
+activations (huge, subnormal, zero, inf, NaN blocks; a NaN output as NaN of either sign); within
+the int16 activation's bound of the dequantized float64 product; the AVX2 code of an
+EMBER_NATIVE_MARCH=x86-64-v3 build too; numpy_quant's wiring (one piece or many threads, qdot on
+or off: the same bits); error codes for bad input."""
 import ctypes
 import platform
 
@@ -18,8 +19,8 @@ from ember.backends import numpy_quant as nq
 from tests.test_quant import gguf_reference, int16_bound, random_blocks, same_bits
 
 P, I64 = ctypes.c_void_p, ctypes.c_int64
-QTYPES = ("q8_0", "q4_0", "q4_1")
-GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3}
+QTYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 
@@ -84,7 +85,7 @@ def weights(qtype, n, k, seed, extreme=False):
     if extreme:
         rng = np.random.default_rng(seed + 1)
         special = [65504.0, -65504.0, 6e-8, -6e-8, 1e-5, 0.0, -0.0, np.inf, -np.inf, np.nan]
-        fields = [0, 2] if qtype == "q4_1" else [0]
+        fields = [0, 2] if qtype in ("q4_1", "q5_1") else [0]
         for off in fields:
             pick = rng.random(raw.shape[0]) < 0.2
             vals = rng.choice(len(special), size=int(pick.sum()))

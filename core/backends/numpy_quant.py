@@ -335,7 +335,7 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 # 58.7 -> 34.4 us in cache, 114 -> 74 us with the weight out of L2 (as in a decode); SmolLM2-135M
 # Q4_1's decode 39 -> 48 tok/s.
 NATIVE_QDOT_MAX_M = 4
-_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3}
+_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
 _QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
 
 

@@ -1,5 +1,5 @@
 /* Quantized matrix-vector products on x86 vector units: y (m, n) = x (m, k) . dequantize(w)^T for
- * the GGUF formats q8_0, q4_0 and q4_1, a few rows of x at a time (decode: m = 1), with AVX-512
+ * the GGUF formats q8_0, q4_0, q4_1, q5_0 and q5_1, a few rows of x at a time (decode: m = 1), with AVX-512
  * (16 weight rows at once) or AVX2 (8 rows). numpy_quant._native_qlinear calls it for those
  * formats and m <= 4; every other case keeps the wasm kernels compiled through SIMDe
  * (wasm_quant.c).
@@ -21,17 +21,21 @@
  *     library is built -std=c11: GCC's -ffp-contract=off, and clang contracts only within one
  *     expression, never across these intrinsics):
  *       acc = acc + ((float)isum * D) * dx;   accm = accm + C * sum(x over the block)
- *     and y = acc + accm (q8_0: y = acc), D the block's scale, C its offset (q4_1: m; q4_0: -8 D).
+ *     and y = acc + accm (q8_0: y = acc), D the block's scale, C its offset (q4_1, q5_1: m; q4_0:
+ *     -8 D; q5_0: -16 D).
  *     The scales are converted by F16C (vcvtph2ps), exact for every half as quant.c's h2f.
  *
- * Activation layout (scratch, int16 per block of 32): q8_0 in natural order; q4_0/q4_1 as
+ * Activation layout (scratch, int16 per block of 32): q8_0 in natural order; q4_*, q5_* as
  * [x0 x2 .. x14 | x16 x18 .. x30 | x1 x3 .. x15 | x17 .. x31], the order in which one block's 16
  * bytes of nibbles, broadcast to the four 128-bit lanes and shifted right by 0, 4, 8, 12 bits per
  * lane (32-bit shifts; the mask 0x000F keeps each 16-bit word's own nibble), give its 32 values.
  *
  * Measured (notes/native-qdot.md): SmolLM2-135M Q4_1's decode products on this 2-core Xeon.
  *
- * Without AVX2 + F16C (an EMBER_NATIVE_MARCH=x86-64 build, another architecture) the entry point
+ * (q5: the fifth bits, one per element, go to that order by two pext and become a mask: a masked
+ * add of 16 with AVX-512, a compare per word with AVX2.)
+ *
+ * Without AVX2 + F16C + BMI2 (an EMBER_NATIVE_MARCH=x86-64 build, another architecture) the entry point
  * returns QD_ENOISA and Python keeps the SIMDe path. */
 #include "ember_native.h"
 
@@ -40,12 +44,12 @@
 #endif
 
 /* ggml type numbers */
-enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q8_0 = 8 };
+enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8 };
 #define QD_EQTYPE (-1) /* a format this file does not cover */
 #define QD_ESHAPE (-2) /* k not a whole number of blocks, or a negative size */
 #define QD_ENOISA (-3) /* this build has no AVX2 + F16C code */
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__) && defined(__F16C__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__) && defined(__F16C__) && defined(__BMI2__)
 #include <immintrin.h>
 #define QD_HAVE 1
 #ifndef QD_AHEAD
@@ -151,7 +155,22 @@ static void qd_quantize_row(const f32 *x, i64 k, int nib, int16_t *xq, f32 *xs) 
 
 /* ---- the weight rows ---------------------------------------------------------------------------- */
 
-INLINE i64 qd_bytes(const int QT) { return QT == QD_Q8_0 ? 34 : QT == QD_Q4_1 ? 20 : 18; }
+INLINE i64 qd_bytes(const int QT) {
+  return QT == QD_Q8_0 ? 34 : QT == QD_Q4_1 ? 20 : QT == QD_Q5_0 ? 22 : QT == QD_Q5_1 ? 24 : 18;
+}
+/* where a block's nibbles start, and (q5) its 32 fifth bits */
+INLINE i64 qd_qs(const int QT) { return QT == QD_Q4_0 ? 2 : QT == QD_Q4_1 ? 4 : QT == QD_Q5_0 ? 6 : 8; }
+INLINE i64 qd_qh(const int QT) { return QT == QD_Q5_0 ? 2 : 4; }
+INLINE int qd_q5(const int QT) { return QT == QD_Q5_0 || QT == QD_Q5_1; }
+/* whether the block's offset C is its second half (q4_1, q5_1: m) rather than a multiple of D */
+INLINE int qd_hasm(const int QT) { return QT == QD_Q4_1 || QT == QD_Q5_1; }
+/* q5: bit e of qh is element e's fifth bit; the lanes of the layout above hold the even elements
+ * (0, 2, .., 30) in words 0..15 and the odd ones in words 16..31: one bit per word, in order */
+INLINE uint32_t qd_q5bits(const uint8_t *p) {
+  uint32_t qh;
+  __builtin_memcpy(&qh, p, 4);
+  return _pext_u32(qh, 0x55555555u) | (_pext_u32(qh, 0xAAAAAAAAu) << 16);
+}
 
 #if QD_ROWS == 16
 
@@ -161,9 +180,10 @@ INLINE __m512i qd_dot(const int QT, const uint8_t *p, __m512i X) {
   if (QT == QD_Q8_0) {
     w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 2)));
   } else {
-    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p + (QT == QD_Q4_1 ? 4 : 2))));
+    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p + qd_qs(QT))));
     w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)),
                          _mm512_set1_epi32(0x000F000F));
+    if (qd_q5(QT)) w = _mm512_mask_add_epi16(w, (__mmask32)qd_q5bits(p + qd_qh(QT)), w, _mm512_set1_epi16(16));
   }
   return _mm512_madd_epi16(w, X);
 }
@@ -208,8 +228,8 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     const __m512 P = _mm512_cvtepi32_ps(isum);
     acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(P, D), _mm512_set1_ps(xs[2 * b])));
     if (QT != QD_Q8_0) {
-      const __m512 C = QT == QD_Q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)))
-                                     : _mm512_mul_ps(D, _mm512_set1_ps(-8.f));
+      const __m512 C = qd_hasm(QT) ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)))
+                                   : _mm512_mul_ps(D, _mm512_set1_ps(QT == QD_Q5_0 ? -16.f : -8.f));
       accm = _mm512_add_ps(accm, _mm512_mul_ps(C, _mm512_set1_ps(xs[2 * b + 1])));
     }
   }
@@ -226,10 +246,20 @@ INLINE __m256i qd_dot(const int QT, const uint8_t *p, const int16_t *xb) {
     a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
     b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
   } else {
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + (QT == QD_Q4_1 ? 4 : 2))));
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + qd_qs(QT))));
     const __m256i m = _mm256_set1_epi32(0x000F000F);
     a = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), m);
     b = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12)), m);
+    if (qd_q5(QT)) {   /* word j of a gets 16 where bit j of the lanes' bits is set, of b bit 16 + j */
+      const uint32_t hb = qd_q5bits(p + qd_qh(QT));
+      const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+                                            (short)0x8000);
+      const __m256i s16 = _mm256_set1_epi16(16);
+      const __m256i ha = _mm256_and_si256(_mm256_set1_epi16((short)(hb & 0xFFFF)), bit);
+      const __m256i hc = _mm256_and_si256(_mm256_set1_epi16((short)(hb >> 16)), bit);
+      a = _mm256_or_si256(a, _mm256_and_si256(_mm256_cmpeq_epi16(ha, bit), s16));
+      b = _mm256_or_si256(b, _mm256_and_si256(_mm256_cmpeq_epi16(hc, bit), s16));
+    }
   }
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
   return _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(a, X0), b, X1);
@@ -272,8 +302,8 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     const __m256 P = _mm256_cvtepi32_ps(isum);
     acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(P, D), _mm256_set1_ps(xs[2 * b])));
     if (QT != QD_Q8_0) {
-      const __m256 C = QT == QD_Q4_1 ? _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1))
-                                     : _mm256_mul_ps(D, _mm256_set1_ps(-8.f));
+      const __m256 C = qd_hasm(QT) ? _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1))
+                                   : _mm256_mul_ps(D, _mm256_set1_ps(QT == QD_Q5_0 ? -16.f : -8.f));
       accm = _mm256_add_ps(accm, _mm256_mul_ps(C, _mm256_set1_ps(xs[2 * b + 1])));
     }
   }
@@ -310,12 +340,13 @@ INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb
 #endif /* QD_HAVE */
 
 /* y (m rows, ldy floats apart) = x (m, k) . dequantize(w)^T, w: n rows of k elements of ggml type
- * qtype (q8_0 8, q4_0 2, q4_1 3); scratch: ember_qdot_scratch_bytes(m, k) bytes. Python checks the
+ * qtype (q8_0 8, q4_0 2, q4_1 3, q5_0 6, q5_1 7); scratch: ember_qdot_scratch_bytes(m, k) bytes. Python checks the
  * extents (a group's rows lie within 2^31 bytes: the gather's 32-bit offsets). Returns 0, QD_EQTYPE, QD_ESHAPE
  * or QD_ENOISA (nothing written then). */
 EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,
                              i64 k) {
-  if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1) return QD_EQTYPE;
+  if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1 && qtype != QD_Q5_0 && qtype != QD_Q5_1)
+    return QD_EQTYPE;
   if (m < 0 || n < 0 || k < 0 || k % 32) return QD_ESHAPE;
 #if QD_HAVE
   const i64 nb = k / 32;
@@ -325,7 +356,9 @@ EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void 
   const uint8_t *wb = (const uint8_t *)w;
   if (qtype == QD_Q8_0) qd_rows(QD_Q8_0, wb, nb * 34, m, n, nb, xq, xs, y, ldy);
   else if (qtype == QD_Q4_1) qd_rows(QD_Q4_1, wb, nb * 20, m, n, nb, xq, xs, y, ldy);
-  else qd_rows(QD_Q4_0, wb, nb * 18, m, n, nb, xq, xs, y, ldy);
+  else if (qtype == QD_Q4_0) qd_rows(QD_Q4_0, wb, nb * 18, m, n, nb, xq, xs, y, ldy);
+  else if (qtype == QD_Q5_0) qd_rows(QD_Q5_0, wb, nb * 22, m, n, nb, xq, xs, y, ldy);
+  else qd_rows(QD_Q5_1, wb, nb * 24, m, n, nb, xq, xs, y, ldy);
   return 0;
 #else
   (void)w, (void)x, (void)y, (void)ldy, (void)scratch;
