@@ -1,6 +1,7 @@
 """qdot.c (ember.native's AVX-512 / AVX2 quantized matrix-vector product for q8_0, q4_0, q4_1,
-q5_0 and q5_1, the decode case m <= 4): the SAME BITS as quant.c's q_linear compiled through SIMDe
-(the path it replaces) for every format, at k a multiple of 32 but not of 64, odd n, m = 1..4,
+q5_0, q5_1, q4_k and q6_k, the decode case m <= 4): the SAME BITS as quant.c's q_linear compiled
+through SIMDe (the path it replaces) for every format, at k a multiple of 32 but not of 64 (the
+k-quants: odd multiples of 256 too), odd n, m = 1..4,
 random blocks with extreme scales (largest and subnormal halves, zero, inf, NaN) and extreme
 activations (huge, subnormal, zero, inf, NaN blocks; a NaN output as NaN of either sign); within
 the int16 activation's bound of the dequantized float64 product; the AVX2 code of an
@@ -16,11 +17,11 @@ import ember
 import ember.native as nat
 from ember import quant
 from ember.backends import numpy_quant as nq
-from tests.test_quant import gguf_reference, int16_bound, random_blocks, same_bits
+from tests.test_quant import _HALF_FIELDS, gguf_reference, int16_bound, random_blocks, same_bits
 
 P, I64 = ctypes.c_void_p, ctypes.c_int64
-QTYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
-GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
+QTYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k")
+GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q6_k": 14}
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 
@@ -47,7 +48,7 @@ def lib():
 def qdot(dll, raw, qtype, x, n, k):
     m = x.shape[0]
     y = np.full((m, n), np.nan, np.float32)
-    sc = np.empty(max(1, m * k * 2 + m * (k // 32) * 8), np.uint8)
+    sc = np.empty(max(1, m * k * 2 + m * (k // 32) * 16), np.uint8)
     rc = _qdot(dll)(raw.ctypes.data, x.ctypes.data, y.ctypes.data, n, sc.ctypes.data, GT[qtype], m, n, k)
     assert rc == 0, rc
     return y
@@ -81,12 +82,11 @@ def weights(qtype, n, k, seed, extreme=False):
     """Random blocks (finite scales spanning 1e-4..10); with ``extreme`` some scales replaced by the
     largest half, subnormal halves, +-0 and (q4_1's m too) inf / NaN."""
     f = quant.FORMATS[qtype]
-    raw = random_blocks(qtype, n * k // 32, seed=seed).reshape(-1, f.nbytes)
+    raw = random_blocks(qtype, n * k // f.block, seed=seed).reshape(-1, f.nbytes)
     if extreme:
         rng = np.random.default_rng(seed + 1)
         special = [65504.0, -65504.0, 6e-8, -6e-8, 1e-5, 0.0, -0.0, np.inf, -np.inf, np.nan]
-        fields = [0, 2] if qtype in ("q4_1", "q5_1") else [0]
-        for off in fields:
+        for off in _HALF_FIELDS[qtype]:
             pick = rng.random(raw.shape[0]) < 0.2
             vals = rng.choice(len(special), size=int(pick.sum()))
             if pick.any():
@@ -109,12 +109,17 @@ def activations(m, k, seed, extreme=False):
 
 
 SHAPES = [(1, 32), (7, 96), (17, 160), (33, 224), (37, 96), (61, 576)]
+K_SHAPES = [(1, 256), (7, 768), (17, 256), (33, 1280), (37, 512)]   # (q4_k, q6_k: whole super-blocks)
+
+
+def shapes(qtype):
+    return K_SHAPES if quant.FORMATS[qtype].block == 256 else SHAPES
 
 
 @pytest.mark.parametrize("qtype", QTYPES)
 @pytest.mark.parametrize("extreme", [False, True])
 def test_same_bits_as_the_simde_path(lib, qtype, extreme):
-    for s, (n, k) in enumerate(SHAPES):
+    for s, (n, k) in enumerate(shapes(qtype)):
         raw = weights(qtype, n, k, seed=11 + s, extreme=extreme)
         for m in (1, 2, 3, 4):
             x = activations(m, k, seed=100 * s + m, extreme=extreme)
@@ -124,7 +129,7 @@ def test_same_bits_as_the_simde_path(lib, qtype, extreme):
 
 @pytest.mark.parametrize("qtype", QTYPES)
 def test_within_the_int16_bound_of_float64(lib, qtype):
-    for s, (n, k) in enumerate(SHAPES):
+    for s, (n, k) in enumerate(shapes(qtype)):
         raw = weights(qtype, n, k, seed=31 + s)
         ref = gguf_reference(raw, qtype).reshape(n, k)
         for m in (1, 4):
@@ -146,7 +151,8 @@ def test_output_rows_ldy_and_bad_input(lib):
     assert same_bits(big[:, 5:5 + n], simde(raw, "q4_1", x, n, k))
     assert (big[:, :5] == 7).all() and (big[:, 5 + n:] == 7).all()
     y = np.full(64, 7.0, np.float32)
-    for qt, m, nn, kk, rc in ((12, 1, n, k, -1), (3, 1, n, 100, -2), (3, -1, n, k, -2), (3, 1, -1, k, -2)):
+    for qt, m, nn, kk, rc in ((13, 1, n, k, -1), (0, 1, n, k, -1), (3, 1, n, 100, -2), (12, 1, n, k, -2),
+                              (3, -1, n, k, -2), (3, 1, -1, k, -2)):
         assert fn(raw.ctypes.data, x.ctypes.data, y.ctypes.data, 19, sc.ctypes.data, qt, m, nn, kk) == rc
     assert (y == 7).all()
 
@@ -155,7 +161,7 @@ def test_output_rows_ldy_and_bad_input(lib):
 def test_numpy_quant_uses_it_with_the_same_bits(lib, qtype, monkeypatch):
     """quant.linear on device numpy: qdot on (m <= 4), off, and split over threads in pieces: the
     same bits; m = 5 stays on q_linear."""
-    n, k = 301, 224
+    n, k = 301, 768 if quant.FORMATS[qtype].block == 256 else 224
     w = quant.QTensor.from_bytes(weights(qtype, n, k, seed=5).tobytes(), qtype, (n, k), device="numpy")
     called = []
     real = nq._native_qdot
@@ -186,7 +192,7 @@ def test_avx2_build_same_bits(lib, tmp_path, monkeypatch):
     v3.ember_qdot_isa.restype = I64
     assert v3.ember_qdot_isa() == 256
     for qtype in QTYPES:
-        for s, (n, k) in enumerate(SHAPES):
+        for s, (n, k) in enumerate(shapes(qtype)):
             raw = weights(qtype, n, k, seed=50 + s, extreme=s % 2 == 1)
             for m in (1, 3):
                 x = activations(m, k, seed=s + m, extreme=s % 2 == 0)

@@ -335,7 +335,7 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 # 58.7 -> 34.4 us in cache, 114 -> 74 us with the weight out of L2 (as in a decode); SmolLM2-135M
 # Q4_1's decode 39 -> 48 tok/s.
 NATIVE_QDOT_MAX_M = 4
-_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
+_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q6_k": 14}
 _QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
 
 
@@ -355,9 +355,10 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     m = x2.shape[0]
     if not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2)
-    rb = k // 32 * FORMATS[qtype].nbytes
+    f = FORMATS[qtype]
+    rb = k // f.block * f.nbytes
     y = np.empty((m, n), _F32)
-    sf = (m * k * 2 + m * (k // 32) * 8 + 3) // 4
+    sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
     w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, _QDOT_TYPES[qtype]
     if n * rb * m < NATIVE_SPLIT_BYTES:   # (one call: no closure, the decode's usual case)
         rc = fn(w0, xp, yp, n, _scratch_at(sf), gt, m, n, k)

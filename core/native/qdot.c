@@ -44,7 +44,7 @@
 #endif
 
 /* ggml type numbers */
-enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8 };
+enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K = 12, QD_Q6_K = 14 };
 #define QD_EQTYPE (-1) /* a format this file does not cover */
 #define QD_ESHAPE (-2) /* k not a whole number of blocks, or a negative size */
 #define QD_ENOISA (-3) /* this build has no AVX2 + F16C code */
@@ -71,8 +71,8 @@ enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8 };
 /* which code this build runs: 512 (AVX-512, 16 rows), 256 (AVX2, 8 rows) or 0 (none) */
 EXPORT i64 ember_qdot_isa(void) { return QD_ROWS == 16 ? 512 : QD_ROWS == 8 ? 256 : 0; }
 
-/* scratch bytes ember_qdot_linear needs for m rows of k: the int16 activation and 2 floats a block */
-EXPORT i64 ember_qdot_scratch_bytes(i64 m, i64 k) { return m * k * 2 + m * (k / 32) * 8; }
+/* scratch bytes ember_qdot_linear needs for m rows of k: the int16 activation and 4 floats a block */
+EXPORT i64 ember_qdot_scratch_bytes(i64 m, i64 k) { return m * k * 2 + m * (k / 32) * 16; }
 
 #if QD_HAVE
 
@@ -148,8 +148,10 @@ static void qd_quantize_row(const f32 *x, i64 k, int nib, int16_t *xq, f32 *xs) 
       _mm256_storeu_si256((__m256i *)o, lo);
       _mm256_storeu_si256((__m256i *)(o + 16), hi);
     }
-    xs[2 * b] = d;
-    xs[2 * b + 1] = s0 + s1;
+    xs[4 * b] = d;
+    xs[4 * b + 1] = s0;
+    xs[4 * b + 2] = s1;
+    xs[4 * b + 3] = s0 + s1;
   }
 }
 
@@ -172,17 +174,40 @@ INLINE uint32_t qd_q5bits(const uint8_t *p) {
   return _pext_u32(qh, 0x55555555u) | (_pext_u32(qh, 0xAAAAAAAAu) << 16);
 }
 
+/* the k-quants (256 per super-block, 8 activation blocks of 32): q4_k's sub-block j is 32 bytes
+ * of nibbles (low for even j, high for odd; byte l: element l), which broadcast to both 256-bit
+ * halves and shifted by 4 (j & 1) and 8 + 4 (j & 1) give the even elements, then the odd ones:
+ * the layout above. q6_k's 32-block j = 4 cc + g takes its low 4 bits likewise from ql (64 cc +
+ * 32 (g & 1), shift 4 (g >> 1)) and bits 2g, 2g + 1 of qh (32 cc) as bits 4, 5; its two halves of 16
+ * have their own scales (sc[2 j], sc[2 j + 1]), so their sums stay apart (quant.c's split tile). */
+INLINE int qd_kq(const int QT) { return QT == QD_Q4_K || QT == QD_Q6_K; }
+INLINE i64 qd_sbytes(const int QT) { return QT == QD_Q4_K ? 144 : 210; }
+
 #if QD_ROWS == 16
 
-/* one block of one row as 32 int16 (the activation's layout), times the activation: 16 int32 */
-INLINE __m512i qd_dot(const int QT, const uint8_t *p, __m512i X) {
+/* block j (k-quants: of the super-block at p) of one row as 32 int16 in the activation's layout,
+ * times the activation: 16 int32 */
+INLINE __m512i qd_dot(const int QT, const uint8_t *p, int j, __m512i X) {
+  const __m512i m4 = _mm512_set1_epi32(0x000F000F);
+  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
   __m512i w;
   if (QT == QD_Q8_0) {
     w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 2)));
+  } else if (QT == QD_Q4_K) {
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j >> 1))));
+    w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_add_epi32(halves, _mm512_set1_epi32(4 * (j & 1)))), m4);
+  } else if (QT == QD_Q6_K) {
+    const int cc = j >> 2, g = j & 3;
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 64 * cc + 32 * (g & 1))));
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 128 + 32 * cc)));
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(q, _mm512_add_epi32(halves, _mm512_set1_epi32(4 * (g >> 1)))), m4);
+    /* bits 2g, 2g + 1 of each byte to bits 4, 5 of its word: a rotation right by 2g - 4 (even
+     * elements: the low byte) or 8 + 2g - 4 (odd: the high byte), then the mask */
+    const __m512i rot = _mm512_and_si512(_mm512_add_epi32(halves, _mm512_set1_epi32(2 * g - 4)), _mm512_set1_epi32(31));
+    w = _mm512_or_si512(lo, _mm512_and_si512(_mm512_rorv_epi32(h, rot), _mm512_set1_epi32(0x00300030)));
   } else {
     const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p + qd_qs(QT))));
-    w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)),
-                         _mm512_set1_epi32(0x000F000F));
+    w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)), m4);
     if (qd_q5(QT)) w = _mm512_mask_add_epi16(w, (__mmask32)qd_q5bits(p + qd_qh(QT)), w, _mm512_set1_epi16(16));
   }
   return _mm512_madd_epi16(w, X);
@@ -199,6 +224,16 @@ INLINE __m512i qd_pair128(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
                           _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
 }
+/* [a0 + a2, a1 + a3, b0 + b2, b1 + b3] of 128-bit lanes: q6_k's halves (lanes 0, 2: elements
+ * 0..15 of the block; 1, 3: 16..31) kept apart */
+INLINE __m512i qd_pair_split(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+INLINE __m512 qd_half_lo(__m512i g) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)); }
+INLINE __m512 qd_half_hi(__m512i g) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))); }
+INLINE __m512 qd_neg(__m512 v) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((i32)0x80000000))); }
 
 /* y[0..nr) = rows w + off[r] (nr <= 16; the offsets of lanes >= nr repeat the last row) . x */
 INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64 nb, const int16_t *xq,
@@ -208,30 +243,74 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
   const uint8_t *r[16];
   for (int i = 0; i < 16; i++) r[i] = w + off[i];
   __m512 acc = _mm512_setzero_ps(), accm = acc;
+  __m512 sD[16], sC[8];   /* k-quants: the super-block's scales, a lane per row */
   for (i64 b = 0; b < nb; b++) {
-    const i64 o = b * bs;
+    const int j = qd_kq(QT) ? (int)(b & 7) : 0;
+    const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
     for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64) _mm_prefetch((const char *)(pf + a), QD_HINT);
-    const __m512i X = _mm512_loadu_si512((const void *)(xq + 32 * b));
-    const __m512i t0 = qd_pair32(qd_dot(QT, r[0] + o, X), qd_dot(QT, r[1] + o, X));
-    const __m512i t1 = qd_pair32(qd_dot(QT, r[2] + o, X), qd_dot(QT, r[3] + o, X));
-    const __m512i t2 = qd_pair32(qd_dot(QT, r[4] + o, X), qd_dot(QT, r[5] + o, X));
-    const __m512i t3 = qd_pair32(qd_dot(QT, r[6] + o, X), qd_dot(QT, r[7] + o, X));
-    const __m512i t4 = qd_pair32(qd_dot(QT, r[8] + o, X), qd_dot(QT, r[9] + o, X));
-    const __m512i t5 = qd_pair32(qd_dot(QT, r[10] + o, X), qd_dot(QT, r[11] + o, X));
-    const __m512i t6 = qd_pair32(qd_dot(QT, r[12] + o, X), qd_dot(QT, r[13] + o, X));
-    const __m512i t7 = qd_pair32(qd_dot(QT, r[14] + o, X), qd_dot(QT, r[15] + o, X));
-    const __m512i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3), u2 = qd_pair64(t4, t5), u3 = qd_pair64(t6, t7);
-    const __m512i isum = qd_pair128(qd_pair128(u0, u1), qd_pair128(u2, u3));   /* lane r: row r */
-    /* the block's first 4 bytes of each row: d (and m) as halves */
-    const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
-    const __m512 D = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-    const __m512 P = _mm512_cvtepi32_ps(isum);
-    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(P, D), _mm512_set1_ps(xs[2 * b])));
-    if (QT != QD_Q8_0) {
-      const __m512 C = qd_hasm(QT) ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)))
-                                   : _mm512_mul_ps(D, _mm512_set1_ps(QT == QD_Q5_0 ? -16.f : -8.f));
-      accm = _mm512_add_ps(accm, _mm512_mul_ps(C, _mm512_set1_ps(xs[2 * b + 1])));
+    if (QT == QD_Q4_K && j == 0) {   /* quant.c's q4k_scales: D = d * sc, C = -(dmin * m) */
+      const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
+      const __m512i G0 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 4), 1);
+      const __m512i G1 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 8), 1);
+      const __m512i G2 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 12), 1);
+      const __m512 dd = qd_half_lo(g), dmin = qd_half_hi(g);
+      const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+      for (int s = 0; s < 8; s++) {
+        __m512i sc, mn;
+        if (s < 4) {
+          sc = _mm512_and_si512(_mm512_srli_epi32(G0, 8 * s), m6);
+          mn = _mm512_and_si512(_mm512_srli_epi32(G1, 8 * s), m6);
+        } else {
+          const int t = 8 * (s - 4);
+          sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(G2, t), m4),
+                               _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(G0, t + 6), m2), 4));
+          mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(G2, t + 4), m4),
+                               _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(G1, t + 6), m2), 4));
+        }
+        sD[s] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sc));
+        sC[s] = qd_neg(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
+      }
     }
+    if (QT == QD_Q6_K && j == 0) {   /* D = d * sc per 16 (int8 scales), C = D * -32 */
+      const __m512 dd = qd_half_hi(_mm512_i32gather_epi32(vo, (const void *)(w + o + 206), 1));
+      for (int q = 0; q < 4; q++) {
+        const __m512i S = _mm512_i32gather_epi32(vo, (const void *)(w + o + 192 + 4 * q), 1);
+        for (int t = 0; t < 4; t++)
+          sD[4 * q + t] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 24 - 8 * t), 24)));
+      }
+    }
+    const __m512i X = _mm512_loadu_si512((const void *)(xq + 32 * b));
+#define QD_T(i) qd_dot(QT, r[i] + o, j, X)
+    const __m512i t0 = qd_pair32(QD_T(0), QD_T(1)), t1 = qd_pair32(QD_T(2), QD_T(3));
+    const __m512i t2 = qd_pair32(QD_T(4), QD_T(5)), t3 = qd_pair32(QD_T(6), QD_T(7));
+    const __m512i t4 = qd_pair32(QD_T(8), QD_T(9)), t5 = qd_pair32(QD_T(10), QD_T(11));
+    const __m512i t6 = qd_pair32(QD_T(12), QD_T(13)), t7 = qd_pair32(QD_T(14), QD_T(15));
+#undef QD_T
+    const __m512i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3), u2 = qd_pair64(t4, t5), u3 = qd_pair64(t6, t7);
+    const __m512 dx = _mm512_set1_ps(xs[4 * b]);
+    if (QT == QD_Q6_K) {   /* quant.c's split tile: both halves into acc, then both offsets into accm */
+      const __m512i v01 = qd_pair_split(u0, u1), v23 = qd_pair_split(u2, u3);
+      const __m512 Pl = _mm512_cvtepi32_ps(_mm512_shuffle_i32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)));
+      const __m512 Ph = _mm512_cvtepi32_ps(_mm512_shuffle_i32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+      const __m512 Dl = sD[2 * j], Dh = sD[2 * j + 1], k32 = _mm512_set1_ps(-32.f);
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(Pl, Dl), dx));
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(Ph, Dh), dx));
+      accm = _mm512_add_ps(accm, _mm512_mul_ps(_mm512_mul_ps(Dl, k32), _mm512_set1_ps(xs[4 * b + 1])));
+      accm = _mm512_add_ps(accm, _mm512_mul_ps(_mm512_mul_ps(Dh, k32), _mm512_set1_ps(xs[4 * b + 2])));
+      continue;
+    }
+    const __m512 P = _mm512_cvtepi32_ps(qd_pair128(qd_pair128(u0, u1), qd_pair128(u2, u3)));   /* lane r: row r */
+    __m512 D, C;
+    if (QT == QD_Q4_K) {
+      D = sD[j];
+      C = sC[j];
+    } else {   /* the block's first 4 bytes of each row: d (and m) as halves */
+      const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
+      D = qd_half_lo(g);
+      C = qd_hasm(QT) ? qd_half_hi(g) : _mm512_mul_ps(D, _mm512_set1_ps(QT == QD_Q5_0 ? -16.f : -8.f));
+    }
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(P, D), dx));
+    if (QT != QD_Q8_0) accm = _mm512_add_ps(accm, _mm512_mul_ps(C, _mm512_set1_ps(xs[4 * b + 3])));
   }
   const __m512 out = QT == QD_Q8_0 ? acc : _mm512_add_ps(acc, accm);
   _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), out);
@@ -239,17 +318,31 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
 
 #else /* QD_ROWS == 8: AVX2 */
 
-INLINE __m256i qd_dot(const int QT, const uint8_t *p, const int16_t *xb) {
+INLINE __m256i qd_dot(const int QT, const uint8_t *p, int j, const int16_t *xb) {
   const __m256i X0 = _mm256_loadu_si256((const __m256i *)xb), X1 = _mm256_loadu_si256((const __m256i *)(xb + 16));
+  const __m256i m4 = _mm256_set1_epi32(0x000F000F);
   __m256i a, b;
   if (QT == QD_Q8_0) {
     a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
     b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+  } else if (QT == QD_Q4_K) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j >> 1)));
+    const int sh = 4 * (j & 1);
+    a = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(sh)), m4);
+    b = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(sh + 8)), m4);
+  } else if (QT == QD_Q6_K) {
+    const int cc = j >> 2, g = j & 3, ns = 4 * (g >> 1);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 64 * cc + 32 * (g & 1)));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * cc));
+    const __m256i m2 = _mm256_set1_epi32(0x00030003);
+    a = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(ns)), m4),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * g)), m2), 4));
+    b = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(ns + 8)), m4),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * g + 8)), m2), 4));
   } else {
     const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + qd_qs(QT))));
-    const __m256i m = _mm256_set1_epi32(0x000F000F);
-    a = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), m);
-    b = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12)), m);
+    a = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), m4);
+    b = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12)), m4);
     if (qd_q5(QT)) {   /* word j of a gets 16 where bit j of the lanes' bits is set, of b bit 16 + j */
       const uint32_t hb = qd_q5bits(p + qd_qh(QT));
       const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
@@ -275,6 +368,14 @@ INLINE __m256i qd_pair64(__m256i a, __m256i b) {
   return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
 }
 
+/* the 8 lanes' low 16 bits (and high) as 8 halves in 128 bits each */
+INLINE __m256i qd_halves(__m256i g) {
+  const __m256i ph = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                      0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, ph), _MM_SHUFFLE(3, 1, 2, 0));
+}
+INLINE __m256 qd_neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.f)); }
+
 INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64 nb, const int16_t *xq,
                      const f32 *xs, f32 *y, const uint8_t *pf, i64 pfstep, i64 pflen) {
   const i64 bs = qd_bytes(QT);
@@ -282,30 +383,74 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
   const uint8_t *r[8];
   for (int i = 0; i < 8; i++) r[i] = w + off[i];
   __m256 acc = _mm256_setzero_ps(), accm = acc;
+  __m256 sD[16], sC[8];
   for (i64 b = 0; b < nb; b++) {
-    const i64 o = b * bs;
+    const int j = qd_kq(QT) ? (int)(b & 7) : 0;
+    const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
     for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64) _mm_prefetch((const char *)(pf + a), QD_HINT);
-    const int16_t *xb = xq + 32 * b;
-    const __m256i t0 = qd_pair32(qd_dot(QT, r[0] + o, xb), qd_dot(QT, r[1] + o, xb));
-    const __m256i t1 = qd_pair32(qd_dot(QT, r[2] + o, xb), qd_dot(QT, r[3] + o, xb));
-    const __m256i t2 = qd_pair32(qd_dot(QT, r[4] + o, xb), qd_dot(QT, r[5] + o, xb));
-    const __m256i t3 = qd_pair32(qd_dot(QT, r[6] + o, xb), qd_dot(QT, r[7] + o, xb));
-    const __m256i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3);
-    const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                                          _mm256_permute2x128_si256(u0, u1, 0x31));   /* lane r: row r */
-    const __m256i g = _mm256_i32gather_epi32((const int *)(w + o), vo, 1);
-    /* the low 16 bits of each lane, then the high 16 bits, as 8 halves each */
-    const __m256i ph = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-    const __m256i s = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, ph), _MM_SHUFFLE(3, 1, 2, 0));
-    const __m256 D = _mm256_cvtph_ps(_mm256_castsi256_si128(s));
-    const __m256 P = _mm256_cvtepi32_ps(isum);
-    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(P, D), _mm256_set1_ps(xs[2 * b])));
-    if (QT != QD_Q8_0) {
-      const __m256 C = qd_hasm(QT) ? _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1))
-                                   : _mm256_mul_ps(D, _mm256_set1_ps(QT == QD_Q5_0 ? -16.f : -8.f));
-      accm = _mm256_add_ps(accm, _mm256_mul_ps(C, _mm256_set1_ps(xs[2 * b + 1])));
+    if (QT == QD_Q4_K && j == 0) {
+      const __m256i h = qd_halves(_mm256_i32gather_epi32((const int *)(w + o), vo, 1));
+      const __m256 dd = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+      const __m256i G0 = _mm256_i32gather_epi32((const int *)(w + o + 4), vo, 1);
+      const __m256i G1 = _mm256_i32gather_epi32((const int *)(w + o + 8), vo, 1);
+      const __m256i G2 = _mm256_i32gather_epi32((const int *)(w + o + 12), vo, 1);
+      const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
+      for (int s = 0; s < 8; s++) {
+        __m256i sc, mn;
+        if (s < 4) {
+          sc = _mm256_and_si256(_mm256_srli_epi32(G0, 8 * s), m6);
+          mn = _mm256_and_si256(_mm256_srli_epi32(G1, 8 * s), m6);
+        } else {
+          const int t = 8 * (s - 4);
+          sc = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(G2, t), m4),
+                               _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(G0, t + 6), m2), 4));
+          mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(G2, t + 4), m4),
+                               _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(G1, t + 6), m2), 4));
+        }
+        sD[s] = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(sc));
+        sC[s] = qd_neg(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)));
+      }
     }
+    if (QT == QD_Q6_K && j == 0) {
+      const __m256i h = qd_halves(_mm256_i32gather_epi32((const int *)(w + o + 206), vo, 1));
+      const __m256 dd = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+      for (int q = 0; q < 4; q++) {
+        const __m256i S = _mm256_i32gather_epi32((const int *)(w + o + 192 + 4 * q), vo, 1);
+        for (int t = 0; t < 4; t++)
+          sD[4 * q + t] = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(S, 24 - 8 * t), 24)));
+      }
+    }
+    const int16_t *xb = xq + 32 * b;
+#define QD_T(i) qd_dot(QT, r[i] + o, j, xb)
+    const __m256i t0 = qd_pair32(QD_T(0), QD_T(1)), t1 = qd_pair32(QD_T(2), QD_T(3));
+    const __m256i t2 = qd_pair32(QD_T(4), QD_T(5)), t3 = qd_pair32(QD_T(6), QD_T(7));
+#undef QD_T
+    const __m256i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3);
+    /* 128-bit lane 0 of each: elements 0..15 of the block (q6_k's first half), lane 1: 16..31 */
+    const __m256i lo = _mm256_permute2x128_si256(u0, u1, 0x20), hi = _mm256_permute2x128_si256(u0, u1, 0x31);
+    const __m256 dx = _mm256_set1_ps(xs[4 * b]);
+    if (QT == QD_Q6_K) {
+      const __m256 Pl = _mm256_cvtepi32_ps(lo), Ph = _mm256_cvtepi32_ps(hi);
+      const __m256 Dl = sD[2 * j], Dh = sD[2 * j + 1], k32 = _mm256_set1_ps(-32.f);
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(Pl, Dl), dx));
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(Ph, Dh), dx));
+      accm = _mm256_add_ps(accm, _mm256_mul_ps(_mm256_mul_ps(Dl, k32), _mm256_set1_ps(xs[4 * b + 1])));
+      accm = _mm256_add_ps(accm, _mm256_mul_ps(_mm256_mul_ps(Dh, k32), _mm256_set1_ps(xs[4 * b + 2])));
+      continue;
+    }
+    const __m256 P = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));   /* lane r: row r */
+    __m256 D, C;
+    if (QT == QD_Q4_K) {
+      D = sD[j];
+      C = sC[j];
+    } else {
+      const __m256i s = qd_halves(_mm256_i32gather_epi32((const int *)(w + o), vo, 1));
+      D = _mm256_cvtph_ps(_mm256_castsi256_si128(s));
+      C = qd_hasm(QT) ? _mm256_cvtph_ps(_mm256_extracti128_si256(s, 1))
+                      : _mm256_mul_ps(D, _mm256_set1_ps(QT == QD_Q5_0 ? -16.f : -8.f));
+    }
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(P, D), dx));
+    if (QT != QD_Q8_0) accm = _mm256_add_ps(accm, _mm256_mul_ps(C, _mm256_set1_ps(xs[4 * b + 3])));
   }
   const __m256 out = QT == QD_Q8_0 ? acc : _mm256_add_ps(acc, accm);
   if (nr == 8) {
@@ -332,7 +477,7 @@ INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb
     const i64 p0 = (j + QD_AHEAD * QD_ROWS) * rb, p1 = p0 + QD_ROWS * rb < n * rb ? p0 + QD_ROWS * rb : n * rb;
     const i64 len = p1 > p0 ? p1 - p0 : 0, step = (QD_ROWS * rb + nb - 1) / nb;
     for (i64 i = 0; i < m; i++)
-      qd_group(QT, wj, off, nr, nb, xq + i * nb * 32, xs + i * nb * 2, y + i * ldy + j, len ? w + p0 : w, step,
+      qd_group(QT, wj, off, nr, nb, xq + i * nb * 32, xs + i * nb * 4, y + i * ldy + j, len ? w + p0 : w, step,
                i ? 0 : len);
   }
 }
@@ -345,20 +490,23 @@ INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb
  * or QD_ENOISA (nothing written then). */
 EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,
                              i64 k) {
-  if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1 && qtype != QD_Q5_0 && qtype != QD_Q5_1)
+  if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1 && qtype != QD_Q5_0 && qtype != QD_Q5_1 &&
+      qtype != QD_Q4_K && qtype != QD_Q6_K)
     return QD_EQTYPE;
-  if (m < 0 || n < 0 || k < 0 || k % 32) return QD_ESHAPE;
+  if (m < 0 || n < 0 || k < 0 || k % (qtype == QD_Q4_K || qtype == QD_Q6_K ? 256 : 32)) return QD_ESHAPE;
 #if QD_HAVE
   const i64 nb = k / 32;
   int16_t *xq = (int16_t *)scratch;
   f32 *xs = (f32 *)(xq + m * k);
-  for (i64 i = 0; i < m; i++) qd_quantize_row(x + i * k, k, qtype != QD_Q8_0, xq + i * k, xs + i * nb * 2);
+  for (i64 i = 0; i < m; i++) qd_quantize_row(x + i * k, k, qtype != QD_Q8_0, xq + i * k, xs + i * nb * 4);
   const uint8_t *wb = (const uint8_t *)w;
   if (qtype == QD_Q8_0) qd_rows(QD_Q8_0, wb, nb * 34, m, n, nb, xq, xs, y, ldy);
   else if (qtype == QD_Q4_1) qd_rows(QD_Q4_1, wb, nb * 20, m, n, nb, xq, xs, y, ldy);
   else if (qtype == QD_Q4_0) qd_rows(QD_Q4_0, wb, nb * 18, m, n, nb, xq, xs, y, ldy);
   else if (qtype == QD_Q5_0) qd_rows(QD_Q5_0, wb, nb * 22, m, n, nb, xq, xs, y, ldy);
-  else qd_rows(QD_Q5_1, wb, nb * 24, m, n, nb, xq, xs, y, ldy);
+  else if (qtype == QD_Q5_1) qd_rows(QD_Q5_1, wb, nb * 24, m, n, nb, xq, xs, y, ldy);
+  else if (qtype == QD_Q4_K) qd_rows(QD_Q4_K, wb, nb / 8 * 144, m, n, nb, xq, xs, y, ldy);
+  else qd_rows(QD_Q6_K, wb, nb / 8 * 210, m, n, nb, xq, xs, y, ldy);
   return 0;
 #else
   (void)w, (void)x, (void)y, (void)ldy, (void)scratch;
