@@ -289,9 +289,10 @@ def _scratch_at(size: int) -> int:
 
 
 def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
-    """(m, n) float32 = x2 @ dequantize(w).T through quant.c's q_linear, or None when it does not
-    apply (no kernel, a format or size it leaves to numpy). A decode step makes ~200 of these
-    calls: the one-piece case does no more Python than it must (~4 us a call)."""
+    """(m, n) float32 = x2 @ dequantize(w).T through quant.c's q_linear (for the formats and m
+    qdot.c covers, its AVX-512 / AVX2 code: the same bits), or None when it does not apply (no
+    kernel, a format or size it leaves to numpy). A decode step makes ~200 of these calls: the
+    one-piece case does no more Python than it must (~5-7 us a call)."""
     m = x2.shape[0]
     lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))
     f = FORMATS[qtype]
@@ -330,10 +331,11 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 
 # qdot.c (ember_qdot_linear): the same products as quant.c's q_linear, bit for bit, with AVX-512
 # (16 weight rows at once) or AVX2 (8) code instead of SIMD128 through SIMDe, for these formats and
-# m <= NATIVE_QDOT_MAX_M rows of x (0: off; the benchmarks' A/B switch). Measured on this 2-core
-# AVX-512 Xeon, one row of x, one thread (notes/native-qdot.md has the scripts): q4_1 1536 x 576
-# 58.7 -> 34.4 us in cache, 114 -> 74 us with the weight out of L2 (as in a decode); SmolLM2-135M
-# Q4_1's decode 39 -> 48 tok/s.
+# m <= NATIVE_QDOT_MAX_M rows of x (0: off, the benchmarks' A/B switch; 2-4 rows still beat the
+# SIMDe tiles, 1.1-2.5x). Measured on a 2-core AVX-512 Xeon (notes/native-qdot.md has the
+# scripts): one row, one thread, q4_1 1536 x 576 59 -> 34 us in cache, 114 -> 75 us with the weight
+# out of L2 (as in a decode); SmolLM2-135M decode, alternating in one process, Q4_1 45 -> 62
+# tok/s, Q4_K_M (q5_0 / q4_k / q6_k / q8_0) 40 -> 70 tok/s, the same greedy texts.
 NATIVE_QDOT_MAX_M = 4
 _QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q6_k": 14}
 _QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
@@ -341,7 +343,7 @@ _QDOT: list = [None, None]   # [the q_linear function it was looked up with, emb
 
 def _qdot_fn(qlinear_fn):
     """qdot.c's ember_qdot_linear from the library that gave ``qlinear_fn``, or None (a build
-    without AVX2 + F16C code); kept in _QDOT until the library changes (a lookup costs ~0.7 us)."""
+    without AVX2 + F16C + BMI2 code); kept in _QDOT until the library changes (a lookup costs ~0.7 us)."""
     fn = native.kernel("ember_qdot_linear", ctypes.c_int64, _P, _P, _P, ctypes.c_int64, _P, ctypes.c_int64,
                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
     isa = native.kernel("ember_qdot_isa", ctypes.c_int64)

@@ -31,7 +31,7 @@ void ember_softmax_rows(i64 rows, i64 n, const f32 *x, i64 ldx, f32 *y, i64 ldy)
 EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const i64 *g, const f32 *ap, i64 o0,
                       i64 o1);
 EXPORT i64 ember_activation(f32 *y, i64 n, i64 act, const f32 *ap);
-/* qdot.c's quantized matrix-vector products (q8_0, q4_0, q4_1; AVX-512 / AVX2): numpy_quant.py */
+/* qdot.c's quantized matrix-vector products (q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q6_k; AVX-512 / AVX2): numpy_quant.py */
 EXPORT i64 ember_qdot_isa(void);
 EXPORT i64 ember_qdot_scratch_bytes(i64 m, i64 k);
 EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,

@@ -1,8 +1,8 @@
 /* Quantized matrix-vector products on x86 vector units: y (m, n) = x (m, k) . dequantize(w)^T for
- * the GGUF formats q8_0, q4_0, q4_1, q5_0 and q5_1, a few rows of x at a time (decode: m = 1), with AVX-512
- * (16 weight rows at once) or AVX2 (8 rows). numpy_quant._native_qlinear calls it for those
- * formats and m <= 4; every other case keeps the wasm kernels compiled through SIMDe
- * (wasm_quant.c).
+ * the GGUF formats q8_0, q4_0, q4_1, q5_0, q5_1, q4_k and q6_k, a few rows of x at a time (decode:
+ * m = 1), with AVX-512 (16 weight rows at once) or AVX2 (8 rows). numpy_quant._native_qlinear
+ * calls it for those formats and m <= 4; every other case keeps the wasm kernels compiled through
+ * SIMDe (wasm_quant.c), whose SIMD128 code SIMDe runs 128 bits at a time.
  *
  * The results are the SAME BITS as wasm/kernels/quant.c's q_linear (the SIMDe path): the same
  * arithmetic, only done with wider registers (a NaN output is NaN in both, its sign either: x86
@@ -10,33 +10,40 @@
  * either way; tests/test_native_qdot.py checks the rest bit for bit).
  *  1. each row of x is rounded per block of 32 to int16 exactly as quant.c's quantize_row does
  *     (dx = amax / 32767, q = round-to-nearest-even of x * (32767 / amax), saturated; a block
- *     holding inf or NaN gets dx = NaN and q = 0), with the block's float sum computed in
+ *     holding inf or NaN gets dx = NaN and q = 0), with the block's float sums computed in
  *     quant.c's order ((v0 + v1) + (v2 + v3) over its 4-lane vectors, then (l0 + l2) + (l1 + l3)
- *     for each half, then the two halves added);
+ *     for each half of 16, then the two halves added);
  *  2. per block and weight row the integer dot product of the int16 activation with the block's
  *     values (exact in int32: |q| <= 32767, |w| <= 128, 32 terms) by vpmaddwd, one 512-bit (or two
  *     256-bit) products per row-block, then 16 (8) rows' sums transposed into one vector (lane r =
- *     row r) by the add tree of reduce16 / reduce8;
+ *     row r) by a tree of unpack / shuffle and adds (q6_k: the two halves of 16 apart);
  *  3. per block, with a lane per weight row, in quant.c's order and without contraction (the
  *     library is built -std=c11: GCC's -ffp-contract=off, and clang contracts only within one
  *     expression, never across these intrinsics):
  *       acc = acc + ((float)isum * D) * dx;   accm = accm + C * sum(x over the block)
  *     and y = acc + accm (q8_0: y = acc), D the block's scale, C its offset (q4_1, q5_1: m; q4_0:
- *     -8 D; q5_0: -16 D).
- *     The scales are converted by F16C (vcvtph2ps), exact for every half as quant.c's h2f.
+ *     -8 D; q5_0: -16 D; q4_k: D = d * sc, C = -(dmin * m) per 32; q6_k per 16: D = d * sc,
+ *     C = D * -32, acc taking both halves' products, then accm both offsets, as quant.c's split
+ *     tile). The halves convert by F16C (vcvtph2ps), exact for every half as quant.c's h2f.
  *
- * Activation layout (scratch, int16 per block of 32): q8_0 in natural order; q4_*, q5_* as
- * [x0 x2 .. x14 | x16 x18 .. x30 | x1 x3 .. x15 | x17 .. x31], the order in which one block's 16
- * bytes of nibbles, broadcast to the four 128-bit lanes and shifted right by 0, 4, 8, 12 bits per
- * lane (32-bit shifts; the mask 0x000F keeps each 16-bit word's own nibble), give its 32 values.
+ * Activation layout (scratch, int16 per block of 32): q8_0 in natural order; the others as
+ * [x0 x2 .. x14 | x16 x18 .. x30 | x1 x3 .. x15 | x17 .. x31] (the even elements, then the odd):
+ * the order in which one q4_0 block's 16 bytes of nibbles, broadcast to the four 128-bit lanes and
+ * shifted right by 0, 4, 8, 12 bits per lane (32-bit shifts; the mask 0x000F keeps each 16-bit
+ * word's own nibble), give its 32 values; q5's fifth bits go to that order by two pext and become
+ * a mask (a masked add of 16 with AVX-512, a compare per word with AVX2); the k-quants' 32 bytes
+ * a sub-block give it with shifts of 0 and 8 (see qd_kq).
  *
- * Measured (notes/native-qdot.md): SmolLM2-135M Q4_1's decode products on this 2-core Xeon.
+ * Measured on the 2-core AVX-512 Xeon this was written on, one row of x, one thread, weight in
+ * cache (notes/native-qdot.md has the scripts): SIMDe -> here, q4_1 1536 x 576 59 -> 34 us, q5_0
+ * 80 -> 40, q8_0 576 x 576 23 -> 15, q4_k 576 x 1536 89 -> 40, q6_k 98 -> 53; with the weight out of
+ * L2 (a decode) q4_1 1536 x 576 114 -> 75 us (reading it alone takes ~50). The software prefetch
+ * (QD_AHEAD groups on) took that from 87 to 75; distances 1-8, hints T1 / T2 / NTA and all of a
+ * group's prefetches at its first block were no better. The AVX2 code (8 rows, an x86-64-v3
+ * build) runs about as fast as the AVX-512 code on that machine.
  *
- * (q5: the fifth bits, one per element, go to that order by two pext and become a mask: a masked
- * add of 16 with AVX-512, a compare per word with AVX2.)
- *
- * Without AVX2 + F16C + BMI2 (an EMBER_NATIVE_MARCH=x86-64 build, another architecture) the entry point
- * returns QD_ENOISA and Python keeps the SIMDe path. */
+ * Without AVX2 + F16C + BMI2 (an EMBER_NATIVE_MARCH=x86-64 build, another architecture) the entry
+ * point returns QD_ENOISA (ember_qdot_isa() 0) and Python keeps the SIMDe path. */
 #include "ember_native.h"
 
 #if defined(__GNUC__)
@@ -47,7 +54,7 @@
 enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K = 12, QD_Q6_K = 14 };
 #define QD_EQTYPE (-1) /* a format this file does not cover */
 #define QD_ESHAPE (-2) /* k not a whole number of blocks, or a negative size */
-#define QD_ENOISA (-3) /* this build has no AVX2 + F16C code */
+#define QD_ENOISA (-3) /* this build has no AVX2 + F16C + BMI2 code */
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__) && defined(__F16C__) && defined(__BMI2__)
 #include <immintrin.h>
@@ -200,14 +207,17 @@ INLINE __m512i qd_dot(const int QT, const uint8_t *p, int j, __m512i X) {
     const int cc = j >> 2, g = j & 3;
     const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 64 * cc + 32 * (g & 1))));
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 128 + 32 * cc)));
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(q, _mm512_add_epi32(halves, _mm512_set1_epi32(4 * (g >> 1)))), m4);
+    const __m512i ns = _mm512_add_epi32(halves, _mm512_set1_epi32(4 * (g >> 1)));
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(q, ns), m4);
     /* bits 2g, 2g + 1 of each byte to bits 4, 5 of its word: a rotation right by 2g - 4 (even
      * elements: the low byte) or 8 + 2g - 4 (odd: the high byte), then the mask */
-    const __m512i rot = _mm512_and_si512(_mm512_add_epi32(halves, _mm512_set1_epi32(2 * g - 4)), _mm512_set1_epi32(31));
+    const __m512i rot = _mm512_and_si512(_mm512_add_epi32(halves, _mm512_set1_epi32(2 * g - 4)),
+                                         _mm512_set1_epi32(31));
     w = _mm512_or_si512(lo, _mm512_and_si512(_mm512_rorv_epi32(h, rot), _mm512_set1_epi32(0x00300030)));
   } else {
     const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p + qd_qs(QT))));
-    w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)), m4);
+    const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    w = _mm512_and_si512(_mm512_srlv_epi32(v, sh), m4);
     if (qd_q5(QT)) w = _mm512_mask_add_epi16(w, (__mmask32)qd_q5bits(p + qd_qh(QT)), w, _mm512_set1_epi16(16));
   }
   return _mm512_madd_epi16(w, X);
@@ -233,7 +243,9 @@ INLINE __m512i qd_pair_split(__m512i a, __m512i b) {
 
 INLINE __m512 qd_half_lo(__m512i g) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)); }
 INLINE __m512 qd_half_hi(__m512i g) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))); }
-INLINE __m512 qd_neg(__m512 v) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((i32)0x80000000))); }
+INLINE __m512 qd_neg(__m512 v) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((i32)0x80000000)));
+}
 
 /* y[0..nr) = rows w + off[r] (nr <= 16; the offsets of lanes >= nr repeat the last row) . x */
 INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64 nb, const int16_t *xq,
@@ -247,7 +259,8 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
   for (i64 b = 0; b < nb; b++) {
     const int j = qd_kq(QT) ? (int)(b & 7) : 0;
     const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
-    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64) _mm_prefetch((const char *)(pf + a), QD_HINT);
+    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
+      _mm_prefetch((const char *)(pf + a), QD_HINT);
     if (QT == QD_Q4_K && j == 0) {   /* quant.c's q4k_scales: D = d * sc, C = -(dmin * m) */
       const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
       const __m512i G0 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 4), 1);
@@ -276,7 +289,8 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
       for (int q = 0; q < 4; q++) {
         const __m512i S = _mm512_i32gather_epi32(vo, (const void *)(w + o + 192 + 4 * q), 1);
         for (int t = 0; t < 4; t++)
-          sD[4 * q + t] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 24 - 8 * t), 24)));
+          sD[4 * q + t] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 24 - 8 * t),
+                                                                                   24)));
       }
     }
     const __m512i X = _mm512_loadu_si512((const void *)(xq + 32 * b));
@@ -335,10 +349,10 @@ INLINE __m256i qd_dot(const int QT, const uint8_t *p, int j, const int16_t *xb) 
     const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 64 * cc + 32 * (g & 1)));
     const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * cc));
     const __m256i m2 = _mm256_set1_epi32(0x00030003);
-    a = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(ns)), m4),
-                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * g)), m2), 4));
-    b = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(ns + 8)), m4),
-                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * g + 8)), m2), 4));
+    const __m256i ha = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * g)), m2);
+    const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * g + 8)), m2);
+    a = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(ns)), m4), _mm256_slli_epi32(ha, 4));
+    b = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi32(q, _mm_cvtsi32_si128(ns + 8)), m4), _mm256_slli_epi32(hb, 4));
   } else {
     const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + qd_qs(QT))));
     a = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), m4);
@@ -387,10 +401,12 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
   for (i64 b = 0; b < nb; b++) {
     const int j = qd_kq(QT) ? (int)(b & 7) : 0;
     const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
-    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64) _mm_prefetch((const char *)(pf + a), QD_HINT);
+    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
+      _mm_prefetch((const char *)(pf + a), QD_HINT);
     if (QT == QD_Q4_K && j == 0) {
       const __m256i h = qd_halves(_mm256_i32gather_epi32((const int *)(w + o), vo, 1));
-      const __m256 dd = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+      const __m256 dd = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+      const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
       const __m256i G0 = _mm256_i32gather_epi32((const int *)(w + o + 4), vo, 1);
       const __m256i G1 = _mm256_i32gather_epi32((const int *)(w + o + 8), vo, 1);
       const __m256i G2 = _mm256_i32gather_epi32((const int *)(w + o + 12), vo, 1);
@@ -417,7 +433,8 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
       for (int q = 0; q < 4; q++) {
         const __m256i S = _mm256_i32gather_epi32((const int *)(w + o + 192 + 4 * q), vo, 1);
         for (int t = 0; t < 4; t++)
-          sD[4 * q + t] = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(S, 24 - 8 * t), 24)));
+          sD[4 * q + t] = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(S, 24 - 8 * t),
+                                                                                   24)));
       }
     }
     const int16_t *xb = xq + 32 * b;
@@ -485,9 +502,9 @@ INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb
 #endif /* QD_HAVE */
 
 /* y (m rows, ldy floats apart) = x (m, k) . dequantize(w)^T, w: n rows of k elements of ggml type
- * qtype (q8_0 8, q4_0 2, q4_1 3, q5_0 6, q5_1 7); scratch: ember_qdot_scratch_bytes(m, k) bytes. Python checks the
- * extents (a group's rows lie within 2^31 bytes: the gather's 32-bit offsets). Returns 0, QD_EQTYPE, QD_ESHAPE
- * or QD_ENOISA (nothing written then). */
+ * qtype (q8_0 8, q4_0 2, q4_1 3, q5_0 6, q5_1 7, q4_k 12, q6_k 14); scratch:
+ * ember_qdot_scratch_bytes(m, k) bytes. Python checks the extents (16 rows of w within 2^31 bytes:
+ * the gathers' 32-bit offsets). Returns 0, QD_EQTYPE, QD_ESHAPE or QD_ENOISA (nothing written then). */
 EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,
                              i64 k) {
   if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1 && qtype != QD_Q5_0 && qtype != QD_Q5_1 &&
