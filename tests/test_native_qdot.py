@@ -1,5 +1,5 @@
 """qdot.c (ember.native's AVX-512 / AVX2 quantized matrix-vector product for q8_0, q4_0, q4_1,
-q5_0, q5_1, q4_k and q6_k, the decode case m <= 4): the SAME BITS as quant.c's q_linear compiled
+q5_0, q5_1, q4_k, q5_k and q6_k, the decode case m <= 4): the SAME BITS as quant.c's q_linear compiled
 through SIMDe (the path it replaces) for every format, at k a multiple of 32 but not of 64 (the
 k-quants: odd multiples of 256 too), odd n, m = 1..4,
 random blocks with extreme scales (largest and subnormal halves, zero, inf, NaN) and extreme
@@ -20,8 +20,8 @@ from ember.backends import numpy_quant as nq
 from tests.test_quant import _HALF_FIELDS, gguf_reference, int16_bound, random_blocks, same_bits
 
 P, I64 = ctypes.c_void_p, ctypes.c_int64
-QTYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k")
-GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q6_k": 14}
+QTYPES = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+GT = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14}
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 
@@ -109,7 +109,7 @@ def activations(m, k, seed, extreme=False):
 
 
 SHAPES = [(1, 32), (7, 96), (17, 160), (33, 224), (37, 96), (61, 576)]
-K_SHAPES = [(1, 256), (7, 768), (17, 256), (33, 1280), (37, 512)]   # (q4_k, q6_k: whole super-blocks)
+K_SHAPES = [(1, 256), (7, 768), (17, 256), (33, 1280), (37, 512)]   # (the k-quants: whole super-blocks)
 
 
 def shapes(qtype):
@@ -151,7 +151,7 @@ def test_output_rows_ldy_and_bad_input(lib):
     assert same_bits(big[:, 5:5 + n], simde(raw, "q4_1", x, n, k))
     assert (big[:, :5] == 7).all() and (big[:, 5 + n:] == 7).all()
     y = np.full(64, 7.0, np.float32)
-    for qt, m, nn, kk, rc in ((13, 1, n, k, -1), (0, 1, n, k, -1), (3, 1, n, 100, -2), (12, 1, n, k, -2),
+    for qt, m, nn, kk, rc in ((11, 1, n, k, -1), (0, 1, n, k, -1), (3, 1, n, 100, -2), (12, 1, n, k, -2),
                               (3, -1, n, k, -2), (3, 1, -1, k, -2)):
         assert fn(raw.ctypes.data, x.ctypes.data, y.ctypes.data, 19, sc.ctypes.data, qt, m, nn, kk) == rc
     assert (y == 7).all()

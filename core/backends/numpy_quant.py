@@ -337,7 +337,7 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 # out of L2 (as in a decode); SmolLM2-135M decode, alternating in one process, Q4_1 45 -> 62
 # tok/s, Q4_K_M (q5_0 / q4_k / q6_k / q8_0) 40 -> 70 tok/s, the same greedy texts.
 NATIVE_QDOT_MAX_M = 4
-_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q6_k": 14}
+_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14}
 _QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
 
 

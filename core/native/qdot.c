@@ -1,5 +1,5 @@
 /* Quantized matrix-vector products on x86 vector units: y (m, n) = x (m, k) . dequantize(w)^T for
- * the GGUF formats q8_0, q4_0, q4_1, q5_0, q5_1, q4_k and q6_k, a few rows of x at a time (decode:
+ * the GGUF formats q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k and q6_k, a few rows of x at a time (decode:
  * m = 1), with AVX-512 (16 weight rows at once) or AVX2 (8 rows). numpy_quant._native_qlinear
  * calls it for those formats and m <= 4; every other case keeps the wasm kernels compiled through
  * SIMDe (wasm_quant.c), whose SIMD128 code SIMDe runs 128 bits at a time.
@@ -22,7 +22,7 @@
  *     expression, never across these intrinsics):
  *       acc = acc + ((float)isum * D) * dx;   accm = accm + C * sum(x over the block)
  *     and y = acc + accm (q8_0: y = acc), D the block's scale, C its offset (q4_1, q5_1: m; q4_0:
- *     -8 D; q5_0: -16 D; q4_k: D = d * sc, C = -(dmin * m) per 32; q6_k per 16: D = d * sc,
+ *     -8 D; q5_0: -16 D; q4_k, q5_k: D = d * sc, C = -(dmin * m) per 32; q6_k per 16: D = d * sc,
  *     C = D * -32, acc taking both halves' products, then accm both offsets, as quant.c's split
  *     tile). The halves convert by F16C (vcvtph2ps), exact for every half as quant.c's h2f.
  *
@@ -32,7 +32,7 @@
  * shifted right by 0, 4, 8, 12 bits per lane (32-bit shifts; the mask 0x000F keeps each 16-bit
  * word's own nibble), give its 32 values; q5's fifth bits go to that order by two pext and become
  * a mask (a masked add of 16 with AVX-512, a compare per word with AVX2); the k-quants' 32 bytes
- * a sub-block give it with shifts of 0 and 8 (see qd_kq).
+ * a sub-block give it with shifts of 0 and 8 (see qd_kq; q5_k's fifth bits by q6_k's rotation).
  *
  * Measured on the 2-core AVX-512 Xeon this was written on, one row of x, one thread, weight in
  * cache (notes/native-qdot.md has the scripts): SIMDe -> here, q4_1 1536 x 576 59 -> 34 us, q5_0
@@ -51,7 +51,7 @@
 #endif
 
 /* ggml type numbers */
-enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K = 12, QD_Q6_K = 14 };
+enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K = 12, QD_Q5_K = 13, QD_Q6_K = 14 };
 #define QD_EQTYPE (-1) /* a format this file does not cover */
 #define QD_ESHAPE (-2) /* k not a whole number of blocks, or a negative size */
 #define QD_ENOISA (-3) /* this build has no AVX2 + F16C + BMI2 code */
@@ -187,8 +187,8 @@ INLINE uint32_t qd_q5bits(const uint8_t *p) {
  * the layout above. q6_k's 32-block j = 4 cc + g takes its low 4 bits likewise from ql (64 cc +
  * 32 (g & 1), shift 4 (g >> 1)) and bits 2g, 2g + 1 of qh (32 cc) as bits 4, 5; its two halves of 16
  * have their own scales (sc[2 j], sc[2 j + 1]), so their sums stay apart (quant.c's split tile). */
-INLINE int qd_kq(const int QT) { return QT == QD_Q4_K || QT == QD_Q6_K; }
-INLINE i64 qd_sbytes(const int QT) { return QT == QD_Q4_K ? 144 : 210; }
+INLINE int qd_kq(const int QT) { return QT == QD_Q4_K || QT == QD_Q5_K || QT == QD_Q6_K; }
+INLINE i64 qd_sbytes(const int QT) { return QT == QD_Q4_K ? 144 : QT == QD_Q5_K ? 176 : 210; }
 
 #if QD_ROWS == 16
 
@@ -200,9 +200,15 @@ INLINE __m512i qd_dot(const int QT, const uint8_t *p, int j, __m512i X) {
   __m512i w;
   if (QT == QD_Q8_0) {
     w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 2)));
-  } else if (QT == QD_Q4_K) {
-    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j >> 1))));
+  } else if (QT == QD_Q4_K || QT == QD_Q5_K) {
+    const i64 qs = QT == QD_Q4_K ? 16 : 48;
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + qs + 32 * (j >> 1))));
     w = _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_add_epi32(halves, _mm512_set1_epi32(4 * (j & 1)))), m4);
+    if (QT == QD_Q5_K) {   /* bit j of qh's byte l to bit 4 of element l's word (q6_k's rotation) */
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
+      const __m512i rot = _mm512_and_si512(_mm512_add_epi32(halves, _mm512_set1_epi32(j - 4)), _mm512_set1_epi32(31));
+      w = _mm512_or_si512(w, _mm512_and_si512(_mm512_rorv_epi32(h, rot), _mm512_set1_epi32(0x00100010)));
+    }
   } else if (QT == QD_Q6_K) {
     const int cc = j >> 2, g = j & 3;
     const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 64 * cc + 32 * (g & 1))));
@@ -261,7 +267,7 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
     for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
       _mm_prefetch((const char *)(pf + a), QD_HINT);
-    if (QT == QD_Q4_K && j == 0) {   /* quant.c's q4k_scales: D = d * sc, C = -(dmin * m) */
+    if ((QT == QD_Q4_K || QT == QD_Q5_K) && j == 0) {   /* quant.c's q4k_scales: D = d * sc, C = -(dmin * m) */
       const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
       const __m512i G0 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 4), 1);
       const __m512i G1 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 8), 1);
@@ -315,7 +321,7 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     }
     const __m512 P = _mm512_cvtepi32_ps(qd_pair128(qd_pair128(u0, u1), qd_pair128(u2, u3)));   /* lane r: row r */
     __m512 D, C;
-    if (QT == QD_Q4_K) {
+    if (QT == QD_Q4_K || QT == QD_Q5_K) {
       D = sD[j];
       C = sC[j];
     } else {   /* the block's first 4 bytes of each row: d (and m) as halves */
@@ -339,11 +345,18 @@ INLINE __m256i qd_dot(const int QT, const uint8_t *p, int j, const int16_t *xb) 
   if (QT == QD_Q8_0) {
     a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
     b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
-  } else if (QT == QD_Q4_K) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (j >> 1)));
+  } else if (QT == QD_Q4_K || QT == QD_Q5_K) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + (QT == QD_Q4_K ? 16 : 48) + 32 * (j >> 1)));
     const int sh = 4 * (j & 1);
     a = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(sh)), m4);
     b = _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(sh + 8)), m4);
+    if (QT == QD_Q5_K) {
+      const __m256i h = _mm256_loadu_si256((const __m256i *)(p + 16)), m1 = _mm256_set1_epi32(0x00010001);
+      const __m256i ha = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(j)), m1);
+      const __m256i hb = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(j + 8)), m1);
+      a = _mm256_or_si256(a, _mm256_slli_epi32(ha, 4));
+      b = _mm256_or_si256(b, _mm256_slli_epi32(hb, 4));
+    }
   } else if (QT == QD_Q6_K) {
     const int cc = j >> 2, g = j & 3, ns = 4 * (g >> 1);
     const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 64 * cc + 32 * (g & 1)));
@@ -403,7 +416,7 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
     for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
       _mm_prefetch((const char *)(pf + a), QD_HINT);
-    if (QT == QD_Q4_K && j == 0) {
+    if ((QT == QD_Q4_K || QT == QD_Q5_K) && j == 0) {
       const __m256i h = qd_halves(_mm256_i32gather_epi32((const int *)(w + o), vo, 1));
       const __m256 dd = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
       const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
@@ -457,7 +470,7 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     }
     const __m256 P = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));   /* lane r: row r */
     __m256 D, C;
-    if (QT == QD_Q4_K) {
+    if (QT == QD_Q4_K || QT == QD_Q5_K) {
       D = sD[j];
       C = sC[j];
     } else {
@@ -502,15 +515,15 @@ INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb
 #endif /* QD_HAVE */
 
 /* y (m rows, ldy floats apart) = x (m, k) . dequantize(w)^T, w: n rows of k elements of ggml type
- * qtype (q8_0 8, q4_0 2, q4_1 3, q5_0 6, q5_1 7, q4_k 12, q6_k 14); scratch:
+ * qtype (q8_0 8, q4_0 2, q4_1 3, q5_0 6, q5_1 7, q4_k 12, q5_k 13, q6_k 14); scratch:
  * ember_qdot_scratch_bytes(m, k) bytes. Python checks the extents (16 rows of w within 2^31 bytes:
  * the gathers' 32-bit offsets). Returns 0, QD_EQTYPE, QD_ESHAPE or QD_ENOISA (nothing written then). */
 EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,
                              i64 k) {
   if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1 && qtype != QD_Q5_0 && qtype != QD_Q5_1 &&
-      qtype != QD_Q4_K && qtype != QD_Q6_K)
+      qtype != QD_Q4_K && qtype != QD_Q5_K && qtype != QD_Q6_K)
     return QD_EQTYPE;
-  if (m < 0 || n < 0 || k < 0 || k % (qtype == QD_Q4_K || qtype == QD_Q6_K ? 256 : 32)) return QD_ESHAPE;
+  if (m < 0 || n < 0 || k < 0 || k % (qtype >= QD_Q4_K ? 256 : 32)) return QD_ESHAPE;
 #if QD_HAVE
   const i64 nb = k / 32;
   int16_t *xq = (int16_t *)scratch;
@@ -523,6 +536,7 @@ EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void 
   else if (qtype == QD_Q5_0) qd_rows(QD_Q5_0, wb, nb * 22, m, n, nb, xq, xs, y, ldy);
   else if (qtype == QD_Q5_1) qd_rows(QD_Q5_1, wb, nb * 24, m, n, nb, xq, xs, y, ldy);
   else if (qtype == QD_Q4_K) qd_rows(QD_Q4_K, wb, nb / 8 * 144, m, n, nb, xq, xs, y, ldy);
+  else if (qtype == QD_Q5_K) qd_rows(QD_Q5_K, wb, nb / 8 * 176, m, n, nb, xq, xs, y, ldy);
   else qd_rows(QD_Q6_K, wb, nb / 8 * 210, m, n, nb, xq, xs, y, ldy);
   return 0;
 #else
