@@ -197,3 +197,36 @@ def test_avx2_build_same_bits(lib, tmp_path, monkeypatch):
             for m in (1, 3):
                 x = activations(m, k, seed=s + m, extreme=s % 2 == 0)
                 assert same(qdot(v3, raw, qtype, x, n, k), simde(raw, qtype, x, n, k)), (qtype, n, k, m)
+
+
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q5_0", "q4_k", "q6_k"))
+def test_two_threads_same_bits_as_one(lib, qtype, monkeypatch):
+    """numpy_quant's team.c job (NATIVE_QDOT_TEAM_BYTES: rows of w over two threads, cut at
+    multiples of 16, in 1..5 items) gives the one-thread product bit for bit, at n around the
+    threshold and not a multiple of 16, m = 1..4; a product under the threshold stays on one thread."""
+    from ember.backends import numpy_nn
+    if numpy_nn.team() is None:
+        pytest.skip("one thread here (numpy_blas.threads() < 2)")
+    k = 512 if quant.FORMATS[qtype].block == 256 else 224
+    rb = quant.row_bytes(qtype, k)
+    used = []
+    real, team_bytes = nq._team, nq.NATIVE_QDOT_TEAM_BYTES
+    monkeypatch.setattr(nq, "_team", lambda: used.append(1) or real())
+    for n in (32, 33, 47, 161, team_bytes // rb - 1, team_bytes // rb + 17):
+        raw = weights(qtype, n, k, seed=n).reshape(-1)
+        for m in (1, 2, 3, 4):
+            x = activations(m, k, seed=m + n)
+            monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", 1 << 62)
+            one = nq._native_qlinear(x, raw, qtype, n, k)
+            assert same(one, qdot(lib, raw, qtype, x, n, k)), (qtype, n, m)
+            for items in (1, 2, 3, 5):
+                monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_ITEMS", items)
+                monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", 0)
+                used.clear()
+                two = nq._native_qlinear(x, raw, qtype, n, k)
+                assert used and same_bits(two, one), (qtype, n, m, items)
+            monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_ITEMS", 2)
+            monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", team_bytes)
+            used.clear()
+            default = nq._native_qlinear(x, raw, qtype, n, k)
+            assert bool(used) == (n * rb * m >= team_bytes and n >= 32) and same_bits(default, one), (qtype, n, m)

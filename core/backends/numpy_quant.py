@@ -26,6 +26,7 @@ from .. import native
 from ..errors import IndexingError, ShapeError
 from ..quant import FORMATS, IQ4_VALUES, row_bytes
 from .numpy_blas import matmul, parallel_for, threads
+from .numpy_nn import team as _team
 
 _F32 = np.float32
 
@@ -351,9 +352,40 @@ def _qdot_fn(qlinear_fn):
     return _QDOT[1]
 
 
+# products of at least this many weight bytes (times m rows of x) and 32 rows go over team.c's two
+# threads (numpy_nn.Team, job 7: rows of w cut at multiples of 16, each output row computed as on
+# one thread, so the same bits), in NATIVE_QDOT_TEAM_ITEMS items (a late or busy helper leaves them
+# to the caller); 1 << 62: off (the A/B switch). The helper spins in C between a decode's products
+# (~1 us to join, against parallel_for's 20-40 us), so medium products pay: measured on the 2-core
+# AVX-512 Xeon, weights cycled out of L2 as in a decode, us one thread -> two (notes/native-qdot-
+# threads-scripts/split.py 1 2 4, `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE EMBER_NATIVE=require`):
+# q4_1 64x576 (22 KB) 10.0 -> 11.4, 128x576 (45 KB) 12.6 -> 12.8, 192x576 (68 KB) 15.4 -> 14.3,
+# 576x576 30.1 -> 22.9, 1536x576 71.4 -> 44.8; m = 2: 96x576 (68 KB) 13.1 -> 13.4, 128x576 (90 KB)
+# 15.1 -> 14.2; with the weight in cache two threads pay from ~200 KB. The 49152x576 q8_0 head
+# (before: parallel_for, 2 pieces) 1596 -> 1474. SmolLM2-135M Q4_1 decode (ab_team.py, the bench's
+# 207-token prompt, 128 new tokens, 6 rounds alternating, medians): 53.7 -> 62.7 tok/s (from 160 KB:
+# 62.5), Q4_K_M 54.3 -> 61.9, the same tokens.
+NATIVE_QDOT_TEAM_BYTES = 1 << 16
+NATIVE_QDOT_TEAM_ITEMS = 2
+_J_QDOT = 7
+_QARGS: dict = {}   # team.c job 7's argument arrays by value: (array, its address)
+
+
+def _qdot_args(*values) -> int:
+    """The address of an int64 array holding ``values`` (team.c's J_QDOT arguments, made once each)."""
+    p = _QARGS.get(values)
+    if p is None:
+        if len(_QARGS) > 4096:
+            _QARGS.clear()
+        a = np.array(values, np.int64)
+        p = _QARGS[values] = (a, a.ctypes.data)
+    return p[1]
+
+
 def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     """(m, n) float32 = x2 @ dequantize(w).T through qdot.c (the same bits as q_linear), the rows
-    of w split over threads as _native_qlinear splits them (cut at multiples of 16: whole groups)."""
+    of w split over team.c's two threads from NATIVE_QDOT_TEAM_BYTES, else (no team, or another
+    thread using it) as _native_qlinear splits them (cut at multiples of 16: whole groups)."""
     m = x2.shape[0]
     if not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2)
@@ -362,7 +394,17 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     y = np.empty((m, n), _F32)
     sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
     w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, _QDOT_TYPES[qtype]
-    if n * rb * m < NATIVE_SPLIT_BYTES:   # (one call: no closure, the decode's usual case)
+    size = n * rb * m
+    tm = _team() if size >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
+    if tm is not None:             # (team.c's two threads; None: another thread has the team)
+        sb = (sf * 4 + 63) & ~63                        # (a thread's part of the scratch, whole lines)
+        a = _qdot_args(gt, m, n, k, rb, n, sb)
+        rc = tm(_J_QDOT, a, xp, yp, w0, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
+        if rc is not None:
+            if rc:
+                _native_fail("qlinear", rc, qtype, n, k)
+            return y
+    if size < NATIVE_SPLIT_BYTES:   # (one call: no closure)
         rc = fn(w0, xp, yp, n, _scratch_at(sf), gt, m, n, k)
         if rc:
             _native_fail("qlinear", rc, qtype, n, k)

@@ -45,8 +45,11 @@ enum { T_CLAIM, T_DONE, T_KIND, T_ARGS, T_D0, T_D1, T_D2, T_D3, T_N, T_ERR, T_SP
  *   4 ember_conv_direct: args [wp, bias, g, ap, panel0, panel1, panel_len, npix]; d [x, y]
  *   5 ember_gemv: args [w, bias, g, ap, M]; d [x, y]
  *   6 ember_attention: args [g, c (float bits), scratch0, scratch1, scratch_len, units]; d [q, k, v, y]
+ *   7 ember_qdot_linear by weight rows: args [qtype, m, n, k, row bytes, ldy, scratch bytes a thread];
+ *     d [x, y, w, scratch (two threads' parts, scratch bytes apart)]; each item quantizes x itself
+ *     (m * k elements: well under a microsecond) into its thread's part
  * and the alignment of their ranges (units per block) */
-enum { J_LINEAR = 1, J_DEPTHWISE, J_GEMM, J_DIRECT, J_GEMV, J_ATTENTION, J_COUNT };
+enum { J_LINEAR = 1, J_DEPTHWISE, J_GEMM, J_DIRECT, J_GEMV, J_ATTENTION, J_QDOT, J_COUNT };
 
 EXPORT i64 ember_conv_depthwise_act(const f32 *x, const f32 *w, const f32 *bias, f32 *y, const i64 *g,
                                     const f32 *ap, i64 act, f32 *scratch, i64 scratch_len, i64 p0, i64 p1);
@@ -72,6 +75,7 @@ static void units_of(i64 kind, const i64 *a, i64 *units, i64 *align) {
     case J_GEMM: *units = a[4], *align = 8; break;
     case J_DIRECT: *units = a[7], *align = 32; break;
     case J_GEMV: *units = a[4], *align = 8; break;
+    case J_QDOT: *units = a[2], *align = 16; break;     /* (qdot.c's groups of 16 rows) */
     default: *units = a[5], *align = 1; break;
   }
 }
@@ -103,6 +107,9 @@ static i64 run_item(i64 kind, const i64 *a, const i64 *d, i64 item, i64 n, int t
       __builtin_memcpy(&c, &bits, 4);
       return ember_attention(D(0), D(1), D(2), D(3), I(0), c, F(2 + tid), a[4], lo, hi);
     }
+    case J_QDOT:
+      return ember_qdot_linear((const char *)D(2) + lo * a[4], D(0), D(1) + lo, a[5], (char *)D(3) + tid * a[6],
+                               a[0], a[1], hi - lo, a[3]);
     default:
       return -1;
   }
