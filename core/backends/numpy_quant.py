@@ -269,15 +269,21 @@ def _run_pieces(pieces: list, fn) -> None:
 _PRM: dict = {}   # parameter tables by value (read only by the kernels): (array, its address)
 
 
+def _by_value(cache: dict, dtype, values: tuple) -> int:
+    """The address of a ``dtype`` array holding ``values``, made once per distinct table and kept
+    in ``cache`` (cleared past 4096 tables)."""
+    p = cache.get(values)
+    if p is None:
+        if len(cache) > 4096:
+            cache.clear()
+        a = np.array(values, dtype)
+        p = cache[values] = (a, a.ctypes.data)
+    return p[1]
+
+
 def _prm(*values) -> int:
     """The address of an int32 array holding ``values`` (made once per distinct table)."""
-    p = _PRM.get(values)
-    if p is None:
-        if len(_PRM) > 4096:
-            _PRM.clear()
-        a = np.array(values, np.int32)
-        p = _PRM[values] = (a, a.ctypes.data)
-    return p[1]
+    return _by_value(_PRM, np.int32, values)
 
 
 def _scratch_at(size: int) -> int:
@@ -373,13 +379,7 @@ _QARGS: dict = {}   # team.c job 7's argument arrays by value: (array, its addre
 
 def _qdot_args(*values) -> int:
     """The address of an int64 array holding ``values`` (team.c's J_QDOT arguments, made once each)."""
-    p = _QARGS.get(values)
-    if p is None:
-        if len(_QARGS) > 4096:
-            _QARGS.clear()
-        a = np.array(values, np.int64)
-        p = _QARGS[values] = (a, a.ctypes.data)
-    return p[1]
+    return _by_value(_QARGS, np.int64, values)
 
 
 def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
