@@ -344,7 +344,7 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 # out of L2 (as in a decode); SmolLM2-135M decode, alternating in one process, Q4_1 45 -> 62
 # tok/s, Q4_K_M (q5_0 / q4_k / q6_k / q8_0) 40 -> 70 tok/s, the same greedy texts.
 NATIVE_QDOT_MAX_M = 4
-_QDOT_TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14}
+_QDOT_TYPES = frozenset(("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"))   # (by ggml type id)
 _QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
 
 
@@ -393,7 +393,7 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     rb = k // f.block * f.nbytes
     y = np.empty((m, n), _F32)
     sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
-    w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, _QDOT_TYPES[qtype]
+    w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, f.ggml_type
     size = n * rb * m
     tm = _team() if size >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
     if tm is not None:             # (team.c's two threads; None: another thread has the team)
