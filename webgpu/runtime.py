@@ -176,9 +176,7 @@ class Runtime:
         self.driver.write(storage.buf, data)
 
     def read(self, storage, nbytes: int, offset: int = 0) -> bytes:
-        self.stats["reads"] += 1
-        self.stats["bytes_read"] += nbytes
-        return self.driver.read(storage.buf, nbytes, offset)
+        return self.read_later(storage, nbytes, offset)()
 
     def read_later(self, storage, nbytes: int, offset: int = 0):
         """``driver.read_later``: a function giving the bytes as of this call (a driver without
