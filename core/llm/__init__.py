@@ -366,6 +366,8 @@ class LLM:
         ``timer[0]`` gathers the seconds spent enqueuing and waiting. Closing it early waits for
         the read in flight (the steps enqueued past the stop still run: their cache rows lie
         where a later reply writes before it reads)."""
+        from ..webgpu.replay import read_ints_later   # (the loop runs on webgpu only)
+
         dev = self.device
         # int64 like argmax's output: every step replays one plan (one input signature)
         r = tensor([token], dtype="int64", device=dev)
@@ -383,7 +385,7 @@ class LLM:
                         pos += 1
                     n -= len(outs)
                     batch = min(2 * batch, RUN_AHEAD)
-                    started = _read_tokens_later(outs)
+                    started = read_ints_later(outs)
                 toks = pending() if pending is not None else ()
                 pending = started
                 timer[0] += time.perf_counter() - t0
@@ -439,13 +441,3 @@ def _team_choices(step, give: dict | None = None):
     return out if give is None else (done and given > 0)
 
 
-def _read_tokens_later(outs: list):
-    """A function giving the one integer each of ``outs`` (tensors of shape (1,)) holds, read in
-    one GPU read started now where the device can gather them
-    (``ember.webgpu.replay.read_ints_later``)."""
-    if outs and outs[0].device == "webgpu":
-        from ..webgpu.replay import read_ints_later
-
-        return read_ints_later(outs)
-    vals = [int(o.tolist()[0]) for o in outs]
-    return lambda: vals
