@@ -97,6 +97,21 @@ def wheel_into(d) -> str:
     return os.path.basename(whl)
 
 
+def _visit(port: int, webgpu: bool, timeout_ms: int, logs: list) -> str:
+    """Open the served page in a fresh headless Chromium and return ``window.result``."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=FLAGS + ([WEBGPU_FLAG] if webgpu else []))
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: logs.append(m.text))
+            page.goto(f"http://127.0.0.1:{port}/index.html")
+            page.wait_for_function("window.result !== undefined", timeout=timeout_ms)
+            return page.evaluate("window.result")
+        finally:
+            browser.close()
+
+
 def run_page(d, code: str, *, files=(), links=None, webgpu: bool = False, timeout_ms: int = 600_000,
              isolated: bool = False) -> dict:
     """Serve folder ``d`` (wheel and Pyodide added here; ``links``: {name: path} symlinked in;
@@ -117,17 +132,20 @@ def run_page(d, code: str, *, files=(), links=None, webgpu: bool = False, timeou
     threading.Thread(target=server.serve_forever, daemon=True).start()
     logs = []
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                        args=FLAGS + ([WEBGPU_FLAG] if webgpu else []))
+        for attempt in (0, 1):
+            logs.clear()
             try:
-                page = browser.new_page()
-                page.on("console", lambda m: logs.append(m.text))
-                page.goto(f"http://127.0.0.1:{server.server_address[1]}/index.html")
-                page.wait_for_function("window.result !== undefined", timeout=timeout_ms)
-                raw = page.evaluate("window.result")
-            finally:
-                browser.close()
+                raw = _visit(server.server_address[1], webgpu, timeout_ms, logs)
+                break
+            except Exception as e:
+                # Chromium's renderer process died under the page ("Target crashed": about one run
+                # in ten of test_webgpu_attn_split's page after the file's other tests, never alone
+                # in 14 runs; once in bench_web's MNIST page): the page runs once more, and says so
+                if attempt or "Target crashed" not in str(e):
+                    raise
+                import warnings
+
+                warnings.warn(f"browser_page: Chromium's renderer crashed ({e}); running the page once more")
     finally:
         server.shutdown()
         server.server_close()
