@@ -130,10 +130,10 @@ def _wait(buf) -> None:
         return
     from .webgpu.fusion import realize
 
-    realize(buf)
+    realize(buf, wide=False)
     rt = buf.rt
-    if buf.size and buf.storage is not None:
-        rt.read(buf.storage, 4, buf.offset * 4)
+    if buf.size and buf.storage is not None:   # (the 4-byte word holding its first element)
+        rt.read(buf.storage, 4, buf.offset * (2 if buf.storage.half else 4) // 4 * 4)
     else:
         rt.driver.flush()
 

@@ -5,9 +5,13 @@ natively (``native.py``: Vulkan/Metal/DX12, lavapipe on a machine without a GPU)
 in the browser (``browser.py``, Pyodide). Elementwise ops are recorded lazily and fused into one
 kernel per chain, or into the epilogue of the matmul they follow (``fusion.py``); movement ops are
 views; buffers are pooled (``pool.py``); matmul picks its fastest kernel variant per shape class
-(``autotune.py``, ``linalg.py``). Every element is 4 bytes on the GPU: float16 is stored as f32
-(rounded to half precision after each op), int64 as i32 (uploads outside the int32 range raise
-DTypeError), uint8 and bool as u32 (see ``backend.py``).
+(``autotune.py``, ``linalg.py``). Every element is 4 bytes on the GPU except float16 where the
+device has ``shader-f16``: there a float16 tensor is stored as ``f16`` (2 bytes; uploads and reads
+copy the bytes, fused kernels and matmul read and write it; other kernels get a 4-byte copy).
+Without ``shader-f16`` (Chromium's SwiftShader), or with ``EMBER_WEBGPU_F16=0`` /
+``set_f16(False)``, float16 is stored as f32 rounded to half precision after each op. int64 is
+stored as i32 (uploads outside the int32 range raise DTypeError), uint8 and bool as u32 (see
+``backend.py``).
 
 Natively nothing needs to be set up::
 
@@ -47,7 +51,7 @@ from .fusion import fusion_enabled, set_fusion
 from .runtime import get_runtime, init_runtime
 
 __all__ = ["init", "stats", "reset_stats", "info", "set_fusion", "fusion_enabled", "evaluate", "synchronize",
-           "set_limits", "custom_op"]
+           "set_limits", "custom_op", "set_f16"]
 
 
 async def init(power_preference: str = "high-performance") -> dict:
@@ -85,6 +89,17 @@ def set_limits(max_binding_bytes=None, max_buffer_bytes=None) -> dict:
     return get_runtime().set_limits(max_binding_bytes, max_buffer_bytes)
 
 
+def set_f16(enabled: bool) -> bool:
+    """Store new float16 tensors in 2-byte ``f16`` storage (True, the default where the device
+    has ``shader-f16``) or as 4-byte f32 holding halves (False; ``EMBER_WEBGPU_F16=0`` at start-up
+    does the same). Tensors made before keep their storage; both kinds mix freely. Without
+    ``shader-f16`` it stays off. Returns the previous setting."""
+    rt = get_runtime()
+    old = rt.half
+    rt.half = bool(enabled) and "shader-f16" in rt.features
+    return old
+
+
 def info() -> dict:
     """Adapter info (vendor, device, backend, driver), ``limits`` and ``features``."""
     return get_runtime().info()
@@ -101,7 +116,7 @@ def evaluate(*tensors) -> None:
 
     for t in tensors:
         if t.device == "webgpu":
-            realize(t._buf)
+            realize(t._buf, wide=False)
 
 
 def synchronize() -> None:

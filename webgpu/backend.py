@@ -1,11 +1,18 @@
 """``device="webgpu"``: the WebGPU backend (see ``ember.webgpu`` for the overview).
 
-Storage on the GPU: every element is 4 bytes.
+Storage on the GPU: every element is 4 bytes, except float16 in half storage.
 
 - float32 -> ``f32``.
-- float16 -> ``f32`` holding half-precision values: Chromium's WebGPU has no ``shader-f16``, so
-  halves are widened on upload, every float16 result is rounded to half precision in the shader
-  (``round_f16``) and narrowed on download. Memory use is that of float32.
+- float16 -> ``f16`` (2 bytes an element, "half storage") where the device has ``shader-f16``
+  (``Runtime.half``: lavapipe, most GPUs natively and in browsers): uploads and downloads copy the
+  bytes as they are, the fused elementwise kernels read ``f16`` (computing in f32) and store
+  ``f16``, and the matmul reads ``f16`` operands. Other hand-written kernels get a 4-byte copy
+  (``fusion.realize``'s ``wide``) and give 4-byte results, which the next elementwise op or cast
+  narrows. ``EMBER_WEBGPU_F16=0`` (or ``ember.webgpu.set_f16(False)``) turns half storage off.
+- float16 -> ``f32`` holding half-precision values otherwise (Chromium's SwiftShader has no
+  ``shader-f16``), and for the results of the other kernels: halves are widened on upload, every
+  float16 result is rounded to half precision in the shader (``round_f16``) and narrowed on
+  download. Memory use is that of float32.
 - int64 -> ``i32``: WGSL has no 64-bit integer. Uploading an int64 value outside
   [-2**31, 2**31) raises DTypeError; results of int64 arithmetic wrap at 32 bits on the GPU.
 - int32 -> ``i32``; uint8 -> ``u32`` (masked to 8 bits after each op); bool -> ``u32`` 0/1.
@@ -138,6 +145,12 @@ class WebGPUBackend:
         return compile_plan(self, plan)
 
     def from_bytes(self, data, shape, dtype) -> GBuf:
+        if dtype is _dt.float16 and self.rt.half:   # half storage: the bytes as they are
+            raw = bytes(data)
+            st = self.rt.alloc(fusion.storage_bytes(len(raw) // 2, True), half=True)
+            if raw:
+                self.rt.write(st, raw)
+            return GBuf(self.rt, shape, dtype, storage=st)
         raw = to_device_bytes(data, dtype)
         st = self.rt.alloc(len(raw))
         if raw:
@@ -148,21 +161,31 @@ class WebGPUBackend:
         return g
 
     def _prepare(self, buf: GBuf):
-        g = contiguous(buf)
-        return g, g.size * 4
+        """(contiguous buffer, bytes to read, byte offset, bytes to drop from the front): a
+        half-stored tensor is read as it is, from the 4-byte word its first element lies in."""
+        g = contiguous(buf, wide=False)
+        if fusion.is_half(g):
+            start = g.offset * 2 // 4 * 4
+            return g, ((g.offset + g.size) * 2 - start + 3) // 4 * 4, start, g.offset * 2 - start
+        return g, g.size * 4, g.offset * 4, 0
+
+    def _host(self, raw, g, skip, dtype) -> bytes:
+        if fusion.is_half(g):
+            return bytes(raw[skip:skip + 2 * g.size])
+        return from_device_bytes(raw, dtype)
 
     def to_bytes(self, buf: GBuf, shape, dtype) -> bytes:
-        g, n = self._prepare(buf)
-        if n == 0:
+        g, n, off, skip = self._prepare(buf)
+        if g.size == 0:
             self.rt.driver.flush()
             return b""
-        return from_device_bytes(self.rt.read(g.storage, n, g.offset * 4), dtype)
+        return self._host(self.rt.read(g.storage, n, off), g, skip, dtype)
 
     async def to_bytes_async(self, buf: GBuf, shape, dtype) -> bytes:
-        g, n = self._prepare(buf)
-        if n == 0:
+        g, n, off, skip = self._prepare(buf)
+        if g.size == 0:
             return b""
-        return from_device_bytes(await self.rt.read_async(g.storage, n, g.offset * 4), dtype)
+        return self._host(await self.rt.read_async(g.storage, n, off), g, skip, dtype)
 
 
 __all__ = ["create_backend", "WebGPUBackend", "GBuf", "realize", "contiguous", "fusion"]

@@ -54,7 +54,9 @@ async def create_browser_driver(power_preference: str = "high-performance") -> "
         v = getattr(lim, js_name, None)
         if v is not None:
             req[js_name] = int(v)
-    feats = [f for f in ("subgroups", "timestamp-query") if adapter.features.has(f)]
+    # shader-f16: float16 tensors in 2-byte storage (ember.webgpu.backend) where the adapter has it
+    # (a real GPU; Chromium's SwiftShader has not, and keeps the 4-byte form)
+    feats = [f for f in ("subgroups", "timestamp-query", "shader-f16") if adapter.features.has(f)]
     try:
         dev = await adapter.requestDevice(_obj(ffi, js, {"requiredLimits": req, "requiredFeatures": feats}))
     except Exception as e:

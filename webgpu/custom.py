@@ -15,8 +15,9 @@ Binding convention (``@group(0)``), for an op with ``n`` tensor inputs::
                                                                  // contiguous from element 0
     @binding(n + 1)  var<uniform> info: array<vec4<u32>, K>;     // shapes (and params)
 
-Every element is 4 bytes (``f32`` for float32/float16 tensors, ``i32`` for int32/int64, ``u32``
-for uint8/bool: see ``ember.webgpu.backend``). Half-precision math inside a kernel (``enable
+Every element a custom kernel binds is 4 bytes (``f32`` for float32/float16 tensors, ``i32`` for
+int32/int64, ``u32`` for uint8/bool: see ``ember.webgpu.backend``): a float16 input held in 2-byte
+half storage is handed over as a 4-byte copy (``fusion.dense``), and the output is 4-byte. Half-precision math inside a kernel (``enable
 f16;``, ``f16`` / ``vec4<f16>`` values) works where ``"shader-f16" in
 ember.webgpu.info()["features"]`` (natively where the adapter has it, in Chrome on most GPUs;
 not SwiftShader): convert at the loads and stores, the buffers stay 4-byte. ``info`` holds, for tensor ``t`` (0 = the output,

@@ -26,9 +26,16 @@ more than ``MAX_NODES`` ops, or a lazy input broadcast to a larger shape (it is 
 its work is not repeated for every broadcast copy; scalar constants are exempt).
 ``EMBER_FUSION=off`` (or ``ember.webgpu.set_fusion(False)``) realises every op at once.
 
-The generated kernel's cache key is its structure: output rank and dtype, each input's storage
-type and whether it is read contiguously, and each op with its dtype. Shapes, strides, offsets
-and constant values are uniforms.
+The generated kernel's cache key is its structure: output rank, dtype and storage (half or not),
+each input's storage type and whether it is read contiguously, and each op with its dtype.
+Shapes, strides, offsets and constant values are uniforms.
+
+Half storage (``Runtime.half``, see ``ember.webgpu.backend``): a leaf in half storage is bound as
+``array<f16>`` and widened as it is loaded; a float16 expression realised with ``wide=False``
+(views, reads, fusion's own boundaries) is stored as ``f16(v)`` (exact: ``v`` is already
+rounded to half precision by ``round_f16``). ``realize``/``contiguous``/``dense`` default to
+``wide=True``: the hand-written kernels that call them get 4-byte buffers, so none of them reads
+half storage as f32.
 """
 from __future__ import annotations
 
@@ -60,13 +67,31 @@ def fusion_enabled() -> bool:
 # ---- storage types ----------------------------------------------------------------------------
 
 def wgsl_type(dtype) -> str:
-    """The WGSL type a dtype is stored as: every element is 4 bytes on the GPU."""
+    """The WGSL type a dtype's values are computed in (and stored as, in 4-byte storage; a
+    float16 tensor in half storage holds ``f16``: see ``storage_type``)."""
     k = dtype.kind
     if k == "f":
         return "f32"
     if k == "i":
         return "i32"
     return "u32"
+
+
+def is_half(g) -> bool:
+    """Whether realised ``g`` lies in half storage (2-byte ``f16`` elements)."""
+    st = g.storage
+    return st is not None and st.half
+
+
+def storage_type(g) -> str:
+    """The WGSL element type of realised ``g``'s storage: ``f16`` for half storage, else the
+    4-byte ``wgsl_type`` of its dtype."""
+    return "f16" if is_half(g) else wgsl_type(g.dtype)
+
+
+def storage_bytes(n: int, half: bool) -> int:
+    """Bytes ``n`` elements take (half storage: 2 each, rounded up to a 4-byte word)."""
+    return (2 * n + 3) // 4 * 4 if half else 4 * n
 
 
 def contiguous_strides(shape) -> tuple:
@@ -80,7 +105,7 @@ def contiguous_strides(shape) -> tuple:
 
 class GBuf:
     """A webgpu tensor's buffer (see the module docstring). ``offset``/``strides`` count
-    elements (4 bytes each)."""
+    elements (4 bytes each, 2 in half storage: ``storage.half``)."""
 
     __slots__ = ("storage", "offset", "strides", "expr", "shape", "dtype", "rt", "bounds", "__weakref__")
 
@@ -188,7 +213,7 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
         if g.expr is not None:
             if g.expr.kind == "const" or g.shape == out.shape or _inline_broadcast(g, out.shape):
                 return g.expr
-            realize(g)
+            realize(g, wide=False)
         return Node("leaf", g.dtype, buf=g)
 
     node = Node("op", out.dtype, name=name, args=[arg_of(g) for g in inputs], attrs=attrs)
@@ -198,7 +223,7 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
         if nodes > MAX_NODES or leaves > rt.max_storage - 1:
             for g in inputs:
                 if g.expr is not None and g.expr.kind != "const":
-                    realize(g)
+                    realize(g, wide=False)
             node = Node("op", out.dtype, name=name, args=[arg_of(g) for g in inputs], attrs=attrs)
             node.bounds = _bounds(node)
         mms = node.bounds[2]
@@ -207,7 +232,7 @@ def record(rt, name: str, out, inputs, attrs=()) -> GBuf:
         if nd.buf is None:
             nd.attrs[1].append(weakref.ref(g))
     if not _FUSION[0]:
-        realize(g)
+        realize(g, wide=False)
     return g
 
 
@@ -231,18 +256,25 @@ def _inline_broadcast(g: GBuf, shape) -> bool:
     return all(a == 1 or a == b for a, b in zip(g.shape[::-1], tuple(shape)[::-1]))
 
 
-def realize(g: GBuf) -> GBuf:
-    """Run the lazy expression of ``g`` (one dispatch) and make ``g`` a plain buffer."""
+def realize(g: GBuf, wide: bool = True) -> GBuf:
+    """Run the lazy expression of ``g`` (one dispatch) and make ``g`` a plain buffer.
+
+    ``wide`` (the default, for the hand-written kernels): the buffer returned holds 4-byte
+    elements. A lazy ``g`` is computed into 4-byte storage in place; a float16 ``g`` already in
+    half storage is left as it is and a 4-byte contiguous copy of it returned (one fused
+    dispatch). ``wide=False`` (views, fusion, reads): a lazy float16 ``g`` goes into half
+    storage where ``rt.half`` is on. Either way ``g``'s values are the same."""
     nd = g.expr
     if nd is None:
-        return g
+        return _widened(g) if wide and is_half(g) else g
     if nd.kind == "mm" and nd.buf is not None:   # already run for another expression
         src = nd.buf
         g.storage, g.offset, g.strides, g.expr = src.storage, src.offset, src.strides, None
-        return g
+        return _widened(g) if wide and is_half(g) else g
     rt = g.rt
     n = g.size
-    storage = rt.alloc(n * 4)
+    half = not wide and g.dtype is _dt.float16 and rt.half and nd.kind != "mm"
+    storage = rt.alloc(storage_bytes(n, half), half=half)
     if n:
         if nd.kind == "mm":
             nd.value.launch(storage, None, None)
@@ -257,23 +289,30 @@ def realize(g: GBuf) -> GBuf:
     return g
 
 
-def contiguous(g: GBuf) -> GBuf:
-    """``g`` itself when it is a contiguous buffer, else a contiguous copy (one dispatch)."""
-    if g.expr is None and g.is_contiguous():
+def _widened(g: GBuf) -> GBuf:
+    """A contiguous copy of half-stored ``g`` in 4-byte storage (one fused dispatch)."""
+    return realize(GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g)))
+
+
+def contiguous(g: GBuf, wide: bool = True) -> GBuf:
+    """``g`` itself when it is a contiguous buffer, else a contiguous copy (one dispatch).
+    ``wide``: as ``realize``'s (the buffer returned has 4-byte elements)."""
+    if g.expr is None and g.is_contiguous() and not (wide and is_half(g)):
         return g
     if g.expr is None:
         c = GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g))
         c.bounds = g.bounds
-        return realize(c)
-    return realize(g)
+        return realize(c, wide)
+    return realize(g, wide)
 
 
-def dense(g: GBuf) -> GBuf:
-    """``g`` as a contiguous buffer starting at element 0 (for kernels that take no offset)."""
-    realize(g)  # in place: a lazy tensor used twice (a weight, say) is computed once
+def dense(g: GBuf, wide: bool = True) -> GBuf:
+    """``g`` as a contiguous buffer starting at element 0 (for kernels that take no offset).
+    ``wide``: as ``realize``'s."""
+    g = realize(g, wide)  # in place: a lazy tensor used twice (a weight, say) is computed once
     if g.offset == 0 and g.is_contiguous():
         return g
-    return realize(GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g)))
+    return realize(GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g)), wide)
 
 
 def leaf_strides(g: GBuf, out_shape) -> tuple:
@@ -326,7 +365,7 @@ class Program:
                     leaf_ids[id(gb)] = j
                     self.leaves.append(gb)
                     self.leaf_direct.append(gb.shape == self.shape and gb.is_contiguous())
-                sig.append(("L", j, wgsl_type(gb.dtype), self.leaf_direct[j]))
+                sig.append(("L", j, storage_type(gb), self.leaf_direct[j]))
             elif nd.kind == "const":
                 self.consts.append((nd.value, nd.dtype))
                 sig.append(("C", len(self.consts) - 1, wgsl_type(nd.dtype)))
@@ -363,7 +402,7 @@ class Program:
         ``chunk_word``: the word holding the first output element of this chunk (a chunked
         run: ``i`` counts from the chunk's start, strided inputs index by the global element)."""
         rank = len(self.shape)
-        bindings = [f"@group(0) @binding({first_binding + j}) var<storage, read> in{j}: array<{wgsl_type(gb.dtype)}>;"
+        bindings = [f"@group(0) @binding({first_binding + j}) var<storage, read> in{j}: array<{storage_type(gb)}>;"
                     for j, gb in enumerate(self.leaves)]
         lines = []
         if not all(self.leaf_direct) or strided_out:
@@ -382,7 +421,8 @@ class Program:
                 else:
                     terms = " + ".join(f"d{d} * s({w + 1 + d}u)" for d in range(rank)) or "0"
                     idx = f"u32(s({w}u) + {terms})"
-                lines.append(f"  let v{k} = in{j}[{idx}];")
+                load = f"in{j}[{idx}]"
+                lines.append(f"  let v{k} = f32({load});" if e[2] == "f16" else f"  let v{k} = {load};")
             elif e[0] == "C":
                 w = base + self.const_word[e[1]]
                 val = {"f32": f"bitcast<f32>(u({w}u))", "i32": f"s({w}u)", "u32": f"u({w}u)"}[e[2]]
@@ -452,13 +492,15 @@ def _run(rt, root, shape, dtype, storage, out_view=None) -> None:
         rt.stats["fused_ops"] += prog.ops
         return
     mb = rt.max_binding
-    if (n * 4 if out_view is None else storage.nbytes) > mb or any(gb.storage.nbytes > mb for gb in prog.leaves):
+    half = storage.half
+    nb = max(4, storage_bytes(n, half))
+    if (nb if out_view is None else storage.nbytes) > mb or any(gb.storage.nbytes > mb for gb in prog.leaves):
         _run_chunked(rt, prog, words, shape, dtype, storage, out_view)
         return
     info_n = max(1, (len(words) + 3) // 4)
-    key = ("fused", len(shape), dtype.name, prog.sig, out_view is not None)
-    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, out_view is not None))
-    bufs = [(storage.buf, 0, storage.nbytes if out_view is not None else max(4, n * 4))]
+    key = ("fused", len(shape), dtype.name, prog.sig, out_view is not None, half)
+    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, out_view is not None, half=half))
+    bufs = [(storage.buf, 0, storage.nbytes if out_view is not None else nb)]
     bufs += [(gb.storage.buf, 0, gb.storage.nbytes) for gb in prog.leaves]
     from .driver import grid_1d
 
@@ -506,9 +548,17 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
 
     n = prod(shape)
     mb = rt.max_binding
-    A = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
+    align = max(int(rt.limits["min_storage_buffer_offset_alignment"]), 16)   # bytes
+    half = storage.half
+    A = align // (2 if half else 4)   # elements: chunks of the output start at aligned offsets
     cap = mb // 4                                     # elements one binding may hold
     strided = [None if prog.leaf_direct[j] else leaf_strides(gb, shape) for j, gb in enumerate(prog.leaves)]
+
+    def window(lo, hi, st):
+        es = 2 if st.half else 4
+        a = align // es
+        base = lo // a * a
+        return base, min(((hi + 1 - base) * es + 15) // 16 * 16, st.nbytes - base * es)
 
     def windows(s, e):
         out = []
@@ -517,15 +567,13 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
                 lo, hi = gb.offset + s, gb.offset + e - 1
             else:
                 lo, hi = _leaf_range(gb, strided[j], shape, s, e)
-            base = lo // A * A
-            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, gb.storage.nbytes - base * 4)
+            base, size = window(lo, hi, gb.storage)
             out.append((base, size, (gb.offset + s if strided[j] is None else gb.offset) - base))
         if out_view is None:
-            out.append((s, max(4, (e - s) * 4), 0))
+            out.append((s, max(4, storage_bytes(e - s, half)), 0))
         else:       # a region of a larger buffer (concat, pad): the window the chunk writes
             lo, hi = _range(out_view[0], out_view[1], shape, s, e)
-            base = lo // A * A
-            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, storage.nbytes - base * 4)
+            base, size = window(lo, hi, storage)
             out.append((base, size, out_view[0] - base))
         return out
 
@@ -546,8 +594,8 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
     chunk_word = len(words)
     info_n = max(1, (len(words) + 1 + 3) // 4)
     strided_out = out_view is not None
-    key = ("fused", len(shape), dtype.name, prog.sig, strided_out, "chunked")
-    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, strided_out, chunk_word))
+    key = ("fused", len(shape), dtype.name, prog.sig, strided_out, "chunked", half)
+    pipe = rt.pipeline(key, lambda: _source(prog, dtype, info_n, strided_out, chunk_word, half))
     for s, e, win in plan:
         w = list(words)
         w[0] = e - s
@@ -557,8 +605,9 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
             w[1 + len(shape)] = win[-1][2]
         w.append(s)
         base, size, _ = win[-1]
-        bufs = [(storage.buf, base * 4, size)]
-        bufs += [(gb.storage.buf, base * 4, size) for gb, (base, size, _) in zip(prog.leaves, win)]
+        bufs = [(storage.buf, base * (2 if half else 4), size)]
+        bufs += [(gb.storage.buf, base * (2 if gb.storage.half else 4), size)
+                 for gb, (base, size, _) in zip(prog.leaves, win)]
         rt.stats["fused_kernels"] += 1
         rt.stats["fused_ops"] += prog.ops
         rt.dispatch(pipe, bufs, pack_info(w, info_n * 4), grid_1d((e - s + WG - 1) // WG, rt.max_groups))
@@ -635,8 +684,10 @@ def _const_bits(value, dt) -> int:
     return v & 0xFFFFFFFF
 
 
-def _source(prog: Program, dtype, info_n: int, strided_out: bool, chunk_word=None) -> str:
+def _source(prog: Program, dtype, info_n: int, strided_out: bool, chunk_word=None, half=False) -> str:
     bindings, lines, res = prog.code(0, 1, strided_out, chunk_word)
+    if half:       # (the value is a float16 one already, so the narrowing is exact)
+        res = f"f16({res})"
     if strided_out:
         w = 1 + len(prog.shape)
         terms = "".join(f" + d{d} * s({w + 1 + d}u)" for d in range(len(prog.shape)))
@@ -644,7 +695,7 @@ def _source(prog: Program, dtype, info_n: int, strided_out: bool, chunk_word=Non
     else:
         lines.append(f"  out[i] = {res};")
     return render(kernel_source("fused"), {
-        "OUT_T": wgsl_type(dtype), "BINDINGS": "\n".join(bindings), "INFO_BINDING": len(prog.leaves) + 1,
+        "OUT_T": "f16" if half else wgsl_type(dtype), "BINDINGS": "\n".join(bindings), "INFO_BINDING": len(prog.leaves) + 1,
         "INFO": info_n, "HELPERS": kernel_source("elementwise"), "WG": WG, "BODY": "\n".join(lines)})
 
 

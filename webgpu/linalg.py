@@ -23,11 +23,15 @@
   ``EMBER_WEBGPU_BARE=0`` takes them out (for A/Bs on a GPU).
 
 Operands are read through their strides (a transposed weight ``x @ w.T`` is not copied) and
-batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the end.
+batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the end. Operands
+in half storage (``fusion.is_half``) are read as ``f16`` and converted to f32 as they are loaded
+(every variant but ``bare``/``bare2``: ``f16_io`` rewrites their bindings and loads), and a
+float16 result goes into half storage through the epilogue (``f16(...)`` stores).
 """
 from __future__ import annotations
 
 import os
+import re
 from math import prod
 
 from .. import dtypes as _dt
@@ -123,9 +127,9 @@ def default_variant(rt, M, N, K, kind) -> str:
 
 def _operand(g: GBuf, rows_axis_last: bool):
     """(view, offset, stride of axis -2, stride of axis -1, batch shape, batch strides)."""
-    realize(g)
+    g = realize(g, wide=False)          # (the kernels read half storage too)
     if any(v < 0 for v in g.strides):   # a flipped view: the kernels index with u32
-        g = fusion.contiguous(g)
+        g = fusion.contiguous(g, wide=False)
     sh, st = g.shape, g.strides
     if len(sh) == 1:
         # a vector: (1, K) for the left operand, (K, 1) for the right one
@@ -182,6 +186,7 @@ class MatmulPlan:
         ga, a_off, a_rs, a_ks, a_bsh, a_bst = _operand(ga, True)
         gb, b_off, b_ks, b_ns, b_bsh, b_bst = _operand(gb, False)
         self.ga, self.gb = ga, gb          # keep the operands alive until the launch
+        self.half_a, self.half_b = fusion.is_half(ga), fusion.is_half(gb)
         M = 1 if len(ga.shape) == 1 else ga.shape[-2]
         K = ga.shape[-1]
         N = 1 if len(gb.shape) == 1 else gb.shape[-1]
@@ -215,16 +220,19 @@ class MatmulPlan:
         # are multiples of 16 and 128 there), bound from their offsets (binding-aligned)
         al = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
         self.bare = bare_variants(M, N, K, self.kind) if (
-            self.nb == 1 and a_ks == 1 and a_rs == K and b_ns == 1 and b_ks == N
+            not (self.half_a or self.half_b) and self.nb == 1 and a_ks == 1 and a_rs == K and b_ns == 1 and b_ks == N
             and a_off % al == 0 and b_off % al == 0) else []
-        self.key = plan_key(self.kind, M, N, K, self.nb, a_ks == 1, b_ns == 1, len(self.bare))
+        # (operands in half storage: their own autotune keys, "f32:hw" = A half, B 4-byte)
+        tkey = self.kind if not (self.half_a or self.half_b) else \
+            f"{self.kind}:{'h' if self.half_a else 'w'}{'h' if self.half_b else 'w'}"
+        self.key = plan_key(tkey, M, N, K, self.nb, a_ks == 1, b_ns == 1, len(self.bare))
         # the key of a product with an epilogue (never bare, see variant)
-        self.key_epilogue = plan_key(self.kind, M, N, K, self.nb, a_ks == 1, b_ns == 1, 0)
+        self.key_epilogue = plan_key(tkey, M, N, K, self.nb, a_ks == 1, b_ns == 1, 0)
 
     def variant(self, storage, epilogue: bool = False) -> str:
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
         ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)
-              and (v not in BARE_PARTS or v in self.bare)]
+              and (v not in BARE_PARTS or (v in self.bare and not (storage is not None and storage.half)))]
         v = autotune.forced("matmul")
         if v in ok:
             return v
@@ -320,9 +328,11 @@ class MatmulPlan:
         cap = rt.max_binding // 4 - A_el - 4
 
         def window(g, lo, hi):             # (byte offset, byte size, element remainder)
-            base = lo // A_el * A_el
-            size = min(((hi + 1 - base) * 4 + 15) // 16 * 16, g.storage.nbytes - base * 4)
-            return base * 4, size, lo - base
+            es = 2 if g.storage.half else 4
+            a = A_el * 4 // es
+            base = lo // a * a
+            size = min(((hi + 1 - base) * es + 15) // 16 * 16, g.storage.nbytes - base * es)
+            return base * es, size, lo - base
 
         bw = window(self.gb, bz, bz + (K - 1) * b_ks + (Nc - 1) * b_ns)
         # rows per block: C's block start ((c0 + r0 * Nc) elements) must stay aligned
@@ -360,8 +370,9 @@ class MatmulPlan:
         if variant in BARE_PARTS:      # (never for row blocks: _row_blocks takes default variants)
             self._dispatch_bare(BARE_PARTS[variant], storage, prog, epi_words)
             return
+        out_half = storage is not None and storage.half
         if out is None:
-            out = (storage.buf, 0, max(4, self.size * 4))
+            out = (storage.buf, 0, max(4, fusion.storage_bytes(self.size, out_half)))
             ops = [(self.ga.storage.buf, 0, self.ga.storage.nbytes), (self.gb.storage.buf, 0, self.gb.storage.nbytes)]
         M = self.M if M is None else M
         N = self.N if N is None else N
@@ -373,7 +384,8 @@ class MatmulPlan:
             pbuf = (part.buf, 0, split * self.size * 4)
             self._record("rb128", [pbuf] + ops + ops, None, None, split, ((N + 127) // 128, (M + 127) // 128, nb * split))
             n_groups = (self.size + 255) // 256
-            self._record("splitk", [out, pbuf], prog, epi_words, split, grid_1d(n_groups, rt.max_groups))
+            self._record("splitk", [out, pbuf], prog, epi_words, split, grid_1d(n_groups, rt.max_groups),
+                         out_half=out_half)
             return
         bufs = [out] + ops
         if variant in RB or variant == "sk" or (variant == "sg" and self.sg_vec4 and words is None):
@@ -386,7 +398,7 @@ class MatmulPlan:
         else:
             tm, tn = _TILES[variant]
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
-        self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words)
+        self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words, out_half)
 
     def _dispatch_bare(self, parts: int, storage, prog, epi_words) -> None:
         """The bare kernel over whole tiles: C (vec4s), A and B bound from their offsets, the
@@ -427,8 +439,10 @@ class MatmulPlan:
         pipe = rt.pipeline((name, matmul_bare.CONFIG, info_n, len(bufs), sig), source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
-    def _record(self, variant, bufs, prog, epi_words, split, grid, words=None) -> None:
+    def _record(self, variant, bufs, prog, epi_words, split, grid, words=None, out_half=False) -> None:
         rt = self.rt
+        # operands in half storage (not the split-K sum pass, which reads the partial sums only)
+        ha, hb = (False, False) if variant == "splitk" else (self.half_a, self.half_b)
         v4 = variant == "sg" and self.sg_vec4 and words is None     # (not for chunked calls)
         words = list(self.words if words is None else words)
         sig = None
@@ -467,15 +481,49 @@ class MatmulPlan:
         if variant == "mv":
             params.update(MR=min(MV_ROWS, words[0]), CW=mv_columns(words[0], words[1], words[2], self.nb))
         name = f"matmul_{variant}"
-        key = (name, tuple(sorted(params.items())), sig)
+        key = (name, tuple(sorted(params.items())), sig, ha, hb, out_half)
 
         def source():
             full = {**params, "EPILOGUE": epilogue()}
             if variant in RB:
-                return render_rb(RB[variant], full)
-            return render_mv(full) if variant == "mv" else render(kernel_source(name), full)
+                src = render_rb(RB[variant], full)
+            else:
+                src = render_mv(full) if variant == "mv" else render(kernel_source(name), full)
+            return f16_io(src, ha, hb, out_half)
         pipe = rt.pipeline(key, source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
+
+
+_LOAD = {name: re.compile(rf"\b{name}\[([^\[\]]*)\]") for name in ("A", "B", "A4", "B4")}
+_STORE = re.compile(r"\bC\[([^\[\]\n]*)\] = ([^;\n]*);")
+
+
+def f16_io(src: str, half_a: bool, half_b: bool, half_c: bool) -> str:
+    """A matmul kernel's WGSL with operand A / B bound as ``f16`` (half storage) and converted
+    to f32 where loaded (``A[i]`` -> ``f32(A[i])``, ``A4[i]`` -> ``vec4<f32>(A4[i])``), and C as
+    ``f16`` written through ``f16(...)`` (``vec4<f16>(...)`` where C is vec4s). The kernels keep
+    computing in f32; only the storage differs. ValueError where a binding is not there to
+    rewrite (a kernel whose names differ)."""
+    for name, on in (("A", half_a), ("B", half_b)):
+        if not on:
+            continue
+        found = False
+        for n, conv in ((name, "f32"), (name + "4", "vec4<f32>")):
+            decl = f"var<storage, read> {n}: array<{'f32' if n == name else 'vec4<f32>'}>;"
+            if decl in src:
+                found = True
+                src = src.replace(decl, decl.replace("f32", "f16"))
+                src = _LOAD[n].sub(rf"{conv}({n}[\1])", src)
+        if not found:
+            raise ValueError(f"matmul kernel: no {name} binding to read as f16")
+    if half_c:
+        for decl, conv in (("var<storage, read_write> C: array<f32>;", "f16"),
+                           ("var<storage, read_write> C: array<vec4<f32>>;", "vec4<f16>")):
+            if decl in src:
+                src = src.replace(decl, decl.replace("f32", "f16"))
+                return _STORE.sub(rf"C[\1] = {conv}(\2);", src)
+        raise ValueError("matmul kernel: no C binding to write as f16")
+    return src
 
 
 def rb_layout(config: tuple, words) -> dict:
@@ -640,6 +688,10 @@ def _rb_edges(params: dict) -> dict:
 def _read(rt, storage, n):
     from array import array
 
+    if storage.half:
+        import struct
+
+        return struct.unpack(f"<{n}e", rt.read(storage, fusion.storage_bytes(n, True))[:2 * n])
     raw = rt.read(storage, n * 4)
     a = array("f")
     a.frombytes(raw)

@@ -380,8 +380,8 @@ def _sort(rt):
 def _pad(rt):
     def kernel(out, x, *, pad_width, mode, value):
         g = x._buf
-        if g.expr is not None and g.expr.kind != "const":
-            realize(g)
+        if g.expr is not None and g.expr.kind != "const" or fusion.is_half(g):
+            g = realize(g)      # (a 4-byte buffer: the pad kernel reads 4-byte elements)
         if g.expr is not None:  # a constant: padding does not change it unless the mode is constant
             g = contiguous(g)
         # crop negative widths first: a view

@@ -187,10 +187,10 @@ def _reshape(rt):
             c = fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
             c.bounds = bounds
             return c
-        g = realize(g)
+        g = realize(g, wide=False)       # (views keep a float16 tensor's half storage)
         st = reshape_strides(g.shape, g.strides, out.shape)
         if st is None:
-            g = contiguous(g)
+            g = contiguous(g, wide=False)
             st = contiguous_strides(out.shape)
         v = view(g, out.shape, st, g.offset)
         v.bounds = bounds
@@ -200,7 +200,7 @@ def _reshape(rt):
 
 def _permute_dims(rt):
     def kernel(out, x, *, axes, **_):
-        g = realize(x._buf)
+        g = realize(x._buf, wide=False)
         return view(g, out.shape, [g.strides[a] for a in axes], g.offset)
     return kernel
 
@@ -210,7 +210,7 @@ def _broadcast_to(rt):
         g = x._buf
         if g.expr is not None and g.expr.kind == "const":
             return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
-        g = realize(g)
+        g = realize(g, wide=False)
         return view(g, out.shape, fusion.leaf_strides(g, out.shape), g.offset)
     return kernel
 
@@ -220,7 +220,7 @@ def _slice(rt):
         g = x._buf
         if g.expr is not None and g.expr.kind == "const":
             return fusion.const_buf(rt, out.shape, g.expr.value, g.dtype)
-        g = realize(g)
+        g = realize(g, wide=False)
         off = g.offset + sum(s[0] * st for s, st, n in zip(slices, g.strides, out.shape) if n)
         return view(g, out.shape, [s[2] * st for s, st in zip(slices, g.strides)], off)
     return kernel

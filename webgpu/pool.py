@@ -40,12 +40,15 @@ def size_class(nbytes: int) -> int:
 class Storage:
     """One GPU buffer owned by tensors; its buffer returns to the pool when it is garbage."""
 
-    __slots__ = ("buf", "nbytes", "owner", "__weakref__")
+    __slots__ = ("buf", "nbytes", "owner", "half", "__weakref__")
 
     def __init__(self, buf, nbytes: int):
         self.buf = buf
         self.nbytes = nbytes
         self.owner = None   # id of the optimizer state that updates it in place (webgpu.optim)
+        # True: the elements are 2-byte ``f16`` (a float16 tensor's half storage, ``Runtime.half``);
+        # False: 4-byte elements (f32 / i32 / u32). Offsets and strides count elements either way.
+        self.half = False
 
 
 class BufferPool:

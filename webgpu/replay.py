@@ -422,8 +422,8 @@ class _Stream:
         bufs = []
         for t, dst, nb in zip(inputs, self.in_bufs, self.in_sizes):
             g = t._buf
-            if g.expr is not None or not g.is_contiguous():
-                g = _input_buf(t)
+            if g.expr is not None or not g.is_contiguous() or g.storage.half:
+                g = _input_buf(t)        # (the plan's inputs are 4-byte buffers)
             bufs.append(g)
             if nb:
                 copies_in.append((g.storage.buf, g.offset * 4, dst, 0, nb))

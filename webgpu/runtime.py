@@ -11,6 +11,7 @@ structural signature instead.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 from array import array
@@ -50,6 +51,7 @@ def render(src: str, params: dict) -> str:
     return src
 
 
+_F16_USE = re.compile(r"<f16>|\bf16\(")
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
 
@@ -103,6 +105,10 @@ class Runtime:
         self.op = None     # (name, output shape) of the op whose kernel is running (error messages)
         self.pipelines: dict = {}
         self.features = driver.features
+        # float16 tensors in 2-byte ``f16`` storage (see ``ember.webgpu.backend``): where the device
+        # has ``shader-f16`` and EMBER_WEBGPU_F16 is not 0/off (the switch back to the 4-byte form)
+        self.half = "shader-f16" in self.features and os.environ.get(
+            "EMBER_WEBGPU_F16", "on").strip().lower() not in ("0", "off", "false", "no")
         self.set_limits(_env_bytes("EMBER_WEBGPU_MAX_BINDING_BYTES"), _env_bytes("EMBER_WEBGPU_MAX_BUFFER_BYTES"))
         self.max_groups = driver.limits["max_compute_workgroups_per_dimension"]
         # storage buffers one kernel may bind (WebGPU's default limit is 8; cap fusion inputs)
@@ -142,12 +148,17 @@ class Runtime:
         self.stats["peak_bytes_allocated"] = self.stats["bytes_allocated"]
 
     def pipeline(self, key, make_source, entry: str = "main"):
-        """The cached pipeline for ``key``; ``make_source()`` gives the WGSL on a miss."""
+        """The cached pipeline for ``key``; ``make_source()`` gives the WGSL on a miss. A source
+        that uses ``f16`` (half storage bindings, ``f16(...)`` stores) gets ``enable f16;`` first:
+        such sources are only generated for buffers in half storage, which exist only on a device
+        with ``shader-f16``, so the directive never reaches a device without it."""
         p = self.pipelines.get(key)
         if p is not None:
             self.stats["pipeline_cache_hits"] += 1
             return p
         src = make_source()
+        if "enable f16;" not in src and _F16_USE.search(src):
+            src = "enable f16;\n" + src
         p = self.driver.pipeline(src, entry)
         self.pipelines[key] = p
         self.stats["pipelines_compiled"] += 1
@@ -167,8 +178,11 @@ class Runtime:
         self.stats["dispatches"] += 1
         self.driver.dispatch(pipe, buffers, info, grid)
 
-    def alloc(self, nbytes: int, what: str = "tensor"):
-        return self.pool.acquire(nbytes, what)
+    def alloc(self, nbytes: int, what: str = "tensor", half: bool = False):
+        """A pooled Storage of at least ``nbytes`` bytes; ``half``: it holds 2-byte f16 elements."""
+        st = self.pool.acquire(nbytes, what)
+        st.half = half
+        return st
 
     def write(self, storage, data) -> None:
         self.stats["writes"] += 1
