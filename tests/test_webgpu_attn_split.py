@@ -430,3 +430,20 @@ def test_split_in_the_page(tmp_path):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())),
                                    err_msg=split)
+
+
+# value rows read as vec4s (D a multiple of 4, NS > 1: ``quant.ATTN_V4``) or as floats (D = 6, 90;
+# D = 300: one slice, NS = 1), unsplit and split, at a position inside the second 256-row chunk
+@pytest.mark.parametrize("D", [6, 64, 90, 128, 300])
+@pytest.mark.parametrize("v4", [True, False])
+@pytest.mark.parametrize("split", [0, 3])
+def test_value_rows_vec4_or_floats(monkeypatch, D, v4, split):
+    monkeypatch.setattr(wq, "ATTN_V4", v4)
+    rng = np.random.default_rng(D)
+    C, pos, T = 300, 280, 2
+    kc0, vc0, q, k, v = _case(rng, C, T, 4, 2, D)
+    out, kc, vc, _ = _run(monkeypatch, split, kc0, vc0, q, k, v, pos, scale=1 / math.sqrt(D))
+    kw, vw = kc0.copy(), vc0.copy()
+    kw[pos:pos + T], vw[pos:pos + T] = k, v
+    close(out, ref_attention(q, kw, vw, pos), 2e-5)
+    assert np.array_equal(vc, vw) and np.array_equal(kc, kw)

@@ -503,6 +503,8 @@ def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
 
 # threads per (query, head): a chunk of 256 cache rows scored at once (EMBER_ATTN_WG: benchmarks)
 ATTN_WG = int(os.environ.get("EMBER_ATTN_WG") or 256)
+# value rows read as vec4s where they can be (EMBER_ATTN_V4=0: as floats, an A/B)
+ATTN_V4 = os.environ.get("EMBER_ATTN_V4", "1") != "0"
 ATTN_COMB_WG = 64           # attn_comb's threads (a head dim each; with PROJ a weight row each)
 ATTN_SPLIT_MAX_T = 4        # queries up to which attention splits over positions by itself
 ATTN_SPLIT_GROUPS = 256     # workgroups the split aims at (about two per SM of an H100's 132)
@@ -629,13 +631,17 @@ def _attention(rt, op, out, q, k, v, k_cache, v_cache, pos, scale, proj=None, wi
         gq = _copy(gq)
     dpt = (D + ATTN_WG - 1) // ATTN_WG
     ns = max(1, ATTN_WG // D) if D else 1
+    # value rows as vec4s where D and the value offsets allow and the rows are sliced (NS > 1)
+    v4 = ns > 1 and D % 4 == 0 and gvc.offset % 4 == 0 and gv.offset % 4 == 0 and ATTN_V4
+    if v4:
+        ns = ATTN_WG // (D // 4)
     spl = attn_splits(T, Hq, C, window, cpu=_cpu_adapter(rt))
     words = [T, Hq, Hkv, D, C, f32_bits(scale), gq.offset, gkc.offset, gvc.offset, gp.offset, gk.offset, gv.offset]
     ins = [_whole(gq), _whole(gkc), _whole(gvc), _whole(gk), _whole(gv), _whole(gp)]
     emit = "out[row * u(3u) + d] = v;"
     params = dict(_KEY_CODE[D % 4 == 0 and gkc.offset % 4 == 0 and gk.offset % 4 == 0], WG=ATTN_WG, DPT=dpt,
                   QS=dpt * ATTN_WG, NS=ns, HD=D, EMIT=emit, PROJ="", TAIL="", SPL=1, SPLIT="false", ML="", RMIN=1,
-                  WIN=int(window),
+                  WIN=int(window), **_val_code(v4, dpt),
                   # (tanh's argument clamped: some drivers' tanh is NaN far out, where it is +-1)
                   CAP=f"s = {float(softcap)!r} * tanh(clamp(s / {float(softcap)!r}, -15.0, 15.0));" if softcap else "",
                   **_sg_params(rt))
@@ -719,6 +725,17 @@ fn proj(row: u32, t: u32, r0: u32) {
     }
   }
 }"""
+
+
+# the attn kernel's value access (vec4s: the rows are sliced, NS > 1, and D, the offsets allow)
+def _val_code(v4: bool, dpt: int) -> dict:
+    if v4:
+        return {"VT": "vec4<f32>", "VV": "vec4<f32>", "VW": 4, "VSUM1": "",
+                "VEMIT": "emit(orow, 4u * t, a.x * inv); emit(orow, 4u * t + 1u, a.y * inv); "
+                         "emit(orow, 4u * t + 2u, a.z * inv); emit(orow, 4u * t + 3u, a.w * inv);"}
+    return {"VT": "f32", "VV": "f32", "VW": 1, "VEMIT": "emit(orow, t, a * inv);",
+            "VSUM1": f"for (var dd = 0u; dd < {dpt}u; dd = dd + 1u) {{\n        let d = t + dd * {ATTN_WG}u;\n"
+                     "        if (d < D) { acc[dd] = vsum(acc[dd] * corr, j0, 0u, cnt, pos, d, vo, vno, rs); }\n      }"}
 
 
 # the attn kernel's key access, as vec4s (D and the key offsets multiples of 4) or as floats

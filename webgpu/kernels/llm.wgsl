@@ -23,9 +23,9 @@ fn u(k: u32) -> u32 { return info[k / 4u][k % 4u]; }
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read_write> kc: array<{{KT}}>;   // vec4<f32> where D and the offsets allow
-@group(0) @binding(3) var<storage, read_write> vc: array<f32>;
+@group(0) @binding(3) var<storage, read_write> vc: array<{{VT}}>;   // vec4<f32> where D and the offsets allow
 @group(0) @binding(4) var<storage, read> kin: array<{{KT}}>;
-@group(0) @binding(5) var<storage, read> vin: array<f32>;
+@group(0) @binding(5) var<storage, read> vin: array<{{VT}}>;
 @group(0) @binding(6) var<storage, read> posb: array<i32>;
 @group(0) @binding({{IB}}) var<uniform> info: array<vec4<u32>, {{INFO}}>;
 
@@ -58,7 +58,7 @@ fn kc_set(i: u32, v: f32) { {{KC_SET}} }
 var<workgroup> qsh: array<f32, {{QS}}>;
 var<workgroup> ssh: array<f32, {{WG}}>;     // a chunk's scores, then its weights exp(s - max)
 var<workgroup> rsh: array<f32, {{WG}}>;     // tree reductions (the chunk's max, its sum)
-var<workgroup> ash: array<f32, {{WG}}>;     // NS > 1: each slice's output rows, summed at the end
+var<workgroup> ash: array<{{VV}}, {{WG}}>;     // NS > 1: each slice's output rows, summed at the end
 var<workgroup> wpos: i32;
 
 // The head's output, element d of query row `row` (attention_cached: into out; attention_proj:
@@ -72,10 +72,13 @@ fn emit(row: u32, d: u32, v: f32) { {{EMIT}} }
 // thread per weight row, its items' loads independent; no reduction.
 {{PROJ}}
 
-// NS > 1 (D <= WG / 2): the value rows of a chunk are split between NS slices of D threads (thread
-// t: slice t / D, head dim t % D), each slice summing its share of the rows, 8 rows' loads issued
-// together; NS = 1: a thread per head dim (DPT dims per thread), all rows of the chunk.
+// NS > 1 (D <= WG / 2): the value rows of a chunk are split between NS slices of D / VW threads
+// (thread t: slice t / (D / VW), head dims VW (t % (D / VW)) on, VW = 4: as one vec4), each slice
+// summing its share of the rows, 8 rows' loads issued together; NS = 1: a thread per head dim (DPT
+// dims per thread), all rows of the chunk. (vec4 values: 4x the slices, so a slice's rows take a
+// quarter of the dependent rounds of loads.)
 const NS: u32 = {{NS}}u;
+const VW: u32 = {{VW}}u;
 
 // The workgroup's max / sum of rsh[t]: first across runs of min(WG, subgroup size) threads by
 // subgroup shuffles (adapters with subgroups; else runs of 1), then a tree over the runs.
@@ -101,7 +104,8 @@ fn tree_sum(t: u32, sgs: u32) -> f32 {
 
 // sum of ssh[c] * (value row j0 + c, head dim d) over chunk rows c0 .. c1: rows before pos from the
 // cache (vo: its offset for this kv head), rows from pos on from the new v (vno)
-fn vsum(a0: f32, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32, rs: u32) -> f32 {
+// (VW = 4: vo, vno, rs and d count vec4s)
+fn vsum(a0: {{VV}}, j0: u32, c0: u32, c1: u32, pos: i32, d: u32, vo: u32, vno: u32, rs: u32) -> {{VV}} {
   var a = a0;
   let nc = u32(clamp(pos - i32(j0), i32(c0), i32(c1)));
   var c = c0;
@@ -140,10 +144,8 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (r >= 0 && r < i32(C)) {
       let dst = u32(r) * rs + hk * D;
       let src = (tq * Hkv + hk) * D;
-      for (var d = t; d < D; d = d + {{WG}}u) {
-        kc_set(u(7u) + dst + d, kin_at(u(10u) + src + d));
-        vc[u(8u) + dst + d] = vin[u(11u) + src + d];
-      }
+      for (var d = t; d < D; d = d + {{WG}}u) { kc_set(u(7u) + dst + d, kin_at(u(10u) + src + d)); }
+      for (var d = t; d < D / VW; d = d + {{WG}}u) { vc[(u(8u) + dst) / VW + d] = vin[(u(11u) + src) / VW + d]; }
     }
   }
   let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
@@ -169,7 +171,8 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // row j >= pos is new token j - pos: element e at (j - pos) * rs + hk * D + e of k / v
   let kno = u(10u) + hk * D;
   let vno = u(11u) + hk * D;
-  let sl = t / D;
+  let sl = t / (D / VW);
+  var accv = {{VV}}(0.0);
   for (var j0 = jlo; j0 < jhi; j0 = j0 + {{WG}}u) {
     let j = j0 + t;
     var s = -f_inf();
@@ -195,13 +198,10 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       if (sl < NS) {
         let per = (cnt + NS - 1u) / NS;
         let c0 = min(cnt, sl * per);
-        acc[0] = vsum(acc[0] * corr, j0, c0, min(cnt, c0 + per), pos, t % D, vo, vno, rs);
+        accv = vsum(accv * corr, j0, c0, min(cnt, c0 + per), pos, t % (D / VW), vo / VW, vno / VW, rs / VW);
       }
     } else {
-      for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
-        let d = t + dd * {{WG}}u;
-        if (d < D) { acc[dd] = vsum(acc[dd] * corr, j0, 0u, cnt, pos, d, vo, vno, rs); }
-      }
+      {{VSUM1}}
     }
     m = mx;
     workgroupBarrier();     // (ssh and rsh are rewritten by the next chunk)
@@ -209,12 +209,12 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // (no rows, l = 0: zeros. SPLIT: the run's sums as they are, in slot orow)
   let inv = select(select(1.0 / l, 0.0, l == 0.0), 1.0, {{SPLIT}});
   if (NS > 1u) {
-    if (sl < NS) { ash[t] = acc[0]; }
+    if (sl < NS) { ash[t] = accv; }
     workgroupBarrier();
-    if (t < D) {
-      var a = 0.0;
-      for (var k = 0u; k < NS; k = k + 1u) { a = a + ash[k * D + t]; }
-      emit(orow, t, a * inv);
+    if (t < D / VW) {
+      var a = {{VV}}(0.0);
+      for (var k = 0u; k < NS; k = k + 1u) { a = a + ash[k * (D / VW) + t]; }
+      {{VEMIT}}
     }
   } else {
     for (var dd = 0u; dd < {{DPT}}u; dd = dd + 1u) {
@@ -237,7 +237,10 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // -inf, weigh 0). attention_cached: out (T, Hq, D), one block. attention_proj (PROJ): the
 // output into workgroup memory, then block b of the projection's weight rows as attn's PROJ
 // tail, NB blocks per head. info: attn's (12: the (m, l) pairs' start in part), 13.. PROJ's.
+#include wg_reduce
 var<workgroup> qsh: array<f32, {{QS}}>;
+var<workgroup> wsh: array<f32, {{SPL}}>;    // run p's max, then its weight e^(m_p - m)
+var<workgroup> lsh: array<f32, {{SPL}}>;    // run p's sum
 const SPL: u32 = {{SPL}}u;
 fn emit(row: u32, d: u32, v: f32) { {{EMIT}} }
 {{PROJ}}
@@ -250,26 +253,38 @@ fn attn_comb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
   let blk = g % {{NB}}u;
   let D = u(3u);
   if (row >= u(0u) * u(1u)) { return; }
+  // The runs' (m, l) pairs: a run per thread (loads issued together, into workgroup memory), the
+  // max and the sum by workgroup trees. (Each thread looping over every run, its weights in a
+  // private array, took 20 us on an H100 for 28 runs: one memory latency per run.)
   let ml = u(12u) + 2u * row * SPL;
-  // (the runs' loads first: none depends on another)
-  var wp: array<f32, {{SPL}}>;
-  var lp: array<f32, {{SPL}}>;
-  for (var p = 0u; p < SPL; p = p + 1u) {
-    wp[p] = part[ml + 2u * p];
-    lp[p] = part[ml + 2u * p + 1u];
+  var mloc = -f_inf();
+  for (var p = t; p < SPL; p = p + {{WG}}u) {
+    let mp = part[ml + 2u * p];
+    lsh[p] = part[ml + 2u * p + 1u];
+    wsh[p] = mp;
+    mloc = max(mloc, mp);
   }
-  var mx = -f_inf();
-  for (var p = 0u; p < SPL; p = p + 1u) { mx = max(mx, wp[p]); }
-  var l = 0.0;
-  for (var p = 0u; p < SPL; p = p + 1u) {
-    wp[p] = select(exp(wp[p] - mx), 0.0, wp[p] == -f_inf());     // the run's max -> its weight
-    l = l + lp[p] * wp[p];
+  let mx = wg_max(t, mloc);
+  var lloc = 0.0;
+  for (var p = t; p < SPL; p = p + {{WG}}u) {
+    let w = select(exp(wsh[p] - mx), 0.0, wsh[p] == -f_inf());     // the run's max -> its weight
+    wsh[p] = w;
+    lloc = lloc + lsh[p] * w;
   }
+  let l = wg_sum(t, lloc);          // (its barriers also publish wsh's weights)
   let inv = select(1.0 / l, 0.0, l == 0.0);
+  // a head dim per thread, the runs' loads four at a time, independent of each other
   for (var d = t; d < D; d = d + {{WG}}u) {
-    var a = 0.0;
-    for (var p = 0u; p < SPL; p = p + 1u) { a = a + part[(row * SPL + p) * D + d] * wp[p]; }
-    emit(row, d, a * inv);
+    let b = row * SPL * D + d;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    var p = 0u;
+    for (; p + 4u <= SPL; p = p + 4u) {
+      let x0 = part[b + p * D]; let x1 = part[b + (p + 1u) * D];
+      let x2 = part[b + (p + 2u) * D]; let x3 = part[b + (p + 3u) * D];
+      a0 = a0 + x0 * wsh[p]; a1 = a1 + x1 * wsh[p + 1u]; a2 = a2 + x2 * wsh[p + 2u]; a3 = a3 + x3 * wsh[p + 3u];
+    }
+    for (; p < SPL; p = p + 1u) { a0 = a0 + part[b + p * D] * wsh[p]; }
+    emit(row, d, ((a0 + a1) + (a2 + a3)) * inv);
   }
   {{TAIL}}
 }
