@@ -292,3 +292,31 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_matmul_reads_and_writes_half_storage(mode):
+    """Half operands go straight into the matmul kernel (no 4-byte copies) and a float16 result,
+    bias and GELU included, comes out of its epilogue in half storage: one dispatch."""
+    rt = get_runtime()
+    x, w, b = rng(24, 40, seed=24), rng(56, 40, seed=25, scale=0.2), rng(56, seed=26)
+    tx, tw, tb = (ember.tensor(v, device="webgpu") for v in (x, w, b))
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    y = ember.gelu(ember.linear(tx, tw, tb))
+    wg.evaluate(y)
+    assert rt.stats["dispatches"] - d0 == 1
+    assert fusion.is_half(y._buf) == (mode == "half")
+    c = ember.gelu(ember.linear(*(ember.tensor(v, device="numpy") for v in (x, w, b))))
+    close16(y.numpy(), c.numpy(), ulps=4)
+
+
+def test_sum_reads_half_storage_in_place(mode):
+    """A reduction of a half tensor loads its f16 elements itself: no 4-byte copy first."""
+    rt = get_runtime()
+    t = ember.tensor(rng(16, 300, seed=27), device="webgpu")
+    rt.driver.flush()
+    d0 = rt.stats["dispatches"]
+    s = ember.sum(t, axis=1)
+    wg.evaluate(s)
+    assert rt.stats["dispatches"] - d0 == 2      # the reduction, the rounding to float16
+    close16(s.numpy(), ember.sum(ember.tensor(t.numpy(), device="numpy"), axis=1).numpy())

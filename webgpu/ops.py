@@ -343,7 +343,7 @@ def _fusable_into_reduce(rt, g: GBuf):
     compute in place of loading ``g`` (saving a dispatch and a buffer: a loss's squared
     difference, a layer norm's or softmax's backward products), or None."""
     nd = g.expr
-    if nd is None or nd.kind != "op" or not fusion._FUSION[0]:
+    if nd is None or not (nd.kind == "op" or (nd.kind == "leaf" and fusion.is_half(nd.buf))) or not fusion._FUSION[0]:
         return None
     order = fusion._post_order(nd)
     if any(x.kind == "mm" and x.buf is None for x in order):
@@ -417,6 +417,9 @@ def reduce_all(rt, out: Meta, g: GBuf, op: int, axes=None, arg=False, split=True
     lazy elementwise ``g`` is computed inside the reduction (it is not stored). A reduction with
     few outputs for its size runs in parts (``reduce_layout``), then reduces the parts. A float
     result is divided by ``divisor`` as it is written (a mean: no separate divide to realise)."""
+    if g.expr is None and fusion.is_half(g):
+        # read as a one-leaf expression: the reduction loads the f16 elements itself (no copy)
+        g = GBuf(rt, g.shape, g.dtype, expr=fusion.Node("leaf", g.dtype, buf=g))
     prog = _fusable_into_reduce(rt, g)
     if prog is None:
         g = realize(g)
