@@ -320,3 +320,37 @@ def test_sum_reads_half_storage_in_place(mode):
     wg.evaluate(s)
     assert rt.stats["dispatches"] - d0 == 2      # the reduction, the rounding to float16
     close16(s.numpy(), ember.sum(ember.tensor(t.numpy(), device="numpy"), axis=1).numpy())
+
+
+@pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv", "bare", "bare2"])
+def test_every_matmul_variant(mode, variant):
+    """Each kernel variant forced (those a shape is not eligible for fall back to the default),
+    with and without an epilogue, plain and transposed A: half operands read as f16, a float16
+    result written half."""
+    from ember.webgpu import autotune
+
+    shapes = [((33, 65), (65, 17)), ((4, 300), (300, 64)), ((130, 300), (300, 129)), ((256, 512), (512, 256))]
+    old = autotune.forced("matmul")
+    autotune.force("matmul", variant)
+    try:
+        for sa, sb in shapes:
+            a, b = rng(*sa, seed=30, scale=0.5), rng(*sb, seed=31, scale=0.5)
+            for fn in (lambda x, y: ember.matmul(x, y), lambda x, y: ember.matmul(x, y) * 0.5 + 1.0,
+                       lambda x, y: ember.matmul(ember.permute_dims(ember.permute_dims(x, (1, 0)) * 1.0, (1, 0)), y)):
+                g, c = both(fn, a, b)
+                close16(g, c)
+    finally:
+        autotune.force("matmul", old)
+
+
+def test_chunked_matmul(mode):
+    """Operands over one binding: the matmul by row blocks, binding windows of half storage."""
+    a, b = rng(300, 64, seed=32, scale=0.5), rng(64, 12, seed=33, scale=0.5)
+    old = wg.set_limits(max_binding_bytes=4096)
+    try:
+        g, c = both(lambda x, y: ember.matmul(x, y) + 1.0, a, b)
+        g2, c2 = both(lambda x, y: ember.matmul(x[3:], y), a, b)
+    finally:
+        wg.set_limits(old["max_binding"], old["max_buffer"])
+    close16(g, c)
+    close16(g2, c2)

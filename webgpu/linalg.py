@@ -220,8 +220,8 @@ class MatmulPlan:
         # are multiples of 16 and 128 there), bound from their offsets (binding-aligned)
         al = max(int(rt.limits["min_storage_buffer_offset_alignment"]) // 4, 4)
         self.bare = bare_variants(M, N, K, self.kind) if (
-            not (self.half_a or self.half_b) and self.nb == 1 and a_ks == 1 and a_rs == K and b_ns == 1 and b_ks == N
-            and a_off % al == 0 and b_off % al == 0) else []
+            self.nb == 1 and a_ks == 1 and a_rs == K and b_ns == 1 and b_ks == N
+            and a_off % (al * 2 if self.half_a else al) == 0 and b_off % (al * 2 if self.half_b else al) == 0) else []
         # (operands in half storage: their own autotune keys, "f32:hw" = A half, B 4-byte)
         tkey = self.kind if not (self.half_a or self.half_b) else \
             f"{self.kind}:{'h' if self.half_a else 'w'}{'h' if self.half_b else 'w'}"
@@ -232,7 +232,7 @@ class MatmulPlan:
     def variant(self, storage, epilogue: bool = False) -> str:
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
         ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)
-              and (v not in BARE_PARTS or (v in self.bare and not (storage is not None and storage.half)))]
+              and (v not in BARE_PARTS or v in self.bare)]
         v = autotune.forced("matmul")
         if v in ok:
             return v
@@ -407,23 +407,27 @@ class MatmulPlan:
         rt, M, N, K, size = self.rt, self.M, self.N, self.K, self.size
         BM, BN = matmul_bare.CONFIG[:2]
         sa, sb, a_off, b_off = self.ga.storage, self.gb.storage, self.words[4], self.words[8]
-        ops = [(sa.buf, a_off * 4, sa.nbytes - a_off * 4), (sb.buf, b_off * 4, sb.nbytes - b_off * 4)]
-        out = (storage.buf, 0, size * 4)
+        ea, eb = (2 if sa.half else 4), (2 if sb.half else 4)     # bytes an element
+        ops = [(sa.buf, a_off * ea, sa.nbytes - a_off * ea), (sb.buf, b_off * eb, sb.nbytes - b_off * eb)]
+        oh = storage.half
+        out = (storage.buf, 0, fusion.storage_bytes(size, oh))
         grid = (N // BN, M // BM, parts)
         dims = [M, N, K, K // parts]
         if parts == 1:
-            self._record_bare("matmul_bare", [out] + ops, dims, prog, epi_words, grid)
+            self._record_bare("matmul_bare", [out] + ops, dims, prog, epi_words, grid, oh)
             return
         part = rt.alloc(parts * size * 4, "split-K partial sums")
         pbuf = (part.buf, 0, parts * size * 4)
         self._record_bare("matmul_bare", [pbuf] + ops, dims, None, None, grid)
         self._record_bare("matmul_bare_reduce", [out, pbuf], [size // 4, parts, 0, 0], prog, epi_words,
-                          grid_1d((size // 4 + 255) // 256, rt.max_groups))
+                          grid_1d((size // 4 + 255) // 256, rt.max_groups), oh)
 
-    def _record_bare(self, name: str, bufs, words, prog, epi_words, grid) -> None:
+    def _record_bare(self, name: str, bufs, words, prog, epi_words, grid, out_half=False) -> None:
         """One dispatch of ``matmul_bare`` or its reduction; an epilogue's inputs are bound after
-        ``bufs``, its words follow ``words`` (4 of them), the uniform comes last."""
+        ``bufs``, its words follow ``words`` (4 of them), the uniform comes last. Half operands
+        and a half output as in ``f16_io``."""
         rt = self.rt
+        ha, hb = (self.half_a, self.half_b) if name == "matmul_bare" else (False, False)
         sig, base, first = None, len(words), len(bufs)
         if prog is not None:
             words = words + list(epi_words)
@@ -434,9 +438,10 @@ class MatmulPlan:
         def source():   # WGSL generated on a pipeline-cache miss only
             epi = None if prog is None else fusion.epilogue_source(prog, base, first)[0]
             if name == "matmul_bare":
-                return matmul_bare.render_bare(*matmul_bare.CONFIG, epilogue=epi, info=info_n, info_binding=len(bufs))
-            return matmul_bare.render_reduce(epi, info_n, len(bufs))
-        pipe = rt.pipeline((name, matmul_bare.CONFIG, info_n, len(bufs), sig), source)
+                src = matmul_bare.render_bare(*matmul_bare.CONFIG, epilogue=epi, info=info_n, info_binding=len(bufs))
+                return f16_io(src, ha, hb, out_half)
+            return f16_io(matmul_bare.render_reduce(epi, info_n, len(bufs)), False, False, out_half, out="O")
+        pipe = rt.pipeline((name, matmul_bare.CONFIG, info_n, len(bufs), sig, ha, hb, out_half), source)
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
     def _record(self, variant, bufs, prog, epi_words, split, grid, words=None, out_half=False) -> None:
@@ -494,35 +499,32 @@ class MatmulPlan:
         rt.dispatch(pipe, bufs, pack_info(words, info_n * 4), grid)
 
 
-_LOAD = {name: re.compile(rf"\b{name}\[([^\[\]]*)\]") for name in ("A", "B", "A4", "B4")}
-_STORE = re.compile(r"\bC\[([^\[\]\n]*)\] = ([^;\n]*);")
-
-
-def f16_io(src: str, half_a: bool, half_b: bool, half_c: bool) -> str:
+def f16_io(src: str, half_a: bool, half_b: bool, half_c: bool, out: str = "C") -> str:
     """A matmul kernel's WGSL with operand A / B bound as ``f16`` (half storage) and converted
-    to f32 where loaded (``A[i]`` -> ``f32(A[i])``, ``A4[i]`` -> ``vec4<f32>(A4[i])``), and C as
-    ``f16`` written through ``f16(...)`` (``vec4<f16>(...)`` where C is vec4s). The kernels keep
-    computing in f32; only the storage differs. ValueError where a binding is not there to
-    rewrite (a kernel whose names differ)."""
+    to f32 where loaded (``A[i]`` -> ``f32(A[i])``, ``A4[i]`` -> ``vec4<f32>(A4[i])``; the
+    bindings may be scalars or vec4s), and the output (``out``) as ``f16`` written through
+    ``f16(...)`` (``vec4<f16>(...)`` where it is vec4s). The kernels keep computing in f32; only
+    the storage differs. ValueError where a binding is not there to rewrite."""
     for name, on in (("A", half_a), ("B", half_b)):
         if not on:
             continue
         found = False
-        for n, conv in ((name, "f32"), (name + "4", "vec4<f32>")):
-            decl = f"var<storage, read> {n}: array<{'f32' if n == name else 'vec4<f32>'}>;"
-            if decl in src:
-                found = True
-                src = src.replace(decl, decl.replace("f32", "f16"))
-                src = _LOAD[n].sub(rf"{conv}({n}[\1])", src)
+        for n in (name, name + "4"):
+            for t in ("f32", "vec4<f32>"):
+                decl = f"var<storage, read> {n}: array<{t}>;"
+                if decl in src:
+                    found = True
+                    src = src.replace(decl, decl.replace("f32", "f16"))
+                    src = re.sub(rf"\b{n}\[([^\[\]]*)\]", rf"{t}({n}[\1])", src)
         if not found:
             raise ValueError(f"matmul kernel: no {name} binding to read as f16")
     if half_c:
-        for decl, conv in (("var<storage, read_write> C: array<f32>;", "f16"),
-                           ("var<storage, read_write> C: array<vec4<f32>>;", "vec4<f16>")):
+        for t in ("f32", "vec4<f32>"):
+            decl = f"var<storage, read_write> {out}: array<{t}>;"
             if decl in src:
                 src = src.replace(decl, decl.replace("f32", "f16"))
-                return _STORE.sub(rf"C[\1] = {conv}(\2);", src)
-        raise ValueError("matmul kernel: no C binding to write as f16")
+                return re.sub(rf"\b{out}\[([^\[\]\n]*)\] = ([^;\n]*);", rf"{out}[\1] = {t.replace('f32', 'f16')}(\2);", src)
+        raise ValueError(f"matmul kernel: no {out} binding to write as f16")
     return src
 
 
