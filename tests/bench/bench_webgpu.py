@@ -33,6 +33,15 @@ submitted and waited for them; every figure is checked against the device's fp32
 peaks (known for H100/H200, else ``--peak-tflops``/``--peak-gbs``). A figure that fails a check
 is printed with ``BENCHMARK FAILURE`` and listed at the end.
 
+``--f16``: float16 matmul at the same sizes (that section alone): ember float16 in half storage
+(``f16`` operands and result, where the adapter has ``shader-f16``), ember float16 in the 4-byte form
+(``set_f16(False)``), ember float32, and PyTorch fp16 (``torch.matmul`` on CUDA half tensors)
+where PyTorch sees CUDA; then the batch-1 linear ``x(1, K) @ W.T`` in float16 and float32 (the
+weight read is half the bytes in half storage).
+
+    .venv/bin/python tests/bench/bench_webgpu.py --f16                          # lavapipe: 256,512,1024
+    .venv/bin/python tests/bench/bench_webgpu.py --f16 --sizes 1024,2048,4096   # a real GPU
+
 ``--replay``: host time of a replayed plan per dispatch, step by step against the prebuilt
 dispatch stream (``ember.webgpu.replay``), and the stream's encoding loop alone. ``auto_e2e`` also counts the Python that records each call
 (ember records a batch, then submits it, so that time adds up rather than overlapping the GPU's).
@@ -303,6 +312,88 @@ def linear_row(k, budget):
     autotune.force("matmul", None)
     row["numpy"] = flop / timed(lambda: x @ w.T, 20, lambda: None) / 1e9
     return row
+
+
+def f16_rows(sizes, budget):
+    """float16 matmul n x n @ n x n (half storage, the 4-byte form), float32, PyTorch fp16 on
+    CUDA; GFLOP/s. Each ember result is checked against numpy first."""
+    rng = np.random.default_rng(3)
+    try:
+        import torch
+        torch.set_grad_enabled(False)
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        torch, cuda = None, False
+    half_ok = "shader-f16" in wg.info().get("features", [])
+    rows = []
+    for n in sizes:
+        a = (rng.standard_normal((n, n)) * 0.5).astype(np.float16)
+        b = (rng.standard_normal((n, n)) * 0.5).astype(np.float16)
+        ref = a[:64].astype(np.float64) @ b.astype(np.float64)
+        flop = 2.0 * n ** 3
+        row = {"n": n}
+        forms = [("f16_half", np.float16, True), ("f16_wide", np.float16, False), ("f32", np.float32, False)]
+        for name, dt, half in forms:
+            if half and not half_ok:
+                row[name] = None
+                continue
+            old = wg.set_f16(half)
+            try:
+                ta = ember.from_numpy(a.astype(dt), device="webgpu")
+                tb = ember.from_numpy(b.astype(dt), device="webgpu")
+                out = (ta @ tb).numpy()
+                err = float(np.abs(out[:64].astype(np.float64) - ref).max() / np.abs(ref).max())
+                if err > (2e-3 if dt is np.float16 else 1e-4):
+                    raise SystemExit(f"matmul {name} at n={n}: relative error {err:.2e}")
+                one = gpu_timed(lambda: wg.evaluate(ta @ tb), 1)
+                dt_s = gpu_timed(lambda: wg.evaluate(ta @ tb), reps_for(one, budget))
+                row[name] = flop / dt_s / 1e9
+                row.setdefault("fail", "")
+                row["fail"] += check_rate(f"matmul {name} n={n}", flop=flop, seconds=dt_s)
+            finally:
+                wg.set_f16(old)
+            del ta, tb
+        if cuda:
+            ga, gb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            dtc = timed(lambda: torch.matmul(ga, gb), 20, torch.cuda.synchronize)
+            row["torch_cuda_fp16"] = flop / dtc / 1e9
+        rows.append(row)
+    k = max(sizes)
+    x = rng.standard_normal((1, k)).astype(np.float16)
+    w = (rng.standard_normal((k, k)) * 0.05).astype(np.float16)
+    lin = {"k": k}
+    for name, dt, half in (("f16_half", np.float16, True), ("f32", np.float32, False)):
+        if half and not half_ok:
+            continue
+        old = wg.set_f16(half)
+        try:
+            tx = ember.from_numpy(x.astype(dt), device="webgpu")
+            tw = ember.from_numpy(w.astype(dt), device="webgpu").permute_dims((1, 0))
+            one = gpu_timed(lambda: wg.evaluate(tx @ tw), 1)
+            dt_s = gpu_timed(lambda: wg.evaluate(tx @ tw), reps_for(one, budget))
+            lin[name] = (2.0 * k * k / dt_s / 1e9, (2 if half else 4) * k * k / dt_s / 1e9)
+        finally:
+            wg.set_f16(old)
+    if cuda:
+        gx, gw = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+        dtc = timed(lambda: torch.matmul(gx, gw.T), 50, torch.cuda.synchronize)
+        lin["torch_cuda_fp16"] = (2.0 * k * k / dtc / 1e9, 2.0 * k * k / dtc / 1e9)
+    return rows, lin
+
+
+def print_f16(rows, lin) -> None:
+    cols = ["f16_half", "f16_wide", "f32", "torch_cuda_fp16"]
+    cols = [c for c in cols if any(r.get(c) for r in rows)]
+    print("\nmatmul float16 n x n @ n x n, GFLOP/s (higher is better): ember f16_half (half storage, f16 "
+          "loads, f32 accumulation), f16_wide (4-byte form), f32 (float32), PyTorch fp16 on CUDA")
+    print(f"{'n':>6} " + " ".join(f"{c:>16}" for c in cols) + "  half/f32")
+    for r in rows:
+        cells = [f"{'-' if r.get(c) is None else f'{r[c]:.1f}':>16}" for c in cols]
+        ratio = r["f16_half"] / r["f32"] if r.get("f16_half") and r.get("f32") else float("nan")
+        print(f"{r['n']:>6} " + " ".join(cells) + f"  {ratio:.2f}x" + r.get("fail", ""))
+    print(f"batch-1 linear x(1, {lin['k']}) @ W.T, GFLOP/s (GB/s of weight read): "
+          + ", ".join(f"{c} {lin[c][0]:.2f} ({lin[c][1]:.1f} GB/s)" for c in ("f16_half", "f32", "torch_cuda_fp16")
+                      if c in lin))
 
 
 def gelu_rows(n, budget):
@@ -735,6 +826,8 @@ def main(argv=None):
     p.add_argument("--peak-gbs", type=float, default=None, help="the GPU's memory bandwidth (H200: 4800)")
     p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's fp32 peak (H200: 67)")
     p.add_argument("--replay", action="store_true", help="only the replayed-plan host-time section")
+    p.add_argument("--f16", action="store_true", help="only the float16 matmul section (half storage, "
+                   "the 4-byte form, float32, PyTorch fp16)")
     args = p.parse_args(argv)
 
     os.environ.setdefault("EMBER_AUTOTUNE", "on")
@@ -758,6 +851,11 @@ def main(argv=None):
 
     if args.replay:
         print_replay(replay_rows())
+        print_failures()
+        return
+
+    if args.f16:
+        print_f16(*f16_rows(sizes, budget))
         print_failures()
         return
 

@@ -16,7 +16,7 @@ export PYTHONPATH=/tmp/emb:/tmp/site PYTHONUNBUFFERED=1 EMBER_AUTOTUNE=on
 # ember.native (C compiled here: the replayed streams' encoder, core/native/encode.c); without a
 # compiler the cffi loop runs
 python3 -m ember.native --if-stale 2>&1 | tail -1
-S=${*:-"info floor smol smol4 torch profile replay qlinear qdecode qprompt matmul train"}
+S=${*:-"info floor smol smol4 torch profile replay qlinear qdecode qprompt matmul f16 train"}
 # HBM peak for the GB/s checks: H100 (HBM3) 3.35 TB/s, H200 (HBM3e) 4.8 TB/s
 PEAK=4800; nvidia-smi -L 2>/dev/null | grep -q H100 && PEAK=3350
 run() { local name=$1 t=$2; shift 2; echo "=== $name: $*"; local a=$(date +%s.%N)
@@ -53,6 +53,8 @@ for s in $S; do case $s in
   floor) run floor 120 python3 tests/bench/webgpu_floor.py --n 400 --body ;;
   qprompt) run qprompt 200 python3 tests/bench/bench_webgpu.py --qlinear --qtypes q8_0,q4_1 --qshapes 4096x4096 --peak-gbs $PEAK --qlayouts none ;;
   matmul) run matmul 240 python3 tests/bench/bench_webgpu.py --sizes 1024,2048,4096 --no-cpu-peers ;;
+  # float16 matmul in half storage (shader-f16) / the 4-byte form / float32, next to PyTorch fp16 (issue 20)
+  f16) run f16 240 python3 tests/bench/bench_webgpu.py --f16 --sizes 1024,2048,4096 ;;
   # generated GEMM variants (tile, thread tile, k depth, buffering, split-K) next to PyTorch's fp32
   gemmlab) run gemmlab 420 python3 tests/bench/webgpu_gemm_lab.py ${GEMMLAB_ARGS:-} ;;
   # every dispatch of one compiled MNIST CNN / encoder training step: GPU us per kernel and op, grids, shapes
