@@ -345,6 +345,7 @@ def test_split_tiny_llama_greedy(tmp_path, monkeypatch, parts):
         if split is None:
             _auto_as_on_a_gpu(monkeypatch)
             assert wq.attn_splits(1, 4, 512) == 16
+            monkeypatch.setattr(wq, "ATTN_SPLIT_FROM", 0)   # (every position on the split step)
         else:
             monkeypatch.setenv("EMBER_ATTN_SPLIT", split)
         m = ember.llm.load(str(path), device="webgpu", context=512)
@@ -359,6 +360,43 @@ def test_split_tiny_llama_greedy(tmp_path, monkeypatch, parts):
         assert plan.fast.describe()["dispatches"] == (per_layer + extra) * m.model.cfg.n_layers + 4
     assert texts[None] == texts["0"] == m.tokenizer.decode(_greedy_ref(ref, prompt, 10, cfg))
 
+
+
+def test_decode_switches_to_the_split_step(tmp_path, monkeypatch):
+    """ember.llm on a GPU's rule keeps two decode steps: the one recorded unsplit below
+    ``ATTN_SPLIT_FROM`` (here 20, inside the reply), the split one from there; the tokens equal
+    the float64 reference's and each step's plan has its own dispatch count. Where the rule
+    never splits (EMBER_ATTN_SPLIT set, a CPU adapter) there is one step."""
+    from llm_fixtures import write_tiny_gguf
+
+    path = tmp_path / "tiny512.gguf"
+    cfg = dict(dim=128, n_heads=4, n_kv_heads=2, ffn_dim=96, ctx=512)
+    ref = write_tiny_gguf(path, cfg=cfg)
+    _auto_as_on_a_gpu(monkeypatch)
+    monkeypatch.setattr(wq, "ATTN_SPLIT_FROM", 20)
+    m = ember.llm.load(str(path), device="webgpu", context=512)
+    m.model.reserve(512)
+    prompt = m.tokenizer.encode("the theater in a tent")
+    assert len(prompt) < 20
+    got = m.generate(prompt, max_tokens=14)
+    assert got == m.tokenizer.decode(_greedy_ref(ref, prompt, 14, cfg))
+    assert m._split_from == 20
+    args = (ember.tensor([1], dtype="int64", device="webgpu"), ember.tensor([0], dtype="int32", device="webgpu"))
+    short, long_ = m._steps(19)[1], m._steps(20)[1]
+    assert short is not long_ and m._steps(None)[1] is long_
+    n_short = short.plan_for(*args).fast.describe()["dispatches"]
+    n_long = long_.plan_for(*args).fast.describe()["dispatches"]
+    assert n_long == n_short + m.model.cfg.n_layers          # attn_comb a layer
+    # sampling (logits read back) goes through the same two steps
+    assert m.generate(prompt, max_tokens=14, temperature=0.7, seed=3) == \
+        m.generate(prompt, max_tokens=14, temperature=0.7, seed=3)
+    for env in ("0", "5"):
+        monkeypatch.setenv("EMBER_ATTN_SPLIT", env)
+        assert wq.decode_split_from(4, 512) is None
+    monkeypatch.delenv("EMBER_ATTN_SPLIT")
+    assert wq.decode_split_from(4, 256) is None              # one chunk: never split
+    monkeypatch.setattr(wq, "_cpu_adapter", lambda rt: True)
+    assert wq.decode_split_from(4, 512) is None
 
 # ---- the same kernels in the page (Chromium's WebGPU on SwiftShader: its own WGSL compiler) ------
 

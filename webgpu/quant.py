@@ -106,10 +106,12 @@ position (template RMIN), so early in a long cache only the first few runs work 
 return at once (a forced S splits evenly, however few the rows). The cost is one more dispatch a layer (a chained
 dispatch's floor is ~2.4 us on an H100, ``webgpu_h200.sh floor``); below one chunk the unsplit
 kernel scores every row in one parallel pass, so small caches (ember.llm's chat replies, which
-reserve the prompt and the reply rounded to 64 rows) keep one dispatch. The rule is reasoned, not
-yet measured on a GPU: ``EMBER_ATTN_SPLIT=0`` vs unset with ``webgpu_h200.sh smolf profile``
-(context 1024) is the A/B, ``tests/bench/bench_attn_split.py`` the cost per layer by position and
-S. ``EMBER_ATTN_SPLIT=0``: one dispatch always; ``1..256``: that S (on any adapter).
+reserve the prompt and the reply rounded to 64 rows) keep one dispatch. Measured (H100, per
+layer, chained, 1024-row cache, ``tests/bench/bench_attn_split.py``): the split costs 14-15.5 us
+at any position up to 300 rows and 18 us at 1000, whatever S from 8 to 56; unsplit 9.9 us at 16
+rows, 16.4 at 300, 39.8 at 1000. So ember.llm replays a step recorded unsplit below
+``ATTN_SPLIT_FROM`` rows and the split one from there (``decode_split_from``, ``attn_unsplit``).
+``EMBER_ATTN_SPLIT=0``: one dispatch always; ``1..256``: that S (on any adapter).
 
 ``pos + T > C`` (or ``pos < 0``) raises ShapeError (``ember.ops.llm.check_pos``) where ``pos``'s value is known without a
 GPU read (a tensor uploaded from the host remembers its range; that is the case of the token
@@ -121,6 +123,7 @@ of zeros, no readback).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from math import prod
 
 from .. import dtypes as _dt
@@ -531,10 +534,47 @@ def attn_splits(T: int, Hq: int, C: int, window: int = 0, cpu: bool = False) -> 
             raise ValueError(f"EMBER_ATTN_SPLIT={env!r}: 0 (no split) or the runs per (query, head), "
                              f"1..{ATTN_SPLIT_MAX}")
         return s
+    if _UNSPLIT[0]:
+        return 0
     rows = min(C, window) if window else C          # the most rows one query attends to
     if cpu or T > ATTN_SPLIT_MAX_T or rows <= ATTN_WG:
         return 0
     return max(2, min(ATTN_SPLIT_GROUPS // (T * Hq), rows // ATTN_SPLIT_MIN_ROWS, ATTN_SPLIT_AUTO_MAX))
+
+
+# Where a one-token step's split pays (H100, per layer, chained, 1024-row cache, 2026-12-07, with
+# attn_comb's tree merge: split 14-15.5 us at any position up to 300 rows, 16.6 at 600, 18.2 at
+# 1000; unsplit 9.9 at 16 rows, 11.1 at 150, 16.4 at 300, 28.7 at 600, 39.8 at 1000;
+# ``tests/bench/bench_attn_split.py``): from about 290 rows on. A replayed plan cannot choose by
+# itself (its dispatches are fixed), so ember.llm keeps two decode steps on webgpu and replays
+# the one recorded unsplit (``attn_unsplit``) below ``ATTN_SPLIT_FROM``
+# (``EMBER_ATTN_SPLIT_FROM``), the split one from there (``decode_split_from``).
+ATTN_SPLIT_FROM = int(os.environ.get("EMBER_ATTN_SPLIT_FROM") or 288)
+_UNSPLIT = [0]
+
+
+@contextmanager
+def attn_unsplit():
+    """Attention recorded or run inside is one dispatch (``attn_splits`` gives 0) unless
+    ``EMBER_ATTN_SPLIT`` forces a split."""
+    _UNSPLIT[0] += 1
+    try:
+        yield
+    finally:
+        _UNSPLIT[0] -= 1
+
+
+def decode_split_from(n_heads: int, context: int, window: int = 0):
+    """The position from which a one-token decode step on this adapter is better replayed with its
+    attention split (``ATTN_SPLIT_FROM``), or None where the rule never splits it (a CPU adapter,
+    a cache of one chunk, ``EMBER_ATTN_SPLIT`` set: one step serves every position)."""
+    from .runtime import get_runtime
+
+    if os.environ.get("EMBER_ATTN_SPLIT", "").strip():
+        return None
+    if not attn_splits(1, n_heads, context, window, cpu=_cpu_adapter(get_runtime())):
+        return None
+    return ATTN_SPLIT_FROM
 
 
 def _cpu_adapter(rt) -> bool:

@@ -98,6 +98,8 @@ class LLM:
         self._stop = False
         self._step_logits = None
         self._step_argmax = None
+        self._short = None        # webgpu: the steps recorded with attention unsplit, for pos < _split_from
+        self._split_from = None
         self.eog = self._end_ids()
 
     # ---- set-up ---------------------------------------------------------------------------------
@@ -114,14 +116,28 @@ class LLM:
                 ids.add(i)
         return ids
 
-    def _steps(self):
-        """The compiled one-token steps (captured on their first call, replayed after)."""
+    def _steps(self, pos: int | None = None):
+        """The compiled one-token steps (logits, argmax) for a step at ``pos`` (captured on their
+        first call, replayed after). On webgpu, where a decode step's attention splits over
+        positions (``ember.webgpu.quant.decode_split_from``: one more dispatch a layer, which
+        pays only once the cache holds a few hundred rows), a second pair recorded unsplit
+        serves the positions before that."""
         if self._step_logits is None:
             import ember
 
             m = self.model
             self._step_logits = ember.compile(lambda ids, pos: m.forward(ids, pos))
             self._step_argmax = ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))
+            self._short = self._split_from = None
+            if self.device == "webgpu":
+                from ..webgpu.quant import decode_split_from
+
+                self._split_from = decode_split_from(m.cfg.n_heads, m.context)
+                if self._split_from is not None:
+                    self._short = (_Unsplit(ember.compile(lambda ids, pos: m.forward(ids, pos))),
+                                   _Unsplit(ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))))
+        if pos is not None and self._short is not None and pos < self._split_from:
+            return self._short
         return self._step_logits, self._step_argmax
 
     def warm_up(self, steps: int | None = None) -> dict:
@@ -147,10 +163,12 @@ class LLM:
         self._reserve(steps + 1, warm=False)
         token = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
         self.model.forward(tensor([token], dtype="int32", device=dev), tensor([0], dtype="int32", device=dev))
-        _, step = self._steps()
         for pos in range(1, steps + 1):
-            token = int(step(tensor([token], dtype="int32", device=dev),
-                             tensor([pos], dtype="int32", device=dev)).tolist()[0])
+            token = int(self._steps(pos)[1](tensor([token], dtype="int32", device=dev),
+                                            tensor([pos], dtype="int32", device=dev)).tolist()[0])
+        if self._short is not None and steps:   # (webgpu: the split step too, recorded at pos `steps`)
+            self._step_argmax(tensor([token], dtype="int32", device=dev),
+                              tensor([steps], dtype="int32", device=dev)).tolist()
         return {"ms": (time.perf_counter() - t0) * 1000.0, "steps": steps}
 
     def _reserve(self, positions: int, warm: bool = True) -> float:
@@ -299,7 +317,7 @@ class LLM:
         timer = [0.0]
         fed = None
         if dev == "webgpu" and not sampler.needs_logits and RUN_AHEAD > 1:
-            fed = self._fed_tokens(step_argmax, token, pos, max_tokens - 1, timer)
+            fed = self._fed_tokens(lambda p: self._steps(p)[1], token, pos, max_tokens - 1, timer)
         while True:
             if token in self.eog:
                 stats["finish_reason"] = "stop"
@@ -335,6 +353,7 @@ class LLM:
                 continue
             ts = time.perf_counter()
             args = (tensor([token], dtype="int32", device=dev), tensor([pos], dtype="int32", device=dev))
+            step_logits, step_argmax = self._steps(pos)
             if sampler.needs_logits:
                 token = sampler.pick(step_logits(*args), history)
             else:
@@ -357,7 +376,7 @@ class LLM:
         if dev == "wasm":
             stats["threads"] = _wasm_threads(step_logits if sampler.needs_logits else step_argmax)
 
-    def _fed_tokens(self, step, token: int, pos: int, n: int, timer: list):
+    def _fed_tokens(self, step_at, token: int, pos: int, n: int, timer: list):
         """The next ``n`` greedy tokens (an iterator), each step fed the previous step's argmax
         tensor on the GPU: batches of steps (2, 4, ... ``RUN_AHEAD``, so the first tokens still
         stream early) are enqueued with a read of their tokens started behind them; the next
@@ -365,7 +384,7 @@ class LLM:
         while the host waits for tokens, hands them out and encodes the next steps.
         ``timer[0]`` gathers the seconds spent enqueuing and waiting. Closing it early waits for
         the read in flight (the steps enqueued past the stop still run: their cache rows lie
-        where a later reply writes before it reads)."""
+        where a later reply writes before it reads). ``step_at(pos)``: the step for ``pos``."""
         from ..webgpu.replay import read_ints_later   # (the loop runs on webgpu only)
 
         dev = self.device
@@ -380,7 +399,7 @@ class LLM:
                 if n > 0:
                     outs = []
                     for _ in range(min(batch, n)):
-                        r = step(r, tensor([pos], dtype="int32", device=dev))
+                        r = step_at(pos)(r, tensor([pos], dtype="int32", device=dev))
                         outs.append(r)
                         pos += 1
                     n -= len(outs)
@@ -396,6 +415,23 @@ class LLM:
                     pending()
                 except EmberError:   # (a device lost meanwhile says so at the next call)
                     pass
+
+
+class _Unsplit:
+    """A compiled step recorded and replayed with attention unsplit (webgpu,
+    ``ember.webgpu.quant.attn_unsplit``): the decode step of the short positions."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __call__(self, *args):
+        from ..webgpu.quant import attn_unsplit
+
+        with attn_unsplit():
+            return self.step(*args)
+
+    def plan_for(self, *args):
+        return self.step.plan_for(*args)
 
 
 def _wasm_threads(step) -> int:
