@@ -1,4 +1,4 @@
-"""matmul on webgpu: nine kernel variants, chosen per shape class by ``autotune``.
+"""matmul on webgpu: ten kernel variants, chosen per shape class by ``autotune``.
 
 - ``tiled``: 16x16 shared-memory tiles, one output per thread; any dtype, the reference.
 - ``rb32``, ``rb64``, ``rb128``: register-blocked float32 kernels generated from one template
@@ -21,6 +21,16 @@
   K a multiple of 32, at most ``SPLIT_TARGET / 2`` output tiles). Bias / activation epilogues run
   in its stores (or in the reduction). Autotune candidates where eligible, not defaults;
   ``EMBER_WEBGPU_BARE=0`` takes them out (for A/Bs on a GPU).
+- ``rbh``: rb128's tiling with half-precision math (``matmul_rbh.wgsl``, body by
+  ``render_rb(half=True)``), for a float16 result of two half-stored operands only (``rt.half``):
+  f16 tiles in workgroup memory, vec4<f16> multiply-adds summed in f16 within each k tile of 16,
+  those sums added into f32 accumulators after the tile (so the f16 rounding error is a k tile's,
+  never K's: ``_close``, ``tests/test_webgpu_f16_math.py``), the epilogue in f32. Packed f16 FMAs
+  run at twice the fp32 rate on most GPUs; on lavapipe (f16 emulated on the CPU) it measured
+  0.78x rb128 (1024^3: 12.6 against 16.1 GFLOP/s, ``tests/bench/bench_webgpu.py --f16``). Every
+  layout rb takes (strides, bounds, batches). An autotune candidate; ``EMBER_WEBGPU_F16_MATH=0``
+  takes it out. f16 products past 65504 overflow where the f32 variants do not (autotune's check
+  rejects rbh on such inputs; a forced rbh returns inf).
 
 Operands are read through their strides (a transposed weight ``x @ w.T`` is not copied) and
 batch axes broadcast through stride 0. float16 runs in f32 and is rounded at the end. Operands
@@ -41,12 +51,15 @@ from .driver import grid_1d
 from .fusion import GBuf, realize
 from .runtime import kernel_source, pack_info, render
 
-VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv", "bare", "bare2")
+VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv", "bare", "bare2", "rbh")
 # the register-blocked variants: (BM, BN, TM, TN, BK) = output tile, outputs per thread, k tile
 # (threads: (BM / TM) * (BN / TN)). H100, `tests/bench/webgpu_gemm_lab.py` (`rb:` rows, PyTorch
 # fp32 in the same run): rb128 41.2 TFLOP/s at 4096^3 (torch 51.7); rb32 17.6 us at 512x384x384
 # (torch 17.6; rb128 62 us there: 12 workgroups).
 RB = {"rb128": (128, 128, 8, 8, 16), "rb64": (64, 64, 4, 4, 16), "rb32": (32, 64, 4, 4, 32)}
+# rbh: rb128's tiles with f16 multiply-adds, f16 sums over k tiles of 16 (matmul_rbh.wgsl; the error
+# bound grows with BK: tests/test_webgpu_f16_math.py)
+RBH = (128, 128, 8, 8, 16)
 _TILES = {"tiled": (16, 16), "sk": RB["rb128"][:2], **{v: c[:2] for v, c in RB.items()}}   # (sk: split rb128)
 # split-K: about this many workgroups (an H200 measured: 256 beat 512 at 1024^2, 0.62x against
 # 0.47x of PyTorch), and no part shallower than 64
@@ -59,6 +72,12 @@ BARE_PARTS = {"bare": 1, "bare2": 2}
 def bare_enabled() -> bool:
     """``EMBER_WEBGPU_BARE=0`` (or off/false/no) takes ``bare`` and ``bare2`` out of the candidates."""
     return os.environ.get("EMBER_WEBGPU_BARE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def f16_math_enabled() -> bool:
+    """``EMBER_WEBGPU_F16_MATH=0`` (or off/false/no) takes ``rbh`` (f16 multiply-adds) out of the
+    candidates: float16 products then compute in f32 only (for A/Bs)."""
+    return os.environ.get("EMBER_WEBGPU_F16_MATH", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def bare_variants(M: int, N: int, K: int, kind: str) -> list:
@@ -84,11 +103,16 @@ def plan_key(kind: str, M: int, N: int, K: int, nb: int = 1, a_row: bool = True,
     return autotune.shape_key("matmul", kind, (M, N, K, nb), flags)
 
 
-def eligible(rt, variant: str, M: int, N: int, K: int, kind: str) -> bool:
+def eligible(rt, variant: str, M: int, N: int, K: int, kind: str, f16_math: bool = False) -> bool:
+    """Whether ``variant`` may compute an M x N x K product of ``kind`` (its operands' layout aside:
+    ``MatmulPlan.variant``). ``rbh`` only with ``f16_math``: a float16 product of two half-stored
+    operands (``MatmulPlan.rbh_ok``), never a float32 one."""
     if variant == "tiled":
         return True
     if kind != "f32":
         return False
+    if variant == "rbh":
+        return f16_math and bool(getattr(rt, "half", False)) and f16_math_enabled()
     if variant == "sg":
         return "subgroups" in rt.features and M <= 16
     if variant == "mv":          # (and B's layout: MatmulPlan.mv_ok)
@@ -187,6 +211,9 @@ class MatmulPlan:
         gb, b_off, b_ks, b_ns, b_bsh, b_bst = _operand(gb, False)
         self.ga, self.gb = ga, gb          # keep the operands alive until the launch
         self.half_a, self.half_b = fusion.is_half(ga), fusion.is_half(gb)
+        # rbh (f16 multiply-adds): a float16 result of two half-stored operands only
+        self.rbh_ok = bool(self.half_a and self.half_b and out.dtype is _dt.float16 and getattr(rt, "half", False)
+                           and f16_math_enabled())
         M = 1 if len(ga.shape) == 1 else ga.shape[-2]
         K = ga.shape[-1]
         N = 1 if len(gb.shape) == 1 else gb.shape[-1]
@@ -225,13 +252,15 @@ class MatmulPlan:
         # (operands in half storage: their own autotune keys, "f32:hw" = A half, B 4-byte)
         tkey = self.kind if not (self.half_a or self.half_b) else \
             f"{self.kind}:{'h' if self.half_a else 'w'}{'h' if self.half_b else 'w'}"
+        if self.rbh_ok:       # rbh among the candidates: "f32:hhm" (a choice made without it is not reused)
+            tkey += "m"
         self.key = plan_key(tkey, M, N, K, self.nb, a_ks == 1, b_ns == 1, len(self.bare))
         # the key of a product with an epilogue (never bare, see variant)
         self.key_epilogue = plan_key(tkey, M, N, K, self.nb, a_ks == 1, b_ns == 1, 0)
 
     def variant(self, storage, epilogue: bool = False) -> str:
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
-        ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind) and (v != "mv" or self.mv_ok)
+        ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind, self.rbh_ok) and (v != "mv" or self.mv_ok)
               and (v not in BARE_PARTS or v in self.bare)]
         v = autotune.forced("matmul")
         if v in ok:
@@ -256,8 +285,10 @@ class MatmulPlan:
         if M <= 4 and "sg" in ok:
             return "sg"
         cands = {v: (lambda v=v: self._dispatch(v, storage, None, None)) for v in ok}
+        # a float16 product's candidates agree within f16 sums over a k tile (rbh), not f32 ones
+        half = self.rbh_ok and "rbh" in ok
         return autotune.choose(rt, key, cands, default_variant(rt, M, N, K, kind),
-                               lambda: _read(rt, storage, self.size), _close)
+                               lambda: _read(rt, storage, self.size), lambda x, y: _close(x, y, half))
 
     def needs_chunks(self) -> bool:
         """Whether the output or an operand's buffer passes one binding (``rt.max_binding``)."""
@@ -388,7 +419,7 @@ class MatmulPlan:
                          out_half=out_half)
             return
         bufs = [out] + ops
-        if variant in RB or variant == "sk" or (variant == "sg" and self.sg_vec4 and words is None):
+        if variant in RB or variant in ("sk", "rbh") or (variant == "sg" and self.sg_vec4 and words is None):
             bufs += ops   # A and B again, read as vec4 (A4, B4)
         if variant == "sg":
             grid = ((N + 7) // 8, M, nb)
@@ -396,7 +427,7 @@ class MatmulPlan:
             cols = 4 * mv_columns(M, N, self.K, nb)
             grid = ((N + cols - 1) // cols, (M + MV_ROWS - 1) // MV_ROWS, nb)
         else:
-            tm, tn = _TILES[variant]
+            tm, tn = RBH[:2] if variant == "rbh" else _TILES[variant]
             grid = ((N + tn - 1) // tn, (M + tm - 1) // tm, nb)
         self._record("rb128" if variant == "sk" else variant, bufs, prog, epi_words, 1, grid, words, out_half)
 
@@ -447,7 +478,8 @@ class MatmulPlan:
     def _record(self, variant, bufs, prog, epi_words, split, grid, words=None, out_half=False) -> None:
         rt = self.rt
         # operands in half storage (not the split-K sum pass, which reads the partial sums only)
-        ha, hb = (False, False) if variant == "splitk" else (self.half_a, self.half_b)
+        # (rbh: its template reads f16 itself)
+        ha, hb = (False, False) if variant in ("splitk", "rbh") else (self.half_a, self.half_b)
         v4 = variant == "sg" and self.sg_vec4 and words is None     # (not for chunked calls)
         words = list(self.words if words is None else words)
         sig = None
@@ -479,10 +511,12 @@ class MatmulPlan:
                 params["V4DECL"] = ("fn a4(i: u32) -> vec4<f32> { return vec4<f32>(0.0); }\n"
                                     "fn b4(i: u32) -> vec4<f32> { return vec4<f32>(0.0); }")
             params["V4"] = "true" if v4 else "false"
-        if variant in RB or variant == "splitk":
+        if variant in RB or variant in ("splitk", "rbh"):
             params["SPLIT"] = split
         if variant in RB:
             params.update(rb_layout(RB[variant], words))
+        if variant == "rbh":
+            params.update(rb_layout(RBH, words), CONFIG="x".join(map(str, RBH)))
         if variant == "mv":
             params.update(MR=min(MV_ROWS, words[0]), CW=mv_columns(words[0], words[1], words[2], self.nb))
         name = f"matmul_{variant}"
@@ -490,8 +524,8 @@ class MatmulPlan:
 
         def source():
             full = {**params, "EPILOGUE": epilogue()}
-            if variant in RB:
-                src = render_rb(RB[variant], full)
+            if variant in RB or variant == "rbh":
+                src = render_rb(RBH if variant == "rbh" else RB[variant], full, variant == "rbh")
             else:
                 src = render_mv(full) if variant == "mv" else render(kernel_source(name), full)
             return f16_io(src, ha, hb, out_half)
@@ -627,12 +661,15 @@ def render_mv(params: dict) -> str:
     return render(kernel_source("matmul_mv"), dict(params, ROWS=MV_ROWS, BODY="\n".join(body)))
 
 
-def render_rb(config: tuple, params: dict) -> str:
+def render_rb(config: tuple, params: dict, half: bool = False) -> str:
     """``matmul_rb.wgsl`` for ``config`` (BM, BN, TM, TN, BK: a value of ``RB``) with main's body
     written in: named accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops;
     unrolled, every shared-memory row index is a constant), the stores (bounds-checked unless
-    FULL)."""
+    FULL). ``half``: ``matmul_rbh.wgsl`` (``RBH``): f16 loads and tiles, each k tile's products
+    summed in f16 registers (``h`` = the first product, then ``h + a * b``), which are added into
+    the f32 accumulators after the tile."""
     BM, BN, TM, TN, BK = config
+    H = "f16" if half else "f32"
     TX, TY = BN // TN, BM // TM
     T = TX * TY
     LA, LB = BM * BK // 4 // T, BK * BN // 4 // T
@@ -641,12 +678,14 @@ def render_rb(config: tuple, params: dict) -> str:
     body = [f"  let tx = t % {TX}u; let ty = t / {TX}u;",
             "  _ = &A; _ = &B; _ = &A4; _ = &B4;   // bound in every layout, whether or not its loads use them",
             "  " + " ".join(f"var {c} = vec4<f32>();" for c in acc),
-            "  " + " ".join([f"var ga{i}: vec4<f32>;" for i in range(LA)] + [f"var gb{i}: vec4<f32>;" for i in range(LB)]),
+            "  " + " ".join([f"var ga{i}: vec4<{H}>;" for i in range(LA)] + [f"var gb{i}: vec4<{H}>;" for i in range(LB)]),
             *("  " + line for line in setup),
             "  " + fetch.format(k="kbeg"), "  " + put, "  workgroupBarrier();",
             f"  for (var k0 = kbeg; k0 < kend; k0 = k0 + {BK}u) {{",
             f"    let more = k0 + {BK}u < kend;",
             "    if (more) { " + fetch.format(k=f"k0 + {BK}u") + " }"]
+    if half:      # this tile's f16 partial sums (the first step assigns them)
+        body.append("    " + " ".join(f"var h{r}_{j}: vec4<f16>;" for r in range(TM) for j in range(TN // 4)))
     for k in range(BK):      # one k step: TM / 4 + TN / 4 vector loads, TM * TN FMAs
         loads = [f"let a{i} = As[{k}][ty + {i * TY}u];" for i in range(TM // 4)]
         loads += [f"let b{j} = Bs[{k}][tx + {j * TX}u];" for j in range(TN // 4)]
@@ -654,8 +693,16 @@ def render_rb(config: tuple, params: dict) -> str:
         for r in range(TM):
             # c + a * b, not fma(): measured faster on an H200 (the driver fuses it anyway)
             a = f"a{r // 4}.{'xyzw'[r % 4]}"
-            body.append("      " + " ".join(f"c{r}_{j} = c{r}_{j} + {a} * b{j};" for j in range(TN // 4)))
+            if not half:
+                body.append("      " + " ".join(f"c{r}_{j} = c{r}_{j} + {a} * b{j};" for j in range(TN // 4)))
+            elif k == 0:
+                body.append("      " + " ".join(f"h{r}_{j} = {a} * b{j};" for j in range(TN // 4)))
+            else:
+                body.append("      " + " ".join(f"h{r}_{j} = h{r}_{j} + {a} * b{j};" for j in range(TN // 4)))
         body.append("    }")
+    if half:      # the tile's sums into the f32 accumulators
+        body += ["    " + " ".join(f"c{r}_{j} = c{r}_{j} + vec4<f32>(h{r}_{j});" for j in range(TN // 4))
+                 for r in range(TM)]
     body += ["    workgroupBarrier();", "    if (more) { " + put + " }", "    workgroupBarrier();", "  }",
              "  let cb = wg.z * M * N;"]
     for i in range(TM // 4):
@@ -665,7 +712,7 @@ def render_rb(config: tuple, params: dict) -> str:
             body.append(f"  {{ let row = row0 + (ty + {i * TY}u) * 4u + {q}u; if (FULL || row < M) {{ {stores} }} }}")
     full = dict(params, BM=BM, BN=BN, BK=BK, BM4=BM // 4, BN4=BN // 4, T=T, BODY="\n".join(body),
                 **_rb_edges(params))
-    return render(kernel_source("matmul_rb"), full)
+    return render(kernel_source("matmul_rbh" if half else "matmul_rb"), full)
 
 
 def _rb_edges(params: dict) -> dict:
@@ -700,12 +747,30 @@ def _read(rt, storage, n):
     return a
 
 
-def _close(x, y) -> bool:
+def _close(x, y, half: bool = False) -> bool:
     """Same values up to f32 summation-order differences (a strided sample of at most 64k;
-    non-finite reference values are skipped)."""
+    non-finite reference values are skipped): each within 1e-3 of the largest reference value.
+
+    ``half`` (a float16 product with ``rbh`` among the candidates): up to f16 sums over ``RBH``'s
+    k tile of BK. There a value's error is about 2^-11 * sqrt(BK) of the result's typical size
+    (each tile's f16 sum, itself ~sqrt(BK) products, has a rounding error of about 2^-11 of it;
+    the K / BK tiles' errors add up at random, as the tiles' values do), and a worst case of
+    (BK + 1) * 2^-11 of sum |a||b|. So the root mean square of the differences must be within
+    2 * sqrt(BK) * 2^-11 of the reference's (BK 16: 0.39%), and each difference within 16 *
+    sqrt(BK) * 2^-11 of the largest reference value (3.1%): a kernel that drops one k tile of 16
+    out of 4096 is off by ~6% in rms, a wrong index by ~100%. An inf or NaN where the reference
+    is finite (an f16 overflow) fails both."""
     if len(x) != len(y):
         return False
     step = max(1, len(y) // 65536)
-    ys = [v for v in y[::step] if v - v == 0]
-    scale = max((abs(v) for v in ys), default=0.0) or 1.0
-    return all(abs(p - q) <= 1e-3 * scale for p, q in zip(x[::step], y[::step]) if q - q == 0)
+    pairs = [(p, q) for p, q in zip(x[::step], y[::step]) if q - q == 0]
+    scale = max((abs(q) for _, q in pairs), default=0.0) or 1.0
+    if not half:
+        return all(abs(p - q) <= 1e-3 * scale for p, q in pairs)
+    r = 2.0 ** -11 * RBH[4] ** 0.5
+    if not all(abs(p - q) <= 16 * r * scale for p, q in pairs):
+        return False
+    n = max(1, len(pairs))
+    err2 = sum((p - q) ** 2 for p, q in pairs) / n
+    ref2 = sum(q * q for _, q in pairs) / n
+    return err2 <= (2 * r) ** 2 * ref2
