@@ -333,3 +333,27 @@ def test_autotune_offers_rbh_for_float16(half, variants, monkeypatch, tmp_path):
         assert "rbh" not in variants
     finally:
         autotune.force("matmul", old)
+
+
+def test_f16_overflow_forced_and_autotuned(half, variants, monkeypatch, tmp_path):
+    """Products past f16's 65504 (300 * 300): rbh forced overflows (its partial sums are f16: inf -
+    inf is NaN where the exact result is 0), and autotune's check rejects it on such inputs, so
+    the autotuned product is exact."""
+    a = np.full((128, 32), 300, np.float16)
+    b = np.tile(np.array([[300], [-300]], np.float16), (16, 128))
+    ta, tb = ember.tensor(a, device="webgpu"), ember.tensor(b, device="webgpu")
+    got = forced("rbh", lambda: (ta @ tb).numpy())
+    assert not np.isfinite(got).all()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(autotune, "_MEMORY", {})
+    monkeypatch.setattr(autotune, "_LOADED", [True])
+    monkeypatch.setitem(autotune._STATE, "enabled", True)
+    old = autotune.forced("matmul")
+    autotune.force("matmul", None)
+    try:
+        variants.clear()
+        out = (ta @ tb).numpy()
+    finally:
+        autotune.force("matmul", old)
+    assert "rbh" in variants                # (timed, then rejected)
+    np.testing.assert_array_equal(out, np.zeros((128, 128), np.float16))

@@ -27,7 +27,8 @@
   those sums added into f32 accumulators after the tile (so the f16 rounding error is a k tile's,
   never K's: ``_close``, ``tests/test_webgpu_f16_math.py``), the epilogue in f32. Packed f16 FMAs
   run at twice the fp32 rate on most GPUs; on lavapipe (f16 emulated on the CPU) it measured
-  0.78x rb128 (1024^3: 12.6 against 16.1 GFLOP/s, ``tests/bench/bench_webgpu.py --f16``). Every
+  0.78x rb128 forced on the same half operands (1024^3: 12.6 against 16.1 GFLOP/s, medians of 7
+  alternating rounds; ``tests/bench/bench_webgpu.py --f16`` has the rows). Every
   layout rb takes (strides, bounds, batches). An autotune candidate; ``EMBER_WEBGPU_F16_MATH=0``
   takes it out. f16 products past 65504 overflow where the f32 variants do not (autotune's check
   rejects rbh on such inputs; a forced rbh returns inf).
