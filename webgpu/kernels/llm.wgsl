@@ -136,16 +136,29 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // (q first: its loads need no position, so they overlap the wait for pos)
   let scale = bitcast<f32>(u(5u));
   for (var d = t; d < D; d = d + {{WG}}u) { qsh[d] = q[u(6u) + row * D + d] * scale; }
+  // the new key and value rows this workgroup writes (the first head of each kv group, run 0):
+  // loaded here too, so their stores below wait for nothing but pos
+  let writer = (row % Hq) % G == 0u && sp == 0u;
+  let src = (tq * Hkv + hk) * D;
+  var kn: array<f32, {{DPT}}>;
+  var vn: array<{{VT}}, {{DPT}}>;
+  if (writer) {
+    for (var i = 0u; i < {{DPT}}u; i = i + 1u) {
+      let d = t + i * {{WG}}u;
+      if (d < D) { kn[i] = kin_at(u(10u) + src + d); }
+      if (d < D / VW) { vn[i] = vin[(u(11u) + src) / VW + d]; }
+    }
+  }
   if (t == 0u) { wpos = posb[u(9u)]; }
   let pos = workgroupUniformLoad(&wpos);
   let rs = Hkv * D;
-  if ((row % Hq) % G == 0u && sp == 0u) {
-    let r = pos + i32(tq);
-    if (r >= 0 && r < i32(C)) {
-      let dst = u32(r) * rs + hk * D;
-      let src = (tq * Hkv + hk) * D;
-      for (var d = t; d < D; d = d + {{WG}}u) { kc_set(u(7u) + dst + d, kin_at(u(10u) + src + d)); }
-      for (var d = t; d < D / VW; d = d + {{WG}}u) { vc[(u(8u) + dst) / VW + d] = vin[(u(11u) + src) / VW + d]; }
+  let r = pos + i32(tq);
+  if (writer && r >= 0 && r < i32(C)) {
+    let dst = u32(r) * rs + hk * D;
+    for (var i = 0u; i < {{DPT}}u; i = i + 1u) {
+      let d = t + i * {{WG}}u;
+      if (d < D) { kc_set(u(7u) + dst + d, kn[i]); }
+      if (d < D / VW) { vc[(u(8u) + dst) / VW + d] = vn[i]; }
     }
   }
   let S = u32(clamp(pos + i32(tq) + 1, 0, i32(C)));
