@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from math import prod
 
 from .. import dtypes as _dt
@@ -259,7 +260,9 @@ class MatmulPlan:
         # the key of a product with an epilogue (never bare, see variant)
         self.key_epilogue = plan_key(tkey, M, N, K, self.nb, a_ks == 1, b_ns == 1, 0)
 
-    def variant(self, storage, epilogue: bool = False) -> str:
+    def variant(self, storage, prog=None, epi_words=None) -> str:
+        """The variant for this product into ``storage``, with epilogue ``prog`` (a
+        ``fusion.Program``, its uniform words ``epi_words``) or None: forced, else autotune's."""
         rt, M, N, K, kind = self.rt, self.M, self.N, self.K, self.kind
         ok = [v for v in VARIANTS if eligible(rt, v, M, N, K, kind, self.rbh_ok) and (v != "mv" or self.mv_ok)
               and (v not in BARE_PARTS or v in self.bare)]
@@ -267,15 +270,21 @@ class MatmulPlan:
         if v in ok:
             return v
         key = self.key
-        if epilogue:
-            # autotune times the variants without the epilogue, and bare's epilogue form (sizes
-            # from the info words, each stored value through epilogue()) measured slower than
-            # that: H100, BERT 32x128 (ONNX, every linear with a bias or a residual): rb64/rb128
-            # 6.77-6.97 ms, with bare chosen 7.34-7.53 (GPU: 30 rb64 products 2,205 us in all,
-            # as bare 18 x 62 us (4096x384x384 + bias: 96 tiles) + 12 x 130 us = 2,675). So
-            # products with an epilogue keep the other variants (and the key they had before)
-            ok = [v for v in ok if v not in BARE_PARTS]
-            key = self.key_epilogue
+        timed_prog = None
+        if prog is not None:
+            # A product with an epilogue is timed WITH it, under a key of its own (the shape
+            # class and the epilogue's structure): an epilogue changes the variants' order. H100,
+            # BERT 32x128's FFN up (4096x1536x384 + bias + GELU): rb128 144 us without it (the
+            # GEMM lab), 230 us with it, rb64 139 / 172; bare's epilogue form 62 us where rb64
+            # takes ~45 (4096x384x384 + bias), so bare is a candidate again only because its
+            # epilogue is timed. (An epilogue that reads the output's own buffer cannot run
+            # twice: those products are timed without it and keep off bare, as before.)
+            if any(g.storage is storage for g in prog.leaves):
+                ok = [v for v in ok if v not in BARE_PARTS]
+                key = self.key_epilogue
+            else:
+                key = f"{self.key}|e{zlib.crc32(repr(prog.sig).encode()):08x}"
+                timed_prog = prog
         # a product of 1-4 rows reads each weight once: sg does that at the memory's speed where
         # B runs along k (H100, x @ w.T at 4096^2: 95% of HBM), and timing variants of a ~20 us
         # kernel against the host's sync is noise (autotune once picked a 10x slower one).
@@ -285,7 +294,8 @@ class MatmulPlan:
         # 1.0 ms at 1x384x384) though faster at 16 (9.0 vs 10.5 ms)
         if M <= 4 and "sg" in ok:
             return "sg"
-        cands = {v: (lambda v=v: self._dispatch(v, storage, None, None)) for v in ok}
+        cands = {v: (lambda v=v: self._dispatch(v, storage, timed_prog, epi_words if timed_prog else None))
+                 for v in ok}
         # a float16 product's candidates agree within f16 sums over a k tile (rbh), not f32 ones
         half = self.rbh_ok and "rbh" in ok
         return autotune.choose(rt, key, cands, default_variant(rt, M, N, K, kind),
@@ -303,7 +313,7 @@ class MatmulPlan:
                 raise AssertionError("a chunked matmul takes no epilogue")
             self._launch_rows(storage)
             return
-        self._dispatch(self.variant(storage, prog is not None), storage, prog, epi_words)
+        self._dispatch(self.variant(storage, prog, epi_words), storage, prog, epi_words)
 
     def _launch_rows(self, storage) -> None:
         """The matmul in blocks, for outputs or operands larger than one binding: one batch at a
