@@ -1,5 +1,5 @@
 """The ``rbh`` matmul variant: float16 products of half-stored operands with f16 multiply-adds
-(``ember.webgpu.linalg``, ``kernels/matmul_rbh.wgsl``), forced and checked against a float64
+(``ember.webgpu.linalg``, ``kernels/matmul_rb.wgsl`` in f16), forced and checked against a float64
 product of the same float16 inputs.
 
 Error bound (``bound``): u16 = 2^-11, u32 = 2^-24, S = |A| @ |B| (float64), BK = RBH's k tile.

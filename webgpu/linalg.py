@@ -21,7 +21,7 @@
   K a multiple of 32, at most ``SPLIT_TARGET / 2`` output tiles). Bias / activation epilogues run
   in its stores (or in the reduction). Autotune candidates where eligible, not defaults;
   ``EMBER_WEBGPU_BARE=0`` takes them out (for A/Bs on a GPU).
-- ``rbh``: rb128's tiling with half-precision math (``matmul_rbh.wgsl``, body by
+- ``rbh``: rb128's tiling with half-precision math (``matmul_rb.wgsl`` with f16 elements, body by
   ``render_rb(half=True)``), for a float16 result of two half-stored operands only (``rt.half``):
   f16 tiles in workgroup memory, vec4<f16> multiply-adds summed in f16 within each k tile of 16,
   those sums added into f32 accumulators after the tile (so the f16 rounding error is a k tile's,
@@ -59,7 +59,7 @@ VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv", "bare", "bare2",
 # fp32 in the same run): rb128 41.2 TFLOP/s at 4096^3 (torch 51.7); rb32 17.6 us at 512x384x384
 # (torch 17.6; rb128 62 us there: 12 workgroups).
 RB = {"rb128": (128, 128, 8, 8, 16), "rb64": (64, 64, 4, 4, 16), "rb32": (32, 64, 4, 4, 32)}
-# rbh: rb128's tiles with f16 multiply-adds, f16 sums over k tiles of 16 (matmul_rbh.wgsl; the error
+# rbh: rb128's tiles with f16 multiply-adds, f16 sums over k tiles of 16 (matmul_rb.wgsl in f16; the error
 # bound grows with BK: tests/test_webgpu_f16_math.py)
 RBH = (128, 128, 8, 8, 16)
 _TILES = {"tiled": (16, 16), "sk": RB["rb128"][:2], **{v: c[:2] for v, c in RB.items()}}   # (sk: split rb128)
@@ -676,7 +676,7 @@ def render_rb(config: tuple, params: dict, half: bool = False) -> str:
     """``matmul_rb.wgsl`` for ``config`` (BM, BN, TM, TN, BK: a value of ``RB``) with main's body
     written in: named accumulators, the k tile's steps fully unrolled (Naga keeps loops as loops;
     unrolled, every shared-memory row index is a constant), the stores (bounds-checked unless
-    FULL). ``half``: ``matmul_rbh.wgsl`` (``RBH``): f16 loads and tiles, each k tile's products
+    FULL). ``half``: ``rbh`` (``RBH``; ``matmul_rb.wgsl`` with f16 elements): f16 loads and tiles, each k tile's products
     summed in f16 registers (``h`` = the first product, then ``h + a * b``), which are added into
     the f32 accumulators after the tile."""
     BM, BN, TM, TN, BK = config
@@ -723,7 +723,7 @@ def render_rb(config: tuple, params: dict, half: bool = False) -> str:
             body.append(f"  {{ let row = row0 + (ty + {i * TY}u) * 4u + {q}u; if (FULL || row < M) {{ {stores} }} }}")
     full = dict(params, BM=BM, BN=BN, BK=BK, BM4=BM // 4, BN4=BN // 4, T=T, BODY="\n".join(body),
                 **_rb_edges(params))
-    return render(kernel_source("matmul_rbh" if half else "matmul_rb"), full)
+    return render(kernel_source("matmul_rb"), dict(full, ET=H))
 
 
 def _rb_edges(params: dict) -> dict:
