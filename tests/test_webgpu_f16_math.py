@@ -309,15 +309,22 @@ def test_close_accepts_rbh_and_rejects_wrong_results(half, variants):
             assert not linalg._close(w.ravel().tolist(), ref.ravel().tolist(), True), (K, i)
 
 
-def test_autotune_offers_rbh_for_float16(half, variants, monkeypatch, tmp_path):
-    """A fresh autotune table: a float16 product times rbh among its candidates (its key ends
-    in "m") and whichever wins gives a correct result; a float32 product never runs rbh."""
+def _fresh_autotune(monkeypatch, tmp_path):
+    """Autotune on, with an empty table of its own and nothing forced; returns the forced
+    variant to put back."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(autotune, "_MEMORY", {})
     monkeypatch.setattr(autotune, "_LOADED", [True])
     monkeypatch.setitem(autotune._STATE, "enabled", True)
     old = autotune.forced("matmul")
     autotune.force("matmul", None)
+    return old
+
+
+def test_autotune_offers_rbh_for_float16(half, variants, monkeypatch, tmp_path):
+    """A fresh autotune table: a float16 product times rbh among its candidates (its key ends
+    in "m") and whichever wins gives a correct result; a float32 product never runs rbh."""
+    old = _fresh_autotune(monkeypatch, tmp_path)
     try:
         a, b = h((128, 256), 34), h((256, 128), 35)
         variants.clear()
@@ -344,12 +351,7 @@ def test_f16_overflow_forced_and_autotuned(half, variants, monkeypatch, tmp_path
     ta, tb = ember.tensor(a, device="webgpu"), ember.tensor(b, device="webgpu")
     got = forced("rbh", lambda: (ta @ tb).numpy())
     assert not np.isfinite(got).all()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(autotune, "_MEMORY", {})
-    monkeypatch.setattr(autotune, "_LOADED", [True])
-    monkeypatch.setitem(autotune._STATE, "enabled", True)
-    old = autotune.forced("matmul")
-    autotune.force("matmul", None)
+    old = _fresh_autotune(monkeypatch, tmp_path)
     try:
         variants.clear()
         out = (ta @ tb).numpy()
