@@ -179,7 +179,8 @@ def run(device: str, path: Path, n_prompt: int, n_new: int, n_prefill: int, feed
         short = None if split_from is None else \
             L._Unsplit(ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos))))
         if short is not None:    # (its capture, outside the timing)
-            short(tensor([tok], dtype="int32", device=device), tensor([n_prompt], dtype="int32", device=device)).tolist()
+            # (int64 ids, as _fed_tokens feeds: another input signature would be a capture of its own)
+            short(tensor([tok], dtype="int64", device=device), tensor([n_prompt], dtype="int32", device=device)).tolist()
             tok, tp = prefill(ids)
             rt.reset_stats()
         w = time.perf_counter()
