@@ -285,6 +285,17 @@ assert t._buf.storage.nbytes >= 40 and not t._buf.storage.half
 y = ember.matmul((t * 2.0).reshape(2, 5), ember.ones((5, 3), dtype=ember.float16, device="webgpu"))
 assert y.dtype == ember.float16
 print(y.numpy().tolist())
+# every matmul variant's template and the other kernels of a float32 model (the page's SwiftShader
+# refuses `enable f16;`: a template that merely names f16 in a comment once asked for it)
+from ember.webgpu import autotune, linalg
+x = ember.tensor(np.ones((128, 128), np.float32), device="webgpu")
+for v in linalg.VARIANTS:
+    autotune.force("matmul", v)
+    (ember.gelu(x @ x + 1.0)).numpy()
+autotune.force("matmul", None)
+img = ember.tensor(np.ones((1, 3, 16, 16), np.float32), device="webgpu")
+k = ember.tensor(np.ones((4, 3, 3, 3), np.float32), device="webgpu")
+ember.softmax(ember.conv2d(img, k), axis=-1).numpy()
 assert not any("enable f16" in s or "array<f16>" in s for s in srcs), "an f16 kernel without half storage"
 print("ok")
 """

@@ -52,6 +52,7 @@ def render(src: str, params: dict) -> str:
 
 
 _F16_USE = re.compile(r"<f16>|\bf16\(")
+_COMMENT = re.compile(r"//[^\n]*")
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
 
@@ -157,7 +158,9 @@ class Runtime:
             self.stats["pipeline_cache_hits"] += 1
             return p
         src = make_source()
-        if "enable f16;" not in src and _F16_USE.search(src):
+        # (code only: a comment that names vec4<f16> must not ask a device without shader-f16
+        # for the extension, which Chromium's SwiftShader refuses)
+        if "enable f16;" not in src and _F16_USE.search(_COMMENT.sub("", src)):
             src = "enable f16;\n" + src
         p = self.driver.pipeline(src, entry)
         self.pipelines[key] = p
