@@ -163,11 +163,14 @@ class LLM:
         self._reserve(steps + 1, warm=False)
         token = self.tokenizer.bos_id if self.tokenizer.bos_id is not None else 0
         self.model.forward(tensor([token], dtype="int32", device=dev), tensor([0], dtype="int32", device=dev))
+        # (webgpu's greedy decoding feeds each step the previous one's int64 argmax tensor: that
+        # input signature is the plan it replays, so that is the one warmed)
+        ids = "int64" if dev == "webgpu" else "int32"
         for pos in range(1, steps + 1):
-            token = int(self._steps(pos)[1](tensor([token], dtype="int32", device=dev),
+            token = int(self._steps(pos)[1](tensor([token], dtype=ids, device=dev),
                                             tensor([pos], dtype="int32", device=dev)).tolist()[0])
         if self._short is not None and steps:   # (webgpu: the split step too, recorded at pos `steps`)
-            self._step_argmax(tensor([token], dtype="int32", device=dev),
+            self._step_argmax(tensor([token], dtype=ids, device=dev),
                               tensor([steps], dtype="int32", device=dev)).tolist()
         return {"ms": (time.perf_counter() - t0) * 1000.0, "steps": steps}
 
