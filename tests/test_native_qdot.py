@@ -230,3 +230,89 @@ def test_two_threads_same_bits_as_one(lib, qtype, monkeypatch):
             used.clear()
             default = nq._native_qlinear(x, raw, qtype, n, k)
             assert bool(used) == (n * rb * m >= team_bytes and n >= 32) and same_bits(default, one), (qtype, n, m)
+
+
+PART_ROWS = [(33, 17, 47), (5, 160, 1), (64, 16), (161, 31, 32, 2)]
+
+
+def _parts_weight(qtype, rows, k, seed, adjacent=False):
+    """QTensors of ``rows`` rows each (random blocks) and stack_rows' weight of them: from separate
+    buffers (a parts weight), or views of one buffer, back to back (stack_rows' view)."""
+    from ember.tensor import Tensor
+    raws = [weights(qtype, n, k, seed=seed + i) for i, n in enumerate(rows)]
+    padded = [np.concatenate([r, np.zeros(-r.size % 4, np.uint8)]) for r in raws]   # (whole int32 words)
+    if adjacent:
+        whole = np.concatenate(padded).view(np.int32)
+        cuts = np.cumsum([0] + [r.size // 4 for r in padded])
+        datas = [whole[a:b] for a, b in zip(cuts, cuts[1:])]
+    else:
+        datas = [r.view(np.int32).copy() for r in padded]
+    i32 = ember.from_numpy(datas[0][:1], device="numpy").dtype
+    ws = [quant.QTensor(Tensor._wrap(d, d.shape, i32, "numpy"), qtype, (n, k)) for d, n in zip(datas, rows)]
+    return raws, ws, nq.stack_rows(ws)
+
+
+@pytest.mark.parametrize("qtype", ("q4_1", "q8_0", "q4_k", "q6_k"))
+def test_parts_job_same_bits_as_separate_products(lib, qtype, monkeypatch):
+    """stack_rows' weight of parts (team.c job 8: every part's rows over two threads in one job, or
+    part by part where the team is off or busy) through quant.linear: each part's columns are the
+    bits of its own product (qdot.c's, and the op's on the part), for parts of odd rows, m = 1..4
+    and 1, 2, 3 or 5 items; m = 5 and 7 (q_linear / numpy paths, part by part) too; the job ran."""
+    from ember.backends import numpy_nn
+    k = 512 if quant.FORMATS[qtype].block == 256 else 224
+    used = []
+    real = nq._team
+    monkeypatch.setattr(nq, "_team", lambda: used.append(1) or real())
+    for s, rows in enumerate(PART_ROWS):
+        raws, ws, st = _parts_weight(qtype, rows, k, seed=10 * s)
+        assert st.shape == (sum(rows), k) and id(st.data._buf) in nq._PARTS
+        for m in (1, 2, 3, 4, 5, 7):
+            x = activations(m, k, seed=m + s)
+            xt = ember.from_numpy(x, device="numpy")
+            want = np.concatenate([quant.linear(xt, w).numpy() for w in ws], axis=1)
+            if m <= 4:
+                assert same(want, np.concatenate([qdot(lib, r, qtype, x, n, k) for r, n in zip(raws, rows)], axis=1))
+            monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", 1 << 62)
+            assert same_bits(quant.linear(xt, st).numpy(), want), (qtype, rows, m, "one thread")
+            monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", 0)
+            for items in (1, 2, 3, 5):
+                monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_ITEMS", items)
+                used.clear()
+                got = quant.linear(xt, st).numpy()
+                assert same_bits(got, want), (qtype, rows, m, items)
+                assert bool(used) == (m <= 4 and sum(rows) >= 32 and numpy_nn.team() is not None)
+            monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_ITEMS", 2)
+
+
+@pytest.mark.parametrize("qtype", ("q4_1", "q6_k"))
+def test_stack_rows_views_parts_and_other_kernels(lib, qtype):
+    """stack_rows: weights back to back in one buffer give a view of it (no parts entry, the same
+    product bits); a parts weight's dequantize and qembedding read its parts joined; the entry goes
+    with the weight; mixed formats, row lengths or one weight are refused (None)."""
+    import gc
+    k = 256
+    rows = (34, 18, 47)       # (q6_k: 210-byte rows, an even count of them whole words)
+    raws, ws, st = _parts_weight(qtype, rows, k, seed=3, adjacent=True)
+    assert id(st.data._buf) not in nq._PARTS and np.shares_memory(st.data._buf, ws[0].data._buf)
+    x = ember.from_numpy(activations(2, k, seed=1), device="numpy")
+    want = np.concatenate([quant.linear(x, w).numpy() for w in ws], axis=1)
+    assert same_bits(quant.linear(x, st).numpy(), want)
+    assert same_bits(quant.dequantize(st).numpy(), np.concatenate([quant.dequantize(w).numpy() for w in ws]))
+    if qtype == "q6_k":       # (33 rows: padding after the first part's rows; parts, not a view)
+        _, gw, gst = _parts_weight(qtype, (33, 18), k, seed=3, adjacent=True)
+        assert id(gst.data._buf) in nq._PARTS
+        assert same_bits(quant.linear(x, gst).numpy(), np.concatenate([quant.linear(x, w).numpy() for w in gw], 1))
+    raws, ws, pt = _parts_weight(qtype, rows, k, seed=3)
+    assert id(pt.data._buf) in nq._PARTS
+    assert same_bits(quant.linear(x, pt).numpy(), want)
+    assert same_bits(quant.dequantize(pt).numpy(), np.concatenate([quant.dequantize(w).numpy() for w in ws]))
+    ids = ember.tensor([0, 40, 96, 50], dtype="int32", device="numpy")
+    assert same_bits(quant.embedding(ids, pt).numpy(), quant.dequantize(st).numpy()[[0, 40, 96, 50]])
+    key = id(pt.data._buf)
+    del pt
+    gc.collect()
+    assert key not in nq._PARTS
+    other = quant.QTensor.from_bytes(weights("q8_0", 32, k, seed=1).tobytes(), "q8_0", (32, k), device="numpy")
+    assert nq.stack_rows([ws[0], other]) is None and nq.stack_rows(ws[:1]) is None
+    longer = quant.QTensor.from_bytes(weights(qtype, 4, 512, seed=1).tobytes(), qtype, (4, 512), device="numpy")
+    assert nq.stack_rows([ws[0], longer]) is None

@@ -25,6 +25,7 @@ import ctypes
 from .. import native
 from ..errors import IndexingError, ShapeError
 from ..quant import FORMATS, IQ4_VALUES, row_bytes
+from ..quant import words as quant_words
 from .numpy_blas import matmul, parallel_for, threads
 from .numpy_nn import team as _team
 
@@ -182,7 +183,12 @@ DEQUANT = {"f32": _d_f32, "f16": _d_f16, "bf16": _d_bf16, "q8_0": _d_q8_0, "q4_0
 
 
 def _bytes(w):
-    return w._buf.view(np.uint8)
+    a = w._buf
+    if _PARTS:
+        pt = _PARTS.get(id(a))
+        if pt is not None:      # (a parts weight, stack_rows: its bytes joined)
+            return pt.joined()
+    return a.view(np.uint8)
 
 
 def dequantize_rows(raw, qtype: str, rows: int, k: int):
@@ -419,6 +425,100 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     return y
 
 
+# ---- stacked weights: several products that read the same x as one (a layer's q/k/v, gate/up) -----
+# ``stack_rows`` (llama.py calls it on device numpy) gives one QTensor for several weights of one
+# format and row length: a view of their words where they lie back to back in one buffer (a GGUF
+# map's tensors in file order: SmolLM2's ffn_gate and ffn_up), else a weight of "parts" (its words
+# a zero-stride placeholder array, never a copy: a model loaded from a path keeps its weights as
+# views of the map, issue 18) that qlinear multiplies part by part in one call and, from
+# NATIVE_QDOT_TEAM_BYTES, one team.c job (kind 8: the rows of every part over both threads, x
+# quantized by each thread per part) with every output row computed as the separate product
+# computes it: the same bits. The other numpy kernels (dequantize, qembedding) read a parts weight
+# through a joined copy. Decode of SmolLM2-135M: 211 products a token -> 121 (the figures:
+# notes/native-decode-handoffs.md).
+_J_QDOT_PARTS = 8
+_PARTS: dict = {}   # id(placeholder words) -> _Parts (removed when the placeholder dies)
+
+
+class _Parts:
+    """A parts weight's pieces: each part's raw bytes (numpy uint8 views of its words), rows, and
+    the flat (address, rows, ...) tuple team.c's job 8 takes."""
+
+    __slots__ = ("raws", "rows", "flat", "__weakref__")
+
+    def __init__(self, raws, rows):
+        self.raws, self.rows = tuple(raws), tuple(rows)
+        self.flat = tuple(v for r, n in zip(self.raws, self.rows) for v in (r.ctypes.data, n))
+
+    def joined(self):
+        """The parts' bytes back to back (a copy: for kernels other than qlinear)."""
+        return np.concatenate(self.raws)
+
+
+def _root(a):
+    """The object that owns an array's memory (through views and memoryviews: a GGUF's map)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    while isinstance(a, memoryview) and a.obj is not None:
+        a = a.obj
+    return a
+
+
+def stack_rows(ws):
+    """One QTensor of the rows of ``ws`` (QTensors on device numpy, one format and row length, at
+    least two) in order: a view where their words lie back to back in one buffer, else a parts
+    weight (see above); None where they do not qualify (another device, format or row length)."""
+    from ..quant import QTensor
+    from ..tensor import Tensor
+
+    if len(ws) < 2 or len({(t.qtype, t.k) for t in ws}) != 1 or any(t.data.device != "numpy" for t in ws):
+        return None
+    bufs = [t.data._buf for t in ws]
+    if not all(isinstance(b, np.ndarray) and b.dtype == np.int32 and b.ndim == 1 and b.flags.c_contiguous
+               for b in bufs):
+        return None
+    qtype, k, rows = ws[0].qtype, ws[0].k, [t.n for t in ws]
+    if any(id(b) in _PARTS for b in bufs):
+        return None
+    rb = row_bytes(qtype, k)
+    words = quant_words(qtype, sum(rows), k)
+    root = _root(bufs[0])
+    # (back to back: each part but the last whole words, so no padding between their rows)
+    if all(n * rb % 4 == 0 and a.ctypes.data + n * rb == b.ctypes.data for a, b, n in zip(bufs, bufs[1:], rows)) \
+            and all(_root(b) is root for b in bufs[1:]):
+        # (one buffer, the parts in order: a view over them, keeping the first's base alive)
+        data = np.lib.stride_tricks.as_strided(bufs[0], (words,), (4,), writeable=False)
+    else:
+        data = np.lib.stride_tricks.as_strided(np.zeros(1, np.int32), (words,), (0,), writeable=False)
+        key = id(data)
+        _PARTS[key] = _Parts([b.view(np.uint8)[:n * rb] for b, n in zip(bufs, rows)], rows)
+        import weakref
+        weakref.finalize(data, _PARTS.pop, key, None)
+    return QTensor(Tensor._wrap(data, (words,), ws[0].data.dtype, "numpy"), qtype, (sum(rows), k))
+
+
+def _native_qdot_parts(fn, x2, pt: _Parts, qtype: str, n: int, k: int):
+    """(m, n) float32: the products of x2 with each part side by side, through qdot.c: one team.c
+    job over every part's rows from NATIVE_QDOT_TEAM_BYTES, else part by part as _native_qdot."""
+    m = x2.shape[0]
+    if not x2.flags.c_contiguous:
+        x2 = np.ascontiguousarray(x2)
+    f = FORMATS[qtype]
+    rb = k // f.block * f.nbytes
+    tm = _team() if n * rb * m >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
+    if tm is not None:
+        y = np.empty((m, n), _F32)
+        sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
+        sb = (sf * 4 + 63) & ~63
+        a = _qdot_args(f.ggml_type, m, len(pt.rows), k, rb, n, sb, *pt.flat)
+        rc = tm(_J_QDOT_PARTS, a, x2.ctypes.data, y.ctypes.data, None, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
+        if rc is not None:
+            if rc:
+                _native_fail("qlinear", rc, qtype, n, k)
+            return y
+    return np.concatenate([_native_qdot(fn, x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)], axis=1)
+
+
 def _native_dequantize(raw, qtype: str, n: int, k: int):
     """(n, k) float32 through quant.c's q_dequantize (bit-equal to the numpy path), or None."""
     fn = _native_fn("ember_wasm_q_dequantize")
@@ -651,24 +751,40 @@ def _fast_qlinear(qtype, x2, raw, n, k):
 
 
 def _qlinear(out, x, w, *, qtype, n, k, **_):
-    rb = row_bytes(qtype, k)
     xb = x._buf
     x2 = xb.reshape(-1, k).astype(_F32, copy=False)
     if n == 0 or x2.shape[0] == 0:
         return np.zeros(out.shape, _F32)
-    raw = _bytes(w)
+    pt = _PARTS.get(id(w._buf)) if _PARTS else None
+    if pt is not None:          # (a parts weight, stack_rows: one call, or each part as its own product)
+        m = x2.shape[0]
+        lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))   # (where _native_qlinear takes qdot.c)
+        if (lo <= m <= min(hi, NATIVE_QDOT_MAX_M) and qtype in _QDOT_TYPES and not k % FORMATS[qtype].block
+                and m * max(n, k) < 1 << 31):
+            fn = _native_fn("ember_wasm_q_linear")
+            qd = None if fn is None else _QDOT[1] if _QDOT[0] is fn else _qdot_fn(fn)
+            if qd is not None:
+                return _native_qdot_parts(qd, x2, pt, qtype, n, k).reshape(out.shape)
+        return np.concatenate([_qlinear_raw(x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)],
+                              axis=1).reshape(out.shape)
+    return _qlinear_raw(x2, _bytes(w), qtype, n, k).reshape(out.shape)
+
+
+def _qlinear_raw(x2, raw, qtype, n, k):
+    """(m, n) float32 = x2 @ dequantize(raw's first n rows).T"""
+    rb = row_bytes(qtype, k)
     yn = _native_qlinear(x2, raw[:n * rb], qtype, n, k)
     if yn is not None:
-        return yn.reshape(out.shape)
+        return yn
     if qtype in _FAST:
-        return _fast_qlinear(qtype, x2, raw[:n * rb], n, k).reshape(out.shape)
+        return _fast_qlinear(qtype, x2, raw[:n * rb], n, k)
     y = np.empty((x2.shape[0], n), _F32)
     step = max(1, CHUNK_BYTES // (4 * max(k, 1)))
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         W = dequantize_rows(raw[r0 * rb:r1 * rb], qtype, r1 - r0, k)
         matmul(x2, W.T, out=y[:, r0:r1])
-    return y.reshape(out.shape)
+    return y
 
 
 def _qembedding(out, ids, w, *, qtype, n, k, **_):

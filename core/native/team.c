@@ -48,8 +48,14 @@ enum { T_CLAIM, T_DONE, T_KIND, T_ARGS, T_D0, T_D1, T_D2, T_D3, T_N, T_ERR, T_SP
  *   7 ember_qdot_linear by weight rows: args [qtype, m, n, k, row bytes, ldy, scratch bytes a thread];
  *     d [x, y, w, scratch (two threads' parts, scratch bytes apart)]; each item quantizes x itself
  *     (m * k elements: well under a microsecond) into its thread's part
+ *   8 ember_qdot_linear over the rows of several weights of one format that read the same x (a
+ *     layer's q, k and v products): args [qtype, m, parts, k, row bytes, ldy, scratch bytes a
+ *     thread, then per part its weight's address and rows]; d as job 7 (d[2] unused). The parts'
+ *     outputs lie side by side in y's rows (part i from column rows_0 + ... + rows_(i-1)); the
+ *     units are the parts' rows each rounded up to 16 (so a range cuts a part only at a multiple
+ *     of 16 of its own rows, as job 7 does), each piece of a part computed as job 7 computes it
  * and the alignment of their ranges (units per block) */
-enum { J_LINEAR = 1, J_DEPTHWISE, J_GEMM, J_DIRECT, J_GEMV, J_ATTENTION, J_QDOT, J_COUNT };
+enum { J_LINEAR = 1, J_DEPTHWISE, J_GEMM, J_DIRECT, J_GEMV, J_ATTENTION, J_QDOT, J_QDOT_PARTS, J_COUNT };
 
 EXPORT i64 ember_conv_depthwise_act(const f32 *x, const f32 *w, const f32 *bias, f32 *y, const i64 *g,
                                     const f32 *ap, i64 act, f32 *scratch, i64 scratch_len, i64 p0, i64 p1);
@@ -76,6 +82,12 @@ static void units_of(i64 kind, const i64 *a, i64 *units, i64 *align) {
     case J_DIRECT: *units = a[7], *align = 32; break;
     case J_GEMV: *units = a[4], *align = 8; break;
     case J_QDOT: *units = a[2], *align = 16; break;     /* (qdot.c's groups of 16 rows) */
+    case J_QDOT_PARTS: {
+      i64 u = 0;
+      for (i64 i = 0; i < a[2]; i++) u += (a[8 + 2 * i] + 15) / 16 * 16;
+      *units = u, *align = 16;
+      break;
+    }
     default: *units = a[5], *align = 1; break;
   }
 }
@@ -110,6 +122,19 @@ static i64 run_item(i64 kind, const i64 *a, const i64 *d, i64 item, i64 n, int t
     case J_QDOT:
       return ember_qdot_linear((const char *)D(2) + lo * a[4], D(0), D(1) + lo, a[5], (char *)D(3) + tid * a[6],
                                a[0], a[1], hi - lo, a[3]);
+    case J_QDOT_PARTS: {     /* (each part's rows that fall in [lo, hi) of the padded units) */
+      char *scratch = (char *)D(3) + tid * a[6];
+      for (i64 i = 0, u0 = 0, y0 = 0; i < a[2] && u0 < hi; i++) {
+        const i64 rows = a[8 + 2 * i], r0 = lo > u0 ? lo - u0 : 0, r1 = hi - u0 < rows ? hi - u0 : rows;
+        if (r1 > r0) {
+          const i64 rc = ember_qdot_linear((const char *)(intptr_t)a[7 + 2 * i] + r0 * a[4], D(0), D(1) + y0 + r0,
+                                           a[5], scratch, a[0], a[1], r1 - r0, a[3]);
+          if (rc) return rc;
+        }
+        u0 += (rows + 15) / 16 * 16, y0 += rows;
+      }
+      return 0;
+    }
     default:
       return -1;
   }

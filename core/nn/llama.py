@@ -292,8 +292,15 @@ class Llama:
         # webgpu: Q/K/V and gate/up stacked into one weight each, norms, the q/k rotation and the
         # residual adds folded into the products (``_fuse``): a decode layer is 5 dispatches, not 15
         self._stacked: dict = {}
+        # numpy: q/k/v and gate/up each one product (numpy_quant.stack_rows: no copy of the
+        # weights), the norms, rope and residual adds their own ops as without it: the same bits,
+        # one call and one hand-off to the kernels' second thread instead of three and two
+        # (notes/native-decode-handoffs.md has the figures); EMBER_LLM_STACK=0 turns it off
+        self._stacked_plain: dict = {}
         if self.device == "webgpu":
             self._fuse()
+        elif self.device == "numpy" and os.environ.get("EMBER_LLM_STACK", "1") != "0":
+            self._stack_rows()
 
     def _rope_factors(self, half: int):
         """Llama 3.1+'s per-frequency RoPE divisors (GGUF tensor ``rope_freqs.weight``, float,
@@ -347,6 +354,23 @@ class Llama:
                       p + "attn_v.weight": mat(cfg.n_kv_heads * hd, d), p + "attn_output.weight": mat(d, cfg.n_heads * hd),
                       p + "ffn_gate.weight": mat(f, d), p + "ffn_up.weight": mat(f, d), p + "ffn_down.weight": mat(d, f)})
         return cls(cfg, w, context=context, device=device)
+
+    def _stack_rows(self) -> None:
+        """numpy: each layer's Q, K, V (and gate, up) quantized weights as one weight of their
+        rows (``numpy_quant.stack_rows``: a view, or the parts multiplied in one call) where they
+        share a format and row length and have no bias, in ``_stacked_plain``; ``self.w`` as it was."""
+        from ..backends.numpy_quant import stack_rows
+
+        w = self.w
+        for i in range(self.cfg.n_layers):
+            b = f"blk.{i}."
+            for name, parts in (("qkv", ("attn_q", "attn_k", "attn_v")), ("gate_up", ("ffn_gate", "ffn_up"))):
+                ws = [w[b + p + ".weight"] for p in parts]
+                if any(b + p + ".bias" in w for p in parts) or not all(_quantized(t) and t.ndim == 2 for t in ws):
+                    continue
+                st = stack_rows(ws)
+                if st is not None:
+                    self._stacked_plain[b + name] = st
 
     def _fuse(self) -> None:
         """Stack each layer's Q, K, V (and gate, up) quantized weights into one (their raw rows
@@ -472,6 +496,16 @@ class Llama:
                     qk = self._rope(qk, cos, sin)                               # q and k: one rope
                 q, k = qk[:, :hq], qk[:, hq:]
                 v = y[:, nqk:].reshape((T, hkv, hd))
+            elif b + "qkv" in self._stacked_plain:      # (numpy: one product, then the plain ops)
+                h = F.rms_norm(x, w[b + "attn_norm.weight"], eps=c.rms_eps)
+                y = _linear(h, self._stacked_plain[b + "qkv"])                 # (T, (Hq+2Hkv)*hd)
+                qk = y[:, :nqk].reshape((T, hq + hkv, hd))
+                v = y[:, nqk:].reshape((T, hkv, hd))
+                if self._qk_norm:
+                    qk = F.concat([F.rms_norm(qk[:, :hq], w[b + "attn_q_norm.weight"], eps=c.rms_eps),
+                                   F.rms_norm(qk[:, hq:], w[b + "attn_k_norm.weight"], eps=c.rms_eps)], axis=1)
+                qk = self._rope(qk, cos, sin)                                   # q and k: one rope
+                q, k = qk[:, :hq], qk[:, hq:]
             else:
                 h = F.rms_norm(x, w[b + "attn_norm.weight"], eps=c.rms_eps)
                 q = _linear(h, w[b + "attn_q.weight"], w.get(b + "attn_q.bias")).reshape((T, hq, hd))
@@ -493,6 +527,11 @@ class Llama:
                 if _quantized(wd) and c.act == "silu" and not c.post_norms:
                     x = F.llm.qlinear_residual(y, wd, x, glu=True)
                     continue
+                f = c.ffn_dim
+                g, u = y[:, :f], y[:, f:]
+            elif b + "gate_up" in self._stacked_plain:
+                h = F.rms_norm(x, w[b + "ffn_norm.weight"], eps=c.rms_eps)
+                y = _linear(h, self._stacked_plain[b + "gate_up"])             # (T, 2 * ffn)
                 f = c.ffn_dim
                 g, u = y[:, :f], y[:, f:]
             else:
