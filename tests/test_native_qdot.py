@@ -274,6 +274,9 @@ def test_parts_job_same_bits_as_separate_products(lib, qtype, monkeypatch):
                 assert same(want, np.concatenate([qdot(lib, r, qtype, x, n, k) for r, n in zip(raws, rows)], axis=1))
             monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", 1 << 62)
             assert same_bits(quant.linear(xt, st).numpy(), want), (qtype, rows, m, "one thread")
+            monkeypatch.setattr(nq, "NATIVE_SPLIT_BYTES", 0)          # (each part split in pieces)
+            assert same_bits(quant.linear(xt, st).numpy(), want), (qtype, rows, m, "pieces")
+            monkeypatch.setattr(nq, "NATIVE_SPLIT_BYTES", 1 << 21)
             monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_BYTES", 0)
             for items in (1, 2, 3, 5):
                 monkeypatch.setattr(nq, "NATIVE_QDOT_TEAM_ITEMS", items)

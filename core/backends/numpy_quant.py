@@ -27,6 +27,7 @@ from ..errors import IndexingError, ShapeError
 from ..quant import FORMATS, IQ4_VALUES, row_bytes
 from ..quant import words as quant_words
 from .numpy_blas import matmul, parallel_for, threads
+from .numpy_nn import _addr
 from .numpy_nn import team as _team
 
 _F32 = np.float32
@@ -399,7 +400,7 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     rb = k // f.block * f.nbytes
     y = np.empty((m, n), _F32)
     sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
-    w0, xp, yp, gt = raw.ctypes.data, x2.ctypes.data, y.ctypes.data, f.ggml_type
+    w0, xp, yp, gt = raw.ctypes.data, _addr(x2), _addr(y), f.ggml_type   # (_addr: ~0.25 us where writable, not ~0.8)
     size = n * rb * m
     tm = _team() if size >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
     if tm is not None:             # (team.c's two threads; None: another thread has the team)
@@ -505,18 +506,28 @@ def _native_qdot_parts(fn, x2, pt: _Parts, qtype: str, n: int, k: int):
         x2 = np.ascontiguousarray(x2)
     f = FORMATS[qtype]
     rb = k // f.block * f.nbytes
-    tm = _team() if n * rb * m >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
+    size = n * rb * m
+    tm = _team() if size >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
+    y = np.empty((m, n), _F32)
+    xp, yp = _addr(x2), _addr(y)
+    sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
     if tm is not None:
-        y = np.empty((m, n), _F32)
-        sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
         sb = (sf * 4 + 63) & ~63
         a = _qdot_args(f.ggml_type, m, len(pt.rows), k, rb, n, sb, *pt.flat)
-        rc = tm(_J_QDOT_PARTS, a, x2.ctypes.data, y.ctypes.data, None, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
+        rc = tm(_J_QDOT_PARTS, a, xp, yp, None, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
         if rc is not None:
             if rc:
                 _native_fail("qlinear", rc, qtype, n, k)
             return y
-    return np.concatenate([_native_qdot(fn, x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)], axis=1)
+    if size >= NATIVE_SPLIT_BYTES:   # (large parts: each split as _native_qdot splits it)
+        return np.concatenate([_native_qdot(fn, x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)], axis=1)
+    sp, at, flat = _scratch_at(sf), 0, pt.flat    # (one thread: each part's call writes its columns of y)
+    for i in range(0, len(flat), 2):
+        rc = fn(flat[i], xp, yp + 4 * at, n, sp, f.ggml_type, m, flat[i + 1], k)
+        if rc:
+            _native_fail("qlinear", rc, qtype, n, k)
+        at += flat[i + 1]
+    return y
 
 
 def _native_dequantize(raw, qtype: str, n: int, k: int):
@@ -755,16 +766,19 @@ def _qlinear(out, x, w, *, qtype, n, k, **_):
     x2 = xb.reshape(-1, k).astype(_F32, copy=False)
     if n == 0 or x2.shape[0] == 0:
         return np.zeros(out.shape, _F32)
-    pt = _PARTS.get(id(w._buf)) if _PARTS else None
-    if pt is not None:          # (a parts weight, stack_rows: one call, or each part as its own product)
-        m = x2.shape[0]
+    wb = w._buf
+    pt = _PARTS.get(id(wb)) if _PARTS else None
+    m = x2.shape[0]
+    if m <= NATIVE_QDOT_MAX_M and qtype in _QDOT_TYPES:   # (the decode's products: qdot.c without the layers between)
         lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))   # (where _native_qlinear takes qdot.c)
-        if (lo <= m <= min(hi, NATIVE_QDOT_MAX_M) and qtype in _QDOT_TYPES and not k % FORMATS[qtype].block
-                and m * max(n, k) < 1 << 31):
+        if lo <= m <= hi and m * max(n, k) < 1 << 31 and not k % FORMATS[qtype].block:
             fn = _native_fn("ember_wasm_q_linear")
             qd = None if fn is None else _QDOT[1] if _QDOT[0] is fn else _qdot_fn(fn)
             if qd is not None:
-                return _native_qdot_parts(qd, x2, pt, qtype, n, k).reshape(out.shape)
+                if pt is not None:
+                    return _native_qdot_parts(qd, x2, pt, qtype, n, k).reshape(out.shape)
+                return _native_qdot(qd, x2, wb.view(np.uint8), qtype, n, k).reshape(out.shape)
+    if pt is not None:          # (a parts weight, stack_rows: each part as its own product)
         return np.concatenate([_qlinear_raw(x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)],
                               axis=1).reshape(out.shape)
     return _qlinear_raw(x2, _bytes(w), qtype, n, k).reshape(out.shape)
