@@ -498,9 +498,8 @@ class Llama:
                 v = y[:, nqk:].reshape((T, hkv, hd))
             elif b + "qkv" in self._stacked_plain:      # (numpy: one product, then the plain ops)
                 h = F.rms_norm(x, w[b + "attn_norm.weight"], eps=c.rms_eps)
-                y = _linear(h, self._stacked_plain[b + "qkv"])                 # (T, (Hq+2Hkv)*hd)
-                qk = y[:, :nqk].reshape((T, hq + hkv, hd))
-                v = y[:, nqk:].reshape((T, hkv, hd))
+                y = _linear(h, self._stacked_plain[b + "qkv"]).reshape((T, hq + 2 * hkv, hd))
+                qk, v = y[:, :hq + hkv], y[:, hq + hkv:]
                 if self._qk_norm:
                     qk = F.concat([F.rms_norm(qk[:, :hq], w[b + "attn_q_norm.weight"], eps=c.rms_eps),
                                    F.rms_norm(qk[:, hq:], w[b + "attn_k_norm.weight"], eps=c.rms_eps)], axis=1)
