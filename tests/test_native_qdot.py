@@ -319,3 +319,45 @@ def test_stack_rows_views_parts_and_other_kernels(lib, qtype):
     assert nq.stack_rows([ws[0], other]) is None and nq.stack_rows(ws[:1]) is None
     longer = quant.QTensor.from_bytes(weights(qtype, 4, 512, seed=1).tobytes(), qtype, (4, 512), device="numpy")
     assert nq.stack_rows([ws[0], longer]) is None
+
+
+@pytest.mark.parametrize("qtypes", [("Q4_1", "Q8_0"), ("Q8_0", "Q8_0")])
+def test_llama_stacked_products_same_bits(lib, tmp_path, monkeypatch, qtypes):
+    """ember.nn.llama on device numpy stacks each layer's q/k/v and gate/up (stack_rows: views
+    of the map where the file has them back to back, as this one does; parts weights where
+    stack_rows is made to find them apart), EMBER_LLM_STACK=0 does not: a prompt's logits and
+    greedy decode steps (eager, and the compiled step the chat loop replays) are the same bits."""
+    import sys
+    import os
+    sys.path.insert(0, os.path.dirname(__file__))
+    from llm_fixtures import write_tiny_gguf
+    from ember.nn.llama import Llama
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, seed=3, qtypes=qtypes)
+    g = ember.load_gguf(str(path))
+    models = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("EMBER_LLM_STACK", flag)
+        models[flag] = Llama.from_gguf(g, device="numpy", context=64)
+    with monkeypatch.context() as mp:
+        mp.setattr(nq, "_root", lambda a: object())    # (no two weights in one buffer: parts)
+        models["parts"] = Llama.from_gguf(g, device="numpy", context=64)
+    n = 2 * models["1"].cfg.n_layers
+    assert not models["0"]._stacked_plain and len(models["1"]._stacked_plain) == n
+    assert not any(id(t.data._buf) in nq._PARTS for t in models["1"]._stacked_plain.values())
+    assert len(models["parts"]._stacked_plain) == n
+    assert all(id(t.data._buf) in nq._PARTS for t in models["parts"]._stacked_plain.values())
+    T = lambda v: ember.tensor(v, dtype="int32", device="numpy")   # noqa: E731
+    outs = {}
+    for flag, m in models.items():
+        step = ember.compile(lambda ids, pos, m=m: m.forward(ids, pos))
+        got = [m.forward(T([5, 9, 77, 3, 120, 44, 8]), T([0])).numpy()]
+        p = 7
+        for i in range(6):
+            tok = int(got[-1].argmax())
+            run = step if i % 2 else m.forward
+            got.append(run(T([tok]), T([p])).numpy())
+            p += 1
+        outs[flag] = got
+    for a, b, c in zip(outs["0"], outs["1"], outs["parts"]):
+        assert same_bits(a, b) and same_bits(a, c)
