@@ -128,12 +128,12 @@ def _wait(buf) -> None:
         return
     if not (hasattr(buf, "expr") and hasattr(buf, "rt")):
         return
-    from .webgpu.fusion import realize
+    from .webgpu.fusion import elem_bytes, realize
 
     realize(buf, wide=False)
     rt = buf.rt
     if buf.size and buf.storage is not None:   # (the 4-byte word holding its first element)
-        rt.read(buf.storage, 4, buf.offset * (2 if buf.storage.half else 4) // 4 * 4)
+        rt.read(buf.storage, 4, buf.offset * elem_bytes(buf.storage) // 4 * 4)
     else:
         rt.driver.flush()
 

@@ -94,6 +94,21 @@ def storage_bytes(n: int, half: bool) -> int:
     return (2 * n + 3) // 4 * 4 if half else 4 * n
 
 
+def elem_bytes(st) -> int:
+    """Bytes one element of Storage ``st`` takes: 2 in half storage, else 4."""
+    return 2 if st.half else 4
+
+
+def binding_window(st, lo: int, hi: int, align: int) -> tuple:
+    """(first element, bytes) of a binding of Storage ``st`` that covers its elements ``lo..hi``:
+    the start aligned down to ``align`` bytes (a multiple of 4), the size rounded up to 16 bytes
+    and kept inside the buffer."""
+    es = elem_bytes(st)
+    a = align // es
+    base = lo // a * a
+    return base, min(((hi + 1 - base) * es + 15) // 16 * 16, st.nbytes - base * es)
+
+
 def contiguous_strides(shape) -> tuple:
     st = []
     acc = 1
@@ -550,15 +565,9 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
     mb = rt.max_binding
     align = max(int(rt.limits["min_storage_buffer_offset_alignment"]), 16)   # bytes
     half = storage.half
-    A = align // (2 if half else 4)   # elements: chunks of the output start at aligned offsets
+    A = align // elem_bytes(storage)   # elements: chunks of the output start at aligned offsets
     cap = mb // 4                                     # elements one binding may hold
     strided = [None if prog.leaf_direct[j] else leaf_strides(gb, shape) for j, gb in enumerate(prog.leaves)]
-
-    def window(lo, hi, st):
-        es = 2 if st.half else 4
-        a = align // es
-        base = lo // a * a
-        return base, min(((hi + 1 - base) * es + 15) // 16 * 16, st.nbytes - base * es)
 
     def windows(s, e):
         out = []
@@ -567,13 +576,13 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
                 lo, hi = gb.offset + s, gb.offset + e - 1
             else:
                 lo, hi = _leaf_range(gb, strided[j], shape, s, e)
-            base, size = window(lo, hi, gb.storage)
+            base, size = binding_window(gb.storage, lo, hi, align)
             out.append((base, size, (gb.offset + s if strided[j] is None else gb.offset) - base))
         if out_view is None:
             out.append((s, max(4, storage_bytes(e - s, half)), 0))
         else:       # a region of a larger buffer (concat, pad): the window the chunk writes
             lo, hi = _range(out_view[0], out_view[1], shape, s, e)
-            base, size = window(lo, hi, storage)
+            base, size = binding_window(storage, lo, hi, align)
             out.append((base, size, out_view[0] - base))
         return out
 
@@ -605,8 +614,8 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
             w[1 + len(shape)] = win[-1][2]
         w.append(s)
         base, size, _ = win[-1]
-        bufs = [(storage.buf, base * (2 if half else 4), size)]
-        bufs += [(gb.storage.buf, base * (2 if gb.storage.half else 4), size)
+        bufs = [(storage.buf, base * elem_bytes(storage), size)]
+        bufs += [(gb.storage.buf, base * elem_bytes(gb.storage), size)
                  for gb, (base, size, _) in zip(prog.leaves, win)]
         rt.stats["fused_kernels"] += 1
         rt.stats["fused_ops"] += prog.ops

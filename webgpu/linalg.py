@@ -370,11 +370,8 @@ class MatmulPlan:
         cap = rt.max_binding // 4 - A_el - 4
 
         def window(g, lo, hi):             # (byte offset, byte size, element remainder)
-            es = 2 if g.storage.half else 4
-            a = A_el * 4 // es
-            base = lo // a * a
-            size = min(((hi + 1 - base) * es + 15) // 16 * 16, g.storage.nbytes - base * es)
-            return base * es, size, lo - base
+            base, size = fusion.binding_window(g.storage, lo, hi, A_el * 4)
+            return base * fusion.elem_bytes(g.storage), size, lo - base
 
         bw = window(self.gb, bz, bz + (K - 1) * b_ks + (Nc - 1) * b_ns)
         # rows per block: C's block start ((c0 + r0 * Nc) elements) must stay aligned
@@ -449,7 +446,7 @@ class MatmulPlan:
         rt, M, N, K, size = self.rt, self.M, self.N, self.K, self.size
         BM, BN = matmul_bare.CONFIG[:2]
         sa, sb, a_off, b_off = self.ga.storage, self.gb.storage, self.words[4], self.words[8]
-        ea, eb = (2 if sa.half else 4), (2 if sb.half else 4)     # bytes an element
+        ea, eb = fusion.elem_bytes(sa), fusion.elem_bytes(sb)
         ops = [(sa.buf, a_off * ea, sa.nbytes - a_off * ea), (sb.buf, b_off * eb, sb.nbytes - b_off * eb)]
         oh = storage.half
         out = (storage.buf, 0, fusion.storage_bytes(size, oh))
