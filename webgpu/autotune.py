@@ -20,10 +20,9 @@ import os
 import time
 
 from ..errors import DeviceError
-from .runtime import in_browser
+from .runtime import env_on, in_browser
 
-_ENV = os.environ.get("EMBER_AUTOTUNE", "on").lower()
-_STATE = {"enabled": _ENV not in ("off", "0", "false", "no"), "forced": {}}
+_STATE = {"enabled": env_on("EMBER_AUTOTUNE"), "forced": {}}
 _MEMORY: dict = {}   # adapter id -> {key: variant}
 _LOADED = [False]
 

@@ -45,12 +45,12 @@ from math import prod
 
 from .. import dtypes as _dt
 from ..errors import DTypeError, UnsupportedOp
-from .runtime import f32_bits, kernel_source, pack_info, render
+from .runtime import env_on, f32_bits, kernel_source, pack_info, render
 
 MAX_NODES = 64
 WG = 256
 
-_FUSION = [os.environ.get("EMBER_FUSION", "on").lower() not in ("off", "0", "false", "no")]
+_FUSION = [env_on("EMBER_FUSION")]
 
 
 def set_fusion(enabled: bool) -> bool:

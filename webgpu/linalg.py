@@ -51,7 +51,7 @@ from ..registry import Meta, broadcast_shapes
 from . import autotune, fusion, matmul_bare
 from .driver import grid_1d
 from .fusion import GBuf, realize
-from .runtime import kernel_source, pack_info, render
+from .runtime import env_on, kernel_source, pack_info, render
 
 VARIANTS = ("tiled", "rb32", "rb64", "rb128", "sk", "sg", "mv", "bare", "bare2", "rbh")
 # the register-blocked variants: (BM, BN, TM, TN, BK) = output tile, outputs per thread, k tile
@@ -73,13 +73,13 @@ BARE_PARTS = {"bare": 1, "bare2": 2}
 
 def bare_enabled() -> bool:
     """``EMBER_WEBGPU_BARE=0`` (or off/false/no) takes ``bare`` and ``bare2`` out of the candidates."""
-    return os.environ.get("EMBER_WEBGPU_BARE", "1").strip().lower() not in ("0", "off", "false", "no")
+    return env_on("EMBER_WEBGPU_BARE")
 
 
 def f16_math_enabled() -> bool:
     """``EMBER_WEBGPU_F16_MATH=0`` (or off/false/no) takes ``rbh`` (f16 multiply-adds) out of the
     candidates: float16 products then compute in f32 only (for A/Bs)."""
-    return os.environ.get("EMBER_WEBGPU_F16_MATH", "1").strip().lower() not in ("0", "off", "false", "no")
+    return env_on("EMBER_WEBGPU_F16_MATH")
 
 
 def bare_variants(M: int, N: int, K: int, kind: str) -> list:

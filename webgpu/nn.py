@@ -4,7 +4,6 @@ scaled_dot_product_attention composites. Elementwise composites (relu, gelu, sig
 are fused elementwise ops (``fusion.OPS_WGSL``)."""
 from __future__ import annotations
 
-import os
 from math import prod
 
 from .. import dtypes as _dt
@@ -12,6 +11,7 @@ from ..registry import OPS, Meta
 from . import fusion
 from .driver import grid_1d
 from .fusion import GBuf, contiguous, contiguous_strides, dense, realize, wgsl_type
+from .runtime import env_on
 
 WG = 256
 
@@ -469,7 +469,7 @@ def _layer_norm(rt):
 
 
 # EMBER_WEBGPU_ROW_GRADS=0 runs layer_norm_backward and softmax_backward as their composites (A/B)
-ROW_GRADS = os.environ.get("EMBER_WEBGPU_ROW_GRADS", "1").lower() not in ("0", "off", "false", "no")
+ROW_GRADS = env_on("EMBER_WEBGPU_ROW_GRADS")
 
 # layer_norm_backward: rows per workgroup are chosen for about LN_GROUPS workgroups (each writes
 # 2 * D partial column sums), at most LN_RMAX (the per-row statistics kept in shared memory).

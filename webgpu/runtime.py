@@ -51,6 +51,11 @@ def render(src: str, params: dict) -> str:
     return src
 
 
+def env_on(name: str) -> bool:
+    """A switch read from the environment: on unless set to 0 / off / false / no (any case)."""
+    return os.environ.get(name, "on").strip().lower() not in ("0", "off", "false", "no")
+
+
 _F16_USE = re.compile(r"<f16>|\bf16\(")
 _COMMENT = re.compile(r"//[^\n]*")
 _F32 = struct.Struct("<f")
@@ -108,8 +113,7 @@ class Runtime:
         self.features = driver.features
         # float16 tensors in 2-byte ``f16`` storage (see ``ember.webgpu.backend``): where the device
         # has ``shader-f16`` and EMBER_WEBGPU_F16 is not 0/off (the switch back to the 4-byte form)
-        self.half = "shader-f16" in self.features and os.environ.get(
-            "EMBER_WEBGPU_F16", "on").strip().lower() not in ("0", "off", "false", "no")
+        self.half = "shader-f16" in self.features and env_on("EMBER_WEBGPU_F16")
         self.set_limits(_env_bytes("EMBER_WEBGPU_MAX_BINDING_BYTES"), _env_bytes("EMBER_WEBGPU_MAX_BUFFER_BYTES"))
         self.max_groups = driver.limits["max_compute_workgroups_per_dimension"]
         # storage buffers one kernel may bind (WebGPU's default limit is 8; cap fusion inputs)
