@@ -308,6 +308,9 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
     kernel, a format or size it leaves to numpy). A decode step makes ~200 of these calls: the
     one-piece case does no more Python than it must (~5-7 us a call)."""
     m = x2.shape[0]
+    qd = _qdot_for(qtype, m, n, k)      # (where q_linear runs: the same bits)
+    if qd is not None:
+        return _native_qdot(qd, x2, raw, qtype, n, k)
     lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))
     f = FORMATS[qtype]
     if not lo <= m <= hi or m * max(n, k) >= 1 << 31 or k % f.block:
@@ -315,10 +318,6 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
     fn = _native_fn("ember_wasm_q_linear")
     if fn is None:
         return None
-    if m <= NATIVE_QDOT_MAX_M and qtype in _QDOT_TYPES:   # (where q_linear runs: the same bits)
-        qd = _QDOT[1] if _QDOT[0] is fn else _qdot_fn(fn)
-        if qd is not None:
-            return _native_qdot(qd, x2, raw, qtype, n, k)
     rb = k // f.block * f.nbytes
     if not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2)
@@ -355,6 +354,20 @@ _QDOT_TYPES = frozenset(("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
 _QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
 
 
+def _qdot_for(qtype: str, m: int, n: int, k: int):
+    """qdot.c's ember_qdot_linear where it computes this product (its formats, m <= NATIVE_QDOT_MAX_M,
+    and where _native_qlinear would run quant.c's q_linear: the same bits), else None."""
+    if m > NATIVE_QDOT_MAX_M or qtype not in _QDOT_TYPES:
+        return None
+    lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))
+    if not lo <= m <= hi or m * max(n, k) >= 1 << 31 or k % FORMATS[qtype].block:
+        return None
+    fn = _native_fn("ember_wasm_q_linear")
+    if fn is None:
+        return None
+    return _QDOT[1] if _QDOT[0] is fn else _qdot_fn(fn)
+
+
 def _qdot_fn(qlinear_fn):
     """qdot.c's ember_qdot_linear from the library that gave ``qlinear_fn``, or None (a build
     without AVX2 + F16C + BMI2 code); kept in _QDOT until the library changes (a lookup costs ~0.7 us)."""
@@ -389,6 +402,34 @@ def _qdot_args(*values) -> int:
     return _by_value(_QARGS, np.int64, values)
 
 
+def _qdot_on_team(job: int, x2, y, w0, qtype: str, n: int, k: int, count: int, extra: tuple = ()) -> bool:
+    """Run team.c's qdot ``job`` (7: one weight at ``w0``, ``count`` = n rows; 8: ``count`` parts
+    whose (address, rows) pairs are ``extra``) for x2 (contiguous) into y, where the product reaches
+    NATIVE_QDOT_TEAM_BYTES (and 32 rows) and the team is free: True; False leaves it to the caller
+    (no team, another thread using it, or too small)."""
+    m = x2.shape[0]
+    f = FORMATS[qtype]
+    rb = k // f.block * f.nbytes
+    if n * rb * m < NATIVE_QDOT_TEAM_BYTES or n < 32:
+        return False
+    tm = _team()
+    if tm is None:
+        return False
+    sb = (_qdot_scratch_floats(m, k) * 4 + 63) & ~63     # (a thread's part of the scratch, whole lines)
+    a = _qdot_args(f.ggml_type, m, count, k, rb, n, sb, *extra)
+    rc = tm(job, a, _addr(x2), _addr(y), w0, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
+    if rc is None:             # (another thread has the team)
+        return False
+    if rc:
+        _native_fail("qlinear", rc, qtype, n, k)
+    return True
+
+
+def _qdot_scratch_floats(m: int, k: int) -> int:
+    """ember_qdot_scratch_bytes for m rows of k, in floats."""
+    return (m * k * 2 + m * (k // 32) * 16 + 3) // 4
+
+
 def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     """(m, n) float32 = x2 @ dequantize(w).T through qdot.c (the same bits as q_linear), the rows
     of w split over team.c's two threads from NATIVE_QDOT_TEAM_BYTES, else (no team, or another
@@ -399,19 +440,12 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     f = FORMATS[qtype]
     rb = k // f.block * f.nbytes
     y = np.empty((m, n), _F32)
-    sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
-    w0, xp, yp, gt = raw.ctypes.data, _addr(x2), _addr(y), f.ggml_type   # (_addr: ~0.25 us where writable, not ~0.8)
-    size = n * rb * m
-    tm = _team() if size >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
-    if tm is not None:             # (team.c's two threads; None: another thread has the team)
-        sb = (sf * 4 + 63) & ~63                        # (a thread's part of the scratch, whole lines)
-        a = _qdot_args(gt, m, n, k, rb, n, sb)
-        rc = tm(_J_QDOT, a, xp, yp, w0, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
-        if rc is not None:
-            if rc:
-                _native_fail("qlinear", rc, qtype, n, k)
-            return y
-    if size < NATIVE_SPLIT_BYTES:   # (one call: no closure)
+    w0 = raw.ctypes.data
+    if _qdot_on_team(_J_QDOT, x2, y, w0, qtype, n, k, n):     # (team.c's two threads)
+        return y
+    sf = _qdot_scratch_floats(m, k)
+    xp, yp, gt = _addr(x2), _addr(y), f.ggml_type   # (_addr: ~0.25 us where writable, not ~0.8)
+    if n * rb * m < NATIVE_SPLIT_BYTES:   # (one call: no closure)
         rc = fn(w0, xp, yp, n, _scratch_at(sf), gt, m, n, k)
         if rc:
             _native_fail("qlinear", rc, qtype, n, k)
@@ -505,21 +539,12 @@ def _native_qdot_parts(fn, x2, pt: _Parts, qtype: str, n: int, k: int):
     if not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2)
     f = FORMATS[qtype]
-    rb = k // f.block * f.nbytes
-    size = n * rb * m
-    tm = _team() if size >= NATIVE_QDOT_TEAM_BYTES and n >= 32 else None
     y = np.empty((m, n), _F32)
+    if _qdot_on_team(_J_QDOT_PARTS, x2, y, None, qtype, n, k, len(pt.rows), pt.flat):
+        return y
     xp, yp = _addr(x2), _addr(y)
-    sf = (m * k * 2 + m * (k // 32) * 16 + 3) // 4   # (ember_qdot_scratch_bytes, in floats)
-    if tm is not None:
-        sb = (sf * 4 + 63) & ~63
-        a = _qdot_args(f.ggml_type, m, len(pt.rows), k, rb, n, sb, *pt.flat)
-        rc = tm(_J_QDOT_PARTS, a, xp, yp, None, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
-        if rc is not None:
-            if rc:
-                _native_fail("qlinear", rc, qtype, n, k)
-            return y
-    if size >= NATIVE_SPLIT_BYTES:   # (large parts: each split as _native_qdot splits it)
+    sf = _qdot_scratch_floats(m, k)
+    if n * (k // f.block * f.nbytes) * m >= NATIVE_SPLIT_BYTES:   # (large parts: each split as _native_qdot splits it)
         return np.concatenate([_native_qdot(fn, x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)], axis=1)
     sp, at, flat = _scratch_at(sf), 0, pt.flat    # (one thread: each part's call writes its columns of y)
     for i in range(0, len(flat), 2):
@@ -769,15 +794,11 @@ def _qlinear(out, x, w, *, qtype, n, k, **_):
     wb = w._buf
     pt = _PARTS.get(id(wb)) if _PARTS else None
     m = x2.shape[0]
-    if m <= NATIVE_QDOT_MAX_M and qtype in _QDOT_TYPES:   # (the decode's products: qdot.c without the layers between)
-        lo, hi = NATIVE_QLINEAR_M.get(qtype, (1, NATIVE_QLINEAR_MAX_M))   # (where _native_qlinear takes qdot.c)
-        if lo <= m <= hi and m * max(n, k) < 1 << 31 and not k % FORMATS[qtype].block:
-            fn = _native_fn("ember_wasm_q_linear")
-            qd = None if fn is None else _QDOT[1] if _QDOT[0] is fn else _qdot_fn(fn)
-            if qd is not None:
-                if pt is not None:
-                    return _native_qdot_parts(qd, x2, pt, qtype, n, k).reshape(out.shape)
-                return _native_qdot(qd, x2, wb.view(np.uint8), qtype, n, k).reshape(out.shape)
+    qd = _qdot_for(qtype, m, n, k)     # (the decode's products: qdot.c without the layers between)
+    if qd is not None:
+        if pt is not None:
+            return _native_qdot_parts(qd, x2, pt, qtype, n, k).reshape(out.shape)
+        return _native_qdot(qd, x2, wb.view(np.uint8), qtype, n, k).reshape(out.shape)
     if pt is not None:          # (a parts weight, stack_rows: each part as its own product)
         return np.concatenate([_qlinear_raw(x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)],
                               axis=1).reshape(out.shape)
