@@ -197,9 +197,10 @@ def choose(rt, key: str, candidates: dict, default: str, read_result=None, close
                 continue
         # Timed again in the reverse order, each keeping its best: one timing each, in one order,
         # is at the mercy of what the GPU did before (its clocks rising from idle under the first
-        # variants, caches). (H100, BERT 32x128, one pass each: autotune chose bare + bias for
-        # 4096x384x384, 61.7 us a product in the plan, where rb64 + a residual ran 50.3; rb64
-        # forced everywhere gave the plan 4,627 us of GPU time against 4,895. Not yet re-measured.)
+        # variants, caches). It did not explain the case that prompted it (H100, BERT 32x128:
+        # autotune chooses bare + bias for 4096x384x384, 61.7 us a product in the plan, where
+        # rb64 forced everywhere gives the plan 4,627 us of GPU time against 4,895; re-measured
+        # with this second pass, 2026-12-07: the same choice), so that mismatch is still open.
         for name in reversed(list(reps_of)):
             try:
                 times[name] = min(times[name], _timed(rt, probe, timer, candidates[name], reps_of[name]))

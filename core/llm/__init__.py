@@ -126,16 +126,20 @@ class LLM:
             import ember
 
             m = self.model
-            self._step_logits = ember.compile(lambda ids, pos: m.forward(ids, pos))
-            self._step_argmax = ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))
+
+            def logits(ids, pos):
+                return m.forward(ids, pos)
+
+            def argmax(ids, pos):
+                return F.llm.greedy_tokens(m.forward(ids, pos))
+            self._step_logits, self._step_argmax = ember.compile(logits), ember.compile(argmax)
             self._short = self._split_from = None
             if self.device == "webgpu":
                 from ..webgpu.quant import decode_split_from
 
                 self._split_from = decode_split_from(m.cfg.n_heads, m.context)
                 if self._split_from is not None:
-                    self._short = (_Unsplit(ember.compile(lambda ids, pos: m.forward(ids, pos))),
-                                   _Unsplit(ember.compile(lambda ids, pos: F.llm.greedy_tokens(m.forward(ids, pos)))))
+                    self._short = (_Unsplit(ember.compile(logits)), _Unsplit(ember.compile(argmax)))
         if pos is not None and self._short is not None and pos < self._split_from:
             return self._short
         return self._step_logits, self._step_argmax
