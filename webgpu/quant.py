@@ -132,7 +132,7 @@ from ..quant import slice_granule
 from .driver import grid_1d
 from .fusion import GBuf, Node, contiguous, realize, wgsl_type
 from .replay import checked
-from .runtime import f32_bits, kernel_source, pack_info, render
+from .runtime import env_on, f32_bits, kernel_source, pack_info, render
 
 # (elements per block, bytes per block) of each format the kernels decode (GGUF's layouts)
 BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
@@ -507,7 +507,7 @@ def qembedding(rt, out, ids, w, *, qtype, n, k, **_):
 # threads per (query, head): a chunk of 256 cache rows scored at once (EMBER_ATTN_WG: benchmarks)
 ATTN_WG = int(os.environ.get("EMBER_ATTN_WG") or 256)
 # value rows read as vec4s where they can be (EMBER_ATTN_V4=0: as floats, an A/B)
-ATTN_V4 = os.environ.get("EMBER_ATTN_V4", "1") != "0"
+ATTN_V4 = env_on("EMBER_ATTN_V4")
 ATTN_COMB_WG = 64           # attn_comb's threads (a head dim each; with PROJ a weight row each)
 ATTN_SPLIT_MAX_T = 4        # queries up to which attention splits over positions by itself
 ATTN_SPLIT_GROUPS = 256     # workgroups the split aims at (about two per SM of an H100's 132)
@@ -542,13 +542,10 @@ def attn_splits(T: int, Hq: int, C: int, window: int = 0, cpu: bool = False) -> 
     return max(2, min(ATTN_SPLIT_GROUPS // (T * Hq), rows // ATTN_SPLIT_MIN_ROWS, ATTN_SPLIT_AUTO_MAX))
 
 
-# Where a one-token step's split pays (H100, per layer, chained, 1024-row cache, 2026-12-07, with
-# attn_comb's tree merge: split 14-15.5 us at any position up to 300 rows, 16.6 at 600, 18.2 at
-# 1000; unsplit 9.9 at 16 rows, 11.1 at 150, 16.4 at 300, 28.7 at 600, 39.8 at 1000;
-# ``tests/bench/bench_attn_split.py``): from about 290 rows on. A replayed plan cannot choose by
-# itself (its dispatches are fixed), so ember.llm keeps two decode steps on webgpu and replays
-# the one recorded unsplit (``attn_unsplit``) below ``ATTN_SPLIT_FROM``
-# (``EMBER_ATTN_SPLIT_FROM``), the split one from there (``decode_split_from``).
+# Where a one-token step's split pays: from about 290 rows on (the H100's figures are in the module
+# docstring). A replayed plan cannot choose by itself (its dispatches are fixed), so ember.llm
+# keeps two decode steps on webgpu and replays the one recorded unsplit (``attn_unsplit``) below
+# ``ATTN_SPLIT_FROM`` (``EMBER_ATTN_SPLIT_FROM``), the split one from there (``decode_split_from``).
 ATTN_SPLIT_FROM = int(os.environ.get("EMBER_ATTN_SPLIT_FROM") or 288)
 _UNSPLIT = [0]
 
