@@ -514,6 +514,55 @@ def _layer_norm_backward(rt):
 
 SMAX = 2048
 
+# The tiled attention kernel (attention_tiled.wgsl: a block of query rows per workgroup, k and v
+# read once per block) for L >= ATTN_TILED_MIN_L query rows and E, Ev <= ATTN_TILED_EMAX;
+# EMBER_WEBGPU_ATTN_TILED=0 keeps the per-row kernel (attention.wgsl) everywhere (A/B).
+ATTN_TILED_MIN_L = 8
+ATTN_TILED_EMAX = 128
+# Blocks of 32 query rows when that still gives at least this many workgroups, else blocks of
+# 16 (twice the k / v traffic, twice the workgroups: small batches keep the GPU's cores busy).
+# A guess (about 8 workgroups of 64 threads per core of a 132-core H100), not yet measured;
+# EMBER_WEBGPU_ATTN_TILE=BQxBK (16 or 32 each) forces a tile for timing (the per-row kernel runs
+# where that tile does not fit the device's shared memory).
+ATTN_BQ32_MIN_GROUPS = 1024
+
+
+def _attn_shared_bytes(BQ, BK, E, Ev):
+    """Shared memory of attention_tiled.wgsl: q, k rows of E (+ a vec4 of padding), v rows of Ev
+    rounded up to 32, probability rows of BK (+ 4), 8 partials a row."""
+    qw, vw = -(-E // 4) + 1, -(-Ev // 32) * 8
+    return 16 * (BQ * qw + BK * qw + BK * vw + BQ * (BK // 4 + 1) + BQ * 2)
+
+
+def attn_tile(rt, shape, E, S):
+    """(BQ, BK) of the tiled attention kernel for an output of ``shape`` (..., L, Ev) with
+    features E and S keys, or None where the per-row kernel runs (switched off, few query rows,
+    wide heads, or no tile fits the device's shared memory)."""
+    import os
+
+    if len(shape) < 2 or not env_on("EMBER_WEBGPU_ATTN_TILED"):
+        return None
+    L, Ev = shape[-2:]
+    if L < ATTN_TILED_MIN_L or not 0 < E <= ATTN_TILED_EMAX or not 0 < Ev <= ATTN_TILED_EMAX or S == 0:
+        return None
+    limit = int(rt.limits.get("max_compute_workgroup_storage_size", 16384))
+    forced = os.environ.get("EMBER_WEBGPU_ATTN_TILE", "").lower()
+    if forced:
+        try:
+            BQ, BK = (int(x) for x in forced.split("x"))
+        except ValueError:
+            raise ValueError(f"EMBER_WEBGPU_ATTN_TILE={forced!r}: expected BQxBK, e.g. 32x32") from None
+        if BQ not in (16, 32) or BK not in (16, 32):
+            raise ValueError(f"EMBER_WEBGPU_ATTN_TILE={forced!r}: BQ and BK are 16 or 32")
+        cands = [(BQ, BK)]
+    else:
+        big = prod(shape[:-2]) * -(-L // 32) >= ATTN_BQ32_MIN_GROUPS
+        cands = ([(32, 32), (32, 16)] if big else []) + [(16, 32), (16, 16)]
+    for BQ, BK in cands:
+        if _attn_shared_bytes(BQ, BK, E, Ev) <= limit:
+            return BQ, BK
+    return None
+
 
 def _operand(g: GBuf, batch):
     """offset, row stride, column stride and batch strides (0 where broadcast) of a view."""
@@ -532,9 +581,14 @@ def _operand(g: GBuf, batch):
 
 
 def _attention(rt):
+    """scaled_dot_product_attention in one dispatch: the tiled kernel (``attention_tiled.wgsl``,
+    a block of query rows per workgroup; any S) where ``attn_tile`` gives a tile, else the
+    per-row kernel (``attention.wgsl``, S <= SMAX), else the composite. Both kernels take the
+    same info words and write the same heads-interleaved output."""
     def kernel(out, q, k, v, mask=None, *, is_causal, scale):
         S = k.shape[-2]
-        if S > SMAX or S == 0:
+        tile = attn_tile(rt, out.shape, q.shape[-1], S)
+        if (S > SMAX and tile is None) or S == 0:
             args = (q, k, v) if mask is None else (q, k, v, mask)
             return OPS["scaled_dot_product_attention"].decompose(*args, is_causal=is_causal, scale=scale)._buf
         from .runtime import f32_bits
@@ -565,8 +619,14 @@ def _attention(rt):
             words = [rows, L, S, E, Ev, kind, int(is_causal), f32_bits(scale)] + wq + wk + wv + wm
             words += list(batch) + bq + bk + bv + bm
             info, info_n = _info(words)
-            pipe = rt.kernel("attention", RANK=len(batch), INFO=info_n, WG=64)
-            _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(gq), _whole(gk), _whole(gv), mbuf], info, rows)
+            bufs = [(st.buf, 0, n * 4), _whole(gq), _whole(gk), _whole(gv), mbuf]
+            if tile is not None:
+                (BQ, BK), EQ, NV = tile, -(-E // 4) * 4, -(-Ev // 32)
+                pipe = rt.kernel("attention_tiled", RANK=len(batch), INFO=info_n, BQ=BQ, BK=BK, EQ=EQ, NV=NV)
+                _run_rows(rt, pipe, bufs, info, prod(batch) * -(-L // BQ))
+            else:
+                pipe = rt.kernel("attention", RANK=len(batch), INFO=info_n, WG=64)
+                _run_rows(rt, pipe, bufs, info, rows)
         return _finish(rt, res, out)
     return kernel
 
