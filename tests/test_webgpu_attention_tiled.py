@@ -231,3 +231,14 @@ def test_forced_tile_must_be_valid(monkeypatch):
     monkeypatch.setenv("EMBER_WEBGPU_ATTN_TILE", "24x32")
     with pytest.raises(ValueError, match="EMBER_WEBGPU_ATTN_TILE"):
         nn.attn_tile(get_runtime(), (1, 2, 20, 16), 16, 20)
+
+
+def test_tile_fits_a_16kb_device():
+    """A device with WebGPU's default 16 KB of workgroup memory (browsers) gets smaller tiles,
+    and the per-row kernel where none fits."""
+    class Small:
+        limits = {"max_compute_workgroup_storage_size": 16384}
+
+    assert nn.attn_tile(Small, (32, 12, 128, 32), 32, 128) == (32, 16)
+    assert nn.attn_tile(Small, (1, 12, 64, 64), 64, 64) == (16, 16)
+    assert nn.attn_tile(Small, (1, 12, 64, 128), 128, 64) is None
