@@ -288,6 +288,146 @@ def fuse_linear(graph, consts: dict, protected=()) -> int:
     return len(new)
 
 
+def _onnx(n, op, nin=None) -> bool:
+    """``n`` is a default-domain ``op`` node (with ``nin`` inputs where given)."""
+    return n is not None and n.op_type == op and (n.domain or "ai.onnx") in ("ai.onnx", "onnx") \
+        and (nin is None or len(n.inputs) == nin)
+
+
+def fuse_attention(graph, consts: dict, protected=(), opset: int = 13) -> int:
+    """``MatMul(softmax(MatMul(q, kt) [/ c | * c] [+ mask], axis=-1), v)``, the attention every
+    exporter writes for BERT-style models, becomes one ``ai.ember`` Attention node
+    (``scaled_dot_product_attention(q, kt^T, v, mask, scale)``): one kernel instead of a scores
+    product, a scale, a mask add, a softmax and a second product, and no (..., L, S) scores in
+    memory (onnxruntime's transformer optimizer makes the same fusion). The node falls back to
+    the five ops where its inputs do not fit (see ``ember_attention`` in ops.py); a row whose
+    mask is -inf at every key gives zeros there where the unfused ops give NaN."""
+    from .proto import Attribute, Node
+    producer, readers = _links(graph)
+    protected = set(protected)
+
+    def sole(name, reader):
+        r = readers.get(name, [])
+        return len(r) == 1 and r[0] is reader and name not in protected
+
+    def scores(name):
+        n = producer.get(name)
+        if _onnx(n, "Div", 2) or _onnx(n, "Mul", 2):
+            return any(_onnx(producer.get(i), "MatMul") for i in n.inputs)
+        return _onnx(n, "MatMul")
+
+    drop, new = set(), {}
+    for sm in graph.nodes:
+        if not _onnx(sm, "Softmax", 1):
+            continue
+        a = sm.attrs.get("axis")
+        axis = a.value if a is not None else (-1 if opset >= 13 else 1)
+        if axis != -1 or len(sm.outputs) != 1:
+            continue
+        out = readers.get(sm.outputs[0], [])
+        mm2 = out[0] if len(out) == 1 else None
+        if not _onnx(mm2, "MatMul", 2) or mm2.inputs[0] != sm.outputs[0] or sm.outputs[0] in protected:
+            continue
+        chain, mask = [mm2, sm], ""              # (chain[-1]: the node reading the value at hand)
+        cur = producer.get(sm.inputs[0])
+        if _onnx(cur, "Add", 2) and sole(cur.outputs[0], sm):
+            s_in, m_in = cur.inputs
+            if not scores(s_in) and scores(m_in):
+                s_in, m_in = m_in, s_in            # the scores: the operand a product (and a scale) wrote
+            chain.append(cur)
+            mask = m_in
+            cur_out, cur = s_in, producer.get(s_in)
+            if not sole(cur_out, chain[-1]):
+                continue
+        else:
+            cur_out = sm.inputs[0]
+        scale, scale_op = "", ""
+        if (_onnx(cur, "Div", 2) or _onnx(cur, "Mul", 2)) and sole(cur.outputs[0], chain[-1]):
+            x, c = cur.inputs
+            if cur.op_type == "Mul" and _scalar(consts, x) is not None and _scalar(consts, c) is None:
+                x, c = c, x
+            if _scalar(consts, c) is None:
+                continue
+            scale, scale_op = c, cur.op_type
+            chain.append(cur)
+            cur_out, cur = x, producer.get(x)
+            if not sole(cur_out, chain[-1]):
+                continue
+        mm1 = cur
+        if not _onnx(mm1, "MatMul", 2) or not sole(mm1.outputs[0], chain[-1]) or mask in mm1.outputs:
+            continue
+        if any(id(n) in drop for n in chain + [mm1]):
+            continue
+        q, kt = mm1.inputs
+        node = Node()
+        node.op_type, node.domain, node.name = "Attention", "ai.ember", (mm2.name or "attention") + "::fused"
+        node.inputs, node.outputs = [q, kt, mm2.inputs[1], mask, scale], [mm2.outputs[0]]
+        if scale_op:
+            node.attrs["scale_op"] = Attribute("scale_op", 3, scale_op)
+        drop.update(id(n) for n in chain + [mm1])
+        new[id(mm2)] = node
+    if not new:
+        return 0
+    graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop or id(n) in new]
+    for i, n in enumerate(graph.nodes):
+        n.index = i
+    return len(new)
+
+
+def fuse_parallel_linears(graph, consts: dict, protected=()) -> int:
+    """``ai.ember`` Linear nodes (``fuse_linear``'s) that read the same input with constant
+    weights of the same dtype and input width, all with a bias or all without (a BERT layer's
+    query, key and value projections), become one Linear over the weights side by side whose
+    output is split back into the original values (views: no copy): one GEMM three times as
+    wide instead of three, which fills a GPU where each alone does not, and one weight read per
+    row of x on a CPU. The concatenated weights replace the parts in ``consts``."""
+    import ember as E
+    from .proto import Attribute
+    groups = {}
+    for n in graph.nodes:
+        if n.op_type != "Linear" or n.domain != "ai.ember" or len(n.outputs) != 1 or "split" in n.attrs:
+            continue
+        x, w = n.inputs[0], n.inputs[1]
+        b = n.inputs[2] if len(n.inputs) > 2 else ""
+        wt = consts.get(w)
+        if wt is None or wt.ndim != 2 or (b and consts.get(b) is None):
+            continue
+        groups.setdefault((x, wt.shape[0], wt.dtype.name, bool(b), wt.device), []).append(n)
+    _, readers = _links(graph)
+    fixed = {vi.name for vi in graph.inputs} | set(protected)
+    plans = []
+    for (x, _k, _dt_name, has_b, _dev), nodes in groups.items():
+        ws = [n.inputs[1] for n in nodes]
+        if len(nodes) < 2 or len(set(ws)) != len(ws) \
+                or any(w in fixed or len(readers.get(w, [])) != 1 for w in ws):
+            continue
+        w_all = E.concat([consts[w] for w in ws], axis=1)
+        b_all = E.concat([consts[n.inputs[2]] for n in nodes], axis=0) if has_b else None
+        plans.append((x, nodes, ws, w_all, b_all))
+    drop, made = set(), 0
+    for x, nodes, ws, w_all, b_all in plans:       # (the graph changes only after the scan)
+        first = nodes[0]
+        wname = f"{ws[0]}::parallel"
+        consts[wname] = w_all
+        first.inputs = [x, wname]
+        if b_all is not None:
+            consts[wname + ".bias"] = b_all
+            first.inputs.append(wname + ".bias")
+        first.outputs = [n.outputs[0] for n in nodes]
+        first.attrs = {"split": Attribute("split", 7, [int(consts[w].shape[1]) for w in ws])}
+        first.name = (first.name or "linear") + "::parallel"
+        drop.update(id(n) for n in nodes[1:])
+        made += len(nodes) - 1
+        for w in ws:               # the parts' weights go (no other node reads them)
+            consts.pop(w, None)
+    if not made:
+        return 0
+    graph.nodes = [n for n in graph.nodes if id(n) not in drop]
+    for i, n in enumerate(graph.nodes):
+        n.index = i
+    return made
+
+
 def hoist_constants(graph, consts: dict, protected=()) -> int:
     """Float32 ``Constant`` nodes become initializers (entries of ``consts``, on the host as the
     Constant handler makes them), so the rewrites after this one see their values: Paddle2ONNX
@@ -313,7 +453,7 @@ def hoist_constants(graph, consts: dict, protected=()) -> int:
     return n
 
 
-def fuse_graph(graph, consts: dict, protected=()) -> dict:
+def fuse_graph(graph, consts: dict, protected=(), opset: int = 13) -> dict:
     """Every rewrite of this module, in order; returns how many of each were made."""
     import os
     if os.environ.get("EMBER_ONNX_FUSE", "on") == "off":
@@ -322,7 +462,9 @@ def fuse_graph(graph, consts: dict, protected=()) -> dict:
             "batch_norm": _guarded(fold_batch_norms, graph, consts, protected),
             "conv_affine": _guarded(fold_conv_affine, graph, consts, protected),
             "gelu": _guarded(fuse_gelu, graph, consts, protected),
-            "linear": _guarded(fuse_linear, graph, consts, protected)}
+            "linear": _guarded(fuse_linear, graph, consts, protected),
+            "parallel_linear": _guarded(fuse_parallel_linears, graph, consts, protected),
+            "attention": _guarded(lambda g, c, p: fuse_attention(g, c, p, opset), graph, consts, protected)}
 
 
 def _guarded(rewrite, graph, consts, protected) -> int:

@@ -24,7 +24,7 @@ import operator
 import ember as E
 
 from .. import dtypes as _dt
-from ..errors import UnsupportedOp
+from ..errors import ShapeError, UnsupportedOp
 from . import functional as F
 from . import proto
 from .runtime import DEVICE
@@ -1641,5 +1641,43 @@ def qlinear_softmax(c, x, x_scale, x_zp, y_scale, y_zp=None):
 
 @onnx_op("Linear", domain=EMBER)
 def ember_linear(c, x, w, b=None):
-    """MatMul(x, W) + b with W (in, out) constant: ``linear(x, W.T, b)``, W.T folded once."""
-    return c.call(E.linear, x, c.call(E.permute_dims, w, (1, 0)), b)
+    """MatMul(x, W) + b with W (in, out) constant: ``linear(x, W.T, b)``, W.T folded once. With
+    a ``split`` attribute (``fuse_parallel_linears``: several such products of one x, their
+    weights side by side) the output is split back along its last axis into those pieces."""
+    y = c.call(E.linear, x, c.call(E.permute_dims, w, (1, 0)), b)
+    sizes = c.ints_attr("split", None)
+    return y if sizes is None else c.call(F.split, y, list(sizes), -1)
+
+
+@onnx_op("Attention", domain=EMBER)
+def ember_attention(c, q, kt, v, mask=None, scale=None):
+    """``MatMul(softmax(MatMul(q, kt) [Div|Mul scale] [+ mask]), v)`` (``fuse_attention``; the
+    attribute ``scale_op`` names the scaling op) as ``scaled_dot_product_attention(q, kt^T, v,
+    mask, scale)`` where the operands are float32 or float64 of one dtype with at least two axes,
+    the mask (if any) is of that dtype and broadcasts to the scores and the scale is one number;
+    otherwise the original ops, in order."""
+    from ..registry import broadcast_shapes
+    op_ = c.s("scale_op", "")
+    fits = q.dtype is kt.dtype is v.dtype and q.dtype in (_dt.float32, _dt.float64) \
+        and min(q.ndim, kt.ndim, v.ndim) >= 2 and q.shape[-1] == kt.shape[-2] and kt.shape[-1] == v.shape[-2] \
+        and (scale is None or scale.size == 1)
+    if fits:
+        try:
+            batch = broadcast_shapes(tuple(q.shape[:-2]), tuple(kt.shape[:-2]), tuple(v.shape[:-2]))
+            scores = tuple(batch) + (q.shape[-2], kt.shape[-1])
+            fits = mask is None or (mask.dtype is q.dtype and mask.ndim <= len(scores)
+                                    and tuple(broadcast_shapes(tuple(mask.shape), scores)) == scores)
+        except ShapeError:
+            fits = False
+    if fits:
+        sv = 1.0 if scale is None else float(c.scalar(scale, "the scale"))
+        if op_ == "Div" and sv != 0.0:
+            sv = 1.0 / sv
+        if sv != 0.0 or op_ != "Div":
+            return c.call(E.scaled_dot_product_attention, q, c.call(E.matrix_transpose, kt), v, mask, False, sv)
+    s = c.call(E.matmul, q, kt)
+    if op_ in ("Div", "Mul"):
+        s = c.call(E.divide if op_ == "Div" else E.multiply, s, scale)
+    if mask is not None:
+        s = c.call(E.add, s, mask)
+    return c.call(E.matmul, c.call(E.softmax, s, -1), v)

@@ -968,7 +968,8 @@ class Model:
             elif vi.elem_type and vi.kind == "tensor":
                 proto.ember_dtype(vi.elem_type, f"graph value {vi.name!r}")
         from .fuse import fuse_graph                # rewrites onnxruntime makes too
-        fuse_graph(g, consts, protected={vi.name for vi in g.outputs} | _subgraph_reads(g))
+        fuse_graph(g, consts, protected={vi.name for vi in g.outputs} | _subgraph_reads(g),
+                   opset=self.opsets.get("ai.onnx", 13) or 13)
         self.inputs = [vi for vi in g.inputs if vi.name not in consts]
         self.input_names = [vi.name for vi in self.inputs]
         self.output_names = [vi.name for vi in g.outputs]
