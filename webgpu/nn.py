@@ -448,22 +448,71 @@ def _softmax_backward(rt):
     return kernel
 
 
+# EMBER_WEBGPU_LN_ROWS=0 runs every layer_norm through layer_norm.wgsl (a workgroup per row, the
+# row read from global memory three times) instead of layer_norm_rows.wgsl (A/B)
+LN_ROWS = env_on("EMBER_WEBGPU_LN_ROWS")
+# layer_norm_rows: units (vec4s where D % 4 == 0, else elements) one thread keeps in registers
+# at most; rows over LN_LANES_MAX threads' worth take layer_norm.wgsl
+LN_UNITS_VEC4 = 8
+LN_UNITS_F32 = 16
+LN_LANES_MAX = 256
+
+
+def ln_rows_shape(D: int) -> tuple | None:
+    """``(vec4, lanes, units, wg)`` of ``layer_norm_rows.wgsl`` for rows of ``D`` elements, or
+    None where a row is longer than LN_LANES_MAX threads hold. Lanes per row: the fewest (a power
+    of two) that hold the row in at most LN_UNITS_* units each, but no fewer than min(32, the
+    row's units) (a subgroup on NVIDIA: a 384-wide row is 32 lanes of 3 vec4s); a workgroup of
+    max(64, lanes) threads, so short rows share one."""
+    vec = D % 4 == 0
+    n = D // 4 if vec else D
+    cap = LN_UNITS_VEC4 if vec else LN_UNITS_F32
+    lanes = max(1 << (-(-n // cap) - 1).bit_length(), min(32, 1 << (n - 1).bit_length()))
+    if lanes > LN_LANES_MAX:
+        return None
+    return vec, lanes, -(-n // lanes), max(64, lanes)
+
+
 def _layer_norm(rt):
+    """layer_norm as one dispatch: ``layer_norm_rows.wgsl`` (each row read once into registers,
+    rows of up to ~1024 elements several to a workgroup), or ``layer_norm.wgsl`` for rows longer
+    than ``ln_rows_shape`` allows (or with EMBER_WEBGPU_LN_ROWS=0)."""
     def kernel(out, x, weight, bias, *, normalized_shape, eps):
-        g = as_f32(rt, x._buf)
+        from .runtime import f32_bits
+
+        D = prod(normalized_shape)
+        shape = ln_rows_shape(D) if LN_ROWS and D else None
+        g = f32_view(rt, x._buf)        # a contiguous view is read in place, at its offset
+        if not g.is_contiguous():
+            g = dense(g)
         gw = as_f32(rt, weight._buf)
         gb = as_f32(rt, bias._buf)
         res, st, n = _new(rt, out.shape, _dt.float32)
-        D = prod(normalized_shape)
         if n and D:
-            from .runtime import f32_bits
-
             rows = n // D
-            wg = 64 if D <= 256 else 256
-            info, info_n = _info([rows, D, f32_bits(eps), g.offset])
-            pipe = rt.kernel("layer_norm", INFO=info_n, WG=wg)
-            _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw),
-                                 _whole(gb)], info, rows)
+            if shape is None:
+                wg = 64 if D <= 256 else 256
+                info, info_n = _info([rows, D, f32_bits(eps), g.offset])
+                pipe = rt.kernel("layer_norm", INFO=info_n, WG=wg)
+                _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw),
+                                     _whole(gb)], info, rows)
+            else:
+                from .quant import _sg_params
+
+                vec, lanes, units, wg = shape
+                xvec = vec and g.offset % 4 == 0      # vec4 loads of x; else scalar ones
+                xget = ("let e = u(3u) + 4u * i; return vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);"
+                        if vec and not xvec else "return x[u(3u) + i];")
+                sg = _sg_params(rt)
+                info, info_n = _info([rows, D // 4 if vec else D, f32_bits(eps),
+                                      g.offset // 4 if xvec else g.offset, D])
+                pipe = rt.kernel("layer_norm_rows", INFO=info_n, WG=wg, LANES=lanes, NV=units,
+                                 T="vec4<f32>" if vec else "f32", XT="vec4<f32>" if xvec else "f32",
+                                 XGET=xget, HSUM="return dot(v, vec4<f32>(1.0));" if vec else "return v;",
+                                 ENABLE="enable subgroups;" if sg["SG"] == "true" else "",
+                                 SG_SUM=sg["SG_SUM"], SG_ARGS=sg["SG_ARGS"], SGS=sg["SGS"])
+                rt.dispatch(pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw), _whole(gb)], info,
+                            grid_1d(-(-rows // (wg // lanes)), rt.max_groups))
         return _finish(rt, res, out)
     return kernel
 
