@@ -51,6 +51,10 @@ MAX_NODES = 64
 WG = 256
 
 _FUSION = [env_on("EMBER_FUSION")]
+# EMBER_WEBGPU_HEAVY_EPILOGUE=0: a matmul whose epilogue would compute a transcendental (gelu, erf,
+# tanh, exp, sigmoid) runs plain and the expression as its own pass (a GPU A/B of the epilogue's cost)
+_HEAVY_OFF = not env_on("EMBER_WEBGPU_HEAVY_EPILOGUE")
+_HEAVY = {"gelu", "erf", "tanh", "exp", "sigmoid", "silu"}
 
 
 def set_fusion(enabled: bool) -> bool:
@@ -643,7 +647,8 @@ def _prepare_matmuls(root, shape, dtype, out_view, nodes=None):
         nd = pending[0]
         owner = nd.attrs[0]()
         others = [g for g in (r() for r in nd.attrs[1]) if g is not None and g.expr is not root]
-        if owner is None and not others and nd is not root:
+        if owner is None and not others and nd is not root and not (
+                _HEAVY_OFF and any(n.kind not in ("leaf", "mm", "const") and n.name in _HEAVY for n in nodes)):
             fuse = nd
     for nd in pending:
         if nd is not fuse:
