@@ -57,3 +57,26 @@ def test_lazy_matmul_operand_is_realised_first(rt):
     ta, tw, tb = (ember.tensor(v, device="webgpu") for v in (a, w, b))
     got = (tb * ember.exp(ta @ tw)).numpy()
     np.testing.assert_allclose(got, b * np.exp(a.astype(np.float64) @ w), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["bias", "bias_view", "row_2d", "bias_and_residual", "column_too"])
+def test_row_vector_operands(rt, form):
+    """A vector along the last axis (a bias) is read at ``i % n`` (one remainder, not the
+    output's whole multi-index), in fused elementwise kernels and in matmul epilogues, from
+    a view at an offset too; with a column operand too the full multi-index is used."""
+    x, w, r = rand(2, 24, 16), rand(16, 20, seed=1), rand(2, 24, 20, seed=2)
+    big = rand(40, seed=3)
+    b = big[5:25] if form == "bias_view" else (big[:20].reshape(1, 20) if form == "row_2d" else big[:20])
+    col = rand(2, 24, 1, seed=4)
+    tx, tw, tr, tcol = (ember.tensor(v, device="webgpu") for v in (x, w, r, col))
+    tb = ember.tensor(big, device="webgpu")[5:25] if form == "bias_view" else ember.tensor(b, device="webgpu")
+    x64, w64, b64 = x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)
+    want = x64 @ w64 + b64
+    got = ember.matmul(tx, tw) + tb
+    if form == "bias_and_residual":
+        got, want = got + tr, want + r
+    if form == "column_too":
+        got, want = got * tcol, want * col
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    # the same operands in a plain fused elementwise kernel (no matmul)
+    np.testing.assert_allclose((tr * 2.0 + tb).tanh().numpy(), np.tanh(r * 2.0 + b64), rtol=1e-5, atol=1e-6)

@@ -54,6 +54,10 @@ def test_chunked_elementwise_matches_numpy(low):
     got = ((X * 2 + Y) * Z).tanh()
     np.testing.assert_allclose(got.numpy(), np.tanh((x * 2 + y) * z), rtol=1e-5, atol=1e-6)
     assert ember.webgpu.stats()["fused_kernels"] - before >= 4, "the chain did not run in chunks"
+    # a row vector alone broadcast (read at the chunk's global index % 101, not its local one)
+    before = ember.webgpu.stats()["fused_kernels"]
+    np.testing.assert_allclose((X * 2 + Y).tanh().numpy(), np.tanh(x * 2 + y), rtol=1e-5, atol=1e-6)
+    assert ember.webgpu.stats()["fused_kernels"] - before >= 4, "the row-vector chain did not run in chunks"
     # a strided view (every other row) and an offset slice of a large buffer, a where and a cast
     np.testing.assert_allclose((X[::2] - 1).numpy(), x[::2] - 1, rtol=1e-6)
     np.testing.assert_allclose((X[5:, 3:] * 3).numpy(), x[5:, 3:] * 3, rtol=1e-6)

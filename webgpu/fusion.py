@@ -334,6 +334,20 @@ def dense(g: GBuf, wide: bool = True) -> GBuf:
     return realize(GBuf(g.rt, g.shape, g.dtype, expr=Node("leaf", g.dtype, buf=g)), wide)
 
 
+ROW = "row"     # Program.leaf_direct's third value: a contiguous vector along the output's last axis
+
+
+def _leaf_form(g: GBuf, shape) -> object:
+    """How a fused kernel reads input ``g`` broadcast to ``shape``: True, element i (same shape,
+    contiguous); ROW, element ``i % shape[-1]`` (a vector along the last axis broadcast over the
+    others: a bias; only its offset word is written); False, through strides."""
+    if tuple(g.shape) == tuple(shape) and g.is_contiguous():
+        return True
+    if len(shape) >= 2 and shape[-1] > 1 and leaf_strides(g, shape) == (0,) * (len(shape) - 1) + (1,):
+        return ROW
+    return False
+
+
 def leaf_strides(g: GBuf, out_shape) -> tuple:
     """Strides that read ``g`` broadcast to ``out_shape`` (0 on broadcast axes)."""
     r = len(out_shape)
@@ -383,7 +397,7 @@ class Program:
                     j = len(self.leaves)
                     leaf_ids[id(gb)] = j
                     self.leaves.append(gb)
-                    self.leaf_direct.append(gb.shape == self.shape and gb.is_contiguous())
+                    self.leaf_direct.append(_leaf_form(gb, self.shape))
                 sig.append(("L", j, storage_type(gb), self.leaf_direct[j]))
             elif nd.kind == "const":
                 self.consts.append((nd.value, nd.dtype))
@@ -424,18 +438,26 @@ class Program:
         bindings = [f"@group(0) @binding({first_binding + j}) var<storage, read> in{j}: array<{storage_type(gb)}>;"
                     for j, gb in enumerate(self.leaves)]
         lines = []
-        if not all(self.leaf_direct) or strided_out:
+        full = strided_out or any(f is False for f in self.leaf_direct)
+        if full:
             # multi-index of output element i, innermost last
             lines.append("  var rem = i;" if chunk_word is None else f"  var rem = i + u({base + chunk_word}u);")
             for d in range(rank - 1, -1, -1):
                 lines.append(f"  let d{d} = i32(rem % u({base + 1 + d}u)); rem = rem / u({base + 1 + d}u);")
+        elif ROW in self.leaf_direct:
+            # only row vectors are broadcast: the last index alone (one remainder, where the full
+            # multi-index costs a division and a remainder per axis, e.g. a bias in an epilogue)
+            i0 = "i" if chunk_word is None else f"(i + u({base + chunk_word}u))"
+            lines.append(f"  let d{rank - 1} = i32({i0} % u({base + rank}u));")
         for k, e in enumerate(self.sig):
             if e[0] == "A":
                 lines.append(f"  let v{k} = acc;")
             elif e[0] == "L":
                 j = e[1]
                 w = base + self.leaf_word[j]
-                if self.leaf_direct[j]:
+                if self.leaf_direct[j] is ROW:
+                    idx = f"u32(s({w}u) + d{rank - 1})"
+                elif self.leaf_direct[j]:
                     idx = f"u({w}u) + i"
                 else:
                     terms = " + ".join(f"d{d} * s({w + 1 + d}u)" for d in range(rank)) or "0"
@@ -571,7 +593,7 @@ def _run_chunked(rt, prog, words, shape, dtype, storage, out_view) -> None:
     half = storage.half
     A = align // elem_bytes(storage)   # elements: chunks of the output start at aligned offsets
     cap = mb // 4                                     # elements one binding may hold
-    strided = [None if prog.leaf_direct[j] else leaf_strides(gb, shape) for j, gb in enumerate(prog.leaves)]
+    strided = [None if prog.leaf_direct[j] is True else leaf_strides(gb, shape) for j, gb in enumerate(prog.leaves)]
 
     def windows(s, e):
         out = []
