@@ -12,10 +12,17 @@ specification's bit for bit; the numpy paths round in float32 at every step), at
 float32 with its own exp (within ~1e-6 relative of the numpy path). A SmolLM2 decode step makes
 ~150 such calls of a few microseconds each, so each runs on one thread (no split over
 ``parallel_for``, whose hand-off costs more). ``ember.native.disabled()`` or ``EMBER_NATIVE=0`` runs the numpy paths.
+
+One new token (a decode step's attention_cached) runs ember.native's own ``attn.c`` instead of
+llm.c: AVX-512 / AVX vectors (not SIMD128 through SIMDe), prefetched cache rows, and units of (key/
+value head, 64 rows) over team.c's two threads, merged as partial softmaxes. SmolLM2-135M Q4_1 at
+position 211, in the replayed decode step (notes/native-decode-attn.md, op_ab.py): 98 -> 55 us a
+layer (61 on one thread). ``EMBER_LLM_NATIVE_ATTN=0`` keeps llm.c (the A/B switch).
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 
 import numpy as np
@@ -24,6 +31,7 @@ from .. import native
 from ..errors import ShapeError
 from ..ops.llm import check_pos
 from .numpy_blas import matmul
+from .numpy_nn import team as _team
 from .numpy_quant import _prm, _scratch_at   # (the native kernels' parameter tables and per-thread scratch)
 
 
@@ -42,6 +50,10 @@ _NATIVE_SIGS = {
     "ember_wasm_rope_f32": (None, (_P, _P, _P, _P, _I, _I, _I, _I)),             # x, cos, sin, y, T, H, D, mode
     # q, k, v, k_cache, v_cache, pos, out, scratch, prm (T, Hq, Hkv, D, C, window, softcap's bits), scale
     "ember_wasm_attention_cached_f32": (_I, (_P,) * 9 + (ctypes.c_float,)),
+    # attn.c (ember.native's own, no SIMDe): a, q, k, v, part, out / a, k, v, part, out / ()
+    "ember_attn_decode": (ctypes.c_int64, (_P,) * 6),
+    "ember_attn_decode_merge": (ctypes.c_int64, (_P,) * 5),
+    "ember_attn_decode_chunk": (ctypes.c_int64, ()),
 }
 _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
 # attention_cached runs natively for one new token at any position, for T > 1 tokens at position p
@@ -52,6 +64,17 @@ _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
 # p = 1000 0.97x, T = 16 at p = 100 0.79x, T = 8 at p = 100 1.0x, a first chunk of 64 1.15x, of 96 1.0x)
 NATIVE_ATTENTION_WORK = 4096
 _LIMIT = 1 << 31
+# One new token (a decode step) runs attn.c instead: units of (key/value head, 64 cache rows) split
+# over team.c's two threads (job 9) from NATIVE_ATTN_TEAM_FLOATS floats of keys read (rows x Hkv x
+# D), then one merge of the chunks' partial softmaxes (the same bits on one thread or two).
+# EMBER_LLM_NATIVE_ATTN=0 (read at import; or set NATIVE_ATTN_DECODE) keeps llm.c's one-thread kernel
+# for every T (the A/B switch).
+NATIVE_ATTN_DECODE = os.environ.get("EMBER_LLM_NATIVE_ATTN", "1") != "0"
+NATIVE_ATTN_TEAM_FLOATS = 1 << 13
+NATIVE_ATTN_TEAM_ITEMS = 2
+_J_ATTN_DECODE = 9   # (team.c's J_ATTN_DECODE)
+_F32_BITS: dict = {}
+_DECODE: dict = {}   # id(ember_attn_decode) -> (it, its merge, its chunk rows): one lookup a call
 
 
 def _native_fn(name: str):
@@ -106,12 +129,61 @@ def _native_rope(x, cos, sin, mode: str):
     return y
 
 
+def _bits(x: float) -> int:
+    """x's float32 bits as an int (kept per value: a model has one scale)."""
+    b = _F32_BITS.get(x)
+    if b is None:
+        b = _F32_BITS[x] = struct.unpack("<i", struct.pack("<f", x))[0]
+    return b
+
+
+def _native_attn_decode(q, k, v, kb, vb, p0: int, scale: float, window: int, cap: int):
+    """attn.c for one query row (T = 1; the caller checked the caches, the sizes and the position):
+    (1, Hq, D) float32 with k, v written into the caches' row p0, or None without the kernel."""
+    one = _native_fn("ember_attn_decode")
+    if one is None:
+        return None
+    got = _DECODE.get(id(one))
+    if got is None or got[0] is not one:   # (ctypes functions are not hashable: by id, checked)
+        got = _DECODE[id(one)] = (one, _native_fn("ember_attn_decode_merge"), _native_fn("ember_attn_decode_chunk")())
+    _, merge, ch = got
+    _, hq, d = q.shape
+    hkv = kb.shape[1]
+    lo = p0 + 1 - window if window and p0 + 1 > window else 0
+    n = p0 + 1 - lo
+    units = hkv * ((n + ch - 1) // ch)
+    try:
+        sb = _bits(scale)
+    except OverflowError:   # (a scale past float32: llm.c's or numpy's rule)
+        return None
+    a = np.array([hq, hkv, d, hkv * d, lo, n, units, _addr(kb), _addr(vb), sb, cap], np.int64)
+    ap = _addr(a)
+    qa, ka, va = _c32(q), _c32(k), _c32(v)   # (kept: a copy must live through the calls)
+    qp, kp, vp = _addr(qa), _addr(ka), _addr(va)
+    part = _scratch_at(units * (hq // hkv) * (d + 2))
+    y = np.empty((1, hq, d), np.float32)
+    if units > 1 and n * hkv * d >= NATIVE_ATTN_TEAM_FLOATS:
+        tm = _team()
+        rc = None if tm is None else tm(_J_ATTN_DECODE, ap, qp, kp, vp, part, NATIVE_ATTN_TEAM_ITEMS)
+        if rc is not None:     # (None: another thread has the team)
+            if not rc:
+                rc = merge(ap, kp, vp, part, _addr(y))
+    else:
+        rc = None
+    if rc is None:
+        rc = one(ap, qp, kp, vp, part, _addr(y))
+    if rc:
+        raise ShapeError(f"attention_cached: the native kernel failed ({rc}) for q {tuple(q.shape)}, "
+                         f"caches {tuple(kb.shape)}, position {p0}")
+    return y
+
+
 def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: float, p0: int):
-    """llm.c's attention_cached_f32 (writes k, v into the caches, then attends), or None where it
-    does not apply: a prompt chunk past NATIVE_ATTENTION_WORK, D not a multiple of 4 (its vectors),
-    caches that are not writable C-contiguous float32 (written in place: the numpy path raises for a
-    read-only one), sizes past int32."""
-    fn = _native_fn("ember_wasm_attention_cached_f32")
+    """llm.c's attention_cached_f32 (writes k, v into the caches, then attends), or for one new
+    token attn.c's (``_native_attn_decode``), or None where neither applies: a prompt chunk past
+    NATIVE_ATTENTION_WORK, D not a multiple of 4 (llm.c's vectors), caches that are not writable
+    C-contiguous float32 (written in place: the numpy path raises for a read-only one), sizes past
+    int32."""
     T, hq, d = q.shape
     C, hkv, _ = kc.shape
     kb, vb = kc._buf, vc._buf
@@ -123,10 +195,17 @@ def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: 
             return None
         if not 0 < cap < 0x7F800000:   # 0 or inf in float32: left to the numpy path's rule
             return None
-    if (fn is None or d % 4 or T * hq * d == 0 or (T > 1 and T * (4 * p0 + T) > NATIVE_ATTENTION_WORK)
+    if (d % 4 or T * hq * d == 0 or (T > 1 and T * (4 * p0 + T) > NATIVE_ATTENTION_WORK)
             or C * hkv * d >= _LIMIT or T * hq * d >= _LIMIT
             or not (kb.dtype == np.float32 and vb.dtype == np.float32 and kb.flags.c_contiguous
                     and vb.flags.c_contiguous and kb.flags.writeable and vb.flags.writeable)):
+        return None
+    if T == 1 and NATIVE_ATTN_DECODE:
+        y = _native_attn_decode(q, k, v, kb, vb, p0, scale, window if window < C else 0, cap)
+        if y is not None:
+            return y
+    fn = _native_fn("ember_wasm_attention_cached_f32")
+    if fn is None:
         return None
     qa, ka, va = _c32(q), _c32(k), _c32(v)
     pa = np.ascontiguousarray(pos._buf, dtype=np.int32)

@@ -54,8 +54,11 @@ enum { T_CLAIM, T_DONE, T_KIND, T_ARGS, T_D0, T_D1, T_D2, T_D3, T_N, T_ERR, T_SP
  *     outputs lie side by side in y's rows (part i from column rows_0 + ... + rows_(i-1)); the
  *     units are the parts' rows each rounded up to 16 (so a range cuts a part only at a multiple
  *     of 16 of its own rows, as job 7 does), each piece of a part computed as job 7 computes it
+ *   9 ember_attn_decode_units (attn.c: one query row over a key/value cache, units (key/value
+ *     head, chunk of rows)): args attn.c's AD_ array; d [q, k, v, part]
  * and the alignment of their ranges (units per block) */
-enum { J_LINEAR = 1, J_DEPTHWISE, J_GEMM, J_DIRECT, J_GEMV, J_ATTENTION, J_QDOT, J_QDOT_PARTS, J_COUNT };
+enum { J_LINEAR = 1, J_DEPTHWISE, J_GEMM, J_DIRECT, J_GEMV, J_ATTENTION, J_QDOT, J_QDOT_PARTS, J_ATTN_DECODE,
+       J_COUNT };
 
 EXPORT i64 ember_conv_depthwise_act(const f32 *x, const f32 *w, const f32 *bias, f32 *y, const i64 *g,
                                     const f32 *ap, i64 act, f32 *scratch, i64 scratch_len, i64 p0, i64 p1);
@@ -68,6 +71,8 @@ EXPORT i64 ember_linear(const f32 *a, const f32 *lnw, const f32 *lnb, const f32 
                         i64 m0, i64 m1);
 EXPORT i64 ember_attention(const f32 *q, const f32 *k, const f32 *v, f32 *y, const i64 *g, f32 c, f32 *scratch,
                            i64 scratch_len, i64 u0, i64 u1);
+EXPORT i64 ember_attn_decode_units(const i64 *a, const f32 *q, const f32 *k, const f32 *v, f32 *part, i64 u0,
+                                   i64 u1);
 
 #define F(i) ((f32 *)(intptr_t)a[i])
 #define I(i) ((const i64 *)(intptr_t)a[i])
@@ -82,6 +87,7 @@ static void units_of(i64 kind, const i64 *a, i64 *units, i64 *align) {
     case J_DIRECT: *units = a[7], *align = 32; break;
     case J_GEMV: *units = a[4], *align = 8; break;
     case J_QDOT: *units = a[2], *align = 16; break;     /* (qdot.c's groups of 16 rows) */
+    case J_ATTN_DECODE: *units = a[6], *align = 1; break;   /* (attn.c's AD_UNITS) */
     case J_QDOT_PARTS: {
       i64 u = 0;
       for (i64 i = 0; i < a[2]; i++) u += (a[8 + 2 * i] + 15) / 16 * 16;
@@ -122,6 +128,8 @@ static i64 run_item(i64 kind, const i64 *a, const i64 *d, i64 item, i64 n, int t
     case J_QDOT:
       return ember_qdot_linear((const char *)D(2) + lo * a[4], D(0), D(1) + lo, a[5], (char *)D(3) + tid * a[6],
                                a[0], a[1], hi - lo, a[3]);
+    case J_ATTN_DECODE:
+      return ember_attn_decode_units(a, D(0), D(1), D(2), D(3), lo, hi);
     case J_QDOT_PARTS: {     /* (each part's rows that fall in [lo, hi) of the padded units) */
       char *scratch = (char *)D(3) + tid * a[6];
       for (i64 i = 0, u0 = 0, y0 = 0; i < a[2] && u0 < hi; i++) {
