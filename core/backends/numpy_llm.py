@@ -54,6 +54,8 @@ _NATIVE_SIGS = {
     "ember_attn_decode": (ctypes.c_int64, (_P,) * 6),
     "ember_attn_decode_merge": (ctypes.c_int64, (_P,) * 5),
     "ember_attn_decode_chunk": (ctypes.c_int64, ()),
+    # glu.c: g, u, y, rows, n, ldg, ldu, ldy
+    "ember_silu_mul": (ctypes.c_int64, (_P,) * 3 + (ctypes.c_int64,) * 5),
 }
 _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
 # attention_cached runs natively for one new token at any position, for T > 1 tokens at position p
@@ -218,6 +220,52 @@ def _native_attention(q, k, v, kc, vc, pos, scale: float, window: int, softcap: 
         check_pos(int(pa.reshape(-1)[0]), T, C)   # the kernel checks only what check_pos did: never here
         raise ShapeError(f"attention_cached: the native kernel failed ({rc}) for q {tuple(q.shape)}, "
                          f"caches {tuple(kc.shape)}, position {p0}")
+    return y
+
+
+# silu(g) * u as one native pass (glu.c) where numpy_plan finds a silu step read only by a multiply
+# (a SwiGLU feed-forward): SmolLM2-135M's decode step, 30 x 1536 floats, ~28 us (silu) + ~3 us
+# (multiply) a layer -> see notes/native-decode-attn.md. EMBER_LLM_NATIVE_GLU=0 (read at import; or
+# set NATIVE_SILU_MUL, checked each run) runs the two recorded steps (the A/B switch).
+NATIVE_SILU_MUL = os.environ.get("EMBER_LLM_NATIVE_GLU", "1") != "0"
+
+
+def _rows_of(a):
+    """(rows, n, row stride in floats) of a float32 array whose rows (the last axis) are contiguous
+    and evenly spaced, else None."""
+    if a.dtype != np.float32 or a.ndim == 0:
+        return None
+    n = a.shape[-1]
+    st = a.strides
+    if st[-1] != 4 and a.shape[-1] > 1:
+        return None
+    if a.ndim == 1:
+        return 1, n, n
+    if a.ndim == 2 and st[0] >= 0 and st[0] % 4 == 0:
+        return a.shape[0], n, st[0] // 4
+    if a.flags.c_contiguous:
+        return a.size // n, n, n
+    return None
+
+
+def silu_mul_kernel():
+    """glu.c's ember_silu_mul, or None (no library, disabled, or NATIVE_SILU_MUL off: numpy_plan
+    then does not fuse)."""
+    return _native_fn("ember_silu_mul") if NATIVE_SILU_MUL else None
+
+
+def native_silu_mul(g, u):
+    """silu(g) * u for float32 arrays of one shape (numpy, rows contiguous: slices of one product's
+    output are) through glu.c: a new array; None where it does not apply (NATIVE_SILU_MUL off, no
+    kernel, other dtypes, shapes or layouts): the caller runs silu then multiply."""
+    if not NATIVE_SILU_MUL or g.shape != u.shape or g.size == 0:
+        return None
+    fn = _native_fn("ember_silu_mul")
+    rg, ru = _rows_of(g), _rows_of(u)
+    if fn is None or rg is None or ru is None or g.size >= _LIMIT:
+        return None
+    y = np.empty(g.shape, np.float32)
+    fn(_addr(g), _addr(u), _addr(y), rg[0], rg[1], rg[2], ru[2], rg[1])   # (_addr: views too)
     return y
 
 

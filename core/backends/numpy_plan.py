@@ -26,6 +26,9 @@ noted:
   with the layer norm only it reads, a GELU after it or a residual add (ember_linear); attention
   over heads, softmax(q k^T * c) v read through the reshape / permute / slice steps that split a
   fused qkv projection, written with the heads merged (ember_attention);
+- **silu(g) * u** (a SwiGLU feed-forward): a float32 silu read only by a multiply of its shape
+  becomes one native pass (core/native/glu.c, numpy_llm.native_silu_mul: vec.h's exp, so within
+  float32 roundings of the two steps; SmolLM2's decode step 45 -> 18 us a layer, notes/native-decode-attn.md);
 - **squeeze-excite** at batch 1 (MobileNetV3): the global average pool as its recorded kernels
   compute it, then the two one-pixel 1x1 convolutions and the product in one call, in place
   (ember_squeeze_excite: the step-by-step bits);
@@ -177,6 +180,7 @@ class NumpyReplay:
                     attention, linear_fused, linear_const,
                     lambda i: plain(self._conv_act(steps, i, consts, readers, only, protected)),
                     hard_chain,
+                    lambda i: _silu_mul(steps, i, readers, only, producer),
                     lambda i: plain(self._scalar_chain(steps, i, consts, readers, only, skip)))
         for i, st in enumerate(steps):
             if i in skip:
@@ -1090,6 +1094,47 @@ def _squeeze_excite(steps, i, consts, readers, only, producer, protected):
 # steps that only re-view their input (numpy_backend copies the result of a permute or a slice;
 # an attention step reads through them: _attention)
 _VIEWS = frozenset({"reshape", "permute_dims", "slice"})
+
+
+def _silu_mul(steps, j, readers, only, producer):
+    """``(op, [], {the silu's output})`` when step j is a float32 multiply of a silu's result (a
+    float32 silu step that nothing else reads) by another float32 value of its shape (a SwiGLU
+    feed-forward, ``silu(g) * u``): one native pass in place of both steps (the silu's op is
+    dropped; numpy_llm.native_silu_mul, glu.c), within float32 roundings of the two (vec.h's exp);
+    where the kernel does not take a run's arrays, or numpy_llm.NATIVE_SILU_MUL is off, the two
+    recorded steps run."""
+    from . import numpy_llm
+    m = steps[j]
+    if m.name != "multiply" or m.multi or len(m.ins) != 2 or m.meta.dtype.name != "float32" \
+            or m.ins[0] == m.ins[1]:
+        return None
+    for s, u in (m.ins, m.ins[::-1]):
+        i = producer.get(s)
+        st = steps[i] if i is not None else None
+        if st is not None and st.name == "silu" and not st.multi and len(st.ins) == 1 \
+                and st.meta.dtype.name == "float32" and tuple(st.meta.shape) == tuple(m.meta.shape) \
+                and readers.get(s) == [j] and only(s, j):
+            break
+    else:
+        return None
+    if numpy_llm.silu_mul_kernel() is None:
+        return None
+    x = st.ins[0]
+    run_silu, run_mul = _recorded(st), _recorded(m)
+    o, meta, dev = m.outs[0], m.meta, m.device
+    shape, dtype = meta.shape, meta.dtype
+    from ..tensor import Tensor
+    wrap, native = Tensor._wrap, numpy_llm.native_silu_mul
+
+    def run(vals, op):
+        y = native(vals[x]._buf, vals[u]._buf)
+        if y is None:
+            run_silu(vals, op)
+            run_mul(vals, op)
+            vals[s] = None
+        else:
+            vals[o] = wrap(y, shape, dtype, dev)
+    return _Op("silu_mul", (x, u), o, meta, run), [], {s}
 
 
 def _view_of(a, chain):
