@@ -56,6 +56,8 @@ _NATIVE_SIGS = {
     "ember_attn_decode_chunk": (ctypes.c_int64, ()),
     # glu.c: g, u, y, rows, n, ldg, ldu, ldy
     "ember_silu_mul": (ctypes.c_int64, (_P,) * 3 + (ctypes.c_int64,) * 5),
+    # rmsnorm.c: a, b, w, s, y, rows, n, eps
+    "ember_add_rms_norm": (ctypes.c_int64, (_P,) * 5 + (ctypes.c_int64, ctypes.c_int64, ctypes.c_double)),
 }
 _MODES = {"pairs": 0, "halves": 1}   # llm.c's rope modes
 # attention_cached runs natively for one new token at any position, for T > 1 tokens at position p
@@ -267,6 +269,40 @@ def native_silu_mul(g, u):
     y = np.empty(g.shape, np.float32)
     fn(_addr(g), _addr(u), _addr(y), rg[0], rg[1], rg[2], ru[2], rg[1])   # (_addr: views too)
     return y
+
+
+# x + o and the rms_norm of it in one native call (rmsnorm.c: llm.c's rms_norm bits) where
+# numpy_plan finds a float32 add read by the rms_norm after it (a decoder layer's residual, twice a
+# layer). EMBER_LLM_NATIVE_ADD_NORM=0 (read at import; or set NATIVE_ADD_RMS_NORM, checked each run)
+# runs the two recorded steps.
+NATIVE_ADD_RMS_NORM = os.environ.get("EMBER_LLM_NATIVE_ADD_NORM", "1") != "0"
+
+
+def add_rms_norm_kernel():
+    """rmsnorm.c's ember_add_rms_norm where llm.c's rms_norm runs too (the same bits), else None
+    (no library, disabled, NATIVE_ADD_RMS_NORM off: numpy_plan then does not fuse)."""
+    if not NATIVE_ADD_RMS_NORM or _native_fn("ember_wasm_rms_norm_f32") is None:
+        return None
+    return _native_fn("ember_add_rms_norm")
+
+
+def native_add_rms_norm(a, b, w, eps: float):
+    """(a + b, rms_norm(a + b, w, eps)) as float32 arrays of a's shape through rmsnorm.c (the bits
+    of numpy's add, then llm.c's rms_norm), or None where it does not apply (switch off, no
+    kernel, shapes, dtypes or layouts it leaves to the recorded steps)."""
+    if not NATIVE_ADD_RMS_NORM or a.shape != b.shape or a.ndim == 0 or a.size == 0 or a.size >= _LIMIT:
+        return None
+    n = a.shape[-1]
+    if (a.dtype != np.float32 or b.dtype != np.float32 or w.dtype != np.float32 or w.shape != (n,)
+            or not (a.flags.c_contiguous and b.flags.c_contiguous and w.flags.c_contiguous)):
+        return None
+    fn = add_rms_norm_kernel()
+    if fn is None:
+        return None
+    s = np.empty(a.shape, np.float32)
+    y = np.empty(a.shape, np.float32)
+    fn(_addr(a), _addr(b), _addr(w), _addr(s), _addr(y), a.size // n, n, eps)
+    return s, y
 
 
 def _rms_norm(out, x, w, *, eps):

@@ -29,6 +29,8 @@ noted:
 - **silu(g) * u** (a SwiGLU feed-forward): a float32 silu read only by a multiply of its shape
   becomes one native pass (core/native/glu.c, numpy_llm.native_silu_mul: vec.h's exp, so within
   float32 roundings of the two steps; SmolLM2's decode step 45 -> 18 us a layer, notes/native-decode-attn.md);
+- **a residual add and the rms_norm after it** (float32, one shape): one op with both results
+  (core/native/rmsnorm.c, numpy_llm.native_add_rms_norm: the two steps' bits);
 - **squeeze-excite** at batch 1 (MobileNetV3): the global average pool as its recorded kernels
   compute it, then the two one-pixel 1x1 convolutions and the product in one call, in place
   (ember_squeeze_excite: the step-by-step bits);
@@ -181,6 +183,7 @@ class NumpyReplay:
                     lambda i: plain(self._conv_act(steps, i, consts, readers, only, protected)),
                     hard_chain,
                     lambda i: _silu_mul(steps, i, readers, only, producer),
+                    lambda i: _add_rms_norm(steps, i, readers, producer),
                     lambda i: plain(self._scalar_chain(steps, i, consts, readers, only, skip)))
         for i, st in enumerate(steps):
             if i in skip:
@@ -1135,6 +1138,45 @@ def _silu_mul(steps, j, readers, only, producer):
         else:
             vals[o] = wrap(y, shape, dtype, dev)
     return _Op("silu_mul", (x, u), o, meta, run), [], {s}
+
+
+def _add_rms_norm(steps, j, readers, producer):
+    """``(op, [], {the add's output})`` when step j is a float32 rms_norm of the result of a
+    float32 add of two values of its shape that nothing reads before step j (a decoder layer's
+    residual ``x = x + o`` then ``rms_norm(x)``; x is read again later): one op with both results
+    (numpy_llm.native_add_rms_norm, rmsnorm.c: the two steps' bits); where the kernel does not take
+    a run's arrays, or numpy_llm.NATIVE_ADD_RMS_NORM is off, the two recorded steps run."""
+    from . import numpy_llm
+    st = steps[j]
+    if st.name != "rms_norm" or st.multi or len(st.ins) != 2 or st.meta.dtype.name != "float32":
+        return None
+    s, w = st.ins
+    i = producer.get(s)
+    ad = steps[i] if i is not None else None
+    if ad is None or ad.name != "add" or ad.multi or len(ad.ins) != 2 or ad.meta.dtype.name != "float32" \
+            or tuple(ad.meta.shape) != tuple(st.meta.shape) or s == w or w in ad.outs \
+            or min(readers.get(s, [j])) < j or producer.get(w, -1) > i:
+        return None
+    if numpy_llm.add_rms_norm_kernel() is None:
+        return None
+    a, b = ad.ins
+    run_add, run_norm = _recorded(ad), _recorded(st)
+    n = st.outs[0]
+    eps = float(st.attrs["eps"])
+    dev = st.device
+    (s_shape, s_dtype), (n_shape, n_dtype) = (ad.meta.shape, ad.meta.dtype), (st.meta.shape, st.meta.dtype)
+    from ..tensor import Tensor
+    wrap, native = Tensor._wrap, numpy_llm.native_add_rms_norm
+
+    def run(vals, op):
+        r = native(vals[a]._buf, vals[b]._buf, vals[w]._buf, eps)
+        if r is None:
+            run_add(vals, op)
+            run_norm(vals, op)
+        else:
+            vals[s] = wrap(r[0], s_shape, s_dtype, dev)
+            vals[n] = wrap(r[1], n_shape, n_dtype, dev)
+    return _Op("add_rms_norm", (a, b, w), (s, n), (ad.meta, st.meta), run, multi=True), [], {s}
 
 
 def _view_of(a, chain):
