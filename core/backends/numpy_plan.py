@@ -184,6 +184,7 @@ class NumpyReplay:
                     hard_chain,
                     lambda i: _silu_mul(steps, i, readers, only, producer),
                     lambda i: _add_rms_norm(steps, i, readers, producer),
+                    lambda i: plain(_slice_step(steps, i)),
                     lambda i: plain(self._scalar_chain(steps, i, consts, readers, only, skip)))
         for i, st in enumerate(steps):
             if i in skip:
@@ -1138,6 +1139,30 @@ def _silu_mul(steps, j, readers, only, producer):
         else:
             vals[o] = wrap(y, shape, dtype, dev)
     return _Op("silu_mul", (x, u), o, meta, run), [], {s}
+
+
+def _slice_step(steps, i):
+    """``(op, [])`` for a slice step of numpy_backend's kernel: the same contiguous copy of the
+    same region, its index tuple made once (the kernel builds it every call: ~0.9 -> ~0.3 us, 180
+    slices in a SmolLM2 decode step)."""
+    st = steps[i]
+    if st.name != "slice" or st.multi or len(st.ins) != 1:
+        return None
+    from .numpy_backend import _slice
+    if getattr(st.kernel, "__wrapped__", st.kernel) is not _slice:
+        return None
+    key = []
+    for (start, _stop, step), n in zip(st.attrs["slices"], st.meta.shape):
+        stop = start + n * step
+        key.append(slice(start, stop if stop >= 0 else None, step))
+    key = tuple(key)
+    x, o, shape, dtype, dev = st.ins[0], st.outs[0], st.meta.shape, st.meta.dtype, st.device
+    from ..tensor import Tensor
+    wrap, contiguous = Tensor._wrap, np.ascontiguousarray
+
+    def run(vals, op):
+        vals[o] = wrap(contiguous(vals[x]._buf[key]), shape, dtype, dev)
+    return _Op("slice", st.ins, o, st.meta, run), []
 
 
 def _add_rms_norm(steps, j, readers, producer):
