@@ -25,6 +25,16 @@ def _links(graph) -> tuple[dict, dict]:
     return producer, readers
 
 
+def _rewrite(graph, drop: set, new: dict) -> int:
+    """Apply a rewrite's scan: nodes whose ids are in ``drop`` go, those in ``new`` (id -> the
+    node replacing it) are replaced in place; positions renumbered. Returns ``len(new)``."""
+    if drop or new:
+        graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop or id(n) in new]
+        for i, n in enumerate(graph.nodes):
+            n.index = i
+    return len(new)
+
+
 def _float_attr(node, name, default):
     a = node.attrs.get(name)
     return default if a is None or a.value is None else float(a.value)
@@ -203,7 +213,7 @@ def fuse_gelu(graph, consts: dict, protected=()) -> int:
         return b if a == name else a if b == name else None
 
     def is_op(n, op):
-        return n is not None and n.op_type == op and (n.domain or "ai.onnx") in ("ai.onnx", "onnx") and len(n.inputs) == 2
+        return _onnx(n, op, 2)
 
     drop, new = set(), {}
     for erf in graph.nodes:
@@ -244,12 +254,7 @@ def fuse_gelu(graph, consts: dict, protected=()) -> int:
         g.inputs, g.outputs = [x], [m2.outputs[0]]
         drop.update(id(n) for n in chain)
         new[id(m2)] = g
-    if not new:
-        return 0
-    graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop or id(n) in new]
-    for i, n in enumerate(graph.nodes):
-        n.index = i
-    return len(new)
+    return _rewrite(graph, drop, new)
 
 
 def fuse_linear(graph, consts: dict, protected=()) -> int:
@@ -280,12 +285,7 @@ def fuse_linear(graph, consts: dict, protected=()) -> int:
             drop.add(id(mm))
             new[id(add)] = node
             break
-    if not new:
-        return 0
-    graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop]
-    for i, n in enumerate(graph.nodes):
-        n.index = i
-    return len(new)
+    return _rewrite(graph, drop, new)
 
 
 def _onnx(n, op, nin=None) -> bool:
@@ -366,12 +366,7 @@ def fuse_attention(graph, consts: dict, protected=(), opset: int = 13) -> int:
             node.attrs["scale_op"] = Attribute("scale_op", 3, scale_op)
         drop.update(id(n) for n in chain + [mm1])
         new[id(mm2)] = node
-    if not new:
-        return 0
-    graph.nodes = [new.get(id(n), n) for n in graph.nodes if id(n) not in drop or id(n) in new]
-    for i, n in enumerate(graph.nodes):
-        n.index = i
-    return len(new)
+    return _rewrite(graph, drop, new)
 
 
 def fuse_parallel_linears(graph, consts: dict, protected=()) -> int:
@@ -420,11 +415,7 @@ def fuse_parallel_linears(graph, consts: dict, protected=()) -> int:
         made += len(nodes) - 1
         for w in ws:               # the parts' weights go (no other node reads them)
             consts.pop(w, None)
-    if not made:
-        return 0
-    graph.nodes = [n for n in graph.nodes if id(n) not in drop]
-    for i, n in enumerate(graph.nodes):
-        n.index = i
+    _rewrite(graph, drop, {})
     return made
 
 
