@@ -296,7 +296,7 @@ def native_add_rms_norm(a, b, w, eps: float):
     if (a.dtype != np.float32 or b.dtype != np.float32 or w.dtype != np.float32 or w.shape != (n,)
             or not (a.flags.c_contiguous and b.flags.c_contiguous and w.flags.c_contiguous)):
         return None
-    fn = add_rms_norm_kernel()
+    fn = _native_fn("ember_add_rms_norm")   # (llm.c's presence was checked when the plan fused)
     if fn is None:
         return None
     s = np.empty(a.shape, np.float32)
