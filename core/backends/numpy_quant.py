@@ -351,7 +351,20 @@ def _native_qlinear(x2, raw, qtype: str, n: int, k: int):
 # tok/s, Q4_K_M (q5_0 / q4_k / q6_k / q8_0) 40 -> 70 tok/s, the same greedy texts.
 NATIVE_QDOT_MAX_M = 4
 _QDOT_TYPES = frozenset(("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"))   # (by ggml type id)
-_QDOT: list = [None, None]   # [the q_linear function it was looked up with, ember_qdot_linear or None]
+_QDOT: list = [None, None, False]   # [the q_linear function it was looked up with, ember_qdot_linear or None,
+#                                     whether that library takes q8_0 with int8 activations]
+
+# q8_0 products with the activation rounded to int8 per block of 32 (qdot.c's QD_Q8_0_I8: VNNI
+# vpdpbusd, llama.cpp's numerics) instead of int16 (quant.c's bits). Only on AVX-512 VNNI builds; the
+# A/B switch is EMBER_QDOT_INT8 (read at import; 0 = off) or QDOT_INT8, checked on every call.
+# Measured figures: notes/native-qdot.md.
+QDOT_INT8 = os.environ.get("EMBER_QDOT_INT8", "0").strip() not in ("", "0")
+_GT_Q8_0_I8 = 108
+
+
+def _qdot_gt(f) -> int:
+    """The qtype number ember_qdot_linear gets for format ``f``: q8_0's int8 path where it is on."""
+    return _GT_Q8_0_I8 if f.ggml_type == 8 and QDOT_INT8 and _QDOT[2] else f.ggml_type
 
 
 def _qdot_for(qtype: str, m: int, n: int, k: int):
@@ -374,7 +387,9 @@ def _qdot_fn(qlinear_fn):
     fn = native.kernel("ember_qdot_linear", ctypes.c_int64, _P, _P, _P, ctypes.c_int64, _P, ctypes.c_int64,
                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
     isa = native.kernel("ember_qdot_isa", ctypes.c_int64)
-    _QDOT[:] = [qlinear_fn, fn if fn is not None and isa is not None and isa() > 0 else None]
+    i8 = native.kernel("ember_qdot_i8", ctypes.c_int64)
+    ok = fn is not None and isa is not None and isa() > 0
+    _QDOT[:] = [qlinear_fn, fn if ok else None, bool(ok and i8 is not None and i8())]
     return _QDOT[1]
 
 
@@ -416,7 +431,7 @@ def _qdot_on_team(job: int, x2, y, w0, qtype: str, n: int, k: int, count: int, e
     if tm is None:
         return False
     sb = (_qdot_scratch_floats(m, k) * 4 + 63) & ~63     # (a thread's part of the scratch, whole lines)
-    a = _qdot_args(f.ggml_type, m, count, k, rb, n, sb, *extra)
+    a = _qdot_args(_qdot_gt(f), m, count, k, rb, n, sb, *extra)
     rc = tm(job, a, _addr(x2), _addr(y), w0, _scratch_at(sb // 2), NATIVE_QDOT_TEAM_ITEMS)
     if rc is None:             # (another thread has the team)
         return False
@@ -444,7 +459,7 @@ def _native_qdot(fn, x2, raw, qtype: str, n: int, k: int):
     if _qdot_on_team(_J_QDOT, x2, y, w0, qtype, n, k, n):     # (team.c's two threads)
         return y
     sf = _qdot_scratch_floats(m, k)
-    xp, yp, gt = _addr(x2), _addr(y), f.ggml_type   # (_addr: ~0.25 us where writable, not ~0.8)
+    xp, yp, gt = _addr(x2), _addr(y), _qdot_gt(f)   # (_addr: ~0.25 us where writable, not ~0.8)
     if n * rb * m < NATIVE_SPLIT_BYTES:   # (one call: no closure)
         rc = fn(w0, xp, yp, n, _scratch_at(sf), gt, m, n, k)
         if rc:
@@ -548,7 +563,7 @@ def _native_qdot_parts(fn, x2, pt: _Parts, qtype: str, n: int, k: int):
         return np.concatenate([_native_qdot(fn, x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)], axis=1)
     sp, at, flat = _scratch_at(sf), 0, pt.flat    # (one thread: each part's call writes its columns of y)
     for i in range(0, len(flat), 2):
-        rc = fn(flat[i], xp, yp + 4 * at, n, sp, f.ggml_type, m, flat[i + 1], k)
+        rc = fn(flat[i], xp, yp + 4 * at, n, sp, _qdot_gt(f), m, flat[i + 1], k)
         if rc:
             _native_fail("qlinear", rc, qtype, n, k)
         at += flat[i + 1]

@@ -52,6 +52,8 @@
 
 /* ggml type numbers */
 enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K = 12, QD_Q5_K = 13, QD_Q6_K = 14 };
+/* q8_0 weights with int8 activations (llama.cpp's numerics, not quant.c's bits): AVX-512 VNNI builds only */
+#define QD_Q8_0_I8 108
 #define QD_EQTYPE (-1) /* a format this file does not cover */
 #define QD_ESHAPE (-2) /* k not a whole number of blocks, or a negative size */
 #define QD_ENOISA (-3) /* this build has no AVX2 + F16C + BMI2 code */
@@ -65,6 +67,15 @@ enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K 
 #ifndef QD_HINT
 #define QD_HINT _MM_HINT_T0
 #endif
+/* q8_0's rows are prefetched to L2 (T1), the others' to L1 (QD_HINT): on the 2-core AVX-512 Xeon,
+ * 30 layers of SmolLM2-135M's products, cold, one thread (notes/native-qdot-int8-scripts/cold.py,
+ * variants built with -DQD_AHEAD / -DQD_HINT), q8_0 13.2 -> 11.6 ms (T1; T2 the same, NTA 21.4,
+ * distances 1-8 the same within noise), q4_1 6.7 -> 7.2 ms and q4_k 9.5 either way */
+#define QD_PREFETCH(QT, p)                                         \
+  do {                                                            \
+    if ((QT) == QD_Q8_0) _mm_prefetch((const char *)(p), _MM_HINT_T1); \
+    else _mm_prefetch((const char *)(p), QD_HINT);                \
+  } while (0)
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define QD_ROWS 16
 #else
@@ -77,6 +88,9 @@ enum { QD_Q4_0 = 2, QD_Q4_1 = 3, QD_Q5_0 = 6, QD_Q5_1 = 7, QD_Q8_0 = 8, QD_Q4_K 
 
 /* which code this build runs: 512 (AVX-512, 16 rows), 256 (AVX2, 8 rows) or 0 (none) */
 EXPORT i64 ember_qdot_isa(void) { return QD_ROWS == 16 ? 512 : QD_ROWS == 8 ? 256 : 0; }
+
+/* whether ember_qdot_linear takes QD_Q8_0_I8 (q8_0 weights, int8 activations, AVX-512 VNNI): 1 or 0 */
+EXPORT i64 ember_qdot_i8(void);
 
 /* scratch bytes ember_qdot_linear needs for m rows of k: the int16 activation and 4 floats a block */
 EXPORT i64 ember_qdot_scratch_bytes(i64 m, i64 k) { return m * k * 2 + m * (k / 32) * 16; }
@@ -266,7 +280,7 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     const int j = qd_kq(QT) ? (int)(b & 7) : 0;
     const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
     for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
-      _mm_prefetch((const char *)(pf + a), QD_HINT);
+      QD_PREFETCH(QT, pf + a);
     if ((QT == QD_Q4_K || QT == QD_Q5_K) && j == 0) {   /* quant.c's q4k_scales: D = d * sc, C = -(dmin * m) */
       const __m512i g = _mm512_i32gather_epi32(vo, (const void *)(w + o), 1);
       const __m512i G0 = _mm512_i32gather_epi32(vo, (const void *)(w + o + 4), 1);
@@ -335,6 +349,94 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
   const __m512 out = QT == QD_Q8_0 ? acc : _mm512_add_ps(acc, accm);
   _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), out);
 }
+
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define QD_I8 1
+/* ---- q8_0 with int8 activations (qtype QD_Q8_0_I8, numpy_quant.QDOT_INT8): llama.cpp's numerics
+ * (not quant.c's bits): x rounded per block of 32 to int8 (dx = amax / 127, q = nearest-even of
+ * x * (127 / amax); an inf / NaN block: dx = NaN, q = 0), then per block and row the exact int32 dot of
+ * the two int8 blocks by vpdpbusd (unsigned x signed: the weight bytes xor 0x80 are w + 128, so the
+ * sum is dot + 128 sum(q), and 128 sum(q) is subtracted per block), 16 rows' sums transposed to a lane
+ * per row with two rows a 512-bit register (half the shuffles of the int16 path), then as the int16
+ * path: acc = acc + ((float)isum * D) * dx. Half the activation bytes and one vpdpbusd per two
+ * row-blocks instead of a widening load and a vpmaddwd per row-block. */
+
+/* one row of k floats -> xq (k int8) and per block dx (xd) and 128 * sum(q) (xc) */
+static void qd_quantize_row_i8(const f32 *x, i64 k, int8_t *xq, f32 *xd, i32 *xc) {
+  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+  for (i64 b = 0; b < k / 32; b++) {
+    const __m512 a0 = _mm512_loadu_ps(x + 32 * b), a1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const uint32_t abits = (uint32_t)_mm512_reduce_max_epu32(
+        _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(a0), absm), _mm512_and_si512(_mm512_castps_si512(a1), absm)));
+    int8_t *o = xq + 32 * b;
+    if (abits > 0x7F7FFFFFu || !abits) {   /* inf or NaN: dx = NaN; all zero: dx = 0; q = 0 */
+      _mm256_storeu_si256((__m256i *)o, _mm256_setzero_si256());
+      xd[b] = abits ? __builtin_nanf("") : 0.f;
+      xc[b] = 0;
+      continue;
+    }
+    union { uint32_t u; f32 f; } c = {abits};
+    const __m512 id = _mm512_set1_ps(127.f / c.f);
+    const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i b0 = _mm512_cvtsepi32_epi8(q0), b1 = _mm512_cvtsepi32_epi8(q1);
+    _mm_storeu_si128((__m128i *)o, b0);
+    _mm_storeu_si128((__m128i *)(o + 16), b1);
+    xd[b] = c.f / 127.f;
+    xc[b] = 128 * _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_cvtepi8_epi32(b0), _mm512_cvtepi8_epi32(b1)));
+  }
+}
+
+/* two rows' blocks (lo: row a, hi: row b) . X (the block's int8 activation in both halves) */
+INLINE __m512i qd_dot2_i8(const uint8_t *pa, const uint8_t *pb, __m512i X) {
+  const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(pa + 2))),
+                                       _mm256_loadu_si256((const __m256i *)(pb + 2)), 1);
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80)), X);
+}
+
+INLINE void qd_group_i8(const uint8_t *w, const i32 *off, i64 nr, i64 nb, const int8_t *xq, const f32 *xd,
+                        const i32 *xc, f32 *y, const uint8_t *pf, i64 pfstep, i64 pflen) {
+  const __m512i vo = _mm512_loadu_si512((const void *)off);
+  const uint8_t *r[16];
+  for (int i = 0; i < 16; i++) r[i] = w + off[i];
+  __m512 acc = _mm512_setzero_ps();
+  for (i64 b = 0; b < nb; b++) {
+    const i64 o = b * 34;
+    for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
+      QD_PREFETCH(QD_Q8_0, pf + a);
+    const __m512i X = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
+    /* register i: rows i (low half) and i + 4 (high) for i < 4, 8 + .. for the second four: after the
+     * tree, lane r is row r */
+#define QD_T(i) qd_dot2_i8(r[(i) + 4 * ((i) >> 2)] + o, r[(i) + 4 * ((i) >> 2) + 4] + o, X)
+    const __m512i t0 = qd_pair32(QD_T(0), QD_T(1)), t1 = qd_pair32(QD_T(2), QD_T(3));
+    const __m512i t2 = qd_pair32(QD_T(4), QD_T(5)), t3 = qd_pair32(QD_T(6), QD_T(7));
+#undef QD_T
+    const __m512i u0 = qd_pair64(t0, t1), u1 = qd_pair64(t2, t3);
+    const __m512i s = _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 P = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(xc[b])));
+    const __m512 D = qd_half_lo(_mm512_i32gather_epi32(vo, (const void *)(w + o), 1));
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(P, D), _mm512_set1_ps(xd[b])));
+  }
+  _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), acc);
+}
+
+static void qd_rows_i8(const uint8_t *w, i64 m, i64 n, i64 nb, const int8_t *xq, const f32 *xd, const i32 *xc,
+                       f32 *y, i64 ldy) {
+  const i64 rb = nb * 34;
+  i32 off[16];
+  for (i64 j = 0; j < n; j += 16) {
+    const i64 nr = n - j < 16 ? n - j : 16;
+    for (i64 r = 0; r < 16; r++) off[r] = (i32)((r < nr ? r : nr - 1) * rb);
+    const i64 p0 = (j + QD_AHEAD * 16) * rb, p1 = p0 + 16 * rb < n * rb ? p0 + 16 * rb : n * rb;
+    const i64 len = p1 > p0 ? p1 - p0 : 0, step = (16 * rb + nb - 1) / nb;
+    for (i64 i = 0; i < m; i++)
+      qd_group_i8(w + j * rb, off, nr, nb, xq + i * nb * 32, xd + i * nb, xc + i * nb, y + i * ldy + j,
+                  len ? w + p0 : w, step, i ? 0 : len);
+  }
+}
+#endif
 
 #else /* QD_ROWS == 8: AVX2 */
 
@@ -415,7 +517,7 @@ INLINE void qd_group(const int QT, const uint8_t *w, const i32 *off, i64 nr, i64
     const int j = qd_kq(QT) ? (int)(b & 7) : 0;
     const i64 o = qd_kq(QT) ? (b >> 3) * qd_sbytes(QT) : b * bs;
     for (i64 a = b * pfstep; a < (b + 1) * pfstep && a < pflen; a += 64)
-      _mm_prefetch((const char *)(pf + a), QD_HINT);
+      QD_PREFETCH(QT, pf + a);
     if ((QT == QD_Q4_K || QT == QD_Q5_K) && j == 0) {
       const __m256i h = qd_halves(_mm256_i32gather_epi32((const int *)(w + o), vo, 1));
       const __m256 dd = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
@@ -520,6 +622,18 @@ INLINE void qd_rows(const int QT, const uint8_t *w, i64 rb, i64 m, i64 n, i64 nb
  * the gathers' 32-bit offsets). Returns 0, QD_EQTYPE, QD_ESHAPE or QD_ENOISA (nothing written then). */
 EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void *scratch, i64 qtype, i64 m, i64 n,
                              i64 k) {
+#ifdef QD_I8
+  if (qtype == QD_Q8_0_I8) {
+    if (m < 0 || n < 0 || k < 0 || k % 32) return QD_ESHAPE;
+    const i64 nb = k / 32;
+    int8_t *xq = (int8_t *)scratch;
+    f32 *xd = (f32 *)(xq + ((m * k + 63) & ~(i64)63));
+    i32 *xc = (i32 *)(xd + m * nb);
+    for (i64 i = 0; i < m; i++) qd_quantize_row_i8(x + i * k, k, xq + i * k, xd + i * nb, xc + i * nb);
+    qd_rows_i8((const uint8_t *)w, m, n, nb, xq, xd, xc, y, ldy);
+    return 0;
+  }
+#endif
   if (qtype != QD_Q8_0 && qtype != QD_Q4_0 && qtype != QD_Q4_1 && qtype != QD_Q5_0 && qtype != QD_Q5_1 &&
       qtype != QD_Q4_K && qtype != QD_Q5_K && qtype != QD_Q6_K)
     return QD_EQTYPE;
@@ -542,5 +656,13 @@ EXPORT i64 ember_qdot_linear(const void *w, const f32 *x, f32 *y, i64 ldy, void 
 #else
   (void)w, (void)x, (void)y, (void)ldy, (void)scratch;
   return QD_ENOISA;
+#endif
+}
+
+EXPORT i64 ember_qdot_i8(void) {
+#ifdef QD_I8
+  return 1;
+#else
+  return 0;
 #endif
 }
