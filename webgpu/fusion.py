@@ -421,7 +421,7 @@ class Program:
         for j, gb in enumerate(self.leaves):
             self.leaf_word.append(len(words))
             words.append(gb.offset)
-            if not self.leaf_direct[j]:
+            if self.leaf_direct[j] is False:     # (True and ROW: the offset word alone)
                 words.extend(leaf_strides(gb, shape))
         self.const_word = []
         for value, dt in self.consts:
