@@ -8,16 +8,7 @@
 //       6 causal, 7 scale (f32 bits); per operand (q 8, k 12, v 16, mask 20): offset, row stride,
 //       column stride, and word 11: H (1 without batch axes);
 //       24.. batch shape[RANK], then batch strides[RANK] of q, k, v, mask
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-@group(0) @binding(4) var<storage, read> mask: array<u32>;
-@group(0) @binding(5) var<uniform> info: array<vec4<u32>, {{INFO}}>;
-
-#include elementwise
-
-fn u(k_: u32) -> u32 { return info[k_ / 4u][k_ % 4u]; }
+#include attention_io
 
 const SMAX = 2048u;
 var<workgroup> sc: array<f32, SMAX>;
