@@ -395,3 +395,78 @@ def test_native_encoder_gives_the_same_bits_as_the_cffi_calls(rt, monkeypatch, c
             assert len(native_words[1]) == (1 if chunks == "0" else len(st.stream.prepared[3])) and (chunks == "0" or len(st.stream.prepared[3]) > 1)
     for a, b in zip(got["1"], got["0"]):
         assert a.tobytes() == b.tobytes()
+
+
+def test_prebuilt_command_buffers_give_the_same_bits(rt, monkeypatch):
+    """With EMBER_WEBGPU_PREBUILD=1 a stream's replays (from the third) submit a command buffer
+    the builder thread encoded and finished beforehand: the same bits as encoding inline, the
+    copies in and out around it; a replaced constant drops the old stream's buffers; a builder
+    that fails leaves the replays inline and correct."""
+    from ember import nn
+    from ember.webgpu import native, replay
+
+    drv = rt.driver
+    if not isinstance(drv, native.NativeDriver) or drv._c is None:
+        pytest.skip("prebuilt command buffers are the native driver's (the page encodes in one JS call)")
+    ember.manual_seed(4)
+    m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(20)]).to("webgpu")
+    rng = np.random.default_rng(2)
+    xs = [ember.tensor(rng.standard_normal((2, 16)).astype(np.float32), device="webgpu") for _ in range(8)]
+    got = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("EMBER_WEBGPU_PREBUILD", mode)
+        n0 = drv.prebuilt_submits
+        with ember.no_grad():
+            f = ember.compile(m)
+            got[mode] = _run_many(f, xs)
+            assert isinstance(f.plan_for(xs[0]).fast, replay.StreamReplay)
+        used = drv.prebuilt_submits - n0
+        if mode == "1":
+            assert used >= 3, used        # each replay's read lets the builder finish the next one
+        else:
+            assert used == 0
+    for a, b in zip(got["1"], got["0"]):
+        assert a.tobytes() == b.tobytes()
+    monkeypatch.setenv("EMBER_WEBGPU_PREBUILD", "1")
+    # a replaced constant: the stream is recorded again and the old one's buffers dropped
+    w = ember.ones((3, 2), device="webgpu")
+    g = ember.compile(lambda x: x @ w)
+    x = ember.ones((1, 3), device="webgpu")
+    for _ in range(5):
+        assert g(x).tolist() == [[3.0, 3.0]]
+    old = g.plan_for(x).fast.stream.prepared[5]
+    w.copy_(ember.full((3, 2), 2.0, device="webgpu"))
+    for _ in range(5):
+        assert g(x).tolist() == [[6.0, 6.0]]
+    assert old.closed and not old.cbs
+    # a builder that fails: the replays stay inline, with the right results
+    monkeypatch.setattr(native.NativeDriver, "_encode_stream", lambda self, p: 1 / 0)
+    h = ember.compile(lambda x: x * 3.0 + 1.0)
+    n0 = drv.prebuilt_submits
+    outs = [h(ember.tensor([float(i)] * 4, device="webgpu")).tolist()[0] for i in range(6)]
+    assert outs == [1.0, 4.0, 7.0, 10.0, 13.0, 16.0] and drv.prebuilt_submits == n0
+    assert isinstance(h.plan_for(ember.ones((4,), device="webgpu")).fast.stream.prepared[5].error, ZeroDivisionError)
+
+
+def test_llm_decode_with_prebuilt_command_buffers(rt, tmp_path, monkeypatch):
+    """A decode loop that runs steps ahead (fed tokens, batched reads) takes a prebuilt command
+    buffer per token and gives the tokens of the inline encoding."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from llm_fixtures import write_tiny_gguf
+    import ember.llm
+    from ember.webgpu import native
+
+    drv = rt.driver
+    if not isinstance(drv, native.NativeDriver) or drv._c is None:
+        pytest.skip("prebuilt command buffers are the native driver's (the page encodes in one JS call)")
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    toks = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("EMBER_WEBGPU_PREBUILD", mode)
+        m = ember.llm.load(str(path), device="webgpu")
+        n0 = drv.prebuilt_submits
+        toks[mode] = [m.generate([1, 5, 7], max_tokens=24) for _ in range(2)]
+        if mode == "1":
+            assert drv.prebuilt_submits - n0 >= 10, drv.prebuilt_submits - n0
+    assert toks["1"] == toks["0"] and toks["0"][0] == toks["0"][1]

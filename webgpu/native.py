@@ -66,6 +66,7 @@ class NativeDriver(BatchingDriver):
     """Driver protocol (``ember.webgpu.driver``) over wgpu-py."""
 
     lost = None   # why the device was lost, once it is (then every call raises DeviceLostError)
+    prebuilt_submits = 0    # replays submitted with a command buffer the builder thread made
 
     def __init__(self):
         wgpu, adapter = _adapter()
@@ -301,7 +302,7 @@ class NativeDriver(BatchingDriver):
             p = None if pipe is last and i not in starts else (pipe._internal if fast else pipe)
             last = pipe
             out.append((p, bg._internal if fast else bg, int(x), int(y), int(z)))
-        return (fast, out, cmds, chunks, self._native_words(out, chunks) if fast else None)
+        return (fast, out, cmds, chunks, self._native_words(out, chunks) if fast else None, _Ready())
 
     def _native_words(self, out, chunks):
         """Each chunk's dispatches as the words ``ember.native``'s ``ember_encode_dispatches``
@@ -332,12 +333,33 @@ class NativeDriver(BatchingDriver):
         GPU starts on the first while the rest are encoded."""
         self._alive("submitting GPU work")
         self.flush()
+        ready = prepared[5] if prepared is not None and self.timer is None and self._prebuild_on else None
+        cb = ready.take() if ready is not None else None
         try:
+            if cb is not None:
+                # the dispatches are one command buffer the builder thread encoded and finished
+                # (wgpu-native's finish is most of a replay's host time); the copies round it
+                cbs = []
+                if copies_in:
+                    enc = self._dev.create_command_encoder()
+                    for src, so, dst, do, n in copies_in:
+                        enc.copy_buffer_to_buffer(src, so, dst, do, n)
+                    cbs.append(enc.finish())
+                cbs.append(cb)
+                if copies_out:
+                    enc = self._dev.create_command_encoder()
+                    for src, so, dst, do, n in copies_out:
+                        enc.copy_buffer_to_buffer(src, so, dst, do, n)
+                    cbs.append(enc.finish())
+                self._dev.queue.submit(cbs)
+                self.prebuilt_submits += 1
+                self._prebuild(prepared)
+                return
             enc = self._dev.create_command_encoder()
             for src, so, dst, do, n in copies_in:
                 enc.copy_buffer_to_buffer(src, so, dst, do, n)
             if prepared is not None:
-                fast, cmds, objs, chunks, native = prepared
+                fast, cmds, objs, chunks, native, _ = prepared
                 for j, (lo, hi) in enumerate(chunks):
                     if j:
                         enc = self._dev.create_command_encoder()
@@ -369,6 +391,123 @@ class NativeDriver(BatchingDriver):
             self._dev.queue.submit([enc.finish()])
         except Exception as e:
             raise device_error(e, "submitting a replayed plan", self) from e
+        if ready is not None:
+            ready.uses += 1
+            if ready.uses >= PREBUILD_AFTER:
+                self._prebuild(prepared)
+
+    # ---- prebuilt command buffers -----------------------------------------------------------
+    @property
+    def _prebuild_on(self) -> bool:
+        """Whether replays take command buffers a builder thread prebuilt (``EMBER_WEBGPU_PREBUILD``:
+        ``1`` on, ``0`` off; unset: on for GPUs, off for CPU adapters such as lavapipe, whose
+        kernels share the cores the thread would use)."""
+        if self._c is None:
+            return False
+        v = os.environ.get("EMBER_WEBGPU_PREBUILD")
+        if v:
+            return v.strip().lower() in ("1", "on", "true")
+        return str(self.info.get("adapter_type", "")).lower() not in ("cpu", "")
+
+    def _prebuild(self, prepared) -> None:
+        """Ask the builder thread for command buffers of ``prepared`` until PREBUILD_DEPTH are
+        ready or being built."""
+        ready = prepared[5]
+        with ready.lock:
+            want = PREBUILD_DEPTH - len(ready.cbs) - ready.pending
+            if want <= 0 or ready.closed or ready.error is not None:
+                return
+            ready.pending += want
+        b = self.__dict__.get("_builder")
+        if b is None:
+            import queue
+            import threading
+
+            jobs = queue.SimpleQueue()
+            b = self._builder = (jobs, threading.Thread(target=_build_loop, args=(self, jobs), daemon=True,
+                                                        name="ember-webgpu-prebuild"))
+            b[1].start()
+        for _ in range(want):
+            b[0].put(prepared)
+
+    def stream_close(self, prepared) -> None:
+        """``prepared``'s stream is gone: drop its prebuilt command buffers."""
+        if prepared is not None:
+            prepared[5].close()
+
+    def _encode_stream(self, prepared):
+        """One finished command buffer of every dispatch of ``prepared`` (the builder thread's work:
+        wgpu-native and ember.native's encoder release the GIL while they run)."""
+        fast, cmds, objs, chunks, native, _ = prepared
+        enc = self._dev.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        if native is not None:
+            (fn, ffi, fps), words = native
+            c = int(ffi.cast("uintptr_t", cpass._internal))
+            for j, (lo, hi) in enumerate(chunks):
+                fn(c, *fps, words[j][1], hi - lo)
+        else:
+            set_pipeline, set_bind_group, dispatch, null = self._c
+            c = cpass._internal
+            for p, b, x, y, z in cmds:
+                if p is not None:
+                    set_pipeline(c, p)
+                set_bind_group(c, 0, b, 0, null)
+                dispatch(c, x, y, z)
+        cpass.end()
+        return enc.finish()
+
+
+# A stream's first PREBUILD_AFTER replays encode inline; from then on the builder thread keeps
+# PREBUILD_DEPTH finished command buffers of it ready (a decode loop takes one a token).
+PREBUILD_AFTER = 2
+PREBUILD_DEPTH = 2
+
+
+class _Ready:
+    """The command buffers prebuilt for one prepared stream (``NativeDriver._prebuild``)."""
+
+    __slots__ = ("cbs", "pending", "uses", "closed", "lock", "error")
+
+    def __init__(self):
+        import threading
+
+        self.cbs = []
+        self.pending = 0
+        self.uses = 0
+        self.closed = False
+        self.lock = threading.Lock()
+        self.error = None
+
+    def take(self):
+        with self.lock:
+            return self.cbs.pop(0) if self.cbs else None
+
+    def close(self) -> None:
+        """Drop what is ready and build no more (the stream is gone or recorded again)."""
+        with self.lock:
+            self.closed = True
+            self.cbs.clear()
+
+
+def _build_loop(drv, jobs) -> None:
+    """The builder thread: finish a command buffer for each prepared stream it is handed."""
+    while True:
+        prepared = jobs.get()
+        if prepared is None:
+            return
+        ready = prepared[5]
+        cb = None
+        if not ready.closed and drv.lost is None:
+            try:
+                cb = drv._encode_stream(prepared)
+            except Exception as e:   # the next replay encodes inline and raises it there, typed
+                ready.error = e
+        with ready.lock:
+            ready.pending -= 1
+            if cb is not None and not ready.closed and ready.error is None:
+                ready.cbs.append(cb)
+        prepared = ready = cb = None
 
 
 def _native_encoder(c):

@@ -409,6 +409,9 @@ class _Stream:
         self.prepared = self.drv.stream_prepare(cmds)
 
     def close(self) -> None:
+        closer = getattr(self.drv, "stream_close", None)
+        if closer is not None:
+            closer(self.prepared)
         self._release()
 
     def run(self, inputs):
