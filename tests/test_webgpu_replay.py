@@ -360,6 +360,16 @@ def test_long_streams_go_as_chunks_with_the_same_bits(rt, monkeypatch):
         assert a.tobytes() == b.tobytes()
 
 
+def _deep_mlp(layers: int, n_inputs: int, seed: int):
+    """A stream of 2 * ``layers`` dispatches (Linear + GELU each) and ``n_inputs`` (2, 16) inputs."""
+    from ember import nn
+
+    ember.manual_seed(seed)
+    m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(layers)]).to("webgpu")
+    rng = np.random.default_rng(seed)
+    return m, [ember.tensor(rng.standard_normal((2, 16)).astype(np.float32), device="webgpu") for _ in range(n_inputs)]
+
+
 @pytest.mark.parametrize("chunks", ["0", "1"])
 def test_native_encoder_gives_the_same_bits_as_the_cffi_calls(rt, monkeypatch, chunks):
     """A stream encoded by ember.native's C loop (core/native/encode.c: one call per command
@@ -376,11 +386,7 @@ def test_native_encoder_gives_the_same_bits_as_the_cffi_calls(rt, monkeypatch, c
         pytest.skip(f"ember.native is not in use here ({native.info().get('reason', '')}): the cffi loop runs")
     monkeypatch.setenv("EMBER_WEBGPU_CHUNKS", "0" if chunks == "0" else "")
     monkeypatch.setattr(wnative, "STREAM_FIRST", 4)
-    from ember import nn
-    ember.manual_seed(3)
-    m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(30)]).to("webgpu")
-    rng = np.random.default_rng(1)
-    xs = [ember.tensor(rng.standard_normal((2, 16)).astype(np.float32), device="webgpu") for _ in range(4)]
+    m, xs = _deep_mlp(30, 4, seed=3)
     got = {}
     for mode in ("1", "0"):
         monkeypatch.setenv("EMBER_WEBGPU_NATIVE_ENCODE", mode)
@@ -402,16 +408,12 @@ def test_prebuilt_command_buffers_give_the_same_bits(rt, monkeypatch):
     the builder thread encoded and finished beforehand: the same bits as encoding inline, the
     copies in and out around it; a replaced constant drops the old stream's buffers; a builder
     that fails leaves the replays inline and correct."""
-    from ember import nn
     from ember.webgpu import native, replay
 
     drv = rt.driver
     if not isinstance(drv, native.NativeDriver) or drv._c is None:
         pytest.skip("prebuilt command buffers are the native driver's (the page encodes in one JS call)")
-    ember.manual_seed(4)
-    m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(20)]).to("webgpu")
-    rng = np.random.default_rng(2)
-    xs = [ember.tensor(rng.standard_normal((2, 16)).astype(np.float32), device="webgpu") for _ in range(8)]
+    m, xs = _deep_mlp(20, 8, seed=4)
     got = {}
     for mode in ("1", "0"):
         monkeypatch.setenv("EMBER_WEBGPU_PREBUILD", mode)
