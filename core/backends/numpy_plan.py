@@ -126,6 +126,7 @@ class NumpyReplay:
         for op, f in zip(ops, frees):
             op.free = tuple(f)
         self.ops = ops
+        self._seq = tuple((op.run, op, op.free) for op in ops)   # (what a run reads of each op, unpacked once)
         # (hard sigmoid / hard swish chains: their own op or fused into a convolution)
         self.fused = sum(1 for op in ops if op.name.startswith("hard_") or (op.act or "").startswith("hard_"))
         self.conv_act = sum(1 for op in ops if op.act is not None)
@@ -184,7 +185,10 @@ class NumpyReplay:
                     hard_chain,
                     lambda i: _silu_mul(steps, i, readers, only, producer),
                     lambda i: _add_rms_norm(steps, i, readers, producer),
+                    lambda i: _slice_steps(steps, i, readers, producer, protected),
                     lambda i: plain(_slice_step(steps, i)),
+                    lambda i: plain(_reshape_step(steps, i)),
+                    lambda i: plain(_prepared_step(steps, i)),
                     lambda i: plain(self._scalar_chain(steps, i, consts, readers, only, skip)))
         for i, st in enumerate(steps):
             if i in skip:
@@ -473,9 +477,9 @@ class NumpyReplay:
         if self._team:
             _wake_team()                # (the native kernels' helper thread, up before the first big step)
         with np.errstate(all="ignore"):
-            for op in self.ops:
-                op.run(vals, op)
-                for s in op.free:
+            for run, op, free in self._seq:
+                run(vals, op)
+                for s in free:
                     vals[s] = None
         self._team = _park_team()       # (and parked once the run is done: no spinning between runs)
         if self._single is not None:
@@ -1128,7 +1132,7 @@ def _silu_mul(steps, j, readers, only, producer):
     o, meta, dev = m.outs[0], m.meta, m.device
     shape, dtype = meta.shape, meta.dtype
     from ..tensor import Tensor
-    wrap, native = Tensor._wrap, numpy_llm.native_silu_mul
+    wrap, native = Tensor._wrap, numpy_llm.silu_mul_call(shape)
 
     def run(vals, op):
         y = native(vals[x]._buf, vals[u]._buf)
@@ -1139,6 +1143,62 @@ def _silu_mul(steps, j, readers, only, producer):
         else:
             vals[o] = wrap(y, shape, dtype, dev)
     return _Op("silu_mul", (x, u), o, meta, run), [], {s}
+
+
+def _slice_key(st):
+    """The index tuple of a slice step of numpy_backend's kernel (its region), else None."""
+    if st.name != "slice" or st.multi or len(st.ins) != 1:
+        return None
+    from .numpy_backend import _slice
+    if getattr(st.kernel, "__wrapped__", st.kernel) is not _slice:
+        return None
+    key = []
+    for (start, _stop, step), n in zip(st.attrs["slices"], st.meta.shape):
+        stop = start + n * step
+        key.append(slice(start, stop if stop >= 0 else None, step))
+    return tuple(key)
+
+
+def _slice_steps(steps, i, readers, producer, protected):
+    """``(op, later steps, {the reshape's output} or ())`` for two or more slice steps of one value in
+    a row (a decode step's q / k / v and gate / up halves): one op with every slice's result, each
+    the kernel's contiguous copy of its region (``_slice_step``); with the reshape step just before
+    them when only they read its result (a fused qkv product's split into heads): its view, never
+    stored (SmolLM2's decode step: 180 slice and 60 reshape ops -> 90 and 30)."""
+    key = _slice_key(steps[i])
+    if key is None:
+        return None
+    x = steps[i].ins[0]
+    group, keys = [i], [key]
+    while i + len(group) < len(steps):
+        nxt = steps[i + len(group)]
+        k2 = _slice_key(nxt) if nxt.ins[:1] == (x,) else None
+        if k2 is None:
+            break
+        group.append(i + len(group))
+        keys.append(k2)
+    if len(group) < 2:
+        return None
+    src, rshape, gone = x, None, ()
+    k = producer.get(x)
+    if k == i - 1 and x not in protected and sorted(readers.get(x, [])) == group:
+        rs = steps[k]
+        from .numpy_backend import KERNELS
+        if rs.name == "reshape" and not rs.multi and len(rs.ins) == 1 and rs.kernel is KERNELS.get("reshape"):
+            src, rshape, gone = rs.ins[0], tuple(rs.meta.shape), {x}
+    from ..tensor import Tensor
+    wrap, contiguous, dev = Tensor._wrap, np.ascontiguousarray, steps[i].device
+    outs = tuple(steps[j].outs[0] for j in group)
+    metas = tuple(steps[j].meta for j in group)
+    items = tuple((o, kk, m.shape, m.dtype) for o, kk, m in zip(outs, keys, metas))
+
+    def run(vals, op):
+        a = vals[src]._buf
+        if rshape is not None:
+            a = a.reshape(rshape)
+        for o, kk, shape, dtype in items:
+            vals[o] = wrap(contiguous(a[kk]), shape, dtype, dev)
+    return _Op("slice", (src,), outs, metas, run, multi=True), group[1:], gone
 
 
 def _slice_step(steps, i):
@@ -1163,6 +1223,111 @@ def _slice_step(steps, i):
     def run(vals, op):
         vals[o] = wrap(contiguous(vals[x]._buf[key]), shape, dtype, dev)
     return _Op("slice", st.ins, o, st.meta, run), []
+
+
+def _reshape_step(steps, i):
+    """``(op, [])`` for a reshape step of numpy_backend's kernel: the same ``reshape`` of the
+    buffer, without the kernel's call and keyword arguments (0.75 -> 0.44 us; a SmolLM2 decode step's
+    30 attention outputs)."""
+    st = steps[i]
+    if st.name != "reshape" or st.multi or len(st.ins) != 1:
+        return None
+    from .numpy_backend import KERNELS
+    if st.kernel is not KERNELS.get("reshape"):
+        return None
+    x, o, shape, dtype, dev = st.ins[0], st.outs[0], st.meta.shape, st.meta.dtype, st.device
+    from ..tensor import Tensor
+    wrap = Tensor._wrap
+
+    def run(vals, op):
+        vals[o] = wrap(vals[x]._buf.reshape(shape), shape, dtype, dev)
+    return _Op("reshape", st.ins, o, st.meta, run), []
+
+
+def _prepared_calls():
+    """{step name: (the numpy backend's kernel, a maker of its prepared call from (out meta, attrs))}."""
+    from . import numpy_llm, numpy_quant
+    return {
+        "qlinear": (numpy_quant._qlinear, lambda meta, a: numpy_quant.qlinear_call(a["qtype"], a["n"], a["k"], meta.shape)),
+        "rope": (numpy_llm._rope, lambda meta, a: numpy_llm.rope_call(meta.shape, a["mode"])
+                 if len(meta.shape) == 3 else None),
+        "attention_cached": (numpy_llm._attention_cached, None),
+    }
+
+
+def _prepared_step(steps, i):
+    """``(op, [])`` for a float32 qlinear, rope or attention_cached step of the numpy backend's kernel:
+    the kernel's native call prepared once for the step's shapes and attributes (numpy_quant.
+    qlinear_call, numpy_llm.rope_call / attention_cached_call: per call only what can change between
+    runs is checked), the same bits; the recorded step runs where that call answers None. A SmolLM2
+    decode step has 121 + 30 + 30 of them."""
+    st = steps[i]
+    if st.name not in ("qlinear", "rope", "attention_cached") or st.multi or st.meta.dtype.name != "float32":
+        return None
+    kernel, make = _prepared_calls()[st.name]
+    if getattr(st.kernel, "__wrapped__", st.kernel) is not kernel:
+        return None
+    meta, attrs = st.meta, st.attrs
+    if st.name == "attention_cached":
+        if len(st.ins) != 6 or len(meta.shape) != 3:
+            return None
+        return _attention_cached_step(st)
+    call = make(meta, attrs)
+    if call is None:
+        return None
+    from ..tensor import Tensor
+    wrap, recorded = Tensor._wrap, _recorded(st)
+    o, shape, dtype, dev = st.outs[0], meta.shape, meta.dtype, st.device
+    if len(st.ins) == 2:
+        x0, x1 = st.ins
+
+        def run(vals, op):
+            y = call(vals[x0]._buf, vals[x1]._buf)
+            if y is None:
+                recorded(vals, op)
+            else:
+                vals[o] = wrap(y, shape, dtype, dev)
+    elif len(st.ins) == 3:
+        x0, x1, x2 = st.ins
+
+        def run(vals, op):
+            y = call(vals[x0]._buf, vals[x1]._buf, vals[x2]._buf)
+            if y is None:
+                recorded(vals, op)
+            else:
+                vals[o] = wrap(y, shape, dtype, dev)
+    else:
+        return None
+    run.attrs, run.device = attrs, dev
+    return _Op(st.name, st.ins, o, meta, run), []
+
+
+def _attention_cached_step(st):
+    """_prepared_step's op for attention_cached: the caches' shape is read from their tensors on the
+    first run (they are a plan's constants or inputs; the call checks them each run)."""
+    from . import numpy_llm
+    from ..tensor import Tensor
+    wrap, recorded = Tensor._wrap, _recorded(st)
+    meta, attrs = st.meta, st.attrs
+    o, shape, dtype, dev = st.outs[0], meta.shape, meta.dtype, st.device
+    q, k, v, kc, vc, pos = st.ins
+    scale, window, softcap = attrs.get("scale"), attrs.get("window", 0), attrs.get("softcap", 0.0)
+    calls = {}   # the caches' shape -> its prepared call
+
+    def run(vals, op):
+        kb = vals[kc]._buf
+        call = calls.get(kb.shape)
+        if call is None:
+            if len(kb.shape) != 3 or scale is None or len(calls) > 8:
+                return recorded(vals, op)
+            call = calls[kb.shape] = numpy_llm.attention_cached_call(shape, kb.shape, scale, window, softcap)
+        y = call(vals[q]._buf, vals[k]._buf, vals[v]._buf, kb, vals[vc]._buf, vals[pos]._buf)
+        if y is None:
+            recorded(vals, op)
+        else:
+            vals[o] = wrap(y, shape, dtype, dev)
+    run.attrs, run.device = attrs, dev
+    return _Op(st.name, st.ins, o, meta, run), []
 
 
 def _add_rms_norm(steps, j, readers, producer):
@@ -1191,10 +1356,10 @@ def _add_rms_norm(steps, j, readers, producer):
     dev = st.device
     (s_shape, s_dtype), (n_shape, n_dtype) = (ad.meta.shape, ad.meta.dtype), (st.meta.shape, st.meta.dtype)
     from ..tensor import Tensor
-    wrap, native = Tensor._wrap, numpy_llm.native_add_rms_norm
+    wrap, native = Tensor._wrap, numpy_llm.add_rms_norm_call(st.meta.shape, eps)
 
     def run(vals, op):
-        r = native(vals[a]._buf, vals[b]._buf, vals[w]._buf, eps)
+        r = native(vals[a]._buf, vals[b]._buf, vals[w]._buf)
         if r is None:
             run_add(vals, op)
             run_norm(vals, op)
