@@ -380,7 +380,12 @@ def test_attention_heads_merge_without_a_copy():
 
 
 @pytest.mark.parametrize("variant", ["tiled", "rb32", "rb64", "rb128", "sk", "sg"])
-def test_matmul_epilogue_fuses_bias_and_activation(variant):
+def test_matmul_epilogue_fuses_bias_and_activation(variant, monkeypatch):
+    """With EMBER_WEBGPU_HEAVY_EPILOGUE=1 (fusion._HEAVY_OFF False) a GELU joins the bias in the
+    product's epilogue: one kernel."""
+    from ember.webgpu import fusion
+
+    monkeypatch.setattr(fusion, "_HEAVY_OFF", False)
     rt = get_runtime()
     k = 300 if variant == "sk" else 40       # split-k only takes deep k
     a, w, b = rand(16, k), rand(50, k, seed=1), rand(50, seed=2)
@@ -400,6 +405,26 @@ def test_matmul_epilogue_fuses_bias_and_activation(variant):
     finally:
         autotune.force("matmul", None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_transcendental_epilogues_run_as_their_own_pass_by_default(monkeypatch):
+    """By default (EMBER_WEBGPU_HEAVY_EPILOGUE unset) a product followed by bias + GELU runs
+    plain and the bias and GELU as one elementwise pass (an H100 measured that faster than the
+    GELU in the product's stores); a bias + relu stays in the epilogue."""
+    from ember.webgpu import fusion
+
+    assert fusion._HEAVY_OFF
+    a, w, b = rand(16, 40), rand(50, 40, seed=1), rand(50, seed=2)
+    ta, tw, tb = gpu(a), gpu(w), gpu(b)
+    ref = a @ w.T + b
+    for fn, want, epilogues in ((ember.gelu, ref * 0.5 * (1 + np.vectorize(math.erf)(ref / math.sqrt(2))), 0),
+                                (ember.relu, np.maximum(ref, 0), 1)):
+        fn(ta @ ember.matrix_transpose(tw) + tb).numpy()      # compile
+        wg.reset_stats()
+        got = fn(ta @ ember.matrix_transpose(tw) + tb).numpy()
+        s = wg.stats()
+        assert s["fused_epilogues"] == epilogues and s["dispatches"] == 2 - epilogues, (fn, s)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_result_still_needed_is_computed_once():

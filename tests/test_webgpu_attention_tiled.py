@@ -242,3 +242,31 @@ def test_tile_fits_a_16kb_device():
     assert nn.attn_tile(Small, (32, 12, 128, 32), 32, 128) == (32, 16)
     assert nn.attn_tile(Small, (1, 12, 64, 64), 64, 64) == (16, 16)
     assert nn.attn_tile(Small, (1, 12, 64, 128), 128, 64) is None
+
+
+@pytest.mark.parametrize("qs, route", [
+    ((2, 4, 64, 32), "composite"),      # 2 * 4 * 64 * 64 scores >= ATTN_GPU_COMPOSITE_FROM
+    ((1, 4, 16, 32), "rows"),
+    ((1, 2, 7, 16), "rows"),
+])
+def test_gpu_adapters_take_the_per_row_kernel_or_the_composite(monkeypatch, kernels, qs, route):
+    """On a GPU (not a CPU adapter) the tiled kernel measured slower than both others: few scores
+    take the per-row kernel, many the composite; EMBER_WEBGPU_ATTN_TILED=1 still forces the
+    tiled kernel. Every route gives the reference's values."""
+    monkeypatch.setattr(nn, "_cpu_adapter", lambda rt: False)
+    q, k, v = (rand(*qs, seed=s) for s in range(3))
+    mask = np.where(rand(qs[-2], qs[-2], seed=9) > 1.5, -1e9, 0.0).astype(np.float32)
+    B, L = int(np.prod(qs[:-2])), qs[-2]
+    assert (B * L * L >= nn.ATTN_GPU_COMPOSITE_FROM) == (route == "composite")
+    assert nn.attn_route(get_runtime(), qs, qs[-1], L) == route
+    monkeypatch.delenv("EMBER_WEBGPU_ATTN_TILED", raising=False)
+    monkeypatch.delenv("EMBER_WEBGPU_ATTN_TILE", raising=False)
+    kernels.clear()
+    got = ember.scaled_dot_product_attention(gpu(q), gpu(k), gpu(v), gpu(mask)).numpy()
+    assert "attention_tiled" not in kernels and ("attention" in kernels) == (route == "rows"), kernels
+    np.testing.assert_allclose(got, ref(q, k, v, mask), rtol=1e-5, atol=2e-6)
+    if L >= nn.ATTN_TILED_MIN_L:
+        kernels.clear()
+        forced = sdpa(monkeypatch, q, k, v, mask, tiled=True)
+        assert "attention_tiled" in kernels
+        np.testing.assert_allclose(forced, got, rtol=1e-5, atol=1e-5)

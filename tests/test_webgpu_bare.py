@@ -68,9 +68,12 @@ def test_bare_matches_numpy_on_whole_tiles(variant, ran):
 
 
 @pytest.mark.parametrize("variant", ["bare", "bare2"])
-def test_bare_epilogue_bias_and_activation(variant, ran):
-    """bias + gelu after the product: one kernel (bare: in its stores; bare2: in the reduction),
-    a broadcast bias and a full residual leaf."""
+def test_bare_epilogue_bias_and_activation(variant, ran, monkeypatch):
+    """bias + gelu after the product (with EMBER_WEBGPU_HEAVY_EPILOGUE=1): one kernel (bare: in
+    its stores; bare2: in the reduction), a broadcast bias and a full residual leaf."""
+    from ember.webgpu import fusion
+
+    monkeypatch.setattr(fusion, "_HEAVY_OFF", False)
     a, w, bias, res = rand(256, 512), rand(512, 128, seed=1), rand(128, seed=2), rand(256, 128, seed=3)
     ta, tw, tb, tr = gpu(a), gpu(w), gpu(bias), gpu(res)
     ref = a @ w + bias
@@ -249,7 +252,11 @@ def test_autotune_times_products_with_their_epilogue(tmp_path, monkeypatch, ran)
     (an epilogue changes the variants' order: on an H100 rb128 + GELU took 230 us where rb64 + GELU
     took 172), under a key of its own (the shape class and the epilogue's structure): a table
     entry for the same shape without an epilogue is not reused, and each candidate ran with the
-    epilogue (every matmul dispatch while tuning is a fused-epilogue one); forcing bare still runs it."""
+    epilogue (every matmul dispatch while tuning is a fused-epilogue one); forcing bare still runs it.
+    (GELU in epilogues: EMBER_WEBGPU_HEAVY_EPILOGUE=1.)"""
+    from ember.webgpu import fusion
+
+    monkeypatch.setattr(fusion, "_HEAVY_OFF", False)
     monkeypatch.setitem(autotune._STATE, "enabled", True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(autotune, "_MEMORY", {})

@@ -184,8 +184,10 @@ def test_transposed_and_offset_views(half, variants, m, k, n):
         assert (np.abs(got - ref) <= bound(A, B, ref)).all()
 
 
-def test_bias_gelu_epilogue_one_dispatch(half, variants):
-    """linear + bias + GELU: the f32 epilogue in rbh's stores, one dispatch, a half result."""
+def test_bias_gelu_epilogue_one_dispatch(half, variants, monkeypatch):
+    """linear + bias + GELU (EMBER_WEBGPU_HEAVY_EPILOGUE=1): the f32 epilogue in rbh's stores,
+    one dispatch, a half result."""
+    monkeypatch.setattr(fusion, "_HEAVY_OFF", False)
     rt = get_runtime()
     x, w, bias = h((24, 40), 21), h((56, 40), 22, 0.2), h((56,), 23)
 

@@ -31,6 +31,7 @@ def kernel(request, monkeypatch):
     """Each test once with layer_norm_rows.wgsl (where the width allows) and once with the
     earlier kernel (nn.LN_ROWS, the value EMBER_WEBGPU_LN_ROWS sets at import)."""
     monkeypatch.setattr(nn, "LN_ROWS", request.param == "rows")
+    monkeypatch.setattr(nn, "LN_ROWS_LANES", 256)     # (every width the kernel takes, not only the default's)
     return request.param
 
 
@@ -98,6 +99,7 @@ def test_leading_axes_and_a_multi_axis_norm(kernel):
 def test_without_subgroup_shuffles(monkeypatch, D):
     """EMBER_WEBGPU_SUBGROUPS=0: the row sums by workgroup-memory trees alone."""
     monkeypatch.setattr(nn, "LN_ROWS", True)
+    monkeypatch.setattr(nn, "LN_ROWS_LANES", 256)
     monkeypatch.setenv("EMBER_WEBGPU_SUBGROUPS", "0")
     x, w, b = _data(7, D, seed=D)
     np.testing.assert_allclose(_run(x, w, b, 1e-5, D), _ref(x, w, b, 1e-5), rtol=0, atol=TOL)
@@ -129,3 +131,12 @@ def test_rows_kernel_shape():
     assert nn.ln_rows_shape(4096) == (True, 128, 8, 128)
     assert nn.ln_rows_shape(8192) == (True, 256, 8, 256)
     assert nn.ln_rows_shape(8196) is None and nn.ln_rows_shape(5001) is None
+
+
+def test_long_rows_take_the_row_per_workgroup_kernel_by_default():
+    """By default layer_norm_rows.wgsl takes rows of up to 32 lanes (D <= 1024 in vec4s): an H100
+    measured it slower than layer_norm.wgsl at D = 4096 (128 lanes a row)."""
+    assert nn.LN_ROWS_LANES == 32
+    if nn.LN_ROWS:
+        assert nn.ln_rows_used(384) == (True, 32, 3, 64) and nn.ln_rows_used(1024) == (True, 32, 8, 64)
+    assert nn.ln_rows_used(2048) is None and nn.ln_rows_used(4096) is None

@@ -451,6 +451,10 @@ def _softmax_backward(rt):
 # EMBER_WEBGPU_LN_ROWS=0 runs every layer_norm through layer_norm.wgsl (a workgroup per row, the
 # row read from global memory three times) instead of layer_norm_rows.wgsl (A/B)
 LN_ROWS = env_on("EMBER_WEBGPU_LN_ROWS")
+# layer_norm_rows takes rows of up to LN_ROWS_LANES lanes (D <= 1024 in vec4s): on an H100
+# (2026-12-07, tests/bench/bench_layer_norm_gpu.py) it read 4096x384 in 8.9 us against 22.1 for
+# layer_norm.wgsl, 512x384 7.1 / 7.9, but 4096x4096 (128 lanes a row) in 112.5 against 87.2
+LN_ROWS_LANES = 32
 # layer_norm_rows: units (vec4s where D % 4 == 0, else elements) one thread keeps in registers
 # at most; rows over LN_LANES_MAX threads' worth take layer_norm.wgsl
 LN_UNITS_VEC4 = 8
@@ -473,6 +477,13 @@ def ln_rows_shape(D: int) -> tuple | None:
     return vec, lanes, -(-n // lanes), max(64, lanes)
 
 
+def ln_rows_used(D: int) -> tuple | None:
+    """``ln_rows_shape(D)`` where layer_norm takes layer_norm_rows.wgsl (LN_ROWS on, at most
+    LN_ROWS_LANES lanes a row), else None (layer_norm.wgsl)."""
+    shape = ln_rows_shape(D) if LN_ROWS and D else None
+    return shape if shape is not None and shape[1] <= LN_ROWS_LANES else None
+
+
 def _layer_norm(rt):
     """layer_norm as one dispatch: ``layer_norm_rows.wgsl`` (each row read once into registers,
     rows of up to ~1024 elements several to a workgroup), or ``layer_norm.wgsl`` for rows longer
@@ -481,7 +492,7 @@ def _layer_norm(rt):
         from .runtime import f32_bits
 
         D = prod(normalized_shape)
-        shape = ln_rows_shape(D) if LN_ROWS and D else None
+        shape = ln_rows_used(D)
         g = f32_view(rt, x._buf)        # a contiguous view is read in place, at its offset
         if not g.is_contiguous():
             g = dense(g)
@@ -564,8 +575,15 @@ def _layer_norm_backward(rt):
 SMAX = 2048
 
 # The tiled attention kernel (attention_tiled.wgsl: a block of query rows per workgroup, k and v
-# read once per block) for L >= ATTN_TILED_MIN_L query rows and E, Ev <= ATTN_TILED_EMAX;
-# EMBER_WEBGPU_ATTN_TILED=0 keeps the per-row kernel (attention.wgsl) everywhere (A/B).
+# read once per block) for L >= ATTN_TILED_MIN_L query rows and E, Ev <= ATTN_TILED_EMAX, on CPU
+# adapters (lavapipe (32, 12, 128, 32): 273 ms against 1,145 per row and 1,007 composite);
+# EMBER_WEBGPU_ATTN_TILED=0 keeps the per-row kernel (attention.wgsl) everywhere (A/B), =1
+# takes the tiled kernel on GPUs too. On a GPU (H100, 2026-12-07, tests/bench/bench_attn_encoder.py,
+# GPU us) the tiled kernel lost to the composite (scores product, softmax, product: 3 dispatches)
+# at (32, 12, 128, 32) 1,127 vs 309 and (8, 12, 64, 32) 60 vs 36, and to the per-row kernel at
+# (1, 12, 16, 32) 52 vs 18.5 (composite 38.5): GPUs take the per-row kernel below
+# ATTN_GPU_COMPOSITE_FROM scores (batch x L x S), the composite from there.
+ATTN_GPU_COMPOSITE_FROM = 32768
 ATTN_TILED_MIN_L = 8
 ATTN_TILED_EMAX = 128
 # Blocks of 32 query rows when that still gives at least this many workgroups, else blocks of
@@ -581,6 +599,32 @@ def _attn_shared_bytes(BQ, BK, E, Ev):
     rounded up to 32, probability rows of BK (+ 4), 8 partials a row."""
     qw, vw = -(-E // 4) + 1, -(-Ev // 32) * 8
     return 16 * (BQ * qw + BK * qw + BK * vw + BQ * (BK // 4 + 1) + BQ * 2)
+
+
+def attn_route(rt, shape, E, S):
+    """How webgpu runs an attention with output ``shape`` (..., L, Ev), E features and S keys:
+    ``(BQ, BK)`` (the tiled kernel), ``"rows"`` (attention.wgsl) or ``"composite"`` (the
+    registry's decomposition: two products and a softmax)."""
+    import os
+
+    forced = os.environ.get("EMBER_WEBGPU_ATTN_TILED", "").strip().lower()
+    if S == 0 or len(shape) < 2:
+        return "composite"
+    gpu = not _cpu_adapter(rt)
+    if gpu and forced not in ("1", "on", "true", "yes"):
+        if prod(shape[:-1]) * S >= ATTN_GPU_COMPOSITE_FROM or S > SMAX:
+            return "composite"
+        return "rows"
+    tile = attn_tile(rt, shape, E, S)
+    if tile is not None:
+        return tile
+    return "rows" if S <= SMAX else "composite"
+
+
+def _cpu_adapter(rt) -> bool:
+    from .quant import _cpu_adapter as cpu
+
+    return cpu(rt)
 
 
 def attn_tile(rt, shape, E, S):
@@ -630,14 +674,15 @@ def _operand(g: GBuf, batch):
 
 
 def _attention(rt):
-    """scaled_dot_product_attention in one dispatch: the tiled kernel (``attention_tiled.wgsl``,
-    a block of query rows per workgroup; any S) where ``attn_tile`` gives a tile, else the
-    per-row kernel (``attention.wgsl``, S <= SMAX), else the composite. Both kernels take the
-    same info words and write the same heads-interleaved output."""
+    """scaled_dot_product_attention as ``attn_route`` says: in one dispatch of the tiled kernel
+    (``attention_tiled.wgsl``, a block of query rows per workgroup; any S) or the per-row kernel
+    (``attention.wgsl``, S <= SMAX), or as the composite. Both kernels take the same info words
+    and write the same heads-interleaved output."""
     def kernel(out, q, k, v, mask=None, *, is_causal, scale):
         S = k.shape[-2]
-        tile = attn_tile(rt, out.shape, q.shape[-1], S)
-        if (S > SMAX and tile is None) or S == 0:
+        route = attn_route(rt, out.shape, q.shape[-1], S)
+        tile = route if isinstance(route, tuple) else None
+        if route == "composite":
             args = (q, k, v) if mask is None else (q, k, v, mask)
             return OPS["scaled_dot_product_attention"].decompose(*args, is_causal=is_causal, scale=scale)._buf
         from .runtime import f32_bits

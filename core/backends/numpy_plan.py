@@ -31,6 +31,14 @@ noted:
   float32 roundings of the two steps; SmolLM2's decode step 45 -> 18 us a layer, notes/native-decode-attn.md);
 - **a residual add and the rms_norm after it** (float32, one shape): one op with both results
   (core/native/rmsnorm.c, numpy_llm.native_add_rms_norm: the two steps' bits);
+- **a decode step's native calls prepared once** (_prepared_step; _silu_mul and _add_rms_norm too):
+  a qlinear, rope or attention_cached step calls numpy_quant.qlinear_call / numpy_llm.rope_call /
+  attention_cached_call, made for its shapes and attributes when the plan is built, which check per
+  run only what can change (the library, switches, dtypes, layouts, a constant's buffer) and call
+  the kernel the recorded step would: the same bits (the recorded step where they decline);
+- **slices of one value in a row** (a fused product's q / k / v or gate / up) are one op, with the
+  reshape just before them when only they read it (_slice_steps); other reshapes skip the kernel's
+  call (_reshape_step);
 - **squeeze-excite** at batch 1 (MobileNetV3): the global average pool as its recorded kernels
   compute it, then the two one-pixel 1x1 convolutions and the product in one call, in place
   (ember_squeeze_excite: the step-by-step bits);

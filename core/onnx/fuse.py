@@ -445,17 +445,18 @@ def hoist_constants(graph, consts: dict, protected=()) -> int:
 
 
 def fuse_graph(graph, consts: dict, protected=(), opset: int = 13) -> dict:
-    """Every rewrite of this module, in order; returns how many of each were made."""
+    """Every rewrite of this module, in order; returns how many of each were made.
+    ``EMBER_ONNX_FUSE=off`` makes none; ``EMBER_ONNX_FUSE=-attention,-parallel_linear`` (names of
+    the result's keys, each with a minus) leaves those out."""
     import os
-    if os.environ.get("EMBER_ONNX_FUSE", "on") == "off":
+    env = os.environ.get("EMBER_ONNX_FUSE", "on").strip()
+    if env == "off":
         return {}
-    return {"constants": _guarded(hoist_constants, graph, consts, protected),
-            "batch_norm": _guarded(fold_batch_norms, graph, consts, protected),
-            "conv_affine": _guarded(fold_conv_affine, graph, consts, protected),
-            "gelu": _guarded(fuse_gelu, graph, consts, protected),
-            "linear": _guarded(fuse_linear, graph, consts, protected),
-            "parallel_linear": _guarded(fuse_parallel_linears, graph, consts, protected),
-            "attention": _guarded(lambda g, c, p: fuse_attention(g, c, p, opset), graph, consts, protected)}
+    skip = {w.strip()[1:] for w in env.split(",") if w.strip().startswith("-")}
+    passes = (("constants", hoist_constants), ("batch_norm", fold_batch_norms), ("conv_affine", fold_conv_affine),
+              ("gelu", fuse_gelu), ("linear", fuse_linear), ("parallel_linear", fuse_parallel_linears),
+              ("attention", lambda g, c, p: fuse_attention(g, c, p, opset)))
+    return {name: 0 if name in skip else _guarded(rewrite, graph, consts, protected) for name, rewrite in passes}
 
 
 def _guarded(rewrite, graph, consts, protected) -> int:
