@@ -74,7 +74,13 @@ LIBS = ["-lm"]
 
 _lock = threading.Lock()
 _state: dict = {}          # "lib": CDLL | None, "reason": str, "fns": {name: configured function}
-_off = threading.local()
+class _Off(threading.local):
+    """Per thread: whether ``disabled()`` switched the library off (False by default, so reading
+    it never raises: ``lib()`` is on every native call's path)."""
+    on = False
+
+
+_off = _Off()
 
 
 def sources() -> list:
@@ -274,7 +280,7 @@ def _load():
 
 def lib():
     """The loaded library (a ctypes CDLL), or None where the numpy paths run (see ``info``)."""
-    if getattr(_off, "on", False):
+    if _off.on:
         return None
     st = _state
     if "lib" not in st:
@@ -313,7 +319,7 @@ def kernel(name: str, restype, *argtypes):
 @contextlib.contextmanager
 def disabled():
     """Within this block (on this thread) ``lib()`` is None: the numpy paths run (tests compare)."""
-    prev = getattr(_off, "on", False)
+    prev = _off.on
     _off.on = True
     try:
         yield
@@ -332,5 +338,5 @@ def info() -> dict:
     else:
         wasm_state = f"not in use (the library is not); a build would: {'include them' if wasm else simde}"
     return {"available": dll is not None, "path": lib_path(), "compiler": find_compiler(),
-            "reason": "disabled on this thread" if getattr(_off, "on", False) else _state.get("reason", ""),
+            "reason": "disabled on this thread" if _off.on else _state.get("reason", ""),
             "wasm_kernels": wasm_state}
