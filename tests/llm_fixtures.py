@@ -396,3 +396,26 @@ def quantize(a: np.ndarray, qtype: str):
     if qtype == "IQ4_XS":
         return quantize_iq4_xs(a), t
     return gguf.quants.quantize(a, t), t
+
+
+def eager_and_compiled_decode(path, seed: int, steps: int = 6):
+    """A tiny Llama (``write_tiny_gguf(path, seed=seed)``) on numpy: the logits of a 7-token
+    prompt and of ``steps`` greedy one-token steps from an eager model and from a twin's
+    ``ember.compile``d step, and that compiled step (both lists of numpy arrays)."""
+    import ember
+    from ember.nn.llama import Llama
+
+    write_tiny_gguf(path, seed=seed)
+    g = ember.load_gguf(str(path))
+    T = lambda v: ember.tensor(v, dtype="int32", device="numpy")   # noqa: E731
+    models = [Llama.from_gguf(g, device="numpy", context=64) for _ in range(2)]
+    step = ember.compile(lambda ids, pos: models[1].forward(ids, pos))
+    prompt = [5, 9, 77, 3, 120, 44, 8]
+    outs = [[m.forward(T(prompt), T([0])).numpy()] for m in models]
+    p = len(prompt)
+    for _ in range(steps):
+        tok = int(outs[0][-1].argmax())
+        outs[0].append(models[0].forward(T([tok]), T([p])).numpy())
+        outs[1].append(step(T([tok]), T([p])).numpy())
+        p += 1
+    return outs[0], outs[1], step, models[1]

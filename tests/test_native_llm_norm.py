@@ -108,24 +108,10 @@ def test_tiny_llama_compiled_decode_same_bits(tmp_path, monkeypatch):
     """A tiny Llama's compiled decode step (each residual add and the norm after it fused; silu *
     up left as two steps here) gives the eager forward's logits bit for bit."""
     sys.path.insert(0, os.path.dirname(__file__))
-    from llm_fixtures import write_tiny_gguf
-    from ember.nn.llama import Llama
+    from llm_fixtures import eager_and_compiled_decode
     monkeypatch.setattr(nl, "NATIVE_SILU_MUL", False)
-    path = tmp_path / "tiny.gguf"
-    write_tiny_gguf(path, seed=7)
-    g = ember.load_gguf(str(path))
-    T = lambda v: ember.tensor(v, dtype="int32", device="numpy")   # noqa: E731
-    models = [Llama.from_gguf(g, device="numpy", context=64) for _ in range(2)]
-    step = ember.compile(lambda ids, pos: models[1].forward(ids, pos))
-    prompt = [5, 9, 77, 3, 120, 44, 8]
-    outs = [[m.forward(T(prompt), T([0])).numpy()] for m in models]
-    p = len(prompt)
-    for _ in range(6):
-        tok = int(outs[0][-1].argmax())
-        outs[0].append(models[0].forward(T([tok]), T([p])).numpy())
-        outs[1].append(step(T([tok]), T([p])).numpy())
-        p += 1
-    for a, b in zip(*outs):
+    eager, compiled, step, model = eager_and_compiled_decode(tmp_path / "tiny.gguf", seed=7)
+    for a, b in zip(eager, compiled):
         assert np.array_equal(a, b)
     names = _names(step)
-    assert names.count("add_rms_norm") == 2 * models[1].cfg.n_layers
+    assert names.count("add_rms_norm") == 2 * model.cfg.n_layers

@@ -1214,16 +1214,9 @@ def _slice_step(steps, i):
     same region, its index tuple made once (the kernel builds it every call: ~0.9 -> ~0.3 us, 180
     slices in a SmolLM2 decode step)."""
     st = steps[i]
-    if st.name != "slice" or st.multi or len(st.ins) != 1:
+    key = _slice_key(st)
+    if key is None:
         return None
-    from .numpy_backend import _slice
-    if getattr(st.kernel, "__wrapped__", st.kernel) is not _slice:
-        return None
-    key = []
-    for (start, _stop, step), n in zip(st.attrs["slices"], st.meta.shape):
-        stop = start + n * step
-        key.append(slice(start, stop if stop >= 0 else None, step))
-    key = tuple(key)
     x, o, shape, dtype, dev = st.ins[0], st.outs[0], st.meta.shape, st.meta.dtype, st.device
     from ..tensor import Tensor
     wrap, contiguous = Tensor._wrap, np.ascontiguousarray
