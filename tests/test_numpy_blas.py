@@ -16,6 +16,7 @@ def blas_at_two(monkeypatch):
     if not fns:
         pytest.skip("no OpenBLAS thread control in this numpy")
     get, put = fns
+    B.split_same_bits()             # (its one-time probe, before the spy counts products)
     n0 = get()
     put(2)
     seen = []
@@ -56,7 +57,10 @@ def test_mid_sized_products_run_on_one_thread_and_restore(blas_at_two):
     B.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))   # tiny: OpenBLAS's own choice
     assert seen[0] == (1 << 22, 1) and seen[-1] == (512, 2)
     blocks = seen[1:-1]
-    assert len(blocks) >= 2 and {n for _, n in blocks} == {1} and sum(m for m, _ in blocks) == 1 << 24
+    if B.split_same_bits():
+        assert len(blocks) >= 2 and {n for _, n in blocks} == {1} and sum(m for m, _ in blocks) == 1 << 24
+    else:                                                  # this BLAS: not split (one thread, whole)
+        assert blocks == [(1 << 24, 1)], blocks
     assert get() == 2                                      # restored
     with pytest.raises(ValueError):                        # restored after an error too
         B.matmul(a, np.ones((64, 512), np.float32))        # (mismatched inner sizes)
@@ -72,7 +76,9 @@ def test_mid_sized_products_run_on_one_thread_and_restore(blas_at_two):
 ])
 def test_split_products_are_the_same_bits_as_one(blas_at_two, sa, sb, how):
     """Each block is the same BLAS kernel over the same summed axis as the whole product: the
-    result equals one product on one OpenBLAS thread bit for bit."""
+    result equals one product on one OpenBLAS thread bit for bit. Where this BLAS does not give a
+    block of rows the whole product's bits (``split_same_bits``: seen on an AMD EPYC), products
+    are not split at all."""
     get, seen = blas_at_two
     rng = np.random.default_rng(7)
     a = rng.standard_normal(sa).astype(np.float32)
@@ -91,9 +97,13 @@ def test_split_products_are_the_same_bits_as_one(blas_at_two, sa, sb, how):
     else:
         got = B.matmul(a, b)
     assert got.shape == want.shape and got.dtype == want.dtype
+    assert get() == 2
+    if not B.split_same_bits():
+        assert len(seen) == 1, seen                                     # not split
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        return
     np.testing.assert_array_equal(got, want)
     assert len(seen) >= 2 and {n for _, n in seen} == {1}, seen      # it did split
-    assert get() == 2
 
 
 def test_few_rows_are_not_split(blas_at_two):
@@ -203,3 +213,25 @@ def test_training_llm_and_quant_kernels_use_the_thread_rule(blas_at_two):
     mid = [n for m, n in seen if B._OWN_SINGLE < m < B.PARALLEL_MACS]
     assert len(mid) >= 8 and set(mid) == {1}, seen
     assert get() == 2
+
+
+def test_split_same_bits_is_what_this_blas_does():
+    """The probe's answer is a fact about this BLAS: a block of rows of a product, on one thread,
+    against the same rows of the whole product."""
+    fns = B.api()
+    if not fns:
+        pytest.skip("no OpenBLAS thread control in this numpy")
+    get, put = fns
+    n0 = get()
+    put(1)
+    try:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((256, 128)).astype(np.float32)
+        b = rng.standard_normal((128, 512)).astype(np.float32)
+        whole = np.matmul(a, b)
+        blocks = np.concatenate([np.matmul(a[i:i + 64], b) for i in range(0, 256, 64)])
+    finally:
+        put(n0)
+    if not np.array_equal(blocks, whole):
+        assert B.split_same_bits() is False
+    assert B.split_same_bits() in (True, False)

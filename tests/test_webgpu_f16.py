@@ -305,9 +305,11 @@ print("ok")
     assert out.stdout.strip().endswith("ok")
 
 
-def test_matmul_reads_and_writes_half_storage(mode):
+def test_matmul_reads_and_writes_half_storage(mode, monkeypatch):
     """Half operands go straight into the matmul kernel (no 4-byte copies) and a float16 result,
-    bias and GELU included, comes out of its epilogue in half storage: one dispatch."""
+    bias and GELU included (EMBER_WEBGPU_HEAVY_EPILOGUE=1), comes out of its epilogue in half
+    storage: one dispatch."""
+    monkeypatch.setattr(fusion, "_HEAVY_OFF", False)
     rt = get_runtime()
     x, w, b = rng(24, 40, seed=24), rng(56, 40, seed=25, scale=0.2), rng(56, seed=26)
     tx, tw, tb = (ember.tensor(v, device="webgpu") for v in (x, w, b))

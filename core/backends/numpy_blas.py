@@ -19,7 +19,9 @@ ran 5-25x slower on two threads than on one. So here:
 
 A block of rows is computed by the same kernel over the same summed axis as the whole (blocks
 have at least 64 rows, above OpenBLAS's small-matrix kernels), so results are the same bits on
-any number of threads (tested).
+any number of threads (tested) where the BLAS does that: ``split_same_bits`` checks it once per
+process on two products (on an AMD EPYC with AVX-512 under OPENBLAS_CORETYPE=Haswell a block of
+rows differed from the whole product in the last bit), and products are not split where it fails.
 
 OpenBLAS's thread count is reached through ctypes in the library numpy has already loaded
 (``openblas_set_num_threads`` and ``openblas_get_num_threads``, with the scipy-openblas
@@ -248,6 +250,38 @@ _MIN_ROWS = 64
 _BLOCKS_PER_THREAD = 2
 
 
+_SAME_BITS: list = []
+
+
+def split_same_bits() -> bool:
+    """Whether this BLAS gives a block of rows the bits of the same rows of the whole product (float32
+    and float64; blocks cut as ``_split`` cuts them for two threads), probed once per process."""
+    if not _SAME_BITS:
+        fns = _api or api()
+        ok = bool(fns)
+        if ok:
+            get, put = fns
+            n0 = get()
+            put(1)
+            try:
+                rng = np.random.default_rng(0)
+                for dt in (np.float32, np.float64):
+                    for m, k, n in ((256, 128, 512), (301, 333, 97)):
+                        a = rng.standard_normal((m, k)).astype(dt)
+                        b = rng.standard_normal((k, n)).astype(dt)
+                        whole = np.matmul(a, b)
+                        pieces = min(_BLOCKS_PER_THREAD * 2, m // _MIN_ROWS)
+                        cuts = [m * i // pieces for i in range(pieces + 1)]
+                        y = np.empty_like(whole)
+                        for i in range(pieces):
+                            np.matmul(a[cuts[i]:cuts[i + 1]], b, out=y[cuts[i]:cuts[i + 1]])
+                        ok = ok and np.array_equal(y, whole)
+            finally:
+                put(n0)
+        _SAME_BITS.append(ok)
+    return _SAME_BITS[0]
+
+
 def _split(a, b, out, t):
     """``a @ b`` (2-D) as blocks of rows on ``t`` threads, or None when it does not split."""
     m = a.shape[0]
@@ -281,7 +315,8 @@ def matmul(a, b, out=None):
     if n0 <= 1:
         return np.matmul(a, b, out=out)
     if total >= SPLIT_MACS and _CAP > 1 and b.ndim == 2 and a.ndim >= 2 and a.shape[-1] == b.shape[0] \
-            and a.dtype == b.dtype and a.dtype.kind == "f" and not getattr(_local, "inside", False):
+            and a.dtype == b.dtype and a.dtype.kind == "f" and not getattr(_local, "inside", False) \
+            and split_same_bits():
         a2 = a if a.ndim == 2 else a.reshape(-1, a.shape[-1]) if a.flags.c_contiguous else None
         o2 = out if out is None or out.ndim == 2 else out.reshape(-1, out.shape[-1]) \
             if out.flags.c_contiguous else None
