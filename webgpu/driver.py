@@ -242,6 +242,15 @@ class BatchingDriver:
 _ZEROS = bytes(4096)
 
 
+def cpu_adapter(info: dict) -> bool:
+    """Whether the adapter ``info`` (a driver's ``info``) describes runs on the CPU
+    (lavapipe/llvmpipe, SwiftShader, a browser's fallback adapter): there workgroups run a few at a
+    time, each costing its barriers in software, and its kernels share the host's cores."""
+    kind = str(info.get("adapter_type", "")).lower()
+    names = " ".join(str(info.get(k, "")) for k in ("device", "architecture", "description")).lower()
+    return kind in ("cpu", "fallback") or "llvmpipe" in names or "swiftshader" in names
+
+
 def _round_up(n: int, k: int) -> int:
     return (n + k - 1) // k * k
 

@@ -56,7 +56,7 @@ _FUSION = [env_on("EMBER_FUSION")]
 # FFN up, 4096x1536x384 + bias + GELU) the product with that epilogue took 196 us, the plain product
 # 127 and the pass 32; BERT forwards 12.46 / 2.00 / 1.19 ms against 13.00 / 2.07 / 1.36 at 32x128 /
 # 8x64 / 1x16 (tests/bench/bench_bert_gpu.py). EMBER_WEBGPU_HEAVY_EPILOGUE=1 keeps them in the epilogue.
-_HEAVY_OFF = os.environ.get("EMBER_WEBGPU_HEAVY_EPILOGUE", "0").strip().lower() in ("0", "off", "false", "no")
+_HEAVY_OFF = not env_on("EMBER_WEBGPU_HEAVY_EPILOGUE", default=False)
 _HEAVY = {"gelu", "erf", "tanh", "exp", "sigmoid", "silu"}
 
 

@@ -16,7 +16,7 @@ import os
 import tempfile
 
 from ..errors import DeviceError
-from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver, device_error
+from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver, cpu_adapter, device_error
 
 _FEATURE_NAMES = {"subgroup": "subgroups"}  # wgpu-py spelling -> WebGPU spec spelling
 
@@ -339,56 +339,28 @@ class NativeDriver(BatchingDriver):
             if cb is not None:
                 # the dispatches are one command buffer the builder thread encoded and finished
                 # (wgpu-native's finish is most of a replay's host time); the copies round it
-                cbs = []
-                if copies_in:
-                    enc = self._dev.create_command_encoder()
-                    for src, so, dst, do, n in copies_in:
-                        enc.copy_buffer_to_buffer(src, so, dst, do, n)
-                    cbs.append(enc.finish())
+                cbs = [self._copies(None, copies_in).finish()] if copies_in else []
                 cbs.append(cb)
                 if copies_out:
-                    enc = self._dev.create_command_encoder()
-                    for src, so, dst, do, n in copies_out:
-                        enc.copy_buffer_to_buffer(src, so, dst, do, n)
-                    cbs.append(enc.finish())
+                    cbs.append(self._copies(None, copies_out).finish())
                 self._dev.queue.submit(cbs)
                 self.prebuilt_submits += 1
                 self._prebuild(prepared)
                 return
-            enc = self._dev.create_command_encoder()
-            for src, so, dst, do, n in copies_in:
-                enc.copy_buffer_to_buffer(src, so, dst, do, n)
+            enc = self._copies(None, copies_in)
             if prepared is not None:
-                fast, cmds, objs, chunks, native, _ = prepared
-                for j, (lo, hi) in enumerate(chunks):
+                chunks = prepared[3]
+                for j in range(len(chunks)):
                     if j:
                         enc = self._dev.create_command_encoder()
                     _, cpass = self._begin_pass(enc)
-                    if native is not None:
-                        (fn, ffi, fps), words = native
-                        fn(int(ffi.cast("uintptr_t", cpass._internal)), *fps, words[j][1], hi - lo)
-                    elif fast:
-                        set_pipeline, set_bind_group, dispatch, null = self._c
-                        c = cpass._internal
-                        for p, b, x, y, z in cmds[lo:hi]:
-                            if p is not None:
-                                set_pipeline(c, p)
-                            set_bind_group(c, 0, b, 0, null)
-                            dispatch(c, x, y, z)
-                    else:
-                        for p, b, x, y, z in cmds[lo:hi]:
-                            if p is not None:
-                                cpass.set_pipeline(p)
-                            cpass.set_bind_group(0, b)
-                            cpass.dispatch_workgroups(x, y, z)
+                    self._encode_chunk(cpass, prepared, j)
                     cpass.end()
                     if self.timer is not None:
                         self.timer.resolve(enc)
                     if j + 1 < len(chunks):
                         self._dev.queue.submit([enc.finish()])
-            for src, so, dst, do, n in copies_out:
-                enc.copy_buffer_to_buffer(src, so, dst, do, n)
-            self._dev.queue.submit([enc.finish()])
+            self._dev.queue.submit([self._copies(enc, copies_out).finish()])
         except Exception as e:
             raise device_error(e, "submitting a replayed plan", self) from e
         if ready is not None:
@@ -407,7 +379,7 @@ class NativeDriver(BatchingDriver):
         v = os.environ.get("EMBER_WEBGPU_PREBUILD")
         if v:
             return v.strip().lower() in ("1", "on", "true")
-        return str(self.info.get("adapter_type", "")).lower() not in ("cpu", "")
+        return not cpu_adapter(self.info)
 
     def _prebuild(self, prepared) -> None:
         """Ask the builder thread for command buffers of ``prepared`` until PREBUILD_DEPTH are
@@ -435,25 +407,44 @@ class NativeDriver(BatchingDriver):
         if prepared is not None:
             prepared[5].close()
 
-    def _encode_stream(self, prepared):
-        """One finished command buffer of every dispatch of ``prepared`` (the builder thread's work:
-        wgpu-native and ember.native's encoder release the GIL while they run)."""
-        fast, cmds, objs, chunks, native, _ = prepared
-        enc = self._dev.create_command_encoder()
-        cpass = enc.begin_compute_pass()
+    def _copies(self, enc, copies):
+        """``enc`` (a new encoder where None) with the buffer-to-buffer ``copies`` recorded."""
+        if enc is None:
+            enc = self._dev.create_command_encoder()
+        for src, so, dst, do, n in copies:
+            enc.copy_buffer_to_buffer(src, so, dst, do, n)
+        return enc
+
+    def _encode_chunk(self, cpass, prepared, j: int) -> None:
+        """Record chunk ``j`` of ``prepared``'s dispatches into ``cpass``: one ember.native call, three
+        direct C calls per dispatch, or wgpu-py's calls (each chunk starts with its pipeline set)."""
+        fast, cmds, _, chunks, native, _ = prepared
+        lo, hi = chunks[j]
         if native is not None:
             (fn, ffi, fps), words = native
-            c = int(ffi.cast("uintptr_t", cpass._internal))
-            for j, (lo, hi) in enumerate(chunks):
-                fn(c, *fps, words[j][1], hi - lo)
-        else:
+            fn(int(ffi.cast("uintptr_t", cpass._internal)), *fps, words[j][1], hi - lo)
+        elif fast:
             set_pipeline, set_bind_group, dispatch, null = self._c
             c = cpass._internal
-            for p, b, x, y, z in cmds:
+            for p, b, x, y, z in cmds[lo:hi]:
                 if p is not None:
                     set_pipeline(c, p)
                 set_bind_group(c, 0, b, 0, null)
                 dispatch(c, x, y, z)
+        else:
+            for p, b, x, y, z in cmds[lo:hi]:
+                if p is not None:
+                    cpass.set_pipeline(p)
+                cpass.set_bind_group(0, b)
+                cpass.dispatch_workgroups(x, y, z)
+
+    def _encode_stream(self, prepared):
+        """One finished command buffer of every dispatch of ``prepared``, its chunks in one pass (the
+        builder thread's work: wgpu-native and ember.native's encoder release the GIL while they run)."""
+        enc = self._dev.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        for j in range(len(prepared[3])):
+            self._encode_chunk(cpass, prepared, j)
         cpass.end()
         return enc.finish()
 

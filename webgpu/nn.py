@@ -9,7 +9,7 @@ from math import prod
 from .. import dtypes as _dt
 from ..registry import OPS, Meta
 from . import fusion
-from .driver import grid_1d
+from .driver import cpu_adapter, grid_1d
 from .fusion import GBuf, contiguous, contiguous_strides, dense, realize, wgsl_type
 from .runtime import env_on
 
@@ -622,9 +622,7 @@ def attn_route(rt, shape, E, S):
 
 
 def _cpu_adapter(rt) -> bool:
-    from .quant import _cpu_adapter as cpu
-
-    return cpu(rt)
+    return cpu_adapter(getattr(rt.driver, "info", None) or {})
 
 
 def attn_tile(rt, shape, E, S):

@@ -129,7 +129,7 @@ from math import prod
 from .. import dtypes as _dt
 from ..errors import DTypeError, IndexingError, ShapeError
 from ..quant import slice_granule
-from .driver import grid_1d
+from .driver import cpu_adapter, grid_1d
 from .fusion import GBuf, Node, contiguous, realize, wgsl_type
 from .replay import checked
 from .runtime import env_on, f32_bits, kernel_source, pack_info, render
@@ -580,10 +580,7 @@ def _cpu_adapter(rt) -> bool:
     the split's extra workgroups only add work (lavapipe, 2 busy cores: a 2-layer SmolLM2-shaped
     decode step at context 1024, 82 -> 142 ms a token split in 28 runs; the script is in
     ``/work/notes/attn-split.md``)."""
-    info = getattr(rt.driver, "info", None) or {}
-    kind = str(info.get("adapter_type", "")).lower()
-    names = " ".join(str(info.get(k, "")) for k in ("device", "architecture", "description")).lower()
-    return kind in ("cpu", "fallback") or "llvmpipe" in names or "swiftshader" in names
+    return cpu_adapter(getattr(rt.driver, "info", None) or {})
 
 
 def _cache(op, t, name, shape) -> GBuf:

@@ -51,9 +51,10 @@ def render(src: str, params: dict) -> str:
     return src
 
 
-def env_on(name: str) -> bool:
-    """A switch read from the environment: on unless set to 0 / off / false / no (any case)."""
-    return os.environ.get(name, "on").strip().lower() not in ("0", "off", "false", "no")
+def env_on(name: str, default: bool = True) -> bool:
+    """A switch read from the environment: on unless set to 0 / off / false / no (any case);
+    ``default`` where it is not set."""
+    return os.environ.get(name, "on" if default else "off").strip().lower() not in ("0", "off", "false", "no")
 
 
 _F16_USE = re.compile(r"<f16>|\bf16\(")

@@ -255,7 +255,7 @@ _SAME_BITS: list = []
 
 def split_same_bits() -> bool:
     """Whether this BLAS gives a block of rows the bits of the same rows of the whole product (float32
-    and float64; blocks cut as ``_split`` cuts them for two threads), probed once per process."""
+    and float64; ``_split``'s blocks for two threads, on one BLAS thread each), probed once per process."""
     if not _SAME_BITS:
         fns = _api or api()
         ok = bool(fns)
@@ -269,13 +269,7 @@ def split_same_bits() -> bool:
                     for m, k, n in ((256, 128, 512), (301, 333, 97)):
                         a = rng.standard_normal((m, k)).astype(dt)
                         b = rng.standard_normal((k, n)).astype(dt)
-                        whole = np.matmul(a, b)
-                        pieces = min(_BLOCKS_PER_THREAD * 2, m // _MIN_ROWS)
-                        cuts = [m * i // pieces for i in range(pieces + 1)]
-                        y = np.empty_like(whole)
-                        for i in range(pieces):
-                            np.matmul(a[cuts[i]:cuts[i + 1]], b, out=y[cuts[i]:cuts[i + 1]])
-                        ok = ok and np.array_equal(y, whole)
+                        ok = ok and np.array_equal(_split(a, b, None, 2), np.matmul(a, b))
             finally:
                 put(n0)
         _SAME_BITS.append(ok)

@@ -31,8 +31,10 @@ from .. import native
 from ..errors import ShapeError
 from ..ops.llm import check_pos
 from .numpy_blas import matmul
+from .numpy_nn import _address, _char_at
 from .numpy_nn import team as _team
-from .numpy_quant import _prm, _scratch_at, _team_of   # (the native kernels' parameter tables, per-thread scratch, team)
+from .numpy_quant import _BUF_ERRORS, _F32D, _prm, _scratch_at, _team_of   # (the native kernels' parameter
+#                                         tables, per-thread scratch, team; ctypes' buffer-export failures)
 
 
 def _f32(t):
@@ -97,7 +99,6 @@ def _c32(t):
     return np.ascontiguousarray(t._buf, dtype=np.float32)
 
 
-_char_at, _address = ctypes.c_char.from_buffer, ctypes.addressof
 
 
 def _addr(a) -> int:
@@ -315,8 +316,6 @@ def native_add_rms_norm(a, b, w, eps: float):
 # cache (medians of 3 runs, 2-core Xeon): add_rms_norm 6.1 -> 3.8 us, silu_mul 4.6 -> 3.5, rope 4.5
 # -> 3.6, attention_cached at position 230 14.7 -> 12.4 (notes/numpy-decode-overhead.md).
 
-_F32D = np.dtype(np.float32)
-_BUF_ERRORS = (TypeError, ValueError, BufferError)   # (read-only, not C-contiguous, empty)
 _ARGS = struct.Struct("<3q")                        # attn.c's (lo, n, units) at byte 32 of its arguments
 
 

@@ -28,7 +28,7 @@ from ..quant import FORMATS, IQ4_VALUES, row_bytes
 from ..quant import words as quant_words
 from .numpy_blas import matmul, parallel_for, threads
 from . import numpy_nn as _nn
-from .numpy_nn import _addr
+from .numpy_nn import _addr, _address, _char_at
 from .numpy_nn import team as _team
 
 _F32 = np.float32
@@ -494,7 +494,6 @@ def _team_of(lib, team_fn):
 
 _F32D = np.dtype(np.float32)
 _BUF_ERRORS = (TypeError, ValueError, BufferError)   # (ctypes' buffer export: read-only, not C-contiguous, empty)
-_char_at, _address = ctypes.c_char.from_buffer, ctypes.addressof
 
 
 def qlinear_call(qtype: str, n: int, k: int, shape):
@@ -515,7 +514,7 @@ def qlinear_call(qtype: str, n: int, k: int, shape):
     size, work = m * k, n * rb * m
     kept = [None]   # (library, weight buffer, switches, prepared: None where this is no fast case)
 
-    def prepare(lib, wb, key):
+    def prepare(wb):
         qd = _qdot_for(qtype, m, n, k)
         if qd is None:
             return None
@@ -538,7 +537,7 @@ def qlinear_call(qtype: str, n: int, k: int, shape):
                _native_fn, _team)
         st = kept[0]
         if st is None or st[0] is not lib or st[1] is not wb or st[2] != key:
-            st = kept[0] = (lib, wb, key, None if lib is None else prepare(lib, wb, key))
+            st = kept[0] = (lib, wb, key, None if lib is None else prepare(wb))
         p = st[3]
         if p is None or xb.dtype is not _F32D or xb.size != size:
             return None
@@ -558,12 +557,7 @@ def qlinear_call(qtype: str, n: int, k: int, shape):
                 return y
         if not one:              # (split in pieces: _qlinear's way)
             return None
-        sp, at = _scratch_at(sf), 0
-        for i in range(0, len(flat), 2):
-            rc = fn(flat[i], xp, yp + 4 * at, n, sp, gt, m, flat[i + 1], k)
-            if rc:
-                _native_fail("qlinear", rc, qtype, n, k)
-            at += flat[i + 1]
+        _qdot_each(fn, flat, xp, yp, _scratch_at(sf), gt, m, n, k, qtype)
         return y
     return call
 
@@ -654,13 +648,19 @@ def _native_qdot_parts(fn, x2, pt: _Parts, qtype: str, n: int, k: int):
     sf = _qdot_scratch_floats(m, k)
     if n * (k // f.block * f.nbytes) * m >= NATIVE_SPLIT_BYTES:   # (large parts: each split as _native_qdot splits it)
         return np.concatenate([_native_qdot(fn, x2, r, qtype, rows, k) for r, rows in zip(pt.raws, pt.rows)], axis=1)
-    sp, at, flat = _scratch_at(sf), 0, pt.flat    # (one thread: each part's call writes its columns of y)
+    _qdot_each(fn, pt.flat, xp, yp, _scratch_at(sf), _qdot_gt(f), m, n, k, qtype)
+    return y
+
+
+def _qdot_each(fn, flat, xp: int, yp: int, sp: int, gt: int, m: int, n: int, k: int, qtype: str) -> None:
+    """One thread: qdot.c over each (weight address, rows) pair of ``flat``, each call writing its
+    columns of y (``n`` wide) after the ones before."""
+    at = 0
     for i in range(0, len(flat), 2):
-        rc = fn(flat[i], xp, yp + 4 * at, n, sp, _qdot_gt(f), m, flat[i + 1], k)
+        rc = fn(flat[i], xp, yp + 4 * at, n, sp, gt, m, flat[i + 1], k)
         if rc:
             _native_fail("qlinear", rc, qtype, n, k)
         at += flat[i + 1]
-    return y
 
 
 def _native_dequantize(raw, qtype: str, n: int, k: int):
