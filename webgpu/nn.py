@@ -416,6 +416,11 @@ def _pad(rt):
 
 def _softmax(rt, entry):
     def kernel(out, x, *, axis):
+        if x.ndim and axis % x.ndim == x.ndim - 1:
+            g = f32_view(rt, x._buf)    # a contiguous view is read in place, at its offset
+            res = softmax_rows(rt, g if g.is_contiguous() else dense(g), log=entry == "log_softmax")
+            if res is not None:
+                return _finish(rt, res, out)
         g = as_f32(rt, x._buf)
         res, st, n = _new(rt, out.shape, _dt.float32)
         if n:
@@ -428,6 +433,44 @@ def _softmax(rt, entry):
             _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g)], info, lines)
         return _finish(rt, res, out)
     return kernel
+
+
+# EMBER_WEBGPU_SOFTMAX_ROWS=0 runs every softmax through softmax.wgsl (a workgroup per line, the
+# line read three times) instead of softmax_rows.wgsl (A/B). On an H100 (2026-12-08) BERT's
+# attention at 32x128 (its composite: max, exp and sum, divide over 49,152 rows of 128) spent
+# ~370 us a layer in its softmax's three reduce and elementwise passes.
+SOFTMAX_ROWS = env_on("EMBER_WEBGPU_SOFTMAX_ROWS")
+
+
+def softmax_rows_fit(D: int) -> bool:
+    """Whether softmax_rows takes rows of ``D`` elements (on, at most LN_ROWS_LANES lanes a row)."""
+    shape = ln_rows_shape(D) if SOFTMAX_ROWS and D else None
+    return shape is not None and shape[1] <= LN_ROWS_LANES
+
+
+def softmax_rows(rt, g: GBuf, *, log: bool = False, dead_zero: bool = False) -> GBuf | None:
+    """softmax (``log``: log_softmax) of the contiguous f32 view ``g`` along its last axis in one
+    dispatch of ``softmax_rows.wgsl`` (each row read once into registers), as a new f32 buffer;
+    ``dead_zero``: rows whose every entry is -inf give zeros (attention's fully masked rows) instead
+    of NaN. None where rows are longer than ``ln_rows_used`` allows or it is switched off."""
+    D = g.shape[-1] if g.shape else 0
+    if not softmax_rows_fit(D):
+        return None
+    shape = ln_rows_shape(D)
+    vec, lanes, units, wg = shape
+    res, st, n = _new(rt, g.shape, _dt.float32)
+    if n:
+        rows = n // D
+        params, xoff = _rows_params(rt, shape, g)
+        params.update(
+            HMAX="return max_f32(max_f32(v.x, v.y), max_f32(v.z, v.w));" if vec else "return v;",
+            UEXP=("return vec4<f32>(exp_f32(v.x), exp_f32(v.y), exp_f32(v.z), exp_f32(v.w));" if vec
+                  else "return exp_f32(v);"))
+        info, info_n = _info([rows, D // 4 if vec else D, int(log) | 2 * int(dead_zero), xoff])
+        pipe = rt.kernel("softmax_rows", INFO=info_n, **params)
+        rt.dispatch(pipe, [(st.buf, 0, n * 4), _whole(g)], info,
+                    grid_1d(-(-rows // (wg // lanes)), rt.max_groups))
+    return res
 
 
 def _softmax_backward(rt):
@@ -484,6 +527,25 @@ def ln_rows_used(D: int) -> tuple | None:
     return shape if shape is not None and shape[1] <= LN_ROWS_LANES else None
 
 
+def _rows_params(rt, shape, g: GBuf):
+    """Template values of a ``*_rows.wgsl`` kernel (``ln_rows_shape``'s ``shape``) reading the
+    contiguous f32 view ``g``, and x's offset word (in units: vec4 loads where the offset allows,
+    else four scalar loads a unit)."""
+    from .quant import _sg_params
+
+    vec, lanes, units, wg = shape
+    xvec = vec and g.offset % 4 == 0
+    xget = ("let e = u(3u) + 4u * i; return vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);"
+            if vec and not xvec else "return x[u(3u) + i];")
+    sg = _sg_params(rt)
+    params = dict(WG=wg, LANES=lanes, NV=units, T="vec4<f32>" if vec else "f32",
+                  XT="vec4<f32>" if xvec else "f32", XGET=xget,
+                  HSUM="return dot(v, vec4<f32>(1.0));" if vec else "return v;",
+                  ENABLE="enable subgroups;" if sg["SG"] == "true" else "",
+                  SG_SUM=sg["SG_SUM"], SG_ARGS=sg["SG_ARGS"], SGS=sg["SGS"])
+    return params, g.offset // 4 if xvec else g.offset
+
+
 def _layer_norm(rt):
     """layer_norm as one dispatch: ``layer_norm_rows.wgsl`` (each row read once into registers,
     rows of up to ~1024 elements several to a workgroup), or ``layer_norm.wgsl`` for rows longer
@@ -508,20 +570,10 @@ def _layer_norm(rt):
                 _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw),
                                      _whole(gb)], info, rows)
             else:
-                from .quant import _sg_params
-
                 vec, lanes, units, wg = shape
-                xvec = vec and g.offset % 4 == 0      # vec4 loads of x; else scalar ones
-                xget = ("let e = u(3u) + 4u * i; return vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);"
-                        if vec and not xvec else "return x[u(3u) + i];")
-                sg = _sg_params(rt)
-                info, info_n = _info([rows, D // 4 if vec else D, f32_bits(eps),
-                                      g.offset // 4 if xvec else g.offset, D])
-                pipe = rt.kernel("layer_norm_rows", INFO=info_n, WG=wg, LANES=lanes, NV=units,
-                                 T="vec4<f32>" if vec else "f32", XT="vec4<f32>" if xvec else "f32",
-                                 XGET=xget, HSUM="return dot(v, vec4<f32>(1.0));" if vec else "return v;",
-                                 ENABLE="enable subgroups;" if sg["SG"] == "true" else "",
-                                 SG_SUM=sg["SG_SUM"], SG_ARGS=sg["SG_ARGS"], SGS=sg["SGS"])
+                params, xoff = _rows_params(rt, shape, g)
+                info, info_n = _info([rows, D // 4 if vec else D, f32_bits(eps), xoff, D])
+                pipe = rt.kernel("layer_norm_rows", INFO=info_n, **params)
                 rt.dispatch(pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw), _whole(gb)], info,
                             grid_1d(-(-rows // (wg // lanes)), rt.max_groups))
         return _finish(rt, res, out)
@@ -671,6 +723,27 @@ def _operand(g: GBuf, batch):
     return g, [g.offset, row, col, 0], bst
 
 
+def _attention_composite(rt, q, k, v, mask, is_causal, scale):
+    """The composite attention of float32 operands with its softmax as one ``softmax_rows``
+    dispatch (fully masked rows give zeros, as the registry's composite does) between the two
+    products, instead of the composite's max, exp and sum, and divide passes; None where the
+    rows do not fit it (the registry's decomposition runs)."""
+    from ..ops.nnops import _ops, _sdpa_masked_scores
+    from ..tensor import Tensor
+
+    f32 = _dt.float32
+    if any(t.dtype is not f32 for t in (q, k, v)) or mask is not None and mask.dtype not in (f32, _dt.bool_):
+        return None
+    if not softmax_rows_fit(k.shape[-2]):
+        return None
+    s = _sdpa_masked_scores(q, k, mask, is_causal, scale)
+    g = f32_view(rt, s._buf)
+    p = softmax_rows(rt, g if g.is_contiguous() else dense(g), dead_zero=True)
+    if p is None:
+        return None
+    return _ops().matmul(Tensor._wrap(p, s.shape, f32, s.device), v)._buf
+
+
 def _attention(rt):
     """scaled_dot_product_attention as ``attn_route`` says: in one dispatch of the tiled kernel
     (``attention_tiled.wgsl``, a block of query rows per workgroup; any S) or the per-row kernel
@@ -681,6 +754,9 @@ def _attention(rt):
         route = attn_route(rt, out.shape, q.shape[-1], S)
         tile = route if isinstance(route, tuple) else None
         if route == "composite":
+            res = _attention_composite(rt, q, k, v, mask, is_causal, scale)
+            if res is not None:
+                return res
             args = (q, k, v) if mask is None else (q, k, v, mask)
             return OPS["scaled_dot_product_attention"].decompose(*args, is_causal=is_causal, scale=scale)._buf
         from .runtime import f32_bits

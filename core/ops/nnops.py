@@ -1108,7 +1108,9 @@ def _sdpa_scores(q, k, scale):
     return o.multiply(o.matmul(q, o.permute_dims(k, tuple(range(nd - 2)) + (nd - 1, nd - 2))), scale)
 
 
-def _sdpa_probs(q, k, mask, is_causal, scale):
+def _sdpa_masked_scores(q, k, mask, is_causal, scale):
+    """q @ k^T * scale with the mask applied (-inf where a bool or causal mask hides a key, a float
+    mask added), (..., L, S): the softmax's input."""
     from ..tensor import tensor
     o = _ops()
     s = _sdpa_scores(q, k, scale)                                            # (..., L, S)
@@ -1121,6 +1123,12 @@ def _sdpa_probs(q, k, mask, is_causal, scale):
             s = o.where(mask, s, float("-inf"))
         else:
             s = o.add(s, mask)
+    return s
+
+
+def _sdpa_probs(q, k, mask, is_causal, scale):
+    o = _ops()
+    s = _sdpa_masked_scores(q, k, mask, is_causal, scale)
     # A row whose keys are all masked gives zeros (as PyTorch does), not NaN.
     m = o.max(s, axis=-1, keepdims=True)
     dead = o.equal(m, float("-inf"))

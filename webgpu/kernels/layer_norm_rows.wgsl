@@ -22,26 +22,8 @@ const NV: u32 = {{NV}}u;
 fn xget(i: u32) -> {{T}} { {{XGET}} }      // unit i of x after its offset
 fn hsum(v: {{T}}) -> f32 { {{HSUM}} }      // the sum of a unit's elements
 
-var<workgroup> red: array<f32, {{WG}}>;
 {{SG_SUM}}
-
-// the sum of v over the LANES lanes of each row (lane = t % LANES); every thread of the
-// workgroup calls it (barriers where the subgroup is narrower than a row's lanes)
-fn row_sum(t: u32, lane: u32, v: f32, sgs: u32) -> f32 {
-  let span = min(LANES, sgs);
-  var s = sg_sum(v, span);
-  if (span < LANES) {
-    red[t] = s;
-    for (var h = LANES / 2u; h >= span; h = h / 2u) {
-      workgroupBarrier();
-      if (lane < h) { red[t] = red[t] + red[t + h]; }
-    }
-    workgroupBarrier();
-    s = red[t - lane];
-    workgroupBarrier();
-  }
-  return s;
-}
+#include row_reduce
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
