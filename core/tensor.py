@@ -249,7 +249,10 @@ class Tensor:
         """A numpy array copy (needs numpy)."""
         import numpy as np
 
-        return np.frombuffer(self._bytes(), dtype=_NP_NAMES[self.dtype.name]).reshape(self.shape).copy()
+        raw = self._bytes()
+        a = np.frombuffer(raw, dtype=_NP_NAMES[self.dtype.name]).reshape(self.shape)
+        # a bytearray from to_bytes is the caller's own (the backend protocol): no second copy
+        return a if isinstance(raw, bytearray) else a.copy()
 
     def __array__(self, dtype=None, copy=None):
         # np.asarray(t) / np.testing work on tensors (a copy; needs numpy)

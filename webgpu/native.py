@@ -19,6 +19,12 @@ from ..errors import DeviceError
 from .driver import LIMIT_NAMES, UNIFORM_ARENA_BYTES, BatchingDriver, cpu_adapter, device_error
 
 _FEATURE_NAMES = {"subgroup": "subgroups"}  # wgpu-py spelling -> WebGPU spec spelling
+# Readback buffers are kept for reuse by size class (powers of two from READBACK_MIN bytes), at
+# most READBACK_KEEP of a class and classes up to READBACK_KEEP_MAX bytes (larger ones are made
+# for the read and destroyed after it).
+READBACK_MIN = 4096
+READBACK_KEEP = 2
+READBACK_KEEP_MAX = 64 << 20
 
 
 class _QuietForcing(logging.Filter):
@@ -97,6 +103,7 @@ class NativeDriver(BatchingDriver):
                      "driver": "native (wgpu-py %s)" % wgpu.__version__}
         U = wgpu.BufferUsage
         self._usage = U.STORAGE | U.COPY_SRC | U.COPY_DST
+        self._rb_free: dict = {}   # readback buffers by size class (_readback)
         self._init_batching(self._dev.create_buffer(size=UNIFORM_ARENA_BYTES, usage=U.UNIFORM | U.COPY_DST))
         self._c = None       # (SetPipeline, SetBindGroup, DispatchWorkgroups, NULL) of wgpu-native
         fast = None if os.environ.get("EMBER_WEBGPU_SAFE_CALLS") else self._fast_record()
@@ -164,28 +171,56 @@ class NativeDriver(BatchingDriver):
         self.flush()
         size = max(4, (int(nbytes) + 3) // 4 * 4)
         what = f"reading {nbytes} bytes back from the GPU"
+        rb = None
         try:
-            rb = self._dev.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+            rb, cls = self._readback(size)
             enc = self._dev.create_command_encoder()
             enc.copy_buffer_to_buffer(buf, offset, rb, 0, size)
             self._dev.queue.submit([enc.finish()])
             # (the map resolves once the copy's submission is done: wgpu-py's poll thread waits
             # for the submissions made before the map was asked for)
-            mapping = rb.map_async(wgpu.MapMode.READ)
+            mapping = rb.map_async(wgpu.MapMode.READ, 0, size)
         except Exception as e:
+            if rb is not None:
+                rb.destroy()
             raise device_error(e, what, self) from e
 
-        def result() -> bytes:
+        def result() -> bytearray:
+            done = False
             try:
                 mapping.sync_wait()
-                data = bytes(memoryview(rb.read_mapped(0, size)).cast("B")[:nbytes])
+                with rb.read_mapped(0, size, copy=False) as mv, mv[:nbytes] as part:
+                    data = bytearray(part)      # the one copy; the caller owns it
                 rb.unmap()
+                done = True
             except Exception as e:
                 raise device_error(e, what, self) from e
             finally:
-                rb.destroy()
+                self._readback_done(rb, cls, done)
             return data
         return result
+
+    def _readback(self, size: int):
+        """A mappable buffer (MAP_READ | COPY_DST) of at least ``size`` bytes and its size class:
+        one kept from an earlier read where there is one (creating host-visible memory for every
+        read cost more than the copy for small reads, and large ones were allocated each time)."""
+        import wgpu
+
+        cls = max(READBACK_MIN, 1 << (size - 1).bit_length())
+        free = self._rb_free.get(cls)
+        if free:
+            try:
+                return free.pop(), cls
+            except IndexError:   # (another thread took the last one)
+                pass
+        return self._dev.create_buffer(size=cls, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST), cls
+
+    def _readback_done(self, rb, cls: int, reusable: bool) -> None:
+        free = self._rb_free.setdefault(cls, [])
+        if reusable and cls <= READBACK_KEEP_MAX and len(free) < READBACK_KEEP:
+            free.append(rb)
+        else:
+            rb.destroy()
 
     async def read_async(self, buf, nbytes: int, offset: int = 0) -> bytes:
         return self.read(buf, nbytes, offset)

@@ -8,7 +8,8 @@ A backend is an object with:
 - ``from_bytes(data, shape, dtype) -> buf``: little-endian bytes in the dtype's layout
   (``DType.fmt``; float16 as IEEE half, bool as one byte 0/1) to a backend buffer.
 - ``to_bytes(buf, shape, dtype) -> bytes``: the inverse (synchronous; in the browser this
-  blocks through JSPI where it can).
+  blocks through JSPI where it can). It may return a ``bytearray`` that nobody else holds
+  (``Tensor.numpy`` then wraps it without a second copy), never the backend's own storage.
 - ``async to_bytes_async(buf, shape, dtype) -> bytes``: the same without blocking.
 - ``available() -> (bool, reason)``: classmethod/staticmethod; whether it can run here.
 
