@@ -31,7 +31,7 @@ from .. import native
 from ..errors import ShapeError
 from ..ops.llm import check_pos
 from .numpy_blas import matmul
-from .numpy_nn import _address, _char_at
+from .numpy_nn import _addr, _address, _char_at
 from .numpy_nn import team as _team
 from .numpy_quant import _BUF_ERRORS, _F32D, _prm, _scratch_at, _team_of   # (the native kernels' parameter
 #                                         tables, per-thread scratch, team; ctypes' buffer-export failures)
@@ -99,15 +99,6 @@ def _c32(t):
     return np.ascontiguousarray(t._buf, dtype=np.float32)
 
 
-
-
-def _addr(a) -> int:
-    """The address of a C-contiguous array's data: through ctypes' buffer export (~0.25 us)
-    where the array is writable, else ``a.ctypes.data`` (~1 us: a decode step passes ~500)."""
-    try:
-        return _address(_char_at(a))
-    except TypeError:   # read-only
-        return a.ctypes.data
 
 
 def _native_rms_norm(x, w, eps: float):
