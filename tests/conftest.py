@@ -119,3 +119,21 @@ def rt():
     from ember.webgpu.runtime import get_runtime
 
     return get_runtime()
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The names of the kernels the webgpu runtime builds pipelines for (``rt.kernel``) during a
+    test, in order."""
+    from ember.webgpu.runtime import get_runtime
+
+    rt = get_runtime()
+    names = []
+    orig = rt.kernel
+
+    def kernel(name, *a, **kw):
+        names.append(name)
+        return orig(name, *a, **kw)
+
+    monkeypatch.setattr(rt, "kernel", kernel)
+    return names

@@ -38,21 +38,6 @@ def ref(q, k, v, mask=None, causal=False, scale=None):
     return p @ v
 
 
-@pytest.fixture
-def kernels(monkeypatch):
-    """The names of the kernels the runtime builds pipelines for (recorded per call)."""
-    rt = get_runtime()
-    names = []
-    orig = rt.kernel
-
-    def kernel(name, *a, **kw):
-        names.append(name)
-        return orig(name, *a, **kw)
-
-    monkeypatch.setattr(rt, "kernel", kernel)
-    return names
-
-
 def sdpa(monkeypatch, q, k, v, mask=None, *, tiled=True, tile=None, **kw):
     """ember's sdpa on webgpu as numpy, with the tiled kernel switched on or off (``tile``:
     EMBER_WEBGPU_ATTN_TILE). q, k, v, mask: numpy arrays or webgpu tensors."""

@@ -8,37 +8,20 @@ one softmax_rows dispatch with fully masked rows as zeros, the value product) ag
 reference with bool, float and causal masks. Skipped where no adapter exists."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
 import ember
 
 from conftest import gpu, rand, webgpu_only
+from op_cases_nn import _np_sdpa
 
 _REASON, pytestmark = webgpu_only()
 
 if _REASON is None:
     from ember.webgpu import nn
-    from ember.webgpu.runtime import get_runtime
 
 WIDTHS = [1, 3, 4, 32, 128, 384, 385, 1000, 1024, 4096, 5001]
-
-
-@pytest.fixture
-def kernels(monkeypatch):
-    """The names of the kernels the runtime builds pipelines for during a test."""
-    rt = get_runtime()
-    names = []
-    orig = rt.kernel
-
-    def kernel(name, *a, **kw):
-        names.append(name)
-        return orig(name, *a, **kw)
-
-    monkeypatch.setattr(rt, "kernel", kernel)
-    return names
 
 
 @pytest.fixture(params=["rows", "line"])
@@ -120,22 +103,6 @@ def test_other_axes_take_the_line_kernel(kernels):
     assert "softmax" in kernels and "softmax_rows" not in kernels
 
 
-def sdpa_ref(q, k, v, mask=None, causal=False):
-    """softmax(q k^T / sqrt(E) + mask) v in float64; rows with every key masked give zeros."""
-    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
-    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-    if mask is not None:
-        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
-    m = s.max(axis=-1, keepdims=True)
-    dead = m == -np.inf
-    with np.errstate(invalid="ignore"):
-        e = np.exp(s - np.where(dead, 0.0, m))
-        p = e / np.where(dead, 1.0, e.sum(axis=-1, keepdims=True))
-    return p @ v
-
-
 @pytest.mark.parametrize("mask", ["none", "bool", "float", "causal"])
 def test_gpu_attention_composite_takes_softmax_rows(monkeypatch, kernels, mask):
     """Attention with many scores on a GPU adapter runs as the scores product, one softmax_rows
@@ -157,7 +124,7 @@ def test_gpu_attention_composite_takes_softmax_rows(monkeypatch, kernels, mask):
         kw = {"is_causal": True}
     args = (gpu(q), gpu(k), gpu(v)) + (() if m is None else (gpu(m),))
     got = ember.scaled_dot_product_attention(*args, **kw).numpy()
-    np.testing.assert_allclose(got, sdpa_ref(q, k, v, m, causal=mask == "causal"), rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(got, _np_sdpa(np, q, k, v, m, causal=mask == "causal"), rtol=1e-5, atol=2e-6)
     assert "softmax_rows" in kernels and "attention" not in kernels, kernels
     if mask == "bool":
         assert not got[0, :, 3].any()
@@ -170,5 +137,5 @@ def test_gpu_attention_composite_without_softmax_rows(monkeypatch, kernels):
     q, k, v = (rand(2, 4, 72, 16, seed=s) for s in range(3))
     m = rand(2, 1, 72, 72, seed=7) > -0.5
     got = ember.scaled_dot_product_attention(gpu(q), gpu(k), gpu(v), gpu(m)).numpy()
-    np.testing.assert_allclose(got, sdpa_ref(q, k, v, m), rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(got, _np_sdpa(np, q, k, v, m), rtol=1e-5, atol=2e-6)
     assert "softmax_rows" not in kernels
