@@ -562,17 +562,18 @@ EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const
     for (i64 k = 0; k < kv; k += VW) {
       const vf xv = load(x + k);
       const f32 *wk = w0 + k;
-      a0 += load(wk) * xv; a1 += load(wk + K) * xv; a2 += load(wk + 2 * K) * xv; a3 += load(wk + 3 * K) * xv;
-      a4 += load(wk + 4 * K) * xv; a5 += load(wk + 5 * K) * xv; a6 += load(wk + 6 * K) * xv;
-      a7 += load(wk + 7 * K) * xv;
+      a0 = fmadd(load(wk), xv, a0); a1 = fmadd(load(wk + K), xv, a1);
+      a2 = fmadd(load(wk + 2 * K), xv, a2); a3 = fmadd(load(wk + 3 * K), xv, a3);
+      a4 = fmadd(load(wk + 4 * K), xv, a4); a5 = fmadd(load(wk + 5 * K), xv, a5);
+      a6 = fmadd(load(wk + 6 * K), xv, a6); a7 = fmadd(load(wk + 7 * K), xv, a7);
     }
     if (tail) {
       const vf xv = load_part(x + kv, tail);
       const f32 *wk = w0 + kv;
-      a0 += load_part(wk, tail) * xv; a1 += load_part(wk + K, tail) * xv; a2 += load_part(wk + 2 * K, tail) * xv;
-      a3 += load_part(wk + 3 * K, tail) * xv; a4 += load_part(wk + 4 * K, tail) * xv;
-      a5 += load_part(wk + 5 * K, tail) * xv; a6 += load_part(wk + 6 * K, tail) * xv;
-      a7 += load_part(wk + 7 * K, tail) * xv;
+      a0 = fmadd(load_part(wk, tail), xv, a0); a1 = fmadd(load_part(wk + K, tail), xv, a1);
+      a2 = fmadd(load_part(wk + 2 * K, tail), xv, a2); a3 = fmadd(load_part(wk + 3 * K, tail), xv, a3);
+      a4 = fmadd(load_part(wk + 4 * K, tail), xv, a4); a5 = fmadd(load_part(wk + 5 * K, tail), xv, a5);
+      a6 = fmadd(load_part(wk + 6 * K, tail), xv, a6); a7 = fmadd(load_part(wk + 7 * K, tail), xv, a7);
     }
     y[o] = hsum(a0); y[o + 1] = hsum(a1); y[o + 2] = hsum(a2); y[o + 3] = hsum(a3);
     y[o + 4] = hsum(a4); y[o + 5] = hsum(a5); y[o + 6] = hsum(a6); y[o + 7] = hsum(a7);
@@ -582,20 +583,21 @@ EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const
     vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (i64 k = 0; k < kv; k += VW) {
       const vf xv = load(x + k);
-      a0 += load(w0 + k) * xv; a1 += load(w1 + k) * xv; a2 += load(w2 + k) * xv; a3 += load(w3 + k) * xv;
+      a0 = fmadd(load(w0 + k), xv, a0); a1 = fmadd(load(w1 + k), xv, a1);
+      a2 = fmadd(load(w2 + k), xv, a2); a3 = fmadd(load(w3 + k), xv, a3);
     }
     if (tail) {
       const vf xv = load_part(x + kv, tail);
-      a0 += load_part(w0 + kv, tail) * xv; a1 += load_part(w1 + kv, tail) * xv;
-      a2 += load_part(w2 + kv, tail) * xv; a3 += load_part(w3 + kv, tail) * xv;
+      a0 = fmadd(load_part(w0 + kv, tail), xv, a0); a1 = fmadd(load_part(w1 + kv, tail), xv, a1);
+      a2 = fmadd(load_part(w2 + kv, tail), xv, a2); a3 = fmadd(load_part(w3 + kv, tail), xv, a3);
     }
     y[o] = hsum(a0); y[o + 1] = hsum(a1); y[o + 2] = hsum(a2); y[o + 3] = hsum(a3);
   }
   for (; o < o1; o++) {
     const f32 *w0 = w + o * K;
     vf a0 = {0};
-    for (i64 k = 0; k < kv; k += VW) a0 += load(w0 + k) * load(x + k);
-    if (tail) a0 += load_part(w0 + kv, tail) * load_part(x + kv, tail);
+    for (i64 k = 0; k < kv; k += VW) a0 = fmadd(load(w0 + k), load(x + k), a0);
+    if (tail) a0 = fmadd(load_part(w0 + kv, tail), load_part(x + kv, tail), a0);
     y[o] = hsum(a0);
   }
   /* the epilogue over [o0, o1): + bias, then the activation (ember_conv_gemm's, vector by vector) */
