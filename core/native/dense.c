@@ -538,8 +538,10 @@ EXPORT i64 ember_conv_pad(const f32 *wp, const f32 *x, const f32 *bias, f32 *y, 
  * eight independent chains of multiply-adds (MNIST's 1568 -> 64 layer 6.3 -> 3.8 us with 8 rows
  * instead of 4; the same bits, each row's sum unchanged).
  * Order of the float32 math, per output: lane l sums W[o, k] x[k] for k = l, l + VW, ... ascending
- * (fused multiply-adds; the last vector of a row its lanes only), then the lanes pairwise (lane i +=
- * lane i + h for h = VW / 2, ..., 1), then + bias, then the activation, rounded as above. Bits do
+ * (vmadd: fused where the CPU has FMA; written out because, left to contraction, GCC's Zen tuning
+ * fused the 4- and 8-row loops but not the one-row loop; the last vector of a row its lanes only),
+ * then the lanes pairwise (lane i += lane i + h for h = VW / 2, ..., 1), then + bias, then the
+ * activation, rounded as above. Bits do
  * not depend on the row range. Returns 0, or -1 with nothing written for a geometry it does not
  * take. geom: [0] M [1] K [2] N (must be 1) [3] ldx [4] ldy (unused) [5] activation. */
 INLINE f32 hsum(vf v) {
@@ -562,18 +564,18 @@ EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const
     for (i64 k = 0; k < kv; k += VW) {
       const vf xv = load(x + k);
       const f32 *wk = w0 + k;
-      a0 = fmadd(load(wk), xv, a0); a1 = fmadd(load(wk + K), xv, a1);
-      a2 = fmadd(load(wk + 2 * K), xv, a2); a3 = fmadd(load(wk + 3 * K), xv, a3);
-      a4 = fmadd(load(wk + 4 * K), xv, a4); a5 = fmadd(load(wk + 5 * K), xv, a5);
-      a6 = fmadd(load(wk + 6 * K), xv, a6); a7 = fmadd(load(wk + 7 * K), xv, a7);
+      a0 = vmadd(load(wk), xv, a0); a1 = vmadd(load(wk + K), xv, a1);
+      a2 = vmadd(load(wk + 2 * K), xv, a2); a3 = vmadd(load(wk + 3 * K), xv, a3);
+      a4 = vmadd(load(wk + 4 * K), xv, a4); a5 = vmadd(load(wk + 5 * K), xv, a5);
+      a6 = vmadd(load(wk + 6 * K), xv, a6); a7 = vmadd(load(wk + 7 * K), xv, a7);
     }
     if (tail) {
       const vf xv = load_part(x + kv, tail);
       const f32 *wk = w0 + kv;
-      a0 = fmadd(load_part(wk, tail), xv, a0); a1 = fmadd(load_part(wk + K, tail), xv, a1);
-      a2 = fmadd(load_part(wk + 2 * K, tail), xv, a2); a3 = fmadd(load_part(wk + 3 * K, tail), xv, a3);
-      a4 = fmadd(load_part(wk + 4 * K, tail), xv, a4); a5 = fmadd(load_part(wk + 5 * K, tail), xv, a5);
-      a6 = fmadd(load_part(wk + 6 * K, tail), xv, a6); a7 = fmadd(load_part(wk + 7 * K, tail), xv, a7);
+      a0 = vmadd(load_part(wk, tail), xv, a0); a1 = vmadd(load_part(wk + K, tail), xv, a1);
+      a2 = vmadd(load_part(wk + 2 * K, tail), xv, a2); a3 = vmadd(load_part(wk + 3 * K, tail), xv, a3);
+      a4 = vmadd(load_part(wk + 4 * K, tail), xv, a4); a5 = vmadd(load_part(wk + 5 * K, tail), xv, a5);
+      a6 = vmadd(load_part(wk + 6 * K, tail), xv, a6); a7 = vmadd(load_part(wk + 7 * K, tail), xv, a7);
     }
     y[o] = hsum(a0); y[o + 1] = hsum(a1); y[o + 2] = hsum(a2); y[o + 3] = hsum(a3);
     y[o + 4] = hsum(a4); y[o + 5] = hsum(a5); y[o + 6] = hsum(a6); y[o + 7] = hsum(a7);
@@ -583,21 +585,21 @@ EXPORT i64 ember_gemv(const f32 *w, const f32 *x, const f32 *bias, f32 *y, const
     vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (i64 k = 0; k < kv; k += VW) {
       const vf xv = load(x + k);
-      a0 = fmadd(load(w0 + k), xv, a0); a1 = fmadd(load(w1 + k), xv, a1);
-      a2 = fmadd(load(w2 + k), xv, a2); a3 = fmadd(load(w3 + k), xv, a3);
+      a0 = vmadd(load(w0 + k), xv, a0); a1 = vmadd(load(w1 + k), xv, a1);
+      a2 = vmadd(load(w2 + k), xv, a2); a3 = vmadd(load(w3 + k), xv, a3);
     }
     if (tail) {
       const vf xv = load_part(x + kv, tail);
-      a0 = fmadd(load_part(w0 + kv, tail), xv, a0); a1 = fmadd(load_part(w1 + kv, tail), xv, a1);
-      a2 = fmadd(load_part(w2 + kv, tail), xv, a2); a3 = fmadd(load_part(w3 + kv, tail), xv, a3);
+      a0 = vmadd(load_part(w0 + kv, tail), xv, a0); a1 = vmadd(load_part(w1 + kv, tail), xv, a1);
+      a2 = vmadd(load_part(w2 + kv, tail), xv, a2); a3 = vmadd(load_part(w3 + kv, tail), xv, a3);
     }
     y[o] = hsum(a0); y[o + 1] = hsum(a1); y[o + 2] = hsum(a2); y[o + 3] = hsum(a3);
   }
   for (; o < o1; o++) {
     const f32 *w0 = w + o * K;
     vf a0 = {0};
-    for (i64 k = 0; k < kv; k += VW) a0 = fmadd(load(w0 + k), load(x + k), a0);
-    if (tail) a0 = fmadd(load_part(w0 + kv, tail), load_part(x + kv, tail), a0);
+    for (i64 k = 0; k < kv; k += VW) a0 = vmadd(load(w0 + k), load(x + k), a0);
+    if (tail) a0 = vmadd(load_part(w0 + kv, tail), load_part(x + kv, tail), a0);
     y[o] = hsum(a0);
   }
   /* the epilogue over [o0, o1): + bias, then the activation (ember_conv_gemm's, vector by vector) */

@@ -58,20 +58,6 @@ INLINE vf load_part(const f32 *p, i64 n) {
 }
 INLINE void store_part(f32 *p, vf v, i64 n) { memcpy(p, &v, (size_t)n * 4); }
 #endif
-/* a * b + c: one fused multiply-add per lane where the target has FMA, by intrinsic (the
- * compiler's contraction of a * b + c is a choice it makes per loop: GCC's Zen tuning leaves a
- * loop whose one accumulator is a chain of them unfused, so a kernel that must give the same
- * bits whichever loop a row falls in says so here); else the expression as the file compiles it */
-INLINE vf fmadd(vf a, vf b, vf c) {
-#if defined(__AVX512F__)
-  return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-#elif defined(__FMA__) && VW == 8
-  return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-#else
-  return a * b + c;
-#endif
-}
-
 /* lanes [0, n) of p, 0 < n <= VW (a whole vector for n == VW) */
 INLINE vf load_n(const f32 *p, i64 n) { return n == VW ? load(p) : load_part(p, n); }
 INLINE void store_n(f32 *p, vf v, i64 n) {
