@@ -417,8 +417,7 @@ def _pad(rt):
 def _softmax(rt, entry):
     def kernel(out, x, *, axis):
         if x.ndim and axis % x.ndim == x.ndim - 1:
-            g = f32_view(rt, x._buf)    # a contiguous view is read in place, at its offset
-            res = softmax_rows(rt, g if g.is_contiguous() else dense(g), log=entry == "log_softmax")
+            res = softmax_rows(rt, x._buf, log=entry == "log_softmax")
             if res is not None:
                 return _finish(rt, res, out)
         g = as_f32(rt, x._buf)
@@ -443,21 +442,23 @@ SOFTMAX_ROWS = env_on("EMBER_WEBGPU_SOFTMAX_ROWS")
 
 
 def softmax_rows_fit(D: int) -> bool:
-    """Whether softmax_rows takes rows of ``D`` elements (on, at most LN_ROWS_LANES lanes a row)."""
-    shape = ln_rows_shape(D) if SOFTMAX_ROWS and D else None
-    return shape is not None and shape[1] <= LN_ROWS_LANES
+    """Whether softmax_rows takes rows of ``D`` elements (``rows_used`` with SOFTMAX_ROWS)."""
+    return rows_used(D, SOFTMAX_ROWS) is not None
 
 
 def softmax_rows(rt, g: GBuf, *, log: bool = False, dead_zero: bool = False) -> GBuf | None:
-    """softmax (``log``: log_softmax) of the contiguous f32 view ``g`` along its last axis in one
-    dispatch of ``softmax_rows.wgsl`` (each row read once into registers), as a new f32 buffer;
-    ``dead_zero``: rows whose every entry is -inf give zeros (attention's fully masked rows) instead
-    of NaN. None where rows are longer than ``ln_rows_used`` allows or it is switched off."""
+    """softmax (``log``: log_softmax) of ``g`` along its last axis in one dispatch of
+    ``softmax_rows.wgsl`` (each row read once into registers), as a new f32 buffer; a contiguous
+    f32 view is read in place, at its offset. ``dead_zero``: rows whose every entry is -inf give
+    zeros (attention's fully masked rows) instead of NaN. None where ``softmax_rows_fit`` says no."""
     D = g.shape[-1] if g.shape else 0
-    if not softmax_rows_fit(D):
+    shape = rows_used(D, SOFTMAX_ROWS)
+    if shape is None:
         return None
-    shape = ln_rows_shape(D)
-    vec, lanes, units, wg = shape
+    g = f32_view(rt, g)
+    if not g.is_contiguous():
+        g = dense(g)
+    vec = shape[0]
     res, st, n = _new(rt, g.shape, _dt.float32)
     if n:
         rows = n // D
@@ -467,9 +468,8 @@ def softmax_rows(rt, g: GBuf, *, log: bool = False, dead_zero: bool = False) -> 
             UEXP=("return vec4<f32>(exp_f32(v.x), exp_f32(v.y), exp_f32(v.z), exp_f32(v.w));" if vec
                   else "return exp_f32(v);"))
         info, info_n = _info([rows, D // 4 if vec else D, int(log) | 2 * int(dead_zero), xoff])
-        pipe = rt.kernel("softmax_rows", INFO=info_n, **params)
-        rt.dispatch(pipe, [(st.buf, 0, n * 4), _whole(g)], info,
-                    grid_1d(-(-rows // (wg // lanes)), rt.max_groups))
+        _run_row_kernel(rt, rt.kernel("softmax_rows", INFO=info_n, **params), shape,
+                        [(st.buf, 0, n * 4), _whole(g)], info, rows)
     return res
 
 
@@ -520,11 +520,16 @@ def ln_rows_shape(D: int) -> tuple | None:
     return vec, lanes, -(-n // lanes), max(64, lanes)
 
 
-def ln_rows_used(D: int) -> tuple | None:
-    """``ln_rows_shape(D)`` where layer_norm takes layer_norm_rows.wgsl (LN_ROWS on, at most
-    LN_ROWS_LANES lanes a row), else None (layer_norm.wgsl)."""
-    shape = ln_rows_shape(D) if LN_ROWS and D else None
+def rows_used(D: int, on: bool) -> tuple | None:
+    """``ln_rows_shape(D)`` where a ``*_rows.wgsl`` kernel takes rows of ``D`` elements (switched
+    ``on``, at most LN_ROWS_LANES lanes a row), else None."""
+    shape = ln_rows_shape(D) if on and D else None
     return shape if shape is not None and shape[1] <= LN_ROWS_LANES else None
+
+
+def ln_rows_used(D: int) -> tuple | None:
+    """``rows_used`` for layer_norm (LN_ROWS): layer_norm_rows.wgsl, or None (layer_norm.wgsl)."""
+    return rows_used(D, LN_ROWS)
 
 
 def _rows_params(rt, shape, g: GBuf):
@@ -544,6 +549,12 @@ def _rows_params(rt, shape, g: GBuf):
                   ENABLE="enable subgroups;" if sg["SG"] == "true" else "",
                   SG_SUM=sg["SG_SUM"], SG_ARGS=sg["SG_ARGS"], SGS=sg["SGS"])
     return params, g.offset // 4 if xvec else g.offset
+
+
+def _run_row_kernel(rt, pipe, shape, bufs, info, rows) -> None:
+    """Dispatch a ``*_rows.wgsl`` kernel of ``shape`` over ``rows`` rows (WG / LANES a workgroup)."""
+    _, lanes, _, wg = shape
+    rt.dispatch(pipe, bufs, info, grid_1d(-(-rows // (wg // lanes)), rt.max_groups))
 
 
 def _layer_norm(rt):
@@ -570,12 +581,11 @@ def _layer_norm(rt):
                 _run_rows(rt, pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw),
                                      _whole(gb)], info, rows)
             else:
-                vec, lanes, units, wg = shape
+                vec = shape[0]
                 params, xoff = _rows_params(rt, shape, g)
                 info, info_n = _info([rows, D // 4 if vec else D, f32_bits(eps), xoff, D])
-                pipe = rt.kernel("layer_norm_rows", INFO=info_n, **params)
-                rt.dispatch(pipe, [(st.buf, 0, n * 4), _whole(g), _whole(gw), _whole(gb)], info,
-                            grid_1d(-(-rows // (wg // lanes)), rt.max_groups))
+                _run_row_kernel(rt, rt.kernel("layer_norm_rows", INFO=info_n, **params), shape,
+                                [(st.buf, 0, n * 4), _whole(g), _whole(gw), _whole(gb)], info, rows)
         return _finish(rt, res, out)
     return kernel
 
@@ -737,8 +747,7 @@ def _attention_composite(rt, q, k, v, mask, is_causal, scale):
     if not softmax_rows_fit(k.shape[-2]):
         return None
     s = _sdpa_masked_scores(q, k, mask, is_causal, scale)
-    g = f32_view(rt, s._buf)
-    p = softmax_rows(rt, g if g.is_contiguous() else dense(g), dead_zero=True)
+    p = softmax_rows(rt, s._buf, dead_zero=True)
     if p is None:
         return None
     return _ops().matmul(Tensor._wrap(p, s.shape, f32, s.device), v)._buf
